@@ -1,0 +1,20 @@
+"""stoker: brokers GPU capacity for agent and RL loops (warm pools) and guaranteed/spot work.
+
+The decision core lives in :mod:`stoker.core`; the live service in :mod:`stoker.broker`; the
+discrete-event simulator in :mod:`stoker.sim`. The SDK is re-exported here lazily so that
+importing the core never pulls in HTTP libraries.
+"""
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+__all__ = ["AsyncClient", "Client", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Client", "AsyncClient"):
+        from stoker import client
+
+        return getattr(client, name)
+    raise AttributeError(name)

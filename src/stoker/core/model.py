@@ -1,0 +1,295 @@
+"""The cluster model: nodes, GPUs with fractional shares, profiles, pods, jobs and tenants.
+
+Everything here is plain data plus the bookkeeping that keeps the indexes the policies need
+(free GPU shares per GPU model, idle pods per (profile, tenant, reuse tag)). No I/O, no clock:
+every method that changes time-dependent accounting takes ``now``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+# Shares are floats; comparisons tolerate rounding so 0.9 + 0.1 is "full", not "over".
+EPS = 1e-9
+# Free-share buckets per GPU (20 -> 0.05 resolution) make "a GPU with room for s" O(buckets).
+_BUCKETS = 20
+
+
+class PodState(StrEnum):
+    """Lifecycle of a pod. ``stopping`` holds its GPU share until the runtime says it is gone."""
+
+    STARTING = "starting"
+    STANDBY = "standby"
+    WARM = "warm"
+    ACTIVE = "active"
+    RECYCLING = "recycling"
+    STOPPING = "stopping"
+    GONE = "gone"
+
+
+class JobState(StrEnum):
+    """Lifecycle of a job. Every submitted job is in exactly one of these; none is dropped."""
+
+    QUEUED = "queued"
+    PLACED = "placed"  # pods chosen, waiting for them to be ready
+    BINDING = "binding"  # bind sent to the pods, waiting for the job to start
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class HitPath(StrEnum):
+    """How a job got its pod."""
+
+    WARM = "warm"
+    STANDBY = "standby"
+    COLD = "cold"
+
+
+class Failure(StrEnum):
+    """Typed failure of a job, so a trainer can tell infrastructure from its own code."""
+
+    USER_ERROR = "user_error"
+    TIMEOUT = "timeout"
+    OUT_OF_MEMORY = "out_of_memory"
+    POD_DIED = "pod_died"
+    PREEMPTED = "preempted"
+    START_TIMEOUT = "start_timeout"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """A hardware shape and its base environment; all its pods are interchangeable.
+
+    ``gpus`` whole GPUs per pod, each taken at ``share`` (below 1.0 leaves room beside an
+    active pod for a zero-VRAM standby pod of ``standby_share``). ``recyclable`` says a pod
+    may be scrubbed in place to change hands (local sandboxes); otherwise it is replaced.
+    """
+
+    name: str
+    gpu_model: str = "any"
+    gpus: int = 1
+    share: float = 1.0
+    standby_share: float = 0.0
+    cpu: float = 1.0
+    memory_gb: float = 4.0
+    recyclable: bool = False
+
+    def __post_init__(self) -> None:
+        if self.gpus < 1:
+            raise ValueError(f"profile {self.name}: gpus must be >= 1")
+        if not 0.0 < self.share <= 1.0:
+            raise ValueError(f"profile {self.name}: share must be in (0, 1]")
+        if not 0.0 <= self.standby_share < 1.0:
+            raise ValueError(f"profile {self.name}: standby_share must be in [0, 1)")
+
+    @property
+    def gpu_demand(self) -> float:
+        """GPUs (in shares) an active pod of this profile holds."""
+        return self.gpus * self.share
+
+    @property
+    def standby_enabled(self) -> bool:
+        return self.standby_share > 0.0 and self.gpus == 1
+
+
+@dataclass(slots=True)
+class GPU:
+    """One GPU; ``allocs`` maps an owner (pod or worker id) to its share."""
+
+    id: str
+    node: str
+    index: int
+    model: str
+    allocs: dict[str, float] = field(default_factory=dict)
+    used: float = 0.0
+
+    @property
+    def free(self) -> float:
+        return max(0.0, 1.0 - self.used)
+
+
+@dataclass(slots=True)
+class Node:
+    """A host with GPUs of one model."""
+
+    name: str
+    gpu_model: str
+    gpus: list[GPU]
+    cpu: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """What a caller asks for. ``replicas`` pods are bound together (gang) with a topology."""
+
+    id: str
+    tenant: str
+    profile: str
+    reuse_tag: str
+    replicas: int = 1
+
+
+@dataclass(slots=True)
+class Pod:
+    """A sandbox of one profile; remembers the (tenant, tag) that last used it."""
+
+    id: str
+    profile: str
+    node: str
+    gpus: list[str]
+    state: PodState
+    since: float
+    created: float
+    owner: tuple[str, str] | None = None  # (tenant, reuse tag); set once, never changed
+    job: str | None = None
+    idle_since: float = 0.0
+    deadline: float = math.inf  # keep-alive deadline while warm
+    jobs_run: int = 0
+    # job waiting for this pod to be ready (cold start / promotion / recycle)
+    pending_job: str | None = None
+    # GPU-seconds held per state, accrued on every transition
+    held: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def idle(self) -> bool:
+        return self.state in (PodState.WARM, PodState.STANDBY)
+
+
+@dataclass(slots=True)
+class Job:
+    """A submitted job and its timeline (the records every metric is computed from)."""
+
+    spec: JobSpec
+    state: JobState
+    submitted: float
+    placed: float | None = None
+    pod_ready: float | None = None
+    started: float | None = None
+    finished: float | None = None
+    path: HitPath | None = None
+    pods: list[str] = field(default_factory=list)
+    exit_code: int | None = None
+    failure: Failure | None = None
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        return (self.spec.tenant, self.spec.reuse_tag)
+
+    @property
+    def start_latency(self) -> float | None:
+        """Submit to the job's process running."""
+        return None if self.started is None else self.started - self.submitted
+
+
+def _bucket(free: float) -> int:
+    return min(_BUCKETS, int(free * _BUCKETS + EPS))
+
+
+class Cluster:
+    """Nodes and GPUs with fractional allocations, indexed by free share per GPU model.
+
+    ``allocate``/``release`` are the only ways shares change, so the invariant "no GPU is
+    allocated more than 1.0" is enforced in one place.
+    """
+
+    def __init__(self, nodes: list[Node] | None = None) -> None:
+        self.nodes: dict[str, Node] = {}
+        self.gpus: dict[str, GPU] = {}
+        # model -> bucket -> ordered set of GPU ids (dicts keep insertion order: deterministic)
+        self._free: dict[str, list[dict[str, None]]] = {}
+        self.capacity: dict[str, int] = {}
+        for node in nodes or []:
+            self.add_node(node)
+
+    @staticmethod
+    def uniform(n_nodes: int, gpus_per_node: int, gpu_model: str = "any") -> Cluster:
+        """A cluster of identical nodes (simulation and tests)."""
+        nodes = []
+        for i in range(n_nodes):
+            name = f"node-{i}"
+            gpus = [GPU(f"{name}/{j}", name, j, gpu_model) for j in range(gpus_per_node)]
+            nodes.append(Node(name, gpu_model, gpus))
+        return Cluster(nodes)
+
+    def add_node(self, node: Node) -> None:
+        if node.name in self.nodes:
+            raise ValueError(f"node {node.name} already in the cluster")
+        self.nodes[node.name] = node
+        buckets = self._free.setdefault(node.gpu_model, [{} for _ in range(_BUCKETS + 1)])
+        for gpu in node.gpus:
+            self.gpus[gpu.id] = gpu
+            buckets[_bucket(gpu.free)][gpu.id] = None
+        self.capacity[node.gpu_model] = self.capacity.get(node.gpu_model, 0) + len(node.gpus)
+
+    @property
+    def total_gpus(self) -> int:
+        return len(self.gpus)
+
+    def models(self) -> list[str]:
+        return list(self._free)
+
+    def allocate(self, gpu_id: str, owner: str, share: float) -> None:
+        gpu = self.gpus[gpu_id]
+        if gpu.used + share > 1.0 + EPS:
+            raise ValueError(f"GPU {gpu_id} over-allocated: {gpu.used} + {share} > 1.0")
+        self._reindex(gpu, gpu.used + share)
+        gpu.allocs[owner] = gpu.allocs.get(owner, 0.0) + share
+
+    def release(self, gpu_id: str, owner: str) -> float:
+        """Release everything ``owner`` holds on the GPU; returns the share released."""
+        gpu = self.gpus[gpu_id]
+        share = gpu.allocs.pop(owner, 0.0)
+        if share:
+            self._reindex(gpu, max(0.0, gpu.used - share))
+        return share
+
+    def transfer(self, gpu_id: str, src: str, dst: str) -> None:
+        """Hand ``src``'s share on a GPU to ``dst`` (standby promotion): the total is unchanged."""
+        gpu = self.gpus[gpu_id]
+        share = gpu.allocs.pop(src)
+        gpu.allocs[dst] = gpu.allocs.get(dst, 0.0) + share
+
+    def _reindex(self, gpu: GPU, used: float) -> None:
+        buckets = self._free[gpu.model]
+        old, new = _bucket(gpu.free), _bucket(max(0.0, 1.0 - used))
+        gpu.used = 0.0 if used < EPS else used
+        if old != new:
+            del buckets[old][gpu.id]
+            buckets[new][gpu.id] = None
+
+    def gpus_with_room(self, model: str, share: float) -> Iterator[GPU]:
+        """GPUs of a model with at least ``share`` free, tightest fit first (best-fit packing)."""
+        buckets = self._free.get(model)
+        if buckets is None:
+            return
+        need = share - EPS
+        lo = max(0, int(share * _BUCKETS - 1))
+        for b in range(lo, _BUCKETS + 1):
+            for gid in buckets[b]:
+                gpu = self.gpus[gid]
+                if gpu.free >= need:
+                    yield gpu
+
+    def free_gpus(self, model: str) -> int:
+        """Whole GPUs with nothing on them."""
+        buckets = self._free.get(model)
+        return len(buckets[_BUCKETS]) if buckets else 0
+
+    def check(self) -> None:
+        """Raise if any GPU is over-allocated or an index disagrees with the shares."""
+        for gpu in self.gpus.values():
+            total = sum(gpu.allocs.values())
+            if total > 1.0 + 1e-6:
+                raise AssertionError(f"GPU {gpu.id} holds {total} > 1.0")
+            if abs(total - gpu.used) > 1e-6:
+                raise AssertionError(f"GPU {gpu.id} used {gpu.used} != allocs {total}")
+            if gpu.id not in self._free[gpu.model][_bucket(gpu.free)]:
+                raise AssertionError(f"GPU {gpu.id} missing from its free-share index")

@@ -1,0 +1,749 @@
+"""The pool core: events in, actions out, for pool jobs of agent and RL loops (Firepool).
+
+A job takes, in order: an idle warm pod of its own (tenant, reuse tag) (warm hit); a
+standby pod on a GPU it can take over now (standby hit); free capacity, reclaimed from
+idle pods if need be (cold start); else it waits in its profile's queue. A pod that ran
+one (tenant, tag) never runs another: changing hands means a new pod (recycled in place
+under a new id, or replaced).
+
+Pure: no I/O, no wall clock, no randomness; every call takes ``now``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from stoker.core.actions import (
+    Action,
+    BindJob,
+    JobEnded,
+    KillJob,
+    PromoteStandby,
+    RecyclePod,
+    StartPod,
+    StopPod,
+)
+from stoker.core.events import (
+    Event,
+    JobCancelled,
+    JobFinished,
+    JobStarted,
+    JobSubmitted,
+    PodFailed,
+    PodGone,
+    PodReady,
+    Tick,
+)
+from stoker.core.model import (
+    EPS,
+    Cluster,
+    Failure,
+    HitPath,
+    Job,
+    JobState,
+    Pod,
+    PodState,
+    Profile,
+)
+from stoker.core.policies import (
+    BesideActive,
+    FixedKeepAlive,
+    KeepAlive,
+    Matching,
+    QueueDrivenBudget,
+    ReuseMatching,
+    StandbyPolicy,
+    WarmBudget,
+)
+
+_IDLE = (PodState.WARM, PodState.STANDBY)
+_PATH_RANK = {HitPath.WARM: 0, HitPath.STANDBY: 1, HitPath.COLD: 2}
+
+
+class CoreError(ValueError):
+    """An event the core cannot accept (unknown profile, duplicate job id, ...)."""
+
+
+@dataclass
+class Policies:
+    """The pluggable decisions; defaults are Firepool's."""
+
+    matching: Matching = field(default_factory=ReuseMatching)
+    keepalive: KeepAlive = field(default_factory=FixedKeepAlive)
+    budget: WarmBudget = field(default_factory=QueueDrivenBudget)
+    standby: StandbyPolicy = field(default_factory=BesideActive)
+
+
+class Core:
+    """The decision core for pool jobs over a :class:`Cluster` of GPUs."""
+
+    def __init__(
+        self, cluster: Cluster, profiles: Iterable[Profile], policies: Policies | None = None
+    ) -> None:
+        self.cluster = cluster
+        self.profiles: dict[str, Profile] = {p.name: p for p in profiles}
+        self.policies = policies or Policies()
+        self.jobs: dict[str, Job] = {}
+        self.pods: dict[str, Pod] = {}
+        self._queues: dict[str, dict[str, None]] = {p: {} for p in self.profiles}
+        self._warm: dict[tuple[str, str, str], dict[str, None]] = {}
+        self._standby: dict[str, dict[str, None]] = {p: {} for p in self.profiles}
+        self._promotable: dict[str, dict[str, None]] = {p: {} for p in self.profiles}
+        self._standby_on_gpu: dict[str, str] = {}
+        self._idle: dict[str, None] = {}  # idle warm + standby (+ starting standby) pods
+        self._idle_gpus = 0.0
+        self._queued_gpus = 0.0
+        self._deadlines: list[tuple[float, int, str]] = []
+        self._reclaim: dict[str, set[str]] = {}  # job -> pods stopping to make room for it
+        self._seq = 0  # pod ids
+        self._heap_seq = 0  # deadline heap tie-break
+        self._now = 0.0
+
+    # ------------------------------------------------------------------ public API
+
+    def handle(self, event: Event, now: float) -> list[Action]:
+        """Apply one event at time ``now`` and return the actions to carry out, in order."""
+        if now + EPS < self._now:
+            raise CoreError(f"time went backwards: {now} < {self._now}")
+        self._now = now
+        out: list[Action] = []
+        match event:
+            case JobSubmitted(spec):
+                self._submit(spec, now, out)
+            case JobCancelled(job):
+                self._cancel(job, now, out)
+            case PodReady(pod):
+                self._pod_ready(pod, now, out)
+            case PodFailed(pod, reason):
+                self._pod_failed(pod, reason, now, out)
+            case PodGone(pod):
+                self._pod_gone(pod, now, out)
+            case JobStarted(job):
+                self._job_started(job, now)
+            case JobFinished(job, exit_code, failure):
+                self._job_finished(job, exit_code, failure, now, out)
+            case Tick():
+                self._expire(now, out)
+            case _:
+                raise CoreError(f"unknown event {event!r}")
+        self._drain(now, out)
+        self._enforce_budget(now, out)
+        return out
+
+    def next_deadline(self) -> float | None:
+        """The earliest time a Tick would change something (a keep-alive deadline)."""
+        while self._deadlines:
+            at, _, pid = self._deadlines[0]
+            pod = self.pods.get(pid)
+            if pod is not None and pod.state is PodState.WARM and pod.deadline == at:
+                return at
+            heapq.heappop(self._deadlines)
+        return None
+
+    @property
+    def idle_gpus(self) -> float:
+        """GPUs held by idle warm and standby pods (what the warm budget caps)."""
+        return self._idle_gpus
+
+    def budget_limit(self) -> float:
+        return self.policies.budget.limit(self.cluster.total_gpus, self._queued_gpus)
+
+    def queued(self, profile: str | None = None) -> list[str]:
+        """Queued job ids, in queue order."""
+        names = [profile] if profile else list(self._queues)
+        return [j for name in names for j in self._queues.get(name, {})]
+
+    def check(self) -> None:
+        """Raise if an invariant does not hold (used by tests after every event)."""
+        self.cluster.check()
+        idle = 0.0
+        for pod in self.pods.values():
+            if pod.state is PodState.GONE:
+                continue
+            if pod.id in self._idle:
+                idle += self._pod_share(pod)
+        if abs(idle - self._idle_gpus) > 1e-6:
+            raise AssertionError(f"idle GPUs {self._idle_gpus} != {idle}")
+        for job in self.jobs.values():
+            queued = job.id in self._queues[job.spec.profile]
+            if (job.state is JobState.QUEUED) != queued:
+                raise AssertionError(f"job {job.id} state {job.state} but queued={queued}")
+
+    # ------------------------------------------------------------------ events
+
+    def _submit(self, spec, now: float, out: list[Action]) -> None:
+        if spec.profile not in self.profiles:
+            raise CoreError(f"unknown profile {spec.profile!r}")
+        if spec.id in self.jobs:
+            raise CoreError(f"duplicate job id {spec.id!r}")
+        if spec.replicas < 1:
+            raise CoreError("replicas must be >= 1")
+        job = Job(spec=spec, state=JobState.QUEUED, submitted=now)
+        self.jobs[spec.id] = job
+        self.policies.keepalive.observe_submit(job.pair, now)
+        self._enqueue(job)
+        # try at once, ahead of older queued jobs only if those are waiting on capacity
+        # that this job would not take (a warm hit uses no new capacity)
+        queue = self._queues[spec.profile]
+        if next(iter(queue)) == job.id or self._warm_pods(job):
+            self._try_place(job, now, out)
+
+    def _cancel(self, job_id: str, now: float, out: list[Action]) -> None:
+        job = self._job(job_id)
+        if job.state is JobState.FINISHED:
+            return
+        if job.state is JobState.QUEUED:
+            self._dequeue(job)
+            self._reclaim.pop(job.id, None)
+            self._end(job, Failure.CANCELLED, now, out)
+        elif job.state is JobState.PLACED:
+            # pods still coming up: detach them; ready ones turn orphan and are reused or stopped
+            for pid in job.pods:
+                pod = self.pods[pid]
+                if pod.pending_job == job.id:
+                    pod.pending_job = None
+                if pod.state is PodState.ACTIVE and pod.job == job.id:
+                    pod.job = None
+                    self._stop(pod, "cancelled", now, out)
+            self._end(job, Failure.CANCELLED, now, out)
+        else:
+            out.append(KillJob(job.id))
+
+    def _pod_ready(self, pod_id: str, now: float, out: list[Action]) -> None:
+        pod = self.pods.get(pod_id)
+        if pod is None or pod.state not in (PodState.STARTING, PodState.RECYCLING):
+            return
+        job_id = pod.pending_job
+        if job_id is None:
+            if pod.owner is None and pod.gpus and self._is_standby_slot(pod):
+                self._set_state(pod, PodState.STANDBY, now)
+                self._standby[pod.profile][pod.id] = None
+                self._refresh_gpu(pod.gpus[0])
+            else:
+                self._orphan(pod, now, out)
+            return
+        pod.pending_job = None
+        self._set_state(pod, PodState.ACTIVE, now)
+        pod.job = job_id
+        self._refresh_gpus(pod)
+        self._stage_standby(pod, now, out)
+        job = self.jobs[job_id]
+        if all(
+            self.pods[p].state is PodState.ACTIVE and self.pods[p].pending_job is None
+            for p in job.pods
+        ):
+            self._bind(job, now, out)
+
+    def _pod_failed(self, pod_id: str, reason: Failure, now: float, out: list[Action]) -> None:
+        pod = self.pods.get(pod_id)
+        if pod is None or pod.state is PodState.GONE:
+            return
+        job_id = pod.pending_job or pod.job
+        self._gone(pod, now)
+        if job_id is None:
+            return
+        job = self.jobs[job_id]
+        if job.state in (JobState.PLACED, JobState.BINDING) and job.started is None:
+            # an infrastructure failure before the job ran: it goes back to the queue
+            self._release_gang(job, pod_id, now, out)
+            job.state, job.pods, job.placed, job.pod_ready, job.path = (
+                JobState.QUEUED,
+                [],
+                None,
+                None,
+                None,
+            )
+            self._enqueue(job)
+        elif job.state is not JobState.FINISHED:
+            self._release_gang(job, pod_id, now, out)
+            self._end(job, reason, now, out)
+
+    def _pod_gone(self, pod_id: str, now: float, out: list[Action]) -> None:
+        pod = self.pods.get(pod_id)
+        if pod is None or pod.state is PodState.GONE:
+            return
+        self._gone(pod, now)
+        for job_id, pods in list(self._reclaim.items()):
+            pods.discard(pod_id)
+            if not pods:
+                del self._reclaim[job_id]
+
+    def _job_started(self, job_id: str, now: float) -> None:
+        job = self._job(job_id)
+        if job.state is JobState.BINDING:
+            job.state = JobState.RUNNING
+            job.started = now
+
+    def _job_finished(
+        self, job_id: str, exit_code: int, failure: Failure | None, now: float, out: list[Action]
+    ) -> None:
+        job = self._job(job_id)
+        if job.state is JobState.FINISHED:
+            return
+        if job.started is None:
+            job.started = now
+        job.state = JobState.FINISHED
+        job.finished = now
+        job.exit_code = exit_code
+        job.failure = failure
+        ttl = self.policies.keepalive.ttl(job.pair)
+        for pid in job.pods:
+            pod = self.pods[pid]
+            if pod.state is not PodState.ACTIVE or pod.job != job_id:
+                continue
+            pod.job = None
+            pod.jobs_run += 1
+            self.policies.keepalive.observe_end(job.pair, now)
+            if failure is Failure.POD_DIED or ttl <= 0:
+                self._stop(
+                    pod, "pod_died" if failure is Failure.POD_DIED else "keepalive", now, out
+                )
+                continue
+            self._make_warm(pod, ttl, now)
+
+    def _expire(self, now: float, out: list[Action]) -> None:
+        while self._deadlines and self._deadlines[0][0] <= now + EPS:
+            at, _, pid = heapq.heappop(self._deadlines)
+            pod = self.pods.get(pid)
+            if pod is not None and pod.state is PodState.WARM and pod.deadline == at:
+                self._stop(pod, "keepalive", now, out)
+
+    # ------------------------------------------------------------------ placement
+
+    def _try_place(self, job: Job, now: float, out: list[Action]) -> bool:
+        """Place ``job`` if it can be placed now; start reclaiming idle pods if that would
+        make room. Returns True when the job left the queue."""
+        if job.id in self._reclaim:
+            return False
+        profile = self.profiles[job.spec.profile]
+        need = job.spec.replicas
+        warm = self._warm_pods(job)
+        picked: list[tuple[HitPath, str]] = []
+        matching = self.policies.matching
+        while warm and len(picked) < need:
+            pid = matching.pick_warm(warm)
+            if pid is None:
+                break
+            picked.append((HitPath.WARM, pid))
+            warm = {p: None for p in warm if p != pid}
+        standby = []
+        if matching.standby and len(picked) < need:
+            for pid in self._promotable[profile.name]:
+                standby.append(pid)
+                if len(picked) + len(standby) == need:
+                    break
+        missing = need - len(picked) - len(standby)
+        taken = {pid for _, pid in picked} | set(standby)
+        slots = self._find_capacity(profile, missing, taken) if missing else []
+        if slots is None:
+            if self._can_recycle(profile, missing, taken, job, now, out, picked, standby):
+                return True
+            self._start_reclaim(job, profile, missing, taken, now, out)
+            return False
+        self._dequeue(job)
+        job.state = JobState.PLACED
+        job.placed = now
+        path = HitPath.WARM
+        for _, pid in picked:
+            pod = self.pods[pid]
+            self._unwarm(pod)
+            self._set_state(pod, PodState.ACTIVE, now)
+            pod.job = job.id
+            job.pods.append(pid)
+        for pid in standby:
+            self._promote(self.pods[pid], job, now, out)
+            path = HitPath.STANDBY
+        for node, gpus in slots:
+            pod = self._new_pod(profile, node, gpus, profile.share, now)
+            pod.pending_job = job.id
+            job.pods.append(pod.id)
+            out.append(StartPod(pod.id, profile.name, node, tuple(gpus)))
+            path = HitPath.COLD
+        job.path = path
+        for pid in job.pods:
+            self._refresh_gpus(self.pods[pid])
+            if self.pods[pid].state is PodState.ACTIVE:
+                self._stage_standby(self.pods[pid], now, out)
+        if all(self.pods[p].pending_job is None for p in job.pods):
+            self._bind(job, now, out)
+        return True
+
+    def _warm_pods(self, job: Job) -> dict[str, None]:
+        if not self.policies.matching.reuse:
+            return {}
+        return self._warm.get((job.spec.profile, *job.pair), {})
+
+    def _find_capacity(
+        self, profile: Profile, count: int, exclude: set[str]
+    ) -> list[tuple[str, list[str]]] | None:
+        """Free GPU slots for ``count`` pods (node, gpus each), best fit first; None if short."""
+        extra: dict[str, float] = {}  # shares this plan already takes per GPU
+        slots: list[tuple[str, list[str]]] = []
+        if profile.gpus == 1:
+            for _ in range(count):
+                for gpu in self.cluster.gpus_with_room(profile.gpu_model, profile.share):
+                    if gpu.free - extra.get(gpu.id, 0.0) >= profile.share - EPS:
+                        extra[gpu.id] = extra.get(gpu.id, 0.0) + profile.share
+                        slots.append((gpu.node, [gpu.id]))
+                        break
+                else:
+                    return None
+            return slots
+        for _ in range(count):
+            by_node: dict[str, list[str]] = {}
+            found = None
+            for gpu in self.cluster.gpus_with_room(profile.gpu_model, profile.share):
+                if gpu.free - extra.get(gpu.id, 0.0) < profile.share - EPS:
+                    continue
+                ids = by_node.setdefault(gpu.node, [])
+                ids.append(gpu.id)
+                if len(ids) == profile.gpus:
+                    found = (gpu.node, ids)
+                    break
+            if found is None:
+                return None
+            for gid in found[1]:
+                extra[gid] = extra.get(gid, 0.0) + profile.share
+            slots.append(found)
+        return slots
+
+    def _victims(
+        self, profile: Profile, count: int, exclude: set[str], now: float
+    ) -> list[list[Pod]] | None:
+        """Idle pods whose stopping frees ``count`` slots for ``profile``, lowest value first."""
+        budget = self.policies.budget
+        candidates = sorted(
+            (
+                self.pods[p]
+                for p in self._idle
+                if p not in exclude
+                and self.pods[p].state in _IDLE
+                and self.cluster.gpus[self.pods[p].gpus[0]].model == profile.gpu_model
+            ),
+            key=lambda pod: (budget.value(pod, now), pod.id),
+        )
+        freed: dict[str, float] = {}
+        per_node: dict[str, list[Pod]] = {}
+        groups: list[list[Pod]] = []
+        used_gpus: set[str] = set()
+        for victim in candidates:
+            for gid in victim.gpus:
+                freed[gid] = freed.get(gid, 0.0) + self.cluster.gpus[gid].allocs.get(victim.id, 0)
+            per_node.setdefault(victim.node, []).append(victim)
+            node = self.cluster.nodes[victim.node]
+            room = [
+                g.id
+                for g in node.gpus
+                if g.id not in used_gpus and g.free + freed.get(g.id, 0.0) >= profile.share - EPS
+            ]
+            if len(room) >= profile.gpus:
+                used_gpus.update(room[: profile.gpus])
+                groups.append(per_node.pop(victim.node))
+                if len(groups) == count:
+                    return groups
+        return None
+
+    def _start_reclaim(
+        self,
+        job: Job,
+        profile: Profile,
+        count: int,
+        taken: set[str],
+        now: float,
+        out: list[Action],
+    ) -> None:
+        groups = self._victims(profile, count, taken, now)
+        if groups is None:
+            return
+        stopping: set[str] = set()
+        for group in groups:
+            for victim in group:
+                self._stop(victim, "reclaim", now, out)
+                stopping.add(victim.id)
+        self._reclaim[job.id] = stopping
+
+    def _can_recycle(
+        self,
+        profile: Profile,
+        count: int,
+        taken: set[str],
+        job: Job,
+        now: float,
+        out: list[Action],
+        picked: list[tuple[HitPath, str]],
+        standby: list[str],
+    ) -> bool:
+        """For profiles that may be scrubbed in place, recycle idle pods of the same profile
+        into fresh pods for this job instead of stopping and starting new ones."""
+        if not profile.recyclable or picked or standby or count != job.spec.replicas:
+            return False
+        victims = [
+            self.pods[p]
+            for p in self._idle
+            if p not in taken
+            and self.pods[p].state is PodState.WARM
+            and self.pods[p].profile == profile.name
+        ]
+        if len(victims) < count:
+            return False
+        budget = self.policies.budget
+        victims.sort(key=lambda pod: (budget.value(pod, now), pod.id))
+        self._dequeue(job)
+        job.state, job.placed, job.path = JobState.PLACED, now, HitPath.COLD
+        for old in victims[:count]:
+            new = self._new_pod(profile, old.node, list(old.gpus), 0.0, now)
+            for gid in old.gpus:
+                self.cluster.transfer(gid, old.id, new.id)
+            self._unwarm(old)
+            self._gone(old, now)
+            self._set_state(new, PodState.RECYCLING, now)
+            new.pending_job = job.id
+            job.pods.append(new.id)
+            out.append(RecyclePod(old.id, new.id))
+        return True
+
+    def _promote(self, pod: Pod, job: Job, now: float, out: list[Action]) -> None:
+        """Give a standby pod its GPU: stop the idle pods there and take their share."""
+        profile = self.profiles[pod.profile]
+        gid = pod.gpus[0]
+        gpu = self.cluster.gpus[gid]
+        for other in list(gpu.allocs):
+            if other != pod.id:
+                victim = self.pods[other]
+                # its processes are killed before the promotion; the share moves at once
+                self._stop(victim, "handover", now, out)
+                self.cluster.release(gid, victim.id)
+        self._set_state(pod, PodState.STARTING, now)  # leaves the idle set first
+        self.cluster.release(gid, pod.id)
+        self.cluster.allocate(gid, pod.id, profile.share)
+        self._standby[pod.profile].pop(pod.id, None)
+        self._promotable[pod.profile].pop(pod.id, None)
+        self._standby_on_gpu.pop(gid, None)
+        pod.pending_job = job.id
+        job.pods.append(pod.id)
+        out.append(PromoteStandby(pod.id))
+
+    def _bind(self, job: Job, now: float, out: list[Action]) -> None:
+        job.state = JobState.BINDING
+        job.pod_ready = now
+        for pid in job.pods:
+            pod = self.pods[pid]
+            if pod.owner is None:
+                pod.owner = job.pair
+        out.append(BindJob(job.id, tuple(job.pods)))
+
+    def _drain(self, now: float, out: list[Action]) -> None:
+        """Place queued jobs in submit order; a profile whose head cannot go waits."""
+        for queue in self._queues.values():
+            if not queue:
+                continue
+            for job_id in list(queue):
+                job = self.jobs[job_id]
+                if job.state is not JobState.QUEUED:
+                    continue
+                if self._try_place(job, now, out):
+                    continue
+                if job.id not in self._reclaim and not self._warm_pods(job):
+                    break  # nothing to reclaim: later jobs of this profile would fail too
+
+    # ------------------------------------------------------------------ pods
+
+    def _new_pod(
+        self, profile: Profile, node: str, gpus: list[str], share: float, now: float
+    ) -> Pod:
+        self._seq += 1
+        pod = Pod(
+            id=f"pod-{self._seq}",
+            profile=profile.name,
+            node=node,
+            gpus=list(gpus),
+            state=PodState.STARTING,
+            since=now,
+            created=now,
+        )
+        self.pods[pod.id] = pod
+        for gid in gpus:
+            if share:
+                self.cluster.allocate(gid, pod.id, share)
+        return pod
+
+    def _is_standby_slot(self, pod: Pod) -> bool:
+        return self._standby_on_gpu.get(pod.gpus[0]) == pod.id
+
+    def _stage_standby(self, active: Pod, now: float, out: list[Action]) -> None:
+        """Stage a standby pod beside an active pod when policy and budget allow."""
+        profile = self.profiles[active.profile]
+        if not self.policies.matching.standby or not profile.standby_enabled:
+            return
+        gid = active.gpus[0]
+        if gid in self._standby_on_gpu:
+            return
+        if not self.policies.standby.wants(profile, len(self._standby[profile.name])):
+            return
+        gpu = self.cluster.gpus[gid]
+        if gpu.free < profile.standby_share - EPS:
+            return
+        if self._idle_gpus + profile.standby_share > self.budget_limit() + EPS:
+            return
+        pod = self._new_pod(profile, active.node, [gid], profile.standby_share, now)
+        self._standby_on_gpu[gid] = pod.id
+        self._idle[pod.id] = None
+        self._idle_gpus += profile.standby_share
+        self._standby[profile.name][pod.id] = None
+        out.append(StartPod(pod.id, profile.name, active.node, (gid,), standby=True))
+
+    def _make_warm(self, pod: Pod, ttl: float, now: float) -> None:
+        self._set_state(pod, PodState.WARM, now)
+        pod.idle_since = now
+        pod.deadline = now + ttl
+        assert pod.owner is not None
+        self._warm.setdefault((pod.profile, *pod.owner), {})[pod.id] = None
+        if not math.isinf(pod.deadline):
+            heapq.heappush(self._deadlines, (pod.deadline, self._seq_next(), pod.id))
+        self._refresh_gpus(pod)
+
+    def _unwarm(self, pod: Pod) -> None:
+        if pod.owner is not None:
+            key = (pod.profile, *pod.owner)
+            pods = self._warm.get(key)
+            if pods is not None:
+                pods.pop(pod.id, None)
+                if not pods:
+                    del self._warm[key]
+
+    def _orphan(self, pod: Pod, now: float, out: list[Action]) -> None:
+        """A fresh pod came up for a job that is gone: give it to the next queued job of its
+        profile that is not waiting on a reclaim, else stop it."""
+        self._set_state(pod, PodState.ACTIVE, now)
+        for job_id in self._queues[pod.profile]:
+            job = self.jobs[job_id]
+            if job.spec.replicas == 1 and job.id not in self._reclaim:
+                self._dequeue(job)
+                job.state, job.placed, job.path = JobState.PLACED, now, HitPath.COLD
+                job.pods.append(pod.id)
+                pod.job = job.id
+                self._bind(job, now, out)
+                return
+        self._stop(pod, "orphaned", now, out)
+
+    def _stop(self, pod: Pod, reason: str, now: float, out: list[Action]) -> None:
+        if pod.state in (PodState.STOPPING, PodState.GONE):
+            return
+        self._unwarm(pod)
+        if self._standby_on_gpu.get(pod.gpus[0]) == pod.id:
+            del self._standby_on_gpu[pod.gpus[0]]
+        self._standby[pod.profile].pop(pod.id, None)
+        self._promotable[pod.profile].pop(pod.id, None)
+        self._set_state(pod, PodState.STOPPING, now)
+        self._refresh_gpus(pod)
+        out.append(StopPod(pod.id, reason))
+
+    def _gone(self, pod: Pod, now: float) -> None:
+        self._unwarm(pod)
+        if self._standby_on_gpu.get(pod.gpus[0]) == pod.id:
+            del self._standby_on_gpu[pod.gpus[0]]
+        self._standby[pod.profile].pop(pod.id, None)
+        self._promotable[pod.profile].pop(pod.id, None)
+        self._set_state(pod, PodState.GONE, now)
+        for gid in pod.gpus:
+            self.cluster.release(gid, pod.id)
+        self._refresh_gpus(pod)
+
+    def _release_gang(self, job: Job, failed: str, now: float, out: list[Action]) -> None:
+        """Stop the other pods of a gang whose pod failed (their state is half-bound)."""
+        for pid in job.pods:
+            if pid != failed:
+                pod = self.pods[pid]
+                pod.pending_job = None
+                pod.job = None
+                self._stop(pod, "gang_failed", now, out)
+
+    def _refresh_gpus(self, pod: Pod) -> None:
+        for gid in pod.gpus:
+            self._refresh_gpu(gid)
+
+    def _refresh_gpu(self, gid: str) -> None:
+        """A GPU's standby is promotable when nothing but idle warm pods shares its GPU."""
+        sid = self._standby_on_gpu.get(gid)
+        if sid is None:
+            return
+        standby = self.pods[sid]
+        if standby.state is not PodState.STANDBY:
+            return
+        gpu = self.cluster.gpus[gid]
+        profile = self.profiles[standby.profile]
+        others = [o for o in gpu.allocs if o != sid]
+        ok = all(self.pods[o].state is PodState.WARM for o in others)
+        room = gpu.free + sum(gpu.allocs[o] for o in others) + gpu.allocs.get(sid, 0.0)
+        if ok and room >= profile.share - EPS:
+            self._promotable[standby.profile][sid] = None
+        else:
+            self._promotable[standby.profile].pop(sid, None)
+
+    def _set_state(self, pod: Pod, state: PodState, now: float) -> None:
+        """Every state change goes through here: it accrues GPU-seconds per state and keeps
+        the idle total the budget caps."""
+        share = self._pod_share(pod)
+        key = pod.state.value
+        pod.held[key] = pod.held.get(key, 0.0) + share * (now - pod.since)
+        was_idle = pod.id in self._idle
+        is_idle = state in _IDLE
+        if was_idle and not is_idle:
+            del self._idle[pod.id]
+            self._idle_gpus -= share
+        elif is_idle and not was_idle:
+            self._idle[pod.id] = None
+            self._idle_gpus += share
+        if abs(self._idle_gpus) < 1e-9:
+            self._idle_gpus = 0.0
+        pod.state = state
+        pod.since = now
+
+    def _pod_share(self, pod: Pod) -> float:
+        gpus = self.cluster.gpus
+        return sum(gpus[g].allocs.get(pod.id, 0.0) for g in pod.gpus)
+
+    # ------------------------------------------------------------------ budget
+
+    def _enforce_budget(self, now: float, out: list[Action]) -> None:
+        limit = self.budget_limit()
+        if self._idle_gpus <= limit + EPS:
+            return
+        budget = self.policies.budget
+        ready = [self.pods[p] for p in self._idle]
+        ready.sort(key=lambda pod: (budget.value(pod, now), pod.id))
+        for pod in ready:
+            if self._idle_gpus <= limit + EPS:
+                break
+            self._stop(pod, "budget", now, out)
+
+    # ------------------------------------------------------------------ queues
+
+    def _enqueue(self, job: Job) -> None:
+        self._queues[job.spec.profile][job.id] = None
+        self._queued_gpus += self.profiles[job.spec.profile].gpu_demand * job.spec.replicas
+
+    def _dequeue(self, job: Job) -> None:
+        if self._queues[job.spec.profile].pop(job.id, False) is None:
+            self._queued_gpus -= self.profiles[job.spec.profile].gpu_demand * job.spec.replicas
+            if self._queued_gpus < 1e-9:
+                self._queued_gpus = 0.0
+
+    def _end(self, job: Job, failure: Failure, now: float, out: list[Action]) -> None:
+        job.state = JobState.FINISHED
+        job.finished = now
+        job.failure = failure
+        out.append(JobEnded(job.id, failure))
+
+    def _job(self, job_id: str) -> Job:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise CoreError(f"unknown job {job_id!r}")
+        return job
+
+    def _seq_next(self) -> int:
+        self._heap_seq += 1
+        return self._heap_seq

@@ -1,0 +1,114 @@
+"""The narrow interface every runtime implements: start a pod, bind a job, stop a pod, watch.
+
+Runtimes only do what they are told: the broker turns the core's actions into these calls
+and the runtime's events back into core events. Implementations: ``stoker.runtime.local``
+(sandboxed processes on this host); Kubernetes later; the simulator has a virtual one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from stoker.core.model import Failure
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """Where one replica of a multi-pod job sits (the variables torch.distributed reads)."""
+
+    rank: int = 0
+    world_size: int = 1
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+
+
+@dataclass(frozen=True, slots=True)
+class JobBinding:
+    """Everything bound into a pod when a job starts there."""
+
+    job: str
+    argv: tuple[str, ...]
+    code_digest: str | None = None  # content address of an uploaded code archive
+    deps: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    timeout_s: float = 3600.0
+    topology: Topology = Topology()
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeProfile:
+    """What a runtime needs to know of a profile to start its pods."""
+
+    name: str
+    packages: tuple[str, ...] = ()  # installed once into the profile's shared environment
+    preload: tuple[str, ...] = ()  # modules the agent imports once (e.g. "torch")
+    network: bool = False
+    memory_mb: int | None = None
+    pids_max: int | None = None
+
+
+# --- events a runtime reports ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PodUp:
+    pod: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodDown:
+    pod: str
+    failure: Failure | None = None  # None: stopped as asked
+
+
+@dataclass(frozen=True, slots=True)
+class JobRunning:
+    job: str
+    pod: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutput:
+    job: str
+    pod: str
+    stream: str  # "stdout" | "stderr"
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JobExited:
+    job: str
+    pod: str
+    exit_code: int
+    failure: Failure | None = None
+
+
+RuntimeEvent = PodUp | PodDown | JobRunning | JobOutput | JobExited
+
+
+class Runtime(Protocol):
+    """Where pods really live."""
+
+    async def start_pod(
+        self, pod: str, profile: RuntimeProfile, gpus: tuple[str, ...], standby: bool
+    ) -> None: ...
+
+    async def promote(self, pod: str) -> None: ...
+
+    async def recycle(self, pod: str, new_pod: str) -> None: ...
+
+    async def bind(self, pod: str, binding: JobBinding) -> None: ...
+
+    async def kill_job(self, job: str) -> None: ...
+
+    async def stop_pod(self, pod: str) -> None: ...
+
+    async def live_pods(self) -> list[str]:
+        """Pods still alive (a restarted broker re-adopts these)."""
+        ...
+
+    def events(self) -> AsyncIterator[RuntimeEvent]: ...
+
+    async def close(self) -> None: ...
