@@ -98,6 +98,11 @@ class Core:
         self._queued_gpus = 0.0
         self._deadlines: list[tuple[float, int, str]] = []
         self._reclaim: dict[str, set[str]] = {}  # job -> pods stopping to make room for it
+        self._reclaim_by_pod: dict[str, str] = {}  # reclaim victim -> the job it stops for
+        # queued jobs per (profile, tenant, tag), and the keys whose pods just turned warm:
+        # a pod turning warm serves a queued job of its own caller before any reclaim
+        self._queued_pairs: dict[tuple[str, str, str], dict[str, None]] = {}
+        self._fresh: dict[tuple[str, str, str], None] = {}
         self._seq = 0  # pod ids
         self._heap_seq = 0  # deadline heap tie-break
         self._now = 0.0
@@ -188,7 +193,7 @@ class Core:
         # try at once, ahead of older queued jobs only if those are waiting on capacity
         # that this job would not take (a warm hit uses no new capacity)
         queue = self._queues[spec.profile]
-        if next(iter(queue)) == job.id or self._warm_pods(job):
+        if next(iter(queue)) == job.id or len(self._warm_pods(job)) >= spec.replicas:
             self._try_place(job, now, out)
 
     def _cancel(self, job_id: str, now: float, out: list[Action]) -> None:
@@ -197,7 +202,6 @@ class Core:
             return
         if job.state is JobState.QUEUED:
             self._dequeue(job)
-            self._reclaim.pop(job.id, None)
             self._end(job, Failure.CANCELLED, now, out)
         elif job.state is JobState.PLACED:
             # pods still coming up: detach them; ready ones turn orphan and are reused or stopped
@@ -266,10 +270,6 @@ class Core:
         if pod is None or pod.state is PodState.GONE:
             return
         self._gone(pod, now)
-        for job_id, pods in list(self._reclaim.items()):
-            pods.discard(pod_id)
-            if not pods:
-                del self._reclaim[job_id]
 
     def _job_started(self, job_id: str, now: float) -> None:
         job = self._job(job_id)
@@ -316,8 +316,6 @@ class Core:
     def _try_place(self, job: Job, now: float, out: list[Action]) -> bool:
         """Place ``job`` if it can be placed now; start reclaiming idle pods if that would
         make room. Returns True when the job left the queue."""
-        if job.id in self._reclaim:
-            return False
         profile = self.profiles[job.spec.profile]
         need = job.spec.replicas
         warm = self._warm_pods(job)
@@ -331,7 +329,11 @@ class Core:
             warm = {p: None for p in warm if p != pid}
         standby = []
         if matching.standby and len(picked) < need:
+            # promoting stops the warm pods on the standby's GPU: never one this job takes
+            mine = {g for _, pid in picked for g in self.pods[pid].gpus}
             for pid in self._promotable[profile.name]:
+                if self.pods[pid].gpus[0] in mine:
+                    continue
                 standby.append(pid)
                 if len(picked) + len(standby) == need:
                     break
@@ -339,6 +341,8 @@ class Core:
         taken = {pid for _, pid in picked} | set(standby)
         slots = self._find_capacity(profile, missing, taken) if missing else []
         if slots is None:
+            if job.id in self._reclaim:
+                return False  # room is already being freed for it
             if self._can_recycle(profile, missing, taken, job, now, out, picked, standby):
                 return True
             self._start_reclaim(job, profile, missing, taken, now, out)
@@ -463,6 +467,7 @@ class Core:
             for victim in group:
                 self._stop(victim, "reclaim", now, out)
                 stopping.add(victim.id)
+                self._reclaim_by_pod[victim.id] = job.id
         self._reclaim[job.id] = stopping
 
     def _can_recycle(
@@ -494,14 +499,14 @@ class Core:
         self._dequeue(job)
         job.state, job.placed, job.path = JobState.PLACED, now, HitPath.COLD
         for old in victims[:count]:
-            new = self._new_pod(profile, old.node, list(old.gpus), 0.0, now)
-            for gid in old.gpus:
-                self.cluster.transfer(gid, old.id, new.id)
-            self._unwarm(old)
+            # retire the old pod while it still holds its share, so its warm GPU-seconds and
+            # the idle total are accounted; the new pod takes the same GPUs at once
             self._gone(old, now)
+            new = self._new_pod(profile, old.node, list(old.gpus), profile.share, now)
             self._set_state(new, PodState.RECYCLING, now)
             new.pending_job = job.id
             job.pods.append(new.id)
+            self._refresh_gpus(new)
             out.append(RecyclePod(old.id, new.id))
         return True
 
@@ -536,7 +541,18 @@ class Core:
         out.append(BindJob(job.id, tuple(job.pods)))
 
     def _drain(self, now: float, out: list[Action]) -> None:
-        """Place queued jobs in submit order; a profile whose head cannot go waits."""
+        """Place queued jobs: first those whose own caller's pods just turned warm (a warm
+        hit takes no new room, so it jumps the queue), then each profile in submit order;
+        a job with room being reclaimed for it lets the next one try, any other that cannot
+        go holds its profile's queue."""
+        while self._fresh:
+            key = next(iter(self._fresh))
+            del self._fresh[key]
+            for job_id in list(self._queued_pairs.get(key, ())):
+                job = self.jobs[job_id]
+                if len(self._warm_pods(job)) < job.spec.replicas:
+                    break
+                self._try_place(job, now, out)
         for queue in self._queues.values():
             if not queue:
                 continue
@@ -546,8 +562,8 @@ class Core:
                     continue
                 if self._try_place(job, now, out):
                     continue
-                if job.id not in self._reclaim and not self._warm_pods(job):
-                    break  # nothing to reclaim: later jobs of this profile would fail too
+                if job.id not in self._reclaim:
+                    break  # nothing more to reclaim: later jobs of this profile wait
 
     # ------------------------------------------------------------------ pods
 
@@ -600,7 +616,10 @@ class Core:
         pod.idle_since = now
         pod.deadline = now + ttl
         assert pod.owner is not None
-        self._warm.setdefault((pod.profile, *pod.owner), {})[pod.id] = None
+        key = (pod.profile, *pod.owner)
+        self._warm.setdefault(key, {})[pod.id] = None
+        if key in self._queued_pairs:
+            self._fresh[key] = None
         if not math.isinf(pod.deadline):
             heapq.heappush(self._deadlines, (pod.deadline, self._seq_next(), pod.id))
         self._refresh_gpus(pod)
@@ -615,12 +634,12 @@ class Core:
                     del self._warm[key]
 
     def _orphan(self, pod: Pod, now: float, out: list[Action]) -> None:
-        """A fresh pod came up for a job that is gone: give it to the next queued job of its
-        profile that is not waiting on a reclaim, else stop it."""
+        """A fresh pod came up for a job that is gone: give it to the first queued one-pod job
+        of its profile (in submit order), else stop it."""
         self._set_state(pod, PodState.ACTIVE, now)
         for job_id in self._queues[pod.profile]:
             job = self.jobs[job_id]
-            if job.spec.replicas == 1 and job.id not in self._reclaim:
+            if job.spec.replicas == 1:
                 self._dequeue(job)
                 job.state, job.placed, job.path = JobState.PLACED, now, HitPath.COLD
                 job.pods.append(pod.id)
@@ -651,6 +670,13 @@ class Core:
         for gid in pod.gpus:
             self.cluster.release(gid, pod.id)
         self._refresh_gpus(pod)
+        # a reclaim victim ends by PodGone or PodFailed alike: either way its room is free
+        job_id = self._reclaim_by_pod.pop(pod.id, None)
+        pods = self._reclaim.get(job_id) if job_id is not None else None
+        if pods is not None:
+            pods.discard(pod.id)
+            if not pods:
+                del self._reclaim[job_id]
 
     def _release_gang(self, job: Job, failed: str, now: float, out: list[Action]) -> None:
         """Stop the other pods of a gang whose pod failed (their state is half-bound)."""
@@ -724,6 +750,7 @@ class Core:
 
     def _enqueue(self, job: Job) -> None:
         self._queues[job.spec.profile][job.id] = None
+        self._queued_pairs.setdefault((job.spec.profile, *job.pair), {})[job.id] = None
         self._queued_gpus += self.profiles[job.spec.profile].gpu_demand * job.spec.replicas
 
     def _dequeue(self, job: Job) -> None:
@@ -731,6 +758,28 @@ class Core:
             self._queued_gpus -= self.profiles[job.spec.profile].gpu_demand * job.spec.replicas
             if self._queued_gpus < 1e-9:
                 self._queued_gpus = 0.0
+            key = (job.spec.profile, *job.pair)
+            same = self._queued_pairs[key]
+            del same[job.id]
+            if not same:
+                del self._queued_pairs[key]
+        self._hand_on_reclaim(job)
+
+    def _hand_on_reclaim(self, job: Job) -> None:
+        """A job left the queue with victims still stopping for it (placed elsewhere or
+        cancelled): their room goes to the next queued job of its profile without a reclaim
+        of its own, else to whoever takes it first."""
+        pods = self._reclaim.pop(job.id, None)
+        if not pods:
+            return
+        for job_id in self._queues[job.spec.profile]:
+            if job_id not in self._reclaim:
+                self._reclaim[job_id] = pods
+                for pid in pods:
+                    self._reclaim_by_pod[pid] = job_id
+                return
+        for pid in pods:
+            del self._reclaim_by_pod[pid]
 
     def _end(self, job: Job, failure: Failure, now: float, out: list[Action]) -> None:
         job.state = JobState.FINISHED

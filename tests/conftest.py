@@ -1,0 +1,130 @@
+"""Shared fixtures for the core tests: a tiny driver that answers the core's actions the way a
+runtime would, and checks the core's invariants after every event."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pytest
+
+from stoker.core import (
+    Action,
+    BindJob,
+    Cluster,
+    Core,
+    Event,
+    JobFinished,
+    JobSpec,
+    JobStarted,
+    JobSubmitted,
+    PodGone,
+    PodReady,
+    Policies,
+    Profile,
+    PromoteStandby,
+    RecyclePod,
+    StartPod,
+    StopPod,
+)
+
+
+class Driver:
+    """Feeds events to a :class:`Core`, records every action and what is outstanding.
+
+    ``starting``: pods asked to start, promote or recycle and not yet reported ready;
+    ``binding``: jobs bound and not yet started; ``running``: started, not finished;
+    ``stopping``: pods asked to stop and not yet gone. Nothing is answered by itself: each
+    test says which answers come and when, so orderings stay explicit.
+    """
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.now = 0.0
+        self.log: list[tuple[float, Event, list[Action]]] = []
+        self.starting: dict[str, None] = {}
+        self.binding: dict[str, None] = {}
+        self.running: dict[str, None] = {}
+        self.stopping: dict[str, None] = {}
+        self._n = 0
+
+    def send(self, event: Event, at: float | None = None) -> list[Action]:
+        if at is not None:
+            self.now = at
+        actions = self.core.handle(event, self.now)
+        self.core.check()
+        self.log.append((self.now, event, actions))
+        for action in actions:
+            match action:
+                case StartPod(pod=pid) | PromoteStandby(pod=pid):
+                    self.starting[pid] = None
+                case RecyclePod(pod=old, new_pod=new):
+                    self.stopping.pop(old, None)
+                    self.starting[new] = None
+                case StopPod(pod=pid):
+                    self.starting.pop(pid, None)
+                    self.stopping[pid] = None
+                case BindJob(job=jid):
+                    self.binding[jid] = None
+        if isinstance(event, JobStarted):
+            self.binding.pop(event.job, None)
+            self.running[event.job] = None
+        elif isinstance(event, JobFinished):
+            self.binding.pop(event.job, None)
+            self.running.pop(event.job, None)
+        return actions
+
+    def submit(
+        self, tenant: str = "t", tag: str = "a", profile: str = "p", replicas: int = 1
+    ) -> str:
+        self._n += 1
+        jid = f"job-{self._n}"
+        self.send(JobSubmitted(JobSpec(jid, tenant, profile, tag, replicas)))
+        return jid
+
+    def ready(self, pods: Iterable[str] | None = None) -> None:
+        for pid in list(self.starting if pods is None else pods):
+            self.starting.pop(pid, None)
+            self.send(PodReady(pid))
+
+    def start(self) -> None:
+        for jid in list(self.binding):
+            self.send(JobStarted(jid))
+
+    def finish(self, jid: str, at: float | None = None, **kw: object) -> list[Action]:
+        return self.send(JobFinished(jid, **kw), at)  # type: ignore[arg-type]
+
+    def gone(self, pods: Iterable[str] | None = None) -> None:
+        for pid in list(self.stopping if pods is None else pods):
+            self.stopping.pop(pid, None)
+            self.send(PodGone(pid))
+
+    def settle(self) -> None:
+        """Answer everything outstanding until quiet: pods ready, jobs started, pods gone."""
+        while self.starting or self.binding or self.stopping:
+            self.ready()
+            self.start()
+            self.gone()
+
+    def run(self, tenant: str = "t", tag: str = "a", profile: str = "p") -> str:
+        """Submit a job, bring it to running and return its id."""
+        jid = self.submit(tenant, tag, profile)
+        self.settle()
+        return jid
+
+    def actions(self, kind: type) -> list[Action]:
+        return [a for _, _, acts in self.log for a in acts if isinstance(a, kind)]
+
+
+def make_core(
+    nodes: int = 1,
+    gpus: int = 2,
+    profiles: Iterable[Profile] = (Profile("p"),),
+    policies: Policies | None = None,
+) -> Core:
+    return Core(Cluster.uniform(nodes, gpus), list(profiles), policies)
+
+
+@pytest.fixture
+def driver() -> Driver:
+    """A driver over one node of two whole-GPU pods with the default (Firepool) policies."""
+    return Driver(make_core())
