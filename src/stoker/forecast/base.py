@@ -1,4 +1,22 @@
-"""The forecaster interface: per tenant and pool, HP GPU demand ahead, as a distribution."""
+"""The forecaster interface: per tenant and pool, HP GPU demand ahead, as a distribution.
+
+How a caller (the simulator, the broker's quota loop) uses a forecaster:
+
+- It records each tenant's HP GPU demand per pool once a minute (see
+  :func:`stoker.forecast.series.demand_series` for a trace's series).
+- Every ``cadence.refit_every_min`` minutes (daily) it calls ``fit(histories, now_min)``.
+- Every ``cadence.query_every_min`` minutes (5) it calls
+  ``predict(key, history, now_min, horizon_h)`` for each series and gets the peak demand of
+  each of the next ``horizon_h`` hours as a Normal (mean, std).
+
+Time is in whole minutes since the series' epoch (minute 0; its calendar date lives in the
+forecaster's :class:`~stoker.forecast.series.Calendar`). A ``history`` is a 1-D array with one
+value per minute that *ends at* ``now_min``: ``history[-1]`` is minute ``now_min - 1`` and
+``history[i]`` is minute ``now_min - len(history) + i``. Passing the whole record is fine
+(only the tail a forecaster needs is read); minutes before the record count as zero demand.
+Hour ``k`` ahead (k = 0 .. horizon_h - 1) is the block ``[now_min + 60 k, now_min + 60 (k+1))``
+and its peak is the maximum per-minute demand inside it.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +24,22 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+
+MINUTES_PER_HOUR = 60
+MINUTES_PER_DAY = 1440
+MINUTES_PER_WEEK = 7 * MINUTES_PER_DAY
+
+
+class ForecastError(ValueError):
+    """Bad input to a forecaster (the message names the field)."""
+
+
+class NotFittedError(ForecastError):
+    """``predict`` was called on a learned forecaster before any ``fit``."""
+
+
+class ForecastDependencyError(ImportError):
+    """A forecaster needs an optional dependency that is not installed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,14 +59,30 @@ class Forecast:
     std: np.ndarray
 
 
+@dataclass(frozen=True, slots=True)
+class Cadence:
+    """How often a caller refits and queries a forecaster (the paper: daily and 5 minutes)."""
+
+    refit_every_min: int = MINUTES_PER_DAY
+    query_every_min: int = 5
+
+    def __post_init__(self) -> None:
+        if self.refit_every_min < 1:
+            raise ForecastError(f"refit_every_min must be >= 1, got {self.refit_every_min}")
+        if self.query_every_min < 1:
+            raise ForecastError(f"query_every_min must be >= 1, got {self.query_every_min}")
+
+
 class Forecaster(Protocol):
     """Fitted on minute-level history (GPUs per minute), queried for hourly peaks ahead.
 
-    ``history`` holds one value per minute ending at ``now_min`` (minutes since the epoch
-    of the series, so hour-of-day and weekday can be derived).
+    ``fit`` may be called any number of times (each call retrains from ``histories``, which
+    all end at ``now_min``); ``predict`` returns a :class:`Forecast` of ``horizon_h`` hours.
+    Same seed and same inputs give the same forecast.
     """
 
     name: str
+    cadence: Cadence
 
     def fit(self, histories: dict[SeriesKey, np.ndarray], now_min: int) -> None: ...
 

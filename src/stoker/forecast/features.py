@@ -1,0 +1,152 @@
+"""Training windows and query inputs shared by the learned forecasters (ridge, OrgLinear).
+
+A sample is one origin minute: its input is the hourly peaks of the ``lookback_h`` hours
+before the origin, its targets the peaks of the ``horizon_h`` hours after it, both divided
+by the sample's scale (the mean input peak, at least 1 GPU), so one model serves tenants of
+any size (instance normalisation, as RevIN does for DLinear). Calendar features (hour of
+day, weekday, holiday) are those of each target hour's first minute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from stoker.forecast.base import MINUTES_PER_HOUR, ForecastError, SeriesKey
+from stoker.forecast.series import Calendar, check_history, hourly_peaks
+
+MIN_STD = 1e-3  # GPUs: keeps every Normal proper when a series never moved
+
+
+@dataclass(frozen=True, slots=True)
+class Vocab:
+    """Integer ids for the tenants, pools and clusters seen at fit time (0 = unseen)."""
+
+    tenants: dict[str, int]
+    pools: dict[str, int]
+    clusters: dict[str, int]
+
+    @classmethod
+    def of(cls, keys: list[SeriesKey]) -> Vocab:
+        def ids(names: set[str]) -> dict[str, int]:
+            return {name: i + 1 for i, name in enumerate(sorted(names))}
+
+        return cls(
+            tenants=ids({k.tenant for k in keys}),
+            pools=ids({k.pool for k in keys}),
+            clusters=ids({k.cluster for k in keys}),
+        )
+
+    def ids(self, key: SeriesKey) -> tuple[int, int, int]:
+        """(tenant, pool, cluster) ids of a key; 0 where the fit never saw the name."""
+        return (
+            self.tenants.get(key.tenant, 0),
+            self.pools.get(key.pool, 0),
+            self.clusters.get(key.cluster, 0),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Samples:
+    """Normalised windows: ``x`` (n, lookback), ``y`` (n, horizon) and their features."""
+
+    x: np.ndarray
+    y: np.ndarray
+    scale: np.ndarray  # (n,) GPUs
+    hour: np.ndarray  # (n, horizon) int
+    weekday: np.ndarray  # (n, horizon) int
+    holiday: np.ndarray  # (n, horizon) int
+    ids: np.ndarray  # (n, 3) int: tenant, pool, cluster
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+
+def check_now(now_min: int, horizon_h: int | None = None) -> None:
+    """ForecastError unless ``now_min`` (and ``horizon_h``, if given) are sane."""
+    if int(now_min) != now_min or now_min < 0:
+        raise ForecastError(f"now_min must be a whole minute >= 0, got {now_min}")
+    if horizon_h is not None and (int(horizon_h) != horizon_h or horizon_h < 1):
+        raise ForecastError(f"horizon_h must be a whole number >= 1, got {horizon_h}")
+
+
+def _calendar_of(
+    calendar: Calendar, origins: np.ndarray, horizon_h: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    minutes = origins[:, None] + MINUTES_PER_HOUR * np.arange(horizon_h)[None, :]
+    return calendar.features(minutes)
+
+
+def _normalise(x: np.ndarray) -> np.ndarray:
+    return np.maximum(1.0, x.mean(axis=1))
+
+
+def training_samples(
+    histories: dict[SeriesKey, np.ndarray],
+    now_min: int,
+    *,
+    calendar: Calendar,
+    vocab: Vocab,
+    lookback_h: int,
+    horizon_h: int,
+    train_h: int,
+) -> Samples:
+    """Every hourly origin of the last ``train_h`` hours before ``now_min``, for each series.
+
+    Origins are ``now_min - 60 j`` (so windows line up with the hours the caller will query
+    at the refit minute); an origin whose targets reach before a series' record is skipped.
+    Series are taken in sorted key order, so the samples do not depend on dict order.
+    """
+    check_now(now_min, horizon_h)
+    n_blocks = train_h + lookback_h + horizon_h - 1
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for key in sorted(histories, key=lambda k: (k.tenant, k.pool, k.cluster)):
+        history = check_history(histories[key], f"histories[{key}]")
+        peaks = hourly_peaks(history, n_blocks)
+        windows = sliding_window_view(peaks, lookback_h + horizon_h)  # (train_h, L+H)
+        # origin of window t: its targets start at block t + lookback_h
+        origins = now_min - MINUTES_PER_HOUR * (n_blocks - lookback_h - np.arange(len(windows)))
+        keep = origins >= now_min - len(history)
+        if not keep.any():
+            continue
+        ids = np.tile(np.array(vocab.ids(key), dtype=np.int64), (int(keep.sum()), 1))
+        parts.append((windows[keep], origins[keep], ids))
+    if not parts:
+        empty = np.zeros((0, horizon_h), dtype=np.int64)
+        return Samples(
+            x=np.zeros((0, lookback_h)),
+            y=np.zeros((0, horizon_h)),
+            scale=np.zeros(0),
+            hour=empty,
+            weekday=empty,
+            holiday=empty,
+            ids=np.zeros((0, 3), dtype=np.int64),
+        )
+    windows = np.concatenate([p[0] for p in parts])
+    origins = np.concatenate([p[1] for p in parts])
+    ids = np.concatenate([p[2] for p in parts])
+    x, y = windows[:, :lookback_h], windows[:, lookback_h:]
+    scale = _normalise(x)
+    hour, weekday, holiday = _calendar_of(calendar, origins, horizon_h)
+    return Samples(x / scale[:, None], y / scale[:, None], scale, hour, weekday, holiday, ids)
+
+
+def query_sample(
+    key: SeriesKey,
+    history: np.ndarray,
+    now_min: int,
+    *,
+    calendar: Calendar,
+    vocab: Vocab,
+    lookback_h: int,
+    horizon_h: int,
+) -> Samples:
+    """The one sample a query at ``now_min`` feeds the model (targets are zeros)."""
+    check_now(now_min, horizon_h)
+    x = hourly_peaks(check_history(history), lookback_h)[None, :]
+    scale = _normalise(x)
+    hour, weekday, holiday = _calendar_of(calendar, np.array([now_min]), horizon_h)
+    ids = np.array([vocab.ids(key)], dtype=np.int64)
+    return Samples(x / scale[:, None], np.zeros((1, horizon_h)), scale, hour, weekday, holiday, ids)

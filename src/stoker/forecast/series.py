@@ -1,0 +1,208 @@
+"""Demand series from jobs, hourly peaks, and the calendar features forecasters use.
+
+All vectorised with numpy: per-minute demand comes from difference arrays (+g at a job's
+first minute, -g after its last, then a cumulative sum), hourly peaks from a reshape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+
+import numpy as np
+
+from stoker.forecast.base import (
+    MINUTES_PER_DAY,
+    MINUTES_PER_HOUR,
+    ForecastError,
+    SeriesKey,
+)
+from stoker.sim.traces.base import JobClass, TraceJob
+
+
+def demand_series(
+    jobs: Iterable[TraceJob],
+    *,
+    job_class: JobClass = "hp",
+    end_min: int | None = None,
+    cluster: str = "default",
+) -> dict[SeriesKey, np.ndarray]:
+    """Each tenant's GPU demand per pool (``gpu_model``) per minute, for one job class.
+
+    A job asks ``gpu_request * worker_num`` GPUs from its submit time for its duration and
+    counts in every minute it touches: minutes ``floor(submit/60)`` up to
+    ``ceil((submit+duration)/60)`` (exclusive), at least one minute. That is the demand the
+    tenant puts on the pool (whether or not it was served at once), and, counted in every
+    minute touched, its per-minute peak, so short jobs are not lost between samples.
+
+    The series run from minute 0 (the trace's start) to ``end_min`` (exclusive; default:
+    one past the last submit minute of the class, so demand after the trace stops
+    submitting is not made up of long jobs draining away). Keys come out sorted.
+    """
+    selected = [j for j in jobs if j.job_class == job_class]
+    if not selected:
+        return {}
+    submit = np.fromiter((j.submit_time for j in selected), float, len(selected))
+    duration = np.fromiter((j.duration for j in selected), float, len(selected))
+    gpus = np.fromiter((j.gpu_request * j.worker_num for j in selected), float, len(selected))
+    if not np.all(np.isfinite(submit)) or np.any(submit < 0):
+        raise ForecastError("submit_time must be finite and >= 0")
+    if not np.all(np.isfinite(duration)) or np.any(duration < 0):
+        raise ForecastError("duration must be finite and >= 0")
+    if not np.all(np.isfinite(gpus)) or np.any(gpus < 0):
+        raise ForecastError("gpu_request * worker_num must be finite and >= 0")
+    start = np.floor(submit / MINUTES_PER_HOUR).astype(np.int64)
+    stop = np.maximum(start + 1, np.ceil((submit + duration) / MINUTES_PER_HOUR).astype(np.int64))
+    if end_min is None:
+        end_min = int(start.max()) + 1
+    if end_min < 0:
+        raise ForecastError(f"end_min must be >= 0, got {end_min}")
+    names = sorted({(j.tenant, j.gpu_model) for j in selected})
+    index = {name: i for i, name in enumerate(names)}
+    row = np.fromiter((index[(j.tenant, j.gpu_model)] for j in selected), np.int64, len(selected))
+    start = np.minimum(start, end_min)
+    stop = np.minimum(stop, end_min)
+    diff = np.zeros((len(names), end_min + 1))
+    np.add.at(diff, (row, start), gpus)
+    np.add.at(diff, (row, stop), -gpus)
+    demand = np.cumsum(diff[:, :end_min], axis=1)
+    # float sums of +g/-g leave tiny residues; demand is a sum of requests, never below 0
+    demand = np.where(np.abs(demand) < 1e-9, 0.0, demand)
+    return {
+        SeriesKey(tenant=t, pool=p, cluster=cluster): demand[i] for i, (t, p) in enumerate(names)
+    }
+
+
+def hourly_peaks(history: np.ndarray, n_hours: int | None = None) -> np.ndarray:
+    """Peaks of consecutive 60-minute blocks that end at the history's end.
+
+    ``result[-1]`` is the peak of the last 60 minutes. With ``n_hours`` the result has
+    exactly that many blocks; blocks before the record count as zero demand. Without it,
+    every whole block the history holds is returned (a partial first block is dropped).
+    """
+    history = check_history(history)
+    if n_hours is None:
+        n_hours = len(history) // MINUTES_PER_HOUR
+    if n_hours < 0:
+        raise ForecastError(f"n_hours must be >= 0, got {n_hours}")
+    need = n_hours * MINUTES_PER_HOUR
+    tail = history[-need:] if need else history[:0]
+    if len(tail) < need:
+        tail = np.concatenate([np.zeros(need - len(tail)), tail])
+    return tail.reshape(n_hours, MINUTES_PER_HOUR).max(axis=1)
+
+
+def check_history(history: np.ndarray, field_name: str = "history") -> np.ndarray:
+    """A 1-D float array of finite, non-negative per-minute demand, or ForecastError."""
+    arr = np.asarray(history, dtype=float)
+    if arr.ndim != 1:
+        raise ForecastError(f"{field_name} must be 1-D (one value per minute), got {arr.ndim}-D")
+    if not np.all(np.isfinite(arr)):
+        raise ForecastError(f"{field_name} must be finite (no NaN or inf)")
+    if np.any(arr < 0):
+        raise ForecastError(f"{field_name} must be >= 0 (GPUs demanded)")
+    return arr
+
+
+def us_federal_holidays(years: Iterable[int]) -> frozenset[date]:
+    """US federal holidays (observed dates) for the given years: Philly ran in the US.
+
+    New Year, Martin Luther King Jr. Day, Presidents' Day, Memorial Day, Juneteenth (from
+    2021), Independence Day, Labor Day, Columbus Day, Veterans Day, Thanksgiving and
+    Christmas; a fixed-date holiday on a weekend is observed on the Friday before or the
+    Monday after, as the US Office of Personnel Management does.
+    """
+
+    def nth_weekday(year: int, month: int, weekday: int, n: int) -> date:
+        first = date(year, month, 1)
+        day = first + timedelta(days=(weekday - first.weekday()) % 7)
+        return day + timedelta(weeks=n - 1)
+
+    def last_weekday(year: int, month: int, weekday: int) -> date:
+        day = date(year, month + 1, 1) - timedelta(days=1)
+        return day - timedelta(days=(day.weekday() - weekday) % 7)
+
+    def observed(day: date) -> date:
+        if day.weekday() == 5:
+            return day - timedelta(days=1)
+        if day.weekday() == 6:
+            return day + timedelta(days=1)
+        return day
+
+    out: set[date] = set()
+    for y in years:
+        fixed = [date(y, 1, 1), date(y, 7, 4), date(y, 11, 11), date(y, 12, 25)]
+        if y >= 2021:
+            fixed.append(date(y, 6, 19))
+        out.update(observed(d) for d in fixed)
+        out.update(
+            {
+                nth_weekday(y, 1, 0, 3),  # MLK day: third Monday of January
+                nth_weekday(y, 2, 0, 3),  # Presidents' day
+                last_weekday(y, 5, 0),  # Memorial day
+                nth_weekday(y, 9, 0, 1),  # Labor day
+                nth_weekday(y, 10, 0, 2),  # Columbus day
+                nth_weekday(y, 11, 3, 4),  # Thanksgiving: fourth Thursday of November
+            }
+        )
+    return frozenset(out)
+
+
+_DEFAULT_EPOCH = datetime(2024, 1, 1, tzinfo=UTC)  # a Monday, 00:00 UTC
+
+
+@dataclass(frozen=True)
+class Calendar:
+    """Maps a minute since the series' epoch to hour of day, weekday and holiday.
+
+    ``epoch``: the UTC date and time of minute 0 (default: a Monday 00:00). ``holidays``:
+    the holiday dates (default: US federal holidays of the years around the epoch).
+    """
+
+    epoch: datetime = _DEFAULT_EPOCH
+    holidays: frozenset[date] = field(default_factory=frozenset)
+    _epoch_minute_of_week: int = field(init=False, repr=False, compare=False, default=0)
+    _epoch_day: np.datetime64 = field(
+        init=False, repr=False, compare=False, default=np.datetime64("1970-01-01", "D")
+    )
+    _holiday_days: np.ndarray = field(
+        init=False, repr=False, compare=False, default_factory=lambda: np.array([], "M8[D]")
+    )
+
+    def __post_init__(self) -> None:
+        epoch = self.epoch
+        if epoch.tzinfo is None:
+            raise ForecastError("Calendar.epoch must be timezone-aware (UTC)")
+        epoch = epoch.astimezone(UTC)
+        object.__setattr__(self, "epoch", epoch)
+        if not self.holidays:
+            years = range(epoch.year - 1, epoch.year + 3)
+            object.__setattr__(self, "holidays", us_federal_holidays(years))
+        minute_of_week = epoch.weekday() * MINUTES_PER_DAY + epoch.hour * 60 + epoch.minute
+        object.__setattr__(self, "_epoch_minute_of_week", minute_of_week)
+        object.__setattr__(self, "_epoch_day", np.datetime64(epoch.date(), "D"))
+        days = np.array(sorted(self.holidays), dtype="datetime64[D]")
+        object.__setattr__(self, "_holiday_days", days)
+
+    @classmethod
+    def from_iso(cls, epoch: str) -> Calendar:
+        """A calendar whose minute 0 is the given ISO-8601 time (UTC if no offset)."""
+        try:
+            when = datetime.fromisoformat(epoch)
+        except ValueError as exc:
+            raise ForecastError(f"epoch is not an ISO-8601 time: {epoch!r}") from exc
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return cls(epoch=when)
+
+    def features(self, minutes: Sequence[int] | np.ndarray) -> tuple[np.ndarray, ...]:
+        """(hour of day 0-23, weekday 0-6 with Monday 0, holiday 0/1) of each minute."""
+        m = np.asarray(minutes, dtype=np.int64)
+        minute_of_week = (m + self._epoch_minute_of_week) % (7 * MINUTES_PER_DAY)
+        hour = (minute_of_week % MINUTES_PER_DAY) // 60
+        weekday = minute_of_week // MINUTES_PER_DAY
+        epoch_minute_of_day = self._epoch_minute_of_week % MINUTES_PER_DAY
+        day = self._epoch_day + (m + epoch_minute_of_day) // MINUTES_PER_DAY
+        holiday = np.isin(day.astype("datetime64[D]"), self._holiday_days).astype(np.int64)
+        return hour, weekday, holiday
