@@ -56,6 +56,11 @@ TRACE_SPAN_S = TRACE_DAYS * 86_400.0
 # summary.txt: "Nodes 4278, GPU cards 10412, GPU models 6"
 FLEET_NODES = 4_278
 FLEET_GPUS = 10_412
+# Source: aggregates/extra_hourly_concurrency.csv, whole days 0..183: (max - min) / mean of the
+# mean GPUs requested by running jobs per hour of day, and the median over days of each
+# day's (max - min) / mean of its hourly values.
+CONCURRENCY_HOUR_OF_DAY_SWING = 0.1785
+CONCURRENCY_DAILY_SWING_MEDIAN = 0.2530
 # Source: aggregates/longest_jobs_top200.csv (the longest duration in the trace, s).
 MAX_DURATION_S = 15_897_599.0
 # Source: aggregates/job_type_summary.csv (median_duration, p90_duration, s).
@@ -1117,4 +1122,32 @@ ORGANIZATIONS: tuple[OrgProfile, ...] = (
     OrgProfile("64", 3, 2311.0, 3.0, 909.0, (0.0, 1.0, 0.0, 0.0, 0.0, 0.0)),
     OrgProfile("77", 1, 882.0, 2.0, 441.0, (0.0, 0.0, 1.0, 0.0, 0.0, 0.0)),
     OrgProfile("68", 1, 322.0, 1.0, 322.0, (0.0, 0.0, 0.0, 1.0, 0.0, 0.0)),
+)
+# Source: aggregates/extra_hour_of_day_patterns.csv (GPU-seconds of the jobs submitted in each
+# hour of day, 0..23; hour 0 includes the jobs running at t = 0).
+HOUR_OF_DAY_GPU_SECONDS: tuple[float, ...] = (
+    26340504883.71,
+    3759686825.9,
+    2551805293.5,
+    2157562728.3,
+    1850031875.5,
+    2148851534.4,
+    2602743845.5,
+    2118133761.3,
+    2207711373.3,
+    3259701013.1,
+    9346196125.2,
+    11027173855.7,
+    6266258840.4,
+    3913773797.3,
+    8619720545.6,
+    9461584371.7,
+    9635504212.9,
+    7445681758.7,
+    4992890648.4,
+    5324728843.05,
+    5390992628.8,
+    4857302446.6,
+    3443216389.3,
+    3592351495.9,
 )

@@ -33,6 +33,8 @@ class Published:
     daily_hp_jobs: tuple[int, ...]
     daily_spot_jobs: tuple[int, ...]
     daily_mean_concurrent_gpus: tuple[float, ...]
+    concurrency_hour_of_day_swing: float
+    concurrency_daily_swing_median: float
     hp_gpu_seconds: float
     spot_gpu_seconds: float
     hp_median_duration: float
@@ -61,6 +63,8 @@ def published_from_calibration() -> Published:
         daily_hp_jobs=cal.DAILY_HP_JOBS,
         daily_spot_jobs=cal.DAILY_SPOT_JOBS,
         daily_mean_concurrent_gpus=cal.DAILY_MEAN_CONCURRENT_GPUS,
+        concurrency_hour_of_day_swing=cal.CONCURRENCY_HOUR_OF_DAY_SWING,
+        concurrency_daily_swing_median=cal.CONCURRENCY_DAILY_SWING_MEDIAN,
         hp_gpu_seconds=cal.HP_GPU_SECONDS,
         spot_gpu_seconds=cal.SPOT_GPU_SECONDS,
         hp_median_duration=cal.HP_MEDIAN_DURATION_S,
@@ -102,6 +106,7 @@ def published_from_aggregates(folder: str | Path) -> Published:
     hourly = _rows(agg, "extra_hourly_concurrency.csv", ("hour", "gpus_active_requested"))
     gpus = np.array([float(r["gpus_active_requested"]) for r in hourly])
     n_days = math.ceil(len(gpus) / 24)
+    hour_swing, day_swing = _swings(gpus)
     types = {
         r["job_type"]: r
         for r in _rows(agg, "job_type_summary.csv", ("job_type", "gpu_seconds", "median_duration"))
@@ -124,6 +129,8 @@ def published_from_aggregates(folder: str | Path) -> Published:
         daily_mean_concurrent_gpus=tuple(
             float(gpus[d * 24 : (d + 1) * 24].mean()) for d in range(n_days)
         ),
+        concurrency_hour_of_day_swing=hour_swing,
+        concurrency_daily_swing_median=day_swing,
         hp_gpu_seconds=float(types["HP"]["gpu_seconds"]),
         spot_gpu_seconds=float(types["Spot"]["gpu_seconds"]),
         hp_median_duration=float(types["HP"]["median_duration"]),
@@ -171,6 +178,16 @@ class Row:
         if self.published == 0:
             return math.nan
         return (self.generated - self.published) / abs(self.published)
+
+
+def _swings(hourly: np.ndarray) -> tuple[float, float]:
+    """Diurnal swings of an hourly series over its whole days: (max - min) / mean of the
+    hour-of-day means, and the median over days of each day's (max - min) / mean."""
+    whole = len(hourly) // 24
+    days = hourly[: whole * 24].reshape(whole, 24)
+    by_hour = days.mean(axis=0)
+    per_day = (days.max(axis=1) - days.min(axis=1)) / np.maximum(days.mean(axis=1), 1e-9)
+    return float((by_hour.max() - by_hour.min()) / by_hour.mean()), float(np.median(per_day))
 
 
 def _gini(values: np.ndarray) -> float:
@@ -342,9 +359,10 @@ def compare(
             np.corrcoef(daily_pub, daily_gen)[0, 1],
             window,
         )
-    gaps = np.diff(np.sort(t[arriving]))
-    for q, v in sorted(pub.inter_arrival_quantiles.items()):
-        add("inter-arrival", f"p{round(q * 100)} (s, x scale)", v, np.quantile(gaps, q) * scale)
+    if scale == 1.0:  # gaps inside bursts do not scale, so only compare at scale 1
+        gaps = np.diff(np.sort(t[arriving]))
+        for q, v in sorted(pub.inter_arrival_quantiles.items()):
+            add("inter-arrival", f"p{round(q * 100)} (s)", v, np.quantile(gaps, q))
 
     # load: GPUs requested by running jobs, hourly, against the fleet
     hours = math.ceil(days * 24)
@@ -364,6 +382,15 @@ def compare(
         conc.mean() / scale / capacity_gpus,
         window,
     )
+    if hours >= 48:
+        hour_swing, day_swing = _swings(conc)
+        add("load", "diurnal swing of concurrency", pub.concurrency_hour_of_day_swing, hour_swing)
+        add(
+            "load",
+            "median daily swing of concurrency",
+            pub.concurrency_daily_swing_median,
+            day_swing,
+        )
     gen_days = conc[: n_days * 24].reshape(-1, 24).mean(axis=1) if hours >= n_days * 24 else conc
     if n_days > 2 and len(gen_days) == len(pub_days):
         add(

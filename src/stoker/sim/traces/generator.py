@@ -31,7 +31,7 @@ DAY_S = 86_400.0
 # 0.0 stands for "a fractional share", drawn from FRACTIONAL_REQUESTS.
 REQUEST_MIX: dict[str, dict[float, float]] = {
     "A10": {0.0: 0.20, 1.0: 0.80},
-    "A100-SXM4-80GB": {1.0: 0.55, 2.0: 0.07, 4.0: 0.08, 8.0: 0.30},
+    "A100-SXM4-80GB": {1.0: 0.6, 2.0: 0.1, 4.0: 0.1, 8.0: 0.2},
     "A800-SXM4-80GB": {1.0: 0.30, 2.0: 0.30, 4.0: 0.20, 8.0: 0.20},
     "GPU-series-1": {0.0: 0.08, 1.0: 0.77, 2.0: 0.05, 4.0: 0.05, 8.0: 0.05},
     "GPU-series-2": {1.0: 0.25, 2.0: 0.10, 4.0: 0.20, 8.0: 0.45},
@@ -43,8 +43,8 @@ FRACTIONAL_REQUESTS: tuple[float, ...] = (0.01, 0.05, 0.1, 0.2, 0.25, 0.3, 0.4, 
 # with this mean, and jobs inside a burst follow each other by exponential gaps (s). They
 # give the hourly arrivals their published over-dispersion (summary_extra.txt, Fano ~90)
 # and the inter-arrival quantiles (extra_inter_arrival_quantiles.csv, median 16 s).
-BURST_MEAN_JOBS = 3.0
-IN_BURST_GAP_S = 6.0
+BURST_MEAN_JOBS = 2.0
+IN_BURST_GAP_S = 12.0
 # ours: each tenant's day-to-day volume varies around the published daily profile by a
 # log-normal factor of this sigma, and its hour-of-day profile is the published one,
 # shifted by up to this many hours and sharpened or flattened by an exponent in
@@ -52,6 +52,8 @@ IN_BURST_GAP_S = 6.0
 TENANT_DAY_SIGMA = 0.35
 TENANT_HOUR_SHIFT = 2
 TENANT_HOUR_EXPONENT = (0.7, 1.4)
+# ours: bursts asking more GPUs than this follow the hour-of-day profile of GPU-seconds.
+HEAVY_DEMAND_GPUS = 8.0
 # ours: jobs already running at the window's start are single-worker HP jobs whose
 # durations are log-uniform between one day and the longest real duration: their
 # demand-weighted mean (3.0e6 s) matches hourly_summary.csv hour 0 (20.55e9 GPU-s over
@@ -61,6 +63,12 @@ INITIAL_MIN_DURATION_S = DAY_S
 # (job_type_summary.csv).
 SPOT_SIGMA = math.log(cal.SPOT_P90_DURATION_S / cal.SPOT_MEDIAN_DURATION_S) / 1.2815515655446004
 MIN_DURATION_S = 1.0
+# ours: a tenant's short jobs are stretched by (its median / the trace's median) to this
+# power (org_by_gpu_seconds.csv gives the medians; the full power would widen the mix of
+# tenants far past the published duration buckets).
+SHORT_MEDIAN_EXPONENT = 0.5
+# ours: at most this share of a tenant's jobs on one model are long (over 3 days).
+MAX_LONG_PROB = 0.9
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,41 +151,60 @@ def _mean_request(model: str) -> float:
     return sum(p * (frac if v == 0.0 else v) for v, p in REQUEST_MIX[model].items())
 
 
-def _capped_lognormal_mean(mu: float, sigma: float, cap: float) -> float:
-    """E[min(X, cap)] for X log-normal(mu, sigma)."""
-    z = (math.log(cap) - mu) / sigma
-    phi = 0.5 * math.erfc(-(z - sigma) / math.sqrt(2))  # Phi(z - sigma)
-    tail = 0.5 * math.erfc(z / math.sqrt(2))  # 1 - Phi(z)
-    return math.exp(mu + sigma**2 / 2) * phi + cap * tail
+def _short_knots() -> tuple[np.ndarray, np.ndarray]:
+    """CDF knots (log duration, probability) of the published durations under 3 days."""
+    buckets = [b for b in cal.DURATION_BUCKETS if math.isfinite(b[2])]
+    counts = np.array([b[3] for b in buckets], dtype=float)
+    edges = np.array([MIN_DURATION_S] + [b[2] for b in buckets])
+    cdf = np.concatenate(([0.0], np.cumsum(counts) / counts.sum()))
+    return np.log(edges), cdf
 
 
-def _sigma_for_mean(median: float, mean: float, cap: float) -> float:
-    """The log-normal sigma whose capped mean is ``mean`` (bounded to [0.3, 6])."""
-    mu = math.log(max(median, MIN_DURATION_S))
-    lo, hi = 0.3, 6.0
-    if _capped_lognormal_mean(mu, lo, cap) >= mean:
-        return lo
-    if _capped_lognormal_mean(mu, hi, cap) <= mean:
-        return hi
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if _capped_lognormal_mean(mu, mid, cap) < mean:
-            lo = mid
+def _short_mean() -> float:
+    """Mean of the short law (log-uniform inside each published bucket)."""
+    log_edges, cdf = _short_knots()
+    edges = np.exp(log_edges)
+    per_bucket = (edges[1:] - edges[:-1]) / (log_edges[1:] - log_edges[:-1])
+    return float(np.diff(cdf) @ per_bucket)
+
+
+LONG_MIN_DURATION_S = 3 * DAY_S
+
+
+def _long_mean() -> float:
+    """Mean of the long law (log-uniform from 3 days to the longest real duration) as the
+    release records it: cut at the trace's end, for a job submitted on a published day."""
+    a, b = LONG_MIN_DURATION_S, cal.MAX_DURATION_S
+    log_ratio = math.log(b / a)
+    totals = np.array(cal.DAILY_HP_JOBS, dtype=float)
+    means = []
+    for day in range(len(totals)):
+        c = max(cal.TRACE_SPAN_S - (day + 0.5) * DAY_S, 1.0)  # time left after submission
+        if c <= a:
+            means.append(c)
         else:
-            hi = mid
-    return (lo + hi) / 2
+            c = min(c, b)
+            means.append((c - a) / log_ratio + c * math.log(b / c) / log_ratio)
+    return float(np.average(means, weights=totals))
 
 
 @dataclass(frozen=True, slots=True)
 class _OrgModel:
-    """The per-organization laws derived from the calibration."""
+    """The per-organization laws derived from the calibration.
+
+    HP durations are a mixture: with probability ``long_prob[m]`` (per GPU model m) a long
+    job, log-uniform from 3 days to the longest real duration; else a short one from the
+    published duration buckets under 3 days, stretched by ``short_factor[m]``. The long
+    probabilities are solved so that each (organization, model) gets its published
+    GPU-seconds; the stretch follows the organization's published median.
+    """
 
     name: str
     regular_jobs: float
     initial_weight: float
     model_probs: np.ndarray
-    duration_mu: float
-    duration_sigma: float
+    long_prob: np.ndarray
+    short_factor: np.ndarray
 
 
 def _org_models() -> list[_OrgModel]:
@@ -188,28 +215,60 @@ def _org_models() -> list[_OrgModel]:
     per_job_demand = np.array(
         [cal.DEMAND_BY_MODEL[m].gpu_demand / cal.DEMAND_BY_MODEL[m].jobs for m in models]
     )
+    mean_request = np.array([_mean_request(m) for m in models])
     initial_share = cal.INITIAL_GPU_SECONDS / cal.TOTAL_GPU_SECONDS
+    short_mean, long_mean = _short_mean(), _long_mean()
+    global_median = cal.DURATION_QUANTILES_S[0.5]
     out: list[_OrgModel] = []
     for org in cal.ORGANIZATIONS:
+        shares = np.array(org.model_gpu_seconds_share)
         # the mix is a share of GPU-seconds; turn it into a share of jobs per model
-        weights = np.array(org.model_gpu_seconds_share) / per_job_gs
+        weights = shares / per_job_gs
         probs = weights / weights.sum()
         org_share = org.gpu_seconds / cal.TOTAL_GPU_SECONDS
         regular = max(org.jobs - cal.INITIAL_JOBS * org_share, 1.0)
-        mean_demand = float(probs @ per_job_demand)
-        mean_duration = org.gpu_seconds * (1 - initial_share) / (regular * mean_demand)
-        sigma = _sigma_for_mean(org.median_duration, mean_duration, cal.MAX_DURATION_S)
+        # demand-weighted mean duration each (org, model) needs for its GPU-seconds
+        jobs_m = regular * probs
+        with np.errstate(divide="ignore", invalid="ignore"):
+            target = np.where(
+                jobs_m > 0,
+                org.gpu_seconds * shares * (1 - initial_share) / (jobs_m * per_job_demand),
+                0.0,
+            )
+        stretch = (org.median_duration / global_median) ** SHORT_MEDIAN_EXPONENT
+        factor = np.minimum(stretch, np.maximum(target, MIN_DURATION_S) / short_mean)
+        short = factor * short_mean
+        # long jobs are single-worker (a service), so they carry the mean request only:
+        # (1 - p) * demand * short + p * request * long = demand * target
+        long_prob = np.clip(
+            per_job_demand * (target - short) / (mean_request * long_mean - per_job_demand * short),
+            0.0,
+            MAX_LONG_PROB,
+        )
         out.append(
             _OrgModel(
                 name=org.name,
                 regular_jobs=regular,
                 initial_weight=org_share,
                 model_probs=probs,
-                duration_mu=math.log(max(org.median_duration, MIN_DURATION_S)),
-                duration_sigma=sigma,
+                long_prob=long_prob,
+                short_factor=factor,
             )
         )
     return out
+
+
+def _hp_durations(
+    rng: np.random.Generator, org: _OrgModel, model_idx: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """HP durations for jobs on these models, and which of them are long."""
+    n = len(model_idx)
+    log_edges, cdf = _short_knots()
+    short = np.exp(np.interp(rng.random(n), cdf, log_edges)) * org.short_factor[model_idx]
+    log_lo, log_hi = math.log(LONG_MIN_DURATION_S), math.log(cal.MAX_DURATION_S)
+    long = np.exp(rng.uniform(log_lo, log_hi, size=n))
+    is_long = rng.random(n) < org.long_prob[model_idx]
+    return np.where(is_long, long, short), is_long
 
 
 class _ShapeSampler:
@@ -247,14 +306,34 @@ class _ShapeSampler:
         return req, w, cpu
 
 
-def _tenant_hour_profile(rng: np.random.Generator) -> np.ndarray:
-    base = np.array(cal.HOUR_OF_DAY_JOBS, dtype=float)
-    base[0] -= cal.INITIAL_JOBS  # hour 0 of the profile holds the opening batch
-    base /= base.mean()
+def _hour_profiles() -> tuple[np.ndarray, np.ndarray]:
+    """Hour-of-day profiles of light and heavy bursts.
+
+    Heavy bursts (over HEAVY_DEMAND_GPUS) follow the published GPU-seconds by hour, which
+    swings far more than the job count (daytime jobs are bigger); light ones take what is
+    left of the published job count, so all jobs together keep its shape.
+    """
+    jobs = np.array(cal.HOUR_OF_DAY_JOBS, dtype=float)
+    jobs[0] -= cal.INITIAL_JOBS  # hour 0 of the profiles holds the opening batch
+    gs = np.array(cal.HOUR_OF_DAY_GPU_SECONDS, dtype=float)
+    gs[0] -= cal.INITIAL_GPU_SECONDS
+    heavy = gs / gs.sum()
+    share = sum(b[3] for b in cal.GPU_DEMAND_BUCKETS if b[1] > HEAVY_DEMAND_GPUS) / cal.TOTAL_JOBS
+    light = np.maximum(jobs / jobs.sum() - share * heavy, 0.0)
+    return light / light.sum(), heavy
+
+
+def _tenant_hour_profiles(
+    rng: np.random.Generator, profiles: tuple[np.ndarray, ...]
+) -> list[np.ndarray]:
+    """The profiles with one tenant's shift and sharpening applied to each."""
     shift = int(rng.integers(-TENANT_HOUR_SHIFT, TENANT_HOUR_SHIFT + 1))
     exponent = float(rng.uniform(*TENANT_HOUR_EXPONENT))
-    prof = np.roll(base, shift) ** exponent
-    return prof / prof.sum()
+    out = []
+    for base in profiles:
+        prof = np.roll(base / base.mean(), shift) ** exponent
+        out.append(prof / prof.sum())
+    return out
 
 
 def generate_jobs(cfg: GeneratorConfig) -> list[TraceJob]:
@@ -289,18 +368,21 @@ def generate_jobs(cfg: GeneratorConfig) -> list[TraceJob]:
         cols["spot"].append(spot)
 
     orgs = _org_models()
+    hour_profiles = _hour_profiles()
     for idx, org in enumerate(orgs):
-        hour_prof = _tenant_hour_profile(rng)
+        light_prof, heavy_prof = _tenant_hour_profiles(rng, hour_profiles)
         noise = rng.lognormal(-(TENANT_DAY_SIGMA**2) / 2, TENANT_DAY_SIGMA, size=len(days))
-        expected_jobs = org.regular_jobs * cfg.scale * day_weights * noise
-        bursts_per_day = rng.poisson(expected_jobs / BURST_MEAN_JOBS)
-        n_bursts = int(bursts_per_day.sum())
-        if n_bursts == 0:
+        day_probs = day_weights * noise
+        expected = org.regular_jobs * cfg.scale * day_weights.sum()
+        # the tenant's job count: its published volume in the window, rounded at random
+        n_target = math.floor(expected + rng.random())
+        if n_target == 0:
             continue
-        burst_day = np.repeat(days, bursts_per_day)
-        hour = rng.choice(24, size=n_bursts, p=hour_prof)
-        start = burst_day * DAY_S + (hour + rng.random(n_bursts)) * 3600.0 - offset_s
-        size = rng.geometric(1.0 / BURST_MEAN_JOBS, size=n_bursts)
+        size = rng.geometric(1.0 / BURST_MEAN_JOBS, size=n_target)
+        size = size[: int(np.searchsorted(np.cumsum(size), n_target)) + 1]
+        size[-1] -= int(size.sum()) - n_target
+        n_bursts = len(size)
+        burst_day = rng.choice(days, size=n_bursts, p=day_probs / day_probs.sum())
         is_spot = rng.random(n_bursts) < spot_share[burst_day.astype(np.int64)]
         model_idx = rng.choice(len(cal.MODEL_ORDER), size=n_bursts, p=org.model_probs)
         req = np.empty(n_bursts)
@@ -310,6 +392,13 @@ def generate_jobs(cfg: GeneratorConfig) -> list[TraceJob]:
             sel = model_idx == m
             if sel.any():
                 req[sel], w[sel], cpu[sel] = shapes.draw(rng, model, int(sel.sum()))
+        heavy = req * w > HEAVY_DEMAND_GPUS
+        hour = np.where(
+            heavy,
+            rng.choice(24, size=n_bursts, p=heavy_prof),
+            rng.choice(24, size=n_bursts, p=light_prof),
+        )
+        start = burst_day * DAY_S + (hour + rng.random(n_bursts)) * 3600.0 - offset_s
         # expand bursts into jobs: the first at the burst's start, the rest after gaps
         n_jobs = int(size.sum())
         first = np.repeat(np.cumsum(size) - size, size)
@@ -318,16 +407,18 @@ def generate_jobs(cfg: GeneratorConfig) -> list[TraceJob]:
         csum = np.cumsum(gaps)
         t = np.repeat(start, size) + csum - csum[first]
         job_spot = np.repeat(is_spot, size)
+        hp_dur, is_long = _hp_durations(rng, org, np.repeat(model_idx, size))
         dur = np.where(
             job_spot,
             rng.lognormal(math.log(cal.SPOT_MEDIAN_DURATION_S), SPOT_SIGMA, size=n_jobs),
-            rng.lognormal(org.duration_mu, org.duration_sigma, size=n_jobs),
+            hp_dur,
         )
+        job_w = np.where(is_long & ~job_spot, 1, np.repeat(w, size))
         emit(
             idx,
             np.repeat(model_idx, size),
             np.repeat(req, size),
-            np.repeat(w, size),
+            job_w,
             np.repeat(cpu, size),
             t,
             dur,
@@ -364,6 +455,9 @@ def generate_jobs(cfg: GeneratorConfig) -> list[TraceJob]:
     t = np.floor(np.concatenate(cols["t"]))
     dur = np.clip(np.round(np.concatenate(cols["dur"])), MIN_DURATION_S, cal.MAX_DURATION_S)
     spot = np.concatenate(cols["spot"])
+    # the release records durations inside its 184 days: a job still running at the end is
+    # cut there (the longest real duration is the whole span)
+    dur = np.minimum(dur, np.maximum(cal.TRACE_SPAN_S - offset_s - t, MIN_DURATION_S))
     keep = (t >= 0) & (t < window_s)
     order = np.lexsort((np.arange(len(t)), t))
     order = order[keep[order]]

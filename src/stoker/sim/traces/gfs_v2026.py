@@ -44,7 +44,7 @@ class TraceFormatError(ValueError):
     """
 
 
-def _open_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+def read_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
     """Yield (line number, row) from a CSV file after checking its header has ``required``."""
     if not path.is_file():
         raise TraceFormatError(f"{path}: no such file")
@@ -61,7 +61,7 @@ def _open_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dic
             yield reader.line_num, row
 
 
-def _number(path: Path, line: int, column: str, text: str | None) -> float:
+def parse_number(path: Path, line: int, column: str, text: str | None) -> float:
     """Parse one numeric cell, or raise naming file, line and column."""
     try:
         value = float(text) if text is not None else math.nan
@@ -72,7 +72,7 @@ def _number(path: Path, line: int, column: str, text: str | None) -> float:
     return value
 
 
-def _text(path: Path, line: int, column: str, text: str | None) -> str:
+def parse_text(path: Path, line: int, column: str, text: str | None) -> str:
     value = (text or "").strip()
     if not value:
         raise TraceFormatError(f"{path}:{line}: column {column}: empty")
@@ -85,17 +85,17 @@ def load_nodes(path: str | Path) -> list[TraceNode]:
     if file.is_dir():
         file = file / NODE_FILE
     nodes: list[TraceNode] = []
-    for line, row in _open_rows(file, NODE_COLUMNS):
-        gpus = _number(file, line, "gpu_capacity_num", row["gpu_capacity_num"])
+    for line, row in read_rows(file, NODE_COLUMNS):
+        gpus = parse_number(file, line, "gpu_capacity_num", row["gpu_capacity_num"])
         if gpus < 0 or gpus != int(gpus):
             text = row["gpu_capacity_num"]
             raise TraceFormatError(f"{file}:{line}: column gpu_capacity_num: not a count: {text!r}")
         nodes.append(
             TraceNode(
-                name=_text(file, line, "node_name", row["node_name"]),
-                gpu_model=_text(file, line, "gpu_model", row["gpu_model"]),
+                name=parse_text(file, line, "node_name", row["node_name"]),
+                gpu_model=parse_text(file, line, "gpu_model", row["gpu_model"]),
                 gpus=int(gpus),
-                cpu=_number(file, line, "cpu_num", row["cpu_num"]),
+                cpu=parse_number(file, line, "cpu_num", row["cpu_num"]),
             )
         )
     if not nodes:
@@ -109,39 +109,39 @@ def load_jobs(path: str | Path) -> list[TraceJob]:
     if file.is_dir():
         file = file / JOB_FILE
     jobs: list[TraceJob] = []
-    for line, row in _open_rows(file, JOB_COLUMNS):
+    for line, row in read_rows(file, JOB_COLUMNS):
         kind = (row["job_type"] or "").strip()
         job_class = _JOB_TYPES.get(kind.lower())
         if job_class is None:
             raise TraceFormatError(
                 f"{file}:{line}: column job_type: expected HP or Spot, got {kind!r}"
             )
-        gpu_request = _number(file, line, "gpu_request", row["gpu_request"])
+        gpu_request = parse_number(file, line, "gpu_request", row["gpu_request"])
         if gpu_request <= 0:
             raise TraceFormatError(
                 f"{file}:{line}: column gpu_request: must be above 0, got {row['gpu_request']!r}"
             )
-        workers = _number(file, line, "worker_num", row["worker_num"])
+        workers = parse_number(file, line, "worker_num", row["worker_num"])
         if workers < 1 or workers != int(workers):
             raise TraceFormatError(
                 f"{file}:{line}: column worker_num: not a count >= 1: {row['worker_num']!r}"
             )
-        duration = _number(file, line, "duration", row["duration"])
-        submit = _number(file, line, "submit_time", row["submit_time"])
+        duration = parse_number(file, line, "duration", row["duration"])
+        submit = parse_number(file, line, "submit_time", row["submit_time"])
         if duration < 0 or submit < 0:
             column = "duration" if duration < 0 else "submit_time"
             raise TraceFormatError(f"{file}:{line}: column {column}: negative: {row[column]!r}")
         jobs.append(
             TraceJob(
-                name=_text(file, line, "job_name", row["job_name"]),
-                tenant=_text(file, line, "organization", row["organization"]),
-                gpu_model=_text(file, line, "gpu_model", row["gpu_model"]),
+                name=parse_text(file, line, "job_name", row["job_name"]),
+                tenant=parse_text(file, line, "organization", row["organization"]),
+                gpu_model=parse_text(file, line, "gpu_model", row["gpu_model"]),
                 gpu_request=gpu_request,
                 worker_num=int(workers),
                 submit_time=submit,
                 duration=duration,
                 job_class=job_class,
-                cpu_request=_number(file, line, "cpu_request", row["cpu_request"]),
+                cpu_request=parse_number(file, line, "cpu_request", row["cpu_request"]),
             )
         )
     return jobs
