@@ -63,12 +63,14 @@ def read_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict
 
 def parse_number(path: Path, line: int, column: str, text: str | None) -> float:
     """Parse one numeric cell, or raise naming file, line and column."""
+    if text is None or not text.strip():
+        raise TraceFormatError(f"{path}:{line}: column {column}: missing")
     try:
-        value = float(text) if text is not None else math.nan
+        value = float(text)
     except ValueError:
         raise TraceFormatError(f"{path}:{line}: column {column}: not a number: {text!r}") from None
     if not math.isfinite(value):
-        raise TraceFormatError(f"{path}:{line}: column {column}: missing or not finite: {text!r}")
+        raise TraceFormatError(f"{path}:{line}: column {column}: not finite: {text!r}")
     return value
 
 

@@ -105,4 +105,4 @@ def load_trace(
         return _window(load_openb(path, seed=seed), start_day, days)
     from stoker.sim.traces.philly import load_philly  # another module; imported on use
 
-    return _window(load_philly(str(path)), start_day, days)
+    return _window(load_philly(path, seed=seed), start_day, days)
