@@ -103,6 +103,8 @@ def test_v2026_job_file_alone_uses_given_nodes(tmp_path: Path) -> None:
         ("4,0.01,1,12", "4,0.01,0,12", "worker_num: not a count"),
         ("4,0.01,1,12,30", "4,0.01,1,12,-5", "duration: negative"),
         ("4,0.01,1,12,30", "4,0.01,1,,30", "submit_time: missing"),
+        ("4,0.01,1,12,30,HP", "4,0.01,1,12", "job_type: expected HP or Spot, got ''"),
+        ("500000,55,A10", "500000, ,A10", "organization: empty"),
     ],
 )
 def test_v2026_bad_values_name_file_line_and_column(

@@ -105,47 +105,90 @@ def load_nodes(path: str | Path) -> list[TraceNode]:
     return nodes
 
 
+def _job_from_row(file: Path, line: int, row: dict[str, str]) -> TraceJob:
+    """One job from one row, checking every cell; the authority on what a bad row is."""
+    kind = (row["job_type"] or "").strip()
+    job_class = _JOB_TYPES.get(kind.lower())
+    if job_class is None:
+        raise TraceFormatError(f"{file}:{line}: column job_type: expected HP or Spot, got {kind!r}")
+    gpu_request = parse_number(file, line, "gpu_request", row["gpu_request"])
+    if gpu_request <= 0:
+        raise TraceFormatError(
+            f"{file}:{line}: column gpu_request: must be above 0, got {row['gpu_request']!r}"
+        )
+    workers = parse_number(file, line, "worker_num", row["worker_num"])
+    if workers < 1 or workers != int(workers):
+        raise TraceFormatError(
+            f"{file}:{line}: column worker_num: not a count >= 1: {row['worker_num']!r}"
+        )
+    duration = parse_number(file, line, "duration", row["duration"])
+    submit = parse_number(file, line, "submit_time", row["submit_time"])
+    if duration < 0 or submit < 0:
+        column = "duration" if duration < 0 else "submit_time"
+        raise TraceFormatError(f"{file}:{line}: column {column}: negative: {row[column]!r}")
+    return TraceJob(
+        name=parse_text(file, line, "job_name", row["job_name"]),
+        tenant=parse_text(file, line, "organization", row["organization"]),
+        gpu_model=parse_text(file, line, "gpu_model", row["gpu_model"]),
+        gpu_request=gpu_request,
+        worker_num=int(workers),
+        submit_time=submit,
+        duration=duration,
+        job_class=job_class,
+        cpu_request=parse_number(file, line, "cpu_request", row["cpu_request"]),
+    )
+
+
 def load_jobs(path: str | Path) -> list[TraceJob]:
-    """Read ``job_info_df.csv`` (or a folder holding it) into jobs, in file order."""
+    """Read ``job_info_df.csv`` (or a folder holding it) into jobs, in file order.
+
+    Rows are read by position on a fast path; any row it cannot take as it is goes to the
+    checking path, which builds the job or raises naming the line and column.
+    """
     file = Path(path)
     if file.is_dir():
         file = file / JOB_FILE
+    if not file.is_file():
+        raise TraceFormatError(f"{file}: no such file")
     jobs: list[TraceJob] = []
-    for line, row in read_rows(file, JOB_COLUMNS):
-        kind = (row["job_type"] or "").strip()
-        job_class = _JOB_TYPES.get(kind.lower())
-        if job_class is None:
+    with file.open(newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        header = [h.strip() for h in next(reader, [])]
+        missing = [c for c in JOB_COLUMNS if c not in header]
+        if missing:
             raise TraceFormatError(
-                f"{file}:{line}: column job_type: expected HP or Spot, got {kind!r}"
+                f"{file}: missing column(s) {', '.join(missing)} (header: {', '.join(header)})"
             )
-        gpu_request = parse_number(file, line, "gpu_request", row["gpu_request"])
-        if gpu_request <= 0:
-            raise TraceFormatError(
-                f"{file}:{line}: column gpu_request: must be above 0, got {row['gpu_request']!r}"
-            )
-        workers = parse_number(file, line, "worker_num", row["worker_num"])
-        if workers < 1 or workers != int(workers):
-            raise TraceFormatError(
-                f"{file}:{line}: column worker_num: not a count >= 1: {row['worker_num']!r}"
-            )
-        duration = parse_number(file, line, "duration", row["duration"])
-        submit = parse_number(file, line, "submit_time", row["submit_time"])
-        if duration < 0 or submit < 0:
-            column = "duration" if duration < 0 else "submit_time"
-            raise TraceFormatError(f"{file}:{line}: column {column}: negative: {row[column]!r}")
-        jobs.append(
-            TraceJob(
-                name=parse_text(file, line, "job_name", row["job_name"]),
-                tenant=parse_text(file, line, "organization", row["organization"]),
-                gpu_model=parse_text(file, line, "gpu_model", row["gpu_model"]),
-                gpu_request=gpu_request,
-                worker_num=int(workers),
-                submit_time=submit,
-                duration=duration,
-                job_class=job_class,
-                cpu_request=parse_number(file, line, "cpu_request", row["cpu_request"]),
-            )
-        )
+        at = {c: header.index(c) for c in JOB_COLUMNS}
+        i_name, i_org, i_model = at["job_name"], at["organization"], at["gpu_model"]
+        i_cpu, i_req, i_w = at["cpu_request"], at["gpu_request"], at["worker_num"]
+        i_sub, i_dur, i_type = at["submit_time"], at["duration"], at["job_type"]
+        for row in reader:
+            try:
+                job_class = _JOB_TYPES[row[i_type].strip().lower()]
+                req, workers = float(row[i_req]), float(row[i_w])
+                submit, duration, cpu = float(row[i_sub]), float(row[i_dur]), float(row[i_cpu])
+                name, tenant, model = row[i_name].strip(), row[i_org].strip(), row[i_model].strip()
+                ok = (
+                    req > 0
+                    and workers >= 1
+                    and workers == int(workers)
+                    and submit >= 0
+                    and duration >= 0
+                    and math.isfinite(req + workers + submit + duration + cpu)
+                    and bool(name and tenant and model)
+                )
+            except (KeyError, ValueError, IndexError, OverflowError):
+                ok = False
+            if ok:
+                jobs.append(
+                    TraceJob(
+                        name, tenant, model, req, int(workers), submit, duration, job_class, cpu
+                    )
+                )
+            else:
+                cells = {h: row[i] if i < len(row) else "" for i, h in enumerate(header)}
+                jobs.append(_job_from_row(file, reader.line_num, cells))
     return jobs
 
 
