@@ -15,6 +15,7 @@ from stoker.core import (
     RecyclePod,
     StartPod,
     StopPod,
+    Tick,
 )
 from stoker.core.policies import QueueDrivenBudget, ReuseMatching
 
@@ -197,3 +198,33 @@ def test_standby_not_taken_by_a_gang_against_its_own_warm_pod() -> None:
 
 def test_queue_driven_budget_default_is_used() -> None:
     assert isinstance(Policies().budget, QueueDrivenBudget)
+
+
+def test_gang_never_cold_starts_on_the_gpu_of_a_standby_it_promotes() -> None:
+    """A standby taken by a gang grows to a full share: no cold pod of the gang goes there."""
+    prof = Profile("p", share=0.9, standby_share=0.1)
+    d = Driver(make_core(gpus=2, profiles=[prof]))
+    a = d.run("t", "a")
+    d.finish(a)
+    d.send(Tick(), at=1000.0)  # the warm pod's keep-alive ends
+    d.gone()  # GPU 0: a ready standby alone (free 0.9, the best fit); GPU 1 free
+    g = d.submit("u", "b", replicas=2)
+    job = d.core.jobs[g]
+    assert job.path is HitPath.COLD  # one standby, one cold pod
+    gpus = sorted(gid for pid in job.pods for gid in d.core.pods[pid].gpus)
+    assert gpus == ["node-0/0", "node-0/1"]
+    d.settle()
+    assert d.core.jobs[g].state is JobState.RUNNING
+
+
+def test_gang_reclaims_only_its_shortfall() -> None:
+    """A two-node gang with one node free reclaims the idle pods of the other node only."""
+    d = Driver(make_core(nodes=2, gpus=2, profiles=[Profile("p"), Profile("g", gpus=2)]))
+    a = d.run("t", "a", "p")
+    d.finish(a)
+    g = d.submit("t", "a", "g", replicas=2)
+    assert [s.reason for s in d.actions(StopPod)] == ["reclaim"]
+    d.gone()
+    assert d.core.jobs[g].state is JobState.PLACED
+    d.settle()
+    assert d.core.jobs[g].state is JobState.RUNNING

@@ -156,6 +156,41 @@ class Core:
     def budget_limit(self) -> float:
         return self.policies.budget.limit(self.cluster.total_gpus, self._queued_gpus)
 
+    def yield_idle(self, node: str, gpus_needed: int, now: float) -> list[Action]:
+        """Stop idle standby and warm pods on ``node`` so that ``gpus_needed`` of its GPUs
+        are wholly free once they are gone (HP demand takes them, free of cost).
+
+        Cards held only by idle pods are freed, standby pods' cards first, then the
+        least valuable warm ones. All or nothing: if the node cannot reach ``gpus_needed``
+        free GPUs this way, nothing is stopped and the answer is empty. The GPUs stay held
+        until the runtime reports PodGone, as for every stop.
+        """
+        self._now = max(self._now, now)
+        gpus = self.cluster.nodes[node].gpus
+        free = sum(1 for g in gpus if g.used < EPS)
+        if free >= gpus_needed:
+            return []
+        freeable: list[tuple[tuple[int, float, str], list[Pod]]] = []
+        budget = self.policies.budget
+        for g in gpus:
+            if g.used < EPS:
+                continue
+            owners = [self.pods.get(o) for o in g.allocs]
+            if not owners or any(p is None or p.state not in _IDLE for p in owners):
+                continue
+            pods = [p for p in owners if p is not None]
+            standby_only = all(p.state is PodState.STANDBY for p in pods)
+            value = max(budget.value(p, now) for p in pods)
+            freeable.append(((0 if standby_only else 1, value, g.id), pods))
+        if free + len(freeable) < gpus_needed:
+            return []
+        out: list[Action] = []
+        freeable.sort(key=lambda item: item[0])
+        for _, pods in freeable[: gpus_needed - free]:
+            for pod in pods:
+                self._stop(pod, "yield", now, out)
+        return out
+
     def queued(self, profile: str | None = None) -> list[str]:
         """Queued job ids, in queue order."""
         names = [profile] if profile else list(self._queues)
@@ -176,6 +211,27 @@ class Core:
             queued = job.id in self._queues[job.spec.profile]
             if (job.state is JobState.QUEUED) != queued:
                 raise AssertionError(f"job {job.id} state {job.state} but queued={queued}")
+        for (profile, *pair), pods in self._warm.items():
+            for pid in pods:
+                pod = self.pods[pid]
+                if pod.state is not PodState.WARM or (pod.profile, pod.owner) != (
+                    profile,
+                    tuple(pair),
+                ):
+                    raise AssertionError(f"warm index holds {pid} ({pod.state}, {pod.owner})")
+        for pod in self.pods.values():
+            if pod.state is PodState.STANDBY:
+                # the promotable index must match the GPU: stale entries would stop busy pods
+                gpu = self.cluster.gpus[pod.gpus[0]]
+                ok = all(self.pods[o].state is PodState.WARM for o in gpu.allocs if o != pod.id)
+                if ok != (pod.id in self._promotable[pod.profile]):
+                    raise AssertionError(f"standby {pod.id} promotable index stale")
+        for job_id, victims in self._reclaim.items():
+            if self.jobs[job_id].state is not JobState.QUEUED:
+                raise AssertionError(f"reclaim for job {job_id} in state {self.jobs[job_id].state}")
+            for pid in victims:
+                if self.pods[pid].state is not PodState.STOPPING:
+                    raise AssertionError(f"reclaim victim {pid} is {self.pods[pid].state}")
 
     # ------------------------------------------------------------------ events
 
@@ -281,7 +337,9 @@ class Core:
         self, job_id: str, exit_code: int, failure: Failure | None, now: float, out: list[Action]
     ) -> None:
         job = self._job(job_id)
-        if job.state is JobState.FINISHED:
+        if job.state not in (JobState.BINDING, JobState.RUNNING):
+            # late news of a run the core already moved on from (its pod failed and the job
+            # was re-queued, or it was ended): the job's current state stands
             return
         if job.started is None:
             job.started = now
@@ -339,13 +397,19 @@ class Core:
                     break
         missing = need - len(picked) - len(standby)
         taken = {pid for _, pid in picked} | set(standby)
-        slots = self._find_capacity(profile, missing, taken) if missing else []
-        if slots is None:
+        # a promoted standby grows to a full share on its GPU: no cold pod of this plan there
+        busy = {self.pods[pid].gpus[0] for pid in standby}
+        slots = self._find_capacity(profile, missing, busy) if missing else []
+        if len(slots) < missing:
             if job.id in self._reclaim:
                 return False  # room is already being freed for it
-            if self._can_recycle(profile, missing, taken, job, now, out, picked, standby):
+            if not slots and self._can_recycle(
+                profile, missing, taken, job, now, out, picked, standby
+            ):
                 return True
-            self._start_reclaim(job, profile, missing, taken, now, out)
+            # reclaim only the shortfall, around the slots that are free already
+            busy.update(g for _, gpus in slots for g in gpus)
+            self._start_reclaim(job, profile, missing - len(slots), taken, busy, now, out)
             return False
         self._dequeue(job)
         job.state = JobState.PLACED
@@ -382,25 +446,28 @@ class Core:
 
     def _find_capacity(
         self, profile: Profile, count: int, exclude: set[str]
-    ) -> list[tuple[str, list[str]]] | None:
-        """Free GPU slots for ``count`` pods (node, gpus each), best fit first; None if short."""
+    ) -> list[tuple[str, list[str]]]:
+        """Free GPU slots for up to ``count`` pods (node, gpus each), best fit first, never on
+        the GPUs in ``exclude``; fewer than ``count`` when the cluster is short."""
         extra: dict[str, float] = {}  # shares this plan already takes per GPU
         slots: list[tuple[str, list[str]]] = []
         if profile.gpus == 1:
             for _ in range(count):
                 for gpu in self.cluster.gpus_with_room(profile.gpu_model, profile.share):
+                    if gpu.id in exclude:
+                        continue
                     if gpu.free - extra.get(gpu.id, 0.0) >= profile.share - EPS:
                         extra[gpu.id] = extra.get(gpu.id, 0.0) + profile.share
                         slots.append((gpu.node, [gpu.id]))
                         break
                 else:
-                    return None
+                    return slots
             return slots
         for _ in range(count):
             by_node: dict[str, list[str]] = {}
             found = None
             for gpu in self.cluster.gpus_with_room(profile.gpu_model, profile.share):
-                if gpu.free - extra.get(gpu.id, 0.0) < profile.share - EPS:
+                if gpu.id in exclude or gpu.free - extra.get(gpu.id, 0.0) < profile.share - EPS:
                     continue
                 ids = by_node.setdefault(gpu.node, [])
                 ids.append(gpu.id)
@@ -408,16 +475,17 @@ class Core:
                     found = (gpu.node, ids)
                     break
             if found is None:
-                return None
+                return slots
             for gid in found[1]:
                 extra[gid] = extra.get(gid, 0.0) + profile.share
             slots.append(found)
         return slots
 
     def _victims(
-        self, profile: Profile, count: int, exclude: set[str], now: float
+        self, profile: Profile, count: int, exclude: set[str], busy: set[str], now: float
     ) -> list[list[Pod]] | None:
-        """Idle pods whose stopping frees ``count`` slots for ``profile``, lowest value first."""
+        """Idle pods (not in ``exclude``) whose stopping frees ``count`` slots for ``profile``
+        on GPUs not in ``busy``, lowest value first."""
         budget = self.policies.budget
         candidates = sorted(
             (
@@ -432,7 +500,7 @@ class Core:
         freed: dict[str, float] = {}
         per_node: dict[str, list[Pod]] = {}
         groups: list[list[Pod]] = []
-        used_gpus: set[str] = set()
+        used_gpus = set(busy)
         for victim in candidates:
             for gid in victim.gpus:
                 freed[gid] = freed.get(gid, 0.0) + self.cluster.gpus[gid].allocs.get(victim.id, 0)
@@ -456,10 +524,11 @@ class Core:
         profile: Profile,
         count: int,
         taken: set[str],
+        busy: set[str],
         now: float,
         out: list[Action],
     ) -> None:
-        groups = self._victims(profile, count, taken, now)
+        groups = self._victims(profile, count, taken, busy, now)
         if groups is None:
             return
         stopping: set[str] = set()

@@ -1,0 +1,220 @@
+"""Property tests: random event sequences against the core's invariants.
+
+A state machine plays runtime and callers at once: it submits, cancels, reports pods ready,
+failed and gone, jobs started and finished (sometimes late, for jobs the core has already
+moved on from), and lets time pass. After every event it checks:
+
+- no pod ever serves two (tenant, tag) pairs;
+- no GPU holds more than 1.0 (``Core.check``: shares, indexes, idle total, queues);
+- every submitted job is queued, placed, binding, running or finished, and a job that is
+  placed, binding or running only points at live pods (a dead pod would strand it);
+- the warm budget holds once the actions are applied: the GPUs held by idle warm pods and
+  by standby pods (starting or ready, not promoted), not counting pods the core has asked
+  to stop, are at most the budget's limit.
+
+At the end it answers everything and finishes every job: every job must finish (none lost
+or stranded). Determinism: replaying the same events gives the same actions.
+"""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from conftest import Driver
+from stoker.core import (
+    BindJob,
+    Cluster,
+    Core,
+    Failure,
+    JobCancelled,
+    JobEnded,
+    JobStarted,
+    JobState,
+    PodFailed,
+    PodState,
+    Policies,
+    Profile,
+    PromoteStandby,
+    RecyclePod,
+    StartPod,
+    Tick,
+)
+from stoker.core.policies import (
+    AlwaysOn,
+    BesideActive,
+    FittedKeepAlive,
+    FixedKeepAlive,
+    NoStandby,
+    QueueDrivenBudget,
+    ReuseMatching,
+    StaticBudget,
+)
+
+PROFILES = [
+    Profile("p", share=0.9, standby_share=0.1),
+    Profile("q", recyclable=True),
+    Profile("g", gpus=2),
+    Profile("h", share=0.45, standby_share=0.1),  # two pods and a standby share a GPU
+]
+POLICIES = [
+    lambda: Policies(),
+    lambda: Policies(
+        keepalive=FittedKeepAlive(min_samples=2, fallback_s=5.0),
+        budget=QueueDrivenBudget(gpus=2.0, floor=0.5),
+    ),
+    lambda: Policies(keepalive=AlwaysOn(), budget=StaticBudget(gpus=1.0)),
+    lambda: Policies(matching=ReuseMatching(reuse=False), standby=NoStandby()),
+    lambda: Policies(
+        keepalive=FixedKeepAlive(0.0), budget=QueueDrivenBudget(), standby=BesideActive(1)
+    ),
+]
+FAILURES = [None, Failure.USER_ERROR, Failure.POD_DIED, Failure.TIMEOUT]
+
+
+class CoreMachine(RuleBasedStateMachine):
+    """Random callers and a random runtime against one core."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.d: Driver
+        self.owners: dict[str, tuple[str, str]] = {}
+        self.standby: dict[str, None] = {}  # started as standby and not promoted
+        self.seen = 0
+
+    @initialize(policy=st.integers(0, len(POLICIES) - 1), nodes=st.integers(1, 2))
+    def setup(self, policy: int, nodes: int) -> None:
+        core = Core(Cluster.uniform(nodes, 2), PROFILES, POLICIES[policy]())
+        self.d = Driver(core)
+        self.policy = policy
+        self.nodes = nodes
+
+    # ------------------------------------------------------------ callers
+
+    @rule(
+        tenant=st.sampled_from(["t", "u"]),
+        tag=st.sampled_from(["a", "b"]),
+        profile=st.sampled_from(["p", "p", "q", "g", "h"]),
+        replicas=st.sampled_from([1, 1, 1, 2]),
+    )
+    def submit(self, tenant: str, tag: str, profile: str, replicas: int) -> None:
+        if profile == "g" and replicas * 2 > 2 * self.nodes:
+            replicas = 1
+        self.d.submit(tenant, tag, profile, replicas)
+
+    @precondition(lambda self: self.d.core.jobs)
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        jid = data.draw(st.sampled_from(sorted(self.d.core.jobs)))
+        self.d.send(JobCancelled(jid))
+
+    # ------------------------------------------------------------ runtime
+
+    @precondition(lambda self: self.d.starting)
+    @rule(data=st.data())
+    def ready(self, data: st.DataObject) -> None:
+        self.d.ready([data.draw(st.sampled_from(list(self.d.starting)))])
+
+    @precondition(lambda self: self.d.binding)
+    @rule(data=st.data())
+    def started(self, data: st.DataObject) -> None:
+        self.d.send(JobStarted(data.draw(st.sampled_from(list(self.d.binding)))))
+
+    @precondition(lambda self: self.d.binding or self.d.running)
+    @rule(data=st.data(), failure=st.sampled_from(FAILURES))
+    def finished(self, data: st.DataObject, failure: Failure | None) -> None:
+        jid = data.draw(st.sampled_from([*self.d.binding, *self.d.running]))
+        self.d.finish(jid, exit_code=0 if failure is None else 1, failure=failure)
+
+    @precondition(lambda self: self.d.stopping)
+    @rule(data=st.data())
+    def gone(self, data: st.DataObject) -> None:
+        self.d.gone([data.draw(st.sampled_from(list(self.d.stopping)))])
+
+    @precondition(lambda self: any(p.state is not PodState.GONE for p in self.d.core.pods.values()))
+    @rule(data=st.data())
+    def pod_failed(self, data: st.DataObject) -> None:
+        live = sorted(p.id for p in self.d.core.pods.values() if p.state is not PodState.GONE)
+        pid = data.draw(st.sampled_from(live))
+        self.d.starting.pop(pid, None)
+        self.d.stopping.pop(pid, None)
+        self.d.send(PodFailed(pid))
+
+    @rule(dt=st.sampled_from([0.5, 3.0, 30.0, 120.0]))
+    def tick(self, dt: float) -> None:
+        self.d.send(Tick(), at=self.d.now + dt)
+
+    # ------------------------------------------------------------ invariants
+
+    @invariant()
+    def consistent(self) -> None:
+        if not hasattr(self, "d"):
+            return
+        core = self.d.core
+        for _, _, actions in self.d.log[self.seen :]:
+            for a in actions:
+                match a:
+                    case BindJob(job=jid, pods=pods):
+                        pair = core.jobs[jid].pair
+                        for pid in pods:
+                            assert self.owners.setdefault(pid, pair) == pair, (pid, pair)
+                    case StartPod(pod=pid, standby=True):
+                        self.standby[pid] = None
+                    case PromoteStandby(pod=pid):
+                        self.standby.pop(pid, None)
+                    case RecyclePod(new_pod=new):
+                        assert new not in self.owners
+                    case JobEnded(job=jid):
+                        self.d.binding.pop(jid, None)
+                        self.d.running.pop(jid, None)
+        self.seen = len(self.d.log)
+        for pod in core.pods.values():
+            if pod.owner is not None:
+                assert self.owners.get(pod.id, pod.owner) == pod.owner
+        for job in core.jobs.values():
+            assert job.state in JobState
+            if job.state in (JobState.PLACED, JobState.BINDING, JobState.RUNNING):
+                assert len(job.pods) == job.spec.replicas, job
+                for pid in job.pods:
+                    pod = core.pods[pid]
+                    assert pod.state not in (PodState.STOPPING, PodState.GONE), (job, pod)
+                    assert job.id in (pod.job, pod.pending_job), (job, pod)
+        idle = 0.0
+        gpus = core.cluster.gpus
+        for pod in core.pods.values():
+            if pod.state in (PodState.WARM, PodState.STANDBY) or (
+                pod.state is PodState.STARTING and pod.id in self.standby
+            ):
+                idle += sum(gpus[g].allocs.get(pod.id, 0.0) for g in pod.gpus)
+        assert idle <= core.budget_limit() + 1e-6, (idle, core.budget_limit())
+        assert math.isclose(idle, core.idle_gpus, abs_tol=1e-6)
+
+    def teardown(self) -> None:
+        if not hasattr(self, "d"):
+            return
+        d = self.d
+        for _ in range(100):
+            d.settle()
+            for jid in list(d.running):
+                d.finish(jid)
+            d.send(Tick(), at=d.now + 1e5)
+            if all(j.state is JobState.FINISHED for j in d.core.jobs.values()):
+                break
+        stuck = [j for j in d.core.jobs.values() if j.state is not JobState.FINISHED]
+        assert not stuck, stuck
+        # determinism: the same events at the same times give the same actions
+        replay = Core(Cluster.uniform(self.nodes, 2), PROFILES, POLICIES[self.policy]())
+        for now, event, actions in d.log:
+            assert replay.handle(event, now) == actions
+
+
+CoreMachine.TestCase.settings = settings(
+    max_examples=300,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestCore = CoreMachine.TestCase
