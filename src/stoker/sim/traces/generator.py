@@ -44,7 +44,7 @@ FRACTIONAL_REQUESTS: tuple[float, ...] = (0.01, 0.05, 0.1, 0.2, 0.25, 0.3, 0.4, 
 # give the hourly arrivals their published over-dispersion (summary_extra.txt, Fano ~90)
 # and the inter-arrival quantiles (extra_inter_arrival_quantiles.csv, median 16 s).
 BURST_MEAN_JOBS = 2.0
-IN_BURST_GAP_S = 12.0
+IN_BURST_GAP_S = 20.0
 # ours: each tenant's day-to-day volume varies around the published daily profile by a
 # log-normal factor of this sigma, and its hour-of-day profile is the published one,
 # shifted by up to this many hours and sharpened or flattened by an exponent in
@@ -63,6 +63,8 @@ INITIAL_MIN_DURATION_S = DAY_S
 # (job_type_summary.csv).
 SPOT_SIGMA = math.log(cal.SPOT_P90_DURATION_S / cal.SPOT_MEDIAN_DURATION_S) / 1.2815515655446004
 MIN_DURATION_S = 1.0
+HP_JOB_SHARE = cal.HP_JOBS / cal.TOTAL_JOBS
+HP_GPU_SECONDS_SHARE = cal.HP_GPU_SECONDS / cal.TOTAL_GPU_SECONDS
 # ours: a tenant's short jobs are stretched by (its median / the trace's median) to this
 # power (org_by_gpu_seconds.csv gives the medians; the full power would widen the mix of
 # tenants far past the published duration buckets).
@@ -127,9 +129,20 @@ def _window_day_weights(cfg: GeneratorConfig) -> np.ndarray:
 
 
 def _worker_distribution_for(mean_workers: float) -> np.ndarray:
-    """The published worker-count distribution tilted by w**beta to have this mean."""
+    """A worker-count distribution with this mean, built from the published one.
+
+    When the mean is within reach, one worker or a draw from the published multi-worker
+    counts (so their shape is kept); above that, the multi-worker counts are tilted by
+    w**beta until the mean is met.
+    """
     values = np.array(list(cal.WORKER_COUNT_JOBS), dtype=float)
     counts = np.array(list(cal.WORKER_COUNT_JOBS.values()), dtype=float)
+    multi = np.where(values > 1, counts, 0.0)
+    multi_mean = float(multi @ values / multi.sum())
+    if mean_workers <= multi_mean:
+        q = max(mean_workers - 1.0, 0.0) / (multi_mean - 1.0)
+        return np.where(values == 1, 1.0 - q, q * multi / multi.sum())
+    counts = multi
     logs = np.log(values)
 
     def tilted(beta: float) -> np.ndarray:
@@ -219,20 +232,35 @@ def _org_models() -> list[_OrgModel]:
     initial_share = cal.INITIAL_GPU_SECONDS / cal.TOTAL_GPU_SECONDS
     short_mean, long_mean = _short_mean(), _long_mean()
     global_median = cal.DURATION_QUANTILES_S[0.5]
+    # the mixes are shares of GPU-seconds; turn them into shares of jobs per model, with a
+    # per-model factor fitted (iterative proportional fitting) so the organizations'
+    # jobs add up to each model's published job count
+    mix = np.array([o.model_gpu_seconds_share for o in cal.ORGANIZATIONS]) / per_job_gs
+    org_jobs = np.array([o.jobs for o in cal.ORGANIZATIONS], dtype=float)
+    model_jobs = np.array([cal.DEMAND_BY_MODEL[m].jobs for m in models], dtype=float)
+    factor_m = np.ones(len(models))
+    for _ in range(50):
+        job_probs = mix * factor_m
+        job_probs /= job_probs.sum(axis=1, keepdims=True)
+        factor_m *= model_jobs / (org_jobs @ job_probs)
     out: list[_OrgModel] = []
-    for org in cal.ORGANIZATIONS:
+    for row, org in enumerate(cal.ORGANIZATIONS):
         shares = np.array(org.model_gpu_seconds_share)
-        # the mix is a share of GPU-seconds; turn it into a share of jobs per model
-        weights = shares / per_job_gs
-        probs = weights / weights.sum()
+        probs = job_probs[row]
         org_share = org.gpu_seconds / cal.TOTAL_GPU_SECONDS
         regular = max(org.jobs - cal.INITIAL_JOBS * org_share, 1.0)
-        # demand-weighted mean duration each (org, model) needs for its GPU-seconds
-        jobs_m = regular * probs
+        # demand-weighted mean duration each (org, model) needs for its GPU-seconds; the
+        # HP law carries the HP share of them over the HP share of the jobs (spot jobs
+        # follow their own law)
+        jobs_m = regular * probs * HP_JOB_SHARE
         with np.errstate(divide="ignore", invalid="ignore"):
             target = np.where(
                 jobs_m > 0,
-                org.gpu_seconds * shares * (1 - initial_share) / (jobs_m * per_job_demand),
+                org.gpu_seconds
+                * shares
+                * HP_GPU_SECONDS_SHARE
+                * (1 - initial_share)
+                / (jobs_m * per_job_demand),
                 0.0,
             )
         stretch = (org.median_duration / global_median) ** SHORT_MEDIAN_EXPONENT
