@@ -273,12 +273,16 @@ def test_tenants_have_diurnal_hp_demand(short_jobs) -> None:
     # process would give about 1
     hod = np.array(cal.HOUR_OF_DAY_JOBS, dtype=float)
     assert hod[10:18].sum() / hod[1:9].sum() > 1.6
-    for tenant in ("13", "57", "19"):
+    for tenant in ("13", "57", None):  # the two biggest tenants, and all together
         t = np.array(
-            [j.submit_time for j in short_jobs if j.tenant == tenant and j.job_class == "hp"]
+            [
+                j.submit_time
+                for j in short_jobs
+                if j.job_class == "hp" and tenant in (None, j.tenant)
+            ]
         )
         counts = np.bincount(((t[t > 0] % 86_400) // 3_600).astype(int), minlength=24)
-        assert counts[10:18].sum() / counts[1:9].sum() > 1.25, tenant
+        assert counts[10:18].sum() / counts[1:9].sum() > 1.3, tenant
 
 
 @needs_data
