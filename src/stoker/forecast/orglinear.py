@@ -71,7 +71,7 @@ class OrgLinear:
         train_h: int = 4 * _WEEK_H,
         kernel: int = 25,
         emb_dim: int = 4,
-        epochs: int = 20,
+        epochs: int = 10,
         batch_size: int = 256,
         lr: float = 3e-3,
         weight_decay: float = 1e-5,
