@@ -1,0 +1,156 @@
+"""Every duration the virtual runtime samples, as a named, documented parameter with its source.
+
+Two kinds of source: the Firepool paper (arXiv 2611.10832) where it states a figure for an
+input (pod start with and without the image on the node), and an explicit assumption
+everywhere else. Assumptions are meant to be replaced by values measured on a real host with
+``stoker bench local`` once the local runtime exists; until then they are what they say.
+No result of the paper (speedups, percentiles, handover, hit fraction) appears here: results
+are computed from the simulated records, never put in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import numpy as np
+
+Kind = Literal["uniform", "lognormal", "const"]
+
+
+@dataclass(frozen=True, slots=True)
+class Dist:
+    """A positive duration distribution in seconds.
+
+    ``uniform``: between ``a`` and ``b``. ``lognormal``: median ``a``, log-space sigma ``b``.
+    ``const``: always ``a``. ``source`` says where the numbers come from.
+    """
+
+    kind: Kind
+    a: float
+    b: float = 0.0
+    source: str = "assumption"
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("uniform", "lognormal", "const"):
+            raise ValueError(f"dist kind: unknown {self.kind!r}")
+        if self.a < 0 or self.b < 0:
+            raise ValueError(f"dist {self.kind}: a and b must be >= 0 (got {self.a}, {self.b})")
+        if self.kind == "uniform" and self.b < self.a:
+            raise ValueError(f"dist uniform: b ({self.b}) must be >= a ({self.a})")
+
+    def sample(self, rng: np.random.Generator) -> float:
+        if self.kind == "uniform":
+            return float(rng.uniform(self.a, self.b))
+        if self.kind == "lognormal":
+            return float(self.a * np.exp(self.b * rng.standard_normal()))
+        return self.a
+
+    def sample_n(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self.kind == "uniform":
+            return rng.uniform(self.a, self.b, n)
+        if self.kind == "lognormal":
+            return self.a * np.exp(self.b * rng.standard_normal(n))
+        return np.full(n, self.a)
+
+    @property
+    def mean(self) -> float:
+        if self.kind == "uniform":
+            return (self.a + self.b) / 2
+        if self.kind == "lognormal":
+            return float(self.a * np.exp(self.b**2 / 2))
+        return self.a
+
+    def scaled(self, factor: float) -> Dist:
+        """The same shape with its location scaled (a sensitivity sweep's knob)."""
+        if self.kind == "lognormal":
+            return replace(self, a=self.a * factor, source=f"{self.source} (x{factor:g})")
+        return replace(
+            self, a=self.a * factor, b=self.b * factor, source=f"{self.source} (x{factor:g})"
+        )
+
+    def describe(self) -> str:
+        if self.kind == "uniform":
+            return f"uniform {self.a:g}-{self.b:g} s"
+        if self.kind == "lognormal":
+            return f"lognormal median {self.a:g} s, sigma {self.b:g}"
+        return f"{self.a:g} s"
+
+
+_PAPER = "Firepool, arXiv 2611.10832"
+_MEASURE = "assumption; to be replaced by `stoker bench local` measurements"
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeParams:
+    """Durations of the virtual runtime's steps (the infrastructure, not the workload)."""
+
+    pod_start: Dist = field(
+        default_factory=lambda: Dist(
+            "uniform", 20.0, 35.0, f"{_PAPER}: 20-35 s pod start with the image on the node"
+        )
+    )
+    """Cold pod start (schedule, container start, agent up, CUDA init) with the image cached."""
+
+    image_pull: Dist = field(
+        default_factory=lambda: Dist(
+            "uniform",
+            60.0,
+            180.0,
+            f"{_PAPER} says 'minutes' without the image; 1-3 min is our assumption",
+        )
+    )
+    """Extra time for the first pod of a profile on a node (the base image is not cached)."""
+
+    standby_start: Dist = field(
+        default_factory=lambda: Dist(
+            "uniform",
+            20.0,
+            35.0,
+            "assumption: a standby pod starts like a pod (it skips CUDA init, which is small)",
+        )
+    )
+    """Starting a zero-VRAM standby pod, in the background (off every job's path)."""
+
+    promote: Dist = field(default_factory=lambda: Dist("uniform", 0.3, 1.0, _MEASURE))
+    """Promoting a standby pod: the warm pod beside it is killed, CUDA context initialised."""
+
+    bind: Dist = field(default_factory=lambda: Dist("lognormal", 0.5, 0.5, _MEASURE))
+    """Binding a job into a pod: fetch code, extra deps from a warm cache, topology, start the
+    process in the preloaded environment."""
+
+    recycle: Dist = field(default_factory=lambda: Dist("uniform", 1.0, 3.0, _MEASURE))
+    """Scrubbing a pod in place (kill processes, wipe workspace, restart agent)."""
+
+    stop: Dist = field(
+        default_factory=lambda: Dist(
+            "uniform",
+            5.0,
+            20.0,
+            "assumption: Kubernetes pod deletion within its 30 s grace period",
+        )
+    )
+    """Stopping a pod until its GPU share is free (PodGone)."""
+
+    def with_pod_start(self, factor: float) -> RuntimeParams:
+        """Pod start (and standby start) scaled by ``factor`` (the sensitivity sweep)."""
+        return replace(
+            self,
+            pod_start=self.pod_start.scaled(factor),
+            standby_start=self.standby_start.scaled(factor),
+        )
+
+    def table(self) -> dict[str, dict[str, str]]:
+        """Each parameter, its distribution and its source (for results.json and docs)."""
+        return {
+            name: {"dist": d.describe(), "source": d.source}
+            for name, d in (
+                ("pod_start", self.pod_start),
+                ("image_pull", self.image_pull),
+                ("standby_start", self.standby_start),
+                ("promote", self.promote),
+                ("bind", self.bind),
+                ("recycle", self.recycle),
+                ("stop", self.stop),
+            )
+        }

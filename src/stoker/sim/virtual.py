@@ -1,0 +1,99 @@
+"""The virtual runtime: carries out the core's actions by scheduling their outcomes after
+sampled durations (see :mod:`stoker.sim.params`). It keeps only what a real runtime would
+know: which base images each node has pulled, and which jobs are bound and running."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from stoker.core import (
+    Action,
+    BindJob,
+    Failure,
+    JobEnded,
+    JobFinished,
+    JobStarted,
+    KillJob,
+    PodGone,
+    PodReady,
+    PromoteStandby,
+    RecyclePod,
+    StartPod,
+    StopPod,
+)
+from stoker.sim.params import RuntimeParams
+
+if TYPE_CHECKING:
+    from stoker.sim.engine import Simulator
+
+
+class VirtualRuntime:
+    """Answers StartPod with PodReady (after image pull on a cold node + pod start),
+    PromoteStandby and RecyclePod with PodReady, BindJob with JobStarted then JobFinished,
+    StopPod with PodGone, KillJob with a cancelled JobFinished."""
+
+    def __init__(
+        self,
+        sim: Simulator,
+        params: RuntimeParams,
+        rng: np.random.Generator,
+        prepulled: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        self.sim = sim
+        self.params = params
+        self.rng = rng
+        # (node, profile) -> time its base image is on the node (a pull in flight counts:
+        # a second pod on the node waits for the same pull instead of pulling again);
+        # ``prepulled`` pairs have it from the start
+        self._image_at: dict[tuple[str, str], float] = {key: 0.0 for key in prepulled}
+        self._run_s: dict[str, float] = {}
+        self._ended: dict[str, None] = {}
+        self.pulls = 0
+
+    def plan_job(self, job_id: str, run_s: float) -> None:
+        if run_s < 0:
+            raise ValueError(f"job {job_id}: run_s must be >= 0 (got {run_s})")
+        self._run_s[job_id] = run_s
+
+    def job_done(self, job_id: str) -> None:
+        """The core saw the job end: tell its workload once."""
+        if job_id in self._ended:
+            return
+        self._ended[job_id] = None
+        self.sim.workload.job_done(self.sim, job_id)
+
+    def carry_out(self, action: Action) -> None:
+        sim, p, rng = self.sim, self.params, self.rng
+        match action:
+            case StartPod(pod=pod, profile=profile, node=node, standby=standby):
+                key = (node, profile)
+                image_at = self._image_at.get(key)
+                if image_at is None:
+                    self.pulls += 1
+                    image_at = sim.now + p.image_pull.sample(rng)
+                    self._image_at[key] = image_at
+                start = (p.standby_start if standby else p.pod_start).sample(rng)
+                sim.at(max(sim.now, image_at) + start, sim.deliver, PodReady(pod))
+            case PromoteStandby(pod=pod):
+                sim.after(p.promote.sample(rng), sim.deliver, PodReady(pod))
+            case RecyclePod(new_pod=new):
+                sim.after(p.recycle.sample(rng), sim.deliver, PodReady(new))
+            case StopPod(pod=pod):
+                sim.after(p.stop.sample(rng), sim.deliver, PodGone(pod))
+            case BindJob(job=job):
+                bind = p.bind.sample(rng)
+                sim.after(bind, sim.deliver, JobStarted(job))
+                sim.after(bind + self._run_s.get(job, 0.0), self._finish, job)
+            case KillJob(job=job):
+                self._finish(job, Failure.CANCELLED)
+            case JobEnded(job=job):
+                self.job_done(job)
+
+    def _finish(self, job_id: str, failure: Failure | None = None) -> None:
+        if job_id in self._ended:
+            return  # killed before its planned end
+        code = 0 if failure is None else 1
+        self.sim.deliver(JobFinished(job_id, exit_code=code, failure=failure))
