@@ -32,6 +32,7 @@ class Published:
     source: str
     daily_hp_jobs: tuple[int, ...]
     daily_spot_jobs: tuple[int, ...]
+    daily_gpu_seconds: tuple[float, ...]
     daily_mean_concurrent_gpus: tuple[float, ...]
     concurrency_hour_of_day_swing: float
     concurrency_daily_swing_median: float
@@ -62,6 +63,7 @@ def published_from_calibration() -> Published:
         source="embedded calibration (stoker.sim.traces.calibration)",
         daily_hp_jobs=cal.DAILY_HP_JOBS,
         daily_spot_jobs=cal.DAILY_SPOT_JOBS,
+        daily_gpu_seconds=tuple(float(v) for v in cal.DAILY_GPU_SECONDS),
         daily_mean_concurrent_gpus=cal.DAILY_MEAN_CONCURRENT_GPUS,
         concurrency_hour_of_day_swing=cal.CONCURRENCY_HOUR_OF_DAY_SWING,
         concurrency_daily_swing_median=cal.CONCURRENCY_DAILY_SWING_MEDIAN,
@@ -102,7 +104,7 @@ def _rows(folder: Path, name: str, columns: Sequence[str]) -> list[dict[str, str
 def published_from_aggregates(folder: str | Path) -> Published:
     """Read the published figures from the aggregate files themselves."""
     agg = Path(folder)
-    daily = _rows(agg, "daily_summary.csv", ("submit_day", "hp_jobs", "spot_jobs"))
+    daily = _rows(agg, "daily_summary.csv", ("submit_day", "hp_jobs", "spot_jobs", "gpu_seconds"))
     hourly = _rows(agg, "extra_hourly_concurrency.csv", ("hour", "gpus_active_requested"))
     gpus = np.array([float(r["gpus_active_requested"]) for r in hourly])
     n_days = math.ceil(len(gpus) / 24)
@@ -126,6 +128,7 @@ def published_from_aggregates(folder: str | Path) -> Published:
         source=str(agg),
         daily_hp_jobs=tuple(int(r["hp_jobs"]) for r in daily),
         daily_spot_jobs=tuple(int(r["spot_jobs"]) for r in daily),
+        daily_gpu_seconds=tuple(float(r["gpu_seconds"]) for r in daily),
         daily_mean_concurrent_gpus=tuple(
             float(gpus[d * 24 : (d + 1) * 24].mean()) for d in range(n_days)
         ),
@@ -257,12 +260,13 @@ def compare(
         pub.hp_gpu_seconds / (pub.hp_gpu_seconds + pub.spot_gpu_seconds),
         gs[~spot].sum() / gs.sum(),
     )
-    total_days = cal.TRACE_DAYS
     add(
         "volume",
-        "GPU-seconds per day (per unit scale)",
-        (pub.hp_gpu_seconds + pub.spot_gpu_seconds) / total_days,
-        gs.sum() / days / scale,
+        "GPU-seconds of the jobs submitted (per unit scale)",
+        float(np.dot(keep, pub.daily_gpu_seconds)),
+        # past day 0, the jobs running at the window's start were submitted before it
+        (gs.sum() if start_day == 0 else gs[t > 0].sum()) / scale,
+        window,
     )
     add("volume", "jobs at t=0 (per unit scale)", pub.initial_jobs, (t == 0).sum() / scale)
     add("volume", "tenants", len(pub.org_jobs), len(set(tenants.tolist())))
