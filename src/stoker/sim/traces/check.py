@@ -55,6 +55,7 @@ class Published:
     hour_of_day_jobs: tuple[int, ...]
     inter_arrival_quantiles: dict[float, float]
     initial_jobs: int
+    initial_gpu_demand: float
 
 
 def published_from_calibration() -> Published:
@@ -86,6 +87,7 @@ def published_from_calibration() -> Published:
         hour_of_day_jobs=cal.HOUR_OF_DAY_JOBS,
         inter_arrival_quantiles=dict(cal.INTER_ARRIVAL_QUANTILES_S),
         initial_jobs=cal.INITIAL_JOBS,
+        initial_gpu_demand=cal.INITIAL_GPU_DEMAND,
     )
 
 
@@ -119,7 +121,7 @@ def published_from_aggregates(folder: str | Path) -> Published:
     orgs = _rows(agg, "org_by_gpu_seconds.csv", ("organization", "jobs", "gpu_seconds"))
     hod = _rows(agg, "extra_hour_of_day_patterns.csv", ("hour_of_day", "jobs"))
     inter = _rows(agg, "extra_inter_arrival_quantiles.csv", ("quantile", "seconds"))
-    first_hour = _rows(agg, "hourly_summary.csv", ("submit_hour", "jobs"))[0]
+    first_hour = _rows(agg, "hourly_summary.csv", ("submit_hour", "jobs", "gpu_demand"))[0]
 
     def buckets(name: str, key: str) -> dict[str, int]:
         return {r[key]: int(r["jobs"]) for r in _rows(agg, name, (key, "jobs"))}
@@ -155,6 +157,7 @@ def published_from_aggregates(folder: str | Path) -> Published:
         hour_of_day_jobs=tuple(int(r["jobs"]) for r in hod),
         inter_arrival_quantiles={float(r["quantile"]): float(r["seconds"]) for r in inter},
         initial_jobs=int(first_hour["jobs"]),
+        initial_gpu_demand=float(first_hour["gpu_demand"]),
     )
 
 
@@ -269,6 +272,12 @@ def compare(
         window,
     )
     add("volume", "jobs at t=0 (per unit scale)", pub.initial_jobs, (t == 0).sum() / scale)
+    add(
+        "volume",
+        "GPU demand at t=0 (per unit scale)",
+        pub.initial_gpu_demand,
+        demand[t == 0].sum() / scale,
+    )
     add("volume", "tenants", len(pub.org_jobs), len(set(tenants.tolist())))
 
     # durations

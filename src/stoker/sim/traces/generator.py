@@ -214,7 +214,7 @@ class _OrgModel:
 
     name: str
     regular_jobs: float
-    initial_weight: float
+    initial_weights: np.ndarray
     model_probs: np.ndarray
     long_prob: np.ndarray
     short_factor: np.ndarray
@@ -277,7 +277,7 @@ def _org_models() -> list[_OrgModel]:
             _OrgModel(
                 name=org.name,
                 regular_jobs=regular,
-                initial_weight=org_share,
+                initial_weights=org.gpu_seconds * shares / mean_request,
                 model_probs=probs,
                 long_prob=long_prob,
                 short_factor=factor,
@@ -455,11 +455,16 @@ def generate_jobs(cfg: GeneratorConfig) -> list[TraceJob]:
 
     if cfg.initial_jobs:
         n_init = int(rng.poisson(cal.INITIAL_JOBS * cfg.scale))
-        weights = np.array([o.initial_weight for o in orgs])
-        tenant_of = rng.choice(len(orgs), size=n_init, p=weights / weights.sum())
+        # (tenant, model) pairs in proportion to their published GPU-seconds over the
+        # model's mean request, so each pair's share of the opening load is its share of
+        # the GPU-seconds (what _org_models took off every pair)
+        weights = np.concatenate([o.initial_weights for o in orgs])
+        pair = rng.choice(len(weights), size=n_init, p=weights / weights.sum())
+        n_models = len(cal.MODEL_ORDER)
+        tenant_of, model_of = pair // n_models, pair % n_models
         for idx in np.unique(tenant_of):
-            n = int((tenant_of == idx).sum())
-            model_idx = rng.choice(len(cal.MODEL_ORDER), size=n, p=orgs[idx].model_probs)
+            model_idx = model_of[tenant_of == idx]
+            n = len(model_idx)
             req = np.empty(n)
             w = np.empty(n, dtype=np.int64)
             cpu = np.empty(n)
