@@ -115,9 +115,13 @@ class RuntimeParams:
     promote: Dist = field(default_factory=lambda: Dist("uniform", 0.3, 1.0, _MEASURE))
     """Promoting a standby pod: the warm pod beside it is killed, CUDA context initialised."""
 
-    bind: Dist = field(default_factory=lambda: Dist("lognormal", 0.5, 0.5, _MEASURE))
-    """Binding a job into a pod: fetch code, extra deps from a warm cache, topology, start the
-    process in the preloaded environment."""
+    bind: Dist = field(default_factory=lambda: Dist("lognormal", 1.0, 0.5, _MEASURE))
+    """Binding a job into a pod that never ran its caller (fresh, promoted or recycled): fetch
+    code, install extra deps from a warm cache, topology, start the process."""
+
+    rebind: Dist = field(default_factory=lambda: Dist("lognormal", 0.3, 0.5, _MEASURE))
+    """Binding a job into a warm pod of its own caller: its deps are installed already, only
+    the new code and argv are written and the process started."""
 
     recycle: Dist = field(default_factory=lambda: Dist("uniform", 1.0, 3.0, _MEASURE))
     """Scrubbing a pod in place (kill processes, wipe workspace, restart agent)."""
@@ -150,6 +154,7 @@ class RuntimeParams:
                 ("standby_start", self.standby_start),
                 ("promote", self.promote),
                 ("bind", self.bind),
+                ("rebind", self.rebind),
                 ("recycle", self.recycle),
                 ("stop", self.stop),
             )

@@ -51,6 +51,7 @@ class VirtualRuntime:
         self._image_at: dict[tuple[str, str], float] = {key: 0.0 for key in prepulled}
         self._run_s: dict[str, float] = {}
         self._ended: dict[str, None] = {}
+        self._bound: dict[str, None] = {}  # pods a job was bound into
         self.pulls = 0
 
     def plan_job(self, job_id: str, run_s: float) -> None:
@@ -83,8 +84,12 @@ class VirtualRuntime:
                 sim.after(p.recycle.sample(rng), sim.deliver, PodReady(new))
             case StopPod(pod=pod):
                 sim.after(p.stop.sample(rng), sim.deliver, PodGone(pod))
-            case BindJob(job=job):
-                bind = p.bind.sample(rng)
+            case BindJob(job=job, pods=pods):
+                # a pod that ran a job before only ever ran this caller (the core's rule):
+                # its dependencies are in place already
+                again = all(pid in self._bound for pid in pods)
+                self._bound.update(dict.fromkeys(pods))
+                bind = (p.rebind if again else p.bind).sample(rng)
                 sim.after(bind, sim.deliver, JobStarted(job))
                 sim.after(bind + self._run_s.get(job, 0.0), self._finish, job)
             case KillJob(job=job):
