@@ -271,13 +271,14 @@ def compare(
         (gs.sum() if start_day == 0 else gs[t > 0].sum()) / scale,
         window,
     )
-    add("volume", "jobs at t=0 (per unit scale)", pub.initial_jobs, (t == 0).sum() / scale)
-    add(
-        "volume",
-        "GPU demand at t=0 (per unit scale)",
-        pub.initial_gpu_demand,
-        demand[t == 0].sum() / scale,
-    )
+    if start_day == 0:  # later windows open on the generated history, not on these
+        add("volume", "jobs at t=0 (per unit scale)", pub.initial_jobs, (t == 0).sum() / scale)
+        add(
+            "volume",
+            "GPU demand at t=0 (per unit scale)",
+            pub.initial_gpu_demand,
+            demand[t == 0].sum() / scale,
+        )
     add("volume", "tenants", len(pub.org_jobs), len(set(tenants.tolist())))
 
     # durations

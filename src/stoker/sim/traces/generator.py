@@ -87,6 +87,8 @@ class GeneratorConfig:
     days: float = cal.TRACE_DAYS
     start_day: int = 0
     scale: float = 1.0
+    # the jobs running when the window opens (at t = 0): on day 0 the published opening
+    # jobs, later the generated history's jobs still running then
     initial_jobs: bool = True
 
     def __post_init__(self) -> None:
@@ -368,17 +370,21 @@ def generate_jobs(cfg: GeneratorConfig) -> list[TraceJob]:
     """Generate the window's jobs, sorted by submit time and named ``0..N-1``.
 
     Submit times are seconds from the window's start; jobs whose burst spills past the
-    window's end are left out.
+    window's end are left out. The history before the window is generated too: the jobs
+    still running when the window opens enter it at t = 0 with what is left of their
+    duration (on day 0, the published jobs running at the trace's start play that part).
     """
     rng = np.random.default_rng(cfg.seed)
-    day_weights = _window_day_weights(cfg)
+    history = GeneratorConfig(
+        seed=cfg.seed, days=cfg.start_day + cfg.days, start_day=0, scale=cfg.scale
+    )
+    day_weights = _window_day_weights(history)
     hp_days = np.array(cal.DAILY_HP_JOBS, dtype=float)
     spot_days = np.array(cal.DAILY_SPOT_JOBS, dtype=float)
     all_days = hp_days + spot_days
     spot_share = np.divide(spot_days, all_days, out=np.zeros_like(all_days), where=all_days > 0)
     shapes = _ShapeSampler()
     window_s = cfg.days * DAY_S
-    offset_s = cfg.start_day * DAY_S
     days = np.arange(len(day_weights), dtype=float)
 
     cols: dict[str, list[np.ndarray]] = {
@@ -426,7 +432,7 @@ def generate_jobs(cfg: GeneratorConfig) -> list[TraceJob]:
             rng.choice(24, size=n_bursts, p=heavy_prof),
             rng.choice(24, size=n_bursts, p=light_prof),
         )
-        start = burst_day * DAY_S + (hour + rng.random(n_bursts)) * 3600.0 - offset_s
+        start = burst_day * DAY_S + (hour + rng.random(n_bursts)) * 3600.0
         # expand bursts into jobs: the first at the burst's start, the rest after gaps
         n_jobs = int(size.sum())
         first = np.repeat(np.cumsum(size) - size, size)
@@ -453,7 +459,7 @@ def generate_jobs(cfg: GeneratorConfig) -> list[TraceJob]:
             job_spot,
         )
 
-    if cfg.initial_jobs:
+    if cfg.initial_jobs:  # the jobs running when the published trace opens
         n_init = int(rng.poisson(cal.INITIAL_JOBS * cfg.scale))
         # (tenant, model) pairs in proportion to their published GPU-seconds over the
         # model's mean request, so each pair's share of the opening load is its share of
@@ -490,8 +496,15 @@ def generate_jobs(cfg: GeneratorConfig) -> list[TraceJob]:
     spot = np.concatenate(cols["spot"])
     # the release records durations inside its 184 days: a job still running at the end is
     # cut there (the longest real duration is the whole span)
-    dur = np.minimum(dur, np.maximum(cal.TRACE_SPAN_S - offset_s - t, MIN_DURATION_S))
-    keep = (t >= 0) & (t < window_s)
+    dur = np.minimum(dur, np.maximum(cal.TRACE_SPAN_S - t, MIN_DURATION_S))
+    opens = cfg.start_day * DAY_S
+    end = t + dur
+    carried = (t < opens) & (end > opens)
+    if not cfg.initial_jobs:
+        carried[:] = False
+    dur = np.where(carried, end - opens, dur)
+    t = np.where(carried, 0.0, t - opens)
+    keep = carried | ((t >= 0) & (t < window_s))
     order = np.lexsort((np.arange(len(t)), t))
     order = order[keep[order]]
     tenant_names = [o.name for o in orgs]
