@@ -338,3 +338,28 @@ def test_cli_generate_and_check(tmp_path: Path) -> None:
     assert (out / "c.json").is_file()
     res = runner.invoke(app, ["traces", "check", "--trace-path", str(tmp_path / "none.csv")])
     assert res.exit_code == 2 and "no such file" in res.output
+
+
+def test_window_opens_on_its_own_history() -> None:
+    # a window from day 10 is the history from day 0 cut at day 10: the jobs running then
+    # enter at t=0 with what is left of them, the later ones keep their place
+    full = generate_jobs(GeneratorConfig(seed=5, days=13, scale=0.05))
+    window = generate_jobs(GeneratorConfig(seed=5, days=3, start_day=10, scale=0.05))
+    opens = 10 * 86_400.0
+
+    def key(j):
+        return (j.tenant, j.gpu_model, j.gpu_request, j.worker_num, j.job_class)
+
+    running = sorted(
+        (*key(j), j.submit_time + j.duration - opens)
+        for j in full
+        if j.submit_time < opens < j.submit_time + j.duration
+    )
+    later = sorted(
+        (*key(j), j.submit_time - opens, j.duration) for j in full if j.submit_time >= opens
+    )
+    assert running, "some jobs run across day 10"
+    assert sorted((*key(j), j.duration) for j in window if j.submit_time == 0) == running
+    assert (
+        sorted((*key(j), j.submit_time, j.duration) for j in window if j.submit_time > 0) == later
+    )
