@@ -228,3 +228,31 @@ def test_gang_reclaims_only_its_shortfall() -> None:
     assert d.core.jobs[g].state is JobState.PLACED
     d.settle()
     assert d.core.jobs[g].state is JobState.RUNNING
+
+
+def test_queued_jobs_reclaim_in_parallel() -> None:
+    """A burst behind a reclaiming head starts its own reclaims, not one after another."""
+    d = Driver(make_core(gpus=2))
+    a = d.run("t", "a")
+    b = d.run("t", "b")
+    d.finish(a, at=1.0)
+    d.finish(b, at=2.0)
+    c = d.submit("t", "c")
+    e = d.submit("t", "e")
+    assert [s.reason for s in d.actions(StopPod)] == ["reclaim", "reclaim"]
+    d.gone()
+    assert d.core.jobs[c].state is d.core.jobs[e].state is JobState.PLACED
+
+
+def test_head_of_line_a_blocked_gang_holds_its_profile_queue() -> None:
+    """No backfill: a one-pod job behind a gang that cannot go waits, so gangs never starve."""
+    d = Driver(make_core(gpus=2))
+    a = d.run("t", "a")
+    g = d.submit("t", "g", replicas=2)
+    one = d.submit("t", "one")
+    assert d.core.queued() == [g, one]
+    assert not d.actions(StopPod)
+    d.finish(a)  # the warm pod is reclaimed for the gang, which then takes both GPUs
+    d.gone()
+    assert d.core.jobs[g].state is JobState.PLACED
+    assert d.core.jobs[one].state is JobState.QUEUED

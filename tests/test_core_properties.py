@@ -14,11 +14,14 @@ moved on from), and lets time pass. After every event it checks:
 
 At the end it answers everything and finishes every job: every job must finish (none lost
 or stranded). Determinism: replaying the same events gives the same actions.
+
+``STOKER_CORE_EXAMPLES=3000`` runs a deeper search than CI's default.
 """
 
 from __future__ import annotations
 
 import math
+import os
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -212,7 +215,7 @@ class CoreMachine(RuleBasedStateMachine):
 
 
 CoreMachine.TestCase.settings = settings(
-    max_examples=300,
+    max_examples=int(os.environ.get("STOKER_CORE_EXAMPLES", "300")),
     stateful_step_count=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

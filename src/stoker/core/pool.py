@@ -60,7 +60,8 @@ from stoker.core.policies import (
 )
 
 _IDLE = (PodState.WARM, PodState.STANDBY)
-_PATH_RANK = {HitPath.WARM: 0, HitPath.STANDBY: 1, HitPath.COLD: 2}
+# states a pod enters that may let a waiting job go: a new idle pod to reclaim, room freed
+_ROOM = (PodState.WARM, PodState.STANDBY, PodState.STOPPING, PodState.GONE)
 
 
 class CoreError(ValueError):
@@ -103,6 +104,9 @@ class Core:
         # a pod turning warm serves a queued job of its own caller before any reclaim
         self._queued_pairs: dict[tuple[str, str, str], dict[str, None]] = {}
         self._fresh: dict[tuple[str, str, str], None] = {}
+        # set when something changed that may let a blocked queue move (see _ROOM); a busy
+        # cluster with a waiting queue then pays for placement only when it can succeed
+        self._dirty = True
         self._seq = 0  # pod ids
         self._heap_seq = 0  # deadline heap tie-break
         self._now = 0.0
@@ -249,8 +253,11 @@ class Core:
         # try at once, ahead of older queued jobs only if those are waiting on capacity
         # that this job would not take (a warm hit uses no new capacity)
         queue = self._queues[spec.profile]
-        if next(iter(queue)) == job.id or len(self._warm_pods(job)) >= spec.replicas:
+        head = next(iter(queue))
+        if head == job.id or len(self._warm_pods(job)) >= spec.replicas:
             self._try_place(job, now, out)
+        elif head in self._reclaim:
+            self._dirty = True  # the head waits on its reclaim: this job may start its own
 
     def _cancel(self, job_id: str, now: float, out: list[Action]) -> None:
         job = self._job(job_id)
@@ -612,8 +619,10 @@ class Core:
     def _drain(self, now: float, out: list[Action]) -> None:
         """Place queued jobs: first those whose own caller's pods just turned warm (a warm
         hit takes no new room, so it jumps the queue), then each profile in submit order;
-        a job with room being reclaimed for it lets the next one try, any other that cannot
-        go holds its profile's queue."""
+        a one-pod job with room being reclaimed for it lets the next one try (it found no
+        free slot, so the next finds none to take from it and can only start its own
+        reclaim); any other job that cannot go holds its profile's queue, so a gang keeps
+        the free slots its plan counts on."""
         while self._fresh:
             key = next(iter(self._fresh))
             del self._fresh[key]
@@ -622,6 +631,9 @@ class Core:
                 if len(self._warm_pods(job)) < job.spec.replicas:
                     break
                 self._try_place(job, now, out)
+        if not self._dirty:
+            return
+        self._dirty = False
         for queue in self._queues.values():
             if not queue:
                 continue
@@ -631,8 +643,8 @@ class Core:
                     continue
                 if self._try_place(job, now, out):
                     continue
-                if job.id not in self._reclaim:
-                    break  # nothing more to reclaim: later jobs of this profile wait
+                if job.id not in self._reclaim or job.spec.replicas > 1:
+                    break  # later jobs of this profile wait their turn
 
     # ------------------------------------------------------------------ pods
 
@@ -794,6 +806,8 @@ class Core:
             self._idle_gpus += share
         if abs(self._idle_gpus) < 1e-9:
             self._idle_gpus = 0.0
+        if state in _ROOM:
+            self._dirty = True
         pod.state = state
         pod.since = now
 
@@ -827,6 +841,7 @@ class Core:
             self._queued_gpus -= self.profiles[job.spec.profile].gpu_demand * job.spec.replicas
             if self._queued_gpus < 1e-9:
                 self._queued_gpus = 0.0
+            self._dirty = True  # a new head may go where the old one could not
             key = (job.spec.profile, *job.pair)
             same = self._queued_pairs[key]
             del same[job.id]
