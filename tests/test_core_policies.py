@@ -262,3 +262,17 @@ def test_promotion_replenishes_the_standby() -> None:
     gpu = d.core.cluster.gpus[d.core.pods[first].gpus[0]]
     assert gpu.allocs == {first: 0.9, new[0]: 0.1}
     assert math.isclose(d.core.idle_gpus, 0.1)
+
+
+def test_a_gang_job_is_one_end_for_the_fitted_keepalive() -> None:
+    ka = FittedKeepAlive(min_samples=1)
+    d = Driver(make_core(gpus=2, policies=Policies(keepalive=ka)))
+    g = d.submit(replicas=2)
+    d.settle()
+    d.finish(g, at=10.0)
+    d.now = 14.0
+    d.submit(replicas=2)
+    d.settle()
+    d.now = 100.0
+    d.submit("t", "a")  # no second end of the gang is left over to make a pause
+    assert ka.pauses(PAIR) == [4.0]

@@ -208,3 +208,18 @@ def test_bad_events_raise_typed_errors() -> None:
     d.core.handle(Tick(), 5.0)
     with pytest.raises(CoreError, match="backwards"):
         d.core.handle(Tick(), 4.0)
+
+
+def test_unexpected_pod_gone_counts_as_a_failure() -> None:
+    """A pod the runtime lost without a StopPod must not strand the job waiting on it."""
+    d = Driver(make_core(gpus=1))
+    a = d.submit()
+    d.starting.clear()
+    d.send(PodGone("pod-1"))
+    assert d.core.jobs[a].state is JobState.PLACED and d.core.jobs[a].pods == ["pod-2"]
+    d.ready()
+    d.send(PodGone("pod-2"))  # while binding: re-queued again
+    assert d.core.jobs[a].pods == ["pod-3"]
+    d.settle()
+    d.send(PodGone("pod-3"))  # while running: the job ends as its pod died
+    assert d.core.jobs[a].failure is Failure.POD_DIED

@@ -332,6 +332,10 @@ class Core:
         pod = self.pods.get(pod_id)
         if pod is None or pod.state is PodState.GONE:
             return
+        if pod.state is not PodState.STOPPING:
+            # gone without being asked (the runtime lost it): its job must not wait on it
+            self._pod_failed(pod_id, Failure.POD_DIED, now, out)
+            return
         self._gone(pod, now)
 
     def _job_started(self, job_id: str, now: float) -> None:
@@ -355,13 +359,14 @@ class Core:
         job.exit_code = exit_code
         job.failure = failure
         ttl = self.policies.keepalive.ttl(job.pair)
+        # one end per job, as one submit per job: a gang's pods do not count as several pauses
+        self.policies.keepalive.observe_end(job.pair, now)
         for pid in job.pods:
             pod = self.pods[pid]
             if pod.state is not PodState.ACTIVE or pod.job != job_id:
                 continue
             pod.job = None
             pod.jobs_run += 1
-            self.policies.keepalive.observe_end(job.pair, now)
             if failure is Failure.POD_DIED or ttl <= 0:
                 self._stop(
                     pod, "pod_died" if failure is Failure.POD_DIED else "keepalive", now, out
