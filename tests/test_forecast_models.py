@@ -172,3 +172,26 @@ def test_orglinear_without_torch_is_a_clear_error(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now fails
     with pytest.raises(ForecastDependencyError, match=r"stoker\[forecast\]"):
         make_forecaster("orglinear")
+
+
+def test_training_samples_thin_to_max_samples() -> None:
+    from stoker.forecast.features import Vocab, training_samples
+    from stoker.forecast.series import Calendar
+
+    series = daily_pattern(weeks=2)
+    now = 2 * WEEK
+    kw = {
+        "calendar": Calendar(),
+        "vocab": Vocab.of(list(series)),
+        "lookback_h": 24,
+        "horizon_h": 4,
+        "train_h": 48,
+    }
+    full = training_samples(series, now, **kw)
+    assert len(full) == 3 * 48
+    thin = training_samples(series, now, max_samples=50, **kw)  # stride ceil(144/50) = 3
+    assert len(thin) == 3 * 16
+    # the newest origin (targets right after now - 4 h ... now) is always kept
+    np.testing.assert_array_equal(thin.y[15], full.y[47])
+    with pytest.raises(ForecastError, match="max_samples"):
+        training_samples(series, now, max_samples=0, **kw)

@@ -92,15 +92,24 @@ def training_samples(
     lookback_h: int,
     horizon_h: int,
     train_h: int,
+    max_samples: int | None = None,
 ) -> Samples:
     """Every hourly origin of the last ``train_h`` hours before ``now_min``, for each series.
 
     Origins are ``now_min - 60 j`` (so windows line up with the hours the caller will query
     at the refit minute); an origin whose targets reach before a series' record is skipped.
-    Series are taken in sorted key order, so the samples do not depend on dict order.
+    With ``max_samples``, origins are thinned to every ``s``-th hour (the newest kept), ``s``
+    the smallest stride that keeps the count within it, so many series cost no more to fit
+    than a few. Series are taken in sorted key order, so samples do not depend on dict order.
     """
     check_now(now_min, horizon_h)
     n_blocks = train_h + lookback_h + horizon_h - 1
+    stride = 1
+    if max_samples is not None:
+        if max_samples < 1:
+            raise ForecastError(f"max_samples must be >= 1, got {max_samples}")
+        stride = max(1, -(-len(histories) * train_h // max_samples))
+    newest_first = np.arange(train_h)[::-1]
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     for key in sorted(histories, key=lambda k: (k.tenant, k.pool, k.cluster)):
         history = check_history(histories[key], f"histories[{key}]")
@@ -108,7 +117,7 @@ def training_samples(
         windows = sliding_window_view(peaks, lookback_h + horizon_h)  # (train_h, L+H)
         # origin of window t: its targets start at block t + lookback_h
         origins = now_min - MINUTES_PER_HOUR * (n_blocks - lookback_h - np.arange(len(windows)))
-        keep = origins >= now_min - len(history)
+        keep = (origins >= now_min - len(history)) & (newest_first % stride == 0)
         if not keep.any():
             continue
         ids = np.tile(np.array(vocab.ids(key), dtype=np.int64), (int(keep.sum()), 1))

@@ -54,7 +54,8 @@ class OrgLinear:
     """The paper's OrgLinear: trend/seasonal linear heads for mean and (softplus) std.
 
     ``lookback_h`` hours in (default a week), ``horizon_h`` out (default 4), origins over the
-    last ``train_h`` hours (default 4 weeks); moving-average ``kernel`` 25; embeddings of
+    last ``train_h`` hours (default 4 weeks, thinned past ``max_samples`` windows as in
+    :func:`~stoker.forecast.features.training_samples`); moving-average ``kernel`` 25; embeddings of
     ``emb_dim``; ``epochs`` passes of minibatches of ``batch_size`` with Adam at ``lr``;
     ``seed`` for initialisation and batches; ``threads``: torch intra-op threads while
     training and predicting (None leaves torch's setting).
@@ -69,6 +70,7 @@ class OrgLinear:
         lookback_h: int = _WEEK_H,
         horizon_h: int = 4,
         train_h: int = 4 * _WEEK_H,
+        max_samples: int = 20_000,
         kernel: int = 25,
         emb_dim: int = 4,
         epochs: int = 10,
@@ -96,6 +98,7 @@ class OrgLinear:
         self.lookback_h = lookback_h
         self.horizon_h = horizon_h
         self.train_h = train_h
+        self.max_samples = max_samples
         self.kernel = kernel
         self.emb_dim = emb_dim
         self.epochs = epochs
@@ -146,6 +149,7 @@ class OrgLinear:
             lookback_h=self.lookback_h,
             horizon_h=self.horizon_h,
             train_h=self.train_h,
+            max_samples=self.max_samples,
         )
         self._net = self._run(lambda: self._train(s, vocab))
         self._vocab = vocab

@@ -17,6 +17,7 @@ the spot quota reads exactly that quantile.
 from __future__ import annotations
 
 import numpy as np
+from scipy.linalg import cho_factor, cho_solve
 from scipy.stats import norm
 
 from stoker.forecast.base import (
@@ -49,7 +50,8 @@ class RidgeLinear:
     ``train_h``: hours of origins fitted on (default 4 weeks); ``horizon_h``: hours ahead
     fitted (default 4; a query for more raises); ``alpha``: ridge penalty per sample (0.1:
     on Philly weeks 8-9, 0.0001, 0.01, 0.1, 0.3 and 1 gave MAE 6.71, 6.37, 5.75, 5.81 and
-    6.40 GPUs).
+    6.40 GPUs). ``max_samples``: training origins are thinned beyond this many (see
+    :func:`~stoker.forecast.features.training_samples`), so hundreds of series fit in seconds.
     """
 
     name = "ridge"
@@ -61,6 +63,7 @@ class RidgeLinear:
         lookback_h: int = _WEEK_H,
         horizon_h: int = 4,
         train_h: int = 4 * _WEEK_H,
+        max_samples: int = 20_000,
         alpha: float = 0.1,
         coverage_q: float = 0.9,
         cadence: Cadence | None = None,
@@ -69,6 +72,7 @@ class RidgeLinear:
         self.lookback_h = lookback_h
         self.horizon_h = horizon_h
         self.train_h = train_h
+        self.max_samples = max_samples
         self.alpha = alpha
         self.coverage_q = coverage_q
         self.cadence = cadence or Cadence()
@@ -77,27 +81,30 @@ class RidgeLinear:
         self._w_abs: np.ndarray | None = None
         self._c: np.ndarray | None = None  # (horizon,)
 
-    def _design(self, s: Samples, k: int, vocab: Vocab) -> np.ndarray:
-        n = len(s)
-        cols = [s.x]
-        for values, size in (
-            (s.hour[:, k], 24),
-            (s.weekday[:, k], 7),
-            (s.ids[:, 0], len(vocab.tenants) + 1),
-            (s.ids[:, 1], len(vocab.pools) + 1),
-            (s.ids[:, 2], len(vocab.clusters) + 1),
-        ):
-            onehot = np.zeros((n, size))
-            onehot[np.arange(n), values] = 1.0
-            cols.append(onehot)
-        cols.append(s.holiday[:, k : k + 1].astype(float))
-        cols.append(np.ones((n, 1)))
-        return np.concatenate(cols, axis=1)
+    @staticmethod
+    def _onehots(parts: list[tuple[np.ndarray, int]]) -> list[np.ndarray]:
+        out = []
+        for values, size in parts:
+            onehot = np.zeros((len(values), size))
+            onehot[np.arange(len(values)), values] = 1.0
+            out.append(onehot)
+        return out
 
-    def _solve(self, a: np.ndarray, y: np.ndarray) -> np.ndarray:
-        # penalty per sample, so its strength does not depend on how many series there are
-        gram = a.T @ a + self.alpha * max(1, len(a)) * np.eye(a.shape[1])
-        return np.linalg.solve(gram, a.T @ y)
+    def _common(self, s: Samples, vocab: Vocab) -> np.ndarray:
+        """The columns every hour ahead shares: the window, the ids, an intercept."""
+        ids = self._onehots(
+            [
+                (s.ids[:, 0], len(vocab.tenants) + 1),
+                (s.ids[:, 1], len(vocab.pools) + 1),
+                (s.ids[:, 2], len(vocab.clusters) + 1),
+            ]
+        )
+        return np.concatenate([s.x, *ids, np.ones((len(s), 1))], axis=1)
+
+    def _calendar_columns(self, s: Samples, k: int) -> np.ndarray:
+        """Hour ``k`` ahead's own columns: hour of day, weekday, holiday."""
+        hour, weekday = self._onehots([(s.hour[:, k], 24), (s.weekday[:, k], 7)])
+        return np.concatenate([hour, weekday, s.holiday[:, k : k + 1].astype(float)], axis=1)
 
     def _spread(self, a: np.ndarray, w_abs: np.ndarray) -> np.ndarray:
         """sqrt(pi/2) * predicted |residual|: a Normal's std from its mean absolute value."""
@@ -115,15 +122,24 @@ class RidgeLinear:
             lookback_h=self.lookback_h,
             horizon_h=self.horizon_h,
             train_h=self.train_h,
+            max_samples=self.max_samples,
         )
         w_mean, w_abs, c = [], [], []
         z = float(norm.ppf(self.coverage_q))
+        common = self._common(s, vocab)
+        common_gram = common.T @ common  # the costly block, shared by every hour ahead
         for k in range(self.horizon_h):
-            a = self._design(s, k, vocab)
+            cal = self._calendar_columns(s, k)
+            a = np.concatenate([common, cal], axis=1)
+            cross = common.T @ cal
+            gram = np.block([[common_gram, cross], [cross.T, cal.T @ cal]])
+            # penalty per sample, so its strength does not depend on how many series there are
+            gram += self.alpha * max(1, len(s)) * np.eye(len(gram))
+            factor = cho_factor(gram)
             y = s.y[:, k]
-            wm = self._solve(a, y)
+            wm = cho_solve(factor, a.T @ y)
             resid = y - a @ wm
-            wa = self._solve(a, np.abs(resid))
+            wa = cho_solve(factor, a.T @ np.abs(resid))  # same features: same factor
             ratio = resid / self._spread(a, wa)
             # c_k: the in-sample q-quantile of the standardised residual, over z_q
             ck = float(np.quantile(ratio, self.coverage_q)) / z if len(ratio) else 1.0
@@ -157,8 +173,9 @@ class RidgeLinear:
         )
         mean = np.empty(horizon_h)
         std = np.empty(horizon_h)
+        common = self._common(s, self._vocab)
         for k in range(horizon_h):
-            a = self._design(s, k, self._vocab)[0]
+            a = np.concatenate([common[0], self._calendar_columns(s, k)[0]])
             mean[k] = a @ self._w_mean[k]
             std[k] = self._c[k] * float(self._spread(a[None, :], self._w_abs[k])[0])
         scale = float(s.scale[0])
