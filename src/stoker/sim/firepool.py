@@ -146,16 +146,18 @@ def mix_runs(cfg: FirepoolConfig) -> dict[str, Run]:
 
 
 def handover_experiment(cfg: FirepoolConfig) -> dict[str, Any]:
-    spec = replace(
-        cfg.agent, callers=cfg.handover_agents, steps=cfg.handover_steps, run=cfg.handover_run
-    )
+    """Handover without and with standby on a contended node; ``short_jobs`` repeats it with
+    the agent loop's own short jobs, where standby pods are used faster than replenished."""
     out: dict[str, Any] = {}
-    for key, policy in (("no_standby", "warm_reuse"), ("standby", "firepool")):
-        run = simulate(cfg, policy, agent_loop(spec, cfg.seed), cfg.handover_cluster)
-        h = metrics.handovers(run.core)
-        out[key] = metrics.percentile(h, 50)
-        out[f"{key}_p90"] = metrics.percentile(h, 90)
-        out[f"{key}_samples"] = len(h)
+    for run_d, into in ((cfg.handover_run, out), (cfg.agent.run, out.setdefault("short_jobs", {}))):
+        spec = replace(cfg.agent, callers=cfg.handover_agents, steps=cfg.handover_steps, run=run_d)
+        for key, policy in (("no_standby", "warm_reuse"), ("standby", "firepool")):
+            run = simulate(cfg, policy, agent_loop(spec, cfg.seed), cfg.handover_cluster)
+            h = metrics.handovers(run.core)
+            into[key] = metrics.percentile(h, 50)
+            into[f"{key}_p90"] = metrics.percentile(h, 90)
+            into[f"{key}_samples"] = len(h)
+            into[f"{key}_standby_fraction"] = metrics.hit_fractions(run.core)["standby"]
     return out
 
 
