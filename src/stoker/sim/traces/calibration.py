@@ -1340,3 +1340,31 @@ HOUR_OF_DAY_GPU_SECONDS: tuple[float, ...] = (
     3443216389.3,
     3592351495.9,
 )
+# Source: aggregates/extra_hour_of_day_patterns.csv (median duration, s, of the jobs submitted
+# in each hour of day, 0..23; hour 0 includes the jobs running at t = 0).
+HOUR_OF_DAY_MEDIAN_DURATION_S: tuple[float, ...] = (
+    1877.0,
+    1096.0,
+    1078.0,
+    970.0,
+    954.0,
+    1015.0,
+    1179.0,
+    1200.5,
+    1055.0,
+    957.5,
+    1415.0,
+    1366.0,
+    1122.0,
+    1048.5,
+    1457.0,
+    1435.0,
+    1577.0,
+    1314.0,
+    1122.0,
+    1086.0,
+    1133.0,
+    1052.0,
+    988.0,
+    882.0,
+)

@@ -53,7 +53,7 @@ TENANT_DAY_SIGMA = 0.35
 TENANT_HOUR_SHIFT = 2
 TENANT_HOUR_EXPONENT = (0.7, 1.4)
 # ours: bursts asking more GPUs than this follow the hour-of-day profile of GPU-seconds.
-HEAVY_DEMAND_GPUS = 8.0
+HEAVY_DEMAND_GPUS = 2.0
 # ours: jobs already running at the window's start are single-worker HP jobs whose
 # durations are log-uniform between one day and the longest real duration: their
 # demand-weighted mean (3.0e6 s) matches hourly_summary.csv hour 0 (20.55e9 GPU-s over
@@ -348,9 +348,23 @@ def _hour_profiles() -> tuple[np.ndarray, np.ndarray]:
     gs = np.array(cal.HOUR_OF_DAY_GPU_SECONDS, dtype=float)
     gs[0] -= cal.INITIAL_GPU_SECONDS
     heavy = gs / gs.sum()
+    # the heavy share of jobs, to the published buckets' resolution (those above the line)
     share = sum(b[3] for b in cal.GPU_DEMAND_BUCKETS if b[1] > HEAVY_DEMAND_GPUS) / cal.TOTAL_JOBS
     light = np.maximum(jobs / jobs.sum() - share * heavy, 0.0)
     return light / light.sum(), heavy
+
+
+def _hour_duration_stretch() -> np.ndarray:
+    """Per hour of submission, the published median duration over its job-weighted mean.
+
+    Hour 0's published median includes the jobs running at t = 0; it is taken as the mean
+    of hours 23 and 1 (ours).
+    """
+    med = np.array(cal.HOUR_OF_DAY_MEDIAN_DURATION_S, dtype=float)
+    med[0] = (med[23] + med[1]) / 2
+    jobs = np.array(cal.HOUR_OF_DAY_JOBS, dtype=float)
+    jobs[0] -= cal.INITIAL_JOBS
+    return med / float(np.average(med, weights=jobs))
 
 
 def _tenant_hour_profiles(
@@ -403,6 +417,7 @@ def generate_jobs(cfg: GeneratorConfig) -> list[TraceJob]:
 
     orgs = _org_models()
     hour_profiles = _hour_profiles()
+    hour_stretch = _hour_duration_stretch()
     for idx, org in enumerate(orgs):
         light_prof, heavy_prof = _tenant_hour_profiles(rng, hour_profiles)
         noise = rng.lognormal(-(TENANT_DAY_SIGMA**2) / 2, TENANT_DAY_SIGMA, size=len(days))
@@ -442,6 +457,8 @@ def generate_jobs(cfg: GeneratorConfig) -> list[TraceJob]:
         t = np.repeat(start, size) + csum - csum[first]
         job_spot = np.repeat(is_spot, size)
         hp_dur, is_long = _hp_durations(rng, org, np.repeat(model_idx, size))
+        # short jobs submitted by day run longer, as the published medians by hour say
+        hp_dur = np.where(is_long, hp_dur, hp_dur * hour_stretch[np.repeat(hour, size)])
         dur = np.where(
             job_spot,
             rng.lognormal(math.log(cal.SPOT_MEDIAN_DURATION_S), SPOT_SIGMA, size=n_jobs),
