@@ -51,7 +51,7 @@ def flat_guess_mae(series: dict[SeriesKey, np.ndarray], warmup: int, horizon_h: 
 @pytest.mark.parametrize("name", ["naive", "ridge"])
 def test_base_forecasters_learn_a_daily_pattern(name: str) -> None:
     series = daily_pattern()
-    score = walk_forward(series, make_forecaster(name), warmup_min=4 * WEEK)
+    score = walk_forward(series, make_forecaster(name), warmup_min=4 * WEEK, refit_every_min=WEEK)
     flat = flat_guess_mae(series, 4 * WEEK)
     assert score.overall.mae < 0.1 * flat
     assert score.overall.coverage >= 0.9
@@ -71,8 +71,12 @@ def shifting_levels(weeks: int = 5, seed: int = 1) -> dict[SeriesKey, np.ndarray
 
 def test_ridge_beats_naive_when_levels_shift() -> None:
     series = shifting_levels()
-    naive = walk_forward(series, make_forecaster("naive"), warmup_min=4 * WEEK)
-    ridge = walk_forward(series, make_forecaster("ridge"), warmup_min=4 * WEEK)
+    naive = walk_forward(
+        series, make_forecaster("naive"), warmup_min=4 * WEEK, refit_every_min=WEEK
+    )
+    ridge = walk_forward(
+        series, make_forecaster("ridge"), warmup_min=4 * WEEK, refit_every_min=WEEK
+    )
     assert ridge.overall.mae < 0.5 * naive.overall.mae
     assert ridge.overall.mae < 0.5 * flat_guess_mae(series, 4 * WEEK)
     # the ridge deviation is calibrated at 0.9 in-sample; out of sample it stays near it
