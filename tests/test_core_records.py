@@ -22,6 +22,7 @@ from stoker.core import (
     PodReady,
     PodState,
     Profile,
+    StartPod,
     StopPod,
     Tick,
 )
@@ -81,6 +82,16 @@ def test_cancel_placed_orphan_goes_to_the_next_queued_job() -> None:
     # the fresh pod never ran (t, a): it is clean and serves the queued job
     assert d.core.jobs[b].state is JobState.BINDING and d.core.jobs[b].pods == ["pod-1"]
     assert d.core.pods["pod-1"].owner == ("t", "b")
+
+
+def test_an_orphan_taken_by_a_queued_job_gets_its_standby() -> None:
+    d = Driver(make_core(gpus=1, profiles=[Profile("p", share=0.9, standby_share=0.1)]))
+    a = d.submit("t", "a")
+    b = d.submit("t", "b")
+    d.send(JobCancelled(a))
+    d.ready()
+    assert d.core.jobs[b].state is JobState.BINDING
+    assert [a.standby for a in d.log[-1][2] if isinstance(a, StartPod)] == [True]
 
 
 def test_cancel_placed_orphan_is_stopped_when_nobody_waits() -> None:

@@ -396,7 +396,8 @@ class Core:
             if pid is None:
                 break
             picked.append((HitPath.WARM, pid))
-            warm = {p: None for p in warm if p != pid}
+            if len(picked) < need:  # a one-pod job (the common case) copies nothing
+                warm = {p: None for p in warm if p != pid}
         standby = []
         if matching.standby and len(picked) < need:
             # promoting stops the warm pods on the standby's GPU: never one this job takes
@@ -731,6 +732,7 @@ class Core:
                 job.pods.append(pod.id)
                 pod.job = job.id
                 self._bind(job, now, out)
+                self._stage_standby(pod, now, out)
                 return
         self._stop(pod, "orphaned", now, out)
 
