@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import hashlib
 from pathlib import Path
 
@@ -300,6 +301,16 @@ def test_embedded_calibration_matches_aggregates() -> None:
             assert a == pytest.approx(b, rel=1e-3, abs=0.1), field
         else:
             assert a == pytest.approx(b, rel=1e-3), field
+    hours = {
+        r["hour_of_day"]: r
+        for r in csv.DictReader((V2026 / "aggregates/extra_hour_of_day_patterns.csv").open())
+    }
+    assert [float(hours[str(h)]["gpu_seconds"]) for h in range(24)] == pytest.approx(
+        cal.HOUR_OF_DAY_GPU_SECONDS
+    )
+    assert [float(hours[str(h)]["median_duration"]) for h in range(24)] == pytest.approx(
+        cal.HOUR_OF_DAY_MEDIAN_DURATION_S
+    )
     assert len(cal.ORGANIZATIONS) == cal.TENANTS == 84
     assert sum(o.jobs for o in cal.ORGANIZATIONS) == cal.TOTAL_JOBS
 
@@ -338,6 +349,11 @@ def test_cli_generate_and_check(tmp_path: Path) -> None:
     assert (out / "c.json").is_file()
     res = runner.invoke(app, ["traces", "check", "--trace-path", str(tmp_path / "none.csv")])
     assert res.exit_code == 2 and "no such file" in res.output
+    res = runner.invoke(app, ["traces", "show", "--trace-path", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "A100-SXM4-80GB" in res.output and "432" in res.output  # its 432 nodes
+    res = runner.invoke(app, ["traces", "show", "--trace", "openb"])
+    assert res.exit_code == 2 and "path" in res.output
 
 
 def test_window_opens_on_its_own_history() -> None:

@@ -104,6 +104,49 @@ def check(
         json_out.write_text(json.dumps({"jobs": what, "published": pub.source, "rows": payload}))
 
 
+@traces_app.command("show")
+def show(
+    trace: Annotated[str, typer.Option(help="v2026 | openb | philly")] = "v2026",
+    trace_path: Annotated[
+        Path | None, typer.Option(help="The trace's folder or job file (v2026: optional)")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Generator / sampling seed")] = 0,
+    days: Annotated[float | None, typer.Option(help="Keep this many days")] = None,
+    start_day: Annotated[int, typer.Option(help="From this day")] = 0,
+    scale: Annotated[float, typer.Option(help="Generated job-count scale")] = 1.0,
+) -> None:
+    """Summarize what load_trace gives the simulator: nodes, GPUs and jobs per GPU model."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from stoker.sim.traces.load import load_trace
+
+    try:
+        loaded = load_trace(trace, trace_path, seed, days=days, start_day=start_day, scale=scale)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    table = Table(title=f"{loaded.name}: {loaded.source}")
+    for col in ("gpu model", "nodes", "GPUs", "hp jobs", "spot jobs", "fractional", "tenants"):
+        table.add_column(col, justify="left" if col == "gpu model" else "right")
+    models = sorted({n.gpu_model for n in loaded.nodes} | {j.gpu_model for j in loaded.jobs})
+    for model in models:
+        nodes = [n for n in loaded.nodes if n.gpu_model == model]
+        jobs = [j for j in loaded.jobs if j.gpu_model == model]
+        table.add_row(
+            model,
+            str(len(nodes)),
+            str(sum(n.gpus for n in nodes)),
+            str(sum(j.job_class == "hp" for j in jobs)),
+            str(sum(j.job_class == "spot" for j in jobs)),
+            str(sum(j.gpu_request < 1 for j in jobs)),
+            str(len({j.tenant for j in jobs})),
+        )
+    console = Console(width=140)
+    console.print(table)
+    for key, value in loaded.notes.items():
+        console.print(f"{key}: {value}")
+
+
 def register(app: typer.Typer, sim_app: typer.Typer) -> None:
     """Add the ``traces`` group to the ``stoker`` command."""
     del sim_app  # the group lives at the top level
