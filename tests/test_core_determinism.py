@@ -1,0 +1,118 @@
+"""Determinism: the same event sequence gives the same actions, in this process and in
+processes with other string-hash seeds (so no decision depends on iterating a set)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import subprocess
+import sys
+
+from stoker.core import (
+    BindJob,
+    Cluster,
+    Core,
+    Failure,
+    JobCancelled,
+    JobFinished,
+    JobSpec,
+    JobStarted,
+    JobSubmitted,
+    PodFailed,
+    PodGone,
+    PodReady,
+    Policies,
+    Profile,
+    PromoteStandby,
+    RecyclePod,
+    StartPod,
+    StopPod,
+    Tick,
+)
+from stoker.core.policies import FittedKeepAlive, QueueDrivenBudget
+
+PROFILES = [
+    Profile("p", share=0.9, standby_share=0.1),
+    Profile("q", recyclable=True),
+    Profile("g", gpus=2),
+]
+
+
+def run(seed: int, steps: int = 3000) -> str:
+    """Drive a core with a seeded random workload and runtime; return a digest of every
+    action it asked for."""
+    rng = random.Random(seed)
+    policies = Policies(
+        keepalive=FittedKeepAlive(min_samples=3, fallback_s=20.0),
+        budget=QueueDrivenBudget(fraction=0.5, floor=1.0),
+    )
+    core = Core(Cluster.uniform(4, 4), PROFILES, policies)
+    starting: list[str] = []
+    binding: list[str] = []
+    running: list[str] = []
+    stopping: list[str] = []
+    digest = hashlib.sha256()
+    now = 0.0
+    for i in range(steps):
+        now += rng.expovariate(2.0)
+        roll = rng.random()
+        if roll < 0.3:
+            spec = JobSpec(
+                f"j{i}",
+                rng.choice("tu"),
+                rng.choice("ppqg"),
+                rng.choice("abcd"),
+                rng.choice([1, 1, 1, 2]),
+            )
+            event = JobSubmitted(spec)
+        elif roll < 0.45 and starting:
+            event = PodReady(starting.pop(rng.randrange(len(starting))))
+        elif roll < 0.6 and binding:
+            jid = binding.pop(rng.randrange(len(binding)))
+            running.append(jid)
+            event = JobStarted(jid)
+        elif roll < 0.8 and running:
+            event = JobFinished(running.pop(rng.randrange(len(running))))
+        elif roll < 0.9 and stopping:
+            event = PodGone(stopping.pop(rng.randrange(len(stopping))))
+        elif roll < 0.93 and starting:
+            event = PodFailed(starting.pop(rng.randrange(len(starting))), Failure.START_TIMEOUT)
+        elif roll < 0.95 and core.jobs:
+            event = JobCancelled(rng.choice(list(core.jobs)))
+        else:
+            event = Tick()
+        actions = core.handle(event, now)
+        for a in actions:
+            match a:
+                case StartPod(pod=pid) | PromoteStandby(pod=pid):
+                    starting.append(pid)
+                case RecyclePod(new_pod=pid):
+                    starting.append(pid)
+                case StopPod(pod=pid):
+                    if pid in starting:
+                        starting.remove(pid)
+                    stopping.append(pid)
+                case BindJob(job=jid):
+                    binding.append(jid)
+        digest.update(repr((now, event, actions)).encode())
+    core.check()
+    return digest.hexdigest()
+
+
+def test_same_events_same_actions() -> None:
+    assert run(7) == run(7)
+    assert run(7) != run(8)
+
+
+def test_same_actions_under_other_hash_seeds() -> None:
+    here = run(11)
+    code = "from test_core_determinism import run; print(run(11))"
+    tests_dir = os.path.dirname(__file__)
+    for hash_seed in ("1", "12345"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        env["PYTHONPATH"] = os.pathsep.join([tests_dir, env.get("PYTHONPATH", "")])
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        assert out.stdout.strip() == here
