@@ -9,8 +9,9 @@ already running when the trace opens. ``stoker traces check`` shows how close it
 
 Modelling choices that are ours (the aggregates do not pin them down) are the constants
 marked "ours" below: the per-model request mixes, the burst sizes, the per-tenant
-variations and the duration law (a per-organization log-normal, capped at the longest real
-duration). Same seed, same jobs.
+variations and the shape of the duration laws (spot: log-normal; HP: per organization and
+model, a mixture of long single-worker jobs and short ones drawn from the published
+buckets). docs/traces.md walks through it. Same seed, same jobs.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ TENANT_HOUR_SHIFT = 2
 TENANT_HOUR_EXPONENT = (0.7, 1.4)
 # ours: bursts asking more GPUs than this follow the hour-of-day profile of GPU-seconds.
 HEAVY_DEMAND_GPUS = 2.0
-# ours: jobs already running at the window's start are single-worker HP jobs whose
+# ours: the jobs already running when the trace opens are single-worker HP jobs whose
 # durations are log-uniform between one day and the longest real duration: their
 # demand-weighted mean (3.0e6 s) matches hourly_summary.csv hour 0 (20.55e9 GPU-s over
 # 6,855.6 GPUs).

@@ -15,8 +15,6 @@ from stoker.sim.traces.openb import load_openb
 TRACE_KINDS = ("v2026", "openb", "philly")
 DATA_ENV = "STOKER_DATA_DIR"
 V2026_DIR = "alibaba-spot-v2026"
-OPENB_DIR = "alibaba-gpu-v2023"
-PHILLY_DIR = "philly-adaptdl"
 
 
 def shared_data_dir() -> Path | None:
