@@ -63,6 +63,7 @@ def firepool(
                 rollouts=rl_rollouts,
                 train=Dist("lognormal", rl_train_s, base.rl.train.b),
             ),
+            # room for every rollout and its verifier at once: ceil(2 x rollouts / 8) nodes
             rl_cluster=replace(base.rl_cluster, nodes=max(1, -(-2 * rl_rollouts // 8))),
             mix=replace(
                 base.mix,

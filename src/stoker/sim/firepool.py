@@ -130,10 +130,12 @@ def _loop_experiment(
 
 
 def agent_experiment(cfg: FirepoolConfig) -> dict[str, Any]:
+    """Agent loop wall time: fresh pod per job / warm reuse (and / the Firepool default)."""
     return _loop_experiment(cfg, lambda: agent_loop(cfg.agent, cfg.seed), cfg.agent_cluster)
 
 
 def rl_experiment(cfg: FirepoolConfig) -> dict[str, Any]:
+    """RL loop wall time: fresh pod per job / warm reuse (and / the Firepool default)."""
     return _loop_experiment(cfg, lambda: rl_loop(cfg.rl, cfg.seed), cfg.rl_cluster)
 
 
@@ -162,6 +164,7 @@ def handover_experiment(cfg: FirepoolConfig) -> dict[str, Any]:
 
 
 def keepalive_figures(runs: dict[str, Run]) -> dict[str, Any]:
+    """GPU-seconds held by the fitted (and fixed) keep-alive over always-on, with their p90."""
     held = {p: metrics.held(runs[p].result) for p in ("always_on", "firepool", "fitted")}
     p90 = {
         p: metrics.percentile(metrics.start_latencies(runs[p].core), 90)
@@ -185,6 +188,7 @@ def keepalive_figures(runs: dict[str, Run]) -> dict[str, Any]:
 
 
 def mix_figures(runs: dict[str, Run]) -> dict[str, Any]:
+    """Hit paths of the mix under the Firepool default."""
     run = runs["firepool"]
     hits = metrics.hit_fractions(run.core)
     return {

@@ -101,7 +101,8 @@ def held(result: SimResult) -> Held:
 
 
 def held_series(result: SimResult, step_s: float) -> tuple[np.ndarray, np.ndarray]:
-    """GPUs held by all pods, sampled every ``step_s`` (a step function of the records)."""
+    """GPUs held by all pods, every ``step_s``: the engine's record of the core's allocation
+    after each event, read as a step function."""
     times = np.array([t for t, _, _ in result.held])
     values = np.array([h for _, h, _ in result.held])
     grid = np.arange(0.0, result.end + step_s, step_s)
@@ -125,4 +126,5 @@ def summary(result: SimResult) -> dict[str, float]:
         "held_gpu_s": h.total,
         "mean_held_gpus": h.mean_gpus,
         "end_s": result.end,
+        "events": float(result.events),
     }

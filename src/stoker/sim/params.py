@@ -53,14 +53,6 @@ class Dist:
             return self.a * np.exp(self.b * rng.standard_normal(n))
         return np.full(n, self.a)
 
-    @property
-    def mean(self) -> float:
-        if self.kind == "uniform":
-            return (self.a + self.b) / 2
-        if self.kind == "lognormal":
-            return float(self.a * np.exp(self.b**2 / 2))
-        return self.a
-
     def scaled(self, factor: float) -> Dist:
         """The same shape with its location scaled (a sensitivity sweep's knob)."""
         if self.kind == "lognormal":
