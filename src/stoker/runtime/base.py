@@ -89,7 +89,19 @@ RuntimeEvent = PodUp | PodDown | JobRunning | JobOutput | JobExited
 
 
 class Runtime(Protocol):
-    """Where pods really live."""
+    """Where pods really live.
+
+    Every call is answered by events as well as by its return: ``start_pod``, ``promote`` and
+    ``recycle`` end with ``PodUp`` (of the new pod for a recycle; the old one just goes, with
+    no ``PodDown``), a failed start with ``PodDown(pod, failure)``; ``bind`` with
+    ``JobRunning`` then ``JobOutput``... and ``JobExited``; ``stop_pod`` with ``PodDown(pod)``
+    (and ``JobExited(.., PREEMPTED)`` for a job it killed). A pod that dies unasked reports
+    ``PodDown(pod, POD_DIED)`` (its job: ``JobExited(.., POD_DIED)``).
+    """
+
+    async def put_code(self, data: bytes) -> str:
+        """Store a code archive (tar, any compression) once; returns its sha256 digest."""
+        ...
 
     async def start_pod(
         self, pod: str, profile: RuntimeProfile, gpus: tuple[str, ...], standby: bool
@@ -101,7 +113,9 @@ class Runtime(Protocol):
 
     async def bind(self, pod: str, binding: JobBinding) -> None: ...
 
-    async def kill_job(self, job: str) -> None: ...
+    async def kill_job(self, job: str, failure: Failure = Failure.CANCELLED) -> None:
+        """Kill a running job; it exits with ``failure`` (CANCELLED, or PREEMPTED)."""
+        ...
 
     async def stop_pod(self, pod: str) -> None: ...
 

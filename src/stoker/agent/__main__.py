@@ -1,0 +1,281 @@
+"""The agent inside a pod: ``python -m stoker.agent --socket PATH [--preload torch] ...``.
+
+It imports the profile's modules once (the zygote), listens on a Unix socket for its runtime,
+and runs one job at a time: binds it (code, overlay, env, topology), forks it from the zygote
+or execs it, streams its output, enforces its timeout, reports its exit with a typed failure,
+and kills whatever the job left running. Only the workspace outlives a job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stoker.agent import protocol
+from stoker.agent.binding import check_env, classify, topology_env, unpack_code
+from stoker.agent.protocol import Message
+from stoker.agent.zygote import fork_job, preload
+
+CHUNK = 64 * 1024
+
+
+@dataclass
+class _Job:
+    id: str
+    pid: int
+    started: float
+    kill_failure: str | None = None  # set when the runtime (or the timeout) killed it
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Agent:
+    """One pod's agent: the zygote plus its connection to the runtime."""
+
+    def __init__(self, socket_path: str, pod: str, workspace: Path, preloaded: dict[str, float]):
+        self.socket_path = socket_path
+        self.pod = pod
+        self.workspace = workspace
+        self.preloaded = preloaded
+        self.job: _Job | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._held: list[Message] = []  # events while no runtime is connected
+        self._stop = asyncio.Event()
+
+    # --- connection ------------------------------------------------------
+
+    def state(self) -> Message:
+        return {
+            "pod": self.pod,
+            "pid": os.getpid(),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+            "preloaded": self.preloaded,
+            "job": self.job.id if self.job else None,
+        }
+
+    async def send(self, msg: Message) -> None:
+        """Send an event, or hold it until a runtime connects."""
+        writer = self._writer
+        if writer is None or writer.is_closing():
+            self._held.append(msg)
+            return
+        try:
+            writer.write(protocol.encode(msg))
+            await writer.drain()
+        except (ConnectionError, RuntimeError):
+            self._held.append(msg)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        old, self._writer = self._writer, writer
+        if old is not None:
+            old.close()  # the newest runtime wins (a broker that restarted)
+        writer.write(protocol.encode({"ev": "hello", **self.state()}))
+        held, self._held = self._held, []
+        for msg in held:
+            writer.write(protocol.encode(msg))
+        await writer.drain()
+        try:
+            while (msg := await protocol.read_message(reader)) is not None:
+                await self._handle(msg)
+        except (ConnectionError, protocol.ProtocolError) as exc:
+            print(f"agent: connection dropped: {exc}", file=sys.stderr)
+        finally:
+            if self._writer is writer:
+                self._writer = None
+            writer.close()
+
+    async def _handle(self, msg: Message) -> None:
+        op = msg.get("op")
+        if op == "bind":
+            await self._bind(msg)
+        elif op == "kill":
+            job = self.job
+            if job is not None and job.id == msg.get("job"):
+                job.kill_failure = str(msg.get("failure") or "cancelled")
+                self._kill_others()
+        elif op == "promote":
+            os.environ["CUDA_VISIBLE_DEVICES"] = str(msg.get("cuda_visible_devices", ""))
+            await self.send({"ev": "promoted", **self.state()})
+        elif op == "ping":
+            await self.send({"ev": "pong", **self.state()})
+        elif op == "shutdown":
+            self._kill_others()
+            self._stop.set()
+        else:
+            await self.send({"ev": "error", "job": msg.get("job"), "message": f"op: {op!r}"})
+
+    # --- jobs --------------------------------------------------------------
+
+    async def _bind(self, msg: Message) -> None:
+        job_id = str(msg.get("job"))
+        if self.job is not None:
+            await self.send(
+                {"ev": "error", "job": job_id, "message": f"pod busy with {self.job.id}"}
+            )
+            return
+        try:
+            entry = classify(msg["argv"])
+            user_env = dict(msg.get("env") or {})
+            check_env(user_env)
+            if msg.get("code"):
+                unpack_code(Path(msg["code"]), Path(msg["code"]).name, self.workspace)
+            overlay = tuple(str(p) for p in msg.get("overlay") or ())
+            topo = msg.get("topology") or {}
+            env = dict(os.environ)
+            env.update(user_env)
+            env.update(
+                topology_env(
+                    int(topo.get("rank", 0)),
+                    int(topo.get("world_size", 1)),
+                    str(topo.get("master_addr", "127.0.0.1")),
+                    int(topo.get("master_port", 29500)),
+                )
+            )
+            env["STOKER_JOB"] = job_id
+            if overlay:
+                env["PYTHONPATH"] = os.pathsep.join(
+                    [*overlay, *filter(None, [env.get("PYTHONPATH")])]
+                )
+            timeout_s = float(msg.get("timeout_s", 3600.0))
+        except (KeyError, ValueError, TypeError, OSError) as exc:
+            await self.send({"ev": "error", "job": job_id, "message": str(exc)})
+            return
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        pid = fork_job(entry, env, str(self.workspace), overlay, out_w, err_w)
+        os.close(out_w)
+        os.close(err_w)
+        self.job = job = _Job(job_id, pid, time.time())
+        await self.send({"ev": "running", "job": job_id, "pid": pid, "at": job.started})
+        asyncio.get_running_loop().create_task(self._watch(job, out_r, err_r, timeout_s))
+
+    async def _pump(self, job: _Job, fd: int, stream: str) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=CHUNK)
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
+        )
+        try:
+            while data := await reader.read(CHUNK):
+                await self.send(
+                    {
+                        "ev": "output",
+                        "job": job.id,
+                        "stream": stream,
+                        "data": protocol.pack_bytes(data),
+                    }
+                )
+        finally:
+            transport.close()
+
+    async def _wait_exit(self, pid: int) -> int:
+        """Wait for ``pid`` without a thread (a pidfd turns readable when it exits)."""
+        loop = asyncio.get_running_loop()
+        fd = os.pidfd_open(pid)
+        exited = loop.create_future()
+        loop.add_reader(fd, exited.set_result, None)
+        try:
+            await exited
+        finally:
+            loop.remove_reader(fd)
+            os.close(fd)
+        return os.waitpid(pid, 0)[1]
+
+    async def _watch(self, job: _Job, out_r: int, err_r: int, timeout_s: float) -> None:
+        pumps = [
+            asyncio.ensure_future(self._pump(job, out_r, "stdout")),
+            asyncio.ensure_future(self._pump(job, err_r, "stderr")),
+        ]
+        waiter = asyncio.ensure_future(self._wait_exit(job.pid))
+        try:
+            status = await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
+        except TimeoutError:
+            job.kill_failure = job.kill_failure or "timeout"
+            self._kill_others()
+            status = await waiter
+        # whatever the job started and left behind dies with it (it may hold the pipes)
+        self._kill_others()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*pumps), 5.0)
+        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+        code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + sig
+        failure: str | None = job.kill_failure
+        if failure is None and code != 0:
+            failure = "user_error"
+        self.job = None
+        await self.send(
+            {
+                "ev": "exited",
+                "job": job.id,
+                "exit_code": code,
+                "signal": sig,
+                "failure": failure,
+                "at": time.time(),
+            }
+        )
+
+    def _kill_others(self) -> None:
+        """SIGKILL every process of this pid namespace but its init (1) and the agent.
+
+        The job's main process is the agent's child (its waiter reaps it); everything it
+        left behind is reparented to the namespace's init, which reaps it. Zombies are dead
+        already, so the sweep repeats until only those remain.
+        """
+        me = os.getpid()
+        for _ in range(1000):
+            alive = []
+            for name in os.listdir("/proc"):
+                if not name.isdigit() or int(name) in (1, me):
+                    continue
+                try:
+                    stat = Path(f"/proc/{name}/stat").read_text()
+                except OSError:
+                    continue
+                if stat.rpartition(")")[2].split()[0] not in ("Z", "X"):
+                    alive.append(int(name))
+            if not alive:
+                return
+            for pid in alive:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.001)
+
+    async def run(self) -> None:
+        """Serve until told to shut down."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+        server = await asyncio.start_unix_server(
+            self._serve, self.socket_path, limit=protocol.MAX_LINE
+        )
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, self._stop.set)
+        async with server:
+            await self._stop.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of ``python -m stoker.agent``."""
+    parser = argparse.ArgumentParser(prog="python -m stoker.agent")
+    parser.add_argument("--socket", required=True, help="Unix socket to listen on")
+    parser.add_argument("--pod", default=os.environ.get("STOKER_POD", "pod"))
+    parser.add_argument("--workspace", default=os.getcwd())
+    parser.add_argument("--preload", default="", help="comma-separated modules to import")
+    args = parser.parse_args(argv)
+    modules = tuple(m for m in args.preload.split(",") if m)
+    try:
+        took = preload(modules)
+    except ImportError as exc:
+        print(f"agent: preload failed: {exc}", file=sys.stderr)
+        raise SystemExit(3) from exc
+    agent = Agent(args.socket, args.pod, Path(args.workspace), took)
+    asyncio.run(agent.run())
+
+
+if __name__ == "__main__":
+    main()

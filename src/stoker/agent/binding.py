@@ -1,0 +1,106 @@
+"""Binding a job into a pod: its entry point, its code, its environment and topology.
+
+Entry points (argv) the agent knows how to run from the preloaded zygote (by fork, so
+imports stay warm and each job starts from the zygote's clean state):
+
+- ``["python", "-m", "pkg.mod", *args]``: run a module as ``__main__``;
+- ``["python", "script.py", *args]``: run a script file as ``__main__``;
+- ``["python", "-c", "code", *args]``: run a code string;
+- ``["pkg.mod:func", *args]``: import ``pkg.mod`` and call ``func()`` with ``sys.argv`` set to
+  argv; an int return value is the exit code (None: 0).
+
+``python`` may also be ``python3``. Any other argv runs as a plain process (execvp on PATH).
+"""
+
+from __future__ import annotations
+
+import re
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+_CALL = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_PYTHONS = ("python", "python3")
+
+#: variables the runtime sets; a job's own env may not override them
+RESERVED_ENV = (
+    "CUDA_VISIBLE_DEVICES",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "STOKER_JOB",
+    "STOKER_POD",
+)
+
+CODE_MARKER = ".stoker-code-digest"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """How to run a job: ``kind`` is module, script, code, call or exec."""
+
+    kind: str
+    target: str  # module name, script path, code text, "mod:func", or the program
+    argv: tuple[str, ...]  # sys.argv for the job (exec: the full argv)
+
+    @property
+    def in_zygote(self) -> bool:
+        return self.kind != "exec"
+
+
+def classify(argv: tuple[str, ...] | list[str]) -> Entry:
+    """The entry point of ``argv`` (ValueError if it is empty)."""
+    argv = tuple(argv)
+    if not argv or not all(isinstance(a, str) for a in argv) or not argv[0]:
+        raise ValueError("argv: must be a non-empty list of strings")
+    head = argv[0]
+    if head in _PYTHONS and len(argv) >= 2:
+        opt = argv[1]
+        if opt == "-m" and len(argv) >= 3:
+            return Entry("module", argv[2], (argv[2], *argv[3:]))
+        if opt == "-c" and len(argv) >= 3:
+            return Entry("code", argv[2], ("-c", *argv[3:]))
+        if not opt.startswith("-"):
+            return Entry("script", opt, argv[1:])
+    if _CALL.match(head):
+        return Entry("call", head, argv)
+    return Entry("exec", head, argv)
+
+
+def topology_env(rank: int, world_size: int, master_addr: str, master_port: int) -> dict[str, str]:
+    """The variables torch.distributed's env:// init reads (one replica per pod)."""
+    return {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+    }
+
+
+def check_env(env: dict[str, str]) -> None:
+    """A job's own env: string keys and values, none of the reserved names."""
+    for key, value in env.items():
+        if not isinstance(key, str) or not isinstance(value, str) or not key or "=" in key:
+            raise ValueError(f"env: bad entry {key!r}={value!r}")
+        if key in RESERVED_ENV:
+            raise ValueError(f"env: {key} is set by the runtime, not by the job")
+
+
+def unpack_code(archive: Path, digest: str, workspace: Path) -> bool:
+    """Unpack ``archive`` into the workspace unless this digest is already there.
+
+    Returns True if it unpacked. Members are filtered as data (no absolute paths, no links
+    out of the workspace, no device files), so an archive cannot write outside the workspace.
+    """
+    marker = workspace / CODE_MARKER
+    if marker.exists() and marker.read_text() == digest:
+        return False
+    with tarfile.open(archive) as tar:
+        tar.extractall(workspace, filter="data")
+    marker.write_text(digest)
+    return True

@@ -1,0 +1,206 @@
+"""Per-pod cgroups under this process's own cgroup, on cgroup v2 and on v1 (hybrid hosts).
+
+A pod gets one child group per controller it needs (memory, pids). On v1 each controller is
+its own hierarchy (``/sys/fs/cgroup/memory/<own path>/<name>``); on v2 there is one group
+(``/sys/fs/cgroup/<own path>/<name>``) and the controllers must be enabled in the parent's
+``cgroup.subtree_control``. Where a controller is missing or not writable the limit is simply
+not applied and :attr:`PodCgroup.missing` says so, so a host without delegation still runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CONTROLLERS = ("memory", "pids")
+
+
+class CgroupError(RuntimeError):
+    """A cgroup could not be created or cleaned up."""
+
+
+def _own_paths() -> tuple[str | None, dict[str, str]]:
+    """(v2 path, {v1 controller: path}) of this process, from /proc/self/cgroup."""
+    v2: str | None = None
+    v1: dict[str, str] = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, ctrls, path = line.split(":", 2)
+        if ctrls == "":
+            v2 = path
+        else:
+            for c in ctrls.split(","):
+                v1[c] = path
+    return v2, v1
+
+
+def _v1_dir(controller: str, path: str) -> Path | None:
+    base = CGROUP_ROOT / controller
+    if not (base / "cgroup.procs").exists():
+        return None
+    return base / path.lstrip("/")
+
+
+def _v2_base() -> Path | None:
+    """The v2 mount: /sys/fs/cgroup itself (pure v2) or /sys/fs/cgroup/unified (hybrid)."""
+    for cand in (CGROUP_ROOT, CGROUP_ROOT / "unified"):
+        if (cand / "cgroup.controllers").exists():
+            return cand
+    return None
+
+
+@dataclass
+class PodCgroup:
+    """The cgroups of one pod: ``dirs`` maps a controller (or "v2") to its group directory."""
+
+    name: str
+    dirs: dict[str, Path] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)  # controller -> why not applied
+
+    @classmethod
+    def create(cls, name: str, memory_mb: int | None, pids_max: int | None) -> PodCgroup:
+        """Create the pod's groups and write its limits (best effort per controller)."""
+        cg = cls(name)
+        v2path, v1paths = _own_paths()
+        want = {"memory": memory_mb, "pids": pids_max}
+        v2base = _v2_base()
+        for ctrl in CONTROLLERS:
+            parent = _v1_dir(ctrl, v1paths[ctrl]) if ctrl in v1paths else None
+            if parent is not None:
+                d = parent / name
+                try:
+                    d.mkdir(exist_ok=True)
+                    if want[ctrl] is not None:
+                        cg._write_v1_limit(ctrl, d, want[ctrl])
+                    cg.dirs[ctrl] = d
+                except OSError as exc:
+                    cg.missing[ctrl] = f"v1 {ctrl} group {d}: {exc.strerror}"
+            elif v2base is not None and v2path is not None:
+                cg._v2_controller(v2base, v2path, ctrl, want[ctrl])
+            else:
+                cg.missing[ctrl] = f"no {ctrl} controller mounted"
+        return cg
+
+    @staticmethod
+    def _write_v1_limit(ctrl: str, d: Path, value: int) -> None:
+        if ctrl == "memory":
+            (d / "memory.limit_in_bytes").write_text(str(value * 1024 * 1024))
+            # no swap beyond the limit either, where swap accounting exists
+            with contextlib.suppress(OSError):
+                (d / "memory.memsw.limit_in_bytes").write_text(str(value * 1024 * 1024))
+        else:
+            (d / "pids.max").write_text(str(value))
+
+    def _v2_controller(self, base: Path, own: str, ctrl: str, value: int | None) -> None:
+        parent = base / own.lstrip("/")
+        d = parent / self.name
+        try:
+            enabled = (parent / "cgroup.subtree_control").read_text().split()
+            if ctrl not in enabled:
+                (parent / "cgroup.subtree_control").write_text(f"+{ctrl}")
+            d.mkdir(exist_ok=True)
+            if value is not None:
+                fname, text = (
+                    ("memory.max", str(value * 1024 * 1024))
+                    if ctrl == "memory"
+                    else ("pids.max", str(value))
+                )
+                (d / fname).write_text(text)
+                if ctrl == "memory":
+                    with contextlib.suppress(OSError):
+                        (d / "memory.swap.max").write_text("0")
+            self.dirs.setdefault("v2", d)
+            self.dirs[ctrl] = d
+        except OSError as exc:
+            self.missing[ctrl] = f"v2 {ctrl} in {parent}: {exc.strerror}"
+
+    def attach(self, pid: int = 0) -> None:
+        """Move ``pid`` (0: the caller) into every group; safe to call in a preexec hook."""
+        seen: set[str] = set()
+        for d in self.dirs.values():
+            key = str(d)
+            if key in seen:
+                continue
+            seen.add(key)
+            (d / "cgroup.procs").write_text(str(pid or os.getpid()))
+
+    def pids(self) -> list[int]:
+        """Every process now in the pod's groups."""
+        out: dict[int, None] = {}
+        for d in self.dirs.values():
+            with contextlib.suppress(OSError):
+                for line in (d / "cgroup.procs").read_text().split():
+                    out[int(line)] = None
+        return sorted(out)
+
+    def oom_kills(self) -> int:
+        """How many times the kernel's OOM killer struck in the pod (-1: not known)."""
+        d = self.dirs.get("memory")
+        if d is None:
+            return -1
+        for fname in ("memory.events", "memory.oom_control"):
+            with contextlib.suppress(OSError):
+                for line in (d / fname).read_text().splitlines():
+                    key, _, val = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(val)
+        # old v1 kernels have no oom_kill counter: hitting the limit is the next best sign
+        with contextlib.suppress(OSError):
+            return int((d / "memory.failcnt").read_text())
+        return -1
+
+    def kill_all(self, timeout_s: float = 5.0) -> None:
+        """SIGKILL every process in the pod until the groups are empty (cgroup.kill on v2)."""
+        v2 = self.dirs.get("v2")
+        if v2 is not None and (v2 / "cgroup.kill").exists():
+            with contextlib.suppress(OSError):
+                (v2 / "cgroup.kill").write_text("1")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pids = self.pids()
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            if time.monotonic() > deadline:
+                raise CgroupError(f"pod cgroup {self.name} still holds {pids}")
+            time.sleep(0.005)
+
+    def remove(self) -> None:
+        """Delete the (empty) groups; a v1 group may linger a moment after its last exit."""
+        seen: set[str] = set()
+        for d in self.dirs.values():
+            if str(d) in seen:
+                continue
+            seen.add(str(d))
+            for _ in range(200):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.005)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "dirs": {k: str(v) for k, v in self.dirs.items()},
+            "missing": self.missing,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> PodCgroup:
+        dirs = data.get("dirs", {})
+        missing = data.get("missing", {})
+        assert isinstance(dirs, dict) and isinstance(missing, dict)
+        return cls(
+            str(data["name"]),
+            {str(k): Path(str(v)) for k, v in dirs.items()},
+            {str(k): str(v) for k, v in missing.items()},
+        )

@@ -1,0 +1,54 @@
+"""The per-host code cache: archives stored once, named by their sha256 digest."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import tarfile
+from pathlib import Path
+
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+
+
+class InvalidCode(ValueError):
+    """An uploaded code archive is not a readable tar archive."""
+
+
+class CodeNotFound(KeyError):
+    """No archive with this digest was uploaded to this host."""
+
+
+class CodeStore:
+    """Content-addressed store of code archives (tar, any compression tarfile reads)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.chmod(0o755)  # pods read archives through a read-only bind
+
+    def put(self, data: bytes) -> str:
+        """Store ``data`` (once) and return its digest."""
+        try:
+            with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+                tar.getmembers()
+        except (tarfile.TarError, EOFError) as exc:
+            raise InvalidCode(f"code: not a tar archive ({exc})") from exc
+        digest = hashlib.sha256(data).hexdigest()
+        path = self.root / digest
+        if not path.exists():
+            tmp = self.root / f".{digest}.{os.getpid()}.tmp"
+            tmp.write_bytes(data)
+            tmp.chmod(0o644)
+            tmp.rename(path)
+        return digest
+
+    def path(self, digest: str) -> Path:
+        """Where the archive ``digest`` lies; CodeNotFound if it was never uploaded."""
+        if not _DIGEST.match(digest):
+            raise CodeNotFound(f"code_digest: not a sha256 hex digest: {digest!r}")
+        path = self.root / digest
+        if not path.exists():
+            raise CodeNotFound(f"code_digest: no code uploaded with digest {digest}")
+        return path

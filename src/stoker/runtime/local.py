@@ -1,0 +1,553 @@
+"""The local runtime: pods are bubblewrap sandboxes on this host, each running the agent.
+
+Per pod, under ``<state_dir>/pods/<pod>/``: ``pod.json`` (what a restarted broker needs to
+re-adopt it), ``workspace/`` (bound at /workspace), ``sock/agent.sock`` (the agent listens,
+the runtime connects), ``agent.log`` and ``info.json`` (bwrap's ``child-pid``: the pid
+namespace's init, whose death kills every process in the pod at once). Pods run in their own
+session, detached from the broker: closing the runtime leaves them running, and a new
+runtime on the same state dir finds them through :meth:`LocalRuntime.live_pods`.
+
+Limits go into per-pod cgroups (:mod:`stoker.runtime.cgroups`); a SIGKILLed job in a pod
+whose OOM counter rose is reported as ``out_of_memory``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import stoker
+from stoker.agent import protocol
+from stoker.agent.binding import check_env
+from stoker.core.model import Failure
+from stoker.runtime import sandbox
+from stoker.runtime.base import (
+    JobBinding,
+    JobExited,
+    JobOutput,
+    JobRunning,
+    PodDown,
+    PodUp,
+    RuntimeEvent,
+    RuntimeProfile,
+)
+from stoker.runtime.cgroups import PodCgroup
+from stoker.runtime.code import CodeStore
+from stoker.runtime.envs import EnvBuilder, EnvBuildError
+from stoker.runtime.gpus import GpuDevice, cuda_visible_devices, discover
+
+_POD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")
+_SRC_ROOT = str(Path(stoker.__file__).resolve().parent.parent)
+
+
+class LocalRuntimeError(RuntimeError):
+    """Base of the local runtime's errors."""
+
+
+class PodStartError(LocalRuntimeError):
+    """A pod did not come up; the message ends with the tail of its log."""
+
+
+class UnknownPod(LocalRuntimeError, KeyError):
+    """No live pod with this id in this runtime."""
+
+
+class PodBusy(LocalRuntimeError):
+    """The pod is running a job, or stands by (promote it first)."""
+
+
+@dataclass
+class _Pod:
+    id: str
+    profile: RuntimeProfile
+    gpus: tuple[str, ...]
+    standby: bool
+    dir: Path
+    cgroup: PodCgroup
+    python: str
+    outer_pid: int = 0
+    init_pid: int = 0  # the sandbox's pid 1, seen from the host
+    outer_start: int = -1
+    init_start: int = -1
+    started_at: float = 0.0
+    proc: subprocess.Popen[bytes] | None = None  # None when re-adopted from another broker
+    writer: asyncio.StreamWriter | None = None
+    reader_task: asyncio.Task[None] | None = None
+    job: str | None = None
+    oom_at_bind: int = -1
+    stopping: bool = False
+    replies: dict[str, asyncio.Future[protocol.Message]] = field(default_factory=dict)
+
+    @property
+    def socket(self) -> Path:
+        return self.dir / "sock" / sandbox.SOCKET_NAME
+
+    def to_json(self) -> dict[str, object]:
+        p = self.profile
+        return {
+            "id": self.id,
+            "profile": {
+                "name": p.name,
+                "packages": list(p.packages),
+                "preload": list(p.preload),
+                "network": p.network,
+                "memory_mb": p.memory_mb,
+                "pids_max": p.pids_max,
+            },
+            "gpus": list(self.gpus),
+            "standby": self.standby,
+            "cgroup": self.cgroup.to_json(),
+            "python": self.python,
+            "outer_pid": self.outer_pid,
+            "outer_start": self.outer_start,
+            "init_pid": self.init_pid,
+            "init_start": self.init_start,
+            "started_at": self.started_at,
+        }
+
+
+def _start_time(pid: int) -> int:
+    """The kernel's start time of ``pid`` (guards against a reused pid); -1 if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return -1
+    return int(stat.rpartition(")")[2].split()[19])
+
+
+def _failure(name: object) -> Failure | None:
+    return Failure(str(name)) if name else None
+
+
+class LocalRuntime:
+    """Sandboxed pods on this host (implements :class:`stoker.runtime.base.Runtime`)."""
+
+    def __init__(
+        self,
+        state_dir: Path | str,
+        *,
+        gpu_slots: int = 0,
+        code_cache_dir: Path | str | None = None,
+        env_dir: Path | str | None = None,
+        find_links: tuple[Path, ...] = (),
+        no_index: bool = False,
+        base_python: str = sys.executable,
+        start_timeout_s: float = 60.0,
+        uid: int = 65534,
+        gid: int = 65534,
+    ) -> None:
+        self.state_dir = Path(state_dir).resolve()
+        self.pods_dir = self.state_dir / "pods"
+        self.pods_dir.mkdir(parents=True, exist_ok=True)
+        self.code = CodeStore(Path(code_cache_dir or self.state_dir / "code"))
+        self.envs = EnvBuilder(
+            Path(env_dir or self.state_dir / "env"),
+            base_python=base_python,
+            find_links=tuple(find_links),
+            no_index=no_index,
+        )
+        self.devices: dict[str, GpuDevice] = {d.id: d for d in discover(gpu_slots)}
+        self.start_timeout_s = start_timeout_s
+        # as root the pod drops to (uid, gid); otherwise it keeps the caller's uid
+        self.drop_to = (uid, gid) if os.geteuid() == 0 else None
+        self._bwrap = sandbox.find_bwrap()
+        self._pods: dict[str, _Pod] = {}
+        self._events: asyncio.Queue[RuntimeEvent] = asyncio.Queue()
+        self._hidden = tuple(
+            dict.fromkeys([self.state_dir, self.code.root.resolve(), self.envs.root.resolve()])
+        )
+
+    # --- events ------------------------------------------------------------
+
+    async def _emit(self, event: RuntimeEvent) -> None:
+        await self._events.put(event)
+
+    async def events(self) -> AsyncIterator[RuntimeEvent]:
+        """Every event of every pod, in the order they happened."""
+        while True:
+            yield await self._events.get()
+
+    # --- code --------------------------------------------------------------
+
+    async def put_code(self, data: bytes) -> str:
+        return await asyncio.to_thread(self.code.put, data)
+
+    # --- pods --------------------------------------------------------------
+
+    def _pod(self, pod: str) -> _Pod:
+        rec = self._pods.get(pod)
+        if rec is None or rec.stopping:
+            raise UnknownPod(f"pod: no live pod {pod!r}")
+        return rec
+
+    async def start_pod(
+        self, pod: str, profile: RuntimeProfile, gpus: tuple[str, ...], standby: bool
+    ) -> None:
+        """Start a sandbox running the agent; returns once it is up (PodUp emitted)."""
+        if not _POD_ID.match(pod):
+            raise ValueError(f"pod: bad pod id {pod!r} (letters, digits, _ . -)")
+        if pod in self._pods or (self.pods_dir / pod).exists():
+            raise ValueError(f"pod: {pod!r} exists already")
+        visible = cuda_visible_devices(self.devices, tuple(gpus))
+        try:
+            env = await asyncio.to_thread(self.envs.profile_env, tuple(profile.packages))
+        except EnvBuildError as exc:
+            await self._emit(PodDown(pod, Failure.START_TIMEOUT))
+            raise PodStartError(f"pod {pod}: profile {profile.name}: {exc}") from exc
+        d = self.pods_dir / pod
+        for sub in ("workspace", "sock"):
+            (d / sub).mkdir(parents=True)
+            if self.drop_to is not None:
+                os.chown(d / sub, *self.drop_to)
+        d.chmod(0o700)
+        cg = PodCgroup.create(f"stoker-{pod}", profile.memory_mb, profile.pids_max)
+        rec = _Pod(pod, profile, tuple(gpus), standby, d, cg, env.python)
+        self._pods[pod] = rec
+        try:
+            await self._spawn(rec, "" if standby else visible)
+        except BaseException as exc:
+            log = (d / "agent.log").read_text(errors="replace")[-2000:] if d.exists() else ""
+            await self._teardown(rec)
+            await self._emit(PodDown(pod, Failure.START_TIMEOUT))
+            raise PodStartError(f"pod {pod} did not start: {exc}\n{log}") from exc
+        await self._emit(PodUp(pod))
+
+    def _sandbox_command(self, rec: _Pod, visible: str, info_fd: int) -> list[str]:
+        py_bin = os.path.dirname(rec.python)
+        env = {
+            "PATH": f"{py_bin}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": sandbox.WORKSPACE,
+            "TMPDIR": "/tmp",
+            "LANG": "C.UTF-8",
+            "PYTHONPATH": _SRC_ROOT,
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+            "CUDA_VISIBLE_DEVICES": visible,
+            "STOKER_POD": rec.id,
+        }
+        real = any(not self.devices[g].virtual for g in rec.gpus)
+        devices = tuple(sorted(glob.glob("/dev/nvidia*"))) if real else ()
+        argv = (rec.python, "-m", "stoker.agent", "--pod", rec.id)
+        argv += ("--socket", f"{sandbox.SOCK_DIR}/{sandbox.SOCKET_NAME}")
+        argv += ("--workspace", sandbox.WORKSPACE, "--preload", ",".join(rec.profile.preload))
+        spec = sandbox.SandboxSpec(
+            workspace=rec.dir / "workspace",
+            sock_dir=rec.dir / "sock",
+            code_dir=self.code.root,
+            overlay_dir=self.envs.overlay_root,
+            argv=argv,
+            env=env,
+            hide=self._hidden,
+            expose=self._expose_for(rec.python),
+            network=rec.profile.network,
+            hostname=rec.id[:63],
+            info_fd=info_fd,
+            drop_to=self.drop_to,
+            devices=devices,
+        )
+        return sandbox.build_command(spec, self._bwrap)
+
+    def _expose_for(self, python: str) -> tuple[Path, ...]:
+        """What the pod's interpreter needs to see: its env, its base install, our source."""
+        out = [Path(sys.base_prefix), Path(sys.prefix), Path(_SRC_ROOT)]
+        env_root = Path(python).parent.parent
+        out.append(env_root)
+        with contextlib.suppress(OSError):
+            out.append(Path(os.path.realpath(python)).parent.parent)
+        return tuple(dict.fromkeys(p.resolve() for p in out))
+
+    async def _spawn(self, rec: _Pod, visible: str) -> None:
+        info_path = rec.dir / "info.json"
+        with open(info_path, "wb") as info, open(rec.dir / "agent.log", "ab") as log:
+            cmd = self._sandbox_command(rec, visible, info.fileno())
+            cg = rec.cgroup
+            rec.started_at = time.time()
+            # the sandbox is born inside the pod's cgroup: every process it makes is counted
+            rec.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(info.fileno(),),
+                start_new_session=True,  # detached: a broker's death does not reach it
+                preexec_fn=cg.attach,
+            )
+        rec.outer_pid = rec.proc.pid
+        rec.outer_start = _start_time(rec.outer_pid)
+        deadline = time.monotonic() + self.start_timeout_s
+        while not rec.socket.exists():
+            if rec.proc.poll() is not None:
+                raise PodStartError(f"sandbox exited with {rec.proc.returncode}")
+            if time.monotonic() > deadline:
+                raise PodStartError(f"no agent after {self.start_timeout_s} s")
+            await asyncio.sleep(0.002)
+        info_text = info_path.read_text()
+        rec.init_pid = int(json.loads(info_text)["child-pid"])
+        rec.init_start = _start_time(rec.init_pid)
+        await self._connect(rec, deadline)
+        (rec.dir / "pod.json").write_text(json.dumps(rec.to_json()))
+
+    async def _connect(self, rec: _Pod, deadline: float) -> protocol.Message:
+        """Connect to the pod's agent and wait for its hello."""
+        while True:
+            try:
+                reader, writer = await protocol.open_connection(str(rec.socket))
+                break
+            except (ConnectionRefusedError, FileNotFoundError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.002)
+        hello = await asyncio.wait_for(
+            protocol.read_message(reader), max(0.1, deadline - time.monotonic())
+        )
+        if hello is None or hello.get("ev") != "hello":
+            raise PodStartError(f"agent said {hello!r} instead of hello")
+        rec.writer = writer
+        rec.job = hello.get("job")
+        rec.reader_task = asyncio.get_running_loop().create_task(self._read(rec, reader))
+        return hello
+
+    async def _send(self, rec: _Pod, msg: protocol.Message) -> None:
+        if rec.writer is None:
+            raise UnknownPod(f"pod: {rec.id} is not connected")
+        rec.writer.write(protocol.encode(msg))
+        await rec.writer.drain()
+
+    async def _request(self, rec: _Pod, msg: protocol.Message, reply: str) -> protocol.Message:
+        fut: asyncio.Future[protocol.Message] = asyncio.get_running_loop().create_future()
+        rec.replies[reply] = fut
+        await self._send(rec, msg)
+        return await asyncio.wait_for(fut, 10.0)
+
+    async def _read(self, rec: _Pod, reader: asyncio.StreamReader) -> None:
+        """Turn the agent's events into runtime events until the connection ends."""
+        try:
+            while (msg := await protocol.read_message(reader)) is not None:
+                await self._on_message(rec, msg)
+        except (ConnectionError, protocol.ProtocolError):
+            pass
+        if rec.stopping or self._pods.get(rec.id) is not rec:
+            return
+        # the agent went away unasked: the pod is dead, and so is its job
+        rec.stopping = True
+        job = rec.job
+        await self._teardown(rec)
+        if job is not None:
+            await self._emit(JobExited(job, rec.id, 137, Failure.POD_DIED))
+        await self._emit(PodDown(rec.id, Failure.POD_DIED))
+
+    async def _on_message(self, rec: _Pod, msg: protocol.Message) -> None:
+        ev = msg.get("ev")
+        if ev == "output":
+            data = protocol.unpack_bytes(msg["data"])
+            await self._emit(JobOutput(msg["job"], rec.id, msg["stream"], data))
+        elif ev == "running":
+            await self._emit(JobRunning(msg["job"], rec.id))
+        elif ev == "exited":
+            failure = _failure(msg.get("failure"))
+            if (
+                msg.get("signal") == signal.SIGKILL
+                and failure in (None, Failure.USER_ERROR)
+                and rec.cgroup.oom_kills() > rec.oom_at_bind
+            ):
+                failure = Failure.OUT_OF_MEMORY
+            if rec.job == msg["job"]:
+                rec.job = None
+            await self._emit(JobExited(msg["job"], rec.id, int(msg["exit_code"]), failure))
+        elif ev == "error":
+            job = msg.get("job")
+            if job:
+                if rec.job == job:
+                    rec.job = None
+                text = f"stoker: job could not be bound: {msg.get('message')}\n".encode()
+                await self._emit(JobOutput(job, rec.id, "stderr", text))
+                await self._emit(JobExited(job, rec.id, 1, Failure.USER_ERROR))
+        else:
+            fut = rec.replies.pop(str(ev), None)
+            if fut is not None and not fut.done():
+                fut.set_result(msg)
+
+    async def promote(self, pod: str) -> None:
+        """Give a standby pod its GPUs (CUDA_VISIBLE_DEVICES for its jobs); emits PodUp."""
+        rec = self._pod(pod)
+        visible = cuda_visible_devices(self.devices, rec.gpus)
+        await self._request(rec, {"op": "promote", "cuda_visible_devices": visible}, "promoted")
+        rec.standby = False
+        (rec.dir / "pod.json").write_text(json.dumps(rec.to_json()))
+        await self._emit(PodUp(pod))
+
+    async def ping(self, pod: str) -> protocol.Message:
+        """The agent's own view of its pod (pid, CUDA_VISIBLE_DEVICES, preload times, job)."""
+        return await self._request(self._pod(pod), {"op": "ping"}, "pong")
+
+    async def bind(self, pod: str, binding: JobBinding) -> None:
+        """Bind and start a job; JobRunning (or a JobExited for a bad binding) follows."""
+        rec = self._pod(pod)
+        if rec.job is not None:
+            raise PodBusy(f"pod: {pod} is running job {rec.job}")
+        if rec.standby:
+            raise PodBusy(f"pod: {pod} stands by; promote it before binding")
+        check_env(dict(binding.env))
+        code = None
+        if binding.code_digest:
+            self.code.path(binding.code_digest)  # CodeNotFound names the field
+            code = f"{sandbox.CODE_DIR}/{binding.code_digest}"
+        rec.job = binding.job
+        overlay: list[str] = []
+        if binding.deps:
+            try:
+                digest = await asyncio.to_thread(self.envs.overlay, binding.deps, rec.python)
+            except EnvBuildError as exc:
+                rec.job = None
+                text = f"stoker: deps {list(binding.deps)} failed: {exc}\n".encode()
+                await self._emit(JobOutput(binding.job, pod, "stderr", text))
+                await self._emit(JobExited(binding.job, pod, 1, Failure.USER_ERROR))
+                return
+            overlay.append(f"{sandbox.OVERLAY_DIR}/{digest}")
+        rec.oom_at_bind = rec.cgroup.oom_kills()
+        topo = binding.topology
+        await self._send(
+            rec,
+            {
+                "op": "bind",
+                "job": binding.job,
+                "argv": list(binding.argv),
+                "code": code,
+                "overlay": overlay,
+                "env": dict(binding.env),
+                "timeout_s": binding.timeout_s,
+                "topology": {
+                    "rank": topo.rank,
+                    "world_size": topo.world_size,
+                    "master_addr": topo.master_addr,
+                    "master_port": topo.master_port,
+                },
+            },
+        )
+
+    async def kill_job(self, job: str, failure: Failure = Failure.CANCELLED) -> None:
+        """Kill a running job (a job that already ended is left alone)."""
+        for rec in self._pods.values():
+            if rec.job == job and not rec.stopping:
+                await self._send(rec, {"op": "kill", "job": job, "failure": failure.value})
+                return
+
+    async def _teardown(self, rec: _Pod) -> None:
+        """Kill the whole pod, reap it, and remove its cgroup and directory (workspace too)."""
+        rec.stopping = True
+        if rec.writer is not None:
+            rec.writer.close()
+        if rec.reader_task is not None and rec.reader_task is not asyncio.current_task():
+            rec.reader_task.cancel()
+        # the pid namespace's init: when it dies the kernel kills everything inside
+        for pid, start in ((rec.init_pid, rec.init_start), (rec.outer_pid, rec.outer_start)):
+            if pid and _start_time(pid) == start:  # never a reused pid
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        await asyncio.to_thread(rec.cgroup.kill_all)
+        if rec.proc is not None:
+            await asyncio.to_thread(rec.proc.wait)
+        rec.cgroup.remove()
+        await asyncio.to_thread(shutil.rmtree, rec.dir, True)
+        self._pods.pop(rec.id, None)
+
+    async def stop_pod(self, pod: str) -> None:
+        """Stop a pod and everything in it; emits PodDown(pod) (and PREEMPTED for its job)."""
+        rec = self._pod(pod)
+        job = rec.job
+        await self._teardown(rec)
+        if job is not None:
+            await self._emit(JobExited(job, pod, 137, Failure.PREEMPTED))
+        await self._emit(PodDown(pod))
+
+    async def recycle(self, pod: str, new_pod: str) -> None:
+        """Kill every process, wipe the workspace, start a fresh agent as ``new_pod``."""
+        rec = self._pod(pod)
+        job = rec.job
+        await self._teardown(rec)
+        if job is not None:
+            await self._emit(JobExited(job, pod, 137, Failure.PREEMPTED))
+        await self.start_pod(new_pod, rec.profile, rec.gpus, rec.standby)
+
+    # --- re-adoption and shutdown ----------------------------------------
+
+    async def live_pods(self) -> list[str]:
+        """Pods alive on this host; ones started by an earlier runtime are re-adopted."""
+        for pod_json in sorted(self.pods_dir.glob("*/pod.json")):
+            pod = pod_json.parent.name
+            if pod in self._pods:
+                continue
+            try:
+                data = json.loads(pod_json.read_text())
+            except (OSError, ValueError):
+                continue
+            await self._adopt(data, pod_json.parent)
+        return sorted(p for p, rec in self._pods.items() if not rec.stopping)
+
+    async def _adopt(self, data: dict[str, object], d: Path) -> None:
+        prof = data["profile"]
+        assert isinstance(prof, dict)
+        profile = RuntimeProfile(
+            name=str(prof["name"]),
+            packages=tuple(prof["packages"]),
+            preload=tuple(prof["preload"]),
+            network=bool(prof["network"]),
+            memory_mb=prof["memory_mb"],
+            pids_max=prof["pids_max"],
+        )
+        cg_data = data["cgroup"]
+        assert isinstance(cg_data, dict)
+        gpus = data["gpus"]
+        assert isinstance(gpus, list)
+        rec = _Pod(
+            str(data["id"]),
+            profile,
+            tuple(str(g) for g in gpus),
+            bool(data["standby"]),
+            d,
+            PodCgroup.from_json(cg_data),
+            str(data["python"]),
+            outer_pid=int(str(data["outer_pid"])),
+            init_pid=int(str(data["init_pid"])),
+            started_at=float(str(data["started_at"])),
+            outer_start=int(str(data["outer_start"])),
+            init_start=int(str(data["init_start"])),
+        )
+        self._pods[rec.id] = rec
+        alive = _start_time(rec.init_pid) == rec.init_start
+        if alive:
+            try:
+                await self._connect(rec, time.monotonic() + 5.0)
+                return
+            except (OSError, TimeoutError, PodStartError):
+                pass
+        # found dead (or deaf): clear what is left of it
+        await self._teardown(rec)
+
+    async def close(self) -> None:
+        """Disconnect from every agent; the pods keep running for the next runtime."""
+        for rec in list(self._pods.values()):
+            rec.stopping = True  # not a death: do not report PodDown
+            if rec.writer is not None:
+                rec.writer.close()
+            if rec.reader_task is not None:
+                rec.reader_task.cancel()
+        self._pods.clear()
+
+    async def stop_all(self) -> None:
+        """Stop every pod (PodDown for each)."""
+        for pod in sorted(self._pods):
+            if not self._pods[pod].stopping:
+                await self.stop_pod(pod)
