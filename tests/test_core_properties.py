@@ -38,6 +38,7 @@ from stoker.core import (
     JobStarted,
     JobState,
     PodFailed,
+    PodGone,
     PodState,
     Policies,
     Profile,
@@ -138,13 +139,14 @@ class CoreMachine(RuleBasedStateMachine):
         self.d.gone([data.draw(st.sampled_from(list(self.d.stopping)))])
 
     @precondition(lambda self: any(p.state is not PodState.GONE for p in self.d.core.pods.values()))
-    @rule(data=st.data())
-    def pod_failed(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), lost=st.booleans())
+    def pod_failed(self, data: st.DataObject, lost: bool) -> None:
+        """A pod dies (PodFailed) or the runtime loses it without being asked (PodGone)."""
         live = sorted(p.id for p in self.d.core.pods.values() if p.state is not PodState.GONE)
         pid = data.draw(st.sampled_from(live))
         self.d.starting.pop(pid, None)
         self.d.stopping.pop(pid, None)
-        self.d.send(PodFailed(pid))
+        self.d.send(PodGone(pid) if lost else PodFailed(pid))
 
     @rule(dt=st.sampled_from([0.5, 3.0, 30.0, 120.0]))
     def tick(self, dt: float) -> None:
