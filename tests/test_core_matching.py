@@ -17,7 +17,7 @@ from stoker.core import (
     StopPod,
     Tick,
 )
-from stoker.core.policies import QueueDrivenBudget, ReuseMatching
+from stoker.core.policies import BesideActive, QueueDrivenBudget, ReuseMatching, StaticBudget
 
 
 def test_cold_start_then_bind_when_ready(driver: Driver) -> None:
@@ -256,3 +256,21 @@ def test_head_of_line_a_blocked_gang_holds_its_profile_queue() -> None:
     d.gone()
     assert d.core.jobs[g].state is JobState.PLACED
     assert d.core.jobs[one].state is JobState.QUEUED
+
+
+def test_reclaim_stops_only_the_pods_that_make_the_room() -> None:
+    """A standby beside a running pod frees no slot: reclaim leaves it, whatever its value."""
+    prof = Profile("p", share=0.9, standby_share=0.1)
+    policies = Policies(budget=StaticBudget(standby_value_s=0.0), standby=BesideActive(1))
+    d = Driver(make_core(gpus=2, profiles=[prof], policies=policies))
+    a = d.run("t", "a")  # GPU 0: active + the one standby (worth least)
+    b = d.run("t", "b")  # GPU 1: active, no standby
+    standby = next(p.id for p in d.core.pods.values() if p.state is PodState.STANDBY)
+    warm = d.core.jobs[b].pods[0]
+    d.finish(b)
+    c = d.submit("u", "c")
+    assert d.actions(StopPod) == [StopPod(warm, "reclaim")]
+    assert d.core.pods[standby].state is PodState.STANDBY
+    d.gone()
+    assert d.core.jobs[c].state is JobState.PLACED
+    assert d.core.jobs[a].state is JobState.RUNNING

@@ -525,8 +525,15 @@ class Core:
                 if g.id not in used_gpus and g.free + freed.get(g.id, 0.0) >= profile.share - EPS
             ]
             if len(room) >= profile.gpus:
-                used_gpus.update(room[: profile.gpus])
-                groups.append(per_node.pop(victim.node))
+                chosen = set(room[: profile.gpus])
+                used_gpus.update(chosen)
+                # only the victims on the chosen GPUs go; the rest of the node's candidates
+                # (a standby beside an active pod, say) stay for a later slot or keep running
+                pending = per_node.pop(victim.node)
+                groups.append([v for v in pending if chosen.intersection(v.gpus)])
+                rest = [v for v in pending if not chosen.intersection(v.gpus)]
+                if rest:
+                    per_node[victim.node] = rest
                 if len(groups) == count:
                     return groups
         return None
