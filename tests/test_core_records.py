@@ -234,3 +234,13 @@ def test_unexpected_pod_gone_counts_as_a_failure() -> None:
     d.settle()
     d.send(PodGone("pod-3"))  # while running: the job ends as its pod died
     assert d.core.jobs[a].failure is Failure.POD_DIED
+
+
+def test_a_requeued_job_keeps_its_place_at_the_head() -> None:
+    d = Driver(make_core(gpus=1))
+    a = d.submit("t", "a")
+    b = d.submit("t", "b")
+    d.starting.clear()
+    d.send(PodFailed("pod-1"))
+    assert d.core.jobs[a].state is JobState.PLACED
+    assert d.core.queued() == [b]

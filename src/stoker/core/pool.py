@@ -323,7 +323,7 @@ class Core:
                 None,
                 None,
             )
-            self._enqueue(job)
+            self._enqueue(job, front=True)
         elif job.state is not JobState.FINISHED:
             self._release_gang(job, pod_id, now, out)
             self._end(job, reason, now, out)
@@ -845,9 +845,18 @@ class Core:
 
     # ------------------------------------------------------------------ queues
 
-    def _enqueue(self, job: Job) -> None:
-        self._queues[job.spec.profile][job.id] = None
-        self._queued_pairs.setdefault((job.spec.profile, *job.pair), {})[job.id] = None
+    def _enqueue(self, job: Job, front: bool = False) -> None:
+        """Queue a job at the tail, or at the head when it is put back (its place was
+        taken before the jobs queued behind it)."""
+        profile = job.spec.profile
+        key = (profile, *job.pair)
+        if front:
+            self._queues[profile] = {job.id: None, **self._queues[profile]}
+            self._queued_pairs[key] = {job.id: None, **self._queued_pairs.get(key, {})}
+            self._dirty = True
+        else:
+            self._queues[profile][job.id] = None
+            self._queued_pairs.setdefault(key, {})[job.id] = None
         self._queued_gpus += self.profiles[job.spec.profile].gpu_demand * job.spec.replicas
 
     def _dequeue(self, job: Job) -> None:
