@@ -55,6 +55,7 @@ class Agent:
             "pod": self.pod,
             "pid": os.getpid(),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+            "gpus": os.environ.get("STOKER_GPUS", ""),
             "preloaded": self.preloaded,
             "job": self.job.id if self.job else None,
         }
@@ -101,6 +102,7 @@ class Agent:
                 self._kill_others()
         elif op == "promote":
             os.environ["CUDA_VISIBLE_DEVICES"] = str(msg.get("cuda_visible_devices", ""))
+            os.environ["STOKER_GPUS"] = ",".join(msg.get("gpus") or ())
             await self.send({"ev": "promoted", **self.state()})
         elif op == "ping":
             await self.send({"ev": "pong", **self.state()})

@@ -33,6 +33,7 @@ RESERVED_ENV = (
     "MASTER_PORT",
     "STOKER_JOB",
     "STOKER_POD",
+    "STOKER_GPUS",
 )
 
 CODE_MARKER = ".stoker-code-digest"

@@ -9,7 +9,7 @@ carry ``ev``:
   ``{"ev": "running", "job", "pid"}``, then ``output`` events, then
   ``{"ev": "exited", "job", "exit_code", "signal", "failure"}`` (or ``{"ev": "error", "job",
   "message"}`` when the job cannot be bound);
-- ``{"op": "kill", "job", "failure"}``; ``{"op": "promote", "cuda_visible_devices"}`` ->
+- ``{"op": "kill", "job", "failure"}``; ``{"op": "promote", "cuda_visible_devices", "gpus"}`` ->
   ``{"ev": "promoted"}``; ``{"op": "ping"}`` -> ``{"ev": "pong", ...state}``.
 
 On every connection the agent first sends ``{"ev": "hello", ...state}``, then any events it

@@ -68,6 +68,20 @@ class PodBusy(LocalRuntimeError):
     """The pod is running a job, or stands by (promote it first)."""
 
 
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    """What the runtime knows of one live pod (for listings and diagnostics)."""
+
+    id: str
+    profile: str
+    gpus: tuple[str, ...]
+    standby: bool
+    job: str | None
+    init_pid: int  # the sandbox's pid 1 on the host: killing it kills the pod
+    workspace: Path
+    limits_missing: dict[str, str]  # controller -> why its limit is not applied here
+
+
 @dataclass
 class _Pod:
     id: str
@@ -235,6 +249,8 @@ class LocalRuntime:
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONUNBUFFERED": "1",
             "CUDA_VISIBLE_DEVICES": visible,
+            # the pod's GPU ids (virtual slots too); empty while it stands by
+            "STOKER_GPUS": "" if rec.standby else ",".join(rec.gpus),
             "STOKER_POD": rec.id,
         }
         real = any(not self.devices[g].virtual for g in rec.gpus)
@@ -383,10 +399,25 @@ class LocalRuntime:
         """Give a standby pod its GPUs (CUDA_VISIBLE_DEVICES for its jobs); emits PodUp."""
         rec = self._pod(pod)
         visible = cuda_visible_devices(self.devices, rec.gpus)
-        await self._request(rec, {"op": "promote", "cuda_visible_devices": visible}, "promoted")
+        msg = {"op": "promote", "cuda_visible_devices": visible, "gpus": list(rec.gpus)}
+        await self._request(rec, msg, "promoted")
         rec.standby = False
         (rec.dir / "pod.json").write_text(json.dumps(rec.to_json()))
         await self._emit(PodUp(pod))
+
+    def pod_info(self, pod: str) -> PodInfo:
+        """The runtime's view of a live pod."""
+        rec = self._pod(pod)
+        return PodInfo(
+            rec.id,
+            rec.profile.name,
+            rec.gpus,
+            rec.standby,
+            rec.job,
+            rec.init_pid,
+            rec.dir / "workspace",
+            dict(rec.cgroup.missing),
+        )
 
     async def ping(self, pod: str) -> protocol.Message:
         """The agent's own view of its pod (pid, CUDA_VISIBLE_DEVICES, preload times, job)."""

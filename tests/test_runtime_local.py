@@ -1,0 +1,422 @@
+"""The local runtime with real bubblewrap sandboxes, real cgroups and real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+import uuid
+import zipfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from stoker.core.model import Failure
+from stoker.runtime.base import (
+    JobBinding,
+    JobExited,
+    JobOutput,
+    JobRunning,
+    PodDown,
+    PodUp,
+    RuntimeEvent,
+    RuntimeProfile,
+    Topology,
+)
+from stoker.runtime.cgroups import PodCgroup
+from stoker.runtime.code import CodeNotFound
+from stoker.runtime.local import LocalRuntime, PodBusy
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) not installed"),
+    pytest.mark.timeout(60),
+]
+
+PLAIN = RuntimeProfile("plain")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@dataclass
+class Result:
+    exit: JobExited
+    stdout: bytes = b""
+    stderr: bytes = b""
+    running: bool = False
+
+
+@dataclass
+class Rig:
+    """A runtime and one reader of its events."""
+
+    rt: LocalRuntime
+    events: AsyncIterator[RuntimeEvent]
+    seen: list[RuntimeEvent] = field(default_factory=list)
+
+    async def next(self, timeout: float = 20.0) -> RuntimeEvent:
+        ev = await asyncio.wait_for(anext(self.events), timeout)
+        self.seen.append(ev)
+        return ev
+
+    async def until(self, kind: type, timeout: float = 20.0) -> RuntimeEvent:
+        while True:
+            ev = await self.next(timeout)
+            if isinstance(ev, kind):
+                return ev
+
+    async def collect(self, job: str, timeout: float = 20.0) -> Result:
+        out, err, running = [], [], False
+        while True:
+            ev = await self.next(timeout)
+            if isinstance(ev, JobRunning) and ev.job == job:
+                running = True
+            elif isinstance(ev, JobOutput) and ev.job == job:
+                (out if ev.stream == "stdout" else err).append(ev.data)
+            elif isinstance(ev, JobExited) and ev.job == job:
+                return Result(ev, b"".join(out), b"".join(err), running)
+
+    async def run(self, pod: str, argv: list[str], **kw: object) -> Result:
+        job = f"job-{uuid.uuid4().hex[:8]}"
+        await self.rt.bind(pod, JobBinding(job=job, argv=tuple(argv), **kw))  # type: ignore[arg-type]
+        return await self.collect(job)
+
+    async def pod(self, profile: RuntimeProfile = PLAIN, standby: bool = False) -> str:
+        pod = f"p{uuid.uuid4().hex[:10]}"
+        await self.rt.start_pod(pod, profile, ("vgpu0",), standby)
+        assert await self.until(PodUp) == PodUp(pod)
+        return pod
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    rt = LocalRuntime(tmp_path / "state", gpu_slots=2)
+    yield Rig(rt, rt.events())
+    await rt.stop_all()
+
+
+def _procs_with(marker: str) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                cmd = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if marker.encode() in cmd and b"pytest" not in cmd:
+                found.append(int(name))
+    return found
+
+
+async def test_runs_argv_streams_output_and_exit_code(rig: Rig) -> None:
+    pod = await rig.pod()
+    res = await rig.run(pod, ["sh", "-c", "echo out; echo err >&2; exit 3"])
+    assert res.running
+    assert res.stdout == b"out\n" and res.stderr == b"err\n"
+    assert res.exit.exit_code == 3 and res.exit.failure is Failure.USER_ERROR
+    ok = await rig.run(pod, ["python", "-c", "print('fine')"])
+    assert ok.stdout == b"fine\n" and ok.exit.exit_code == 0 and ok.exit.failure is None
+
+
+async def test_unprivileged_no_caps_own_namespaces(rig: Rig) -> None:
+    pod = await rig.pod()
+    res = await rig.run(
+        pod, ["sh", "-c", "id -u; grep CapEff /proc/self/status; hostname; ps -e | wc -l"]
+    )
+    uid, caps, host, nproc = res.stdout.decode().split("\n")[:4]
+    if os.geteuid() == 0:
+        assert uid == "65534"
+    assert caps.split()[1] == "0000000000000000"
+    assert host == pod  # own uts namespace
+    assert int(nproc) < 10  # own pid namespace: bwrap, agent, the job and ps
+
+
+async def test_timeout_is_typed(rig: Rig) -> None:
+    pod = await rig.pod()
+    t0 = time.monotonic()
+    res = await rig.run(pod, ["sleep", "30"], timeout_s=0.5)
+    assert res.exit.failure is Failure.TIMEOUT
+    assert res.exit.exit_code == 128 + 9
+    assert time.monotonic() - t0 < 10
+
+
+async def test_kill_job_cancelled_and_preempted(rig: Rig) -> None:
+    pod = await rig.pod()
+    for failure in (Failure.CANCELLED, Failure.PREEMPTED):
+        await rig.rt.bind(pod, JobBinding(job=f"k-{failure}", argv=("sleep", "30")))
+        await rig.until(JobRunning)
+        await rig.rt.kill_job(f"k-{failure}", failure)
+        res = await rig.collect(f"k-{failure}")
+        assert res.exit.failure is failure
+
+
+async def test_memory_limit_is_out_of_memory(rig: Rig) -> None:
+    probe = PodCgroup.create(f"stoker-probe-{uuid.uuid4().hex[:6]}", 64, None)
+    missing = probe.missing.get("memory")
+    probe.remove()
+    if missing:
+        pytest.skip(f"memory controller unavailable: {missing}")
+    pod = await rig.pod(RuntimeProfile("small", memory_mb=128))
+    res = await rig.run(
+        pod, ["python", "-c", "x = bytearray(400 * 2**20); x[::4096] = b'1' * len(x[::4096])"]
+    )
+    assert res.exit.failure is Failure.OUT_OF_MEMORY
+    # the pod survives its job's OOM and runs the next one
+    ok = await rig.run(pod, ["python", "-c", "print(1)"])
+    assert ok.exit.exit_code == 0
+
+
+async def test_pids_limit(rig: Rig) -> None:
+    pod = await rig.pod(RuntimeProfile("few", pids_max=16))
+    missing = rig.rt.pod_info(pod).limits_missing
+    if "pids" in missing:
+        pytest.skip(f"pids controller unavailable: {missing['pids']}")
+    code = (
+        "import subprocess\nps = []\ntry:\n"
+        " for i in range(64): ps.append(subprocess.Popen(['sleep', '5']))\n"
+        "except OSError: print('limited')"
+    )
+    res = await rig.run(pod, ["python", "-c", code])
+    assert b"limited" in res.stdout
+
+
+async def test_network_is_off(rig: Rig) -> None:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    try:
+        pod = await rig.pod()
+        code = (
+            "import socket\ns = socket.socket(); s.settimeout(2)\n"
+            f"try:\n s.connect(('127.0.0.1', {port})); print('connected')\n"
+            "except OSError as e: print('refused', e)"
+        )
+        res = await rig.run(pod, ["python", "-c", code])
+        assert b"refused" in res.stdout
+        # a profile that allows the network shares the host's
+        net = await rig.pod(RuntimeProfile("net", network=True))
+        res = await rig.run(net, ["python", "-c", code])
+        assert b"connected" in res.stdout
+    finally:
+        server.close()
+
+
+async def test_cannot_write_outside_workspace_or_see_others(rig: Rig, tmp_path: Path) -> None:
+    pod = await rig.pod()
+    other = await rig.pod()
+    other_ws = rig.rt.pods_dir / other / "workspace"
+    (other_ws / "secret").write_text("mine")
+    target = tmp_path / "escape"
+    script = (
+        f"for p in /etc/x /usr/x {target} {rig.rt.state_dir}/x /x; do "
+        "(echo hi > $p) 2>/dev/null && echo wrote $p; done; "
+        f"ls {rig.rt.pods_dir} 2>&1; cat {other_ws}/secret 2>&1; echo ok > /workspace/f; "
+        "echo tmp > /tmp/t && echo tmpok"
+    )
+    res = await rig.run(pod, ["sh", "-c", script])
+    assert b"wrote" not in res.stdout
+    assert b"mine" not in res.stdout
+    assert b"tmpok" in res.stdout  # a private tmpfs, not the host's /tmp
+    assert not target.exists()
+    assert (rig.rt.pods_dir / pod / "workspace" / "f").read_text() == "ok\n"
+
+
+async def test_stop_kills_the_whole_tree(rig: Rig) -> None:
+    pod = await rig.pod()
+    marker = f"{uuid.uuid4().int % 900 + 100}.{uuid.uuid4().int % 1000}"
+    job = "tree"
+    await rig.rt.bind(
+        pod,
+        JobBinding(
+            job=job,
+            argv=("sh", "-c", f"setsid sleep {marker} & (sleep {marker} &) ; sleep {marker}"),
+        ),
+    )
+    await rig.until(JobRunning)
+    for _ in range(200):
+        if len(_procs_with(f"sleep {marker}")) >= 3:
+            break
+        await asyncio.sleep(0.01)
+    assert len(_procs_with(f"sleep {marker}")) >= 3
+    await rig.rt.stop_pod(pod)
+    exited = await rig.until(JobExited)
+    assert isinstance(exited, JobExited) and exited.failure is Failure.PREEMPTED
+    assert await rig.until(PodDown) == PodDown(pod, None)
+    assert _procs_with(f"sleep {marker}") == []
+    assert not (rig.rt.pods_dir / pod).exists()
+
+
+async def test_stray_processes_die_with_their_job(rig: Rig) -> None:
+    pod = await rig.pod()
+    marker = f"{uuid.uuid4().int % 900 + 100}.5"
+    res = await rig.run(pod, ["sh", "-c", f"setsid sleep {marker} & echo started"])
+    assert res.exit.exit_code == 0
+    assert _procs_with(f"sleep {marker}") == []
+
+
+async def test_workspace_persists_and_recycle_wipes(rig: Rig) -> None:
+    pod = await rig.pod()
+    await rig.run(pod, ["sh", "-c", "echo kept > /workspace/state"])
+    again = await rig.run(pod, ["cat", "/workspace/state"])
+    assert again.stdout == b"kept\n"
+    new = f"{pod}-r"
+    await rig.rt.recycle(pod, new)
+    assert await rig.until(PodUp) == PodUp(new)
+    assert await rig.rt.live_pods() == [new]
+    res = await rig.run(new, ["sh", "-c", "ls -A /workspace | wc -l"])
+    assert res.stdout == b"0\n"
+
+
+def _tar(files: dict[str, str]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+async def test_code_upload_by_digest(rig: Rig) -> None:
+    archive = _tar(
+        {"app/__init__.py": "", "app/main.py": "import sys\nprint('app', sys.argv[1:])\n"}
+    )
+    digest = await rig.rt.put_code(archive)
+    assert digest == await rig.rt.put_code(archive)  # stored once, same address
+    assert len(list(rig.rt.code.root.iterdir())) == 1
+    pod = await rig.pod()
+    res = await rig.run(pod, ["python", "-m", "app.main", "x"], code_digest=digest)
+    assert res.stdout == b"app ['x']\n"
+    call = await rig.run(pod, ["app.main:__name__"], code_digest=digest)
+    assert call.exit.failure is Failure.USER_ERROR  # a str attribute is not callable
+    with pytest.raises(CodeNotFound, match="code_digest"):
+        await rig.rt.bind(pod, JobBinding(job="x", argv=("true",), code_digest="0" * 64))
+
+
+def _wheel(where: Path, name: str, value: str) -> Path:
+    """A tiny pure-Python wheel, built by hand so no build backend or network is needed."""
+    dist = f"{name}-0.1.dist-info"
+    path = where / f"{name}-0.1-py3-none-any.whl"
+    files = {
+        f"{name}/__init__.py": f"VALUE = {value!r}\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
+        f"{dist}/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = "".join(f"{n},,\n" for n in files) + f"{dist}/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as zf:
+        for n, text in files.items():
+            zf.writestr(n, text)
+        zf.writestr(f"{dist}/RECORD", record)
+    return path
+
+
+async def test_deps_go_into_an_overlay(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    name = f"stokertiny{uuid.uuid4().hex[:6]}"
+    _wheel(wheels, name, "from-overlay")
+    rt = LocalRuntime(tmp_path / "state", gpu_slots=1, find_links=(wheels,), no_index=True)
+    rig = Rig(rt, rt.events())
+    try:
+        pod = await rig.pod()
+        code = f"import {name}; print({name}.VALUE)"
+        res = await rig.run(pod, ["python", "-c", code], deps=(name,))
+        assert res.stdout == b"from-overlay\n", res.stderr
+        plain = await rig.run(pod, ["sh", "-c", f"python -c '{code}'"], deps=(name,))
+        assert plain.stdout == b"from-overlay\n"  # PYTHONPATH carries it to subprocesses
+        without = await rig.run(pod, ["python", "-c", code])
+        assert without.exit.failure is Failure.USER_ERROR  # never in the shared env
+        missing = await rig.run(pod, ["true"], deps=("nosuchpkg-stoker",))
+        assert missing.exit.failure is Failure.USER_ERROR and b"deps" in missing.stderr
+    finally:
+        await rt.stop_all()
+    check = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True)
+    assert check.returncode != 0
+
+
+async def test_zygote_forks_with_warm_imports_and_clean_state(rig: Rig) -> None:
+    pod = await rig.pod(RuntimeProfile("warm", preload=("xml.dom.minidom",)))
+    probe = "import sys; print('xml.dom.minidom' in sys.modules)"
+    assert (await rig.run(pod, ["python", "-c", probe])).stdout == b"True\n"
+    # a plain process is a fresh interpreter: nothing preloaded
+    assert (await rig.run(pod, ["sh", "-c", f'python -c "{probe}"'])).stdout == b"False\n"
+    await rig.run(pod, ["python", "-c", "import xml.dom.minidom as m; m.LEAK = 1"])
+    res = await rig.run(
+        pod, ["python", "-c", "import xml.dom.minidom as m; print(hasattr(m, 'LEAK'))"]
+    )
+    assert res.stdout == b"False\n"
+    pong = await rig.rt.ping(pod)
+    assert set(pong["preloaded"]) == {"xml.dom.minidom"}
+
+
+async def test_topology_and_env(rig: Rig) -> None:
+    pod = await rig.pod()
+    topo = Topology(rank=2, world_size=4, master_addr="10.0.0.7", master_port=29400)
+    keys = "RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT MINE STOKER_GPUS"
+    code = f"import os; print(' '.join(os.environ[k] for k in {keys!r}.split()))"
+    res = await rig.run(pod, ["python", "-c", code], topology=topo, env={"MINE": "v"})
+    assert res.stdout == b"2 4 0 10.0.0.7 29400 v vgpu0\n"
+    with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES"):
+        await rig.rt.bind(
+            pod, JobBinding(job="bad", argv=("true",), env={"CUDA_VISIBLE_DEVICES": "0"})
+        )
+
+
+async def test_standby_has_no_gpu_until_promoted(rig: Rig) -> None:
+    pod = await rig.pod(standby=True)
+    pong = await rig.rt.ping(pod)
+    assert pong["cuda_visible_devices"] == "" and pong["gpus"] == ""
+    with pytest.raises(PodBusy):
+        await rig.rt.bind(pod, JobBinding(job="early", argv=("true",)))
+    await rig.rt.promote(pod)
+    assert await rig.until(PodUp) == PodUp(pod)
+    res = await rig.run(pod, ["sh", "-c", 'echo "[$CUDA_VISIBLE_DEVICES] $STOKER_GPUS"'])
+    assert res.stdout == b"[] vgpu0\n"  # a virtual slot has no CUDA device
+
+
+async def test_pod_death_is_reported(rig: Rig) -> None:
+    pod = await rig.pod()
+    await rig.rt.bind(pod, JobBinding(job="doomed", argv=("sleep", "30")))
+    await rig.until(JobRunning)
+    os.kill(rig.rt.pod_info(pod).init_pid, 9)
+    exited = await rig.until(JobExited)
+    assert isinstance(exited, JobExited) and exited.failure is Failure.POD_DIED
+    assert await rig.until(PodDown) == PodDown(pod, Failure.POD_DIED)
+    assert await rig.rt.live_pods() == []
+
+
+async def test_pods_outlive_the_runtime_and_are_readopted(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    first = LocalRuntime(state, gpu_slots=1)
+    rig = Rig(first, first.events())
+    pod = await rig.pod()
+    await first.bind(pod, JobBinding(job="across", argv=("sh", "-c", "sleep 0.5; echo done")))
+    await rig.until(JobRunning)
+    await first.close()  # the broker goes away; the pod and its job keep running
+    await asyncio.sleep(0.8)
+    second = LocalRuntime(state, gpu_slots=1)
+    rig2 = Rig(second, second.events())
+    try:
+        assert await second.live_pods() == [pod]
+        res = await rig2.collect("across")  # held by the agent while nobody listened
+        assert res.stdout == b"done\n" and res.exit.exit_code == 0
+        res = await rig2.run(pod, ["echo", "again"])
+        assert res.stdout == b"again\n"
+    finally:
+        await second.stop_all()
+    assert await LocalRuntime(state, gpu_slots=1).live_pods() == []
