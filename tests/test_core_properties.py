@@ -8,6 +8,7 @@ moved on from), and lets time pass. After every event it checks:
 - no GPU holds more than 1.0 (``Core.check``: shares, indexes, idle total, queues);
 - every submitted job is queued, placed, binding, running or finished, and a job that is
   placed, binding or running only points at live pods (a dead pod would strand it);
+- no queue waits while its head would fit in free room;
 - the warm budget holds once the actions are applied: the GPUs held by idle warm pods and
   by standby pods (starting or ready, not promoted), not counting pods the core has asked
   to stop, are at most the budget's limit.
@@ -195,6 +196,13 @@ class CoreMachine(RuleBasedStateMachine):
             ):
                 idle += sum(gpus[g].allocs.get(pod.id, 0.0) for g in pod.gpus)
         assert idle <= core.budget_limit() + 1e-6, (idle, core.budget_limit())
+        # no queue waits while its head would fit in free room (no job waits needlessly)
+        for name, profile in core.profiles.items():
+            queued = core.queued(name)
+            if queued:
+                need = core.jobs[queued[0]].spec.replicas
+                free = core._find_capacity(profile, need, set())
+                assert len(free) < need, (queued[0], free)
         assert math.isclose(idle, core.idle_gpus, abs_tol=1e-6)
 
     def teardown(self) -> None:

@@ -860,11 +860,15 @@ class Core:
         self._queued_gpus += self.profiles[job.spec.profile].gpu_demand * job.spec.replicas
 
     def _dequeue(self, job: Job) -> None:
-        if self._queues[job.spec.profile].pop(job.id, False) is None:
+        queue = self._queues[job.spec.profile]
+        head = next(iter(queue), None)
+        if queue.pop(job.id, False) is None:
             self._queued_gpus -= self.profiles[job.spec.profile].gpu_demand * job.spec.replicas
             if self._queued_gpus < 1e-9:
                 self._queued_gpus = 0.0
-            self._dirty = True  # a new head may go where the old one could not
+            if queue and (head == job.id or head in self._reclaim):
+                # the job may have held the queue: those behind it may go now
+                self._dirty = True
             key = (job.spec.profile, *job.pair)
             same = self._queued_pairs[key]
             del same[job.id]
