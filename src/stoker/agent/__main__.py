@@ -15,13 +15,13 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from stoker.agent import protocol
 from stoker.agent.binding import check_env, classify, topology_env, unpack_code
 from stoker.agent.protocol import Message
-from stoker.agent.zygote import fork_job, preload
+from stoker.agent.zygote import Spare, preload
 
 CHUNK = 64 * 1024
 
@@ -32,7 +32,7 @@ class _Job:
     pid: int
     started: float
     kill_failure: str | None = None  # set when the runtime (or the timeout) killed it
-    done: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None  # its watcher (held so it is not collected)
 
 
 class Agent:
@@ -47,6 +47,7 @@ class Agent:
         self._writer: asyncio.StreamWriter | None = None
         self._held: list[Message] = []  # events while no runtime is connected
         self._stop = asyncio.Event()
+        self._spare: Spare | None = None
 
     # --- connection ------------------------------------------------------
 
@@ -148,14 +149,17 @@ class Agent:
         except (KeyError, ValueError, TypeError, OSError) as exc:
             await self.send({"ev": "error", "job": job_id, "message": str(exc)})
             return
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        pid = fork_job(entry, env, str(self.workspace), overlay, out_w, err_w)
-        os.close(out_w)
-        os.close(err_w)
-        self.job = job = _Job(job_id, pid, time.time())
-        await self.send({"ev": "running", "job": job_id, "pid": pid, "at": job.started})
-        asyncio.get_running_loop().create_task(self._watch(job, out_r, err_r, timeout_s))
+        spare, self._spare = self._spare or Spare.fork(), None
+        spare.start(entry, env, str(self.workspace), overlay)
+        self.job = job = _Job(job_id, spare.pid, time.time())
+        await self.send({"ev": "running", "job": job_id, "pid": spare.pid, "at": job.started})
+        loop = asyncio.get_running_loop()
+        job.task = loop.create_task(self._watch(job, spare.stdout, spare.stderr, timeout_s))
+        loop.call_soon(self._ensure_spare)  # the next job's fork happens while this one runs
+
+    def _ensure_spare(self) -> None:
+        if self._spare is None and not self._stop.is_set():
+            self._spare = Spare.fork()
 
     async def _pump(self, job: _Job, fd: int, stream: str) -> None:
         loop = asyncio.get_running_loop()
@@ -223,17 +227,17 @@ class Agent:
         )
 
     def _kill_others(self) -> None:
-        """SIGKILL every process of this pid namespace but its init (1) and the agent.
+        """SIGKILL every process of this pid namespace but its init, the agent and its spare.
 
         The job's main process is the agent's child (its waiter reaps it); everything it
         left behind is reparented to the namespace's init, which reaps it. Zombies are dead
         already, so the sweep repeats until only those remain.
         """
-        me = os.getpid()
+        keep = {1, os.getpid()} | ({self._spare.pid} if self._spare else set())
         for _ in range(1000):
             alive = []
             for name in os.listdir("/proc"):
-                if not name.isdigit() or int(name) in (1, me):
+                if not name.isdigit() or int(name) in keep:
                     continue
                 try:
                     stat = Path(f"/proc/{name}/stat").read_text()
@@ -257,8 +261,12 @@ class Agent:
         )
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self._stop.set)
+        self._ensure_spare()
         async with server:
             await self._stop.wait()
+        if self._spare is not None:
+            self._spare.retire()
+            os.waitpid(self._spare.pid, 0)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,19 +1,22 @@
 """The zygote: the agent's own interpreter with the profile's modules imported once.
 
-Each job is a fork of it: the child inherits the warm imports (``torch`` costs seconds to
-import, a fork costs a millisecond) and starts from the zygote's state, which never ran user
-code, so no job sees another's globals. A plain argv is exec'd from the same fork.
-"""
+Each job runs in a fork of it, made ahead of time (:class:`Spare`): the child inherits the
+warm imports (``torch`` costs seconds to import) and starts from the zygote's state, which
+never ran user code, so no job sees another's globals. A plain argv is exec'd from the same
+fork."""
 
 from __future__ import annotations
 
+import gc
 import importlib
+import json
 import os
 import runpy
 import signal
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 
 from stoker.agent.binding import Entry
 
@@ -63,54 +66,108 @@ def _run_entry(entry: Entry) -> int:
         return 1
 
 
-def fork_job(
-    entry: Entry,
-    env: dict[str, str],
-    cwd: str,
-    extra_path: tuple[str, ...],
-    stdout_fd: int,
-    stderr_fd: int,
-) -> int:
-    """Fork a job; returns its pid. The child never returns: it runs and exits."""
+def _child(entry: Entry, env: dict[str, str], cwd: str, extra_path: tuple[str, ...]) -> int:
+    """The job, in a forked child whose fds 1 and 2 are its output pipes; its exit code."""
+    os.setsid()  # its own session and process group, so a kill reaches its children too
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    try:
+        with open("/proc/self/oom_score_adj", "w") as fh:
+            fh.write("1000")  # under memory pressure the job dies, not the agent
+    except OSError:
+        pass
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.chdir(cwd)
+    if entry.kind == "exec":
+        try:
+            os.execvpe(entry.target, list(entry.argv), env)
+        except OSError as exc:
+            os.write(2, f"stoker: cannot run {entry.target!r}: {exc.strerror}\n".encode())
+            return 127
+    os.environ.clear()
+    os.environ.update(env)
+    sys.path[:0] = [cwd, *extra_path]
+    # fresh text streams on the job's fds, line-buffered so output streams as it comes
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    code = _run_entry(entry)
     sys.stdout.flush()
     sys.stderr.flush()
-    pid = os.fork()
-    if pid:
-        return pid
-    code = 1
-    try:
-        os.setsid()  # its own process group, so a kill reaches its children too
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(stdout_fd, 1)
-        os.dup2(stderr_fd, 2)
-        os.closerange(3, 1 << 16)  # the agent's socket, loop and pipes stay the agent's
-        try:
-            with open("/proc/self/oom_score_adj", "w") as fh:
-                fh.write("1000")  # under memory pressure the job dies, not the agent
-        except OSError:
-            pass
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.chdir(cwd)
-        if entry.kind == "exec":
-            os.execvpe(entry.target, list(entry.argv), env)
-        os.environ.clear()
-        os.environ.update(env)
-        sys.path[:0] = [cwd, *extra_path]
-        # fresh text streams on the job's fds, line-buffered so output streams as it comes
-        sys.stdin = open(0, closefd=False)  # noqa: SIM115
-        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-        code = _run_entry(entry)
+    return code
+
+
+@dataclass
+class Spare:
+    """A child forked ahead of time, waiting for its job on a pipe.
+
+    Forking an interpreter that holds torch costs ~10 ms (page tables) and would sit between
+    a bind and its job running; the agent forks the next spare while a job runs, so a bind
+    only writes the job to a pipe. A spare sees EOF (and exits) if the agent dies.
+    """
+
+    pid: int
+    ctl: int  # write end: the job's description, then close
+    stdout: int  # read ends of the job's output pipes
+    stderr: int
+
+    @classmethod
+    def fork(cls) -> Spare:
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        ctl_r, ctl_w = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
-    except FileNotFoundError as exc:
-        os.write(2, f"stoker: {exc}\n".encode())
-        code = 127
-    except BaseException:
-        try:
-            traceback.print_exc()
-        finally:
+        pid = os.fork()
+        if pid == 0:  # the spare
             code = 1
-    os._exit(code)
+            try:
+                gc.freeze()  # the agent's objects are never collected (nor their fds closed)
+                os.dup2(ctl_r, 0)
+                os.dup2(out_w, 1)
+                os.dup2(err_w, 2)
+                os.closerange(3, 1 << 16)  # the agent's socket, loop and pipes stay its own
+                chunks = []
+                while chunk := os.read(0, 1 << 16):
+                    chunks.append(chunk)
+                if not chunks:
+                    os._exit(0)  # no job: the agent went away or retired this spare
+                spec = json.loads(b"".join(chunks))
+                entry = Entry(spec["kind"], spec["target"], tuple(spec["argv"]))
+                code = _child(entry, spec["env"], spec["cwd"], tuple(spec["path"]))
+            except BaseException:
+                try:
+                    traceback.print_exc()
+                finally:
+                    code = 1
+            os._exit(code)
+        for fd in (out_w, err_w, ctl_r):
+            os.close(fd)
+        return cls(pid, ctl_w, out_r, err_r)
+
+    def start(
+        self, entry: Entry, env: dict[str, str], cwd: str, extra_path: tuple[str, ...]
+    ) -> None:
+        """Hand the spare its job (it runs at once)."""
+        spec = {
+            "kind": entry.kind,
+            "target": entry.target,
+            "argv": list(entry.argv),
+            "env": env,
+            "cwd": cwd,
+            "path": list(extra_path),
+        }
+        data = json.dumps(spec).encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.ctl, view) :]
+        os.close(self.ctl)
+
+    def retire(self) -> None:
+        """Let an unused spare go (it exits on EOF); the caller reaps it."""
+        os.close(self.ctl)
+        os.close(self.stdout)
+        os.close(self.stderr)
