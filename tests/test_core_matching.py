@@ -274,3 +274,15 @@ def test_reclaim_stops_only_the_pods_that_make_the_room() -> None:
     d.gone()
     assert d.core.jobs[c].state is JobState.PLACED
     assert d.core.jobs[a].state is JobState.RUNNING
+
+
+def test_a_share_held_by_another_scheduler_blocks_promotion() -> None:
+    """GPU shares owned by something other than this core's pods count as busy."""
+    prof = Profile("p", share=0.45, standby_share=0.1)
+    d = Driver(make_core(gpus=1, profiles=[prof]))
+    a = d.run("t", "a")
+    d.core.cluster.allocate("node-0/0", "gfs-worker", 0.45)
+    d.finish(a)  # warm pod + standby + a foreign share: the standby may not take over
+    b = d.submit("u", "b")
+    assert d.core.jobs[b].state is JobState.QUEUED
+    assert d.core.cluster.gpus["node-0/0"].allocs["gfs-worker"] == 0.45

@@ -227,7 +227,7 @@ class Core:
             if pod.state is PodState.STANDBY:
                 # the promotable index must match the GPU: stale entries would stop busy pods
                 gpu = self.cluster.gpus[pod.gpus[0]]
-                ok = all(self.pods[o].state is PodState.WARM for o in gpu.allocs if o != pod.id)
+                ok = all(self._is_warm_pod(o) for o in gpu.allocs if o != pod.id)
                 if ok != (pod.id in self._promotable[pod.profile]):
                     raise AssertionError(f"standby {pod.id} promotable index stale")
         for job_id, victims in self._reclaim.items():
@@ -797,12 +797,18 @@ class Core:
         gpu = self.cluster.gpus[gid]
         profile = self.profiles[standby.profile]
         others = [o for o in gpu.allocs if o != sid]
-        ok = all(self.pods[o].state is PodState.WARM for o in others)
+        ok = all(self._is_warm_pod(o) for o in others)
         room = gpu.free + sum(gpu.allocs[o] for o in others) + gpu.allocs.get(sid, 0.0)
         if ok and room >= profile.share - EPS:
             self._promotable[standby.profile][sid] = None
         else:
             self._promotable[standby.profile].pop(sid, None)
+
+    def _is_warm_pod(self, owner: str) -> bool:
+        """Whether a GPU share's owner is an idle warm pod of this core (a share held by
+        anything else, a GFS worker say, is busy)."""
+        pod = self.pods.get(owner)
+        return pod is not None and pod.state is PodState.WARM
 
     def _set_state(self, pod: Pod, state: PodState, now: float) -> None:
         """Every state change goes through here: it accrues GPU-seconds per state and keeps
