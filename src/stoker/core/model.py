@@ -251,12 +251,6 @@ class Cluster:
             self._reindex(gpu, max(0.0, gpu.used - share))
         return share
 
-    def transfer(self, gpu_id: str, src: str, dst: str) -> None:
-        """Hand ``src``'s share on a GPU to ``dst`` (standby promotion): the total is unchanged."""
-        gpu = self.gpus[gpu_id]
-        share = gpu.allocs.pop(src)
-        gpu.allocs[dst] = gpu.allocs.get(dst, 0.0) + share
-
     def _reindex(self, gpu: GPU, used: float) -> None:
         buckets = self._free[gpu.model]
         old, new = _bucket(gpu.free), _bucket(max(0.0, 1.0 - used))
