@@ -1,0 +1,124 @@
+"""``stoker sim gfs``: GFS and the baselines on one trace, per load level."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+DEFAULT_OUT = Path("stoker-results/gfs")
+DEFAULT_POLICIES = ("gfs", "yarn-cs", "chronus", "lyra", "fgd")
+
+
+def register(app: typer.Typer, sim_app: typer.Typer) -> None:
+    """Add ``gfs`` to the ``sim`` group."""
+    sim_app.command("gfs")(sim_gfs)
+
+
+def sim_gfs(
+    trace: Annotated[str, typer.Option(help="v2026 | openb | philly")] = "v2026",
+    trace_path: Annotated[
+        str | None, typer.Option(help="folder with the trace's upstream files, or the job file")
+    ] = None,
+    load: Annotated[
+        list[str] | None, typer.Option(help="low | medium | high (spot arrivals x0.5/1/1.5)")
+    ] = None,
+    policy: Annotated[list[str] | None, typer.Option(help="policy names (repeat)")] = None,
+    out: Annotated[Path, typer.Option(help="output folder")] = DEFAULT_OUT,
+    days: Annotated[float, typer.Option(help="measured window, days")] = 30.0,
+    warm_days: Annotated[float, typer.Option(help="HP history before it, days")] = 28.0,
+    burn_in_days: Annotated[float, typer.Option(help="simulated before the window")] = 2.0,
+    scale: Annotated[float, typer.Option(help="share of nodes (and jobs) kept, (0, 1]")] = 1.0,
+    seed: Annotated[int, typer.Option(help="seed (generator, load copies)")] = 0,
+    query_every_min: Annotated[int, typer.Option(help="forecast query cadence")] = 5,
+    refit_every_min: Annotated[int, typer.Option(help="forecaster refit cadence")] = 1440,
+    plots: Annotated[bool, typer.Option(help="write PNG plots")] = True,
+) -> None:
+    """Run every named policy on the same jobs; write results.json, a table and plots."""
+    from rich.console import Console
+
+    from stoker.core.gfs import POLICIES
+    from stoker.core.gfs import policy as make_policy
+    from stoker.forecast.base import Cadence
+    from stoker.sim.gfs import (
+        LOADS,
+        Setup,
+        SimGFSError,
+        SimResult,
+        make_forecaster,
+        prepare_trace,
+        scale_spot_load,
+        simulate,
+    )
+    from stoker.sim.gfs_report import plot, render_table, write_results
+    from stoker.sim.traces import TRACE_KINDS, Trace
+
+    console = Console()
+    loads = load or ["medium"]
+    names = policy or list(DEFAULT_POLICIES)
+
+    def fail(msg: str) -> None:
+        typer.echo(f"error: {msg}", err=True)
+        raise typer.Exit(2)
+
+    if trace not in TRACE_KINDS:
+        fail(f"--trace: expected one of {', '.join(TRACE_KINDS)}, got {trace!r}")
+    for name in loads:
+        if name not in LOADS:
+            fail(f"--load: expected one of {', '.join(LOADS)}, got {name!r}")
+    for name in names:
+        if name not in POLICIES:
+            fail(f"--policy: unknown {name!r}; known: {', '.join(POLICIES)}")
+    try:
+        setup = Setup(days, warm_days, burn_in_days, scale, seed)
+        cadence = Cadence(refit_every_min=refit_every_min, query_every_min=query_every_min)
+        base, window = prepare_trace(trace, trace_path, setup)
+        runs: dict[str, dict[str, SimResult]] = {}
+        for level in loads:
+            jobs = scale_spot_load(base.jobs, LOADS[level], seed)
+            tr = Trace(base.name, base.nodes, jobs, base.source, dict(base.notes))
+            runs[level] = {}
+            for name in names:
+                spec = make_policy(name)
+                result = simulate(
+                    tr,
+                    spec,
+                    window,
+                    forecaster=make_forecaster(spec.forecaster, cadence),
+                    cadence=cadence,
+                )
+                runs[level][name] = result
+                m = result.metrics
+                console.print(
+                    f"{level}/{name}: {m['events']} events in {m['wall_s']} s "
+                    f"({m['events_per_s']} events/s)"
+                )
+    except (SimGFSError, ValueError, OSError) as exc:
+        fail(str(exc))
+        return
+    meta = {
+        "trace": trace,
+        "trace_path": trace_path,
+        "source": base.source,
+        "nodes": len(base.nodes),
+        "gpus": sum(n.gpus for n in base.nodes),
+        "window": {"sim_start": window.sim_start, "start": window.start, "end": window.end},
+        "setup": {
+            "days": days,
+            "warm_days": warm_days,
+            "burn_in_days": burn_in_days,
+            "scale": scale,
+            "seed": seed,
+            "query_every_min": query_every_min,
+            "refit_every_min": refit_every_min,
+        },
+        "loads": {name: LOADS[name] for name in loads},
+    }
+    path = write_results(out, runs, meta)
+    for level, by_policy in runs.items():
+        console.print(render_table(level, by_policy))
+    if plots:
+        for p in plot(out, runs):
+            console.print(f"wrote {p}")
+    console.print(f"wrote {path}")

@@ -1,0 +1,170 @@
+"""Per-pool node indexes, queue order and node scores (where a worker goes).
+
+Nodes of a pool are indexed by their count of fully free GPUs, so "nodes with room for r
+whole GPUs, tightest first" never scans the pool. Scores are policies behind
+:class:`NodeScorer`: GFS's (tight packing, same-class affinity, eviction score), a spread
+placement for YARN-CS and FGD's fragmentation-growth rule.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from stoker.core.gfs.jobs import JobClass
+
+DAY_S = 86400.0
+HOUR_S = 3600.0
+# how many nodes of one free-count bucket a score looks at before taking the best seen: the
+# bucket already fixes the packing term, so the rest only breaks ties
+SCAN_CAP = 64
+
+
+def eviction_score(n_1h: int, n_24h: int) -> float:
+    """GFS's node calm score E = 10000 * max(0, 1 - 0.01 * 2^(0.8 n_1h + 0.2 n_24h))."""
+    return 10000.0 * max(0.0, 1.0 - 0.01 * 2.0 ** (0.8 * n_1h + 0.2 * n_24h))
+
+
+@dataclass(slots=True)
+class NodeInfo:
+    """What the scheduler keeps per node beside the Cluster's shares."""
+
+    name: str
+    pool: str
+    ordinal: int
+    total: int
+    full_free: int = 0
+    used: dict[str, float] = field(default_factory=lambda: {"hp": 0.0, "spot": 0.0})
+    evictions: deque[float] = field(default_factory=deque)  # spot eviction times, last 24 h
+
+    def recent_evictions(self, now: float) -> tuple[int, int]:
+        """(evictions in the last hour, in the last day)."""
+        ev = self.evictions
+        while ev and ev[0] < now - DAY_S:
+            ev.popleft()
+        n_24h = len(ev)
+        n_1h = n_24h - bisect.bisect_left(ev, now - HOUR_S)
+        return n_1h, n_24h
+
+    def score_e(self, now: float) -> float:
+        return eviction_score(*self.recent_evictions(now))
+
+
+class PoolIndex:
+    """Nodes of one pool bucketed by fully free GPU count; spot-holding nodes apart."""
+
+    def __init__(self, pool: str, max_gpus: int) -> None:
+        self.pool = pool
+        self.max_gpus = max_gpus
+        self.by_free: list[dict[str, None]] = [{} for _ in range(max_gpus + 1)]
+        self.spot_nodes: dict[str, None] = {}
+        self.nodes: dict[str, NodeInfo] = {}
+
+    def add(self, info: NodeInfo) -> None:
+        self.nodes[info.name] = info
+        self.by_free[info.full_free][info.name] = None
+
+    def move(self, info: NodeInfo, full_free: int) -> None:
+        if full_free != info.full_free:
+            del self.by_free[info.full_free][info.name]
+            self.by_free[full_free][info.name] = None
+            info.full_free = full_free
+        if info.used["spot"] > 1e-9:
+            self.spot_nodes[info.name] = None
+        else:
+            self.spot_nodes.pop(info.name, None)
+
+
+class NodeScorer(Protocol):
+    """Picks the node for one whole-GPU worker of ``need`` GPUs (None: nowhere fits now).
+
+    ``taken`` holds GPUs already planned on a node for earlier workers of the same gang.
+    """
+
+    name: str
+
+    def choose(
+        self, index: PoolIndex, job_class: JobClass, need: int, taken: dict[str, int], now: float
+    ) -> str | None: ...
+
+
+def _candidates(index: PoolIndex, need: int, taken: dict[str, int], order: range):
+    """(free count, up to SCAN_CAP nodes) per nonempty bucket in ``order``; nodes already in
+    the plan count with their GPUs left after it."""
+    for f in order:
+        bucket: list[str] = []
+        for name in index.by_free[f]:
+            if name not in taken:
+                bucket.append(name)
+                if len(bucket) >= SCAN_CAP:
+                    break
+        for name, t in taken.items():
+            if index.nodes[name].full_free - t == f:
+                bucket.append(name)
+        if bucket:
+            yield f, bucket
+
+
+class GFSScorer:
+    """Fewest fully free GPUs left (tight packing), then most GPUs of the same class on the
+    node, then the eviction score: spot prefers calm nodes, HP recently disturbed ones."""
+
+    name = "gfs"
+
+    def choose(
+        self, index: PoolIndex, job_class: JobClass, need: int, taken: dict[str, int], now: float
+    ) -> str | None:
+        for _, bucket in _candidates(index, need, taken, range(need, index.max_gpus + 1)):
+            best = None
+            best_key = None
+            for name in bucket:
+                info = index.nodes[name]
+                e = info.score_e(now)
+                key = (-info.used[job_class], -e if job_class == "spot" else e, info.ordinal)
+                if best_key is None or key < best_key:
+                    best, best_key = name, key
+            return best
+        return None
+
+
+class SpreadScorer:
+    """YARN-CS: the node with the most free GPUs (containers land as nodes heartbeat free)."""
+
+    name = "spread"
+
+    def choose(
+        self, index: PoolIndex, job_class: JobClass, need: int, taken: dict[str, int], now: float
+    ) -> str | None:
+        for _, bucket in _candidates(index, need, taken, range(index.max_gpus, need - 1, -1)):
+            return min(bucket, key=lambda n: index.nodes[n].ordinal)
+        return None
+
+
+# FGD's typical pod sizes in GPUs and their shares (the issue's figures)
+FGD_SIZES: dict[int, float] = {1: 0.35, 2: 0.10, 4: 0.05, 8: 0.50}
+
+
+def fragmentation(free: int, sizes: dict[int, float] = FGD_SIZES) -> float:
+    """Expected free GPUs on a node that a typical pod could not use."""
+    return sum(p * free for s, p in sizes.items() if free < s)
+
+
+class FGDScorer:
+    """FGD: the node whose expected fragmentation grows least (ties: tighter fit)."""
+
+    name = "fgd"
+
+    def choose(
+        self, index: PoolIndex, job_class: JobClass, need: int, taken: dict[str, int], now: float
+    ) -> str | None:
+        best = None
+        best_key = None
+        for f, bucket in _candidates(index, need, taken, range(need, index.max_gpus + 1)):
+            growth = fragmentation(f - need) - fragmentation(f)
+            node = min(bucket, key=lambda n: index.nodes[n].ordinal)
+            key = (growth, f)
+            if best_key is None or key < best_key:
+                best, best_key = node, key
+        return best

@@ -1,0 +1,109 @@
+"""results.json, the printed table and the PNG plots of ``stoker sim gfs``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from stoker.sim.gfs import SimResult
+
+TABLE_METRICS = (
+    "spot.eviction_rate",
+    "spot.mean_queue_s",
+    "spot.mean_jct_s",
+    "hp.mean_queue_s",
+    "hp.p99_jct_s",
+    "gpu_allocation_rate",
+    "useful_gpu_time_rate",
+    "preemptions_per_spot_job",
+)
+
+
+def write_results(
+    out: Path, runs: dict[str, dict[str, SimResult]], meta: dict[str, object]
+) -> Path:
+    """``out/results.json``: per load, per policy, the metrics; plus the run's setup."""
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "meta": meta,
+        "results": {
+            load: {name: r.metrics for name, r in by_policy.items()}
+            for load, by_policy in runs.items()
+        },
+    }
+    path = out / "results.json"
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def render_table(load: str, by_policy: dict[str, SimResult]) -> object:
+    """A rich table of one load level's metrics."""
+    from rich.table import Table
+
+    table = Table(title=f"GFS evaluation, load {load}")
+    table.add_column("policy")
+    for m in TABLE_METRICS:
+        table.add_column(m.replace("_", " "), justify="right")
+    for name, r in by_policy.items():
+        row = []
+        for m in TABLE_METRICS:
+            v = float(r.metrics[m])  # type: ignore[arg-type]
+            row.append(f"{v:.3f}" if abs(v) < 10 else f"{v:,.0f}")
+        table.add_row(name, *row)
+    return table
+
+
+def plot(out: Path, runs: dict[str, dict[str, SimResult]]) -> list[Path]:
+    """Eviction rate and spot queueing per policy and load; quota vs HP demand over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    paths: list[Path] = []
+    loads = list(runs)
+    policies = list(dict.fromkeys(p for by in runs.values() for p in by))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    width = 0.8 / max(1, len(loads))
+    x = np.arange(len(policies))
+    for ax, metric, label in (
+        (axes[0], "spot.eviction_rate", "spot eviction rate"),
+        (axes[1], "spot.mean_queue_s", "spot mean queueing (s)"),
+        (axes[2], "hp.mean_queue_s", "HP mean queueing (s)"),
+    ):
+        for i, load in enumerate(loads):
+            vals = [
+                float(runs[load][p].metrics[metric]) if p in runs[load] else 0.0 for p in policies
+            ]
+            ax.bar(x + i * width, vals, width, label=load)
+        ax.set_xticks(x + width * (len(loads) - 1) / 2, policies, rotation=35, ha="right")
+        ax.set_title(label)
+    axes[0].legend(title="load")
+    fig.tight_layout()
+    path = out / "eviction_queueing.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    paths.append(path)
+    for load in loads:
+        r = runs[load].get("gfs")
+        if r is None or not r.timeline.get("t"):
+            continue
+        tl = r.timeline
+        t = np.asarray(tl["t"]) / 86400.0
+        fig, ax = plt.subplots(figsize=(11, 4))
+        ax.plot(t, tl["capacity"], color="black", lw=0.8, label="capacity")
+        ax.plot(t, tl["hp_used"], lw=0.9, label="HP GPUs running")
+        ax.plot(t, tl["hp_forecast_u"], lw=0.9, ls="--", label="HP forecast 0.9 quantile (next h)")
+        ax.plot(t, tl["quota"], lw=0.9, label="spot quota (sum of pools)")
+        ax.plot(t, tl["spot_used"], lw=0.9, label="spot GPUs running")
+        ax.set_xlabel("trace day")
+        ax.set_ylabel("GPUs")
+        ax.set_title(f"GFS spot quota vs HP demand (load {load})")
+        ax.legend(fontsize=8, loc="upper left")
+        fig.tight_layout()
+        path = out / f"quota_vs_hp_{load}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
