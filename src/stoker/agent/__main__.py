@@ -38,8 +38,16 @@ class _Job:
 class Agent:
     """One pod's agent: the zygote plus its connection to the runtime."""
 
-    def __init__(self, socket_path: str, pod: str, workspace: Path, preloaded: dict[str, float]):
+    def __init__(
+        self,
+        socket_path: str,
+        pod: str,
+        workspace: Path,
+        preloaded: dict[str, float],
+        sweep: bool = False,
+    ) -> None:
         self.socket_path = socket_path
+        self.sweep = sweep  # only ever True inside the pod's own pid namespace
         self.pod = pod
         self.workspace = workspace
         self.preloaded = preloaded
@@ -227,12 +235,16 @@ class Agent:
         )
 
     def _kill_others(self) -> None:
-        """SIGKILL every process of this pid namespace but its init, the agent and its spare.
+        """SIGKILL what the current job runs (and, in a sandbox, all it left behind).
 
-        The job's main process is the agent's child (its waiter reaps it); everything it
-        left behind is reparented to the namespace's init, which reaps it. Zombies are dead
-        already, so the sweep repeats until only those remain.
+        In the pod's own pid namespace (``sweep``) that is every process but its init, the
+        agent and its spare: whatever a job started dies with it, however it detached.
+        Anywhere else (an agent run by hand, or in a container whose pid namespace it does
+        not own) only the job's session is killed: a sweep there would hit the whole host.
         """
+        job = self.job
+        if not self.sweep and job is None:
+            return
         keep = {1, os.getpid()} | ({self._spare.pid} if self._spare else set())
         for _ in range(1000):
             alive = []
@@ -240,10 +252,13 @@ class Agent:
                 if not name.isdigit() or int(name) in keep:
                     continue
                 try:
-                    stat = Path(f"/proc/{name}/stat").read_text()
+                    fields = Path(f"/proc/{name}/stat").read_text().rpartition(")")[2].split()
                 except OSError:
                     continue
-                if stat.rpartition(")")[2].split()[0] not in ("Z", "X"):
+                if fields[0] in ("Z", "X"):
+                    continue  # dead already, waiting for its reaper
+                # fields[3]: the session; the job called setsid, so its session id is its pid
+                if self.sweep or (job is not None and int(fields[3]) == job.pid):
                     alive.append(int(name))
             if not alive:
                 return
@@ -269,6 +284,15 @@ class Agent:
             os.waitpid(self._spare.pid, 0)
 
 
+def in_own_pid_namespace() -> bool:
+    """True when this process is pid 2 under bwrap as pid 1: a namespace it may sweep."""
+    try:
+        init = Path("/proc/1/comm").read_text().strip()
+    except OSError:
+        return False
+    return os.getpid() == 2 and os.getppid() == 1 and init == "bwrap"
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of ``python -m stoker.agent``."""
     parser = argparse.ArgumentParser(prog="python -m stoker.agent")
@@ -276,14 +300,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pod", default=os.environ.get("STOKER_POD", "pod"))
     parser.add_argument("--workspace", default=os.getcwd())
     parser.add_argument("--preload", default="", help="comma-separated modules to import")
+    parser.add_argument(
+        "--sandboxed",
+        action="store_true",
+        help="the agent is pid 2 of its own pid namespace under bwrap: kill every other "
+        "process after each job (refused anywhere else)",
+    )
     args = parser.parse_args(argv)
+    if args.sandboxed and not in_own_pid_namespace():
+        print("agent: --sandboxed outside a bwrap pid namespace; refusing", file=sys.stderr)
+        raise SystemExit(2)
     modules = tuple(m for m in args.preload.split(",") if m)
     try:
         took = preload(modules)
     except ImportError as exc:
         print(f"agent: preload failed: {exc}", file=sys.stderr)
         raise SystemExit(3) from exc
-    agent = Agent(args.socket, args.pod, Path(args.workspace), took)
+    agent = Agent(args.socket, args.pod, Path(args.workspace), took, sweep=args.sandboxed)
     asyncio.run(agent.run())
 
 

@@ -255,7 +255,7 @@ class LocalRuntime:
         }
         real = any(not self.devices[g].virtual for g in rec.gpus)
         devices = tuple(sorted(glob.glob("/dev/nvidia*"))) if real else ()
-        argv = (rec.python, "-m", "stoker.agent", "--pod", rec.id)
+        argv = (rec.python, "-m", "stoker.agent", "--pod", rec.id, "--sandboxed")
         argv += ("--socket", f"{sandbox.SOCK_DIR}/{sandbox.SOCKET_NAME}")
         argv += ("--workspace", sandbox.WORKSPACE, "--preload", ",".join(rec.profile.preload))
         spec = sandbox.SandboxSpec(

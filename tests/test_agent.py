@@ -1,0 +1,204 @@
+"""The agent on its own: argv classification, env rules, code unpacking, the wire format, and
+a real agent process (outside any sandbox, as it runs in a Kubernetes pod) driven over its
+socket."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stoker.agent import protocol
+from stoker.agent.binding import CODE_MARKER, Entry, check_env, classify, topology_env, unpack_code
+
+
+@pytest.mark.parametrize(
+    ("argv", "entry"),
+    [
+        (["python", "-m", "pkg.mod", "a"], Entry("module", "pkg.mod", ("pkg.mod", "a"))),
+        (["python3", "run.py", "-x"], Entry("script", "run.py", ("run.py", "-x"))),
+        (["python", "-c", "print(1)", "z"], Entry("code", "print(1)", ("-c", "z"))),
+        (["pkg.mod:main", "a"], Entry("call", "pkg.mod:main", ("pkg.mod:main", "a"))),
+        (["sh", "-c", "true"], Entry("exec", "sh", ("sh", "-c", "true"))),
+        (["python", "-X", "dev", "x.py"], Entry("exec", "python", ("python", "-X", "dev", "x.py"))),
+        (["python"], Entry("exec", "python", ("python",))),
+        (["/usr/bin/env:x"], Entry("exec", "/usr/bin/env:x", ("/usr/bin/env:x",))),
+    ],
+)
+def test_classify(argv: list[str], entry: Entry) -> None:
+    assert classify(argv) == entry
+    assert entry.in_zygote == (entry.kind != "exec")
+
+
+@pytest.mark.parametrize("argv", [[], [""], ["ok", 3]])
+def test_classify_rejects_bad_argv(argv: list[object]) -> None:
+    with pytest.raises(ValueError, match="argv"):
+        classify(argv)  # type: ignore[arg-type]
+
+
+def test_env_rules_and_topology() -> None:
+    check_env({"A": "1"})
+    for bad in ({"RANK": "0"}, {"CUDA_VISIBLE_DEVICES": ""}, {"A=B": "x"}, {"": "x"}):
+        with pytest.raises(ValueError, match="env"):
+            check_env(bad)
+    assert topology_env(1, 2, "h", 7) == {
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "h",
+        "MASTER_PORT": "7",
+    }
+
+
+def _archive(path: Path, members: dict[str, bytes], link: str | None = None) -> None:
+    with tarfile.open(path, "w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        if link:
+            info = tarfile.TarInfo("evil")
+            info.type = tarfile.SYMTYPE
+            info.linkname = link
+            tar.addfile(info)
+
+
+def test_unpack_code_once_and_safely(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    arc = tmp_path / "a.tar"
+    _archive(arc, {"m.py": b"x = 1\n"})
+    assert unpack_code(arc, "d1", ws) is True
+    assert (ws / "m.py").read_text() == "x = 1\n"
+    (ws / "m.py").write_text("changed")
+    assert unpack_code(arc, "d1", ws) is False  # same digest already there
+    assert (ws / "m.py").read_text() == "changed"
+    assert (ws / CODE_MARKER).read_text() == "d1"
+    bad = tmp_path / "bad.tar"
+    _archive(bad, {"../outside.py": b"no"})
+    with pytest.raises(tarfile.TarError):
+        unpack_code(bad, "d2", ws)
+    assert not (tmp_path / "outside.py").exists()
+    evil = tmp_path / "evil.tar"
+    _archive(evil, {}, link="/etc/passwd")
+    with pytest.raises(tarfile.TarError):
+        unpack_code(evil, "d3", ws)
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=10,
+)
+
+
+@given(st.dictionaries(st.text(), _json, max_size=4), st.binary(max_size=64))
+def test_wire_round_trip(body: dict[str, object], data: bytes) -> None:
+    msg = {**body, "ev": "output", "data": protocol.pack_bytes(data)}
+    line = protocol.encode(msg)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    back = protocol.decode(line)
+    assert back == msg
+    assert protocol.unpack_bytes(back["data"]) == data
+
+
+@pytest.mark.parametrize("line", [b"nope\n", b"[1]\n", b'{"x": 1}\n'])
+def test_wire_rejects(line: bytes) -> None:
+    with pytest.raises(protocol.ProtocolError):
+        protocol.decode(line)
+
+
+@pytest.mark.timeout(30)
+def test_agent_process_over_its_socket(tmp_path: Path) -> None:
+    """A bare agent: hello, bind (zygote and exec), output, exit codes, kill, reconnect."""
+    sock = tmp_path / "a.sock"
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    src = str(Path(protocol.__file__).resolve().parents[2])
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "stoker.agent", "--socket", str(sock), "--pod", "bare"),
+            *("--workspace", str(ws), "--preload", "json"),
+        ],
+        env={**os.environ, "PYTHONPATH": src, "CUDA_VISIBLE_DEVICES": ""},
+    )
+
+    async def talk() -> None:
+        for _ in range(500):
+            if sock.exists():
+                break
+            await asyncio.sleep(0.01)
+        reader, writer = await protocol.open_connection(str(sock))
+        hello = await protocol.read_message(reader)
+        assert hello is not None and hello["ev"] == "hello" and hello["pod"] == "bare"
+        assert hello["preloaded"].keys() == {"json"}
+
+        async def job(jid: str, argv: list[str], **kw: object) -> tuple[bytes, dict[str, object]]:
+            writer.write(protocol.encode({"op": "bind", "job": jid, "argv": argv, **kw}))
+            out = b""
+            while True:
+                msg = await asyncio.wait_for(protocol.read_message(reader), 10)
+                assert msg is not None
+                if msg["ev"] == "output":
+                    out += protocol.unpack_bytes(msg["data"])
+                elif msg["ev"] == "exited":
+                    return out, msg
+
+        out, ex = await job(
+            "j1", ["python", "-c", "import os; print(os.getcwd(), os.environ['RANK'])"]
+        )
+        assert out == f"{ws} 0\n".encode() and ex["exit_code"] == 0 and ex["failure"] is None
+        out, ex = await job("j2", ["sh", "-c", "exit 4"])
+        assert ex["exit_code"] == 4 and ex["failure"] == "user_error"
+        out, ex = await job("j3", ["sleep", "5"], timeout_s=0.2)
+        assert ex["failure"] == "timeout"
+        out, ex = await job("j4", ["no-such-program-xyz"])
+        assert ex["exit_code"] == 127 and b"cannot run" in out + b""
+        writer.write(protocol.encode({"op": "bind", "job": "j5", "argv": []}))
+        err = await protocol.read_message(reader)
+        assert err is not None and err["ev"] == "error" and "argv" in err["message"]
+        # a job that finishes while nobody is connected is reported on reconnection
+        writer.write(
+            protocol.encode({"op": "bind", "job": "j6", "argv": ["sh", "-c", "sleep 0.3"]})
+        )
+        running = await protocol.read_message(reader)
+        assert running is not None and running["ev"] == "running"
+        writer.close()
+        await asyncio.sleep(0.6)
+        reader, writer = await protocol.open_connection(str(sock))
+        hello = await protocol.read_message(reader)
+        assert hello is not None and hello["ev"] == "hello" and hello["job"] is None
+        held = await protocol.read_message(reader)
+        assert held is not None and held["ev"] == "exited" and held["job"] == "j6"
+        writer.write(protocol.encode({"op": "shutdown"}))
+        await writer.drain()
+        writer.close()
+
+    try:
+        asyncio.run(talk())
+        assert proc.wait(10) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_agent_refuses_to_sweep_outside_its_own_pid_namespace(tmp_path: Path) -> None:
+    """The after-job sweep kills every process it sees: only ever inside a pod."""
+    src = str(Path(protocol.__file__).resolve().parents[2])
+    proc = subprocess.run(
+        [sys.executable, "-m", "stoker.agent", "--socket", str(tmp_path / "s"), "--sandboxed"],
+        env={**os.environ, "PYTHONPATH": src},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2 and "refusing" in proc.stderr
