@@ -290,7 +290,7 @@ def simulate(
                 forecaster.fit(
                     {k: recorder.history(i) for i, k in enumerate(recorder.keys)}, now_min
                 )
-                if active():
+                if subs_left > 0:
                     push(at + step_fit, 1, "refit")
             else:
                 last_upper = 0.0
@@ -298,6 +298,11 @@ def simulate(
                     mean = np.zeros(hours)
                     var = np.zeros(hours)
                     for i in by_pool[pool]:
+                        if subs_left == 0:
+                            # every job is in: HP demand can only fall from here, so the
+                            # future is known (today's demand, no spread), no guess needed
+                            mean += recorder.current[i]
+                            continue
                         key = recorder.keys[i]
                         f = forecaster.predict(key, recorder.history(i), now_min, hours)
                         mean += f.mean[:hours]
