@@ -420,3 +420,19 @@ async def test_pods_outlive_the_runtime_and_are_readopted(tmp_path: Path) -> Non
     finally:
         await second.stop_all()
     assert await LocalRuntime(state, gpu_slots=1).live_pods() == []
+
+
+@pytest.mark.torch
+async def test_torch_profile_preloads_without_touching_cuda(rig: Rig) -> None:
+    pytest.importorskip("torch")
+    pod = await rig.pod(RuntimeProfile("torch-cpu", preload=("torch",)), standby=True)
+    pong = await rig.rt.ping(pod)
+    assert "torch" in pong["preloaded"] and pong["cuda_visible_devices"] == ""
+    await rig.rt.promote(pod)
+    await rig.until(PodUp)
+    probe = (
+        "import sys; warm = 'torch' in sys.modules\n"
+        "import torch; print(warm, torch.cuda.is_initialized())"
+    )
+    res = await rig.run(pod, ["python", "-c", probe])
+    assert res.stdout == b"True False\n", res.stderr
