@@ -1,0 +1,88 @@
+"""Authentication: one API token per tenant, stored hashed; an admin token for the pools.
+
+Tokens are random (``stk_`` + 32 url-safe bytes), so a plain SHA-256 is a sound hash: no
+dictionary to guess from. The admin token lives in a file readable only by its owner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from stoker.broker.store import Store
+
+ADMIN = "admin"
+_TENANT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
+class AuthError(PermissionError):
+    """No token, or a token no tenant holds."""
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: a tenant, or the admin (who may manage pools and tenants)."""
+
+    tenant: str | None
+    admin: bool = False
+
+
+def new_token() -> str:
+    return "stk_" + secrets.token_urlsafe(32)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def check_tenant_name(name: str) -> str:
+    if not _TENANT_NAME.match(name) or name == ADMIN:
+        raise ValueError(
+            f"name: bad tenant name {name!r} (lowercase letters, digits, _ -; not 'admin')"
+        )
+    return name
+
+
+class Authenticator:
+    """Turns a bearer token into a :class:`Principal`."""
+
+    def __init__(self, store: Store, admin_token_path: Path) -> None:
+        self.store = store
+        self.admin_token_path = admin_token_path
+        self._admin_hash = hash_token(self._admin_token())
+        self._cache: dict[str, str] = {}  # token hash -> tenant (tokens never move tenants)
+
+    def _admin_token(self) -> str:
+        path = self.admin_token_path
+        if path.exists():
+            return path.read_text().strip()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        token = new_token()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+        return token
+
+    def principal(self, token: str | None) -> Principal:
+        if not token:
+            raise AuthError("authorization: missing bearer token")
+        h = hash_token(token)
+        if hmac.compare_digest(h, self._admin_hash):
+            return Principal(None, admin=True)
+        tenant = self._cache.get(h) or self.store.tenant_by_hash(h)
+        if tenant is None:
+            raise AuthError("authorization: unknown token")
+        self._cache[h] = tenant
+        return Principal(tenant)
+
+    def create_tenant(self, name: str) -> str:
+        """Add a tenant; returns its token (shown once, stored only as a hash)."""
+        check_tenant_name(name)
+        token = new_token()
+        self.store.add_tenant(name, hash_token(token))
+        return token

@@ -1,0 +1,183 @@
+"""Configuration: the broker's (profiles, limits, where its data lives) and the client's
+(``STOKER_URL``/``STOKER_TOKEN`` over a file).
+
+The broker reads a TOML file (``stoker up --config FILE``)::
+
+    data_dir = "/var/lib/stoker"    # default: platformdirs' user data dir
+    gpu_slots = 2                   # virtual GPU slots where NVML finds none
+    max_code_bytes = 67108864
+    keepalive_s = 60
+
+    [profiles.plain]
+    share = 0.9                     # leaves room beside an active pod for a standby
+    standby_share = 0.1
+    preload = []
+    packages = []
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import platformdirs
+
+from stoker.core.model import Profile
+from stoker.runtime.base import RuntimeProfile
+
+DEFAULT_PORT = 8765
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or wrong; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerProfile:
+    """A profile as the broker knows it: the core's shape and the runtime's environment."""
+
+    core: Profile
+    runtime: RuntimeProfile
+
+    @property
+    def name(self) -> str:
+        return self.core.name
+
+    @staticmethod
+    def simple(
+        name: str,
+        *,
+        preload: tuple[str, ...] = (),
+        packages: tuple[str, ...] = (),
+        standby: bool = True,
+        memory_mb: int | None = None,
+        network: bool = False,
+        gpus: int = 1,
+    ) -> BrokerProfile:
+        """A one-GPU profile whose active pods leave a tenth of the card for a standby."""
+        share, standby_share = (0.9, 0.1) if standby and gpus == 1 else (1.0, 0.0)
+        core = Profile(name, gpus=gpus, share=share, standby_share=standby_share, recyclable=True)
+        rt = RuntimeProfile(
+            name, packages=packages, preload=preload, network=network, memory_mb=memory_mb
+        )
+        return BrokerProfile(core, rt)
+
+
+def default_data_dir() -> Path:
+    return Path(platformdirs.user_data_dir("stoker"))
+
+
+@dataclass
+class BrokerConfig:
+    """Everything a broker needs to start."""
+
+    data_dir: Path = field(default_factory=default_data_dir)
+    profiles: list[BrokerProfile] = field(default_factory=lambda: [BrokerProfile.simple("plain")])
+    gpu_slots: int = 2
+    max_code_bytes: int = 64 * 1024 * 1024
+    max_timeout_s: float = 24 * 3600.0
+    keepalive_s: float = 60.0
+    # how long a job may wait in the queue before it fails with start_timeout
+    start_timeout_s: float = 600.0
+    find_links: tuple[Path, ...] = ()
+    no_index: bool = False
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "stoker.db"
+
+    @property
+    def admin_token_path(self) -> Path:
+        return self.data_dir / "admin.token"
+
+    @property
+    def runtime_dir(self) -> Path:
+        return self.data_dir / "runtime"
+
+    @staticmethod
+    def load(path: Path | str) -> BrokerConfig:
+        """Read a TOML configuration file; unknown keys are errors (a typo never passes)."""
+        try:
+            raw = tomllib.loads(Path(path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"config {path}: {exc}") from exc
+        cfg = BrokerConfig()
+        known = {
+            "data_dir",
+            "gpu_slots",
+            "max_code_bytes",
+            "max_timeout_s",
+            "keepalive_s",
+            "start_timeout_s",
+            "profiles",
+            "find_links",
+            "no_index",
+        }
+        for key in raw:
+            if key not in known:
+                raise ConfigError(f"config {path}: unknown key {key!r}")
+        if "data_dir" in raw:
+            cfg.data_dir = Path(raw["data_dir"]).expanduser()
+        for key in (
+            "gpu_slots",
+            "max_code_bytes",
+            "max_timeout_s",
+            "keepalive_s",
+            "start_timeout_s",
+            "no_index",
+        ):
+            if key in raw:
+                setattr(cfg, key, type(getattr(cfg, key))(raw[key]))
+        if "find_links" in raw:
+            cfg.find_links = tuple(Path(p) for p in raw["find_links"])
+        if "profiles" in raw:
+            cfg.profiles = []
+            for name, p in raw["profiles"].items():
+                try:
+                    share = float(p.get("share", 0.9))
+                    core = Profile(
+                        name,
+                        gpus=int(p.get("gpus", 1)),
+                        share=share,
+                        standby_share=float(p.get("standby_share", 0.1)),
+                        recyclable=True,
+                    )
+                except (ValueError, TypeError) as exc:
+                    raise ConfigError(f"config {path}: profiles.{name}: {exc}") from exc
+                rt = RuntimeProfile(
+                    name,
+                    packages=tuple(p.get("packages", ())),
+                    preload=tuple(p.get("preload", ())),
+                    network=bool(p.get("network", False)),
+                    memory_mb=p.get("memory_mb"),
+                    pids_max=p.get("pids_max"),
+                )
+                cfg.profiles.append(BrokerProfile(core, rt))
+        return cfg
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    """Where the client finds its broker and which token it sends."""
+
+    url: str
+    token: str | None
+
+    @staticmethod
+    def load(path: Path | str | None = None) -> ClientConfig:
+        """``STOKER_URL``/``STOKER_TOKEN`` win over the file (default
+        ``<user config dir>/stoker/client.toml`` with ``url`` and ``token``)."""
+        file = Path(path) if path else Path(platformdirs.user_config_dir("stoker")) / "client.toml"
+        raw: dict[str, object] = {}
+        if file.exists():
+            try:
+                raw = tomllib.loads(file.read_text())
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"client config {file}: {exc}") from exc
+        url = os.environ.get("STOKER_URL") or str(
+            raw.get("url") or f"http://127.0.0.1:{DEFAULT_PORT}"
+        )
+        token = os.environ.get("STOKER_TOKEN") or (str(raw["token"]) if raw.get("token") else None)
+        return ClientConfig(url.rstrip("/"), token)

@@ -1,0 +1,618 @@
+"""The scheduling loop: API calls and runtime events in, core events out, actions carried out.
+
+Everything that touches the core runs on one asyncio event loop and never awaits while it
+does (``_feed`` is synchronous), so the core sees one totally ordered stream of events: the
+same stream that is logged to the store and replayed into a fresh core after a restart.
+Runtime calls (start, bind, stop, ...) run as tasks; their outcomes come back as runtime
+events through :meth:`Runtime.events`, which one reader task turns into core events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from stoker.broker.config import BrokerConfig, BrokerProfile
+from stoker.broker.metrics import BrokerMetrics
+from stoker.broker.store import Batch, Store, StoredEvent
+from stoker.core import (
+    GPU,
+    BindJob,
+    Cluster,
+    Core,
+    Event,
+    Failure,
+    JobCancelled,
+    JobEnded,
+    JobFinished,
+    JobSpec,
+    JobStarted,
+    JobState,
+    JobSubmitted,
+    KillJob,
+    Node,
+    PodFailed,
+    PodGone,
+    PodReady,
+    PodState,
+    Policies,
+    PromoteStandby,
+    RecyclePod,
+    StartPod,
+    StopPod,
+    Tick,
+)
+from stoker.core.policies import FixedKeepAlive, QueueDrivenBudget
+from stoker.runtime.base import (
+    JobBinding,
+    JobExited,
+    JobOutput,
+    JobRunning,
+    PodDown,
+    PodUp,
+    Runtime,
+    Topology,
+)
+
+log = logging.getLogger("stoker.broker")
+_NODE = "local"
+_MASTER_PORT_BASE = 29500
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """A validated submit (the API has checked every field)."""
+
+    profile: str
+    argv: tuple[str, ...]
+    reuse_tag: str
+    code_digest: str | None = None
+    deps: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    timeout_s: float = 3600.0
+    replicas: int = 1
+
+
+@dataclass
+class _Gang:
+    """The ranks of one bound job: which are running, which have exited and how."""
+
+    pods: tuple[str, ...]
+    running: set[str] = field(default_factory=set)
+    exited: dict[str, tuple[int, Failure | None]] = field(default_factory=dict)
+
+
+def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
+    """A core event as (kind, JSON fields) for the store's log."""
+    match event:
+        case JobSubmitted(spec):
+            return "submitted", {
+                "id": spec.id,
+                "tenant": spec.tenant,
+                "profile": spec.profile,
+                "reuse_tag": spec.reuse_tag,
+                "replicas": spec.replicas,
+            }
+        case JobCancelled(job):
+            return "cancelled", {"job": job}
+        case PodReady(pod):
+            return "pod_ready", {"pod": pod}
+        case PodFailed(pod, reason):
+            return "pod_failed", {"pod": pod, "reason": reason.value}
+        case PodGone(pod):
+            return "pod_gone", {"pod": pod}
+        case JobStarted(job):
+            return "started", {"job": job}
+        case JobFinished(job, exit_code, failure):
+            return "finished", {
+                "job": job,
+                "exit_code": exit_code,
+                "failure": failure.value if failure else None,
+            }
+        case Tick():
+            return "tick", {}
+    raise ValueError(f"cannot encode {event!r}")
+
+
+def decode_event(ev: StoredEvent) -> Event:
+    """The inverse of :func:`encode_event`."""
+    d = ev.data
+    match ev.kind:
+        case "submitted":
+            return JobSubmitted(
+                JobSpec(d["id"], d["tenant"], d["profile"], d["reuse_tag"], d["replicas"])
+            )
+        case "cancelled":
+            return JobCancelled(d["job"])
+        case "pod_ready":
+            return PodReady(d["pod"])
+        case "pod_failed":
+            return PodFailed(d["pod"], Failure(d["reason"]))
+        case "pod_gone":
+            return PodGone(d["pod"])
+        case "started":
+            return JobStarted(d["job"])
+        case "finished":
+            failure = Failure(d["failure"]) if d["failure"] else None
+            return JobFinished(d["job"], int(d["exit_code"]), failure)
+        case "tick":
+            return Tick()
+    raise ValueError(f"stored event {ev.seq}: unknown kind {ev.kind!r}")
+
+
+class Scheduler:
+    """Runs one :class:`Core` against one :class:`Runtime`, with the store as its memory."""
+
+    def __init__(
+        self,
+        cfg: BrokerConfig,
+        store: Store,
+        runtime: Runtime,
+        gpus: list[str],
+        metrics: BrokerMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.runtime = runtime
+        self.metrics = metrics or BrokerMetrics()
+        self.clock = clock
+        self.profiles: dict[str, BrokerProfile] = {p.name: p for p in cfg.profiles}
+        self.gpus = list(gpus)
+        self.core = self._new_core()
+        self._now = 0.0
+        self._batch = Batch()
+        self._flush_scheduled = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._gangs: dict[str, _Gang] = {}
+        self._requests: dict[str, dict[str, Any]] = {}  # unfinished job id -> its row
+        self._synced: dict[str, tuple[Any, ...]] = {}  # job id -> last written core view
+        self._stopping: set[str] = set()  # pods we asked to stop (their PodDown is a PodGone)
+        self._done: dict[str, asyncio.Event] = {}
+        self._listeners: dict[str, list[asyncio.Queue[tuple[int, str, bytes] | None]]] = {}
+        self._out_seq: dict[str, int] = {}
+        self._wake = asyncio.Event()
+        self._port = 0
+        self.ready = False
+        self.started_at = 0.0
+
+    def _new_core(self) -> Core:
+        gpus = [GPU(g, _NODE, i, "any") for i, g in enumerate(self.gpus)]
+        cluster = Cluster([Node(_NODE, "any", gpus)])
+        policies = Policies(
+            keepalive=FixedKeepAlive(self.cfg.keepalive_s), budget=QueueDrivenBudget()
+        )
+        return Core(cluster, [p.core for p in self.profiles.values()], policies)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> dict[str, int]:
+        """Rebuild the core from the store, reconcile it with the runtime's live pods, and
+        start the reader and timer tasks. Returns what the reconciliation did."""
+        replayed = 0
+        for ev in self.store.events():
+            self.core.handle(decode_event(ev), max(ev.at, self._now))  # actions done before
+            self._now = max(self._now, ev.at)
+            replayed += 1
+        for row in self.store.unfinished_jobs():
+            self._requests[row["id"]] = row
+        report = await self._reconcile()
+        report["replayed"] = replayed
+        self._spawn(self._read_runtime())
+        self._spawn(self._timer())
+        self.started_at = self.clock()
+        self.ready = True
+        return report
+
+    async def _reconcile(self) -> dict[str, int]:
+        """Make the replayed core and the runtime agree; every disagreement becomes an event
+        with a typed reason, so the core (not this driver) decides what follows."""
+        live = set(await self.runtime.live_pods())
+        info = getattr(self.runtime, "pod_info", None)
+        report = {"adopted": 0, "lost": 0, "orphans_stopped": 0, "rebound": 0, "jobs_lost": 0}
+        known: set[str] = set()
+        for pod in list(self.core.pods.values()):
+            if pod.state is PodState.GONE:
+                continue
+            known.add(pod.id)
+            if pod.id not in live:
+                report["lost"] += 1
+                kind = (
+                    PodGone(pod.id)
+                    if pod.state is PodState.STOPPING
+                    else PodFailed(pod.id, Failure.POD_DIED)
+                )
+                self._feed(kind)
+                continue
+            report["adopted"] += 1
+            if pod.state is PodState.STOPPING:
+                self._stop(pod.id)
+            elif pod.state in (PodState.STARTING, PodState.RECYCLING):
+                standby = info(pod.id).standby if info else False
+                if pod.pending_job is not None and standby:
+                    self._spawn(self._call(self.runtime.promote(pod.id), pod=pod.id))
+                else:
+                    self._feed(PodReady(pod.id))
+            elif pod.state is PodState.ACTIVE and pod.job is not None:
+                running = info(pod.id).job if info else None
+                job = self.core.jobs[pod.job]
+                if running == job.id:
+                    gang = self._gangs.setdefault(job.id, _Gang(tuple(job.pods)))
+                    gang.running.add(pod.id)
+                elif job.state is JobState.BINDING and len(job.pods) == 1:
+                    report["rebound"] += 1
+                    self._carry_out(BindJob(job.id, tuple(job.pods)))
+                elif job.state is not JobState.FINISHED:
+                    # it ran while no broker listened: its exit is lost with it
+                    report["jobs_lost"] += 1
+                    self._feed(JobFinished(job.id, -1, Failure.POD_DIED))
+        for pid in sorted(live - known):
+            report["orphans_stopped"] += 1
+            self._stop(pid)
+        self._flush()
+        return report
+
+    async def close(self, stop_pods: bool = False) -> None:
+        """Stop the loop; pods keep running for the next broker unless ``stop_pods``."""
+        self.ready = False
+        self._flush()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if stop_pods:
+            stop_all = getattr(self.runtime, "stop_all", None)
+            if stop_all is not None:
+                await stop_all()
+        await self.runtime.close()
+        self._flush()
+
+    # ------------------------------------------------------------------ API calls
+
+    def submit(self, tenant: str, req: JobRequest, key: str | None) -> tuple[dict[str, Any], bool]:
+        """Store and submit a job; returns (row, created). A repeated idempotency key gives
+        the job it created the first time."""
+        if key is not None:
+            row = self.store.job_by_key(tenant, key)
+            if row is not None:
+                return row, False
+        now = self._tick_now()
+        job_id = "j-" + uuid.uuid4().hex[:20]
+        row = {
+            "id": job_id,
+            "tenant": tenant,
+            "idempotency_key": key,
+            "profile": req.profile,
+            "reuse_tag": req.reuse_tag,
+            "replicas": req.replicas,
+            "argv": list(req.argv),
+            "code_digest": req.code_digest,
+            "deps": list(req.deps),
+            "env": dict(req.env),
+            "timeout_s": req.timeout_s,
+            "state": JobState.QUEUED.value,
+            "path": None,
+            "pods": [],
+            "submitted": now,
+            "started": None,
+            "finished": None,
+            "exit_code": None,
+            "failure": None,
+        }
+        self._batch.new_jobs.append(row)
+        self._requests[job_id] = row
+        spec = JobSpec(job_id, tenant, req.profile, req.reuse_tag, req.replicas)
+        self._feed(JobSubmitted(spec), now)
+        self._flush()  # the caller hears of its job only once it is stored
+        return self.job(job_id) or row, True
+
+    def cancel(self, job_id: str) -> None:
+        job = self.core.jobs.get(job_id)
+        if job is not None and job.state is not JobState.FINISHED:
+            self._feed(JobCancelled(job_id))
+            self._flush()
+
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        return self.store.get_job(job_id)
+
+    async def wait(self, job_id: str, timeout_s: float) -> dict[str, Any] | None:
+        """The job's row once finished, or as it is when ``timeout_s`` passes."""
+        row = self.store.get_job(job_id)
+        if row is None or row["state"] == JobState.FINISHED.value:
+            return row
+        done = self._done.setdefault(job_id, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), timeout_s)
+        return self.store.get_job(job_id)
+
+    async def output(self, job_id: str, follow: bool) -> AsyncIterator[tuple[int, str, bytes]]:
+        """The job's output from the start; with ``follow``, until the job finishes."""
+        queue: asyncio.Queue[tuple[int, str, bytes] | None] = asyncio.Queue()
+        if follow:
+            self._listeners.setdefault(job_id, []).append(queue)
+        try:
+            last = -1
+            self._flush()
+            for chunk in self.store.output(job_id):
+                last = chunk[0]
+                yield chunk
+            row = self.store.get_job(job_id)
+            if not follow or row is None or row["state"] == JobState.FINISHED.value:
+                return
+            while (chunk := await queue.get()) is not None:
+                if chunk[0] > last:
+                    yield chunk
+        finally:
+            if follow:
+                self._listeners.get(job_id, [queue]).remove(queue)
+
+    def pods(self, tenant: str | None) -> list[dict[str, Any]]:
+        """Live pods; a tenant sees only the pods that run (or ran) its own jobs."""
+        out = []
+        for pod in self.core.pods.values():
+            if pod.state is PodState.GONE:
+                continue
+            if tenant is not None and (pod.owner is None or pod.owner[0] != tenant):
+                continue
+            out.append(
+                {
+                    "id": pod.id,
+                    "profile": pod.profile,
+                    "state": pod.state.value,
+                    "gpus": list(pod.gpus),
+                    "tenant": pod.owner[0] if pod.owner else None,
+                    "reuse_tag": pod.owner[1] if pod.owner else None,
+                    "job": pod.job,
+                    "jobs_run": pod.jobs_run,
+                    "keepalive_deadline": pod.deadline if pod.state is PodState.WARM else None,
+                }
+            )
+        return out
+
+    def refresh_metrics(self) -> None:
+        m = self.metrics
+        for name in self.profiles:
+            m.queued.labels(name).set(len(self.core.queued(name)))
+        counts = {s.value: 0 for s in PodState}
+        held: dict[str, float] = {}
+        for pod in self.core.pods.values():
+            counts[pod.state.value] += 1
+            for state, secs in pod.held.items():
+                held[state] = held.get(state, 0.0) + secs
+        for state, n in counts.items():
+            m.pods.labels(state).set(n)
+        for state, secs in held.items():
+            m.held.labels(state).set(secs)
+
+    # ------------------------------------------------------------------ the core
+
+    def _tick_now(self) -> float:
+        self._now = max(self._now, self.clock())
+        return self._now
+
+    def _feed(self, event: Event, now: float | None = None) -> None:
+        """Hand one event to the core, log it, sync the job rows it changed, and carry out
+        the actions. Synchronous on purpose: nothing else touches the core meanwhile."""
+        at = self._tick_now() if now is None else now
+        actions = self.core.handle(event, at)
+        kind, data = encode_event(event)
+        self._batch.event(at, kind, data)
+        for action in actions:
+            self._carry_out(action)
+        self._sync_jobs()
+        self._wake.set()
+        self._schedule_flush()
+
+    def _sync_jobs(self) -> None:
+        for job_id in list(self._requests):
+            job = self.core.jobs.get(job_id)
+            if job is None:
+                continue
+            view = (job.state, job.path, tuple(job.pods), job.started, job.finished)
+            if self._synced.get(job_id) == view:
+                continue
+            self._synced[job_id] = view
+            values: dict[str, Any] = {
+                "state": job.state.value,
+                "path": job.path.value if job.path else None,
+                "pods": list(job.pods),
+                "started": job.started,
+            }
+            row = self._requests[job_id]
+            if job.started is not None and row.get("started") is None and job.path is not None:
+                row["started"] = job.started
+                latency = job.started - job.submitted
+                labels = (job.spec.profile, job.path.value)
+                self.metrics.start_latency.labels(*labels).observe(latency)
+                self.metrics.hits.labels(*labels).inc()
+            if job.state is JobState.FINISHED:
+                values.update(
+                    finished=job.finished,
+                    exit_code=job.exit_code,
+                    failure=job.failure.value if job.failure else None,
+                )
+                self._on_finished(job_id, job)
+            self._batch.update_job(job_id, **values)
+
+    def _on_finished(self, job_id: str, job: Any) -> None:
+        self._requests.pop(job_id, None)
+        self._synced.pop(job_id, None)
+        self._gangs.pop(job_id, None)
+        self.metrics.finished.labels(
+            job.spec.profile, job.failure.value if job.failure else "none"
+        ).inc()
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Commit what the last events wrote, then wake who waits on it."""
+        self._flush_scheduled = False
+        finished = [j for j, v in self._batch.job_updates.items() if v.get("state") == "finished"]
+        chunks = list(self._batch.output)
+        self._batch.commit(self.store)
+        for c in chunks:
+            for q in self._listeners.get(c["job"], ()):
+                q.put_nowait((c["seq"], c["stream"], c["data"]))
+        for job_id in finished:
+            done = self._done.pop(job_id, None)
+            if done is not None:
+                done.set()
+            for q in self._listeners.get(job_id, ()):
+                q.put_nowait(None)
+
+    # ------------------------------------------------------------------ actions
+
+    def _carry_out(self, action: Any) -> None:
+        match action:
+            case StartPod(pod, profile, _node, gpus, standby):
+                rt = self.profiles[profile].runtime
+                self._spawn(
+                    self._call(self.runtime.start_pod(pod, rt, tuple(gpus), standby), pod=pod)
+                )
+            case PromoteStandby(pod):
+                self._spawn(self._call(self.runtime.promote(pod), pod=pod))
+            case RecyclePod(pod, new_pod):
+                self._spawn(self._call(self.runtime.recycle(pod, new_pod), pod=new_pod))
+            case StopPod(pod, _reason):
+                self._stop(pod)
+            case BindJob(job, pods):
+                self._bind(job, pods)
+            case KillJob(job):
+                self._spawn(self._call(self.runtime.kill_job(job, Failure.CANCELLED)))
+            case JobEnded():
+                pass  # the core already finished the job; _sync_jobs writes it
+            case _:
+                raise ValueError(f"unknown action {action!r}")
+
+    def _stop(self, pod: str) -> None:
+        self._stopping.add(pod)
+        self._spawn(self._call(self.runtime.stop_pod(pod), pod=pod, gone_on_error=True))
+
+    def _bind(self, job_id: str, pods: tuple[str, ...]) -> None:
+        row = self._requests[job_id]
+        self._gangs[job_id] = _Gang(tuple(pods))
+        world = len(pods)
+        port = 0
+        if world > 1:
+            self._port = (self._port + 1) % 1000
+            port = _MASTER_PORT_BASE + self._port
+        for rank, pod in enumerate(pods):
+            binding = JobBinding(
+                job=job_id,
+                argv=tuple(row["argv"]),
+                code_digest=row["code_digest"],
+                deps=tuple(row["deps"]),
+                env=dict(row["env"]),
+                timeout_s=float(row["timeout_s"]),
+                topology=Topology(rank, world, "127.0.0.1", port or _MASTER_PORT_BASE),
+            )
+            self._spawn(self._call(self.runtime.bind(pod, binding), job=job_id, pod=pod))
+
+    async def _call(
+        self,
+        coro: Coroutine[Any, Any, None],
+        *,
+        pod: str | None = None,
+        job: str | None = None,
+        gone_on_error: bool = False,
+    ) -> None:
+        """Run one runtime call; a failure becomes the event the runtime could not send."""
+        try:
+            await coro
+        except Exception as exc:  # every failure is turned into a typed event below
+            log.warning("runtime call failed (pod=%s job=%s): %s", pod, job, exc)
+            if job is not None and pod is not None:
+                text = f"stoker: could not bind: {exc}\n".encode()
+                self._on_runtime(JobOutput(job, pod, "stderr", text))
+                self._on_runtime(JobExited(job, pod, 1, Failure.USER_ERROR))
+            elif pod is not None and pod in self.core.pods:
+                state = self.core.pods[pod].state
+                if state is PodState.GONE:
+                    return
+                if gone_on_error:
+                    self._feed(PodGone(pod))
+                else:
+                    self._feed(PodFailed(pod, Failure.START_TIMEOUT))
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ------------------------------------------------------------------ runtime events
+
+    async def _read_runtime(self) -> None:
+        async for event in self.runtime.events():
+            try:
+                self._on_runtime(event)
+            except Exception:  # one bad event must not stop the loop
+                log.exception("runtime event %r", event)
+
+    def _on_runtime(self, event: Any) -> None:
+        core = self.core
+        match event:
+            case PodUp(pod):
+                self._feed(PodReady(pod))
+            case PodDown(pod, failure):
+                if pod not in core.pods or core.pods[pod].state is PodState.GONE:
+                    return
+                if failure is None or pod in self._stopping:
+                    self._stopping.discard(pod)
+                    self._feed(PodGone(pod))
+                else:
+                    self._feed(PodFailed(pod, failure))
+            case JobRunning(job, pod):
+                gang = self._gangs.get(job)
+                if gang is None:
+                    return
+                gang.running.add(pod)
+                if len(gang.running) == len(gang.pods) and core.jobs[job].state is JobState.BINDING:
+                    self._feed(JobStarted(job))
+            case JobOutput(job, _pod, stream, data):
+                if job not in self._requests:
+                    return
+                seq = self._out_seq.get(job, -1) + 1
+                self._out_seq[job] = seq
+                self._batch.output.append({"job": job, "seq": seq, "stream": stream, "data": data})
+                self._schedule_flush()
+            case JobExited(job, pod, exit_code, failure):
+                self._job_exited(job, pod, exit_code, failure)
+
+    def _job_exited(self, job_id: str, pod: str, exit_code: int, failure: Failure | None) -> None:
+        gang = self._gangs.get(job_id)
+        job = self.core.jobs.get(job_id)
+        if gang is None or job is None or job.state is JobState.FINISHED:
+            return
+        gang.exited[pod] = (exit_code, failure)
+        if exit_code != 0 and len(gang.exited) < len(gang.pods):
+            # one rank failed: the others cannot finish the job alone
+            self._spawn(self._call(self.runtime.kill_job(job_id, failure or Failure.USER_ERROR)))
+        if len(gang.exited) < len(gang.pods):
+            return
+        if job.state is JobState.BINDING:
+            self._feed(JobStarted(job_id))  # it ran, however briefly
+        code, why = next(((c, f) for c, f in gang.exited.values() if c != 0), (0, None))
+        if code != 0 and why is None:
+            why = Failure.USER_ERROR
+        self._feed(JobFinished(job_id, code, why))
+
+    async def _timer(self) -> None:
+        """Tick the core at its next keep-alive deadline (re-armed after every event)."""
+        while True:
+            self._wake.clear()
+            deadline = self.core.next_deadline()
+            delay = None if deadline is None else max(0.0, deadline - self.clock())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+                continue
+            self._feed(Tick())

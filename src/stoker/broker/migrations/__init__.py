@@ -1,0 +1,1 @@
+"""Alembic migrations of the broker's store, run programmatically at start."""

@@ -1,0 +1,270 @@
+"""The broker's store: SQLAlchemy 2 behind one interface (SQLite WAL embedded by default).
+
+What is stored is what a restarted broker needs: tenants (token hashes), jobs (the API's
+view: request, state, timeline, exit), job output, uploaded code digests, and the log of
+every event handed to the core, so a fresh core is rebuilt by replaying it. The schema is
+owned by the Alembic migrations under ``stoker/broker/migrations``, run at open.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from sqlalchemy.engine import Connection, Engine
+
+_META = sa.MetaData()
+tenants = sa.Table(
+    "tenants",
+    _META,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("created", sa.Float, nullable=False),
+)
+jobs = sa.Table(
+    "jobs",
+    _META,
+    sa.Column("id", sa.String(40), primary_key=True),
+    sa.Column("tenant", sa.String(64), nullable=False),
+    sa.Column("idempotency_key", sa.String(200)),
+    sa.Column("profile", sa.String(64), nullable=False),
+    sa.Column("reuse_tag", sa.String(200), nullable=False),
+    sa.Column("replicas", sa.Integer, nullable=False),
+    sa.Column("argv", sa.JSON, nullable=False),
+    sa.Column("code_digest", sa.String(64)),
+    sa.Column("deps", sa.JSON, nullable=False),
+    sa.Column("env", sa.JSON, nullable=False),
+    sa.Column("timeout_s", sa.Float, nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("path", sa.String(16)),
+    sa.Column("pods", sa.JSON, nullable=False),
+    sa.Column("submitted", sa.Float, nullable=False),
+    sa.Column("started", sa.Float),
+    sa.Column("finished", sa.Float),
+    sa.Column("exit_code", sa.Integer),
+    sa.Column("failure", sa.String(32)),
+)
+job_output = sa.Table(
+    "job_output",
+    _META,
+    sa.Column("job", sa.String(40), primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True),
+    sa.Column("stream", sa.String(8), nullable=False),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+)
+core_events = sa.Table(
+    "core_events",
+    _META,
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("data", sa.JSON, nullable=False),
+)
+code = sa.Table(
+    "code",
+    _META,
+    sa.Column("digest", sa.String(64), primary_key=True),
+    sa.Column("size", sa.Integer, nullable=False),
+    sa.Column("created", sa.Float, nullable=False),
+)
+
+_MIGRATIONS = str(Path(__file__).resolve().parent / "migrations")
+# columns of a job row the API shows (everything but the idempotency key)
+JOB_FIELDS = tuple(c.name for c in jobs.columns if c.name != "idempotency_key")
+
+
+class StoreError(RuntimeError):
+    """The store cannot do what was asked (a conflict, a missing row)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """One core event as logged: when it was handed to the core, its kind and fields."""
+
+    seq: int
+    at: float
+    kind: str
+    data: dict[str, Any]
+
+
+class Store:
+    """All the broker's persistent state; one transaction per call, nothing half-written."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine: Engine = sa.create_engine(url)
+        if self.engine.dialect.name == "sqlite":
+            sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+        with self.engine.begin() as conn:
+            cfg = AlembicConfig()
+            cfg.set_main_option("script_location", _MIGRATIONS)
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+
+    @staticmethod
+    def sqlite(path: Path | str) -> Store:
+        """A store in an SQLite file (created with its parent directory if missing)."""
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return Store(f"sqlite:///{p}")
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """One transaction: everything written inside lands together or not at all."""
+        with self.engine.begin() as conn:
+            yield conn
+
+    # --- tenants -------------------------------------------------------------
+
+    def add_tenant(self, name: str, token_hash: str) -> None:
+        with self.transaction() as conn:
+            if conn.execute(sa.select(tenants.c.name).where(tenants.c.name == name)).first():
+                raise StoreError(f"name: tenant {name!r} exists already")
+            conn.execute(
+                tenants.insert().values(name=name, token_hash=token_hash, created=time.time())
+            )
+
+    def set_token(self, name: str, token_hash: str) -> None:
+        with self.transaction() as conn:
+            res = conn.execute(
+                tenants.update().where(tenants.c.name == name).values(token_hash=token_hash)
+            )
+            if res.rowcount == 0:
+                raise StoreError(f"tenant: unknown tenant {name!r}")
+
+    def tenant_by_hash(self, token_hash: str) -> str | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(tenants.c.name).where(tenants.c.token_hash == token_hash)
+            ).first()
+        return None if row is None else str(row[0])
+
+    def tenant_names(self) -> list[str]:
+        with self.engine.connect() as conn:
+            return [
+                str(r[0]) for r in conn.execute(sa.select(tenants.c.name).order_by(tenants.c.name))
+            ]
+
+    # --- jobs ----------------------------------------------------------------
+
+    def job_by_key(self, tenant: str, key: str) -> dict[str, Any] | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(jobs).where(jobs.c.tenant == tenant, jobs.c.idempotency_key == key)
+            ).first()
+        return None if row is None else dict(row._mapping)
+
+    def get_job(self, job_id: str) -> dict[str, Any] | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(jobs).where(jobs.c.id == job_id)).first()
+        return None if row is None else dict(row._mapping)
+
+    def list_jobs(
+        self, tenant: str | None, states: tuple[str, ...] = (), limit: int = 100
+    ) -> list[dict[str, Any]]:
+        q = sa.select(jobs).order_by(jobs.c.submitted.desc()).limit(limit)
+        if tenant is not None:
+            q = q.where(jobs.c.tenant == tenant)
+        if states:
+            q = q.where(jobs.c.state.in_(states))
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(q)]
+
+    def unfinished_jobs(self) -> list[dict[str, Any]]:
+        q = sa.select(jobs).where(jobs.c.state != "finished").order_by(jobs.c.submitted)
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(q)]
+
+    # --- output --------------------------------------------------------------
+
+    def output(self, job_id: str, after: int = -1) -> list[tuple[int, str, bytes]]:
+        q = (
+            sa.select(job_output.c.seq, job_output.c.stream, job_output.c.data)
+            .where(job_output.c.job == job_id, job_output.c.seq > after)
+            .order_by(job_output.c.seq)
+        )
+        with self.engine.connect() as conn:
+            return [(int(s), str(st), bytes(d)) for s, st, d in conn.execute(q)]
+
+    # --- code ----------------------------------------------------------------
+
+    def has_code(self, digest: str) -> bool:
+        with self.engine.connect() as conn:
+            return (
+                conn.execute(sa.select(code.c.digest).where(code.c.digest == digest)).first()
+                is not None
+            )
+
+    def add_code(self, digest: str, size: int) -> None:
+        with self.transaction() as conn:
+            if (
+                conn.execute(sa.select(code.c.digest).where(code.c.digest == digest)).first()
+                is None
+            ):
+                conn.execute(code.insert().values(digest=digest, size=size, created=time.time()))
+
+    # --- the core's event log -------------------------------------------------
+
+    def events(self) -> Iterator[StoredEvent]:
+        """Every logged core event, in the order the core saw them."""
+        with self.engine.connect() as conn:
+            for seq, at, kind, data in conn.execute(
+                sa.select(core_events).order_by(core_events.c.seq)
+            ):
+                yield StoredEvent(int(seq), float(at), str(kind), dict(data))
+
+
+class Batch:
+    """Writes gathered while the loop handles one event, committed in one transaction."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.new_jobs: list[dict[str, Any]] = []
+        self.job_updates: dict[str, dict[str, Any]] = {}
+        self.output: list[dict[str, Any]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.events or self.new_jobs or self.job_updates or self.output)
+
+    def event(self, at: float, kind: str, data: dict[str, Any]) -> None:
+        self.events.append({"at": at, "kind": kind, "data": data})
+
+    def update_job(self, job_id: str, **values: Any) -> None:
+        self.job_updates.setdefault(job_id, {}).update(values)
+
+    def commit(self, store: Store) -> None:
+        """Write everything in one transaction: a submit's job row and its core event land
+        together, so a restart never sees one without the other."""
+        if not self:
+            return
+        with store.transaction() as conn:
+            if self.new_jobs:
+                conn.execute(jobs.insert(), self.new_jobs)
+            for job_id, values in self.job_updates.items():
+                conn.execute(jobs.update().where(jobs.c.id == job_id).values(**values))
+            if self.output:
+                conn.execute(job_output.insert(), self.output)
+            if self.events:
+                conn.execute(core_events.insert(), self.events)
+        self.__init__()
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    # WAL: readers never block the loop's writes; NORMAL sync is durable across a process
+    # crash (the broker's failure mode) and costs no fsync per commit
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA busy_timeout=5000")
+    cur.close()
