@@ -138,7 +138,7 @@ async def test_unprivileged_no_caps_own_namespaces(rig: Rig) -> None:
     if os.geteuid() == 0:
         assert uid == "65534"
     assert caps.split()[1] == "0000000000000000"
-    assert host == pod  # own uts namespace
+    assert host == "pod" != socket.gethostname()  # own uts namespace
     assert int(nproc) < 10  # own pid namespace: bwrap, agent, the job and ps
 
 
@@ -266,17 +266,36 @@ async def test_stray_processes_die_with_their_job(rig: Rig) -> None:
     assert _procs_with(f"sleep {marker}") == []
 
 
-async def test_workspace_persists_and_recycle_wipes(rig: Rig) -> None:
-    pod = await rig.pod()
-    await rig.run(pod, ["sh", "-c", "echo kept > /workspace/state"])
-    again = await rig.run(pod, ["cat", "/workspace/state"])
-    assert again.stdout == b"kept\n"
-    new = f"{pod}-r"
-    await rig.rt.recycle(pod, new)
-    assert await rig.until(PodUp) == PodUp(new)
-    assert await rig.rt.live_pods() == [new]
-    res = await rig.run(new, ["sh", "-c", "ls -A /workspace | wc -l"])
-    assert res.stdout == b"0\n"
+@pytest.mark.parametrize("mode", ["scrub", "restart"])
+async def test_workspace_persists_and_recycle_wipes(tmp_path: Path, mode: str) -> None:
+    rt = LocalRuntime(tmp_path / "state", gpu_slots=1, recycle=mode)
+    rig = Rig(rt, rt.events())
+    try:
+        pod = await rig.pod()
+        leave = (
+            "echo kept > /workspace/state; mkdir -p /workspace/d/e; echo t > /tmp/t; "
+            "echo s > /dev/shm/s; ipcmk -M 4096 >/dev/null; ipcs -m | grep -c 0x"
+        )
+        res = await rig.run(pod, ["sh", "-c", leave])
+        assert res.stdout == b"1\n"
+        again = await rig.run(
+            pod, ["sh", "-c", "cat /workspace/state /tmp/t; ipcs -m | grep -c 0x"]
+        )
+        assert again.stdout == b"kept\nt\n1\n"  # the same pod keeps its state between jobs
+        old_init = rt.pod_info(pod).init_pid
+        new = f"{pod}-r"
+        await rt.recycle(pod, new)
+        assert await rig.until(PodUp) == PodUp(new)
+        assert await rt.live_pods() == [new]
+        probe = "ls -A /workspace /tmp /dev/shm | grep -v : | grep -c . ; ipcs -m | grep -c 0x"
+        res = await rig.run(new, ["sh", "-c", probe + "; echo $STOKER_POD"])
+        assert res.stdout == f"0\n0\n{new}\n".encode()
+        pong = await rt.ping(new)
+        assert pong["pod"] == new
+        # scrub keeps the sandbox and its zygote; restart makes a new one
+        assert (rt.pod_info(new).init_pid == old_init) == (mode == "scrub")
+    finally:
+        await rt.stop_all()
 
 
 def _tar(files: dict[str, str]) -> bytes:

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import sys
 import time
@@ -115,11 +116,38 @@ class Agent:
             await self.send({"ev": "promoted", **self.state()})
         elif op == "ping":
             await self.send({"ev": "pong", **self.state()})
+        elif op == "scrub":
+            await self._scrub(str(msg.get("pod") or self.pod))
         elif op == "shutdown":
             self._kill_others()
             self._stop.set()
         else:
             await self.send({"ev": "error", "job": msg.get("job"), "message": f"op: {op!r}"})
+
+    async def _scrub(self, new_pod: str) -> None:
+        """Make this pod a fresh one named ``new_pod``, keeping the zygote.
+
+        The zygote never ran user code, so it is as clean as a new one and costs nothing to
+        keep (a torch pod's agent takes seconds to start). Everything a job could have left
+        goes: every other process (the sweep), the files in /tmp, /dev/shm and the workspace,
+        and System V IPC objects; the runtime wipes the workspace again from outside.
+        """
+        if not self.sweep or self.job is not None:
+            why = "not sandboxed" if not self.sweep else f"job {self.job.id} running"  # type: ignore[union-attr]
+            await self.send({"ev": "error", "job": None, "message": f"scrub refused: {why}"})
+            return
+        self._kill_others()
+        for root in ("/tmp", "/dev/shm", str(self.workspace)):
+            _empty_dir(Path(root))
+        if ipcrm := shutil.which("ipcrm"):
+            proc = await asyncio.create_subprocess_exec(
+                ipcrm, "--all", stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+            )
+            await proc.wait()
+        self._held.clear()
+        self.pod = new_pod
+        os.environ["STOKER_POD"] = new_pod
+        await self.send({"ev": "scrubbed", **self.state()})
 
     # --- jobs --------------------------------------------------------------
 
@@ -282,6 +310,17 @@ class Agent:
         if self._spare is not None:
             self._spare.retire()
             os.waitpid(self._spare.pid, 0)
+
+
+def _empty_dir(root: Path) -> None:
+    """Remove everything inside ``root`` (what cannot be removed is left, silently)."""
+    with contextlib.suppress(OSError):
+        for child in root.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    child.unlink()
 
 
 def in_own_pid_namespace() -> bool:

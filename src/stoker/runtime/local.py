@@ -141,6 +141,15 @@ def _start_time(pid: int) -> int:
     return int(stat.rpartition(")")[2].split()[19])
 
 
+def _empty_dir(root: Path) -> None:
+    """Remove everything inside ``root`` (links are removed, never followed)."""
+    for child in root.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
 def _failure(name: object) -> Failure | None:
     return Failure(str(name)) if name else None
 
@@ -159,6 +168,7 @@ class LocalRuntime:
         no_index: bool = False,
         base_python: str = sys.executable,
         start_timeout_s: float = 60.0,
+        recycle: str = "scrub",
         uid: int = 65534,
         gid: int = 65534,
     ) -> None:
@@ -174,6 +184,9 @@ class LocalRuntime:
         )
         self.devices: dict[str, GpuDevice] = {d.id: d for d in discover(gpu_slots)}
         self.start_timeout_s = start_timeout_s
+        if recycle not in ("scrub", "restart"):
+            raise ValueError(f"recycle: 'scrub' or 'restart', not {recycle!r}")
+        self.recycle_mode = recycle
         # as root the pod drops to (uid, gid); otherwise it keeps the caller's uid
         self.drop_to = (uid, gid) if os.geteuid() == 0 else None
         self._bwrap = sandbox.find_bwrap()
@@ -268,7 +281,7 @@ class LocalRuntime:
             hide=self._hidden,
             expose=self._expose_for(rec.python),
             network=rec.profile.network,
-            hostname=rec.id[:63],
+            hostname="pod",  # not the pod id: a pod scrubbed in place gets a new one
             info_fd=info_fd,
             drop_to=self.drop_to,
             devices=devices,
@@ -384,7 +397,12 @@ class LocalRuntime:
             await self._emit(JobExited(msg["job"], rec.id, int(msg["exit_code"]), failure))
         elif ev == "error":
             job = msg.get("job")
-            if job:
+            if not job:  # a refused request: whoever waits gets the refusal
+                for fut in rec.replies.values():
+                    if not fut.done():
+                        fut.set_result(msg)
+                rec.replies.clear()
+            else:
                 if rec.job == job:
                     rec.job = None
                 text = f"stoker: job could not be bound: {msg.get('message')}\n".encode()
@@ -504,8 +522,33 @@ class LocalRuntime:
         await self._emit(PodDown(pod))
 
     async def recycle(self, pod: str, new_pod: str) -> None:
-        """Kill every process, wipe the workspace, start a fresh agent as ``new_pod``."""
+        """Make ``pod`` a clean pod named ``new_pod``; emits PodUp(new_pod).
+
+        ``recycle="scrub"`` (the default) keeps the sandbox and its zygote, which never ran
+        user code: the agent kills every other process, empties /tmp, /dev/shm, the workspace
+        and System V IPC, then the runtime wipes the workspace again and renames the pod.
+        ``recycle="restart"`` (or a pod with a running job) kills the whole sandbox and
+        starts a fresh one: every process killed, workspace wiped, agent restarted.
+        """
         rec = self._pod(pod)
+        if (
+            not _POD_ID.match(new_pod)
+            or new_pod in self._pods
+            or (self.pods_dir / new_pod).exists()
+        ):
+            raise ValueError(f"new_pod: bad or existing pod id {new_pod!r}")
+        if self.recycle_mode == "scrub" and rec.job is None:
+            reply = await self._request(rec, {"op": "scrub", "pod": new_pod}, "scrubbed")
+            if reply.get("pod") == new_pod:
+                await asyncio.to_thread(_empty_dir, rec.dir / "workspace")
+                new_dir = self.pods_dir / new_pod
+                rec.dir.rename(new_dir)  # the sandbox's binds follow the inodes
+                del self._pods[pod]
+                rec.id, rec.dir = new_pod, new_dir
+                self._pods[new_pod] = rec
+                (rec.dir / "pod.json").write_text(json.dumps(rec.to_json()))
+                await self._emit(PodUp(new_pod))
+                return
         job = rec.job
         await self._teardown(rec)
         if job is not None:
