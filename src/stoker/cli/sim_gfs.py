@@ -102,6 +102,7 @@ def sim_gfs(
         "trace_path": trace_path,
         "source": base.source,
         "nodes": len(base.nodes),
+        "jobs_left_out_too_large": int(base.notes.get("left_out_too_large", "0")),
         "gpus": sum(n.gpus for n in base.nodes),
         "window": {"sim_start": window.sim_start, "start": window.start, "end": window.end},
         "setup": {

@@ -470,9 +470,27 @@ def prepare_trace(kind: str, path: str | None, setup: Setup) -> tuple[Trace, Win
         warm = min(setup.warm_days, 0.4 * span_days)
         start = warm * DAY_S
     nodes = shrink_nodes(trace.nodes, setup.scale)
-    models = {n.gpu_model for n in nodes}
-    jobs = [j for j in trace.jobs if j.gpu_model in models]
-    trace = Trace(trace.name, nodes, jobs, trace.source, dict(trace.notes))
+    # a job asking more than its (scaled) pool holds could never run: leave it out of the
+    # trace, and say how many
+    capacity: dict[str, int] = {}
+    for n in nodes:
+        capacity[n.gpu_model] = capacity.get(n.gpu_model, 0) + n.gpus
+    per_node = {n.gpu_model: 0 for n in nodes}
+    for n in nodes:
+        per_node[n.gpu_model] = max(per_node[n.gpu_model], n.gpus)
+
+    def fits(j: TraceJob) -> bool:
+        if j.gpu_model not in capacity:
+            return False
+        per_worker = j.gpu_request if j.gpu_request < 1 else math.ceil(j.gpu_request - 1e-9)
+        if j.gpu_request >= 1 and per_worker > per_node[j.gpu_model]:
+            return False
+        return per_worker * j.worker_num <= capacity[j.gpu_model] + 1e-9
+
+    jobs = [j for j in trace.jobs if fits(j)]
+    notes = dict(trace.notes)
+    notes["left_out_too_large"] = str(len(trace.jobs) - len(jobs))
+    trace = Trace(trace.name, nodes, jobs, trace.source, notes)
     end = start + setup.window_days * DAY_S
     last = trace.jobs[-1].submit_time if trace.jobs else 0.0
     end = min(end, last + 1.0)

@@ -326,6 +326,11 @@ class GFSScheduler:
                 f"job {spec.id}: gpu_request {spec.gpu_request} exceeds the largest node "
                 f"of pool {spec.pool} ({index.max_gpus} GPUs)"
             )
+        if spec.gpus > self.capacity[spec.pool] + EPS:
+            raise GFSJobError(
+                f"job {spec.id}: asks {spec.gpus:g} GPUs, pool {spec.pool} has "
+                f"{self.capacity[spec.pool]}: it could never run"
+            )
         gang = Gang(spec=spec, submitted=now, remaining=spec.duration, queued_since=now)
         self.jobs[spec.id] = gang
         self.queues[spec.pool][spec.job_class].push(gang)
