@@ -7,7 +7,9 @@ For a plain profile and, where torch is importable, one whose agent preloads tor
   job (``python -c pass``, a fork of the preloaded agent) and a plain one (``true``, fork+exec);
 - ``warm_bind_to_exit_ms``: ``bind`` to ``JobExited`` for the same trivial jobs;
 - ``promote_ms``: ``promote`` of a standby pod to ``PodUp``;
-- ``recycle_ms``: ``recycle`` called to ``PodUp`` of the new pod (kill, wipe, fresh agent).
+- ``recycle_ms_scrub``: ``recycle`` to ``PodUp`` of the new pod, scrubbed in place (all other
+  processes killed, workspace, /tmp, /dev/shm and IPC emptied, the clean zygote kept);
+- ``recycle_ms_restart``: the same with a whole new sandbox and agent.
 
 Medians and p90 over the repeats; writes JSON (the simulator's runtime parameters cite it).
 
@@ -91,15 +93,17 @@ async def bench_profile(rt: LocalRuntime, profile: RuntimeProfile, repeats: int)
         promote.append((await _wait(events, PodUp, sb) - t0) * 1e3)
         await rt.stop_pod(sb)
     out["promote_ms"] = _stats(promote)
-    recycle: list[float] = []
     current = pods[-1]
-    for i in range(max(3, repeats // 10)):
-        new = f"{profile.name}-r{i}"
-        t0 = time.perf_counter()
-        await rt.recycle(current, new)
-        recycle.append((await _wait(events, PodUp, new) - t0) * 1e3)
-        current = new
-    out["recycle_ms"] = _stats(recycle)
+    for mode in ("scrub", "restart"):
+        rt.recycle_mode = mode
+        recycle: list[float] = []
+        for i in range(max(3, repeats // 10)):
+            new = f"{profile.name}-{mode}{i}"
+            t0 = time.perf_counter()
+            await rt.recycle(current, new)
+            recycle.append((await _wait(events, PodUp, new) - t0) * 1e3)
+            current = new
+        out[f"recycle_ms_{mode}"] = _stats(recycle)
     await rt.stop_all()
     return out
 

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 import uuid
 import zipfile
@@ -211,6 +212,28 @@ async def test_network_is_off(rig: Rig) -> None:
         assert b"connected" in res.stdout
     finally:
         server.close()
+
+
+async def test_hidden_host_dirs(tmp_path: Path) -> None:
+    # outside /tmp (masked in every pod anyway), so only ``hide`` keeps it out of sight
+    base = Path(tempfile.mkdtemp(prefix="stoker-test-", dir="/var/tmp"))
+    try:
+        base.chmod(0o755)
+        for name in ("data", "control"):
+            (base / name).mkdir()
+            (base / name).chmod(0o755)
+            (base / name / "admin.token").write_text(f"{name}-token")
+            (base / name / "admin.token").chmod(0o644)
+        rt = LocalRuntime(tmp_path / "state", gpu_slots=1, hide=(base / "data",))
+        rig = Rig(rt, rt.events())
+        try:
+            pod = await rig.pod()
+            res = await rig.run(pod, ["sh", "-c", f"cat {base}/*/admin.token"])
+            assert res.stdout == b"control-token"  # readable where not hidden
+        finally:
+            await rt.stop_all()
+    finally:
+        shutil.rmtree(base)
 
 
 async def test_cannot_write_outside_workspace_or_see_others(rig: Rig, tmp_path: Path) -> None:

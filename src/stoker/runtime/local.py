@@ -169,6 +169,7 @@ class LocalRuntime:
         base_python: str = sys.executable,
         start_timeout_s: float = 60.0,
         recycle: str = "scrub",
+        hide: tuple[Path, ...] = (),
         uid: int = 65534,
         gid: int = 65534,
     ) -> None:
@@ -192,8 +193,17 @@ class LocalRuntime:
         self._bwrap = sandbox.find_bwrap()
         self._pods: dict[str, _Pod] = {}
         self._events: asyncio.Queue[RuntimeEvent] = asyncio.Queue()
+        # never visible in a pod: the runtime's own dirs, and what the caller names (the
+        # broker's data dir, with its database and tokens)
         self._hidden = tuple(
-            dict.fromkeys([self.state_dir, self.code.root.resolve(), self.envs.root.resolve()])
+            dict.fromkeys(
+                [
+                    self.state_dir,
+                    self.code.root.resolve(),
+                    self.envs.root.resolve(),
+                    *(Path(h).resolve() for h in hide),
+                ]
+            )
         )
 
     # --- events ------------------------------------------------------------
