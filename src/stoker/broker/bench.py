@@ -1,0 +1,297 @@
+"""``stoker demo`` and ``stoker bench local``: measured through the real API, runtime and agent.
+
+Every latency comes from the broker's own job records (submit -> the job's process running,
+as the agent reports it), never from a client-side estimate; loop times and throughput are
+wall-clock seconds seen by the client.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from stoker.broker.config import BrokerConfig, BrokerProfile
+from stoker.broker.embedded import EmbeddedBroker, free_port
+from stoker.client import Client
+
+TRIVIAL = ["python", "-c", "pass"]
+SHORT = ["python", "-c", "import sys; sys.stdout.write('ok')"]
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile (0..1) by linear interpolation; None for no values."""
+    if not values:
+        return None
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def _tenant_client(url: str, admin_token: str, name: str) -> Client:
+    with Client(url, admin_token) as admin:
+        token = admin.create_tenant(name)
+    return Client(url, token)
+
+
+def _loop(
+    client: Client, profile: str, n: int, tag: Callable[[int], str], argv: list[str]
+) -> tuple[float, list[dict[str, Any]]]:
+    """An agent loop: each job submitted as soon as the one before it finished."""
+    rows = []
+    t0 = time.perf_counter()
+    for i in range(n):
+        rows.append(client.run(profile, argv, reuse_tag=tag(i)).wait(120))
+    return time.perf_counter() - t0, rows
+
+
+def _starts(rows: list[dict[str, Any]], path: str | None = None) -> list[float]:
+    return [
+        r["start_latency_ms"]
+        for r in rows
+        if r["start_latency_ms"] is not None and (path is None or r["path"] == path)
+    ]
+
+
+# ----------------------------------------------------------------------------- demo
+
+
+def run_demo(n_jobs: int = 12, work_dir: Path | None = None) -> dict[str, Any]:
+    """An agent loop of short jobs, three ways, each on its own embedded broker."""
+    base = Path(work_dir or tempfile.mkdtemp(prefix="stoker-demo-"))
+    modes = [
+        ("fresh pod per job", 0.0, False, lambda i: f"job-{i}"),
+        ("fresh reuse tag per job", 60.0, False, lambda i: f"job-{i}"),
+        ("warm reuse + standby", 60.0, True, lambda i: "agent-loop"),
+    ]
+    out: dict[str, Any] = {"jobs": n_jobs, "modes": {}}
+    for name, keepalive, standby, tag in modes:
+        cfg = BrokerConfig(
+            data_dir=base / name.replace(" ", "-").replace("+", "and"),
+            profiles=[BrokerProfile.simple("plain", standby=standby)],
+            gpu_slots=2,
+            keepalive_s=keepalive,
+        )
+        with EmbeddedBroker(cfg) as eb, _tenant_client(eb.url, eb.admin_token, "demo") as c:
+            took, rows = _loop(c, "plain", n_jobs, tag, SHORT)
+        starts = _starts(rows)
+        out["modes"][name] = {
+            "loop_s": took,
+            "start_ms_p50": percentile(starts, 0.5),
+            "start_ms_p90": percentile(starts, 0.9),
+            "paths": {
+                p: sum(1 for r in rows if r["path"] == p) for p in ("warm", "standby", "cold")
+            },
+        }
+    names = [m[0] for m in modes]
+    ref = out["modes"][names[0]]["loop_s"]
+    for name in names:
+        out["modes"][name]["speedup"] = ref / out["modes"][name]["loop_s"]
+    return out
+
+
+# ----------------------------------------------------------------------------- bench
+
+
+class BrokerProcess:
+    """``stoker up`` in a child process (so its memory is the broker's alone)."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        profiles: list[dict[str, Any]],
+        gpu_slots: int,
+        keepalive_s: float = 300.0,
+    ) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        lines = [
+            f'data_dir = "{data_dir}"',
+            f"gpu_slots = {gpu_slots}",
+            f"keepalive_s = {keepalive_s}",
+        ]
+        for p in profiles:
+            lines.append(f"[profiles.{p['name']}]")
+            lines.append(f"share = {p.get('share', 0.9)}")
+            lines.append(f"standby_share = {p.get('standby_share', 0.1)}")
+            lines.append(f"preload = {json.dumps(p.get('preload', []))}")
+        self.config = data_dir / "broker.toml"
+        self.config.write_text("\n".join(lines) + "\n")
+        cmd = [
+            sys.executable,
+            "-m",
+            "stoker.cli.main",
+            "up",
+            "--config",
+            str(self.config),
+            "--port",
+            str(self.port),
+        ]
+        with open(data_dir / "broker.log", "wb") as log:  # the child keeps its own copy
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{self.url}/v1/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"broker did not start: {(data_dir / 'broker.log').read_text()[-2000:]}"
+                )
+            time.sleep(0.05)
+        self.admin_token = (data_dir / "admin.token").read_text().strip()
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+        raise RuntimeError("no VmRSS")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def _bench_profile(
+    base: Path,
+    name: str,
+    preload: list[str],
+    warm_n: int,
+    cold_n: int,
+    handover_n: int,
+    throughput_s: float,
+) -> dict[str, Any]:
+    res: dict[str, Any] = {"preload": preload}
+    prof = {"name": name, "preload": preload}
+    # warm and cold: two GPU slots, keep-alive long enough that nothing expires meanwhile
+    bp = BrokerProcess(base / f"{name}-latency", [prof], gpu_slots=2)
+    try:
+        with _tenant_client(bp.url, bp.admin_token, "bench") as c:
+            _, cold = _loop(c, name, cold_n, lambda i: f"cold-{uuid.uuid4().hex}", TRIVIAL)
+            _, warm = _loop(c, name, warm_n + 1, lambda i: "warm", TRIVIAL)
+        res["idle_rss_mb"] = bp.rss_mb()
+    finally:
+        bp.stop()
+    warm_ms = _starts(warm[1:], "warm")  # the first of the loop starts its pod
+    cold_ms = _starts(cold, "cold")
+    res["warm"] = {
+        "n": len(warm_ms),
+        "start_ms_p50": percentile(warm_ms, 0.5),
+        "start_ms_p99": percentile(warm_ms, 0.99),
+    }
+    res["cold"] = {"n": len(cold_ms), "start_ms_p50": percentile(cold_ms, 0.5)}
+    if res["warm"]["start_ms_p50"] and res["cold"]["start_ms_p50"]:
+        res["cold_over_warm"] = res["cold"]["start_ms_p50"] / res["warm"]["start_ms_p50"]
+    # standby and handover: one GPU, a fresh caller per job, so each job takes the GPU from
+    # the one before it through a promoted standby pod
+    bp = BrokerProcess(base / f"{name}-handover", [prof], gpu_slots=1)
+    try:
+        with _tenant_client(bp.url, bp.admin_token, "bench") as c:
+            rows = []
+            for i in range(handover_n + 1):
+                rows.append(c.run(name, TRIVIAL, reuse_tag=f"caller-{i}").wait(120))
+                time.sleep(0.3)  # the loop's pause: room for the next standby to stage
+    finally:
+        bp.stop()
+    standby_ms = _starts(rows, "standby")
+    handovers = [
+        (b["started"] - a["finished"]) * 1000.0
+        for a, b in itertools.pairwise(rows)
+        if b["path"] == "standby" and b["started"] and a["finished"]
+    ]
+    res["standby"] = {"n": len(standby_ms), "start_ms_p50": percentile(standby_ms, 0.5)}
+    res["handover_ms_p50"] = percentile(handovers, 0.5)
+    res["handover_paths"] = {
+        p: sum(1 for r in rows if r["path"] == p) for p in ("warm", "standby", "cold")
+    }
+    # throughput: trivial jobs across warm pods, several callers in parallel
+    slots = 4
+    bp = BrokerProcess(base / f"{name}-throughput", [prof], gpu_slots=slots)
+    try:
+        clients = [_tenant_client(bp.url, bp.admin_token, f"t{i}") for i in range(slots)]
+        for i, c in enumerate(clients):
+            c.run(name, TRIVIAL, reuse_tag=f"w{i}").wait(120)  # warm each caller's pod
+
+        def worker(i: int) -> int:
+            n, end = 0, time.perf_counter() + throughput_s
+            while time.perf_counter() < end:
+                clients[i].run(name, TRIVIAL, reuse_tag=f"w{i}").wait(60)
+                n += 1
+            return n
+
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(slots) as ex:
+            done = sum(ex.map(worker, range(slots)))
+        took = time.perf_counter() - t0
+        res["throughput"] = {
+            "jobs": done,
+            "seconds": took,
+            "jobs_per_s": done / took,
+            "callers": slots,
+        }
+        for c in clients:
+            c.close()
+    finally:
+        bp.stop()
+    return res
+
+
+def run_bench(
+    out_dir: Path,
+    warm_n: int = 100,
+    cold_n: int = 5,
+    handover_n: int = 10,
+    throughput_s: float = 10.0,
+    torch: bool = True,
+) -> dict[str, Any]:
+    """Measure both profiles and write ``out_dir/results.json``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    base = Path(tempfile.mkdtemp(prefix="stoker-bench-"))
+    profiles = {"plain": []}
+    if torch:
+        profiles["torch-cpu"] = ["torch"]
+    results: dict[str, Any] = {
+        "host": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+        "params": {
+            "warm_n": warm_n,
+            "cold_n": cold_n,
+            "handover_n": handover_n,
+            "throughput_s": throughput_s,
+        },
+        "goals": {
+            "warm.start_ms_p50": 10,
+            "warm.start_ms_p99": 50,
+            "standby.start_ms_p50": 50,
+            "cold_over_warm(torch)": 50,
+            "handover_ms_p50": 100,
+            "throughput.jobs_per_s": 200,
+            "idle_rss_mb": 150,
+        },
+        "profiles": {},
+    }
+    for name, preload in profiles.items():
+        results["profiles"][name] = _bench_profile(
+            base, name, preload, warm_n, cold_n, handover_n, throughput_s
+        )
+        (out_dir / "results.json").write_text(json.dumps(results, indent=2))
+    return results

@@ -1,0 +1,101 @@
+"""A broker served by uvicorn on 127.0.0.1 from a background thread (demo, bench, tests).
+
+The broker and its runtime live on the thread's own event loop; callers talk to it over
+real HTTP, exactly as a remote client would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+
+import uvicorn
+
+from stoker.broker.app import Broker
+from stoker.broker.config import BrokerConfig
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class EmbeddedBroker:
+    """Start with :meth:`start` (or as a context manager); ``url`` and ``admin_token``."""
+
+    def __init__(self, cfg: BrokerConfig, port: int = 0, stop_pods: bool = True) -> None:
+        self.cfg = cfg
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.stop_pods = stop_pods
+        self.broker: Broker | None = None
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def admin_token(self) -> str:
+        return self.cfg.admin_token_path.read_text().strip()
+
+    def start(self, timeout_s: float = 60.0) -> EmbeddedBroker:
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            try:
+                self.broker = Broker(self.cfg)
+                config = uvicorn.Config(
+                    self.broker.app,
+                    host="127.0.0.1",
+                    port=self.port,
+                    log_level="warning",
+                    lifespan="on",
+                )
+                self._server = uvicorn.Server(config)
+                ready.set()
+                loop.run_until_complete(self._server.serve())
+            except BaseException as exc:  # reported to the starting thread
+                self._error = exc
+                ready.set()
+            finally:
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="stoker-broker", daemon=True)
+        self._thread.start()
+        ready.wait(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while not (self._server is not None and self._server.started):
+            if self._error is not None:
+                raise RuntimeError(f"broker did not start: {self._error}") from self._error
+            if time.monotonic() > deadline:
+                raise TimeoutError("broker did not start in time")
+            time.sleep(0.01)
+        return self
+
+    def stop(self, stop_pods: bool | None = None) -> None:
+        """Shut the server down; its pods are stopped too unless ``stop_pods`` is False
+        (then a new broker on the same data dir re-adopts them)."""
+        if self._server is None or self._thread is None or self._loop is None:
+            return
+        if self.stop_pods if stop_pods is None else stop_pods:
+            broker = self.broker
+            assert broker is not None
+            fut = asyncio.run_coroutine_threadsafe(
+                broker.scheduler.close(stop_pods=True), self._loop
+            )
+            fut.result(60)
+        self._server.should_exit = True
+        self._thread.join(60)
+        self._server = None
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

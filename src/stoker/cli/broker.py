@@ -1,0 +1,277 @@
+"""``stoker up | run | ps | pods | demo | bench local``: the live broker from the command line.
+
+Data commands print rich tables, or JSON with ``--json``. Errors are one line on stderr
+and a nonzero exit; ``stoker run`` exits with the job's own exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+bench_app = typer.Typer(help="Benchmarks measured through the real broker.", no_args_is_help=True)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(f"stoker: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _client(url: str | None, token: str | None) -> Any:
+    from stoker.broker.config import ClientConfig
+    from stoker.client import Client
+
+    cfg = ClientConfig.load()
+    tok = token or cfg.token
+    if not tok:
+        _fail("no token: set STOKER_TOKEN or pass --token")
+    return Client(url or cfg.url, tok)
+
+
+def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title)
+    for c in columns:
+        t.add_column(c)
+    for r in rows:
+        t.add_row(*["" if v is None else str(v) for v in r])
+    Console().print(t)
+
+
+def _fmt_ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+UrlOpt = Annotated[str | None, typer.Option("--url", help="broker URL (default: $STOKER_URL)")]
+TokenOpt = Annotated[str | None, typer.Option("--token", help="API token (default: $STOKER_TOKEN)")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
+
+
+def up(
+    config: Annotated[Path | None, typer.Option(help="broker TOML configuration")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="where the store and pods live")] = None,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+) -> None:
+    """Run the broker with the local runtime and the embedded SQLite store."""
+    import uvicorn
+
+    from stoker.broker.app import Broker
+    from stoker.broker.config import BrokerConfig, ConfigError
+
+    try:
+        cfg = BrokerConfig.load(config) if config else BrokerConfig()
+    except ConfigError as exc:
+        _fail(str(exc))
+    if data_dir is not None:
+        cfg.data_dir = data_dir
+    broker = Broker(cfg)
+    typer.echo(
+        f"stoker broker on http://{host}:{port}  (admin token: {cfg.admin_token_path})", err=True
+    )
+    uvicorn.run(broker.app, host=host, port=port, log_level="warning")
+
+
+def run(
+    argv: Annotated[list[str], typer.Argument(help="the job's command, after --")],
+    profile: Annotated[str, typer.Option("--profile", "-p")],
+    tag: Annotated[str | None, typer.Option("--tag", "-t", help="reuse tag")] = None,
+    code: Annotated[Path | None, typer.Option(help="directory uploaded as the job's code")] = None,
+    dep: Annotated[list[str], typer.Option("--dep", help="extra dependency (repeat)")] = [],  # noqa: B006
+    env: Annotated[list[str], typer.Option("--env", help="K=V (repeat)")] = [],  # noqa: B006
+    timeout: Annotated[float | None, typer.Option(help="seconds the job may run")] = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a job, stream its output, and exit with its exit code."""
+    from stoker.client import StokerError
+
+    envs: dict[str, str] = {}
+    for item in env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            _fail(f"--env: expected K=V, got {item!r}")
+        envs[key] = value
+    try:
+        with _client(url, token) as c:
+            job = c.run(
+                profile, list(argv), reuse_tag=tag, code=code, deps=dep, env=envs, timeout_s=timeout
+            )
+            for stream, data in job.stream():
+                if not as_json:
+                    out = sys.stdout if stream == "stdout" else sys.stderr
+                    out.buffer.write(data)
+                    out.flush()
+            row = job.info if job.info.get("state") == "finished" else job.wait()
+    except StokerError as exc:
+        _fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(row))
+    elif row["failure"] not in (None, "user_error"):
+        typer.echo(f"stoker: job {row['id']} failed: {row['failure']}", err=True)
+    code_ = row["exit_code"]
+    raise typer.Exit(code_ if code_ is not None and 0 <= code_ < 256 else 1)
+
+
+def ps(
+    state: Annotated[list[str], typer.Option("--state", help="only these states")] = [],  # noqa: B006
+    limit: int = 50,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List your jobs (newest first)."""
+    from stoker.client import StokerError
+
+    try:
+        with _client(url, token) as c:
+            jobs = c.jobs(state, limit)
+    except StokerError as exc:
+        _fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(jobs))
+        return
+    rows = [
+        [
+            j["id"],
+            j["profile"],
+            j["reuse_tag"],
+            j["state"],
+            j["path"],
+            _fmt_ms(j["start_latency_ms"]),
+            j["exit_code"],
+            j["failure"],
+        ]
+        for j in jobs
+    ]
+    _table("jobs", ["id", "profile", "tag", "state", "path", "start ms", "exit", "failure"], rows)
+
+
+def pods(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """List live pods (a tenant sees its own; the admin sees all)."""
+    from stoker.client import StokerError
+
+    try:
+        with _client(url, token) as c:
+            items = c.pods()
+    except StokerError as exc:
+        _fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(items))
+        return
+    rows = [
+        [
+            p["id"],
+            p["profile"],
+            p["state"],
+            ",".join(p["gpus"]),
+            p["tenant"],
+            p["reuse_tag"],
+            p["job"],
+            p["jobs_run"],
+        ]
+        for p in items
+    ]
+    _table("pods", ["id", "profile", "state", "gpus", "tenant", "tag", "job", "jobs run"], rows)
+
+
+def demo(
+    jobs: Annotated[int, typer.Option(help="jobs in the agent loop")] = 12,
+    as_json: JsonOpt = False,
+) -> None:
+    """An agent loop of short jobs three ways on an embedded broker: the speedup of warm pods."""
+    from stoker.broker.bench import run_demo
+
+    if jobs < 2:
+        _fail("--jobs: at least 2")
+    res = run_demo(jobs)
+    if as_json:
+        typer.echo(json.dumps(res))
+        return
+    rows = [
+        [
+            name,
+            _fmt_ms(m["start_ms_p50"]),
+            _fmt_ms(m["start_ms_p90"]),
+            f"{m['loop_s']:.2f}",
+            f"{m['speedup']:.1f}x",
+            " ".join(f"{k}={v}" for k, v in m["paths"].items()),
+        ]
+        for name, m in res["modes"].items()
+    ]
+    _table(
+        f"agent loop of {jobs} short jobs",
+        ["mode", "start p50 ms", "start p90 ms", "loop s", "speedup", "paths"],
+        rows,
+    )
+
+
+def bench_local(
+    out: Annotated[Path, typer.Option(help="writes OUT/results.json")],
+    warm_n: int = 100,
+    cold_n: int = 5,
+    handover_n: int = 10,
+    throughput_s: float = 10.0,
+    torch: Annotated[bool, typer.Option(help="also the torch-preloading profile")] = True,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start latency (warm/standby/cold), handover, throughput and idle memory, per profile."""
+    from stoker.broker.bench import run_bench
+
+    if torch:
+        try:
+            import torch as _torch  # noqa: F401 - only checks it is installed
+        except ImportError:
+            _fail("torch is not installed: pass --no-torch")
+    res = run_bench(out, warm_n, cold_n, handover_n, throughput_s, torch)
+    if as_json:
+        typer.echo(json.dumps(res))
+        return
+    rows = []
+    for name, p in res["profiles"].items():
+        rows.append(
+            [
+                name,
+                _fmt_ms(p["warm"]["start_ms_p50"]),
+                _fmt_ms(p["warm"]["start_ms_p99"]),
+                _fmt_ms(p["standby"]["start_ms_p50"]),
+                _fmt_ms(p["cold"]["start_ms_p50"]),
+                f"{p.get('cold_over_warm', 0):.0f}",
+                _fmt_ms(p["handover_ms_p50"]),
+                f"{p['throughput']['jobs_per_s']:.0f}",
+                f"{p['idle_rss_mb']:.0f}",
+            ]
+        )
+    _table(
+        f"stoker bench local -> {out / 'results.json'}",
+        [
+            "profile",
+            "warm p50",
+            "warm p99",
+            "standby p50",
+            "cold p50",
+            "cold/warm",
+            "handover p50",
+            "jobs/s",
+            "idle RSS MB",
+        ],
+        rows,
+    )
+
+
+def register(app: typer.Typer, sim_app: typer.Typer) -> None:
+    """Add the broker's commands to the ``stoker`` command."""
+    app.command()(up)
+    app.command(context_settings={"allow_interspersed_args": False})(run)
+    app.command()(ps)
+    app.command()(pods)
+    app.command()(demo)
+    bench_app.command("local")(bench_local)
+    app.add_typer(bench_app, name="bench")
