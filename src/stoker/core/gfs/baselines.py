@@ -88,7 +88,12 @@ def _fgd(g: float = 0.9, guarantee_s: float = 3600.0) -> PolicySpec:
 
 
 def _static(g: float = 0.9, guarantee_s: float = 3600.0) -> PolicySpec:
-    config = GFSConfig(name="static-quota", quota=StaticQuota(STATIC_SHARE), victims=GFSVictims())
+    config = GFSConfig(
+        name="static-quota",
+        quota=StaticQuota(STATIC_SHARE),
+        victims=GFSVictims(),
+        oversize_alone=True,
+    )
     return PolicySpec("static-quota", config, None)
 
 

@@ -56,8 +56,14 @@ class EtaController:
 
     def update(self, e: float | None, spot_waited_long: bool) -> float:
         """Apply one feedback step for eviction rate ``e`` (None: no periods, no change)."""
-        if self.fixed or e is None:
+        if self.fixed:
             return self.eta
+        if e is None:
+            # no period settled in the window: nothing was evicted; if spot is waiting,
+            # that is the best case of the growth rule (e = 0), else no evidence either way
+            if not spot_waited_long:
+                return self.eta
+            e = 0.0
         target = 1.0 - self.g
         if e >= 1.5 * target:
             self.eta = max(self.floor, self.eta * target / e)

@@ -111,6 +111,8 @@ class GFSConfig:
     time, with backfill of smaller sizes) or ``fifo``; ``hol_blocking`` stops a pass at the
     first job that does not fit (YARN-CS). ``min_runtime_s``: spot younger than this is not
     evictable. ``round_s``/``lease_s``: Chronus's scheduling rounds and leases.
+    ``oversize_alone``: a spot job larger than the (fixed) quota may start while no other
+    spot job runs in its pool, so it does not wait forever (static quota).
     """
 
     name: str = "gfs"
@@ -128,6 +130,7 @@ class GFSConfig:
     round_s: float = 0.0
     lease_s: float = 0.0
     lease_restart_s: float = 120.0
+    oversize_alone: bool = False  # a spot job above the quota may run when no spot runs
 
     def __post_init__(self) -> None:
         if self.queue not in ("size", "fifo"):
@@ -454,7 +457,11 @@ class GFSScheduler:
     def _try_start(self, gang: Gang, now: float, out: list[GFSAction]) -> bool:
         spec = gang.spec
         if spec.job_class == "spot":
-            if self.used[spec.pool]["spot"] + spec.gpus > self.quota[spec.pool] + EPS:
+            used = self.used[spec.pool]["spot"]
+            if used + spec.gpus > self.quota[spec.pool] + EPS and not (
+                # a job larger than a fixed quota would wait forever: it may run alone
+                self.config.oversize_alone and used < EPS and spec.gpus > self.quota[spec.pool]
+            ):
                 return False
             plan = self._plan_free(gang, now)
             if plan is None:
