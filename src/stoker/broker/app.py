@@ -231,7 +231,8 @@ def create_app(broker: Broker) -> FastAPI:
                 f"body.profile: unknown profile {body.profile!r} (known: {known})",
                 "body.profile",
             )
-        if body.timeout_s > cfg.max_timeout_s:
+        timeout_s = min(3600.0, cfg.max_timeout_s) if body.timeout_s is None else body.timeout_s
+        if timeout_s > cfg.max_timeout_s:
             raise ApiError(
                 422,
                 "invalid",
@@ -260,7 +261,7 @@ def create_app(broker: Broker) -> FastAPI:
             code_digest=body.code_digest,
             deps=tuple(body.deps),
             env=dict(body.env),
-            timeout_s=body.timeout_s,
+            timeout_s=timeout_s,
             replicas=body.replicas,
         )
         row, created = sched.submit(tenant, req, idempotency_key)

@@ -202,6 +202,7 @@ class Scheduler:
             replayed += 1
         for row in self.store.unfinished_jobs():
             self._requests[row["id"]] = row
+            self._out_seq[row["id"]] = self.store.last_output_seq(row["id"])
         report = await self._reconcile()
         report["replayed"] = replayed
         self._spawn(self._read_runtime())

@@ -16,7 +16,7 @@ class JobSubmit(BaseModel):
     code_digest: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     deps: list[str] = Field(default_factory=list, max_length=256)
     env: dict[str, str] = Field(default_factory=dict)
-    timeout_s: float = Field(default=3600.0, gt=0)
+    timeout_s: float | None = Field(default=None, gt=0)  # None: an hour, or the cap
     replicas: int = Field(default=1, ge=1, le=64)
 
     @field_validator("argv")

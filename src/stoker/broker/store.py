@@ -196,6 +196,13 @@ class Store:
         with self.engine.connect() as conn:
             return [(int(s), str(st), bytes(d)) for s, st, d in conn.execute(q)]
 
+    def last_output_seq(self, job_id: str) -> int:
+        """The last output chunk's sequence number (-1 for none)."""
+        q = sa.select(sa.func.max(job_output.c.seq)).where(job_output.c.job == job_id)
+        with self.engine.connect() as conn:
+            last = conn.execute(q).scalar()
+        return -1 if last is None else int(last)
+
     # --- code ----------------------------------------------------------------
 
     def has_code(self, digest: str) -> bool:

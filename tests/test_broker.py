@@ -1,0 +1,318 @@
+"""The broker end to end: real HTTP (uvicorn on 127.0.0.1), a real SQLite file, the real
+LocalRuntime with bubblewrap sandboxes and the real in-pod agent."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from stoker.broker.config import BrokerConfig, BrokerProfile
+from stoker.broker.embedded import EmbeddedBroker
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) not installed"),
+    pytest.mark.timeout(90),
+]
+
+PY = "python"
+
+
+def _cfg(tmp: Path, **kw: Any) -> BrokerConfig:
+    kw.setdefault("profiles", [BrokerProfile.simple("plain")])
+    kw.setdefault("gpu_slots", 2)
+    return BrokerConfig(data_dir=tmp / "data", **kw)
+
+
+class Api:
+    """A tenant's (or the admin's) view of a broker over HTTP."""
+
+    def __init__(self, url: str, token: str | None) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=url, headers=headers, timeout=60)
+
+    def submit(self, argv: list[str], tag: str = "x", **kw: Any) -> httpx.Response:
+        body = {"profile": "plain", "argv": argv, "reuse_tag": tag, **kw}
+        return self.http.post("/v1/jobs", json=body)
+
+    def run(self, argv: list[str], tag: str = "x", **kw: Any) -> dict[str, Any]:
+        r = self.submit(argv, tag, **kw)
+        assert r.status_code == 201, r.text
+        return self.wait(r.json()["id"])
+
+    def wait(self, job_id: str, timeout_s: float = 60) -> dict[str, Any]:
+        r = self.http.get(f"/v1/jobs/{job_id}/wait", params={"timeout_s": timeout_s})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def output(self, job_id: str) -> str:
+        import base64
+        import json
+
+        r = self.http.get(f"/v1/jobs/{job_id}/output", params={"follow": False})
+        lines = [json.loads(x) for x in r.text.splitlines() if x.strip()]
+        return b"".join(base64.b64decode(m["data"]) for m in lines if "data" in m).decode()
+
+    def pods(self) -> list[dict[str, Any]]:
+        return self.http.get("/v1/pods").json()
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker(_cfg(tmp_path)) as eb:
+        yield eb
+
+
+def _tenant(eb: EmbeddedBroker, name: str) -> Api:
+    r = Api(eb.url, eb.admin_token).http.post("/v1/tenants", json={"name": name})
+    assert r.status_code == 201, r.text
+    return Api(eb.url, r.json()["token"])
+
+
+def _wait_for(pred: Any, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+# ----------------------------------------------------------------------------- API layer
+
+
+def test_health_ready_and_openapi(broker: EmbeddedBroker) -> None:
+    api = Api(broker.url, None)
+    assert api.http.get("/v1/health").json()["status"] == "ok"
+    assert api.http.get("/v1/ready").status_code == 200
+    paths = api.http.get("/openapi.json").json()["paths"]
+    for p in ("/v1/jobs", "/v1/jobs/{job_id}/wait", "/v1/jobs/{job_id}/output", "/v1/pods"):
+        assert p in paths
+    assert "stoker_queue_length" in api.http.get("/metrics").text
+
+
+def test_authentication_and_tenant_scoping(broker: EmbeddedBroker) -> None:
+    anon = Api(broker.url, None)
+    r = anon.submit([PY, "-c", "pass"])
+    assert r.status_code == 401 and r.json()["field"] == "authorization"
+    assert Api(broker.url, "stk_wrong").http.get("/v1/jobs").status_code == 401
+    a, b = _tenant(broker, "a"), _tenant(broker, "b")
+    admin = Api(broker.url, broker.admin_token)
+    assert a.http.get("/v1/tenants").status_code == 403  # tenants are the admin's
+    assert admin.submit([PY, "-c", "pass"]).status_code == 403  # jobs are a tenant's
+    assert admin.http.get("/v1/tenants").json() == ["a", "b"]
+    job = a.run([PY, "-c", "print('mine')"])
+    jid = job["id"]
+    for path in (f"/v1/jobs/{jid}", f"/v1/jobs/{jid}/wait", f"/v1/jobs/{jid}/output"):
+        assert b.http.get(path).status_code == 404
+    assert b.http.post(f"/v1/jobs/{jid}/cancel").status_code == 404
+    assert b.http.get("/v1/jobs").json() == []
+    assert b.pods() == []  # a's pod is not b's to see
+    assert [j["id"] for j in a.http.get("/v1/jobs").json()] == [jid]
+    assert admin.http.get(f"/v1/jobs/{jid}").status_code == 200
+    assert [j["id"] for j in admin.http.get("/v1/jobs", params={"tenant": "a"}).json()] == [jid]
+
+
+def test_bad_input_names_the_field_and_writes_nothing(tmp_path: Path) -> None:
+    with EmbeddedBroker(_cfg(tmp_path, max_code_bytes=1000, max_timeout_s=100)) as eb:
+        a = _tenant(eb, "a")
+        cases = [
+            ({"profile": "nope"}, "body.profile"),
+            ({"argv": []}, "body.argv"),
+            ({"argv": "python -c pass"}, "body.argv"),
+            ({"argv": [""]}, "body.argv"),
+            ({"timeout_s": 1000}, "body.timeout_s"),
+            ({"timeout_s": -1}, "body.timeout_s"),
+            ({"reuse_tag": ""}, "body.reuse_tag"),
+            ({"env": {"1BAD": "x"}}, "body.env"),
+            ({"code_digest": "0" * 64}, "body.code_digest"),
+            ({"replicas": 5}, "body.replicas"),
+        ]
+        for override, field in cases:
+            body = {"profile": "plain", "argv": [PY, "-c", "pass"], "reuse_tag": "x", **override}
+            r = a.http.post("/v1/jobs", json=body)
+            assert 400 <= r.status_code < 500, (override, r.text)
+            assert r.json()["field"].startswith(field), (override, r.json())
+            assert field in r.json()["message"]
+        r = a.http.post("/v1/code", content=b"x" * 2000)
+        assert r.status_code == 413 and r.json()["field"] == "code"
+        r = a.http.post("/v1/code", content=b"not a tar")
+        assert r.status_code == 422 and r.json()["field"] == "code"
+        admin = Api(eb.url, eb.admin_token)
+        r = admin.http.get("/v1/jobs", params={"tenant": "ghost"})
+        assert r.status_code == 422 and r.json()["field"] == "query.tenant"
+        r = admin.http.post("/v1/tenants", json={"name": "Bad Name"})
+        assert r.status_code == 422 and r.json()["field"] == "body.name"
+        assert admin.http.post("/v1/tenants", json={"name": "a"}).status_code == 409
+        assert a.http.get("/v1/jobs").json() == []
+        db = eb.cfg.db_path
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("select count(*) from jobs").fetchone()[0] == 0
+        assert conn.execute("select count(*) from core_events").fetchone()[0] == 0
+
+
+def test_idempotency_key_gives_the_same_job(broker: EmbeddedBroker) -> None:
+    a = _tenant(broker, "a")
+    body = {"profile": "plain", "argv": [PY, "-c", "pass"], "reuse_tag": "x"}
+    h = {"Idempotency-Key": "k-1"}
+    r1 = a.http.post("/v1/jobs", json=body, headers=h)
+    r2 = a.http.post("/v1/jobs", json=body, headers=h)
+    assert (r1.status_code, r2.status_code) == (201, 200)
+    assert r1.json()["id"] == r2.json()["id"]
+    b = _tenant(broker, "b")  # keys live inside their tenant
+    assert b.http.post("/v1/jobs", json=body, headers=h).json()["id"] != r1.json()["id"]
+    assert len(a.http.get("/v1/jobs").json()) == 1
+
+
+# ----------------------------------------------------------------------------- pool paths
+
+
+def test_cold_start_then_warm_hit_with_output_and_exit(broker: EmbeddedBroker) -> None:
+    a = _tenant(broker, "a")
+    first = a.run([PY, "-c", "import sys; print('hello'); sys.exit(3)"])
+    assert (first["path"], first["exit_code"], first["failure"]) == ("cold", 3, "user_error")
+    assert a.output(first["id"]) == "hello\n"
+    second = a.run([PY, "-c", "print('again')"])
+    assert (second["path"], second["exit_code"]) == ("warm", 0)
+    assert second["pods"] == first["pods"]
+    assert second["start_latency_ms"] < first["start_latency_ms"]
+    metrics = Api(broker.url, None).http.get("/metrics").text
+    assert 'stoker_job_path_total{path="warm",profile="plain"} 1.0' in metrics
+
+
+def test_standby_promotion(tmp_path: Path) -> None:
+    with EmbeddedBroker(_cfg(tmp_path, gpu_slots=1)) as eb:
+        a = _tenant(eb, "a")
+        x = a.run([PY, "-c", "pass"], tag="x")
+        assert x["path"] == "cold"
+        _wait_for(lambda: any(p["state"] == "standby" for p in Api(eb.url, eb.admin_token).pods()))
+        y = a.run([PY, "-c", "pass"], tag="y")
+        assert y["path"] == "standby" and y["exit_code"] == 0
+        assert y["pods"] != x["pods"]
+
+
+def test_keepalive_expiry(tmp_path: Path) -> None:
+    with EmbeddedBroker(_cfg(tmp_path, keepalive_s=0.5)) as eb:
+        a = _tenant(eb, "a")
+        job = a.run([PY, "-c", "pass"])
+        pod = job["pods"][0]
+        _wait_for(lambda: all(p["id"] != pod for p in a.pods()), 10)
+        again = a.run([PY, "-c", "pass"])
+        assert again["path"] != "warm" and again["pods"] != job["pods"]
+
+
+def test_budget_shrinks_under_queueing(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, gpu_slots=1, profiles=[BrokerProfile.simple("plain", standby=False)])
+    with EmbeddedBroker(cfg) as eb:
+        a, b = _tenant(eb, "a"), _tenant(eb, "b")
+        held = a.run([PY, "-c", "pass"])
+        assert any(p["state"] == "warm" for p in a.pods())
+        # b's job finds the only GPU held by a's idle warm pod: it queues, the warm budget
+        # falls by what it waits for, and a's pod gives the GPU up
+        job = b.run([PY, "-c", "pass"])
+        assert job["exit_code"] == 0 and job["path"] == "cold"
+        assert all(p["id"] not in held["pods"] for p in a.pods())
+
+
+def test_isolation_between_callers(tmp_path: Path) -> None:
+    # a GPU per caller, no standby: nothing forces (A, x)'s warm pod out before it is reused
+    cfg = _cfg(tmp_path, gpu_slots=3, profiles=[BrokerProfile.simple("plain", standby=False)])
+    with EmbeddedBroker(cfg) as eb:
+        _isolation(_tenant(eb, "a"), _tenant(eb, "b"))
+
+
+def _isolation(a: Api, b: Api) -> None:
+    leak = (
+        "import os, subprocess, pathlib\n"
+        "pathlib.Path('/workspace/secret.txt').write_text('a-x')\n"
+        "os.environ['LEAKED'] = '1'\n"
+        "open('/workspace/.profile', 'a').write('export LEAKED=1\\n')\n"
+        "subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+    )
+    assert a.run([PY, "-c", leak], tag="x")["exit_code"] == 0
+    probe = (
+        "import os, pathlib, sys\n"
+        "seen = []\n"
+        "if pathlib.Path('/workspace/secret.txt').exists(): seen.append('file')\n"
+        "if 'LEAKED' in os.environ: seen.append('env')\n"
+        "for p in pathlib.Path('/proc').iterdir():\n"
+        "    if p.name.isdigit():\n"
+        "        try: cmd = (p / 'cmdline').read_bytes()\n"
+        "        except OSError: continue\n"
+        "        if b'sleep' in cmd: seen.append('process')\n"
+        "print(','.join(seen)); sys.exit(1 if seen else 0)\n"
+    )
+    for api, tag in ((a, "y"), (b, "x")):
+        job = api.run([PY, "-c", probe], tag=tag)
+        assert job["exit_code"] == 0, api.output(job["id"])
+    later = a.run([PY, "-c", "print(open('/workspace/secret.txt').read())"], tag="x")
+    assert later["path"] == "warm" and a.output(later["id"]).strip() == "a-x"
+
+
+def test_cancel_running_job(broker: EmbeddedBroker) -> None:
+    a = _tenant(broker, "a")
+    r = a.submit([PY, "-c", "import time; print('up', flush=True); time.sleep(60)"])
+    jid = r.json()["id"]
+    _wait_for(lambda: a.http.get(f"/v1/jobs/{jid}").json()["state"] == "running")
+    assert a.http.post(f"/v1/jobs/{jid}/cancel").status_code == 200
+    job = a.wait(jid, 20)
+    assert job["state"] == "finished" and job["failure"] == "cancelled"
+
+
+def test_multi_pod_job_gets_consistent_topology(broker: EmbeddedBroker) -> None:
+    a = _tenant(broker, "a")
+    code = (
+        "import os\n"
+        "print(os.environ['RANK'], os.environ['WORLD_SIZE'],"
+        " os.environ['MASTER_ADDR'], os.environ['MASTER_PORT'])\n"
+    )
+    job = a.run([PY, "-c", code], replicas=2)
+    assert job["exit_code"] == 0 and len(job["pods"]) == 2
+    lines = sorted(a.output(job["id"]).split("\n"))[1:]
+    ranks = [line.split() for line in lines]
+    assert [r[0] for r in ranks] == ["0", "1"]
+    assert len({tuple(r[1:]) for r in ranks}) == 1 and ranks[0][1] == "2"
+
+
+def test_restart_with_running_and_queued_jobs(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, gpu_slots=1, profiles=[BrokerProfile.simple("plain", standby=False)])
+    eb = EmbeddedBroker(cfg, stop_pods=False).start()
+    a = _tenant(eb, "a")
+    slow = "import time; print('before', flush=True); time.sleep(2.5); print('after')"
+    running = a.submit([PY, "-c", slow], tag="x").json()["id"]
+    _wait_for(lambda: a.http.get(f"/v1/jobs/{running}").json()["state"] == "running")
+    queued = a.submit([PY, "-c", "print('queued ran')"], tag="y").json()["id"]
+    assert a.http.get(f"/v1/jobs/{queued}").json()["state"] == "queued"
+    token = a.http.headers["Authorization"].split()[1]
+    eb.stop(stop_pods=False)  # the broker goes; its pod and the job in it stay
+
+    eb2 = EmbeddedBroker(cfg).start()
+    try:
+        assert eb2.broker is not None
+        assert eb2.broker.recovery["adopted"] == 1 and eb2.broker.recovery["replayed"] > 0
+        a2 = Api(eb2.url, token)
+        first = a2.wait(running, 30)
+        assert (first["state"], first["exit_code"]) == ("finished", 0)
+        assert "after" in a2.output(running)
+        second = a2.wait(queued, 30)
+        assert second["exit_code"] == 0 and "queued ran" in a2.output(queued)
+    finally:
+        eb2.stop()
+
+
+def test_restart_fails_a_lost_pod_with_a_typed_reason(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, gpu_slots=1, profiles=[BrokerProfile.simple("plain", standby=False)])
+    eb = EmbeddedBroker(cfg, stop_pods=False).start()
+    a = _tenant(eb, "a")
+    jid = a.submit([PY, "-c", "import time; time.sleep(30)"]).json()["id"]
+    _wait_for(lambda: a.http.get(f"/v1/jobs/{jid}").json()["state"] == "running")
+    token = a.http.headers["Authorization"].split()[1]
+    eb.stop(stop_pods=True)  # the pod dies as the broker goes: no broker hears its PodDown
+    with EmbeddedBroker(cfg) as eb2:
+        assert eb2.broker is not None and eb2.broker.recovery["lost"] == 1
+        job = Api(eb2.url, token).wait(jid, 10)
+        assert job["state"] == "finished" and job["failure"] == "pod_died"
