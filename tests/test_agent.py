@@ -133,11 +133,12 @@ def test_agent_process_over_its_socket(tmp_path: Path) -> None:
     )
 
     async def talk() -> None:
-        for _ in range(500):
-            if sock.exists():
+        for _ in range(1000):  # the socket file appears a moment before it listens
+            try:
+                reader, writer = await protocol.open_connection(str(sock))
                 break
-            await asyncio.sleep(0.01)
-        reader, writer = await protocol.open_connection(str(sock))
+            except (FileNotFoundError, ConnectionRefusedError):
+                await asyncio.sleep(0.01)
         hello = await protocol.read_message(reader)
         assert hello is not None and hello["ev"] == "hello" and hello["pod"] == "bare"
         assert hello["preloaded"].keys() == {"json"}

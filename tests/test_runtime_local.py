@@ -258,26 +258,23 @@ async def test_cannot_write_outside_workspace_or_see_others(rig: Rig, tmp_path: 
 
 async def test_stop_kills_the_whole_tree(rig: Rig) -> None:
     pod = await rig.pod()
-    marker = f"{uuid.uuid4().int % 900 + 100}.{uuid.uuid4().int % 1000}"
-    job = "tree"
-    await rig.rt.bind(
-        pod,
-        JobBinding(
-            job=job,
-            argv=("sh", "-c", f"setsid sleep {marker} & (sleep {marker} &) ; sleep {marker}"),
-        ),
-    )
+    base = uuid.uuid4().int % 900 + 100
+    # a detached session, an orphan (its parent exited) and the job's own child
+    markers = [f"sleep {base}.{i}1" for i in range(3)]
+    script = f"setsid {markers[0]} & ({markers[1]} &) ; {markers[2]}"
+    await rig.rt.bind(pod, JobBinding(job="tree", argv=("sh", "-c", script)))
     await rig.until(JobRunning)
-    for _ in range(1000):
-        if len(_procs_with(f"sleep {marker}")) >= 3:
+    for _ in range(500):
+        if all(_procs_with(m) for m in markers):
             break
-        await asyncio.sleep(0.01)
-    assert len(_procs_with(f"sleep {marker}")) >= 3
+        await asyncio.sleep(0.02)
+    assert [m for m in markers if not _procs_with(m)] == []
     await rig.rt.stop_pod(pod)
     exited = await rig.until(JobExited)
     assert isinstance(exited, JobExited) and exited.failure is Failure.PREEMPTED
     assert await rig.until(PodDown) == PodDown(pod, None)
-    assert _procs_with(f"sleep {marker}") == [], "stop_pod returned with pod processes alive"
+    left = [m for m in markers if _procs_with(m)]
+    assert left == [], "stop_pod returned with pod processes alive"
     assert not (rig.rt.pods_dir / pod).exists()
 
 
@@ -478,3 +475,20 @@ async def test_torch_profile_preloads_without_touching_cuda(rig: Rig) -> None:
     )
     res = await rig.run(pod, ["python", "-c", probe])
     assert res.stdout == b"True False\n", res.stderr
+
+
+async def test_a_newer_runtime_takes_over_without_killing(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    old = LocalRuntime(state, gpu_slots=1)
+    old_rig = Rig(old, old.events())
+    pod = await old_rig.pod()
+    new = LocalRuntime(state, gpu_slots=1)
+    new_rig = Rig(new, new.events())
+    try:
+        assert await new.live_pods() == [pod]  # the agent now answers the new runtime
+        down = await old_rig.until(PodDown)  # the old one lets go of the pod...
+        assert down == PodDown(pod, Failure.POD_DIED)
+        res = await new_rig.run(pod, ["echo", "alive"])  # ...which was not killed
+        assert res.stdout == b"alive\n"
+    finally:
+        await new.stop_all()

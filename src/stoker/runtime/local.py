@@ -141,6 +141,23 @@ def _start_time(pid: int) -> int:
     return int(stat.rpartition(")")[2].split()[19])
 
 
+def _agent_alive(init_pid: int, init_start: int) -> bool:
+    """Whether the sandbox with this init still runs its agent (the init's child)."""
+    if init_pid <= 0 or _start_time(init_pid) != init_start:
+        return False
+    try:
+        children = Path(f"/proc/{init_pid}/task/{init_pid}/children").read_text().split()
+    except OSError:
+        return False
+    for child in children:
+        try:
+            if b"stoker.agent" in Path(f"/proc/{child}/cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def _empty_dir(root: Path) -> None:
     """Remove everything inside ``root`` (links are removed, never followed)."""
     for child in root.iterdir():
@@ -379,10 +396,15 @@ class LocalRuntime:
             pass
         if rec.stopping or self._pods.get(rec.id) is not rec:
             return
-        # the agent went away unasked: the pod is dead, and so is its job
         rec.stopping = True
         job = rec.job
-        await self._teardown(rec)
+        if _agent_alive(rec.init_pid, rec.init_start):
+            # the agent lives but hung up on us: a newer runtime (a restarted broker on the
+            # same state dir) took it over. The pod is that runtime's now: never kill it.
+            self._pods.pop(rec.id, None)
+        else:
+            # the agent went away unasked: the pod is dead, and so is its job
+            await self._teardown(rec)
         if job is not None:
             await self._emit(JobExited(job, rec.id, 137, Failure.POD_DIED))
         await self._emit(PodDown(rec.id, Failure.POD_DIED))
