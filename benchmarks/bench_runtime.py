@@ -6,6 +6,7 @@ For a plain profile and, where torch is importable, one whose agent preloads tor
 - ``warm_bind_to_running_ms``: ``bind`` called to ``JobRunning`` in an idle pod, for a zygote
   job (``python -c pass``, a fork of the preloaded agent) and a plain one (``true``, fork+exec);
 - ``warm_bind_to_exit_ms``: ``bind`` to ``JobExited`` for the same trivial jobs;
+- ``throughput``: trivial zygote jobs back to back on all the cold-started pods at once;
 - ``promote_ms``: ``promote`` of a standby pod to ``PodUp``;
 - ``recycle_ms_scrub``: ``recycle`` to ``PodUp`` of the new pod, scrubbed in place (all other
   processes killed, workspace, /tmp, /dev/shm and IPC emptied, the clean zygote kept);
@@ -59,6 +60,29 @@ async def _wait(events: AsyncIterator[RuntimeEvent], kind: type, key: str) -> fl
             return time.perf_counter()
 
 
+async def _throughput(
+    rt: LocalRuntime, events: AsyncIterator[RuntimeEvent], pods: list[str], jobs: int
+) -> dict[str, float]:
+    """Trivial zygote jobs back to back on every warm pod at once: jobs per second."""
+    done = 0
+    started = 0
+    t0 = time.perf_counter()
+    for pod in pods:
+        await rt.bind(pod, JobBinding(job=f"tp-{started}", argv=("python", "-c", "pass")))
+        started += 1
+    while done < jobs:
+        ev = await anext(events)
+        if isinstance(ev, JobExited):
+            done += 1
+            if started < jobs:
+                await rt.bind(
+                    ev.pod, JobBinding(job=f"tp-{started}", argv=("python", "-c", "pass"))
+                )
+                started += 1
+    wall = time.perf_counter() - t0
+    return {"jobs": jobs, "pods": len(pods), "jobs_per_s": round(jobs / wall, 1)}
+
+
 async def bench_profile(rt: LocalRuntime, profile: RuntimeProfile, repeats: int) -> dict:
     events = rt.events()
     out: dict[str, object] = {"preload": list(profile.preload)}
@@ -83,6 +107,7 @@ async def bench_profile(rt: LocalRuntime, profile: RuntimeProfile, repeats: int)
             exited.append((await _wait(events, JobExited, job) - t0) * 1e3)
         out[f"warm_bind_to_running_ms_{kind}"] = _stats(running)
         out[f"warm_bind_to_exit_ms_{kind}"] = _stats(exited)
+    out["throughput"] = await _throughput(rt, events, pods, repeats * 10)
     promote: list[float] = []
     for i in range(max(3, repeats // 10)):
         sb = f"{profile.name}-s{i}"
