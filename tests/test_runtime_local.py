@@ -492,3 +492,28 @@ async def test_a_newer_runtime_takes_over_without_killing(tmp_path: Path) -> Non
         assert res.stdout == b"alive\n"
     finally:
         await new.stop_all()
+
+
+async def test_profile_env_is_built_once_and_shared_read_only(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    name = f"stokerbase{uuid.uuid4().hex[:6]}"
+    _wheel(wheels, name, "in-profile-env")
+    rt = LocalRuntime(tmp_path / "state", gpu_slots=2, find_links=(wheels,), no_index=True)
+    rig = Rig(rt, rt.events())
+    profile = RuntimeProfile("with-pkg", packages=(name,), preload=(name,))
+    try:
+        a = await rig.pod(profile)
+        b = await rig.pod(profile)
+        assert len(list((rt.envs.env_root).glob("*/.stoker-complete"))) == 1  # built once
+        code = (
+            f"import sys, {name}; print({name}.VALUE, sys.prefix.startswith('{rt.envs.env_root}'))"
+        )
+        for pod in (a, b):
+            res = await rig.run(pod, ["python", "-c", code])
+            assert res.stdout == b"in-profile-env True\n", res.stderr
+        site = next(rt.envs.env_root.glob(f"*/lib/python*/site-packages/{name}"))
+        res = await rig.run(a, ["sh", "-c", f"echo x > {site}/__init__.py || echo refused"])
+        assert b"refused" in res.stdout + res.stderr
+    finally:
+        await rt.stop_all()
