@@ -60,6 +60,8 @@ from stoker.core.policies import (
 )
 
 _IDLE = (PodState.WARM, PodState.STANDBY)
+# fits looked at for a node with the profile's image cached before the tightest fit is taken
+_IMAGE_LOOKAHEAD = 64
 # states a pod enters that may let a waiting job go: a new idle pod to reclaim, room freed
 _ROOM = (PodState.WARM, PodState.STANDBY, PodState.STOPPING, PodState.GONE)
 
@@ -107,6 +109,9 @@ class Core:
         # set when something changed that may let a blocked queue move (see _ROOM); a busy
         # cluster with a waiting queue then pays for placement only when it can succeed
         self._dirty = True
+        # nodes where a pod of the profile has started: its image is cached there, so a cold
+        # start on one of them skips the image pull
+        self._image_nodes: dict[str, dict[str, None]] = {p: {} for p in self.profiles}
         self._seq = 0  # pod ids
         self._heap_seq = 0  # deadline heap tie-break
         self._now = 0.0
@@ -158,7 +163,31 @@ class Core:
         return self._idle_gpus
 
     def budget_limit(self) -> float:
-        return self.policies.budget.limit(self.cluster.total_gpus, self._queued_gpus)
+        """GPUs idle pods may hold now.
+
+        The budget's queue-driven limit, except that standby pods staged beside busy pods
+        count against the base cap alone: stopping one frees a sliver of a busy GPU that no
+        queued job can use, and promoting it is the fastest way to serve the queue once that
+        GPU's job ends.
+        """
+        base = self._budget_base()
+        limit = self.policies.budget.limit(self.cluster.total_gpus, self._queued_gpus)
+        if self._idle_gpus <= limit + EPS or limit >= base:
+            return limit
+        return min(base, limit + sum(self._staged_standby().values()))
+
+    def _budget_base(self) -> float:
+        return self.policies.budget.limit(self.cluster.total_gpus, 0.0)
+
+    def _staged_standby(self) -> dict[str, float]:
+        """Standby pods (ready or starting) sharing their GPU with a pod that is not idle,
+        with their shares."""
+        staged: dict[str, float] = {}
+        for gid, sid in self._standby_on_gpu.items():
+            allocs = self.cluster.gpus[gid].allocs
+            if any(o != sid and o not in self._idle for o in allocs):
+                staged[sid] = allocs.get(sid, 0.0)
+        return staged
 
     def yield_idle(self, node: str, gpus_needed: int, now: float) -> list[Action]:
         """Stop idle standby and warm pods on ``node`` so that ``gpus_needed`` of its GPUs
@@ -410,9 +439,11 @@ class Core:
                     break
         missing = need - len(picked) - len(standby)
         taken = {pid for _, pid in picked} | set(standby)
-        # a promoted standby grows to a full share on its GPU: no cold pod of this plan there
+        # a promoted standby grows to a full share on its GPU and the idle pods there go: a
+        # cold pod of this plan may share that GPU only in what is left
         busy = {self.pods[pid].gpus[0] for pid in standby}
-        slots = self._find_capacity(profile, missing, busy) if missing else []
+        growth = {gid: self._promotion_growth(gid, profile) for gid in busy}
+        slots = self._find_capacity(profile, missing, set(), growth) if missing else []
         if len(slots) < missing:
             if job.id in self._reclaim:
                 return False  # room is already being freed for it
@@ -441,6 +472,7 @@ class Core:
             pod = self._new_pod(profile, node, gpus, profile.share, now)
             pod.pending_job = job.id
             job.pods.append(pod.id)
+            self._image_nodes[profile.name][node] = None
             out.append(StartPod(pod.id, profile.name, node, tuple(gpus)))
             path = HitPath.COLD
         job.path = path
@@ -457,24 +489,46 @@ class Core:
             return {}
         return self._warm.get((job.spec.profile, *job.pair), {})
 
+    def _promotion_growth(self, gid: str, profile: Profile) -> float:
+        """How much more of GPU ``gid`` is held once its standby is promoted (negative when
+        the idle warm pods stopped for it held more than the standby grows)."""
+        gpu = self.cluster.gpus[gid]
+        sid = self._standby_on_gpu[gid]
+        others = sum(share for owner, share in gpu.allocs.items() if owner != sid)
+        return profile.share - gpu.allocs.get(sid, 0.0) - others
+
     def _find_capacity(
-        self, profile: Profile, count: int, exclude: set[str]
+        self,
+        profile: Profile,
+        count: int,
+        exclude: set[str],
+        planned: dict[str, float] | None = None,
     ) -> list[tuple[str, list[str]]]:
         """Free GPU slots for up to ``count`` pods (node, gpus each), best fit first, never on
         the GPUs in ``exclude``; fewer than ``count`` when the cluster is short."""
-        extra: dict[str, float] = {}  # shares this plan already takes per GPU
+        extra: dict[str, float] = dict(planned or {})  # shares this plan takes per GPU
         slots: list[tuple[str, list[str]]] = []
         if profile.gpus == 1:
+            cached = self._image_nodes[profile.name]
             for _ in range(count):
+                pick = None
+                seen = 0
                 for gpu in self.cluster.gpus_with_room(profile.gpu_model, profile.share):
-                    if gpu.id in exclude:
+                    if gpu.id in exclude or gpu.free - extra.get(gpu.id, 0.0) < profile.share - EPS:
                         continue
-                    if gpu.free - extra.get(gpu.id, 0.0) >= profile.share - EPS:
-                        extra[gpu.id] = extra.get(gpu.id, 0.0) + profile.share
-                        slots.append((gpu.node, [gpu.id]))
+                    if gpu.node in cached:
+                        pick = gpu
                         break
-                else:
+                    # else the tightest fit, after a bounded look for a node with the image
+                    # cached, so a start stays cheap on a large cluster
+                    pick = pick or gpu
+                    seen += 1
+                    if seen >= _IMAGE_LOOKAHEAD:
+                        break
+                if pick is None:
                     return slots
+                extra[pick.id] = extra.get(pick.id, 0.0) + profile.share
+                slots.append((pick.node, [pick.id]))
             return slots
         for _ in range(count):
             by_node: dict[str, list[str]] = {}
@@ -696,13 +750,14 @@ class Core:
         gpu = self.cluster.gpus[gid]
         if gpu.free < profile.standby_share - EPS:
             return
-        if self._idle_gpus + profile.standby_share > self.budget_limit() + EPS:
-            return
+        if self._idle_gpus + profile.standby_share > self._budget_base() + EPS:
+            return  # a standby beside a busy pod is bounded by the base cap (budget_limit)
         pod = self._new_pod(profile, active.node, [gid], profile.standby_share, now)
         self._standby_on_gpu[gid] = pod.id
         self._idle[pod.id] = None
         self._idle_gpus += profile.standby_share
         self._standby[profile.name][pod.id] = None
+        self._image_nodes[profile.name][active.node] = None
         out.append(StartPod(pod.id, profile.name, active.node, (gid,), standby=True))
 
     def _make_warm(self, pod: Pod, ttl: float, now: float) -> None:
@@ -842,7 +897,10 @@ class Core:
         if self._idle_gpus <= limit + EPS:
             return
         budget = self.policies.budget
-        ready = [self.pods[p] for p in self._idle]
+        # over the queue-driven limit only: staged standby pods are not what stands in the
+        # queue's way (see budget_limit); over the base cap, every idle pod may go
+        keep = self._staged_standby() if self._idle_gpus <= self._budget_base() + EPS else {}
+        ready = [self.pods[p] for p in self._idle if p not in keep]
         ready.sort(key=lambda pod: (budget.value(pod, now), pod.id))
         for pod in ready:
             if self._idle_gpus <= limit + EPS:
