@@ -28,6 +28,7 @@ from stoker.broker.embedded import EmbeddedBroker, free_port
 from stoker.client import Client
 
 TRIVIAL = ["python", "-c", "pass"]
+HOLD = ["python", "-c", "import time; time.sleep(0.5)"]  # holds its GPU while the next waits
 SHORT = ["python", "-c", "import sys; sys.stdout.write('ok')"]
 
 
@@ -56,6 +57,14 @@ def _loop(
     for i in range(n):
         rows.append(client.run(profile, argv, reuse_tag=tag(i)).wait(120))
     return time.perf_counter() - t0, rows
+
+
+def _until(pred: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        if time.monotonic() > deadline:
+            raise TimeoutError("bench: condition not reached (is the standby pod starting?)")
+        time.sleep(0.02)
 
 
 def _starts(rows: list[dict[str, Any]], path: str | None = None) -> list[float]:
@@ -206,23 +215,40 @@ def _bench_profile(
     # the one before it through a promoted standby pod
     bp = BrokerProcess(base / f"{name}-handover", [prof], gpu_slots=1)
     try:
-        with _tenant_client(bp.url, bp.admin_token, "bench") as c:
+        with (
+            Client(bp.url, bp.admin_token) as admin,
+            _tenant_client(bp.url, bp.admin_token, "bench") as c,
+        ):
+            # standby start: the loop pauses until the next standby pod has staged
             rows = []
             for i in range(handover_n + 1):
                 rows.append(c.run(name, TRIVIAL, reuse_tag=f"caller-{i}").wait(120))
-                time.sleep(0.3)  # the loop's pause: room for the next standby to stage
+                _until(lambda: any(p["state"] == "standby" for p in admin.pods()), 60)
+            # handover: the next caller's job waits while the one before it still runs
+            hand = []
+            prev = c.run(name, HOLD, reuse_tag="hand-0")
+            for i in range(1, handover_n + 1):
+                _until(lambda: any(p["state"] == "standby" for p in admin.pods()), 60)
+                nxt = c.run(name, HOLD, reuse_tag=f"hand-{i}")
+                hand.append(prev.wait(120))
+                prev = nxt
+            hand.append(prev.wait(120))
     finally:
         bp.stop()
     standby_ms = _starts(rows, "standby")
     handovers = [
         (b["started"] - a["finished"]) * 1000.0
-        for a, b in itertools.pairwise(rows)
-        if b["path"] == "standby" and b["started"] and a["finished"]
+        for a, b in itertools.pairwise(hand)
+        if b["path"] == "standby"
+        and b["started"]
+        and a["finished"]
+        and b["started"] > a["finished"]
     ]
     res["standby"] = {"n": len(standby_ms), "start_ms_p50": percentile(standby_ms, 0.5)}
     res["handover_ms_p50"] = percentile(handovers, 0.5)
-    res["handover_paths"] = {
-        p: sum(1 for r in rows if r["path"] == p) for p in ("warm", "standby", "cold")
+    res["handover"] = {
+        "n": len(handovers),
+        "paths": {p: sum(1 for r in hand if r["path"] == p) for p in ("warm", "standby", "cold")},
     }
     # throughput: trivial jobs across warm pods, several callers in parallel
     slots = 4
