@@ -517,3 +517,20 @@ async def test_profile_env_is_built_once_and_shared_read_only(tmp_path: Path) ->
         assert b"refused" in res.stdout + res.stderr
     finally:
         await rt.stop_all()
+
+
+async def test_same_pod_id_in_two_runtimes_does_not_collide(tmp_path: Path) -> None:
+    one = LocalRuntime(tmp_path / "one", gpu_slots=1)
+    two = LocalRuntime(tmp_path / "two", gpu_slots=1)
+    rig_one, rig_two = Rig(one, one.events()), Rig(two, two.events())
+    pod = f"same-{uuid.uuid4().hex[:6]}"
+    try:
+        for rt, rig in ((one, rig_one), (two, rig_two)):
+            await rt.start_pod(pod, RuntimeProfile("lim", pids_max=64), ("vgpu0",), False)
+            await rig.until(PodUp)
+        await one.stop_pod(pod)  # kills all of its own cgroup: not the other pod's
+        res = await rig_two.run(pod, ["echo", "still here"])
+        assert res.stdout == b"still here\n"
+    finally:
+        await one.stop_all()
+        await two.stop_all()

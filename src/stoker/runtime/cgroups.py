@@ -63,7 +63,11 @@ class PodCgroup:
 
     @classmethod
     def create(cls, name: str, memory_mb: int | None, pids_max: int | None) -> PodCgroup:
-        """Create the pod's groups and write its limits (best effort per controller)."""
+        """Create the pod's groups and write its limits (best effort per controller).
+
+        ``name`` must be unique on the host (several runtimes may share it): a group that
+        exists already is never joined, since stopping a pod kills all of its group.
+        """
         cg = cls(name)
         v2path, v1paths = _own_paths()
         want = {"memory": memory_mb, "pids": pids_max}
@@ -73,7 +77,7 @@ class PodCgroup:
             if parent is not None:
                 d = parent / name
                 try:
-                    d.mkdir(exist_ok=True)
+                    d.mkdir()  # never an existing group: it may hold another pod
                     if want[ctrl] is not None:
                         cg._write_v1_limit(ctrl, d, want[ctrl])
                     cg.dirs[ctrl] = d
@@ -102,7 +106,7 @@ class PodCgroup:
             enabled = (parent / "cgroup.subtree_control").read_text().split()
             if ctrl not in enabled:
                 (parent / "cgroup.subtree_control").write_text(f"+{ctrl}")
-            d.mkdir(exist_ok=True)
+            d.mkdir()
             if value is not None:
                 fname, text = (
                     ("memory.max", str(value * 1024 * 1024))

@@ -266,7 +266,9 @@ class LocalRuntime:
             if self.drop_to is not None:
                 os.chown(d / sub, *self.drop_to)
         d.chmod(0o700)
-        cg = PodCgroup.create(f"stoker-{pod}", profile.memory_mb, profile.pids_max)
+        # unique on the host: pod ids are only unique within one runtime's state dir
+        cg_name = f"stoker-{pod}-{os.urandom(4).hex()}"
+        cg = PodCgroup.create(cg_name, profile.memory_mb, profile.pids_max)
         rec = _Pod(pod, profile, tuple(gpus), standby, d, cg, env.python)
         self._pods[pod] = rec
         try:
