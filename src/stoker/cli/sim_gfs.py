@@ -54,7 +54,7 @@ def sim_gfs(
     from stoker.sim.gfs_report import plot, render_table, write_results
     from stoker.sim.traces import TRACE_KINDS, Trace
 
-    console = Console()
+    console = Console(width=200)
     loads = load or ["medium"]
     names = policy or list(DEFAULT_POLICIES)
 
