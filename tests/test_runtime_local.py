@@ -534,3 +534,25 @@ async def test_same_pod_id_in_two_runtimes_does_not_collide(tmp_path: Path) -> N
     finally:
         await one.stop_all()
         await two.stop_all()
+
+
+def test_cgroup_only_ever_kills_its_own_group() -> None:
+    """A state file pointing a pod at some other group kills nothing in it."""
+    other = PodCgroup.create(f"stoker-other-{uuid.uuid4().hex[:6]}", None, None)
+    if "pids" not in other.dirs:
+        other.remove()
+        pytest.skip(f"pids controller unavailable: {other.missing.get('pids')}")
+    victim = subprocess.Popen(["sleep", "30"])
+    try:
+        other.attach(victim.pid)  # the group holds only the victim, whatever happens
+        cg = PodCgroup.from_json(
+            {"name": "stoker-x", "dirs": {"pids": str(other.dirs["pids"])}, "missing": {}}
+        )
+        assert cg.pids() == []
+        cg.kill_all(timeout_s=0.1)
+        assert victim.poll() is None
+        assert other.pids() == [victim.pid]
+    finally:
+        victim.kill()
+        victim.wait()
+        other.remove()

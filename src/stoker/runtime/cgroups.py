@@ -132,10 +132,16 @@ class PodCgroup:
             seen.add(key)
             (d / "cgroup.procs").write_text(str(pid or os.getpid()))
 
+    def _own_dirs(self) -> list[Path]:
+        """The groups that are this pod's own: named after it (a state file that points
+        elsewhere, say at a parent group, must never get its processes killed)."""
+        ok = self.name.startswith("stoker-")
+        return [d for d in dict.fromkeys(self.dirs.values()) if ok and d.name == self.name]
+
     def pids(self) -> list[int]:
         """Every process now in the pod's groups."""
         out: dict[int, None] = {}
-        for d in self.dirs.values():
+        for d in self._own_dirs():
             with contextlib.suppress(OSError):
                 for line in (d / "cgroup.procs").read_text().split():
                     out[int(line)] = None
@@ -160,7 +166,7 @@ class PodCgroup:
     def kill_all(self, timeout_s: float = 5.0) -> None:
         """SIGKILL every process in the pod until the groups are empty (cgroup.kill on v2)."""
         v2 = self.dirs.get("v2")
-        if v2 is not None and (v2 / "cgroup.kill").exists():
+        if v2 is not None and v2 in self._own_dirs() and (v2 / "cgroup.kill").exists():
             with contextlib.suppress(OSError):
                 (v2 / "cgroup.kill").write_text("1")
         deadline = time.monotonic() + timeout_s
