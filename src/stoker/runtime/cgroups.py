@@ -123,14 +123,22 @@ class PodCgroup:
             self.missing[ctrl] = f"v2 {ctrl} in {parent}: {exc.strerror}"
 
     def attach(self, pid: int = 0) -> None:
-        """Move ``pid`` (0: the caller) into every group; safe to call in a preexec hook."""
-        seen: set[str] = set()
-        for d in self.dirs.values():
-            key = str(d)
-            if key in seen:
-                continue
-            seen.add(key)
+        """Move ``pid`` (0: the caller) into every group."""
+        for d in self._own_dirs():
             (d / "cgroup.procs").write_text(str(pid or os.getpid()))
+
+    def exec_inside(self, argv: list[str]) -> list[str]:
+        """``argv`` behind a shell that first joins the pod's groups, then execs it.
+
+        The process is in its groups before it runs ``argv``, so nothing it starts escapes
+        them; a shell instead of a preexec hook, because forking a threaded process and
+        running Python before exec can deadlock.
+        """
+        procs = [str(d / "cgroup.procs") for d in self._own_dirs()]
+        script = (
+            'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+        )
+        return ["/bin/sh", "-c", script, "sh", *procs, "--", *argv]
 
     def _own_dirs(self) -> list[Path]:
         """The groups that are this pod's own: named after it (a state file that points

@@ -330,17 +330,15 @@ class LocalRuntime:
         info_path = rec.dir / "info.json"
         with open(info_path, "wb") as info, open(rec.dir / "agent.log", "ab") as log:
             cmd = self._sandbox_command(rec, visible, info.fileno())
-            cg = rec.cgroup
             rec.started_at = time.time()
             # the sandbox is born inside the pod's cgroup: every process it makes is counted
             rec.proc = subprocess.Popen(
-                cmd,
+                rec.cgroup.exec_inside(cmd),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 pass_fds=(info.fileno(),),
                 start_new_session=True,  # detached: a broker's death does not reach it
-                preexec_fn=cg.attach,
             )
         rec.outer_pid = rec.proc.pid
         rec.outer_start = _start_time(rec.outer_pid)
