@@ -25,6 +25,7 @@ from stoker.agent.protocol import Message
 from stoker.agent.zygote import Spare, preload
 
 CHUNK = 64 * 1024
+MAX_HELD = 4096  # output events kept while no runtime listens (~256 MiB at most)
 
 
 @dataclass
@@ -74,13 +75,23 @@ class Agent:
         """Send an event, or hold it until a runtime connects."""
         writer = self._writer
         if writer is None or writer.is_closing():
-            self._held.append(msg)
+            self._hold(msg)
             return
         try:
             writer.write(protocol.encode(msg))
             await writer.drain()
         except (ConnectionError, RuntimeError):
-            self._held.append(msg)
+            self._hold(msg)
+
+    def _hold(self, msg: Message) -> None:
+        """Keep an event for the next runtime; output beyond MAX_HELD goes, oldest first
+        (a job's running and exit events are always kept)."""
+        self._held.append(msg)
+        if len(self._held) > MAX_HELD:
+            for i, old in enumerate(self._held):
+                if old.get("ev") == "output":
+                    del self._held[i]
+                    break
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         old, self._writer = self._writer, writer
