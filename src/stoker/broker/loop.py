@@ -312,7 +312,7 @@ class Scheduler:
         spec = JobSpec(job_id, tenant, req.profile, req.reuse_tag, req.replicas)
         self._feed(JobSubmitted(spec), now)
         self._flush()  # the caller hears of its job only once it is stored
-        return self.job(job_id) or row, True
+        return self._current(row), True
 
     def cancel(self, job_id: str) -> None:
         job = self.core.jobs.get(job_id)
@@ -321,17 +321,33 @@ class Scheduler:
             self._flush()
 
     def job(self, job_id: str) -> dict[str, Any] | None:
+        row = self._requests.get(job_id)
+        if row is not None and not self._batch:
+            return self._current(row)  # unfinished and nothing unwritten: memory is the store
         return self.store.get_job(job_id)
+
+    def _current(self, row: dict[str, Any]) -> dict[str, Any]:
+        """An unfinished job's row with the core's view of it (what the store holds)."""
+        job = self.core.jobs[row["id"]]
+        return {
+            **row,
+            "state": job.state.value,
+            "path": job.path.value if job.path else None,
+            "pods": list(job.pods),
+            "started": job.started,
+            "finished": job.finished,
+            "exit_code": job.exit_code,
+            "failure": job.failure.value if job.failure else None,
+        }
 
     async def wait(self, job_id: str, timeout_s: float) -> dict[str, Any] | None:
         """The job's row once finished, or as it is when ``timeout_s`` passes."""
-        row = self.store.get_job(job_id)
-        if row is None or row["state"] == JobState.FINISHED.value:
-            return row
+        if job_id not in self._requests:
+            return self.store.get_job(job_id)  # finished (or unknown): the store has it all
         done = self._done.setdefault(job_id, asyncio.Event())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(done.wait(), timeout_s)
-        return self.store.get_job(job_id)
+        return self.job(job_id)
 
     async def output(self, job_id: str, follow: bool) -> AsyncIterator[tuple[int, str, bytes]]:
         """The job's output from the start; with ``follow``, until the job finishes."""
