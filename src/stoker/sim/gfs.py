@@ -435,9 +435,10 @@ def prepare_trace(kind: str, path: str | None, setup: Setup) -> tuple[Trace, Win
     v2026 without a path: jobs are generated for published days
     ``[V2026_WINDOW_DAY - warm_days, V2026_WINDOW_DAY + window_days)``; the first
     ``warm_days`` only warm the forecaster (minus ``burn_in_days`` simulated to fill the
-    cluster). A real trace: the first ``min(warm_days, 40 % of its span)`` days warm, the
-    window follows. ``scale < 1`` keeps that share of each model's nodes and, for
-    generated jobs, generates that share of the jobs (a real trace keeps a seeded sample).
+    cluster). A real trace: the window is its last ``window_days`` (but it starts no
+    earlier than ``min(warm_days, 40 % of the span)``); what comes before is history.
+    ``scale < 1`` keeps that share of each model's nodes and, for generated jobs,
+    generates that share of the jobs (a real trace keeps a seeded sample).
     """
     from stoker.sim.traces import load_trace  # heavy; on use
 
@@ -466,9 +467,11 @@ def prepare_trace(kind: str, path: str | None, setup: Setup) -> tuple[Trace, Win
             )
         if not trace.jobs:
             raise SimGFSError(f"{kind}: the trace holds no jobs")
+        # the measured window is the last ``window_days`` of the trace (openb's jobs are
+        # mostly in its last weeks), leaving at least 40 % of a short trace as history
         span_days = trace.jobs[-1].submit_time / DAY_S
-        warm = min(setup.warm_days, 0.4 * span_days)
-        start = warm * DAY_S
+        start = max(span_days - setup.window_days, min(setup.warm_days, 0.4 * span_days))
+        start = min(start, 0.9 * span_days) * DAY_S
     nodes = shrink_nodes(trace.nodes, setup.scale)
     # a job asking more than its (scaled) pool holds could never run: leave it out of the
     # trace, and say how many
