@@ -37,6 +37,7 @@ from stoker.core.gfs import (
     GuaranteeLedger,
     PoolEvent,
     StartGang,
+    Tick,
     policy,
 )
 from stoker.core.gfs.jobs import Gang, restart_overhead
@@ -488,3 +489,49 @@ def test_cli_tiny_trace(tmp_path) -> None:
     )
     bad = runner.invoke(app, ["sim", "gfs", "--policy", "nope"])
     assert bad.exit_code != 0 and "nope" in bad.output
+
+
+def test_chronus_lease_returns_spot_when_others_wait() -> None:
+    sched = GFSScheduler(cluster(4), policy("chronus").config)
+    sched.handle(GangSubmitted(spec("s", "spot", 4, dur=1e5)), 0.0)
+    assert "s" in starts(sched.handle(Tick(), 0.0))  # the first round starts it
+    assert sched.jobs["s"].state.value == "running"
+    sched.handle(GangSubmitted(spec("w", "spot", 4, dur=10)), 100.0)
+    out = sched.handle(Tick(), 1200.0)  # lease over, w waits: s goes back, w runs
+    assert [a.job for a in out if isinstance(a, EvictGang)] == ["s"]
+    assert "w" in starts(out)
+    gang = sched.jobs["s"]
+    assert gang.remaining == pytest.approx(1e5 - 1200) and gang.overhead == 120.0
+
+
+def test_cli_on_the_shared_philly_trace(tmp_path) -> None:
+    from stoker.sim.traces.load import shared_data_dir
+
+    data = shared_data_dir()
+    if data is None or not (data / "philly-adaptdl" / "philly.csv").is_file():
+        pytest.skip("the shared philly trace is not here")
+    res = CliRunner().invoke(
+        app,
+        [
+            "sim",
+            "gfs",
+            "--trace",
+            "philly",
+            "--trace-path",
+            str(data / "philly-adaptdl"),
+            "--days",
+            "3",
+            "--warm-days",
+            "7",
+            "--policy",
+            "yarn-cs",
+            "--policy",
+            "lyra",
+            "--no-plots",
+            "--out",
+            str(tmp_path),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["results"]["medium"]["lyra"]["hp.jobs"] > 0

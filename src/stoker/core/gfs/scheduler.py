@@ -159,13 +159,14 @@ class _Queue:
     def key(self, spec: GangSpec) -> tuple[float, int]:
         return (0.0, 0) if self.fifo else (-spec.per_worker, -spec.worker_num)
 
-    def push(self, gang: Gang) -> None:
+    def push(self, gang: Gang, at: float | None = None) -> None:
+        """Queue by submit time (an evicted job keeps its place), or by ``at``."""
         k = self.key(gang.spec)
         heap = self.heaps.get(k)
         if heap is None:
             heap = self.heaps[k] = []
             bisect.insort(self.keys, k)
-        heapq.heappush(heap, (gang.submitted, gang.id))
+        heapq.heappush(heap, (gang.submitted if at is None else at, gang.id))
         self.size += 1
 
     def pop(self, k: tuple[float, int]) -> None:
@@ -717,6 +718,7 @@ class GFSScheduler:
         gang.queued_since = now
         gang.evictions += 1
         self.preemptions += 1
-        self.queues[spec.pool]["spot"].push(gang)
+        # a lease return goes to the back (Chronus hands the room to those waiting)
+        self.queues[spec.pool]["spot"].push(gang, at=now if keep_work else None)
         self._dirty[spec.pool] = None
         out.append(EvictGang(gang.id, reason, by))
