@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from stoker.cli.main import app
-from stoker.sim.traces.philly import TraceFormatError, load_philly
+from stoker.sim.traces.base import TraceFormatError
+from stoker.sim.traces.philly import load_philly
 
 REAL = Path(__file__).resolve().parents[1].parent / "shared/data/philly-adaptdl/philly.csv"
 HEADER = "timestamp,duration,num_gpus,gpu_time,cluster\n"
@@ -79,7 +80,7 @@ def test_bad_files_name_row_and_column(
 
 
 def test_bad_arguments(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="Philly trace not found"):
+    with pytest.raises(TraceFormatError, match="no such file"):
         load_philly(tmp_path / "nope")
     path = write(tmp_path, ["2017-10-09 00:00:00,5,1,5,c"])
     with pytest.raises(ValueError, match="hp_share"):
@@ -169,4 +170,4 @@ def test_forecast_eval_missing_file(tmp_path: Path) -> None:
         app, ["forecast", "eval", "--trace-path", str(tmp_path / "nope.csv")]
     )
     assert result.exit_code == 1
-    assert "Philly trace not found" in result.output
+    assert "nope.csv: no such file" in result.output

@@ -48,7 +48,7 @@ def eval_command(
     from stoker.forecast.evaluate import walk_forward
     from stoker.forecast.registry import make_forecaster
     from stoker.forecast.series import Calendar, demand_series
-    from stoker.sim.traces.philly import TraceFormatError, load_philly
+    from stoker.sim.traces.philly import load_philly
 
     if trace not in FORECAST_TRACES:
         _fail(f"--trace must be one of {', '.join(FORECAST_TRACES)}, got {trace!r}")
@@ -61,7 +61,7 @@ def eval_command(
     console = Console()
     try:
         loaded = load_philly(trace_path, seed=seed)
-    except (FileNotFoundError, TraceFormatError, ValueError) as exc:
+    except ValueError as exc:  # TraceFormatError included
         _fail(str(exc))
     calendar = Calendar.from_iso(loaded.notes["epoch"])
     series = demand_series(loaded.jobs, job_class="hp")

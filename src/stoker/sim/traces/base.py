@@ -8,6 +8,14 @@ from typing import Literal
 JobClass = Literal["hp", "spot"]
 
 
+class TraceFormatError(ValueError):
+    """A trace file is missing, lacks a column, or holds a value that cannot be read.
+
+    The message names the file, and the line and column where there is one. Every loader
+    raises this one type, so callers of ``load_trace`` catch one exception.
+    """
+
+
 @dataclass(frozen=True, slots=True)
 class TraceNode:
     """One node: its name, GPU model and GPU count."""

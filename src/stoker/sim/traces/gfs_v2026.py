@@ -17,7 +17,7 @@ import math
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from stoker.sim.traces.base import JobClass, Trace, TraceJob, TraceNode
+from stoker.sim.traces.base import JobClass, Trace, TraceFormatError, TraceJob, TraceNode
 
 NODE_FILE = "node_info_df.csv"
 JOB_FILE = "job_info_df.csv"
@@ -35,13 +35,6 @@ JOB_COLUMNS = (
 )
 # upstream spelling -> our class; matched case-insensitively
 _JOB_TYPES: dict[str, JobClass] = {"hp": "hp", "spot": "spot"}
-
-
-class TraceFormatError(ValueError):
-    """A trace file is missing, lacks a column, or holds a value that cannot be read.
-
-    The message names the file, and the line and column where there is one.
-    """
 
 
 def read_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:

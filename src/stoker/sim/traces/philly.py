@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stoker.sim.traces.base import Trace, TraceJob, TraceNode
+from stoker.sim.traces.base import Trace, TraceFormatError, TraceJob, TraceNode
 
 COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
 FILE_NAME = "philly.csv"
@@ -43,16 +43,12 @@ POOL = "philly"
 HP_SHARE = 0.89  # GFS release (Alibaba cluster-trace-v2026-spot-gpu): 89 % of jobs are HP
 
 
-class TraceFormatError(ValueError):
-    """A trace file that does not have the upstream format (the message says where)."""
-
-
 def _resolve(path: str | Path) -> Path:
     p = Path(path)
     if p.is_dir():
         p = p / FILE_NAME
     if not p.is_file():
-        raise FileNotFoundError(f"Philly trace not found: {p} (pass philly.csv or its folder)")
+        raise TraceFormatError(f"{p}: no such file (pass philly.csv or its folder)")
     return p
 
 
