@@ -80,7 +80,8 @@ class GFSVictims:
             cost = ctx.rate_after(len(victims)) + LOST_WORK_WEIGHT * lost / (
                 ctx.pool_gpus * ctx.window_s
             )
-            room = cand.free + sum(u for g, u in cand.victims if g in victims)
+            chosen = {g.id for g in victims}
+            room = cand.free + sum(u for g, u in cand.victims if g.id in chosen)
             key = (cost, room - need, cand.ordinal)
             if best_key is None or key < best_key:
                 best, best_key = (cand, victims), key
