@@ -3,11 +3,8 @@
 Each name is what the Firepool paper compares against; ``firepool`` is the default
 (warm reuse, standby pods beside active ones, queue-driven budget, fixed keep-alive).
 
-``standby_floor`` (GPUs) is the queue-driven budget's floor for the policies with standby
-pods. Without it, the budget falls by the GPUs queued jobs wait for and stops the standby
-pods first once the warm pods are gone: exactly when jobs queue, which is when a standby
-is the fastest way onto a GPU (and stopping one frees only its small share, which no queued
-job can use). The experiments set it to ``standby_share x GPUs``: one standby per GPU.
+Queue pressure lowers the warm budget but never stops a standby staged beside a busy pod
+(the core's ``budget_limit``): that is when a standby is the fastest way onto a GPU.
 """
 
 from __future__ import annotations
@@ -57,39 +54,37 @@ def warm_reuse() -> Policies:
     )
 
 
-def firepool(standby_floor: float = 0.0) -> Policies:
+def firepool() -> Policies:
     """The Firepool default: warm reuse, standby beside active pods, fixed keep-alive."""
     return Policies(
         matching=ReuseMatching(reuse=True, standby=True),
         keepalive=FixedKeepAlive(FIXED_KEEPALIVE_S),
-        budget=QueueDrivenBudget(floor=standby_floor),
+        budget=QueueDrivenBudget(),
         standby=BesideActive(),
     )
 
 
-def always_on(standby_floor: float = 0.0) -> Policies:
+def always_on() -> Policies:
     """Firepool with idle pods never stopped for time (only the budget stops them)."""
-    policies = firepool(standby_floor)
+    policies = firepool()
     policies.keepalive = AlwaysOn()
     return policies
 
 
-def fitted(standby_floor: float = 0.0) -> Policies:
+def fitted() -> Policies:
     """Firepool with keep-alive fitted per caller to its observed pauses."""
-    policies = firepool(standby_floor)
+    policies = firepool()
     policies.keepalive = FittedKeepAlive()
     return policies
 
 
-def build(name: str, standby_floor: float = 0.0) -> Policies:
-    """The named baseline's policies; ``standby_floor`` applies to those with standby."""
+def build(name: str) -> Policies:
+    """The named baseline's policies."""
     factory = BASELINES.get(name)
     if factory is None:
         raise ValueError(f"policy: unknown {name!r} (known: {', '.join(BASELINES)})")
-    return factory(standby_floor) if name in WITH_STANDBY else factory()
+    return factory()
 
-
-WITH_STANDBY = ("firepool", "fixed", "always_on", "fitted")
 
 BASELINES: dict[str, Callable[..., Policies]] = {
     "fresh_pod": fresh_pod,

@@ -101,7 +101,7 @@ def simulate(
     """Run ``workload`` on ``cluster`` with the named baseline's policies."""
     profile = Profile(PROFILE, share=cfg.share, standby_share=cfg.standby_share)
     built = cluster.build()
-    policies = baselines.build(policy, standby_floor=cfg.standby_share * built.total_gpus)
+    policies = baselines.build(policy)
     core = Core(built, [profile], policies)
     sim = Simulator(
         core, workload, runtime or cfg.runtime, seed=cfg.seed, prepulled=cluster.prepulled()
