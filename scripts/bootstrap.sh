@@ -8,9 +8,6 @@ mode="${1:-run}"
 
 need_apt=()
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
-if [ "$mode" = dev ]; then
-  command -v pg_ctl >/dev/null 2>&1 || [ -x /usr/lib/postgresql/15/bin/pg_ctl ] || need_apt+=(postgresql)
-fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
