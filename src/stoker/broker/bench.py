@@ -28,7 +28,6 @@ from stoker.broker.embedded import EmbeddedBroker, free_port
 from stoker.client import Client
 
 TRIVIAL = ["python", "-c", "pass"]
-HOLD = ["python", "-c", "import time; time.sleep(0.5)"]  # holds its GPU while the next waits
 SHORT = ["python", "-c", "import sys; sys.stdout.write('ok')"]
 
 
@@ -78,19 +77,23 @@ def _starts(rows: list[dict[str, Any]], path: str | None = None) -> list[float]:
 # ----------------------------------------------------------------------------- demo
 
 
-def run_demo(n_jobs: int = 12, work_dir: Path | None = None) -> dict[str, Any]:
-    """An agent loop of short jobs, three ways, each on its own embedded broker."""
+def run_demo(
+    n_jobs: int = 12, preload: tuple[str, ...] = (), work_dir: Path | None = None
+) -> dict[str, Any]:
+    """An agent loop of short jobs, three ways, each on its own embedded broker; pods of
+    the profile import ``preload`` once (``("torch",)`` makes a fresh pod costly, as on a
+    real GPU host)."""
     base = Path(work_dir or tempfile.mkdtemp(prefix="stoker-demo-"))
     modes = [
         ("fresh pod per job", 0.0, False, lambda i: f"job-{i}"),
         ("fresh reuse tag per job", 60.0, False, lambda i: f"job-{i}"),
         ("warm reuse + standby", 60.0, True, lambda i: "agent-loop"),
     ]
-    out: dict[str, Any] = {"jobs": n_jobs, "modes": {}}
+    out: dict[str, Any] = {"jobs": n_jobs, "preload": list(preload), "modes": {}}
     for name, keepalive, standby, tag in modes:
         cfg = BrokerConfig(
             data_dir=base / name.replace(" ", "-").replace("+", "and"),
-            profiles=[BrokerProfile.simple("plain", standby=standby)],
+            profiles=[BrokerProfile.simple("plain", standby=standby, preload=preload)],
             gpu_slots=2,
             keepalive_s=keepalive,
         )
@@ -192,8 +195,10 @@ def _bench_profile(
 ) -> dict[str, Any]:
     res: dict[str, Any] = {"preload": preload}
     prof = {"name": name, "preload": preload}
-    # warm and cold: two GPU slots, keep-alive long enough that nothing expires meanwhile
-    bp = BrokerProcess(base / f"{name}-latency", [prof], gpu_slots=2)
+    # warm and cold: a free GPU for every cold job and no standby, so each fresh caller gets
+    # a new sandbox (not a recycled pod, not a standby); keep-alive outlasts the run
+    cold_prof = {**prof, "share": 1.0, "standby_share": 0.0}
+    bp = BrokerProcess(base / f"{name}-latency", [cold_prof], gpu_slots=cold_n + 1)
     try:
         with _tenant_client(bp.url, bp.admin_token, "bench") as c:
             _, cold = _loop(c, name, cold_n, lambda i: f"cold-{uuid.uuid4().hex}", TRIVIAL)
@@ -225,11 +230,15 @@ def _bench_profile(
                 rows.append(c.run(name, TRIVIAL, reuse_tag=f"caller-{i}").wait(120))
                 _until(lambda: any(p["state"] == "standby" for p in admin.pods()), 60)
             # handover: the next caller's job waits while the one before it still runs
+            # each job holds its GPU longer than a new standby takes to stage beside it
+            hold_s = max(0.5, 2.0 * (res["cold"]["start_ms_p50"] or 0.0) / 1000.0)
+            hold = ["python", "-c", f"import time; time.sleep({hold_s:.2f})"]
+            res["handover_job_s"] = hold_s
             hand = []
-            prev = c.run(name, HOLD, reuse_tag="hand-0")
+            prev = c.run(name, hold, reuse_tag="hand-0")
             for i in range(1, handover_n + 1):
                 _until(lambda: any(p["state"] == "standby" for p in admin.pods()), 60)
-                nxt = c.run(name, HOLD, reuse_tag=f"hand-{i}")
+                nxt = c.run(name, hold, reuse_tag=f"hand-{i}")
                 hand.append(prev.wait(120))
                 prev = nxt
             hand.append(prev.wait(120))

@@ -180,6 +180,7 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._port = 0
         self.ready = False
+        self._closing = False
         self.started_at = 0.0
 
     def _new_core(self) -> Core:
@@ -262,6 +263,7 @@ class Scheduler:
     async def close(self, stop_pods: bool = False) -> None:
         """Stop the loop; pods keep running for the next broker unless ``stop_pods``."""
         self.ready = False
+        self._closing = True  # from here on no new runtime call starts (see _spawn)
         self._flush()
         for task in list(self._tasks):
             task.cancel()
@@ -562,6 +564,9 @@ class Scheduler:
                     self._feed(PodFailed(pod, Failure.START_TIMEOUT))
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        if self._closing:
+            coro.close()  # shutting down: what the core asks now waits for the next broker
+            return
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -184,6 +184,9 @@ def pods(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -
 
 def demo(
     jobs: Annotated[int, typer.Option(help="jobs in the agent loop")] = 12,
+    preload: Annotated[
+        list[str], typer.Option("--preload", help="module the pods import once, e.g. torch")
+    ] = [],  # noqa: B006
     as_json: JsonOpt = False,
 ) -> None:
     """An agent loop of short jobs three ways on an embedded broker: the speedup of warm pods."""
@@ -191,7 +194,7 @@ def demo(
 
     if jobs < 2:
         _fail("--jobs: at least 2")
-    res = run_demo(jobs)
+    res = run_demo(jobs, tuple(preload))
     if as_json:
         typer.echo(json.dumps(res))
         return
