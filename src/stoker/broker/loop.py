@@ -263,7 +263,7 @@ class Scheduler:
     async def close(self, stop_pods: bool = False) -> None:
         """Stop the loop; pods keep running for the next broker unless ``stop_pods``."""
         self.ready = False
-        self._closing = True  # from here on no new runtime call starts (see _spawn)
+        self._closing = True  # from here on no new runtime call starts (see _carry_out)
         self._flush()
         for task in list(self._tasks):
             task.cancel()
@@ -492,6 +492,8 @@ class Scheduler:
     # ------------------------------------------------------------------ actions
 
     def _carry_out(self, action: Any) -> None:
+        if self._closing:
+            return  # shutting down: what the core asks now is left to the next broker
         match action:
             case StartPod(pod, profile, _node, gpus, standby):
                 rt = self.profiles[profile].runtime
@@ -564,9 +566,6 @@ class Scheduler:
                     self._feed(PodFailed(pod, Failure.START_TIMEOUT))
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
-        if self._closing:
-            coro.close()  # shutting down: what the core asks now waits for the next broker
-            return
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
