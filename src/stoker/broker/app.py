@@ -96,7 +96,7 @@ def _job_view(row: dict[str, Any]) -> JobView:
     return JobView(**data)
 
 
-def _principal(
+async def _principal(  # async: FastAPI would run a plain def in a worker thread per call
     request: Request, authorization: Annotated[str | None, Header()] = None
 ) -> Principal:
     token = None
