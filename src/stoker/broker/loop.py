@@ -464,6 +464,7 @@ class Scheduler:
         self._requests.pop(job_id, None)
         self._synced.pop(job_id, None)
         self._gangs.pop(job_id, None)
+        self._out_seq.pop(job_id, None)
         self.metrics.finished.labels(
             job.spec.profile, job.failure.value if job.failure else "none"
         ).inc()
