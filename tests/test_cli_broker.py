@@ -68,3 +68,26 @@ def test_bad_input_is_one_line_and_nonzero(env: dict[str, str]) -> None:
     assert res.exit_code == 2 and "body.profile" in res.stderr
     res = runner.invoke(app, ["ps"], env={**env, "STOKER_TOKEN": "stk_bad"})
     assert res.exit_code == 2 and "authorization" in res.stderr
+
+
+def test_demo_runs_the_loop_three_ways() -> None:
+    res = CliRunner().invoke(app, ["demo", "--jobs", "3", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    modes = out["modes"]
+    assert list(modes) == ["fresh pod per job", "fresh reuse tag per job", "warm reuse + standby"]
+    assert modes["fresh pod per job"]["paths"]["cold"] == 3
+    assert modes["warm reuse + standby"]["paths"]["warm"] == 2
+    assert all(m["loop_s"] > 0 and m["start_ms_p50"] is not None for m in modes.values())
+
+
+@pytest.mark.slow
+def test_bench_local_writes_results(tmp_path: Path) -> None:
+    args = ["bench", "local", "--out", str(tmp_path), "--warm-n", "5", "--cold-n", "2"]
+    args += ["--handover-n", "2", "--throughput-s", "1", "--no-torch", "--json"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    plain = json.loads((tmp_path / "results.json").read_text())["profiles"]["plain"]
+    for key in ("warm", "cold", "standby", "throughput"):
+        assert key in plain
+    assert plain["warm"]["n"] == 5 and plain["idle_rss_mb"] > 0
