@@ -79,8 +79,6 @@ class BrokerConfig:
     max_code_bytes: int = 64 * 1024 * 1024
     max_timeout_s: float = 24 * 3600.0
     keepalive_s: float = 60.0
-    # how long a job may wait in the queue before it fails with start_timeout
-    start_timeout_s: float = 600.0
     find_links: tuple[Path, ...] = ()
     no_index: bool = False
 
@@ -110,7 +108,6 @@ class BrokerConfig:
             "max_code_bytes",
             "max_timeout_s",
             "keepalive_s",
-            "start_timeout_s",
             "profiles",
             "find_links",
             "no_index",
@@ -125,7 +122,6 @@ class BrokerConfig:
             "max_code_bytes",
             "max_timeout_s",
             "keepalive_s",
-            "start_timeout_s",
             "no_index",
         ):
             if key in raw:

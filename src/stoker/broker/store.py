@@ -134,14 +134,6 @@ class Store:
                 tenants.insert().values(name=name, token_hash=token_hash, created=time.time())
             )
 
-    def set_token(self, name: str, token_hash: str) -> None:
-        with self.transaction() as conn:
-            res = conn.execute(
-                tenants.update().where(tenants.c.name == name).values(token_hash=token_hash)
-            )
-            if res.rowcount == 0:
-                raise StoreError(f"tenant: unknown tenant {name!r}")
-
     def tenant_by_hash(self, token_hash: str) -> str | None:
         with self.engine.connect() as conn:
             row = conn.execute(
