@@ -556,3 +556,37 @@ def test_cgroup_only_ever_kills_its_own_group() -> None:
         victim.kill()
         victim.wait()
         other.remove()
+
+
+def test_exposed_paths_under_tmp_are_bound_back(tmp_path: Path) -> None:
+    # a checkout (and its .venv) under /tmp must stay reachable although every pod gets a
+    # fresh, empty /tmp: CI clones into a folder that may well be there
+    from stoker.runtime import sandbox
+
+    tree = Path(tempfile.mkdtemp(prefix="stoker-expose-", dir="/tmp"))
+    try:
+        tree.chmod(0o755)
+        (tree / "lib").mkdir(mode=0o755)
+        (tree / "lib" / "marker.txt").write_text("reachable")
+        (tree / "lib" / "marker.txt").chmod(0o644)
+        (tree / "secret.txt").write_text("hidden")
+        dirs = {}
+        for name in ("ws", "sock", "code", "overlay"):
+            dirs[name] = tmp_path / name
+            dirs[name].mkdir()
+        spec = sandbox.SandboxSpec(
+            workspace=dirs["ws"],
+            sock_dir=dirs["sock"],
+            code_dir=dirs["code"],
+            overlay_dir=dirs["overlay"],
+            argv=("sh", "-c", f"cat {tree}/lib/marker.txt; echo; ls {tree}"),
+            drop_to=(65534, 65534) if os.geteuid() == 0 else None,
+            expose=(tree / "lib",),
+        )
+        out = subprocess.run(
+            sandbox.build_command(spec), capture_output=True, text=True, timeout=30, check=False
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == ["reachable", "lib"]  # only the exposed path shows
+    finally:
+        shutil.rmtree(tree)

@@ -29,6 +29,8 @@ CODE_DIR = "/stoker/code"
 OVERLAY_DIR = "/stoker/overlays"
 SOCKET_NAME = "agent.sock"
 # made fresh in the sandbox (or, for the pod's own paths, never from the host)
+# directories every pod gets fresh and empty (tmpfs); host paths under them must be re-bound
+_PRIVATE = (Path("/tmp"), Path("/dev/shm"))
 _NOT_BOUND = ("proc", "dev", "tmp", "workspace", "stoker", "lost+found")
 
 
@@ -69,9 +71,10 @@ def _expose(paths: tuple[Path, ...], hidden: tuple[Path, ...]) -> list[str]:
     """Reach ``paths`` through closed parents: mask the first parent the pod's uid could not
     enter (e.g. /root, mode 700, holding a pyenv interpreter) with an empty tmpfs, and bind
     the path itself read-only into it. Nothing else of that parent shows. A path inside a
-    hidden directory (a profile's venv in the state dir) is bound back the same way."""
+    hidden directory (a profile's venv in the state dir) or inside the pod's private /tmp
+    and /dev/shm (a checkout under /tmp) is bound back the same way."""
     args: list[str] = []
-    masked: list[Path] = [Path(h).resolve() for h in hidden]
+    masked: list[Path] = [Path(h).resolve() for h in (*hidden, *_PRIVATE)]
     for path in paths:
         path = Path(path).resolve()
         for parent in reversed(path.parents):
@@ -85,9 +88,11 @@ def _expose(paths: tuple[Path, ...], hidden: tuple[Path, ...]) -> list[str]:
                 break
         inside = [m for m in masked if m == path or m in path.parents]
         if inside:
-            # bwrap would make the directories between the mask and the path 0700
+            # the outermost mask is the one mounted over the others (/tmp over a hidden
+            # state dir in it); bwrap would make the directories below it 0700
+            outer = min(inside, key=lambda m: len(m.parts))
             for mid in reversed(path.parents):
-                if inside[0] in mid.parents:
+                if outer in mid.parents:
                     args += ["--perms", "0755", "--dir", str(mid)]
             args += ["--ro-bind", str(path), str(path)]
     return args
