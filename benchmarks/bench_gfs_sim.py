@@ -15,7 +15,7 @@ from pathlib import Path
 
 from stoker.core.gfs import policy
 from stoker.forecast.base import Cadence
-from stoker.sim.gfs import Setup, make_forecaster, prepare_trace, simulate
+from stoker.sim.gfs import Setup, policy_forecaster, prepare_trace, simulate
 
 
 def main() -> None:
@@ -41,7 +41,7 @@ def main() -> None:
             trace,
             spec,
             window,
-            forecaster=make_forecaster(spec.forecaster, cadence),
+            forecaster=policy_forecaster(spec.forecaster, cadence),
             cadence=cadence,
         )
         m = r.metrics

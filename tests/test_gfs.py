@@ -491,6 +491,27 @@ def test_cli_tiny_trace(tmp_path) -> None:
     assert bad.exit_code != 0 and "nope" in bad.output
 
 
+@pytest.mark.torch
+def test_cli_gfs_with_orglinear(tmp_path) -> None:
+    pytest.importorskip("torch")
+    from stoker.sim.traces.gfs_v2026 import write_jobs, write_nodes
+
+    trace = _busy_trace()
+    folder = tmp_path / "trace"
+    folder.mkdir()
+    write_nodes(folder / "node_info_df.csv", trace.nodes)
+    write_jobs(folder / "job_info_df.csv", trace.jobs)
+    base = ["sim", "gfs", "--trace", "v2026", "--trace-path", str(folder), "--days", "1"]
+    base += ["--warm-days", "1", "--burn-in-days", "0.5", "--policy", "gfs", "--no-plots"]
+    runner = CliRunner()
+    res = runner.invoke(app, [*base, "--forecaster", "orglinear", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert "spot.eviction_rate" in doc["results"]["medium"]["gfs"]
+    bad = runner.invoke(app, [*base, "--forecaster", "prophet", "--out", str(tmp_path / "b")])
+    assert bad.exit_code != 0 and "--forecaster" in bad.output
+
+
 def test_chronus_lease_returns_spot_when_others_wait() -> None:
     sched = GFSScheduler(cluster(4), policy("chronus").config)
     sched.handle(GangSubmitted(spec("s", "spot", 4, dur=1e5)), 0.0)

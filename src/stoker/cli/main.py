@@ -26,13 +26,7 @@ _COMMAND_MODULES = (
 )
 
 for _name in _COMMAND_MODULES:
-    try:
-        _module = importlib.import_module(_name)
-    except ModuleNotFoundError as exc:  # a group not built yet; nothing else is swallowed
-        if exc.name != _name:
-            raise
-        continue
-    _module.register(app, sim_app)
+    importlib.import_module(_name).register(app, sim_app)
 
 
 def main() -> None:

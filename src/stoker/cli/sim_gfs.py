@@ -33,6 +33,9 @@ def sim_gfs(
     seed: Annotated[int, typer.Option(help="seed (generator, load copies)")] = 0,
     query_every_min: Annotated[int, typer.Option(help="forecast query cadence")] = 5,
     refit_every_min: Annotated[int, typer.Option(help="forecaster refit cadence")] = 1440,
+    forecaster: Annotated[
+        str, typer.Option(help="forecaster of the GFS policies: ridge | orglinear (torch)")
+    ] = "ridge",
     plots: Annotated[bool, typer.Option(help="write PNG plots")] = True,
 ) -> None:
     """Run every named policy on the same jobs; write results.json, a table and plots."""
@@ -46,7 +49,7 @@ def sim_gfs(
         Setup,
         SimGFSError,
         SimResult,
-        make_forecaster,
+        policy_forecaster,
         prepare_trace,
         scale_spot_load,
         simulate,
@@ -70,6 +73,8 @@ def sim_gfs(
     for name in names:
         if name not in POLICIES:
             fail(f"--policy: unknown {name!r}; known: {', '.join(POLICIES)}")
+    if forecaster not in ("ridge", "orglinear"):
+        fail(f"--forecaster: expected ridge or orglinear, got {forecaster!r}")
     try:
         setup = Setup(days, warm_days, burn_in_days, scale, seed)
         cadence = Cadence(refit_every_min=refit_every_min, query_every_min=query_every_min)
@@ -85,7 +90,7 @@ def sim_gfs(
                     tr,
                     spec,
                     window,
-                    forecaster=make_forecaster(spec.forecaster, cadence),
+                    forecaster=policy_forecaster(spec.forecaster, cadence, forecaster),
                     cadence=cadence,
                 )
                 runs[level][name] = result

@@ -33,7 +33,8 @@ from stoker.core.gfs import (
 )
 from stoker.core.gfs.quota import guaranteed_hours
 from stoker.core.model import GPU, Cluster, Node
-from stoker.forecast.base import Cadence, Forecaster, SeriesKey
+from stoker.forecast.base import Cadence, Forecaster, ForecastError, SeriesKey
+from stoker.forecast.registry import DEFAULT_FORECASTER, make_forecaster
 from stoker.forecast.series import demand_series
 from stoker.sim.traces.base import Trace, TraceJob, TraceNode
 
@@ -501,16 +502,14 @@ def prepare_trace(kind: str, path: str | None, setup: Setup) -> tuple[Trace, Win
     return trace, Window(sim_start=sim_start, start=start, end=end)
 
 
-def make_forecaster(name: str | None, cadence: Cadence) -> Forecaster | None:
-    """The forecaster a policy asks for: ``default`` (ridge, numpy only) or ``naive``."""
+def policy_forecaster(
+    name: str | None, cadence: Cadence, default: str = DEFAULT_FORECASTER
+) -> Forecaster | None:
+    """The forecaster a policy asks for: ``default`` (``default``: ridge, numpy only, unless
+    told otherwise, e.g. ``orglinear``), a named one (the ablation's ``naive``), or none."""
     if name is None:
         return None
-    if name == "naive":
-        from stoker.forecast.naive import NaiveLastWeek
-
-        return NaiveLastWeek(cadence=cadence)
-    if name == "default":
-        from stoker.forecast.ridge import RidgeLinear
-
-        return RidgeLinear(cadence=cadence)
-    raise SimGFSError(f"forecaster: unknown {name!r}")
+    try:
+        return make_forecaster(default if name == "default" else name, cadence=cadence)
+    except ForecastError as exc:
+        raise SimGFSError(f"forecaster: {exc}") from exc
