@@ -307,7 +307,12 @@ async def test_workspace_persists_and_recycle_wipes(tmp_path: Path, mode: str) -
         await rt.recycle(pod, new)
         assert await rig.until(PodUp) == PodUp(new)
         assert await rt.live_pods() == [new]
-        probe = "ls -A /workspace /tmp /dev/shm | grep -v : | grep -c . ; ipcs -m | grep -c 0x"
+        # what the pod's uid left (read-only binds of the host, e.g. a checkout under /tmp
+        # exposed to the interpreter, are root's and stay)
+        probe = (
+            "find /workspace /tmp /dev/shm -mindepth 1 -user $(id -u) | grep -c . ; "
+            "ipcs -m | grep -c 0x"
+        )
         res = await rig.run(new, ["sh", "-c", probe + "; echo $STOKER_POD"])
         assert res.stdout == f"0\n0\n{new}\n".encode()
         pong = await rt.ping(new)
