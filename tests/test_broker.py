@@ -298,8 +298,8 @@ def test_restart_with_running_and_queued_jobs(tmp_path: Path) -> None:
         first = a2.wait(running, 30)
         assert (first["state"], first["exit_code"]) == ("finished", 0)
         assert "after" in a2.output(running)
-        second = a2.wait(queued, 30)
-        assert second["exit_code"] == 0 and "queued ran" in a2.output(queued)
+        second = a2.wait(queued, 60)
+        assert second["exit_code"] == 0 and "queued ran" in a2.output(queued), second
     finally:
         eb2.stop()
 
