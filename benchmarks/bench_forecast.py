@@ -16,7 +16,7 @@ from pathlib import Path
 
 from stoker.forecast import FORECASTERS, Calendar, demand_series, make_forecaster
 from stoker.forecast.base import MINUTES_PER_WEEK
-from stoker.sim.traces.philly import load_philly
+from stoker.traces.philly import load_philly
 
 
 def main() -> None:

@@ -15,10 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from stoker.sim.traces.check import compare, published
-from stoker.sim.traces.generator import GeneratorConfig, generate_jobs
-from stoker.sim.traces.gfs_v2026 import load_jobs, write_jobs
-from stoker.sim.traces.load import V2026_DIR, shared_data_dir
+from stoker.traces.check import compare, published
+from stoker.traces.generator import GeneratorConfig, generate_jobs
+from stoker.traces.gfs_v2026 import load_jobs, write_jobs
+from stoker.traces.load import V2026_DIR, shared_data_dir
 
 
 def main() -> None:

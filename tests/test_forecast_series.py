@@ -9,7 +9,7 @@ import pytest
 
 from stoker.forecast import Calendar, ForecastError, SeriesKey, demand_series, hourly_peaks
 from stoker.forecast.series import us_federal_holidays
-from stoker.sim.traces.base import TraceJob
+from stoker.traces.base import TraceJob
 
 
 def job(

@@ -45,7 +45,7 @@ from stoker.core.gfs.placement import eviction_score, fragmentation
 from stoker.core.gfs.preemption import Candidate, GFSVictims, PreemptContext, protect
 from stoker.core.gfs.quota import EtaController, StaticQuota, forecast_quota
 from stoker.sim.gfs import Window, scale_spot_load, simulate
-from stoker.sim.traces.base import Trace, TraceJob, TraceNode
+from stoker.traces.base import Trace, TraceJob, TraceNode
 
 # ---------------------------------------------------------------- formulas
 
@@ -430,7 +430,7 @@ def test_simulation_deterministic_with_forecast() -> None:
 
 
 def test_cli_tiny_trace(tmp_path) -> None:
-    from stoker.sim.traces.gfs_v2026 import write_jobs, write_nodes
+    from stoker.traces.gfs_v2026 import write_jobs, write_nodes
 
     trace = _busy_trace()
     folder = tmp_path / "trace"
@@ -494,7 +494,7 @@ def test_cli_tiny_trace(tmp_path) -> None:
 @pytest.mark.torch
 def test_cli_gfs_with_orglinear(tmp_path) -> None:
     pytest.importorskip("torch")
-    from stoker.sim.traces.gfs_v2026 import write_jobs, write_nodes
+    from stoker.traces.gfs_v2026 import write_jobs, write_nodes
 
     trace = _busy_trace()
     folder = tmp_path / "trace"
@@ -526,7 +526,7 @@ def test_chronus_lease_returns_spot_when_others_wait() -> None:
 
 
 def test_cli_on_the_shared_philly_trace(tmp_path) -> None:
-    from stoker.sim.traces.load import shared_data_dir
+    from stoker.traces.load import shared_data_dir
 
     data = shared_data_dir()
     if data is None or not (data / "philly-adaptdl" / "philly.csv").is_file():

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from stoker.cli.main import app
-from stoker.sim.traces.base import TraceFormatError
-from stoker.sim.traces.philly import load_philly
+from stoker.traces.base import TraceFormatError
+from stoker.traces.philly import load_philly
 
 REAL = Path(__file__).resolve().parents[1].parent / "shared/data/philly-adaptdl/philly.csv"
 HEADER = "timestamp,duration,num_gpus,gpu_time,cluster\n"

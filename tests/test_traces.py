@@ -11,11 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 from stoker.cli.main import app
-from stoker.sim.traces import calibration as cal
-from stoker.sim.traces.check import compare, published, published_from_aggregates
-from stoker.sim.traces.check import published_from_calibration as embedded
-from stoker.sim.traces.generator import GeneratorConfig, fleet_nodes, generate_jobs
-from stoker.sim.traces.gfs_v2026 import (
+from stoker.traces import calibration as cal
+from stoker.traces.check import compare, published, published_from_aggregates
+from stoker.traces.check import published_from_calibration as embedded
+from stoker.traces.generator import GeneratorConfig, fleet_nodes, generate_jobs
+from stoker.traces.gfs_v2026 import (
     JOB_COLUMNS,
     TraceFormatError,
     load_jobs,
@@ -23,8 +23,8 @@ from stoker.sim.traces.gfs_v2026 import (
     load_v2026,
     write_jobs,
 )
-from stoker.sim.traces.load import load_trace, shared_data_dir
-from stoker.sim.traces.openb import load_openb
+from stoker.traces.load import load_trace, shared_data_dir
+from stoker.traces.openb import load_openb
 
 DATA = shared_data_dir()
 V2026 = DATA / "alibaba-spot-v2026" if DATA else None

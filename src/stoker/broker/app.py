@@ -1,7 +1,7 @@
 """The broker's HTTP API (FastAPI, versioned under ``/v1``) and :class:`Broker`, which puts
 store, authentication, runtime and scheduling loop together.
 
-Every 4xx carries :class:`~stoker.broker.models.ErrorBody`: the field at fault and why.
+Every 4xx carries :class:`~stoker.api.models.ErrorBody`: the field at fault and why.
 A tenant sees and touches only its own jobs (another tenant's job is a 404, not a 403, so
 job ids leak nothing); the admin token manages tenants and sees every pod and job.
 """
@@ -21,11 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 import stoker
-from stoker.broker.auth import Authenticator, AuthError, Principal, check_tenant_name
-from stoker.broker.config import BrokerConfig
-from stoker.broker.loop import JobRequest, Scheduler
-from stoker.broker.metrics import BrokerMetrics
-from stoker.broker.models import (
+from stoker.api.models import (
     CodeUploaded,
     ErrorBody,
     Health,
@@ -36,6 +32,10 @@ from stoker.broker.models import (
     TenantCreate,
     TenantCreated,
 )
+from stoker.broker.auth import Authenticator, AuthError, Principal, check_tenant_name
+from stoker.broker.config import BrokerConfig
+from stoker.broker.loop import JobRequest, Scheduler
+from stoker.broker.metrics import BrokerMetrics
 from stoker.broker.store import JOB_FIELDS, Store, StoreError
 from stoker.runtime.base import Runtime
 

@@ -22,7 +22,7 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def _client(url: str | None, token: str | None) -> Any:
-    from stoker.broker.config import ClientConfig
+    from stoker.api.config import ClientConfig
     from stoker.client import Client
 
     cfg = ClientConfig.load()

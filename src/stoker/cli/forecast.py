@@ -48,7 +48,7 @@ def eval_command(
     from stoker.forecast.evaluate import walk_forward
     from stoker.forecast.registry import make_forecaster
     from stoker.forecast.series import Calendar, demand_series
-    from stoker.sim.traces.philly import load_philly
+    from stoker.traces.philly import load_philly
 
     if trace not in FORECAST_TRACES:
         _fail(f"--trace must be one of {', '.join(FORECAST_TRACES)}, got {trace!r}")

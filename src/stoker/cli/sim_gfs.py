@@ -55,7 +55,7 @@ def sim_gfs(
         simulate,
     )
     from stoker.sim.gfs_report import plot, render_table, write_results
-    from stoker.sim.traces import TRACE_KINDS, Trace
+    from stoker.traces import TRACE_KINDS, Trace
 
     console = Console(width=200)
     loads = load or ["medium"]

@@ -30,9 +30,9 @@ def generate(
     scale: Annotated[float, typer.Option(help="Multiplies every job count")] = 1.0,
 ) -> None:
     """Write generated jobs in the GFS release format, beside the node list they run on."""
-    from stoker.sim.traces.generator import GeneratorConfig, generate_jobs
-    from stoker.sim.traces.gfs_v2026 import JOB_FILE, NODE_FILE, write_jobs, write_nodes
-    from stoker.sim.traces.load import v2026_nodes
+    from stoker.traces.generator import GeneratorConfig, generate_jobs
+    from stoker.traces.gfs_v2026 import JOB_FILE, NODE_FILE, write_jobs, write_nodes
+    from stoker.traces.load import v2026_nodes
 
     try:
         cfg = GeneratorConfig(seed=seed, days=days, start_day=start_day, scale=scale)
@@ -65,10 +65,10 @@ def check(
     """Print generated (or real) vs published statistics, with the relative error."""
     from rich.console import Console
 
-    from stoker.sim.traces.check import compare, published, render
-    from stoker.sim.traces.generator import GeneratorConfig, generate_jobs
-    from stoker.sim.traces.gfs_v2026 import TraceFormatError, load_jobs
-    from stoker.sim.traces.load import V2026_DIR, shared_data_dir
+    from stoker.traces.check import compare, published, render
+    from stoker.traces.generator import GeneratorConfig, generate_jobs
+    from stoker.traces.gfs_v2026 import TraceFormatError, load_jobs
+    from stoker.traces.load import V2026_DIR, shared_data_dir
 
     if aggregates is None:
         data = shared_data_dir()
@@ -119,7 +119,7 @@ def show(
     from rich.console import Console
     from rich.table import Table
 
-    from stoker.sim.traces.load import load_trace
+    from stoker.traces.load import load_trace
 
     try:
         loaded = load_trace(trace, trace_path, seed, days=days, start_day=start_day, scale=scale)

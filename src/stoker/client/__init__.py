@@ -232,7 +232,7 @@ class Client:
         self, url: str | None = None, token: str | None = None, timeout_s: float = 60.0
     ) -> None:
         if url is None or token is None:
-            from stoker.broker.config import ClientConfig
+            from stoker.api.config import ClientConfig
 
             cfg = ClientConfig.load()
             url, token = url or cfg.url, token or cfg.token
@@ -381,7 +381,7 @@ class AsyncClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if url is None or token is None:
-            from stoker.broker.config import ClientConfig
+            from stoker.api.config import ClientConfig
 
             cfg = ClientConfig.load()
             url, token = url or cfg.url, token or cfg.token

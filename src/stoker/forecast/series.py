@@ -18,7 +18,7 @@ from stoker.forecast.base import (
     ForecastError,
     SeriesKey,
 )
-from stoker.sim.traces.base import JobClass, TraceJob
+from stoker.traces.base import JobClass, TraceJob
 
 
 def demand_series(

@@ -36,7 +36,7 @@ from stoker.core.model import GPU, Cluster, Node
 from stoker.forecast.base import Cadence, Forecaster, ForecastError, SeriesKey
 from stoker.forecast.registry import DEFAULT_FORECASTER, make_forecaster
 from stoker.forecast.series import demand_series
-from stoker.sim.traces.base import Trace, TraceJob, TraceNode
+from stoker.traces.base import Trace, TraceJob, TraceNode
 
 LOADS: dict[str, float] = {"low": 0.5, "medium": 1.0, "high": 1.5}
 # a copied spot job (load above 1) is submitted this long after its original, at most
@@ -441,7 +441,7 @@ def prepare_trace(kind: str, path: str | None, setup: Setup) -> tuple[Trace, Win
     ``scale < 1`` keeps that share of each model's nodes and, for generated jobs,
     generates that share of the jobs (a real trace keeps a seeded sample).
     """
-    from stoker.sim.traces import load_trace  # heavy; on use
+    from stoker.traces import load_trace  # heavy; on use
 
     if kind == "v2026" and path is None:
         warm = min(setup.warm_days, V2026_WINDOW_DAY)

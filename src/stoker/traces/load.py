@@ -6,11 +6,11 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from stoker.sim.traces import calibration as cal
-from stoker.sim.traces.base import Trace, TraceNode
-from stoker.sim.traces.generator import GeneratorConfig, fleet_nodes, generate_trace
-from stoker.sim.traces.gfs_v2026 import NODE_FILE, load_nodes, load_v2026
-from stoker.sim.traces.openb import load_openb
+from stoker.traces import calibration as cal
+from stoker.traces.base import Trace, TraceNode
+from stoker.traces.generator import GeneratorConfig, fleet_nodes, generate_trace
+from stoker.traces.gfs_v2026 import NODE_FILE, load_nodes, load_v2026
+from stoker.traces.openb import load_openb
 
 TRACE_KINDS = ("v2026", "openb", "philly")
 DATA_ENV = "STOKER_DATA_DIR"
@@ -22,7 +22,7 @@ def shared_data_dir() -> Path | None:
     project checkout (or beside the working directory); None when none exists."""
     env = os.environ.get(DATA_ENV)
     candidates = [Path(env)] if env else []
-    # src/stoker/sim/traces/load.py -> the checkout is parents[4]
+    # src/stoker/traces/load.py -> the checkout is parents[4]
     candidates.append(Path(__file__).resolve().parents[4].parent / "shared" / "data")
     candidates.append(Path.cwd().parent / "shared" / "data")
     for folder in candidates:
@@ -79,7 +79,7 @@ def load_trace(
         is not resampled, so scale != 1 with a path is an error).
 
     Raises ValueError for an unknown kind, a missing path or a bad option, and
-    :class:`~stoker.sim.traces.gfs_v2026.TraceFormatError` for a bad file.
+    :class:`~stoker.traces.gfs_v2026.TraceFormatError` for a bad file.
     """
     if kind not in TRACE_KINDS:
         raise ValueError(f"kind: expected one of {', '.join(TRACE_KINDS)}, got {kind!r}")
@@ -101,6 +101,6 @@ def load_trace(
         raise ValueError(f"path: the {kind} trace needs its files (e.g. under {folder})")
     if kind == "openb":
         return _window(load_openb(path, seed=seed), start_day, days)
-    from stoker.sim.traces.philly import load_philly  # another module; imported on use
+    from stoker.traces.philly import load_philly  # another module; imported on use
 
     return _window(load_philly(path, seed=seed), start_day, days)

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from stoker.sim.traces.base import JobClass, Trace, TraceJob, TraceNode
-from stoker.sim.traces.gfs_v2026 import TraceFormatError, parse_number, parse_text, read_rows
+from stoker.traces.base import JobClass, Trace, TraceJob, TraceNode
+from stoker.traces.gfs_v2026 import TraceFormatError, parse_number, parse_text, read_rows
 
 NODE_FILE = "openb_node_list_gpu_node.csv"
 POD_FILE = "openb_pod_list_default.csv"

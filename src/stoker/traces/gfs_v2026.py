@@ -17,7 +17,7 @@ import math
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from stoker.sim.traces.base import JobClass, Trace, TraceFormatError, TraceJob, TraceNode
+from stoker.traces.base import JobClass, Trace, TraceFormatError, TraceJob, TraceNode
 
 NODE_FILE = "node_info_df.csv"
 JOB_FILE = "job_info_df.csv"

@@ -1,7 +1,7 @@
 """A seeded generator of jobs in the GFS release format, calibrated to the published figures.
 
 The real ``job_info_df.csv`` (466,867 jobs) is not held beside the project; what is held are
-its aggregates, copied into :mod:`stoker.sim.traces.calibration`. This module builds jobs
+its aggregates, copied into :mod:`stoker.traces.calibration`. This module builds jobs
 that reproduce them: per-organization volumes (jobs, GPU demand, GPU-seconds, median
 duration, GPU-model mix), HP/spot shares per day, per-model GPU requests (fractional ones
 included) and worker counts, the day-by-day volume and the hour-of-day shape, and the jobs
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stoker.sim.traces import calibration as cal
-from stoker.sim.traces.base import Trace, TraceJob, TraceNode
+from stoker.traces import calibration as cal
+from stoker.traces.base import Trace, TraceJob, TraceNode
 
 DAY_S = 86_400.0
 
@@ -553,5 +553,5 @@ def generate_trace(cfg: GeneratorConfig, nodes: list[TraceNode] | None = None) -
         source=f"generated (seed={cfg.seed}, days={cfg.days}, start_day={cfg.start_day}, "
         f"scale={cfg.scale})",
     )
-    trace.notes["generator"] = "stoker.sim.traces.generator (calibrated to GFS aggregates)"
+    trace.notes["generator"] = "stoker.traces.generator (calibrated to GFS aggregates)"
     return trace

@@ -1,7 +1,7 @@
 """Compare a job file's statistics with the published aggregates of the GFS trace.
 
 The published side comes from ``../shared/data/alibaba-spot-v2026/aggregates`` when that
-folder is at hand, else from the copies in :mod:`stoker.sim.traces.calibration`; both are
+folder is at hand, else from the copies in :mod:`stoker.traces.calibration`; both are
 read into one :class:`Published` record, and the same code turns it into the compared
 figures. Counts are compared per window and per unit of ``scale``: a 35-day run at scale
 0.25 is held against a quarter of the published first 35 days.
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from stoker.sim.traces import calibration as cal
-from stoker.sim.traces.base import TraceJob
-from stoker.sim.traces.gfs_v2026 import TraceFormatError
+from stoker.traces import calibration as cal
+from stoker.traces.base import TraceJob
+from stoker.traces.gfs_v2026 import TraceFormatError
 
 DAY_S = 86_400.0
 HOUR_S = 3_600.0
@@ -61,7 +61,7 @@ class Published:
 def published_from_calibration() -> Published:
     """The published figures as copied into the project."""
     return Published(
-        source="embedded calibration (stoker.sim.traces.calibration)",
+        source="embedded calibration (stoker.traces.calibration)",
         daily_hp_jobs=cal.DAILY_HP_JOBS,
         daily_spot_jobs=cal.DAILY_SPOT_JOBS,
         daily_gpu_seconds=tuple(float(v) for v in cal.DAILY_GPU_SECONDS),

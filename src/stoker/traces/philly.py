@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stoker.sim.traces.base import Trace, TraceFormatError, TraceJob, TraceNode
+from stoker.traces.base import Trace, TraceFormatError, TraceJob, TraceNode
 
 COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
 FILE_NAME = "philly.csv"

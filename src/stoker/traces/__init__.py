@@ -4,7 +4,7 @@
 days=..., start_day=..., scale=...)`` for ``kind`` in ``v2026``, ``openb``, ``philly``.
 """
 
-from stoker.sim.traces.base import Trace, TraceJob, TraceNode
-from stoker.sim.traces.load import TRACE_KINDS, load_trace
+from stoker.traces.base import Trace, TraceJob, TraceNode
+from stoker.traces.load import TRACE_KINDS, load_trace
 
 __all__ = ["TRACE_KINDS", "Trace", "TraceJob", "TraceNode", "load_trace"]
