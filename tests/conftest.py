@@ -3,7 +3,8 @@ runtime would, and checks the core's invariants after every event."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Iterator
 
 import pytest
 
@@ -128,3 +129,42 @@ def make_core(
 def driver() -> Driver:
     """A driver over one node of two whole-GPU pods with the default (Firepool) policies."""
     return Driver(make_core())
+
+
+# ----------------------------------------------------------------------------- PostgreSQL
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[object]:
+    """A private PostgreSQL server for the whole session, stopped and removed at its end.
+
+    Without the server binaries the tests that need it skip here and fail in CI (``CI``
+    set), where scripts/bootstrap.sh must have installed them.
+    """
+    from stoker.broker.pgserver import PgServer, PostgresMissing
+
+    try:
+        server = PgServer()
+    except PostgresMissing as exc:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"CI: {exc}", pytrace=False)
+        pytest.skip(str(exc))
+    with server:
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres_server: object) -> str:
+    """The URL of a new, empty database on the session's PostgreSQL server."""
+    from stoker.broker.pgserver import PgServer
+
+    assert isinstance(postgres_server, PgServer)
+    return postgres_server.create_database()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
+    """A store URL on each dialect: an SQLite file, then a PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/stoker.db"
+    return str(request.getfixturevalue("postgres_url"))

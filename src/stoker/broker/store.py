@@ -1,15 +1,17 @@
-"""The broker's store: SQLAlchemy 2 behind one interface (SQLite WAL embedded by default).
+"""The broker's store: SQLAlchemy 2 behind one interface (SQLite WAL embedded by default,
+PostgreSQL through psycopg 3 for several broker replicas; see :mod:`stoker.broker.db`).
 
-What is stored is what a restarted broker needs: tenants (token hashes), jobs (the API's
-view: request, state, timeline, exit), job output, uploaded code digests, and the log of
-every event handed to the core, so a fresh core is rebuilt by replaying it. The schema is
-owned by the Alembic migrations under ``stoker/broker/migrations``, run at open.
+What is stored is what a restarted broker (or a replica taking over) needs: tenants (token
+hashes), jobs (the API's view: request, state, timeline, exit), job output, uploaded code
+digests, the log of every event handed to the core, so a fresh core is rebuilt by replaying
+it, and who leads (:mod:`stoker.broker.leader`). The schema is owned by the Alembic
+migrations under ``stoker/broker/migrations``, run at open, the same on both dialects.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,8 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy.engine import Connection, Engine
+
+from stoker.broker.db import lock_migrations, make_engine, sqlite_url
 
 _META = sa.MetaData()
 tenants = sa.Table(
@@ -74,6 +78,15 @@ code = sa.Table(
     sa.Column("size", sa.Integer, nullable=False),
     sa.Column("created", sa.Float, nullable=False),
 )
+leader = sa.Table(
+    "leader",
+    _META,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("epoch", sa.Integer, nullable=False),
+    sa.Column("holder", sa.String(200)),
+    sa.Column("url", sa.String(500)),
+    sa.Column("since", sa.Float),
+)
 
 _MIGRATIONS = str(Path(__file__).resolve().parent / "migrations")
 # columns of a job row the API shows (everything but the idempotency key)
@@ -99,10 +112,12 @@ class Store:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.engine: Engine = sa.create_engine(url)
-        if self.engine.dialect.name == "sqlite":
-            sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+        self.engine: Engine = make_engine(url)
+        # run first in every scheduling write (Batch.commit): the leader's fencing check,
+        # so a deposed leader's writes roll back (set by stoker.broker.leader)
+        self.fence: Callable[[Connection], None] | None = None
         with self.engine.begin() as conn:
+            lock_migrations(conn)
             cfg = AlembicConfig()
             cfg.set_main_option("script_location", _MIGRATIONS)
             cfg.attributes["connection"] = conn
@@ -113,7 +128,7 @@ class Store:
         """A store in an SQLite file (created with its parent directory if missing)."""
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        return Store(f"sqlite:///{p}")
+        return Store(sqlite_url(p))
 
     def close(self) -> None:
         self.engine.dispose()
@@ -171,6 +186,16 @@ class Store:
             q = q.where(jobs.c.state.in_(states))
         with self.engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(q)]
+
+    def queued_counts(self) -> dict[str, int]:
+        """How many jobs wait in each profile's queue (profiles with none are left out)."""
+        q = (
+            sa.select(jobs.c.profile, sa.func.count())
+            .where(jobs.c.state == "queued")
+            .group_by(jobs.c.profile)
+        )
+        with self.engine.connect() as conn:
+            return {str(p): int(n) for p, n in conn.execute(q)}
 
     def unfinished_jobs(self) -> list[dict[str, Any]]:
         q = sa.select(jobs).where(jobs.c.state != "finished").order_by(jobs.c.submitted)
@@ -247,6 +272,8 @@ class Batch:
         if not self:
             return
         with store.transaction() as conn:
+            if store.fence is not None:
+                store.fence(conn)
             if self.new_jobs:
                 conn.execute(jobs.insert(), self.new_jobs)
             for job_id, values in self.job_updates.items():
@@ -256,14 +283,3 @@ class Batch:
             if self.events:
                 conn.execute(core_events.insert(), self.events)
         self.__init__()
-
-
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    # WAL: readers never block the loop's writes; NORMAL sync is durable across a process
-    # crash (the broker's failure mode) and costs no fsync per commit
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")
-    cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute("PRAGMA busy_timeout=5000")
-    cur.close()

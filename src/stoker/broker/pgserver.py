@@ -1,0 +1,111 @@
+"""A private PostgreSQL server on this host (initdb + pg_ctl) for tests and benchmarks.
+
+It lives in a fresh temporary data directory, listens on 127.0.0.1 on a free port only
+(its Unix socket inside the data directory), trusts local connections, and is stopped and
+removed by :meth:`PgServer.stop`. As root it runs as the ``postgres`` user, as PostgreSQL
+refuses to run as root. The binaries come from Debian's ``postgresql`` package
+(``/usr/lib/postgresql/<version>/bin``) or from ``PATH``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+from stoker.broker.embedded import free_port
+
+
+class PostgresMissing(RuntimeError):
+    """No PostgreSQL server binaries on this host."""
+
+
+def find_bindir() -> Path:
+    """The directory with ``initdb`` and ``pg_ctl`` (the newest Debian version first)."""
+    found = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+        key=lambda p: int(Path(p).parts[-3]) if Path(p).parts[-3].isdigit() else 0,
+    )
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    if initdb:
+        return Path(initdb).parent
+    raise PostgresMissing(
+        "PostgreSQL server binaries (initdb, pg_ctl) not found: install the Debian package"
+        " 'postgresql' (scripts/bootstrap.sh does)"
+    )
+
+
+class PgServer:
+    """One private server; :meth:`start`, then :meth:`create_database` per user of it."""
+
+    def __init__(self) -> None:
+        self.bindir = find_bindir()
+        self.port = free_port()
+        self.root = Path(tempfile.mkdtemp(prefix="stoker-pg-"))
+        self.data = self.root / "data"
+        self.log = self.root / "server.log"
+        # PostgreSQL will not run as root: drop to its own user
+        self._user = "postgres" if os.geteuid() == 0 else None
+        self.running = False
+
+    def _run(self, *argv: str) -> None:
+        proc = subprocess.run(
+            [str(self.bindir / argv[0]), *argv[1:]],
+            user=self._user,
+            capture_output=True,
+            text=True,
+            cwd=self.root,
+            timeout=120,
+        )
+        if proc.returncode != 0:
+            log = self.log.read_text()[-2000:] if self.log.exists() else ""
+            raise RuntimeError(f"{argv[0]} failed: {proc.stderr.strip()}\n{log}")
+
+    def start(self) -> PgServer:
+        if self._user is not None:
+            pw = pwd.getpwnam(self._user)
+            os.chown(self.root, pw.pw_uid, pw.pw_gid)
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+        opts = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", opts, "-w", "start")
+        self.running = True
+        return self
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    def create_database(self, name: str | None = None) -> str:
+        """A new empty database; returns its URL."""
+        import sqlalchemy as sa
+
+        name = name or "stoker_" + uuid.uuid4().hex[:12]
+        engine = sa.create_engine(
+            self.url().replace("postgresql://", "postgresql+psycopg://"),
+            isolation_level="AUTOCOMMIT",
+        )
+        with engine.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        engine.dispose()
+        return self.url(name)
+
+    def stop(self) -> None:
+        """Stop the server (fast: open sessions are ended) and remove its directory."""
+        try:
+            if self.running:
+                self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+                self.running = False
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> PgServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

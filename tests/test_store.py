@@ -1,0 +1,149 @@
+"""The store on both dialects: a real SQLite file and a real PostgreSQL server (same Alembic
+migrations, same behaviour)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from stoker.broker.store import Batch, Store, StoreError
+
+
+def _job(job_id: str, tenant: str = "a", key: str | None = None, **kw: Any) -> dict[str, Any]:
+    row = {
+        "id": job_id,
+        "tenant": tenant,
+        "idempotency_key": key,
+        "profile": "plain",
+        "reuse_tag": "x",
+        "replicas": 1,
+        "argv": ["python", "-c", "print('é')"],
+        "code_digest": None,
+        "deps": [],
+        "env": {"K": "v"},
+        "timeout_s": 60.0,
+        "state": "queued",
+        "path": None,
+        "pods": [],
+        "submitted": 1_700_000_000.125,
+        "started": None,
+        "finished": None,
+        "exit_code": None,
+        "failure": None,
+    }
+    row.update(kw)
+    return row
+
+
+@pytest.fixture
+def store(database_url: str) -> Any:
+    s = Store(database_url)
+    yield s
+    s.close()
+
+
+def test_migrations_reach_head_and_reopen(database_url: str) -> None:
+    Store(database_url).close()
+    s = Store(database_url)  # a second open finds the schema at head and changes nothing
+    with s.engine.connect() as conn:
+        tables = set(sa.inspect(conn).get_table_names())
+        version = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+        epoch = conn.execute(sa.text("SELECT epoch FROM leader WHERE id = 1")).scalar()
+    s.close()
+    assert {"tenants", "jobs", "job_output", "core_events", "code", "leader"} <= tables
+    assert version == "0002_leader" and epoch == 0
+
+
+def test_tenants(store: Store) -> None:
+    store.add_tenant("b", "h-b")
+    store.add_tenant("a", "h-a")
+    with pytest.raises(StoreError, match="exists already"):
+        store.add_tenant("a", "h-other")
+    assert store.tenant_names() == ["a", "b"]
+    assert store.tenant_by_hash("h-b") == "b" and store.tenant_by_hash("nope") is None
+
+
+def test_batch_writes_jobs_events_and_output_together(store: Store) -> None:
+    store.add_tenant("a", "h-a")
+    batch = Batch()
+    batch.new_jobs.append(_job("j1", key="k1"))
+    batch.new_jobs.append(_job("j2", submitted=1_700_000_001.5))
+    batch.event(1.5, "submitted", {"id": "j1", "nested": {"list": [1, 2.5, None]}})
+    batch.event(2.5, "tick", {})
+    batch.output.append({"job": "j1", "seq": 0, "stream": "stdout", "data": b"\x00\xffhi"})
+    batch.output.append({"job": "j1", "seq": 1, "stream": "stderr", "data": b"err"})
+    batch.commit(store)
+    assert not batch
+
+    row = store.get_job("j1")
+    assert row is not None and row["argv"] == ["python", "-c", "print('é')"]
+    assert row["env"] == {"K": "v"} and row["submitted"] == 1_700_000_000.125
+    assert store.job_by_key("a", "k1") == row and store.job_by_key("b", "k1") is None
+    assert [e.kind for e in store.events()] == ["submitted", "tick"]
+    first = next(iter(store.events()))
+    assert first.data == {"id": "j1", "nested": {"list": [1, 2.5, None]}} and first.at == 1.5
+    assert store.output("j1") == [(0, "stdout", b"\x00\xffhi"), (1, "stderr", b"err")]
+    assert store.output("j1", after=0) == [(1, "stderr", b"err")]
+    assert store.last_output_seq("j1") == 1 and store.last_output_seq("j2") == -1
+    assert store.queued_counts() == {"plain": 2}
+
+    batch.update_job("j1", state="finished", exit_code=0, finished=3.0)
+    batch.commit(store)
+    assert [r["id"] for r in store.unfinished_jobs()] == ["j2"]
+    assert [r["id"] for r in store.list_jobs("a")] == ["j2", "j1"]  # newest first
+    assert [r["id"] for r in store.list_jobs("a", ("finished",))] == ["j1"]
+    assert store.list_jobs("b") == [] and len(store.list_jobs(None, limit=1)) == 1
+    assert store.queued_counts() == {"plain": 1}
+
+
+def test_a_failed_batch_writes_nothing(store: Store) -> None:
+    store.add_tenant("a", "h-a")
+    batch = Batch()
+    batch.new_jobs.append(_job("j1"))
+    batch.event(1.0, "submitted", {"id": "j1"})
+    batch.output.append({"job": "j1", "seq": 0, "stream": "stdout", "data": b"x"})
+    batch.output.append({"job": "j1", "seq": 0, "stream": "stdout", "data": b"dup"})
+    with pytest.raises(sa.exc.IntegrityError):
+        batch.commit(store)
+    assert store.get_job("j1") is None and list(store.events()) == []
+
+
+def test_a_failing_fence_rolls_the_batch_back(store: Store) -> None:
+    store.add_tenant("a", "h-a")
+
+    def deposed(_conn: Any) -> None:
+        raise StoreError("deposed")
+
+    store.fence = deposed
+    batch = Batch()
+    batch.new_jobs.append(_job("j1"))
+    batch.event(1.0, "submitted", {"id": "j1"})
+    with pytest.raises(StoreError, match="deposed"):
+        batch.commit(store)
+    assert store.get_job("j1") is None and list(store.events()) == []
+
+
+def test_code_digests(store: Store) -> None:
+    assert not store.has_code("d" * 64)
+    store.add_code("d" * 64, 10)
+    store.add_code("d" * 64, 10)  # once
+    assert store.has_code("d" * 64)
+
+
+def test_replicas_opening_at_once_migrate_once(postgres_url: str) -> None:
+    # several processes, as replicas are (Alembic's context is per process)
+    code = "import sys; from stoker.broker.store import Store; Store(sys.argv[1]).close()"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, postgres_url], stderr=subprocess.PIPE)
+        for _ in range(4)
+    ]
+    errors = [p.communicate(timeout=120)[1].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
+    s = Store(postgres_url)
+    with s.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM leader")).scalar() == 1
+    s.close()
