@@ -8,14 +8,19 @@ job ids leak nothing); the admin token manages tenants and sees every pod and jo
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import hashlib
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
+import httpx
+import sqlalchemy as sa
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -34,10 +39,14 @@ from stoker.api.models import (
 )
 from stoker.broker.auth import Authenticator, AuthError, Principal, check_tenant_name
 from stoker.broker.config import BrokerConfig
+from stoker.broker.leader import Leadership
 from stoker.broker.loop import JobRequest, Scheduler
 from stoker.broker.metrics import BrokerMetrics
+from stoker.broker.replica import StoreReads, forward, unavailable
 from stoker.broker.store import JOB_FIELDS, Store, StoreError
 from stoker.runtime.base import Runtime
+
+log = logging.getLogger("stoker.broker")
 
 
 class ApiError(Exception):
@@ -49,44 +58,137 @@ class ApiError(Exception):
 
 
 class Broker:
-    """One broker: store, authenticator, runtime and scheduling loop, and its HTTP app."""
+    """One broker replica: store, authenticator, leadership, and, while it leads, the
+    runtime and scheduling loop; its HTTP app.
 
-    def __init__(self, cfg: BrokerConfig, runtime: Runtime | None = None) -> None:
+    With SQLite there is one broker and it leads from the start. With PostgreSQL several
+    replicas share the store; the one that wins the election (:mod:`stoker.broker.leader`)
+    replays the store into a fresh scheduling loop and adopts the runtime's pods, exactly
+    as a restarted broker does; the others serve reads and forward writes to it
+    (:mod:`stoker.broker.replica`) and take over when it goes.
+    """
+
+    def __init__(
+        self, cfg: BrokerConfig, runtime: Runtime | None = None, url: str | None = None
+    ) -> None:
         self.cfg = cfg
         cfg.data_dir.mkdir(parents=True, exist_ok=True)
-        self.store = Store.sqlite(cfg.db_path)
+        self.store = Store(cfg.store_url)
         self.auth = Authenticator(self.store, cfg.admin_token_path)
-        if runtime is None:
-            from stoker.runtime.local import LocalRuntime  # needs bubblewrap only when used
-
-            runtime = LocalRuntime(
-                cfg.runtime_dir,
-                gpu_slots=cfg.gpu_slots,
-                find_links=cfg.find_links,
-                no_index=cfg.no_index,
-            )
-        self.runtime = runtime
-        gpus = sorted(getattr(runtime, "devices", {}) or [f"vgpu{i}" for i in range(cfg.gpu_slots)])
+        self._runtime = runtime
         self.metrics = BrokerMetrics()
-        self.scheduler = Scheduler(cfg, self.store, runtime, gpus, self.metrics)
+        self.leadership = Leadership(self.store, cfg.advertise_url or url or "")
+        self.scheduler: Scheduler | None = None
+        self.reads_from_store = StoreReads(self.store)
+        self.profiles = {p.name: p for p in cfg.profiles}
         self.started = False
+        self.started_at = 0.0
         self.recovery: dict[str, int] = {}
+        self._lead_task: asyncio.Task[None] | None = None
+        self._http: httpx.AsyncClient | None = None
         self.app = create_app(self)
 
     @property
     def admin_token(self) -> str:
         return self.cfg.admin_token_path.read_text().strip()
 
+    @property
+    def leads(self) -> bool:
+        """This replica schedules now (its loop is up and its lead confirmed)."""
+        return self.scheduler is not None and self.scheduler.ready and self.leadership.leading
+
+    @property
+    def reads(self) -> Scheduler | StoreReads:
+        """Who answers job reads: the leader's loop (its memory is the store's), else the
+        store."""
+        sched = self.scheduler
+        return sched if sched is not None and self.leads else self.reads_from_store
+
+    def queued(self) -> dict[str, int]:
+        sched = self.scheduler
+        if sched is not None and self.leads:
+            return {name: len(sched.core.queued(name)) for name in self.profiles}
+        return self.reads_from_store.queued()
+
+    def _new_runtime(self) -> Runtime:
+        if self._runtime is not None:
+            return self._runtime
+        from stoker.runtime.local import LocalRuntime  # needs bubblewrap only when used
+
+        cfg = self.cfg
+        return LocalRuntime(
+            cfg.runtime_dir,
+            gpu_slots=cfg.gpu_slots,
+            find_links=cfg.find_links,
+            no_index=cfg.no_index,
+        )
+
     async def start(self) -> None:
-        if not self.started:
-            self.started = True
-            self.recovery = await self.scheduler.start()
+        """Lead at once if no replica does (always, on SQLite), then keep campaigning."""
+        if self.started:
+            return
+        self.started = True
+        self.started_at = time.time()
+        self._http = httpx.AsyncClient(timeout=60.0)
+        if await self.leadership.try_acquire():
+            await self._take_over()
+        self._lead_task = asyncio.get_running_loop().create_task(self._lead())
+
+    async def _take_over(self) -> None:
+        runtime = self._new_runtime()
+        gpus = sorted(
+            getattr(runtime, "devices", {}) or [f"vgpu{i}" for i in range(self.cfg.gpu_slots)]
+        )
+        self.scheduler = Scheduler(self.cfg, self.store, runtime, gpus, self.metrics)
+        self.recovery = await self.scheduler.start()
+        log.warning("scheduling: %s", self.recovery)
+
+    async def _lead(self) -> None:
+        """Hold the lead while it lasts; when it is lost, stop scheduling (the pods stay for
+        the next leader) and campaign again."""
+        while True:
+            if self.scheduler is None:
+                await self.leadership.campaign()
+                await self._take_over()
+            await self.leadership.hold()
+            sched, self.scheduler = self.scheduler, None
+            if sched is not None:
+                await sched.close(stop_pods=False)
+
+    async def stop_pods(self) -> None:
+        """Stop the loop and every pod it runs (a test's or demo's end)."""
+        if self.scheduler is not None:
+            await self.scheduler.close(stop_pods=True)
+
+    async def forward(self, request: Request) -> Response:
+        """Pass a write to the leader (this replica does not lead)."""
+        assert self._http is not None
+        try:
+            url = (await asyncio.to_thread(self.leadership.current)).url
+        except sa.exc.SQLAlchemyError as exc:
+            return unavailable(None, f"the store is unreachable ({type(exc).__name__})")
+        if url == self.leadership.url:
+            url = None  # this replica's own old lead: nobody leads yet
+        return await forward(self._http, request, url, self.leadership.holder)
 
     async def close(self, stop_pods: bool = False) -> None:
         if self.started:
             self.started = False
-            await self.scheduler.close(stop_pods=stop_pods)
+            if self._lead_task is not None:
+                self._lead_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._lead_task
+            sched, self.scheduler = self.scheduler, None
+            if sched is not None:
+                await sched.close(stop_pods=stop_pods)
+            self.leadership.release()
+            if self._http is not None:
+                await self._http.aclose()
         self.store.close()
+
+
+class NotLeader(Exception):
+    """Raised by a write route on a replica that does not lead: the request is forwarded."""
 
 
 def _job_view(row: dict[str, Any]) -> JobView:
@@ -111,6 +213,19 @@ async def _principal(  # async: FastAPI would run a plain def in a worker thread
 Caller = Annotated[Principal, Depends(_principal)]
 
 
+async def _leader(request: Request) -> Scheduler:
+    broker: Broker = request.app.state.broker
+    sched = broker.scheduler
+    if sched is None or not broker.leads:
+        raise NotLeader()
+    return sched
+
+
+# a write route's scheduling loop; on a replica that does not lead, the request goes to
+# the leader instead (see NotLeader's handler)
+Leader = Annotated[Scheduler, Depends(_leader)]
+
+
 def create_app(broker: Broker) -> FastAPI:
     """The FastAPI application of ``broker`` (its lifespan starts and stops the broker)."""
 
@@ -127,13 +242,16 @@ def create_app(broker: Broker) -> FastAPI:
         responses={400: {"model": ErrorBody}, 401: {"model": ErrorBody}, 404: {"model": ErrorBody}},
     )
     app.state.broker = broker
-    sched = broker.scheduler
     cfg = broker.cfg
 
     @app.exception_handler(ApiError)
     async def _api_error(_req: Request, exc: ApiError) -> JSONResponse:
         body = ErrorBody(error=exc.error, field=exc.field, message=exc.message)
         return JSONResponse(body.model_dump(), status_code=exc.status)
+
+    @app.exception_handler(NotLeader)
+    async def _to_leader(req: Request, _exc: NotLeader) -> Response:
+        return await broker.forward(req)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
@@ -159,7 +277,7 @@ def create_app(broker: Broker) -> FastAPI:
             )
 
     def own_job(who: Principal, job_id: str) -> dict[str, Any]:
-        row = sched.job(job_id)
+        row = broker.reads.job(job_id)
         if row is None or (not who.admin and row["tenant"] != who.tenant):
             raise ApiError(404, "not_found", f"job_id: no job {job_id!r}", "job_id")
         return row
@@ -168,18 +286,21 @@ def create_app(broker: Broker) -> FastAPI:
 
     @app.get("/v1/health", response_model=Health)
     async def health() -> Health:
-        up = time.time() - sched.started_at if sched.ready else 0.0
+        up = time.time() - broker.started_at if broker.started else 0.0
         return Health(status="ok", version=app.version, uptime_s=up)
 
     @app.get("/v1/ready", response_model=Health, responses={503: {"model": Health}})
     async def ready() -> Any:
-        if not sched.ready:
+        """``ready`` on the leader, ``following`` on a replica that serves reads and
+        forwards writes; 503 while the broker starts (or takes over)."""
+        if not broker.started or (broker.scheduler is not None and not broker.leads):
             return JSONResponse(Health(status="starting", version=app.version).model_dump(), 503)
-        return Health(status="ready", version=app.version)
+        return Health(status="ready" if broker.leads else "following", version=app.version)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
-        sched.refresh_metrics()
+        if broker.scheduler is not None and broker.leads:
+            broker.scheduler.refresh_metrics()
         return Response(broker.metrics.render(), media_type="text/plain; version=0.0.4")
 
     # --- code ----------------------------------------------------------------
@@ -189,7 +310,7 @@ def create_app(broker: Broker) -> FastAPI:
         return Response(status_code=200 if broker.store.has_code(digest) else 404)
 
     @app.post("/v1/code", response_model=CodeUploaded, status_code=201)
-    async def upload_code(request: Request, who: Caller) -> CodeUploaded:
+    async def upload_code(request: Request, who: Caller, sched: Leader) -> CodeUploaded:
         cap = cfg.max_code_bytes
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > cap:
@@ -206,7 +327,7 @@ def create_app(broker: Broker) -> FastAPI:
         digest = hashlib.sha256(data).hexdigest()
         if not broker.store.has_code(digest):
             try:
-                stored = await broker.runtime.put_code(data)
+                stored = await sched.runtime.put_code(data)
             except ValueError as exc:  # InvalidCode: not an archive
                 raise ApiError(422, "invalid", str(exc), "code") from exc
             broker.store.add_code(stored, size)
@@ -218,13 +339,14 @@ def create_app(broker: Broker) -> FastAPI:
     async def submit(
         body: JobSubmit,
         who: Caller,
+        sched: Leader,
         response: Response,
         idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
     ) -> JobView:
         tenant = tenant_of(who)
-        prof = sched.profiles.get(body.profile)
+        prof = broker.profiles.get(body.profile)
         if prof is None:
-            known = ", ".join(sorted(sched.profiles))
+            known = ", ".join(sorted(broker.profiles))
             raise ApiError(
                 422,
                 "invalid",
@@ -299,7 +421,7 @@ def create_app(broker: Broker) -> FastAPI:
         job_id: str, who: Caller, timeout_s: Annotated[float, Query(ge=0, le=300)] = 30.0
     ) -> JobView:
         own_job(who, job_id)
-        row = await sched.wait(job_id, timeout_s)
+        row = await broker.reads.wait(job_id, timeout_s)
         assert row is not None
         return _job_view(row)
 
@@ -308,19 +430,20 @@ def create_app(broker: Broker) -> FastAPI:
         """Newline-delimited JSON: ``{"seq", "stream", "data"}`` (data base64), then
         ``{"end": job}`` once the job has finished."""
         own_job(who, job_id)
+        reads = broker.reads  # who began the stream ends it, whoever leads by then
 
         async def lines() -> AsyncIterator[bytes]:
-            async for seq, stream, data in sched.output(job_id, follow):
+            async for seq, stream, data in reads.output(job_id, follow):
                 msg = {"seq": seq, "stream": stream, "data": base64.b64encode(data).decode()}
                 yield (json.dumps(msg) + "\n").encode()
-            row = sched.job(job_id)
+            row = reads.job(job_id)
             if row is not None:
                 yield (json.dumps({"end": _job_view(row).model_dump()}) + "\n").encode()
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 
     @app.post("/v1/jobs/{job_id}/cancel", response_model=JobView)
-    async def cancel_job(job_id: str, who: Caller) -> JobView:
+    async def cancel_job(job_id: str, who: Caller, sched: Leader) -> JobView:
         own_job(who, job_id)
         sched.cancel(job_id)
         return _job_view(own_job(who, job_id))
@@ -328,13 +451,14 @@ def create_app(broker: Broker) -> FastAPI:
     # --- pools ---------------------------------------------------------------
 
     @app.get("/v1/pods", response_model=list[PodView])
-    async def pods(who: Caller) -> list[PodView]:
+    async def pods(who: Caller, sched: Leader) -> list[PodView]:
         return [PodView(**p) for p in sched.pods(None if who.admin else who.tenant)]
 
     @app.get("/v1/profiles", response_model=list[ProfileView])
     async def profiles(who: Caller) -> list[ProfileView]:
         out = []
-        for p in sched.profiles.values():
+        queued = broker.queued()
+        for p in broker.profiles.values():
             c, r = p.core, p.runtime
             out.append(
                 ProfileView(
@@ -345,7 +469,7 @@ def create_app(broker: Broker) -> FastAPI:
                     preload=list(r.preload),
                     packages=list(r.packages),
                     network=r.network,
-                    queued=len(sched.core.queued(p.name)),
+                    queued=queued.get(p.name, 0),
                 )
             )
         return out

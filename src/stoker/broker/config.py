@@ -7,6 +7,9 @@ The broker reads a TOML file (``stoker up --config FILE``)::
     gpu_slots = 2                   # virtual GPU slots where NVML finds none
     max_code_bytes = 67108864
     keepalive_s = 60
+    database_url = "postgresql://stoker@db/stoker"  # default: SQLite in data_dir
+    advertise_url = "http://10.0.0.5:8765"   # where other replicas reach this one
+    runtime_dir = "/var/lib/stoker-pods"     # default: data_dir/runtime
 
     [profiles.plain]
     share = 0.9                     # leaves room beside an active pod for a standby
@@ -75,10 +78,23 @@ class BrokerConfig:
     keepalive_s: float = 60.0
     find_links: tuple[Path, ...] = ()
     no_index: bool = False
+    # the store: None is SQLite in data_dir (one broker); a postgresql:// URL lets several
+    # replicas share one store, one of them leading (env STOKER_DATABASE_URL overrides)
+    database_url: str | None = None
+    # where the other replicas forward writes to this one when it leads
+    advertise_url: str | None = None
+    # the local runtime's pods (None: data_dir/runtime); replicas on one host share it, so
+    # whichever leads adopts the pods of the one before
+    runtime_root: Path | None = None
 
     @property
     def db_path(self) -> Path:
         return self.data_dir / "stoker.db"
+
+    @property
+    def store_url(self) -> str:
+        """The store's URL: ``database_url``, else the SQLite file in ``data_dir``."""
+        return self.database_url or f"sqlite:///{self.db_path}"
 
     @property
     def admin_token_path(self) -> Path:
@@ -86,7 +102,7 @@ class BrokerConfig:
 
     @property
     def runtime_dir(self) -> Path:
-        return self.data_dir / "runtime"
+        return self.runtime_root or self.data_dir / "runtime"
 
     @staticmethod
     def load(path: Path | str) -> BrokerConfig:
@@ -105,6 +121,9 @@ class BrokerConfig:
             "profiles",
             "find_links",
             "no_index",
+            "database_url",
+            "advertise_url",
+            "runtime_dir",
         }
         for key in raw:
             if key not in known:
@@ -120,6 +139,11 @@ class BrokerConfig:
         ):
             if key in raw:
                 setattr(cfg, key, type(getattr(cfg, key))(raw[key]))
+        for key in ("database_url", "advertise_url"):
+            if key in raw:
+                setattr(cfg, key, str(raw[key]))
+        if "runtime_dir" in raw:
+            cfg.runtime_root = Path(raw["runtime_dir"]).expanduser()
         if "find_links" in raw:
             cfg.find_links = tuple(Path(p) for p in raw["find_links"])
         if "profiles" in raw:

@@ -49,7 +49,7 @@ class EmbeddedBroker:
             self._loop = loop
             asyncio.set_event_loop(loop)
             try:
-                self.broker = Broker(self.cfg)
+                self.broker = Broker(self.cfg, url=self.url)
                 config = uvicorn.Config(
                     self.broker.app,
                     host="127.0.0.1",
@@ -86,9 +86,7 @@ class EmbeddedBroker:
         if self.stop_pods if stop_pods is None else stop_pods:
             broker = self.broker
             assert broker is not None
-            fut = asyncio.run_coroutine_threadsafe(
-                broker.scheduler.close(stop_pods=True), self._loop
-            )
+            fut = asyncio.run_coroutine_threadsafe(broker.stop_pods(), self._loop)
             fut.result(60)
         self._server.should_exit = True
         self._thread.join(60)

@@ -58,12 +58,32 @@ def up(
     data_dir: Annotated[Path | None, typer.Option(help="where the store and pods live")] = None,
     host: str = "127.0.0.1",
     port: int = 8765,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="STOKER_DATABASE_URL",
+            help="the store (postgresql://... for several replicas; default: SQLite)",
+        ),
+    ] = None,
+    advertise_url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="STOKER_ADVERTISE_URL",
+            help="where other replicas reach this one (default: http://HOST:PORT)",
+        ),
+    ] = None,
+    runtime_dir: Annotated[
+        Path | None, typer.Option(help="the pods' directory, shared by replicas on one host")
+    ] = None,
 ) -> None:
-    """Run the broker with the local runtime and the embedded SQLite store."""
+    """Run the broker with the local runtime; its store is SQLite, or PostgreSQL shared by
+    several replicas of which one leads (docs/broker.md)."""
+    import sqlalchemy as sa
     import uvicorn
 
     from stoker.broker.app import Broker
     from stoker.broker.config import BrokerConfig, ConfigError
+    from stoker.broker.db import display_url
 
     try:
         cfg = BrokerConfig.load(config) if config else BrokerConfig()
@@ -71,7 +91,14 @@ def up(
         _fail(str(exc))
     if data_dir is not None:
         cfg.data_dir = data_dir
-    broker = Broker(cfg)
+    cfg.database_url = database_url or cfg.database_url
+    cfg.advertise_url = advertise_url or cfg.advertise_url or f"http://{host}:{port}"
+    cfg.runtime_root = runtime_dir or cfg.runtime_root
+    try:
+        broker = Broker(cfg)
+    except (sa.exc.SQLAlchemyError, ImportError) as exc:
+        first = str(exc).strip().splitlines()[0]
+        _fail(f"database_url: cannot open {display_url(cfg.store_url)}: {first}")
     typer.echo(
         f"stoker broker on http://{host}:{port}  (admin token: {cfg.admin_token_path})", err=True
     )
