@@ -127,15 +127,18 @@ class BrokerProcess:
         profiles: list[dict[str, Any]],
         gpu_slots: int,
         keepalive_s: float = 300.0,
+        port: int = 0,
+        settings: dict[str, str] | None = None,
     ) -> None:
         self.data_dir = data_dir
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         data_dir.mkdir(parents=True, exist_ok=True)
         lines = [
             f'data_dir = "{data_dir}"',
             f"gpu_slots = {gpu_slots}",
             f"keepalive_s = {keepalive_s}",
+            *(f"{k} = {json.dumps(v)}" for k, v in (settings or {}).items()),
         ]
         for p in profiles:
             lines.append(f"[profiles.{p['name']}]")
@@ -154,7 +157,7 @@ class BrokerProcess:
             "--port",
             str(self.port),
         ]
-        with open(data_dir / "broker.log", "wb") as log:  # the child keeps its own copy
+        with open(data_dir / "broker.log", "ab") as log:  # the child keeps its own copy
             self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + 60
         while True:
@@ -181,7 +184,12 @@ class BrokerProcess:
         try:
             self.proc.wait(60)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: the pods keep running for the next broker (or leader)."""
+        self.proc.kill()
+        self.proc.wait()
 
 
 def _bench_profile(

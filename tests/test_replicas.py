@@ -1,0 +1,98 @@
+"""Several broker replicas on one PostgreSQL store: one leads, the other follows, and takes
+over when the leader is SIGKILLed in the middle of a stream of submissions.
+
+Two real ``stoker up`` processes (stoker.broker.failover.Replicas), each with its own data
+dir, on one PostgreSQL database and one pods directory. Every job writes a marker file named
+after its job id into its pod's workspace the moment it runs; the test reads them from the
+host, outside every sandbox, so a job run twice shows.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from stoker.broker.failover import Caller, Replicas, role
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) not installed"),
+    pytest.mark.timeout(240),
+]
+
+CALLERS = 2  # one GPU slot each, so each caller's pod (and its markers) stays warm
+
+
+def _markers(runtime: Path) -> Counter[str]:
+    runs: Counter[str] = Counter()
+    for f in runtime.glob("pods/*/workspace/markers/*"):
+        runs[f.name.split(".")[0]] += 1
+    return runs
+
+
+def _ours(root: Path) -> list[int]:
+    """Processes whose command line names the test's directory (sandboxes, agents, brokers)."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if str(root).encode() in (proc / "cmdline").read_bytes():
+                    out.append(int(proc.name))
+            except OSError:
+                continue
+    return out
+
+
+def test_follower_takes_over_from_a_sigkilled_leader(tmp_path: Path, postgres_url: str) -> None:
+    reps = Replicas(tmp_path, postgres_url, gpu_slots=CALLERS)
+    callers: list[Caller] = []
+    try:
+        assert (role(reps.a.url), role(reps.b.url)) == ("ready", "following")
+        acked = threading.Semaphore(0)
+        token = reps.tenant("t")
+        callers = [Caller(reps.urls, token, f"tag{i}", acked) for i in range(CALLERS)]
+        for c in callers:
+            c.start()
+        for _ in range(6):  # the stream is under way: jobs queued, bound and running
+            assert acked.acquire(timeout=60), [c.error for c in callers]
+        reps.a.kill()
+        killed = time.time()
+        for _ in range(6):  # and goes on through the new leader
+            assert acked.acquire(timeout=90), [c.error for c in callers]
+        assert role(reps.b.url) == "ready"
+        for c in callers:
+            c.stop()
+
+        before = [j for c in callers for j, at in c.acked_at.items() if at < killed]
+        assert len(before) >= 6
+        runs = _markers(reps.runtime)
+        for c in callers:
+            for key, ids in c.ids.items():
+                assert len(ids) == 1, (key, ids)  # a retried submit found its first job
+            for job, row in c.results.items():
+                assert (row["state"], row["exit_code"], row["failure"]) == ("finished", 0, None)
+                assert runs[job] == 1, (job, runs[job], row)  # ran exactly once
+        assert set(before) <= {j for c in callers for j in c.results}
+
+        # one row per accepted job; a led first (epoch 1), then b (epoch 2)
+        assert reps.query("SELECT count(*) FROM jobs") == sum(len(c.ids) for c in callers)
+        assert reps.query("SELECT epoch FROM leader") == 2
+        assert reps.query("SELECT url FROM leader") == reps.b.url
+        pods = httpx.get(
+            f"{reps.b.url}/v1/pods",
+            headers={"Authorization": f"Bearer {reps.admin_token}"},
+            timeout=10,
+        ).json()
+        on_host = {p.name for p in (reps.runtime / "pods").iterdir()}
+        assert {p["id"] for p in pods} == on_host  # the new leader holds every pod
+        assert len(pods) <= CALLERS  # and none twice
+    finally:
+        for c in callers:
+            c.halt.set()
+        reps.close()
+    assert _ours(tmp_path) == []
