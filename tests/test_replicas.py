@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from stoker.broker.failover import Caller, Replicas, role
+from stoker.broker.failover import Caller, Replicas, processes_naming, role
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) not installed"),
@@ -33,19 +33,6 @@ def _markers(runtime: Path) -> Counter[str]:
     for f in runtime.glob("pods/*/workspace/markers/*"):
         runs[f.name.split(".")[0]] += 1
     return runs
-
-
-def _ours(root: Path) -> list[int]:
-    """Processes whose command line names the test's directory (sandboxes, agents, brokers)."""
-    out = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if str(root).encode() in (proc / "cmdline").read_bytes():
-                    out.append(int(proc.name))
-            except OSError:
-                continue
-    return out
 
 
 def test_follower_takes_over_from_a_sigkilled_leader(tmp_path: Path, postgres_url: str) -> None:
@@ -95,4 +82,4 @@ def test_follower_takes_over_from_a_sigkilled_leader(tmp_path: Path, postgres_ur
         for c in callers:
             c.halt.set()
         reps.close()
-    assert _ours(tmp_path) == []
+    assert processes_naming(tmp_path) == []
