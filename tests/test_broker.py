@@ -1,5 +1,6 @@
-"""The broker end to end: real HTTP (uvicorn on 127.0.0.1), a real SQLite file, the real
-LocalRuntime with bubblewrap sandboxes and the real in-pod agent."""
+"""The broker end to end: real HTTP (uvicorn on 127.0.0.1), a real SQLite file (and, where a
+test takes ``database_url``, a real PostgreSQL database too), the real LocalRuntime with
+bubblewrap sandboxes and the real in-pod agent."""
 
 from __future__ import annotations
 
@@ -64,8 +65,8 @@ class Api:
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker(_cfg(tmp_path)) as eb:
+def broker(tmp_path: Path, database_url: str) -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker(_cfg(tmp_path, database_url=database_url)) as eb:
         yield eb
 
 
@@ -278,8 +279,9 @@ def test_multi_pod_job_gets_consistent_topology(broker: EmbeddedBroker) -> None:
     assert len({tuple(r[1:]) for r in ranks}) == 1 and ranks[0][1] == "2"
 
 
-def test_restart_with_running_and_queued_jobs(tmp_path: Path) -> None:
-    cfg = _cfg(tmp_path, gpu_slots=1, profiles=[BrokerProfile.simple("plain", standby=False)])
+def test_restart_with_running_and_queued_jobs(tmp_path: Path, database_url: str) -> None:
+    profiles = [BrokerProfile.simple("plain", standby=False)]
+    cfg = _cfg(tmp_path, gpu_slots=1, profiles=profiles, database_url=database_url)
     eb = EmbeddedBroker(cfg, stop_pods=False).start()
     a = _tenant(eb, "a")
     slow = "import time; print('before', flush=True); time.sleep(2.5); print('after')"
@@ -304,8 +306,9 @@ def test_restart_with_running_and_queued_jobs(tmp_path: Path) -> None:
         eb2.stop()
 
 
-def test_restart_fails_a_lost_pod_with_a_typed_reason(tmp_path: Path) -> None:
-    cfg = _cfg(tmp_path, gpu_slots=1, profiles=[BrokerProfile.simple("plain", standby=False)])
+def test_restart_fails_a_lost_pod_with_a_typed_reason(tmp_path: Path, database_url: str) -> None:
+    profiles = [BrokerProfile.simple("plain", standby=False)]
+    cfg = _cfg(tmp_path, gpu_slots=1, profiles=profiles, database_url=database_url)
     eb = EmbeddedBroker(cfg, stop_pods=False).start()
     a = _tenant(eb, "a")
     jid = a.submit([PY, "-c", "import time; time.sleep(30)"]).json()["id"]
