@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from stoker.broker.config import BrokerConfig, BrokerProfile
 from stoker.broker.embedded import EmbeddedBroker, free_port
 from stoker.broker.failover import processes_naming
-from stoker.broker.leader import Deposed, Leadership
-from stoker.broker.store import Batch, Store, leader
+from stoker.broker.leader import Leadership
+from stoker.broker.store import Batch, Deposed, Store, leader
 
 
 def _submit_batch(store: Store, job_id: str) -> Batch:
@@ -197,4 +197,47 @@ def test_no_leader_answers_503_then_the_follower_takes_over(
         follow.stop()
         loop.close()
         store.close()
+    assert processes_naming(tmp_path) == []
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) not installed")
+@pytest.mark.timeout(120)
+def test_a_leader_cut_off_from_its_lock_steps_down(tmp_path: Path, postgres_url: str) -> None:
+    a = EmbeddedBroker(_cfg(tmp_path, "a", postgres_url)).start()
+    (tmp_path / "b").mkdir()
+    shutil.copy2(a.cfg.admin_token_path, tmp_path / "b" / "admin.token")
+    b = EmbeddedBroker(_cfg(tmp_path, "b", postgres_url)).start()
+    store = Store(postgres_url)
+    try:
+        admin = _api(b.url, a.admin_token)
+        f = _api(b.url, admin.post("/v1/tenants", json={"name": "t"}).json()["token"])
+        body = {"profile": "plain", "argv": ["python", "-c", "pass"], "reuse_tag": "x"}
+        first = f.post("/v1/jobs", json=body).json()["id"]
+        assert f.get(f"/v1/jobs/{first}/wait", params={"timeout_s": 60}).json()["exit_code"] == 0
+
+        # end a's lock session behind its back: a must notice, stop scheduling, and the
+        # lead goes to whichever replica campaigns first (a may win it back)
+        assert a.broker is not None and a.broker.leadership._conn is not None
+        pid = a.broker.leadership._conn.execute(sa.text("SELECT pg_backend_pid()")).scalar()
+        with store.engine.connect() as conn:
+            conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+        deadline = time.monotonic() + 10
+        while Leadership(store, "").current().epoch < 2:
+            assert time.monotonic() < deadline, "nobody took the lead again"
+            time.sleep(0.05)
+        while True:
+            roles = sorted(httpx.get(f"{u}/v1/ready").json()["status"] for u in (a.url, b.url))
+            if roles == ["following", "ready"]:
+                break
+            assert time.monotonic() < deadline, roles
+            time.sleep(0.05)
+        second = f.post("/v1/jobs", json=body)
+        assert second.status_code == 201, second.text
+        done = f.get(f"/v1/jobs/{second.json()['id']}/wait", params={"timeout_s": 60}).json()
+        assert done["exit_code"] == 0
+        assert len(f.get("/v1/pods").json()) == 1  # the new leader adopted the one pod
+    finally:
+        store.close()
+        b.stop()
+        a.stop()
     assert processes_naming(tmp_path) == []

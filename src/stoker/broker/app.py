@@ -147,13 +147,21 @@ class Broker:
         """Hold the lead while it lasts; when it is lost, stop scheduling (the pods stay for
         the next leader) and campaign again."""
         while True:
-            if self.scheduler is None:
-                await self.leadership.campaign()
-                await self._take_over()
-            await self.leadership.hold()
+            try:
+                if self.scheduler is None:
+                    await self.leadership.campaign()
+                    await self._take_over()
+                await self.leadership.hold()
+            except Exception:  # a takeover that failed must not keep the lock from others
+                log.exception("taking over failed; giving the lead up")
+            self.leadership.release()
             sched, self.scheduler = self.scheduler, None
             if sched is not None:
-                await sched.close(stop_pods=False)
+                try:
+                    await sched.close(stop_pods=False)
+                except Exception:  # its pods are the next leader's either way
+                    log.exception("closing the deposed loop")
+            await asyncio.sleep(self.leadership.poll_s)
 
     async def stop_pods(self) -> None:
         """Stop the loop and every pod it runs (a test's or demo's end)."""

@@ -38,17 +38,13 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.pool import NullPool
 
 from stoker.broker.db import LEADER_LOCK, make_engine
-from stoker.broker.store import Store, StoreError, leader
+from stoker.broker.store import Deposed, Store, leader
 
 log = logging.getLogger("stoker.broker.leader")
 
 # server-side TCP keep-alive of the lock session: a leader host that vanishes without
 # closing its socket loses the lock after idle + interval * count seconds
 _KEEPALIVE = {"tcp_keepalives_idle": 5, "tcp_keepalives_interval": 1, "tcp_keepalives_count": 3}
-
-
-class Deposed(StoreError):
-    """A write by a replica that is no longer the leader (its epoch is not the store's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +96,7 @@ class Leadership:
         self.shared = store.engine.dialect.name == "postgresql"
         self._conn: Connection | None = None
         self._lost = asyncio.Event()
+        self._last_error: str | None = None
 
     @property
     def leading(self) -> bool:
@@ -120,9 +117,13 @@ class Leadership:
             try:
                 got = await asyncio.wait_for(asyncio.to_thread(self._try_lock), self.lease_s)
             except (TimeoutError, sa.exc.SQLAlchemyError) as exc:
-                log.warning("leader election: %s", exc)
+                why = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+                if why != self._last_error:  # once per distinct failure, not every poll
+                    log.warning("leader election: %s", why)
+                    self._last_error = why
                 self._drop_connection()
                 return False
+            self._last_error = None
             if not got:
                 return False
         self.epoch = await asyncio.to_thread(self._claim)

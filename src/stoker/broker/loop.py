@@ -20,7 +20,7 @@ from typing import Any
 
 from stoker.broker.config import BrokerConfig, BrokerProfile
 from stoker.broker.metrics import BrokerMetrics
-from stoker.broker.store import Batch, Store, StoredEvent
+from stoker.broker.store import Batch, Deposed, Store, StoredEvent
 from stoker.core import (
     GPU,
     BindJob,
@@ -264,7 +264,8 @@ class Scheduler:
         """Stop the loop; pods keep running for the next broker unless ``stop_pods``."""
         self.ready = False
         self._closing = True  # from here on no new runtime call starts (see _carry_out)
-        self._flush()
+        with contextlib.suppress(Deposed):  # a deposed leader's last writes are refused
+            self._flush()
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
@@ -275,7 +276,8 @@ class Scheduler:
             if stop_all is not None:
                 await stop_all()
         await self.runtime.close()
-        self._flush()
+        with contextlib.suppress(Deposed):
+            self._flush()
 
     # ------------------------------------------------------------------ API calls
 

@@ -97,6 +97,11 @@ class StoreError(RuntimeError):
     """The store cannot do what was asked (a conflict, a missing row)."""
 
 
+class Deposed(StoreError):
+    """A scheduling write by a replica that no longer leads (the store's fence refused it:
+    see stoker.broker.leader); nothing of it was written."""
+
+
 @dataclass(frozen=True, slots=True)
 class StoredEvent:
     """One core event as logged: when it was handed to the core, its kind and fields."""
