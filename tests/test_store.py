@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from typer.testing import CliRunner
 
+from stoker.broker.config import BrokerConfig
+from stoker.broker.db import normalize_url
+from stoker.broker.embedded import free_port
 from stoker.broker.store import Batch, Store, StoreError
+from stoker.cli.main import app
 
 
 def _job(job_id: str, tenant: str = "a", key: str | None = None, **kw: Any) -> dict[str, Any]:
@@ -147,3 +153,32 @@ def test_replicas_opening_at_once_migrate_once(postgres_url: str) -> None:
     with s.engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM leader")).scalar() == 1
     s.close()
+
+
+def test_config_names_the_store_and_the_replica(tmp_path: Path) -> None:
+    path = tmp_path / "broker.toml"
+    path.write_text(
+        'database_url = "postgresql://u@db/stoker"\n'
+        'advertise_url = "http://10.0.0.5:8765"\n'
+        'runtime_dir = "/srv/pods"\n'
+    )
+    cfg = BrokerConfig.load(path)
+    assert cfg.store_url == "postgresql://u@db/stoker"
+    assert cfg.advertise_url == "http://10.0.0.5:8765" and cfg.runtime_dir == Path("/srv/pods")
+    assert normalize_url(cfg.store_url) == "postgresql+psycopg://u@db/stoker"
+    plain = BrokerConfig(data_dir=tmp_path)
+    assert plain.store_url == f"sqlite:///{tmp_path}/stoker.db"
+    assert plain.runtime_dir == tmp_path / "runtime"
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://postgres@127.0.0.1:{port}/none", "nosuchdb://x", "postgresql://:bad"]
+)
+def test_up_with_a_bad_database_url_is_one_line(tmp_path: Path, url: str) -> None:
+    url = url.format(port=free_port())  # nothing listens there
+    res = CliRunner().invoke(
+        app, ["up", "--data-dir", str(tmp_path)], env={"STOKER_DATABASE_URL": url}
+    )
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith("stoker: database_url: cannot open")
+    assert res.stderr.strip().count("\n") == 0

@@ -35,8 +35,12 @@ def normalize_url(url: str) -> str:
 
 
 def display_url(url: str) -> str:
-    """``url`` without its password, for logs and errors."""
-    return make_url(url).render_as_string(hide_password=True)
+    """``url`` without its password, for logs and errors (an unreadable one is not shown:
+    it might hold a password)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ValueError, sa.exc.ArgumentError):
+        return "an unreadable URL"
 
 
 def is_postgresql(url: str) -> bool:

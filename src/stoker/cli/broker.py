@@ -96,7 +96,7 @@ def up(
     cfg.runtime_root = runtime_dir or cfg.runtime_root
     try:
         broker = Broker(cfg)
-    except (sa.exc.SQLAlchemyError, ImportError) as exc:
+    except (sa.exc.SQLAlchemyError, ImportError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0]
         _fail(f"database_url: cannot open {display_url(cfg.store_url)}: {first}")
     typer.echo(
