@@ -144,13 +144,15 @@ def postgres_server() -> Iterator[object]:
     from stoker.broker.pgserver import PgServer, PostgresMissing
 
     try:
-        server = PgServer()
+        server = PgServer().start()
     except PostgresMissing as exc:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(f"CI: {exc}", pytrace=False)
         pytest.skip(str(exc))
-    with server:
+    try:
         yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

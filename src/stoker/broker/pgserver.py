@@ -9,6 +9,7 @@ refuses to run as root. The binaries come from Debian's ``postgresql`` package
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -69,14 +70,29 @@ class PgServer:
             raise RuntimeError(f"{argv[0]} failed: {proc.stderr.strip()}\n{log}")
 
     def start(self) -> PgServer:
+        """initdb and pg_ctl start; on any failure nothing is left (no server, no dir)."""
+        try:
+            self._start()
+        except BaseException:
+            with contextlib.suppress(Exception):  # the first error is the one to see
+                self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
         if self._user is not None:
-            pw = pwd.getpwnam(self._user)
+            try:
+                pw = pwd.getpwnam(self._user)
+            except KeyError:
+                raise PostgresMissing(
+                    "no 'postgres' user to run the server as (Debian's 'postgresql' package"
+                    " creates it)"
+                ) from None
             os.chown(self.root, pw.pw_uid, pw.pw_gid)
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
         opts = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self.running = True  # from here on stop() tries pg_ctl stop
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", opts, "-w", "start")
-        self.running = True
-        return self
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
