@@ -43,7 +43,7 @@ from stoker.broker.leader import Leadership
 from stoker.broker.loop import JobRequest, Scheduler
 from stoker.broker.metrics import BrokerMetrics
 from stoker.broker.replica import StoreReads, forward, unavailable
-from stoker.broker.store import JOB_FIELDS, Store, StoreError
+from stoker.broker.store import JOB_FIELDS, Deposed, Store, StoreError
 from stoker.runtime.base import Runtime
 
 log = logging.getLogger("stoker.broker")
@@ -260,6 +260,12 @@ def create_app(broker: Broker) -> FastAPI:
     @app.exception_handler(NotLeader)
     async def _to_leader(req: Request, _exc: NotLeader) -> Response:
         return await broker.forward(req)
+
+    @app.exception_handler(Deposed)
+    async def _deposed(_req: Request, _exc: Deposed) -> Response:
+        # the lead moved while this write was under way: nothing of it was stored, and a
+        # retry (same idempotency key) reaches the new leader
+        return unavailable(None, "this replica lost the lead during the request")
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
