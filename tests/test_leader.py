@@ -241,3 +241,41 @@ def test_a_leader_cut_off_from_its_lock_steps_down(tmp_path: Path, postgres_url:
         b.stop()
         a.stop()
     assert processes_naming(tmp_path) == []
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) not installed")
+@pytest.mark.timeout(120)
+def test_a_submit_fenced_off_mid_request_is_503_and_stores_nothing(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    eb = EmbeddedBroker(_cfg(tmp_path, "a", postgres_url)).start()
+    store = Store(postgres_url)
+    try:
+        assert eb.broker is not None
+        admin = _api(eb.url, eb.admin_token)
+        t = _api(eb.url, admin.post("/v1/tenants", json={"name": "t"}).json()["token"])
+        lead = eb.broker.leadership
+        lead._confirm = lambda: None  # type: ignore[method-assign]  # a check that lags
+        with store.engine.begin() as conn:  # another replica's epoch, as after a takeover
+            conn.execute(leader.update().values(epoch=leader.c.epoch + 1))
+        body = {"profile": "plain", "argv": ["python", "-c", "pass"], "reuse_tag": "x"}
+        r = t.post("/v1/jobs", json=body, headers={"Idempotency-Key": "k"})
+        assert r.status_code == 503 and r.headers["retry-after"] == "1", r.text
+        with store.engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM jobs")).scalar() == 0
+        del lead._confirm
+        # it stepped down, and as the only replica campaigns and leads again (epoch 3)
+        deadline = time.monotonic() + 10
+        while Leadership(store, "").current().epoch < 3 or not eb.broker.leads:
+            assert time.monotonic() < deadline, "the broker did not lead again"
+            time.sleep(0.05)
+        r = t.post("/v1/jobs", json=body, headers={"Idempotency-Key": "k"})
+        assert r.status_code == 201, r.text
+        assert (
+            t.get(f"/v1/jobs/{r.json()['id']}/wait", params={"timeout_s": 60}).json()["exit_code"]
+            == 0
+        )
+    finally:
+        store.close()
+        eb.stop()
+    assert processes_naming(tmp_path) == []

@@ -474,7 +474,11 @@ class Scheduler:
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            asyncio.get_running_loop().call_soon(self._flush_soon)
+
+    def _flush_soon(self) -> None:
+        with contextlib.suppress(Deposed):  # the lead is lost: the broker steps down
+            self._flush()
 
     def _flush(self) -> None:
         """Commit what the last events wrote, then wake who waits on it."""
