@@ -255,7 +255,7 @@ def test_a_submit_fenced_off_mid_request_is_503_and_stores_nothing(
         admin = _api(eb.url, eb.admin_token)
         t = _api(eb.url, admin.post("/v1/tenants", json={"name": "t"}).json()["token"])
         lead = eb.broker.leadership
-        lead._confirm = lambda: None  # type: ignore[method-assign]  # a check that lags
+        lead._confirm = lambda *_: None  # type: ignore[method-assign]  # a check that lags
         with store.engine.begin() as conn:  # another replica's epoch, as after a takeover
             conn.execute(leader.update().values(epoch=leader.c.epoch + 1))
         body = {"profile": "plain", "argv": ["python", "-c", "pass"], "reuse_tag": "x"}

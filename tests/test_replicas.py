@@ -9,7 +9,9 @@ host, outside every sandbox, so a job run twice shows.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import threading
 import time
 from collections import Counter
@@ -35,7 +37,13 @@ def _markers(runtime: Path) -> Counter[str]:
     return runs
 
 
-def test_follower_takes_over_from_a_sigkilled_leader(tmp_path: Path, postgres_url: str) -> None:
+@pytest.mark.parametrize("loss", ["sigkill", "sigstop"])
+def test_follower_takes_over_from_a_lost_leader(
+    tmp_path: Path, postgres_url: str, loss: str
+) -> None:
+    """``sigkill``: the leader dies. ``sigstop``: it freezes (a stalled host), the follower
+    takes over once the server ends the frozen lock session, then the old leader resumes:
+    it must find itself deposed and start, stop or bind nothing."""
     reps = Replicas(tmp_path, postgres_url, gpu_slots=CALLERS)
     callers: list[Caller] = []
     try:
@@ -47,11 +55,22 @@ def test_follower_takes_over_from_a_sigkilled_leader(tmp_path: Path, postgres_ur
             c.start()
         for _ in range(6):  # the stream is under way: jobs queued, bound and running
             assert acked.acquire(timeout=60), [c.error for c in callers]
-        reps.a.kill()
+        if loss == "sigkill":
+            reps.a.kill()
+        else:
+            os.kill(reps.a.proc.pid, signal.SIGSTOP)
         killed = time.time()
         for _ in range(6):  # and goes on through the new leader
             assert acked.acquire(timeout=90), [c.error for c in callers]
         assert role(reps.b.url) == "ready"
+        if loss == "sigstop":
+            os.kill(reps.a.proc.pid, signal.SIGCONT)
+            deadline = time.monotonic() + 30
+            while role(reps.a.url) != "following":
+                assert time.monotonic() < deadline, role(reps.a.url)
+                time.sleep(0.1)
+            for _ in range(3):  # the stream goes on with the old leader back, following
+                assert acked.acquire(timeout=60), [c.error for c in callers]
         for c in callers:
             c.stop()
 

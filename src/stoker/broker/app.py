@@ -140,6 +140,7 @@ class Broker:
             getattr(runtime, "devices", {}) or [f"vgpu{i}" for i in range(self.cfg.gpu_slots)]
         )
         self.scheduler = Scheduler(self.cfg, self.store, runtime, gpus, self.metrics)
+        self.scheduler.may_act = lambda: self.leadership.leading
         self.recovery = await self.scheduler.start()
         log.warning("scheduling: %s", self.recovery)
 

@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 # these are "stok" + a purpose, unlikely to meet another application's)
 MIGRATION_LOCK = 0x73746F6B_00000001
 LEADER_LOCK = 0x73746F6B_00000002
+IDLE_IN_TRANSACTION_MS = 3000
 
 
 def sqlite_url(path: Path | str) -> str:
@@ -55,7 +56,11 @@ def make_engine(url: str, **kw: Any) -> Engine:
         engine = sa.create_engine(url, **kw)
         sa.event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return sa.create_engine(url, pool_pre_ping=True, **kw)
+    # a replica frozen inside a transaction (a stopped process, a stalled host) holds the
+    # fence's share lock on the leader row: the server ends such a transaction after this
+    # long, so the next leader's epoch bump is never held up longer
+    options = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"
+    return sa.create_engine(url, pool_pre_ping=True, connect_args={"options": options}, **kw)
 
 
 def lock_migrations(conn: Connection) -> None:

@@ -181,6 +181,9 @@ class Scheduler:
         self._port = 0
         self.ready = False
         self._closing = False
+        # whether this broker may touch the runtime now: set by a replica to "it leads", so
+        # a leader that was frozen and resumes deposed never starts or stops a pod
+        self.may_act: Callable[[], bool] = lambda: True
         self.started_at = 0.0
 
     def _new_core(self) -> Core:
@@ -499,8 +502,8 @@ class Scheduler:
     # ------------------------------------------------------------------ actions
 
     def _carry_out(self, action: Any) -> None:
-        if self._closing:
-            return  # shutting down: what the core asks now is left to the next broker
+        if self._closing or not self.may_act():
+            return  # shutting down or deposed: what the core asks is the next leader's
         match action:
             case StartPod(pod, profile, _node, gpus, standby):
                 rt = self.profiles[profile].runtime

@@ -246,11 +246,10 @@ class Store:
 
     def events(self) -> Iterator[StoredEvent]:
         """Every logged core event, in the order the core saw them."""
-        with self.engine.connect() as conn:
-            for seq, at, kind, data in conn.execute(
-                sa.select(core_events).order_by(core_events.c.seq)
-            ):
-                yield StoredEvent(int(seq), float(at), str(kind), dict(data))
+        with self.engine.connect() as conn:  # read all, then end the transaction: a long
+            rows = conn.execute(sa.select(core_events).order_by(core_events.c.seq)).all()
+        for seq, at, kind, data in rows:  # replay must not hold it open on the server
+            yield StoredEvent(int(seq), float(at), str(kind), dict(data))
 
 
 class Batch:
