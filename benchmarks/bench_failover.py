@@ -2,16 +2,18 @@
 
 Each run starts two ``stoker up`` replicas on a fresh database of a private PostgreSQL
 server (stoker.broker.pgserver) and one pods directory, runs a stream of short jobs through
-both (stoker.broker.failover), SIGKILLs the leader, and reads from the store:
+both (stoker.broker.failover), SIGKILLs the leader (or, with ``--loss sigstop``, freezes
+it as a stalled host would be, and resumes it once a job is placed), and reads from the
+store:
 
-- ``takeover_s``: SIGKILL to the follower's claim of the lead (the epoch bump, after it got
+- ``takeover_s``: the signal to the follower's claim of the lead (the epoch bump, after it got
   the advisory lock and before it replays the store);
-- ``first_placed_s``: SIGKILL to the first job the new leader started (the first core event
+- ``first_placed_s``: the signal to the first job the new leader started (the first core event
   ``started`` logged after the kill: a job placed, bound and running in its pod).
 
 Medians and p90 over the runs (goal: first_placed_s <= 5 s); writes JSON.
 
-    .venv/bin/python benchmarks/bench_failover.py [--runs 10] [--out FILE.json]
+    .venv/bin/python benchmarks/bench_failover.py [--runs 10] [--loss sigstop] [--out F.json]
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -42,7 +45,7 @@ def _stats(samples: list[float]) -> dict[str, float]:
     }
 
 
-def one_run(server: PgServer, root: Path) -> dict[str, float]:
+def one_run(server: PgServer, root: Path, loss: str) -> dict[str, float]:
     reps = Replicas(root, server.create_database(), gpu_slots=2)
     callers: list[Caller] = []
     try:
@@ -54,9 +57,8 @@ def one_run(server: PgServer, root: Path) -> dict[str, float]:
         for _ in range(4):
             if not acked.acquire(timeout=60):
                 raise RuntimeError(f"the stream did not start: {[c.error for c in callers]}")
-        reps.a.proc.kill()
+        os.kill(reps.a.proc.pid, signal.SIGKILL if loss == "sigkill" else signal.SIGSTOP)
         killed = time.time()  # from here on the old leader runs no more code
-        reps.a.proc.wait()
         deadline = time.monotonic() + 60
         first = None
         while first is None:
@@ -67,6 +69,8 @@ def one_run(server: PgServer, root: Path) -> dict[str, float]:
                 "SELECT min(at) FROM core_events WHERE kind = 'started' AND at > :t", t=killed
             )
         since = reps.query("SELECT since FROM leader")
+        if loss == "sigstop":
+            os.kill(reps.a.proc.pid, signal.SIGCONT)  # it resumes deposed, and follows
         for c in callers:
             c.stop()
         return {"takeover_s": since - killed, "first_placed_s": first - killed}
@@ -79,6 +83,12 @@ def one_run(server: PgServer, root: Path) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument(
+        "--loss",
+        choices=("sigkill", "sigstop"),
+        default="sigkill",
+        help="kill the leader, or freeze it (a stalled host) and resume it afterwards",
+    )
     parser.add_argument("--out", type=Path, default=Path("stoker-results/bench_failover.json"))
     args = parser.parse_args()
     runs = []
@@ -86,7 +96,7 @@ def main() -> None:
         for i in range(args.runs):
             root = Path(tempfile.mkdtemp(prefix="stoker-failover-"))
             try:
-                run = one_run(server, root)
+                run = one_run(server, root, args.loss)
             finally:
                 shutil.rmtree(root, ignore_errors=True)
             runs.append(run)
@@ -96,6 +106,7 @@ def main() -> None:
                 flush=True,
             )
     results = {
+        "loss": args.loss,
         "takeover_s": _stats([r["takeover_s"] for r in runs]),
         "first_placed_s": _stats([r["first_placed_s"] for r in runs]),
         "goal_first_placed_s": 5.0,
