@@ -8,6 +8,7 @@ import base64
 import json
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,13 @@ def test_sqlite_leads_alone(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- over HTTP
 
 
+def sandboxed(test: Callable[..., None]) -> Callable[..., None]:
+    """A test of brokers with real sandboxes: needs bubblewrap, may take two minutes."""
+    test = pytest.mark.timeout(120)(test)
+    no_bwrap = shutil.which("bwrap") is None
+    return pytest.mark.skipif(no_bwrap, reason="bubblewrap (bwrap) not installed")(test)
+
+
 def _cfg(root: Path, name: str, database_url: str) -> BrokerConfig:
     return BrokerConfig(
         data_dir=root / name,
@@ -108,17 +116,21 @@ def _cfg(root: Path, name: str, database_url: str) -> BrokerConfig:
     )
 
 
+def _pair(root: Path, database_url: str) -> tuple[EmbeddedBroker, EmbeddedBroker]:
+    """Two embedded replicas on one database and pods directory; the first one leads."""
+    lead = EmbeddedBroker(_cfg(root, "a", database_url)).start()
+    (root / "b").mkdir()
+    shutil.copy2(lead.cfg.admin_token_path, root / "b" / "admin.token")  # one admin token
+    return lead, EmbeddedBroker(_cfg(root, "b", database_url)).start()
+
+
 def _api(url: str, token: str) -> httpx.Client:
     return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
 
 
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) not installed")
-@pytest.mark.timeout(120)
+@sandboxed
 def test_follower_serves_reads_and_forwards_writes(tmp_path: Path, postgres_url: str) -> None:
-    lead = EmbeddedBroker(_cfg(tmp_path, "a", postgres_url)).start()
-    (tmp_path / "b").mkdir()
-    shutil.copy2(lead.cfg.admin_token_path, tmp_path / "b" / "admin.token")
-    follow = EmbeddedBroker(_cfg(tmp_path, "b", postgres_url)).start()
+    lead, follow = _pair(tmp_path, postgres_url)
     try:
         assert httpx.get(f"{lead.url}/v1/ready").json()["status"] == "ready"
         assert httpx.get(f"{follow.url}/v1/ready").json()["status"] == "following"
@@ -155,8 +167,7 @@ def test_follower_serves_reads_and_forwards_writes(tmp_path: Path, postgres_url:
     assert processes_naming(tmp_path) == []
 
 
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) not installed")
-@pytest.mark.timeout(120)
+@sandboxed
 def test_no_leader_answers_503_then_the_follower_takes_over(
     tmp_path: Path, postgres_url: str
 ) -> None:
@@ -200,13 +211,9 @@ def test_no_leader_answers_503_then_the_follower_takes_over(
     assert processes_naming(tmp_path) == []
 
 
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) not installed")
-@pytest.mark.timeout(120)
+@sandboxed
 def test_a_leader_cut_off_from_its_lock_steps_down(tmp_path: Path, postgres_url: str) -> None:
-    a = EmbeddedBroker(_cfg(tmp_path, "a", postgres_url)).start()
-    (tmp_path / "b").mkdir()
-    shutil.copy2(a.cfg.admin_token_path, tmp_path / "b" / "admin.token")
-    b = EmbeddedBroker(_cfg(tmp_path, "b", postgres_url)).start()
+    a, b = _pair(tmp_path, postgres_url)
     store = Store(postgres_url)
     try:
         admin = _api(b.url, a.admin_token)
@@ -243,8 +250,7 @@ def test_a_leader_cut_off_from_its_lock_steps_down(tmp_path: Path, postgres_url:
     assert processes_naming(tmp_path) == []
 
 
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) not installed")
-@pytest.mark.timeout(120)
+@sandboxed
 def test_a_submit_fenced_off_mid_request_is_503_and_stores_nothing(
     tmp_path: Path, postgres_url: str
 ) -> None:
