@@ -7,6 +7,7 @@ fork."""
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import importlib
 import json
@@ -14,11 +15,83 @@ import os
 import runpy
 import signal
 import sys
+import tarfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-from stoker.agent.binding import Entry
+from stoker.agent.binding import Entry, unpack_code
+
+_PR_SET_DUMPABLE = 4
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+_CAP_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def set_dumpable(on: bool) -> None:
+    """PR_SET_DUMPABLE: off, no process of another uid (nor one without CAP_SYS_PTRACE)
+    may attach to this one or open its /proc/<pid>/mem, and its /proc files are root's."""
+    _check(_libc().prctl(_PR_SET_DUMPABLE, int(on), 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
+
+
+def clear_ambient_caps() -> None:
+    """Forget the ambient capabilities the agent was started with, so nothing it execs
+    inherits them (it keeps its own permitted ones)."""
+    _check(
+        _libc().prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0),
+        "prctl(PR_CAP_AMBIENT_CLEAR_ALL)",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class JobUser:
+    """The uid and gid a pod's jobs run as: never the agent's, so a job can neither signal,
+    trace nor read the agent or its spare."""
+
+    uid: int
+    gid: int
+
+    def become(self) -> None:
+        """Irrevocably switch this process to the job's uid, with no capability left."""
+        os.setgroups([])
+        os.setresgid(self.gid, self.gid, self.gid)
+        os.setresuid(self.uid, self.uid, self.uid)
+        # a change between two non-zero uids keeps the permitted set: empty it by hand
+        data = (ctypes.c_uint32 * 6)()  # two __user_cap_data_struct, all zero
+        hdr = _CapHeader(_CAP_VERSION_3, 0)
+        _check(_libc().capset(ctypes.byref(hdr), ctypes.byref(data)), "capset")
+        set_dumpable(True)  # the job's own processes may inspect each other (seccomp rules)
+
+
+def run_as(user: JobUser | None, fn: Callable[[], None]) -> int:
+    """Run ``fn`` in a forked child that became ``user`` first; its exit status."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            if user is not None:
+                user.become()
+            fn()
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        os._exit(code)
+    return os.waitpid(pid, 0)[1]
 
 
 def preload(modules: tuple[str, ...]) -> dict[str, float]:
@@ -66,8 +139,19 @@ def _run_entry(entry: Entry) -> int:
         return 1
 
 
-def _child(entry: Entry, env: dict[str, str], cwd: str, extra_path: tuple[str, ...]) -> int:
-    """The job, in a forked child whose fds 1 and 2 are its output pipes; its exit code."""
+def _child(
+    entry: Entry,
+    env: dict[str, str],
+    cwd: str,
+    extra_path: tuple[str, ...],
+    user: JobUser | None,
+    code: str | None,
+) -> int:
+    """The job, in a forked child whose fds 1 and 2 are its output pipes; its exit code.
+
+    It becomes the job's user before anything of the job's is touched: the code archive
+    is unpacked with the job's rights (a bad or oversized archive fails the job with a
+    message, never the agent)."""
     os.setsid()  # its own session and process group, so a kill reaches its children too
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -77,6 +161,14 @@ def _child(entry: Entry, env: dict[str, str], cwd: str, extra_path: tuple[str, .
             fh.write("1000")  # under memory pressure the job dies, not the agent
     except OSError:
         pass
+    if user is not None:
+        user.become()
+    if code:
+        try:
+            unpack_code(Path(code), Path(code).name, Path(cwd))
+        except (OSError, ValueError, tarfile.TarError, EOFError) as exc:
+            os.write(2, f"stoker: code archive refused: {type(exc).__name__}: {exc}\n".encode())
+            return 1
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -115,7 +207,7 @@ class Spare:
     stderr: int
 
     @classmethod
-    def fork(cls) -> Spare:
+    def fork(cls, user: JobUser | None = None) -> Spare:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         ctl_r, ctl_w = os.pipe()
@@ -137,7 +229,14 @@ class Spare:
                     os._exit(0)  # no job: the agent went away or retired this spare
                 spec = json.loads(b"".join(chunks))
                 entry = Entry(spec["kind"], spec["target"], tuple(spec["argv"]))
-                code = _child(entry, spec["env"], spec["cwd"], tuple(spec["path"]))
+                code = _child(
+                    entry,
+                    spec["env"],
+                    spec["cwd"],
+                    tuple(spec["path"]),
+                    user,
+                    spec.get("code"),
+                )
             except BaseException:
                 try:
                     traceback.print_exc()
@@ -149,9 +248,14 @@ class Spare:
         return cls(pid, ctl_w, out_r, err_r)
 
     def start(
-        self, entry: Entry, env: dict[str, str], cwd: str, extra_path: tuple[str, ...]
+        self,
+        entry: Entry,
+        env: dict[str, str],
+        cwd: str,
+        extra_path: tuple[str, ...],
+        code: str | None = None,
     ) -> None:
-        """Hand the spare its job (it runs at once)."""
+        """Hand the spare its job (it runs at once); BrokenPipeError if the spare is gone."""
         spec = {
             "kind": entry.kind,
             "target": entry.target,
@@ -159,12 +263,15 @@ class Spare:
             "env": env,
             "cwd": cwd,
             "path": list(extra_path),
+            "code": code,
         }
         data = json.dumps(spec).encode()
         view = memoryview(data)
-        while view:
-            view = view[os.write(self.ctl, view) :]
-        os.close(self.ctl)
+        try:
+            while view:
+                view = view[os.write(self.ctl, view) :]
+        finally:
+            os.close(self.ctl)
 
     def retire(self) -> None:
         """Let an unused spare go (it exits on EOF); the caller reaps it."""
