@@ -219,16 +219,19 @@ class LocalRuntime:
         gid: int = 65534,
         agent_uid: int = 65533,
         agent_gid: int = 65533,
+        build_uid: int = 65532,
     ) -> None:
         self.state_dir = Path(state_dir).resolve()
         self.pods_dir = self.state_dir / "pods"
         self.pods_dir.mkdir(parents=True, exist_ok=True)
         self.code = CodeStore(Path(code_cache_dir or self.state_dir / "code"))
+        root = os.geteuid() == 0
         self.envs = EnvBuilder(
             Path(env_dir or self.state_dir / "env"),
             base_python=base_python,
             find_links=tuple(find_links),
             no_index=no_index,
+            build_user=(build_uid, build_uid) if root else None,
         )
         self.devices: dict[str, GpuDevice] = {d.id: d for d in discover(gpu_slots)}
         self.start_timeout_s = start_timeout_s
@@ -237,7 +240,6 @@ class LocalRuntime:
         self.recycle_mode = recycle
         # as root the pod's agent drops to (agent_uid, agent_gid) and each job to (uid, gid);
         # otherwise everything in the pod keeps the caller's uid
-        root = os.geteuid() == 0
         if root and (uid == agent_uid or uid == 0 or agent_uid == 0):
             raise ValueError("uid: jobs and the agent need two different non-root uids")
         self.drop_to = (agent_uid, agent_gid) if root else None
