@@ -15,20 +15,18 @@ import time
 import uuid
 import zipfile
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from runtime_rig import Rig, procs_with
 from stoker.core.model import Failure
 from stoker.runtime.base import (
     JobBinding,
     JobExited,
-    JobOutput,
     JobRunning,
     PodDown,
     PodUp,
-    RuntimeEvent,
     RuntimeProfile,
     Topology,
 )
@@ -42,62 +40,10 @@ pytestmark = [
     pytest.mark.timeout(60),
 ]
 
-PLAIN = RuntimeProfile("plain")
-
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@dataclass
-class Result:
-    exit: JobExited
-    stdout: bytes = b""
-    stderr: bytes = b""
-    running: bool = False
-
-
-@dataclass
-class Rig:
-    """A runtime and one reader of its events."""
-
-    rt: LocalRuntime
-    events: AsyncIterator[RuntimeEvent]
-    seen: list[RuntimeEvent] = field(default_factory=list)
-
-    async def next(self, timeout: float = 20.0) -> RuntimeEvent:
-        ev = await asyncio.wait_for(anext(self.events), timeout)
-        self.seen.append(ev)
-        return ev
-
-    async def until(self, kind: type, timeout: float = 20.0) -> RuntimeEvent:
-        while True:
-            ev = await self.next(timeout)
-            if isinstance(ev, kind):
-                return ev
-
-    async def collect(self, job: str, timeout: float = 20.0) -> Result:
-        out, err, running = [], [], False
-        while True:
-            ev = await self.next(timeout)
-            if isinstance(ev, JobRunning) and ev.job == job:
-                running = True
-            elif isinstance(ev, JobOutput) and ev.job == job:
-                (out if ev.stream == "stdout" else err).append(ev.data)
-            elif isinstance(ev, JobExited) and ev.job == job:
-                return Result(ev, b"".join(out), b"".join(err), running)
-
-    async def run(self, pod: str, argv: list[str], **kw: object) -> Result:
-        job = f"job-{uuid.uuid4().hex[:8]}"
-        await self.rt.bind(pod, JobBinding(job=job, argv=tuple(argv), **kw))  # type: ignore[arg-type]
-        return await self.collect(job)
-
-    async def pod(self, profile: RuntimeProfile = PLAIN, standby: bool = False) -> str:
-        pod = f"p{uuid.uuid4().hex[:10]}"
-        await self.rt.start_pod(pod, profile, ("vgpu0",), standby)
-        assert await self.until(PodUp) == PodUp(pod)
-        return pod
 
 
 @pytest.fixture
@@ -105,19 +51,6 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     rt = LocalRuntime(tmp_path / "state", gpu_slots=2)
     yield Rig(rt, rt.events())
     await rt.stop_all()
-
-
-def _procs_with(marker: str) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                cmd = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ")
-            except OSError:
-                continue
-            if marker.encode() in cmd and b"pytest" not in cmd:
-                found.append(int(name))
-    return found
 
 
 async def test_runs_argv_streams_output_and_exit_code(rig: Rig) -> None:
@@ -243,15 +176,15 @@ async def test_stop_kills_the_whole_tree(rig: Rig) -> None:
     await rig.rt.bind(pod, JobBinding(job="tree", argv=("sh", "-c", script)))
     await rig.until(JobRunning)
     for _ in range(500):
-        if all(_procs_with(m) for m in markers):
+        if all(procs_with(m) for m in markers):
             break
         await asyncio.sleep(0.02)
-    assert [m for m in markers if not _procs_with(m)] == []
+    assert [m for m in markers if not procs_with(m)] == []
     await rig.rt.stop_pod(pod)
     exited = await rig.until(JobExited)
     assert isinstance(exited, JobExited) and exited.failure is Failure.PREEMPTED
     assert await rig.until(PodDown) == PodDown(pod, None)
-    left = [m for m in markers if _procs_with(m)]
+    left = [m for m in markers if procs_with(m)]
     assert left == [], "stop_pod returned with pod processes alive"
     assert not (rig.rt.pods_dir / pod).exists()
 
@@ -261,7 +194,7 @@ async def test_stray_processes_die_with_their_job(rig: Rig) -> None:
     marker = f"{uuid.uuid4().int % 900 + 100}.5"
     res = await rig.run(pod, ["sh", "-c", f"setsid sleep {marker} & echo started"])
     assert res.exit.exit_code == 0
-    assert _procs_with(f"sleep {marker}") == []
+    assert procs_with(f"sleep {marker}") == []
 
 
 @pytest.mark.parametrize("mode", ["scrub", "restart"])
