@@ -257,8 +257,7 @@ async def test_agent_and_spare_run_as_their_own_uid_and_are_not_dumpable(rig: Ri
     pod = await rig.pod()
     init = rig.rt.pod_info(pod).init_pid
     agent = int(Path(f"/proc/{init}/task/{init}/children").read_text().split()[0])
-    spare = int(Path(f"/proc/{agent}/task/{agent}/children").read_text().split()[0])
-    for pid in (agent, spare):
+    for pid in (agent, _spare_of(rig.rt, pod)):
         status = Path(f"/proc/{pid}/status").read_text()
         uid = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
         assert uid == (65533 if ROOT else os.geteuid())
@@ -450,6 +449,24 @@ async def test_tenant_b_finds_nothing_of_tenant_a(data_dirs: list[Path], mode: s
         await rt.stop_all()
 
 
+def _spare_of(rt: LocalRuntime, pod: str) -> int:
+    init = rt.pod_info(pod).init_pid
+    agent = int(Path(f"/proc/{init}/task/{init}/children").read_text().split()[0])
+    return int(Path(f"/proc/{agent}/task/{agent}/children").read_text().split()[0])
+
+
+async def test_a_recycle_discards_the_spare_and_forks_a_clean_one(rig: Rig) -> None:
+    pod = await rig.pod()
+    await _py(rig, pod, "print(1)")
+    await asyncio.sleep(0.1)  # the next spare is forked as the job starts
+    before = _spare_of(rig.rt, pod)
+    new = f"{pod}-n"
+    await rig.rt.recycle(pod, new)
+    await rig.until(PodUp)
+    after = _spare_of(rig.rt, new)
+    assert after != before and not Path(f"/proc/{before}").exists()
+
+
 async def test_writable_places_are_only_the_scrubbed_ones(rig: Rig) -> None:
     pod = await rig.pod()
     code = r"""
@@ -537,10 +554,7 @@ print(repr(s.recv(1000)))
 
 async def test_a_killed_spare_is_replaced(rig: Rig) -> None:
     pod = await rig.pod()
-    init = rig.rt.pod_info(pod).init_pid
-    agent = int(Path(f"/proc/{init}/task/{init}/children").read_text().split()[0])
-    spare = int(Path(f"/proc/{agent}/task/{agent}/children").read_text().split()[0])
-    os.kill(spare, 9)  # from outside: no job may (see the test above)
+    os.kill(_spare_of(rig.rt, pod), 9)  # from outside: no job may (see the test above)
     await asyncio.sleep(0.2)
     res = await _py(rig, pod, "print('after')")
     assert res.stdout == b"after\n" and res.exit.exit_code == 0
@@ -734,6 +748,9 @@ print(json.dumps(out))
     if "pids" not in info.limits_missing:
         res2 = await rig.run(plain, ["cat", "/sys/fs/cgroup/pids/pids.max"])
         assert res2.stdout == b"256\n"
+    if "cpu" not in info.limits_missing:
+        res4 = await rig.run(plain, ["cat", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"])
+        assert res4.stdout == b"100000\n"  # one CPU's time per 100 ms period
     if "memory" not in info.limits_missing:
         path = "/sys/fs/cgroup/memory/memory.limit_in_bytes"
         res3 = await rig.run(plain, ["cat", path])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import os
 import shutil
@@ -502,5 +503,20 @@ def test_exposed_paths_under_tmp_are_bound_back(tmp_path: Path) -> None:
         )
         assert out.returncode == 0, out.stderr
         assert out.stdout.split() == ["reachable", "lib"]  # only the exposed path shows
+        # a hidden dir inside an exposed one (a data dir inside a checkout) stays hidden,
+        # and an exposed path inside that is bound back
+        (tree / "lib" / "data" / "venv").mkdir(parents=True)
+        (tree / "lib" / "data" / "stoker.db").write_text("store")
+        (tree / "lib" / "data" / "venv" / "py").write_text("interpreter")
+        spec = dataclasses.replace(
+            spec,
+            argv=("sh", "-c", f"ls {tree}/lib/data; cat {tree}/lib/data/venv/py"),
+            hide=(tree / "lib" / "data",),
+            expose=(tree / "lib", tree / "lib" / "data" / "venv"),
+        )
+        out = subprocess.run(
+            sandbox.build_command(spec), capture_output=True, text=True, timeout=30, check=False
+        )
+        assert out.stdout.split() == ["venv", "interpreter"], out.stderr
     finally:
         shutil.rmtree(tree)
