@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from stoker.runtime.base import (
     JobBinding,
@@ -38,6 +40,16 @@ class Rig:
     rt: LocalRuntime
     events: AsyncIterator[RuntimeEvent]
     seen: list[RuntimeEvent] = field(default_factory=list)
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(cls, state_dir: Path, **kw: Any) -> AsyncIterator[Rig]:
+        """A rig on a new LocalRuntime(state_dir, **kw) whose pods all stop at the end."""
+        rt = LocalRuntime(state_dir, **kw)
+        try:
+            yield cls(rt, rt.events())
+        finally:
+            await rt.stop_all()
 
     async def next(self, timeout: float = 20.0) -> RuntimeEvent:
         ev = await asyncio.wait_for(anext(self.events), timeout)

@@ -137,20 +137,17 @@ async def test_deps_cannot_read_host_files_or_run_code_on_the_host(
     secret = data_dirs[0] / "host-secret.txt"
     secret.write_text("HOST-SECRET-LINE")
     secret.chmod(0o600)
-    rt = LocalRuntime(
+    async with Rig.open(
         data_dirs[0] / "runtime",
         gpu_slots=1,
         find_links=(wheels,),
         no_index=True,
         hide=(data_dirs[0],),
-    )
-    rig = Rig(rt, rt.events())
-    try:
+    ) as rig:
         pod = await rig.pod()
         # the job plants a PEP 517 backend in its workspace, then names the workspace's host
         # path (read from mountinfo) as a dependency: on a host install it would run evil.py
         plant = (
-            "import re\n"
             "open('pyproject.toml','w').write('[build-system]\\nrequires=[]\\n"
             'build-backend="evil"\\nbackend-path=["."]\\n\')\n'
             f"open('evil.py','w').write('open({str(marker)!r},\"w\").write(\"pwned\")')\n"
@@ -158,7 +155,7 @@ async def test_deps_cannot_read_host_files_or_run_code_on_the_host(
             "print(line.split()[3])\n"
         )
         host_ws = (await _py(rig, pod, plant)).stdout.decode().strip()
-        ws = str(rt.pod_info(pod).workspace)
+        ws = str(rig.rt.pod_info(pod).workspace)
         for deps in (
             (f"-r{secret}",),
             (f"--requirement={secret}",),
@@ -172,8 +169,6 @@ async def test_deps_cannot_read_host_files_or_run_code_on_the_host(
             assert b"deps" in res.stderr
             assert b"HOST-SECRET-LINE" not in res.stderr + res.stdout
         assert not marker.exists(), marker.read_text()
-    finally:
-        await rt.stop_all()
 
 
 # ------------------------------------------- 2. a job cannot reach the agent or its spare
@@ -417,10 +412,9 @@ print(json.dumps(left))
 
 @pytest.mark.parametrize("mode", ["scrub", "restart"])
 async def test_tenant_b_finds_nothing_of_tenant_a(data_dirs: list[Path], mode: str) -> None:
-    rt = LocalRuntime(data_dirs[0] / "runtime", gpu_slots=1, recycle=mode, hide=(data_dirs[0],))
-    rig = Rig(rt, rt.events())
     marker = f"{uuid.uuid4().int % 900 + 100}.77"
-    try:
+    hide = (data_dirs[0],)
+    async with Rig.open(data_dirs[0] / "runtime", gpu_slots=1, recycle=mode, hide=hide) as rig:
         pod = await rig.pod()
         planted = await _py(rig, pod, _PLANT)
         assert planted.exit.exit_code == 0, planted.stderr
@@ -441,12 +435,10 @@ async def test_tenant_b_finds_nothing_of_tenant_a(data_dirs: list[Path], mode: s
         }
         await _py(rig, pod, _PLANT)
         new = f"{pod}-b"
-        await rt.recycle(pod, new)
+        await rig.rt.recycle(pod, new)
         assert await rig.until(PodUp) == PodUp(new)
         other = _json(await _py(rig, new, _LOOK))
         assert other == {**same, "/workspace": []}
-    finally:
-        await rt.stop_all()
 
 
 def _spare_of(rt: LocalRuntime, pod: str) -> int:
@@ -655,14 +647,10 @@ async def test_a_pod_whose_runtime_died_mid_start_is_adopted(data_dirs: list[Pat
         proc.kill()
         proc.wait()
     (state / "pods" / "half").mkdir()  # one that died before its record: nothing started
-    rt = LocalRuntime(state, gpu_slots=1)
-    rig = Rig(rt, rt.events())
-    try:
-        assert await rt.live_pods() == ["orphan"]  # tracked again, not orphaned
+    async with Rig.open(state, gpu_slots=1) as rig:
+        assert await rig.rt.live_pods() == ["orphan"]  # tracked again, not orphaned
         assert not (state / "pods" / "half").exists()
         assert (await rig.run("orphan", ["echo", "adopted"])).stdout == b"adopted\n"
-    finally:
-        await rt.stop_all()
     assert procs_with("--pod orphan") == []
 
 

@@ -179,6 +179,17 @@ def _layered(exposed: list[Path], hidden: list[Path], tmp_size: list[str]) -> li
     return args
 
 
+def _as_on_host(paths: list[str]) -> list[str]:
+    """Each path that exists on the host, read-only (a symlink as the same symlink)."""
+    args: list[str] = []
+    for host in paths:
+        if os.path.islink(host):
+            args += ["--symlink", os.readlink(host), host]
+        elif os.path.exists(host):
+            args += ["--ro-bind", host, host]
+    return args
+
+
 def build_command(spec: SandboxSpec, bwrap: str | None = None) -> list[str]:
     """The full bwrap argv for ``spec``."""
     cmd = [bwrap or find_bwrap(), "--unshare-pid", "--unshare-ipc"]
@@ -187,19 +198,9 @@ def build_command(spec: SandboxSpec, bwrap: str | None = None) -> list[str]:
     cmd += ["--unshare-uts", "--unshare-cgroup-try", "--hostname", spec.hostname]
     if not spec.network:
         cmd.append("--unshare-net")
-    for name in SYSTEM:
-        host = f"/{name}"
-        if os.path.islink(host):
-            cmd += ["--symlink", os.readlink(host), host]
-        elif os.path.isdir(host):
-            cmd += ["--ro-bind", host, host]
+    cmd += _as_on_host([f"/{name}" for name in SYSTEM])
     cmd += ["--perms", "0755", "--dir", "/etc"]
-    for name in ETC:
-        host = f"/etc/{name}"
-        if os.path.islink(host):
-            cmd += ["--symlink", os.readlink(host), host]
-        elif os.path.exists(host):
-            cmd += ["--ro-bind", host, host]
+    cmd += _as_on_host([f"/etc/{name}" for name in ETC])
     cmd += ["--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue"]
     # the host's cgroup tree lists every pod: a sandbox sees only its own groups
     cmd += ["--perms", "0755", "--tmpfs", CGROUP_DIR]
