@@ -195,6 +195,14 @@ def _unmount(path: Path) -> None:
         subprocess.run(["umount", "--lazy", str(path)], check=False, capture_output=True)
 
 
+def _clear_pod(rec: _Pod) -> None:
+    """Remove what is left of a killed pod on the host: its groups, its workspace's tmpfs,
+    its directory."""
+    rec.cgroup.remove()
+    _unmount(rec.dir / "workspace")
+    shutil.rmtree(rec.dir, ignore_errors=True)
+
+
 def _failure(name: object) -> Failure | None:
     return Failure(str(name)) if name else None
 
@@ -617,13 +625,16 @@ class LocalRuntime:
             if pid and _start_time(pid) == start:  # never a reused pid
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
-        await asyncio.to_thread(rec.cgroup.kill_all)
-        if rec.proc is not None:
-            await asyncio.to_thread(rec.proc.wait)
-        rec.cgroup.remove()
-        await asyncio.to_thread(_unmount, rec.dir / "workspace")
-        await asyncio.to_thread(shutil.rmtree, rec.dir, True)
-        self._pods.pop(rec.id, None)
+        try:
+            await asyncio.to_thread(rec.cgroup.kill_all)
+            if rec.proc is not None:
+                await asyncio.to_thread(rec.proc.wait)
+            await asyncio.to_thread(_clear_pod, rec)
+        except BaseException:
+            _clear_pod(rec)  # cancelled midway: still no mount, group or directory left
+            raise
+        finally:
+            self._pods.pop(rec.id, None)
 
     async def stop_pod(self, pod: str) -> None:
         """Stop a pod and everything in it; emits PodDown(pod) (and PREEMPTED for its job)."""
