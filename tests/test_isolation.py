@@ -22,6 +22,7 @@ import uuid
 import zlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -748,7 +749,7 @@ print(json.dumps(out))
 # ---------------------------------------------------------- through a real broker
 
 
-def test_through_a_broker_a_tenant_reads_no_store_and_runs_no_host_deps(
+def test_through_a_broker_tenants_reach_no_store_host_agent_or_each_other(
     data_dirs: list[Path],
 ) -> None:
     from stoker.broker.config import BrokerConfig, BrokerProfile
@@ -757,30 +758,48 @@ def test_through_a_broker_a_tenant_reads_no_store_and_runs_no_host_deps(
     data = data_dirs[0] / "broker"
     cfg = BrokerConfig(data_dir=data, profiles=[BrokerProfile.simple("plain")], gpu_slots=1)
     with EmbeddedBroker(cfg) as eb:
-        admin = httpx.Client(base_url=eb.url, headers={"Authorization": f"Bearer {eb.admin_token}"})
-        tok = admin.post("/v1/tenants", json={"name": "mallory"}).json()["token"]
-        api = httpx.Client(base_url=eb.url, headers={"Authorization": f"Bearer {tok}"}, timeout=60)
+        auth = {"Authorization": f"Bearer {eb.admin_token}"}
+        admin = httpx.Client(base_url=eb.url, headers=auth)
 
-        def run(argv: list[str], **kw: object) -> tuple[dict[str, object], str]:
-            r = api.post(
-                "/v1/jobs", json={"profile": "plain", "argv": argv, "reuse_tag": "t", **kw}
-            )
+        def tenant(name: str) -> httpx.Client:
+            tok = admin.post("/v1/tenants", json={"name": name}).json()["token"]
+            auth = {"Authorization": f"Bearer {tok}"}
+            return httpx.Client(base_url=eb.url, headers=auth, timeout=60)
+
+        def run(api: httpx.Client, argv: list[str], **kw: object) -> tuple[dict[str, Any], str]:
+            body = {"profile": "plain", "argv": argv, "reuse_tag": "t", **kw}
+            r = api.post("/v1/jobs", json=body)
             if r.status_code == 422:  # refused at submit: as good as refused at bind
                 return {"state": "rejected", "detail": r.json()}, ""
             assert r.status_code == 201, r.text
             job = api.get(f"/v1/jobs/{r.json()['id']}/wait", params={"timeout_s": 60}).json()
             out = api.get(f"/v1/jobs/{job['id']}/output", params={"follow": False}).text
-            return job, out
+            return job, _decode(out)
 
-        look = (
-            f"import os; print(os.path.exists({str(data)!r}), os.path.exists({str(cfg.db_path)!r}))"
-        )
-        job, out = run(["python", "-c", look])
-        assert job["exit_code"] == 0 and _decode(out) == "False False\n", (job, out)
+        mallory, bob = tenant("mallory"), tenant("bob")
+        paths = (str(data), str(cfg.db_path), str(cfg.admin_token_path))
+        look = f"import os; print(*(os.path.exists(p) for p in {paths!r}))"
+        job, out = run(mallory, ["python", "-c", look])
+        assert job["exit_code"] == 0 and out == "False False False\n", (job, out)
         token_text = cfg.admin_token_path.read_text().strip()
-        job, out = run(["true"], deps=[f"-r{cfg.admin_token_path}"])
+        job, out = run(mallory, ["true"], deps=[f"-r{cfg.admin_token_path}"])
         assert job["state"] == "rejected" or job["failure"] == "user_error", job
-        assert token_text not in _decode(out) and token_text not in json.dumps(job)
+        assert token_text not in out and token_text not in json.dumps(job)
+        if ROOT:
+            job, out = run(mallory, ["python", "-c", _ATTACK_AGENT])
+            assert json.loads(out.splitlines()[-1])["worked"] == [], out
+        job, out = run(mallory, ["python", "-c", _PLANT])
+        assert job["exit_code"] == 0, out
+        job, out = run(bob, ["python", "-c", _LOOK], reuse_tag="t")
+        assert json.loads(out.splitlines()[-1]) == {
+            "/tmp": [],
+            "/dev/shm": [],
+            "/dev/mqueue": [],
+            "/stoker/sock": "unreadable",
+            "/workspace": [],
+            "mq": False,
+            "ipc": [],
+        }
 
 
 def _decode(ndjson: str) -> str:
