@@ -27,10 +27,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from stoker.agent import protocol
-from stoker.agent.binding import check_env, classify, topology_env
+from stoker.agent.binding import Entry, check_env, classify, topology_env
 from stoker.agent.protocol import Message
 from stoker.agent.zygote import JobUser, Spare, clear_ambient_caps, preload, run_as, set_dumpable
 
@@ -240,7 +239,7 @@ class Agent:
         loop.call_soon(self._ensure_spare)  # the next job's fork happens while this one runs
 
     def _start(
-        self, entry: Any, env: dict[str, str], overlay: tuple[str, ...], code: str | None
+        self, entry: Entry, env: dict[str, str], overlay: tuple[str, ...], code: str | None
     ) -> Spare | None:
         """Hand the job to the spare; a spare that died meanwhile is replaced once."""
         for _ in range(2):
