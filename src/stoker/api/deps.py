@@ -12,7 +12,7 @@ from __future__ import annotations
 from packaging.requirements import InvalidRequirement, Requirement
 
 #: at most this many requirements per job, each at most this long
-MAX_DEPS = 64
+MAX_DEPS = 256
 MAX_DEP_CHARS = 200
 
 
