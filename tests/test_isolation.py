@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import uuid
 import zlib
 from collections.abc import AsyncIterator, Iterator
@@ -185,8 +186,11 @@ def children(pid):
     except OSError:
         return []
 
-for _ in range(200):  # the next job's spare is forked just after this job started
-    spares = [c for c in children(2) if c != me]
+# the agent (pid 2), the zygote (its child) and the next job's spare (the zygote's child
+# beside this job, forked just after it started)
+zygote = os.getppid()
+for _ in range(200):
+    spares = [c for c in children(zygote) if c != me]
     if spares:
         break
     time.sleep(0.01)
@@ -198,7 +202,7 @@ buf = ctypes.create_string_buffer(64)
 local = Iovec(ctypes.cast(buf, ctypes.c_void_p), 64)
 remote = Iovec(0x400000, 64)
 worked, tried = [], []
-for pid in [2, *spares]:
+for pid in [2, zygote, *spares]:
     tried.append(pid)
     for req in (16, 0x4206):  # PTRACE_ATTACH, PTRACE_SEIZE
         if libc.ptrace(req, pid, 0, 0) == 0:
@@ -239,7 +243,7 @@ async def test_a_job_cannot_trace_read_write_or_signal_the_agent_and_spare(rig: 
     pod = await rig.pod()
     res = _json(await _py(rig, pod, _ATTACK_AGENT))
     assert res["worked"] == [], res
-    assert len(res["tried"]) >= 2  # the agent and its spare
+    assert len(res["tried"]) >= 3  # the agent, the zygote and the next spare
     assert res["uid"] == 65534  # the job's uid, never the agent's (65533)
     caps = res["caps"]
     assert isinstance(caps, dict)
@@ -249,11 +253,9 @@ async def test_a_job_cannot_trace_read_write_or_signal_the_agent_and_spare(rig: 
     assert again.stdout == b"fine\n"
 
 
-async def test_agent_and_spare_run_as_their_own_uid_and_are_not_dumpable(rig: Rig) -> None:
+async def test_agent_zygote_and_spare_run_as_their_own_uid_and_are_not_dumpable(rig: Rig) -> None:
     pod = await rig.pod()
-    init = rig.rt.pod_info(pod).init_pid
-    agent = int(Path(f"/proc/{init}/task/{init}/children").read_text().split()[0])
-    for pid in (agent, _spare_of(rig.rt, pod)):
+    for pid in _agent_zygote_spare(rig.rt, pod):
         status = Path(f"/proc/{pid}/status").read_text()
         uid = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
         assert uid == (65533 if ROOT else os.geteuid())
@@ -442,10 +444,23 @@ async def test_tenant_b_finds_nothing_of_tenant_a(data_dirs: list[Path], mode: s
         assert other == {**same, "/workspace": []}
 
 
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _agent_zygote_spare(rt: LocalRuntime, pod: str) -> tuple[int, int, int]:
+    """The pod's agent, its zygote, and the zygote's one child (the spare, between jobs)."""
+    agent = _children(rt.pod_info(pod).init_pid)[0]
+    zygote = _children(agent)[0]
+    for _ in range(500):  # the spare is forked a moment after a job starts
+        if spares := _children(zygote):
+            return agent, zygote, spares[0]
+        time.sleep(0.01)
+    raise AssertionError("no spare")
+
+
 def _spare_of(rt: LocalRuntime, pod: str) -> int:
-    init = rt.pod_info(pod).init_pid
-    agent = int(Path(f"/proc/{init}/task/{init}/children").read_text().split()[0])
-    return int(Path(f"/proc/{agent}/task/{agent}/children").read_text().split()[0])
+    return _agent_zygote_spare(rt, pod)[2]
 
 
 async def test_a_recycle_discards_the_spare_and_forks_a_clean_one(rig: Rig) -> None:
@@ -458,6 +473,42 @@ async def test_a_recycle_discards_the_spare_and_forks_a_clean_one(rig: Rig) -> N
     await rig.until(PodUp)
     after = _spare_of(rig.rt, new)
     assert after != before and not Path(f"/proc/{before}").exists()
+
+
+_SCAN_OWN_MEMORY = r"""
+import re
+found = set()
+with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", 0) as mem:
+    for line in maps:
+        span, perms = line.split()[:2]
+        if not perms.startswith("r"):
+            continue
+        lo, hi = (int(x, 16) for x in span.split("-"))
+        try:
+            mem.seek(lo)
+            data = mem.read(hi - lo)
+        except (OSError, OverflowError, ValueError):
+            continue
+        found.update(m.group(1) for m in re.finditer(rb"SECRET-OF-A-([0-9a-f]{32})", data))
+print(sorted(x.decode() for x in found))
+"""
+
+
+async def test_no_job_inherits_an_earlier_jobs_data_in_memory(rig: Rig) -> None:
+    """A zygote job's memory is a copy of its parent's: the parent (the zygote) never held a
+    bind, so tenant B finds none of tenant A's env in its own memory."""
+    pod = await rig.pod()
+    secret = uuid.uuid4().hex
+    env = {"API_KEY": f"SECRET-OF-A-{secret}"}
+    for _ in range(3):  # A's secret passes through the agent several times
+        res = await _py(rig, pod, "import os; print(len(os.environ['API_KEY']))", env=env)
+        assert res.stdout == b"44\n"
+    new = f"{pod}-b"
+    await rig.rt.recycle(pod, new)
+    await rig.until(PodUp)
+    res = await _py(rig, new, _SCAN_OWN_MEMORY)
+    assert res.exit.exit_code == 0, res.stderr
+    assert secret not in res.stdout.decode()
 
 
 async def test_writable_places_are_only_the_scrubbed_ones(rig: Rig) -> None:

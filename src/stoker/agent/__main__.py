@@ -31,7 +31,15 @@ from pathlib import Path
 from stoker.agent import protocol
 from stoker.agent.binding import Entry, check_env, classify, topology_env
 from stoker.agent.protocol import Message
-from stoker.agent.zygote import JobUser, Spare, clear_ambient_caps, preload, run_as, set_dumpable
+from stoker.agent.zygote import (
+    JobUser,
+    Spare,
+    Zygote,
+    clear_ambient_caps,
+    preload,
+    run_as,
+    set_dumpable,
+)
 
 CHUNK = 64 * 1024
 MAX_HELD = 4096  # output events kept while no runtime listens (~256 MiB at most)
@@ -73,6 +81,11 @@ class Agent:
         self._held: list[Message] = []  # events while no runtime is connected
         self._stop = asyncio.Event()
         self._spare: Spare | None = None
+        # the spares' clean parent, forked now: before any runtime connects
+        self.zygote = Zygote(user, self._on_exit)
+        self._exits: dict[int, int] = {}  # spare pid -> wait status, until someone waits
+        self._waiters: dict[int, asyncio.Future[int]] = {}
+        self._discarded: set[int] = set()  # spares let go: their exit is nobody's business
 
     # --- connection ------------------------------------------------------
 
@@ -243,20 +256,19 @@ class Agent:
     ) -> Spare | None:
         """Hand the job to the spare; a spare that died meanwhile is replaced once."""
         for _ in range(2):
-            spare, self._spare = self._spare or Spare.fork(self.user), None
+            spare, self._spare = self._spare or self.zygote.spare(), None
             try:
                 spare.start(entry, env, str(self.workspace), overlay, code)
                 return spare
             except OSError:  # BrokenPipeError: it was killed
                 for fd in (spare.stdout, spare.stderr):
                     os.close(fd)
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(spare.pid, 0)
+                self._forget(spare.pid)
         return None
 
     def _ensure_spare(self) -> None:
         if self._spare is None and not self._stop.is_set():
-            self._spare = Spare.fork(self.user)
+            self._spare = self.zygote.spare()
 
     def _discard_spare(self) -> None:
         spare, self._spare = self._spare, None
@@ -264,8 +276,29 @@ class Agent:
             spare.retire()
             with contextlib.suppress(OSError):
                 os.kill(spare.pid, signal.SIGKILL)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(spare.pid, 0)
+            self._forget(spare.pid)
+
+    def _forget(self, pid: int) -> None:
+        if self._exits.pop(pid, None) is None:
+            self._discarded.add(pid)
+
+    def _on_exit(self, pid: int, status: int) -> None:
+        """The zygote reaped a spare (a job, or a spare let go)."""
+        if pid in self._discarded:
+            self._discarded.discard(pid)
+        elif (fut := self._waiters.pop(pid, None)) is not None:
+            if not fut.done():
+                fut.set_result(status)
+        else:
+            self._exits[pid] = status
+
+    def _zygote_readable(self) -> None:
+        try:
+            self.zygote.readable()
+        except (ConnectionError, OSError) as exc:  # no zygote, no jobs: the pod is done
+            print(f"agent: {exc}", file=sys.stderr)
+            asyncio.get_running_loop().remove_reader(self.zygote.sock.fileno())
+            self._stop.set()
 
     def _clear_scratch(self, *more: str) -> None:
         """Empty the scratch dirs (and ``more``) and remove every System V IPC object, as the
@@ -314,17 +347,12 @@ class Agent:
             transport.close()
 
     async def _wait_exit(self, pid: int) -> int:
-        """Wait for ``pid`` without a thread (a pidfd turns readable when it exits)."""
-        loop = asyncio.get_running_loop()
-        fd = os.pidfd_open(pid)
-        exited = loop.create_future()
-        loop.add_reader(fd, exited.set_result, None)
-        try:
-            await exited
-        finally:
-            loop.remove_reader(fd)
-            os.close(fd)
-        return os.waitpid(pid, 0)[1]
+        """Wait for the job ``pid`` to end; its wait status (reported by the zygote)."""
+        if pid in self._exits:
+            return self._exits.pop(pid)
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._waiters[pid] = fut
+        return await fut
 
     async def _watch(self, job: _Job, out_r: int, err_r: int, timeout_s: float) -> None:
         pumps = [
@@ -371,7 +399,7 @@ class Agent:
         job = self.job
         if not self.sweep and job is None:
             return
-        keep = {1, os.getpid()} | ({self._spare.pid} if self._spare else set())
+        keep = {1, os.getpid(), self.zygote.pid} | ({self._spare.pid} if self._spare else set())
         for _ in range(1000):
             alive = []
             for name in os.listdir("/proc"):
@@ -406,10 +434,13 @@ class Agent:
             os.umask(old_umask)
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self._stop.set)
+        loop.add_reader(self.zygote.sock.fileno(), self._zygote_readable)
         self._ensure_spare()
         async with server:
             await self._stop.wait()
+        loop.remove_reader(self.zygote.sock.fileno())
         self._discard_spare()
+        self.zygote.close()
 
 
 def _empty_dir(root: Path) -> None:

@@ -1,19 +1,25 @@
-"""The zygote: the agent's own interpreter with the profile's modules imported once.
+"""The zygote: the agent's interpreter with the profile's modules imported once, forked off
+as its own process (:class:`Zygote`) before any runtime connects.
 
-Each job runs in a fork of it, made ahead of time (:class:`Spare`): the child inherits the
-warm imports (``torch`` costs seconds to import) and starts from the zygote's state, which
-never ran user code, so no job sees another's globals. A plain argv is exec'd from the same
-fork."""
+Each job runs in a fork of the zygote, made ahead of time (:class:`Spare`): the child
+inherits the warm imports (``torch`` costs seconds to import) and starts from the zygote's
+state, which never ran user code and never held a tenant's data (binds go to the agent, not
+to the zygote), so no job sees another's globals or finds another's env in its own memory.
+A plain argv is exec'd from the same fork. Each job first becomes the pod's job user
+(:class:`JobUser`)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import importlib
 import json
 import os
 import runpy
+import selectors
 import signal
+import socket
 import sys
 import tarfile
 import time
@@ -66,8 +72,10 @@ class JobUser:
     uid: int
     gid: int
 
-    def become(self) -> None:
-        """Irrevocably switch this process to the job's uid, with no capability left."""
+    def become(self, dumpable: bool = True) -> None:
+        """Irrevocably switch this process to the job's uid, with no capability left;
+        ``dumpable`` for a job (its own processes may inspect each other), not for a helper
+        forked from the agent, which still holds the agent's memory."""
         os.setgroups([])
         os.setresgid(self.gid, self.gid, self.gid)
         os.setresuid(self.uid, self.uid, self.uid)
@@ -75,7 +83,7 @@ class JobUser:
         data = (ctypes.c_uint32 * 6)()  # two __user_cap_data_struct, all zero
         hdr = _CapHeader(_CAP_VERSION_3, 0)
         _check(_libc().capset(ctypes.byref(hdr), ctypes.byref(data)), "capset")
-        set_dumpable(True)  # the job's own processes may inspect each other (seccomp rules)
+        set_dumpable(dumpable)
 
 
 def run_as(user: JobUser | None, fn: Callable[[], None]) -> int:
@@ -85,7 +93,7 @@ def run_as(user: JobUser | None, fn: Callable[[], None]) -> int:
         code = 1
         try:
             if user is not None:
-                user.become()
+                user.become(dumpable=False)
             fn()
             code = 0
         except BaseException:
@@ -194,58 +202,17 @@ def _child(
 
 @dataclass
 class Spare:
-    """A child forked ahead of time, waiting for its job on a pipe.
+    """A child forked ahead of time (by the :class:`Zygote`), waiting for its job on a pipe.
 
     Forking an interpreter that holds torch costs ~10 ms (page tables) and would sit between
-    a bind and its job running; the agent forks the next spare while a job runs, so a bind
-    only writes the job to a pipe. A spare sees EOF (and exits) if the agent dies.
+    a bind and its job running; the agent has the next spare forked while a job runs, so a
+    bind only writes the job to a pipe. A spare sees EOF (and exits) if the agent dies.
     """
 
     pid: int
     ctl: int  # write end: the job's description, then close
     stdout: int  # read ends of the job's output pipes
     stderr: int
-
-    @classmethod
-    def fork(cls, user: JobUser | None = None) -> Spare:
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        ctl_r, ctl_w = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the spare
-            code = 1
-            try:
-                gc.freeze()  # the agent's objects are never collected (nor their fds closed)
-                os.dup2(ctl_r, 0)
-                os.dup2(out_w, 1)
-                os.dup2(err_w, 2)
-                os.closerange(3, 1 << 16)  # the agent's socket, loop and pipes stay its own
-                chunks = []
-                while chunk := os.read(0, 1 << 16):
-                    chunks.append(chunk)
-                if not chunks:
-                    os._exit(0)  # no job: the agent went away or retired this spare
-                spec = json.loads(b"".join(chunks))
-                entry = Entry(spec["kind"], spec["target"], tuple(spec["argv"]))
-                code = _child(
-                    entry,
-                    spec["env"],
-                    spec["cwd"],
-                    tuple(spec["path"]),
-                    user,
-                    spec.get("code"),
-                )
-            except BaseException:
-                try:
-                    traceback.print_exc()
-                finally:
-                    code = 1
-            os._exit(code)
-        for fd in (out_w, err_w, ctl_r):
-            os.close(fd)
-        return cls(pid, ctl_w, out_r, err_r)
 
     def start(
         self,
@@ -274,7 +241,118 @@ class Spare:
             os.close(self.ctl)
 
     def retire(self) -> None:
-        """Let an unused spare go (it exits on EOF); the caller reaps it."""
+        """Let an unused spare go (it exits on EOF)."""
         os.close(self.ctl)
         os.close(self.stdout)
         os.close(self.stderr)
+
+
+def _spare_main(user: JobUser | None) -> int:
+    """The spare's life: fds 0, 1, 2 are its job pipe and output pipes; its exit code."""
+    gc.freeze()  # the zygote's objects are never collected (nor their fds closed)
+    chunks = []
+    while chunk := os.read(0, 1 << 16):
+        chunks.append(chunk)
+    if not chunks:
+        return 0  # no job: the agent went away or retired this spare
+    spec = json.loads(b"".join(chunks))
+    entry = Entry(spec["kind"], spec["target"], tuple(spec["argv"]))
+    return _child(entry, spec["env"], spec["cwd"], tuple(spec["path"]), user, spec.get("code"))
+
+
+def _zygote_main(sock: socket.socket, user: JobUser | None) -> None:
+    """The zygote's loop: fork a spare onto the three fds of each request, report its pid,
+    and report each spare's wait status when it exits (it is the spares' parent)."""
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ)
+    while True:
+        for key, _ in sel.select():
+            if key.fileobj is sock:
+                msg, fds, _flags, _addr = socket.recv_fds(sock, 64, 3)
+                if not msg:
+                    return  # the agent went away
+                pid = os.fork()
+                if pid == 0:  # the spare
+                    code = 1
+                    try:
+                        for i, fd in enumerate(fds):
+                            os.dup2(fd, i)
+                        os.closerange(3, 1 << 16)  # the zygote's socket and pidfds
+                        code = _spare_main(user)
+                    except BaseException:
+                        with contextlib.suppress(BaseException):
+                            traceback.print_exc()
+                    os._exit(code)
+                for fd in fds:
+                    os.close(fd)
+                sel.register(os.pidfd_open(pid), selectors.EVENT_READ, pid)
+                sock.send(f"forked {pid} 0".encode())
+            else:
+                sel.unregister(key.fileobj)
+                os.close(key.fd)
+                _, status = os.waitpid(key.data, 0)
+                sock.send(f"exit {key.data} {status}".encode())
+
+
+class Zygote:
+    """The clean parent of every spare.
+
+    Forked from the agent right after the preload, before any runtime connected, it never
+    holds a tenant's data: no bind message, env, secret or output ever passes through its
+    memory, so a job (which reads its own memory, inherited from its parent) finds nothing of
+    an earlier job there, whichever tenant ran it. It sees only "fork" requests carrying the
+    new spare's three pipe fds (SCM_RIGHTS over a SOCK_SEQPACKET pair), answers with the
+    spare's pid, and reports each spare's wait status (``on_exit``) when it ends.
+    """
+
+    def __init__(self, user: JobUser | None, on_exit: Callable[[int, int], None]) -> None:
+        self.on_exit = on_exit
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                self.sock.close()
+                _zygote_main(theirs, user)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            os._exit(code)
+        theirs.close()
+        self.pid = pid
+
+    def _next(self) -> tuple[str, int]:
+        """Read one report; exits go to ``on_exit``."""
+        data = self.sock.recv(64)
+        if not data:
+            raise ConnectionError("the zygote is gone")
+        kind, pid, status = data.decode().split()
+        if kind == "exit":
+            self.on_exit(int(pid), int(status))
+        return kind, int(pid)
+
+    def readable(self) -> None:
+        """For the event loop's reader: handle one report."""
+        self._next()
+
+    def spare(self) -> Spare:
+        """A new spare (forked at once by the zygote)."""
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        ctl_r, ctl_w = os.pipe()
+        try:
+            socket.send_fds(self.sock, [b"fork"], [ctl_r, out_w, err_w])
+        finally:
+            for fd in (ctl_r, out_w, err_w):
+                os.close(fd)
+        while True:
+            kind, pid = self._next()
+            if kind == "forked":
+                return Spare(pid, ctl_w, out_r, err_r)
+
+    def close(self) -> None:
+        """Let the zygote go (it exits when its socket closes) and reap it."""
+        self.sock.close()
+        os.waitpid(self.pid, 0)
