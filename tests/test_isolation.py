@@ -313,7 +313,8 @@ async def test_cgroup_fs_shows_only_the_pods_own_groups(rig: Rig) -> None:
     listing = (await _py(rig, a, code)).stdout.decode()
     assert other not in listing and own not in listing  # not even its own name shows
     assert "process_api" not in listing and "system.slice" not in listing
-    limit = await _py(rig, a, "print(open('/sys/fs/cgroup/pids/pids.max').read().strip())")
+    pids_max = "pids.max" if "v2" in rig.rt._pods[a].cgroup.dirs else "pids/pids.max"
+    limit = await rig.run(a, ["cat", f"/sys/fs/cgroup/{pids_max}"])
     assert limit.stdout == b"256\n"  # its own limits are readable where the pod expects them
 
 
@@ -784,17 +785,17 @@ print(json.dumps(out))
     if ROOT:
         assert res["/workspace/fill"] <= 16  # type: ignore[operator]
     plain = await rig.pod()
-    info = rig.rt.pod_info(plain)
-    if "pids" not in info.limits_missing:
-        res2 = await rig.run(plain, ["cat", "/sys/fs/cgroup/pids/pids.max"])
-        assert res2.stdout == b"256\n"
-    if "cpu" not in info.limits_missing:
-        res4 = await rig.run(plain, ["cat", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"])
-        assert res4.stdout == b"100000\n"  # one CPU's time per 100 ms period
-    if "memory" not in info.limits_missing:
-        path = "/sys/fs/cgroup/memory/memory.limit_in_bytes"
-        res3 = await rig.run(plain, ["cat", path])
-        assert int(res3.stdout) == 2048 * 1024 * 1024
+    v2 = "v2" in rig.rt._pods[plain].cgroup.dirs
+    want = {  # controller: (file on v1, file on v2, the default's value)
+        "pids": ("pids/pids.max", "pids.max", "256"),
+        "cpu": ("cpu/cpu.cfs_quota_us", "cpu.max", "100000 100000" if v2 else "100000"),
+        "memory": ("memory/memory.limit_in_bytes", "memory.max", str(2048 * 1024 * 1024)),
+    }
+    for ctrl, (v1_file, v2_file, value) in want.items():
+        if ctrl not in rig.rt.pod_info(plain).limits_missing:
+            path = f"/sys/fs/cgroup/{v2_file if v2 else v1_file}"
+            res2 = await rig.run(plain, ["cat", path])
+            assert res2.stdout.decode().strip() == value, (ctrl, res2)
 
 
 # ---------------------------------------------------------- through a real broker
