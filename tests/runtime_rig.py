@@ -51,18 +51,18 @@ class Rig:
         finally:
             await rt.stop_all()
 
-    async def next(self, timeout: float = 20.0) -> RuntimeEvent:
+    async def next(self, timeout: float = 45.0) -> RuntimeEvent:
         ev = await asyncio.wait_for(anext(self.events), timeout)
         self.seen.append(ev)
         return ev
 
-    async def until(self, kind: type, timeout: float = 20.0) -> RuntimeEvent:
+    async def until(self, kind: type, timeout: float = 45.0) -> RuntimeEvent:
         while True:
             ev = await self.next(timeout)
             if isinstance(ev, kind):
                 return ev
 
-    async def collect(self, job: str, timeout: float = 20.0) -> Result:
+    async def collect(self, job: str, timeout: float = 45.0) -> Result:
         out, err, running = [], [], False
         while True:
             ev = await self.next(timeout)
