@@ -121,6 +121,7 @@ class Broker:
             gpu_slots=cfg.gpu_slots,
             find_links=cfg.find_links,
             no_index=cfg.no_index,
+            hide=(cfg.data_dir,),  # the store and tokens: never in a pod, whatever the path
         )
 
     async def start(self) -> None:
