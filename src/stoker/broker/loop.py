@@ -20,6 +20,7 @@ from typing import Any
 
 from stoker.broker.config import BrokerConfig, BrokerProfile
 from stoker.broker.metrics import BrokerMetrics
+from stoker.broker.secrets import SecretBox
 from stoker.broker.store import Batch, Store, StoredEvent
 from stoker.core import (
     GPU,
@@ -75,6 +76,7 @@ class JobRequest:
     code_digest: str | None = None
     deps: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    secrets: tuple[str, ...] = ()  # tenant secrets injected as env at bind
     timeout_s: float = 3600.0
     replicas: int = 1
 
@@ -157,9 +159,11 @@ class Scheduler:
         gpus: list[str],
         metrics: BrokerMetrics | None = None,
         clock: Callable[[], float] = time.time,
+        box: SecretBox | None = None,
     ) -> None:
         self.cfg = cfg
         self.store = store
+        self.box = box or SecretBox(cfg.secret_key_path)
         self.runtime = runtime
         self.metrics = metrics or BrokerMetrics()
         self.clock = clock
@@ -279,9 +283,13 @@ class Scheduler:
 
     # ------------------------------------------------------------------ API calls
 
-    def submit(self, tenant: str, req: JobRequest, key: str | None) -> tuple[dict[str, Any], bool]:
+    def submit(
+        self, tenant: str, req: JobRequest, key: str | None, digest: str | None = None
+    ) -> tuple[dict[str, Any], bool]:
         """Store and submit a job; returns (row, created). A repeated idempotency key gives
-        the job it created the first time."""
+        the job it created the first time (``digest``, the request's keyed digest, is stored
+        so the caller can tell a retry from another job under the same key). Env values are
+        stored sealed."""
         if key is not None:
             row = self.store.job_by_key(tenant, key)
             if row is not None:
@@ -298,7 +306,9 @@ class Scheduler:
             "argv": list(req.argv),
             "code_digest": req.code_digest,
             "deps": list(req.deps),
-            "env": dict(req.env),
+            "env": self.box.seal_env(req.env),
+            "secrets": list(req.secrets),
+            "request_mac": digest,
             "timeout_s": req.timeout_s,
             "state": JobState.QUEUED.value,
             "path": None,
@@ -529,16 +539,27 @@ class Scheduler:
             self._port = (self._port + 1) % 1000
             port = _MASTER_PORT_BASE + self._port
         for rank, pod in enumerate(pods):
-            binding = JobBinding(
-                job=job_id,
-                argv=tuple(row["argv"]),
-                code_digest=row["code_digest"],
-                deps=tuple(row["deps"]),
-                env=dict(row["env"]),
-                timeout_s=float(row["timeout_s"]),
-                topology=Topology(rank, world, "127.0.0.1", port or _MASTER_PORT_BASE),
-            )
-            self._spawn(self._call(self.runtime.bind(pod, binding), job=job_id, pod=pod))
+            topology = Topology(rank, world, "127.0.0.1", port or _MASTER_PORT_BASE)
+            self._spawn(self._call(self._bind_rank(row, pod, topology), job=job_id, pod=pod))
+
+    async def _bind_rank(self, row: dict[str, Any], pod: str, topology: Topology) -> None:
+        """Bind one rank: the job's env and its tenant's secrets opened only now, in memory."""
+        env = self.box.open_env(row["env"])
+        names = list(row.get("secrets") or ())
+        sealed = self.store.sealed_secrets(row["tenant"], names)
+        if missing := [n for n in names if n not in sealed]:
+            raise ValueError(f"secrets: {missing[0]!r} was deleted after the submit")
+        env.update({n: self.box.open(sealed[n]) for n in names})
+        binding = JobBinding(
+            job=row["id"],
+            argv=tuple(row["argv"]),
+            code_digest=row["code_digest"],
+            deps=tuple(row["deps"]),
+            env=env,
+            timeout_s=float(row["timeout_s"]),
+            topology=topology,
+        )
+        await self.runtime.bind(pod, binding)
 
     async def _call(
         self,

@@ -167,6 +167,20 @@ def _empty_dir(root: Path) -> None:
             child.unlink()
 
 
+def _place_code(archive: Path | None, code_dir: Path) -> None:
+    """Leave exactly ``archive`` (a hard link, or a copy across filesystems) in the pod's
+    code dir, or nothing."""
+    code_dir.mkdir(exist_ok=True)
+    for old in code_dir.iterdir():
+        if archive is None or old.name != archive.name:
+            old.unlink()
+    if archive is not None and not (code_dir / archive.name).exists():
+        try:
+            os.link(archive, code_dir / archive.name)
+        except OSError:
+            shutil.copyfile(archive, code_dir / archive.name)
+
+
 def _failure(name: object) -> Failure | None:
     return Failure(str(name)) if name else None
 
@@ -261,6 +275,7 @@ class LocalRuntime:
             await self._emit(PodDown(pod, Failure.START_TIMEOUT))
             raise PodStartError(f"pod {pod}: profile {profile.name}: {exc}") from exc
         d = self.pods_dir / pod
+        (d / "code").mkdir(parents=True)  # only the bound job's archive, linked at bind
         for sub in ("workspace", "sock"):
             (d / sub).mkdir(parents=True)
             if self.drop_to is not None:
@@ -303,7 +318,7 @@ class LocalRuntime:
         spec = sandbox.SandboxSpec(
             workspace=rec.dir / "workspace",
             sock_dir=rec.dir / "sock",
-            code_dir=self.code.root,
+            code_dir=rec.dir / "code",
             overlay_dir=self.envs.overlay_root,
             argv=argv,
             env=env,
@@ -483,7 +498,9 @@ class LocalRuntime:
         check_env(dict(binding.env))
         code = None
         if binding.code_digest:
-            self.code.path(binding.code_digest)  # CodeNotFound names the field
+            # CodeNotFound names the field; the pod sees this archive and no other
+            archive = self.code.path(binding.code_digest)
+            await asyncio.to_thread(_place_code, archive, rec.dir / "code")
             code = f"{sandbox.CODE_DIR}/{binding.code_digest}"
         rec.job = binding.job
         overlay: list[str] = []
@@ -573,6 +590,7 @@ class LocalRuntime:
             reply = await self._request(rec, {"op": "scrub", "pod": new_pod}, "scrubbed")
             if reply.get("pod") == new_pod:
                 await asyncio.to_thread(_empty_dir, rec.dir / "workspace")
+                await asyncio.to_thread(_place_code, None, rec.dir / "code")
                 new_dir = self.pods_dir / new_pod
                 rec.dir.rename(new_dir)  # the sandbox's binds follow the inodes
                 del self._pods[pod]
