@@ -248,15 +248,13 @@ def create_app(broker: Broker) -> FastAPI:
         body = ErrorBody(error="invalid", field=loc or None, message=f"{loc}: {msg}")
         return JSONResponse(body.model_dump(), status_code=422)
 
-    @app.exception_handler(RecursionError)
-    async def _too_deep(_req: Request, _exc: RecursionError) -> JSONResponse:
-        body = ErrorBody(error="invalid", field="body", message="body: JSON nested too deeply")
-        return JSONResponse(body.model_dump(), status_code=422)
-
     @app.exception_handler(StarletteHTTPException)
     async def _http(_req: Request, exc: StarletteHTTPException) -> Response:
         error = _STATUS_ERRORS.get(exc.status_code, "invalid")
-        body = ErrorBody(error=error, field=None, message=str(exc.detail))
+        if exc.status_code == 400:  # FastAPI could not parse the body (e.g. nested too deep)
+            body = ErrorBody(error=error, field="body", message=f"body: {exc.detail}")
+        else:
+            body = ErrorBody(error=error, field=None, message=str(exc.detail))
         return JSONResponse(body.model_dump(), exc.status_code, headers=exc.headers)
 
     def tenant_of(who: Principal) -> str:

@@ -50,6 +50,16 @@ from stoker.core import (
     Tick,
 )
 from stoker.core.policies import FixedKeepAlive, QueueDrivenBudget
+from stoker.core.reconcile import (
+    AgentReport,
+    Await,
+    Finish,
+    Lost,
+    Outcome,
+    Rebind,
+    job_outcome,
+    reconcile_job,
+)
 from stoker.runtime.base import (
     JobBinding,
     JobExited,
@@ -87,7 +97,7 @@ class _Gang:
 
     pods: tuple[str, ...]
     running: set[str] = field(default_factory=set)
-    exited: dict[str, tuple[int, Failure | None]] = field(default_factory=dict)
+    exited: dict[str, Outcome] = field(default_factory=dict)
 
 
 def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
@@ -223,6 +233,7 @@ class Scheduler:
         info = getattr(self.runtime, "pod_info", None)
         report = {"adopted": 0, "lost": 0, "orphans_stopped": 0, "rebound": 0, "jobs_lost": 0}
         known: set[str] = set()
+        bound: set[str] = set()  # jobs on adopted active pods, settled once every pod is
         for pod in list(self.core.pods.values()):
             if pod.state is PodState.GONE:
                 continue
@@ -246,23 +257,40 @@ class Scheduler:
                 else:
                     self._feed(PodReady(pod.id))
             elif pod.state is PodState.ACTIVE and pod.job is not None:
-                running = info(pod.id).job if info else None
-                job = self.core.jobs[pod.job]
-                if running == job.id:
-                    gang = self._gangs.setdefault(job.id, _Gang(tuple(job.pods)))
-                    gang.running.add(pod.id)
-                elif job.state is JobState.BINDING and len(job.pods) == 1:
-                    report["rebound"] += 1
-                    self._carry_out(BindJob(job.id, tuple(job.pods)))
-                elif job.state is not JobState.FINISHED:
-                    # it ran while no broker listened: its exit is lost with it
-                    report["jobs_lost"] += 1
-                    self._feed(JobFinished(job.id, -1, Failure.POD_DIED))
+                bound.add(pod.job)
         for pid in sorted(live - known):
             report["orphans_stopped"] += 1
             self._stop(pid)
+        for job_id in sorted(bound):
+            self._reconcile_job(job_id, report)
         self._flush()
         return report
+
+    def _reconcile_job(self, job_id: str, report: dict[str, int]) -> None:
+        """Carry out the core's answer (:func:`reconcile_job`) for a job bound to live pods."""
+        job = self.core.jobs[job_id]
+        if job.state not in (JobState.BINDING, JobState.RUNNING):
+            return  # a lost pod of its gang settled it already
+        info = getattr(self.runtime, "pod_info", None)
+        ranks = {p: _agent_report(info(p)) if info else AgentReport() for p in job.pods}
+        match reconcile_job(job_id, job.state, ranks):
+            case Await(settled):
+                gang = self._gangs.setdefault(job_id, _Gang(tuple(job.pods)))
+                gang.running.update(p for p, r in ranks.items() if r.running == job_id)
+                gang.exited.update(settled)
+                ran = len(gang.running) + len(gang.exited)
+                if job.state is JobState.BINDING and ran == len(job.pods):
+                    self._feed(JobStarted(job_id))
+            case Finish(exit_code, failure):
+                if job.state is JobState.BINDING:
+                    self._feed(JobStarted(job_id))  # it ran while no broker listened
+                self._feed(JobFinished(job_id, exit_code, failure))
+            case Rebind():
+                report["rebound"] += 1
+                self._carry_out(BindJob(job_id, tuple(job.pods)))
+            case Lost(failure):
+                report["jobs_lost"] += 1
+                self._feed(JobFinished(job_id, -1, failure))
 
     async def close(self, stop_pods: bool = False) -> None:
         """Stop the loop; pods keep running for the next broker unless ``stop_pods``."""
@@ -636,7 +664,7 @@ class Scheduler:
         job = self.core.jobs.get(job_id)
         if gang is None or job is None or job.state is JobState.FINISHED:
             return
-        gang.exited[pod] = (exit_code, failure)
+        gang.exited[pod] = Outcome(exit_code, failure)
         if exit_code != 0 and len(gang.exited) < len(gang.pods):
             # one rank failed: the others cannot finish the job alone
             self._spawn(self._call(self.runtime.kill_job(job_id, failure or Failure.USER_ERROR)))
@@ -644,10 +672,8 @@ class Scheduler:
             return
         if job.state is JobState.BINDING:
             self._feed(JobStarted(job_id))  # it ran, however briefly
-        code, why = next(((c, f) for c, f in gang.exited.values() if c != 0), (0, None))
-        if code != 0 and why is None:
-            why = Failure.USER_ERROR
-        self._feed(JobFinished(job_id, code, why))
+        outcome = job_outcome(list(gang.exited.values()))
+        self._feed(JobFinished(job_id, outcome.exit_code, outcome.failure))
 
     async def _timer(self) -> None:
         """Tick the core at its next keep-alive deadline (re-armed after every event)."""
@@ -659,3 +685,12 @@ class Scheduler:
                 await asyncio.wait_for(self._wake.wait(), delay)
                 continue
             self._feed(Tick())
+
+
+def _agent_report(info: Any) -> AgentReport:
+    """What a pod's agent said on its hello, in the core's terms."""
+    outcomes = {
+        job: Outcome(int(o["exit_code"]), Failure(o["failure"]) if o.get("failure") else None)
+        for job, o in (getattr(info, "ran", None) or {}).items()
+    }
+    return AgentReport(info.job, outcomes, frozenset(getattr(info, "held", ()) or ()))

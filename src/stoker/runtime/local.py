@@ -80,6 +80,10 @@ class PodInfo:
     init_pid: int  # the sandbox's pid 1 on the host: killing it kills the pod
     workspace: Path
     limits_missing: dict[str, str]  # controller -> why its limit is not applied here
+    # what the agent said when this runtime connected: job id -> {"exit_code", "failure"}
+    # of the jobs it ran, and the jobs whose exit it held (replayed after its hello)
+    ran: dict[str, dict[str, object]] = field(default_factory=dict)
+    held: tuple[str, ...] = ()
 
 
 @dataclass
@@ -100,6 +104,7 @@ class _Pod:
     writer: asyncio.StreamWriter | None = None
     reader_task: asyncio.Task[None] | None = None
     job: str | None = None
+    hello: protocol.Message = field(default_factory=dict)  # the agent's, on our connect
     oom_at_bind: int = -1
     stopping: bool = False
     replies: dict[str, asyncio.Future[protocol.Message]] = field(default_factory=dict)
@@ -386,6 +391,7 @@ class LocalRuntime:
         if hello is None or hello.get("ev") != "hello":
             raise PodStartError(f"agent said {hello!r} instead of hello")
         rec.writer = writer
+        rec.hello = hello
         rec.job = hello.get("job")
         rec.reader_task = asyncio.get_running_loop().create_task(self._read(rec, reader))
         return hello
@@ -482,6 +488,8 @@ class LocalRuntime:
             rec.init_pid,
             rec.dir / "workspace",
             dict(rec.cgroup.missing),
+            dict(rec.hello.get("ran") or {}),
+            tuple(rec.hello.get("held") or ()),
         )
 
     async def ping(self, pod: str) -> protocol.Message:
@@ -491,7 +499,7 @@ class LocalRuntime:
     async def bind(self, pod: str, binding: JobBinding) -> None:
         """Bind and start a job; JobRunning (or a JobExited for a bad binding) follows."""
         rec = self._pod(pod)
-        if rec.job is not None:
+        if rec.job is not None and rec.job != binding.job:  # the same job: the agent answers
             raise PodBusy(f"pod: {pod} is running job {rec.job}")
         if rec.standby:
             raise PodBusy(f"pod: {pod} stands by; promote it before binding")
