@@ -127,9 +127,10 @@ class BrokerProcess:
         profiles: list[dict[str, Any]],
         gpu_slots: int,
         keepalive_s: float = 300.0,
+        port: int = 0,
     ) -> None:
         self.data_dir = data_dir
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         data_dir.mkdir(parents=True, exist_ok=True)
         lines = [
@@ -154,7 +155,7 @@ class BrokerProcess:
             "--port",
             str(self.port),
         ]
-        with open(data_dir / "broker.log", "wb") as log:  # the child keeps its own copy
+        with open(data_dir / "broker.log", "ab") as log:  # the child keeps its own copy
             self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + 60
         while True:
@@ -177,11 +178,17 @@ class BrokerProcess:
         raise RuntimeError("no VmRSS")
 
     def stop(self) -> None:
+        """SIGTERM: the broker stops its pods and exits (SIGKILL if it takes over a minute)."""
         self.proc.terminate()
         try:
             self.proc.wait(60)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: the pods keep running for the next broker on the data dir."""
+        self.proc.kill()
+        self.proc.wait()
 
 
 def _bench_profile(
