@@ -128,6 +128,7 @@ class BrokerProcess:
         gpu_slots: int,
         keepalive_s: float = 300.0,
         port: int = 0,
+        args: tuple[str, ...] = (),
     ) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
@@ -154,6 +155,7 @@ class BrokerProcess:
             str(self.config),
             "--port",
             str(self.port),
+            *args,
         ]
         with open(data_dir / "broker.log", "ab") as log:  # the child keeps its own copy
             self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
@@ -305,10 +307,12 @@ def run_bench(
     handover_n: int = 10,
     throughput_s: float = 10.0,
     torch: bool = True,
+    work_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """Measure both profiles and write ``out_dir/results.json``."""
+    """Measure both profiles and write ``out_dir/results.json``; the brokers' data dirs go
+    under ``work_dir`` (a fresh temporary directory by default)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    base = Path(tempfile.mkdtemp(prefix="stoker-bench-"))
+    base = Path(work_dir or tempfile.mkdtemp(prefix="stoker-bench-"))
     profiles = {"plain": []}
     if torch:
         profiles["torch-cpu"] = ["torch"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import glob
+import hashlib
 import json
 import os
 import re
@@ -172,6 +173,14 @@ def _empty_dir(root: Path) -> None:
             child.unlink()
 
 
+def cgroup_prefix(state_dir: Path) -> str:
+    """How the cgroups of this state dir's pods are named: ``stoker-<tag>-<pod>-<random>``,
+    the tag a digest of the state dir, so what one runtime made can be told from another's
+    (a test counts what it left)."""
+    tag = hashlib.sha256(str(Path(state_dir).resolve()).encode()).hexdigest()[:8]
+    return f"stoker-{tag}-"
+
+
 def _place_code(archive: Path | None, code_dir: Path) -> None:
     """Leave exactly ``archive`` (a hard link, or a copy across filesystems) in the pod's
     code dir, or nothing."""
@@ -287,7 +296,7 @@ class LocalRuntime:
                 os.chown(d / sub, *self.drop_to)
         d.chmod(0o700)
         # unique on the host: pod ids are only unique within one runtime's state dir
-        cg_name = f"stoker-{pod}-{os.urandom(4).hex()}"
+        cg_name = f"{cgroup_prefix(self.state_dir)}{pod}-{os.urandom(4).hex()}"
         cg = PodCgroup.create(cg_name, profile.memory_mb, profile.pids_max)
         rec = _Pod(pod, profile, tuple(gpus), standby, d, cg, env.python)
         self._pods[pod] = rec
