@@ -209,6 +209,14 @@ async def _no_receive() -> Message:
 
 
 _ERR = {"model": ErrorBody}
+_HEAD_ERRORS = {
+    400: "bad request",
+    401: "no or unknown token",
+    403: "not allowed",
+    404: "absent, or another tenant's",
+    413: "too large",
+    422: "invalid",
+}
 _STATUS_ERRORS = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 
 
@@ -299,7 +307,13 @@ def create_app(broker: Broker) -> FastAPI:
 
     # --- code ----------------------------------------------------------------
 
-    @app.head("/v1/code/{digest}", responses={200: {"description": "stored, and yours"}})
+    @app.head(
+        "/v1/code/{digest}",
+        responses={  # a HEAD answer has no body: statuses only
+            200: {"description": "stored, and yours"},
+            **{s: {"description": d} for s, d in _HEAD_ERRORS.items()},
+        },
+    )
     async def code_exists(digest: str, who: Caller) -> Response:
         """200 if you uploaded archive ``digest``; another tenant's archive is a 404."""
         scope = None if who.admin else who.tenant
