@@ -364,6 +364,7 @@ class Scheduler:
         row = self._requests.get(job_id)
         if row is not None and not self._batch:
             return self._current(row)  # unfinished and nothing unwritten: memory is the store
+        self._flush()  # a job that just finished is written only at the next flush
         return self.store.get_job(job_id)
 
     def _current(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -383,7 +384,7 @@ class Scheduler:
     async def wait(self, job_id: str, timeout_s: float) -> dict[str, Any] | None:
         """The job's row once finished, or as it is when ``timeout_s`` passes."""
         if job_id not in self._requests:
-            return self.store.get_job(job_id)  # finished (or unknown): the store has it all
+            return self.job(job_id)  # finished (or unknown): the store has it all
         done = self._done.setdefault(job_id, asyncio.Event())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(done.wait(), timeout_s)
