@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import io
 import json
 import shutil
 import sqlite3
 import stat
-import tarfile
 from pathlib import Path
 
 import httpx
@@ -23,6 +21,7 @@ from stoker.broker.app import Broker, BrokerLocked
 from stoker.broker.embedded import EmbeddedBroker
 from stoker.cli.main import app
 from test_broker import PY, Api, _cfg, _tenant
+from test_runtime_local import _tar
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) not installed"),
@@ -31,17 +30,6 @@ pytestmark = [
 
 SECRET = "s3cr3t-value-0f-a-tenant"
 ENV_VALUE = "env-value-that-must-stay-put"
-
-
-def _tar(files: dict[str, str]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, text in files.items():
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def _store_bytes(data_dir: Path) -> bytes:

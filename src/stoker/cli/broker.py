@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -31,6 +32,17 @@ def _client(url: str | None, token: str | None) -> Any:
     if not tok:
         _fail("no token: set STOKER_TOKEN or pass --token")
     return Client(url or cfg.url, tok)
+
+
+def _call(url: str | None, token: str | None, fn: Callable[[Any], Any]) -> Any:
+    """``fn(client)``; a refusal or an unreachable broker is a one-line error."""
+    from stoker.client import StokerError
+
+    try:
+        with _client(url, token) as c:
+            return fn(c)
+    except StokerError as exc:
+        _fail(str(exc))
 
 
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
@@ -231,13 +243,7 @@ def ps(
     as_json: JsonOpt = False,
 ) -> None:
     """List your jobs (newest first)."""
-    from stoker.client import StokerError
-
-    try:
-        with _client(url, token) as c:
-            jobs = c.jobs(state, limit)
-    except StokerError as exc:
-        _fail(str(exc))
+    jobs = _call(url, token, lambda c: c.jobs(state, limit))
     if as_json:
         typer.echo(json.dumps(jobs))
         return
@@ -259,13 +265,7 @@ def ps(
 
 def pods(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
     """List live pods (a tenant sees its own; the admin sees all)."""
-    from stoker.client import StokerError
-
-    try:
-        with _client(url, token) as c:
-            items = c.pods()
-    except StokerError as exc:
-        _fail(str(exc))
+    items = _call(url, token, lambda c: c.pods())
     if as_json:
         typer.echo(json.dumps(items))
         return
@@ -385,32 +385,20 @@ def secret_set(
     token: TokenOpt = None,
 ) -> None:
     """Set secret NAME; its value is read from stdin (or a hidden prompt), never argv."""
-    from stoker.client import StokerError
-
     if sys.stdin.isatty():
         value = typer.prompt(f"value of {name}", hide_input=True)
     else:
         value = sys.stdin.read()
         if value.endswith("\n"):
             value = value[:-1]  # what `echo` and here-strings add
-    try:
-        with _client(url, token) as c:
-            c.set_secret(name, value)
-    except StokerError as exc:
-        _fail(str(exc))
+    _call(url, token, lambda c: c.set_secret(name, value))
     typer.echo(f"stoker: secret {name} set", err=True)
 
 
 @secret_app.command("list")
 def secret_list(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
     """Your secrets' names (values are never shown)."""
-    from stoker.client import StokerError
-
-    try:
-        with _client(url, token) as c:
-            items = c.secrets()
-    except StokerError as exc:
-        _fail(str(exc))
+    items = _call(url, token, lambda c: c.secrets())
     if as_json:
         typer.echo(json.dumps(items))
         return
@@ -420,13 +408,7 @@ def secret_list(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = F
 @secret_app.command("delete")
 def secret_delete(name: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Delete secret NAME (jobs that name it and have not started fail at bind)."""
-    from stoker.client import StokerError
-
-    try:
-        with _client(url, token) as c:
-            c.delete_secret(name)
-    except StokerError as exc:
-        _fail(str(exc))
+    _call(url, token, lambda c: c.delete_secret(name))
 
 
 def register(app: typer.Typer, sim_app: typer.Typer) -> None:
