@@ -15,10 +15,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+import sqlalchemy
 from typer.testing import CliRunner
 
 from stoker.broker.app import Broker, BrokerLocked
 from stoker.broker.embedded import EmbeddedBroker
+from stoker.broker.secrets import SecretBox
 from stoker.cli.main import app
 from test_broker import PY, Api, _cfg, _tenant
 from test_runtime_local import _tar
@@ -209,3 +211,41 @@ def test_one_broker_per_data_dir(tmp_path: Path) -> None:
         assert sorted(p.name for p in cfg.runtime_dir.joinpath("pods").iterdir()) == pods_before
         assert a.run([PY, "-c", "pass"])["path"] == "warm"
     asyncio.run(Broker(cfg).close())  # free again once the first broker is gone
+
+
+def test_migration_0002_keeps_unfinished_env_and_drops_finished_values(tmp_path: Path) -> None:
+    # a store written before 0002_secrets: env values plain in the jobs table
+    from alembic import command
+    from alembic.config import Config as AlembicConfig
+
+    from stoker.broker.store import _MIGRATIONS, Store
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as conn:
+        cfg = AlembicConfig()
+        cfg.set_main_option("script_location", _MIGRATIONS)
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0001")
+        conn.execute(sqlalchemy.text("INSERT INTO tenants VALUES ('a', 'h', 0)"))
+        for job, state in (("j-done", "finished"), ("j-todo", "queued")):
+            conn.execute(
+                sqlalchemy.text(
+                    "INSERT INTO jobs (id, tenant, profile, reuse_tag, replicas, argv, deps,"
+                    " env, timeout_s, state, pods, submitted) VALUES (:id, 'a', 'plain', 'x',"
+                    " 1, '[]', '[]', :env, 1, :state, '[]', 0)"
+                ),
+                {"id": job, "env": json.dumps({"K": ENV_VALUE}), "state": state},
+            )
+    engine.dispose()
+    store = Store(url)  # upgrades to head
+    try:
+        done, todo = store.get_job("j-done"), store.get_job("j-todo")
+        assert done is not None and done["env"] == {"K": ""} and done["secrets"] == []
+        # still to be bound: kept, and opened as it is (it was never sealed)
+        assert todo is not None and todo["env"] == {"K": ENV_VALUE}
+        box = SecretBox(tmp_path / "secret.key")
+        assert box.open_env(todo["env"]) == {"K": ENV_VALUE}
+        assert box.open(box.seal(ENV_VALUE)) == ENV_VALUE != box.seal(ENV_VALUE)
+    finally:
+        store.close()

@@ -409,7 +409,10 @@ class Scheduler:
                     yield chunk
         finally:
             if follow:
-                self._listeners.get(job_id, [queue]).remove(queue)
+                waiting = self._listeners.get(job_id, [queue])
+                waiting.remove(queue)
+                if not waiting:
+                    self._listeners.pop(job_id, None)  # an entry per job would pile up
 
     def pods(self, tenant: str | None) -> list[dict[str, Any]]:
         """Live pods; a tenant sees only the pods that run (or ran) its own jobs."""
