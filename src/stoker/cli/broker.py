@@ -121,8 +121,9 @@ def up(
             timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         )
     finally:
-        if cfg.pid_path.read_text().split()[0] == str(os.getpid()):
-            cfg.pid_path.unlink()
+        with contextlib.suppress(OSError, IndexError):
+            if cfg.pid_path.read_text().split()[0] == str(os.getpid()):
+                cfg.pid_path.unlink()
 
 
 #: seconds open requests get to finish when the broker is told to stop
