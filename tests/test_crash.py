@@ -33,7 +33,9 @@ import httpx
 import pytest
 
 from stoker.broker.bench import BrokerProcess
-from stoker.broker.embedded import free_port
+from stoker.broker.config import BrokerProfile
+from stoker.broker.embedded import EmbeddedBroker, free_port
+from test_broker import Api, _cfg, _tenant
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap (bwrap) not installed"
@@ -223,3 +225,31 @@ def test_broker_killed_twice(tmp_path: Path) -> None:
 @pytest.mark.timeout(900)
 def test_broker_killed_at_ten_random_points(tmp_path: Path) -> None:
     _crash_run(tmp_path, kills=10, seed=8)
+
+
+@pytest.mark.timeout(120)
+def test_a_job_that_ended_while_no_broker_listened_keeps_its_exit(tmp_path: Path) -> None:
+    # the job ends while its broker is down; the restarted broker hears the agent's held
+    # exit and output (the replayed exit wins over pod_died), and the pod takes the next job
+    cfg = _cfg(tmp_path, gpu_slots=1, profiles=[BrokerProfile.simple("plain", standby=False)])
+    eb = EmbeddedBroker(cfg, stop_pods=False).start()
+    a = _tenant(eb, "a")
+    code = (
+        "import sys, time; print('before', flush=True); time.sleep(1); print('after'); sys.exit(3)"
+    )
+    job = a.submit(["python", "-c", code]).json()["id"]
+    deadline = time.monotonic() + 30
+    while a.http.get(f"/v1/jobs/{job}").json()["state"] != "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    token = a.http.headers["Authorization"].split()[1]
+    eb.stop(stop_pods=False)
+    time.sleep(2.0)  # it has ended by now, with no broker to hear it
+    with EmbeddedBroker(cfg) as eb2:
+        assert eb2.broker is not None and eb2.broker.recovery["jobs_lost"] == 0
+        a2 = Api(eb2.url, token)
+        row = a2.wait(job, 30)
+        assert (row["exit_code"], row["failure"]) == (3, "user_error"), row
+        assert a2.output(job).split() == ["before", "after"]
+        nxt = a2.run(["python", "-c", "print('next')"])
+        assert (nxt["path"], nxt["exit_code"]) == ("warm", 0) and a2.output(nxt["id"]) == "next\n"
