@@ -4,10 +4,12 @@ second broker on a data dir fails at once, touching nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -61,11 +63,24 @@ def test_bench_leaves_nothing(tmp_path_factory: pytest.TempPathFactory) -> None:
 def test_stoker_up_stops_its_pods_on_sigterm(tmp_path: Path) -> None:
     bp = BrokerProcess(tmp_path / "data", PROFILE, gpu_slots=2)
     try:
-        _running(_api(bp), SLEEP)
+        api = _api(bp)
+        job = _running(api, SLEEP)
         during = leftovers(tmp_path)
         assert during.sandboxes >= 1 and during.cgroups, during
+        # a follower holds a stream open: the shutdown is bounded all the same (the stream
+        # is cut once the grace is over)
+
+        def follow() -> None:
+            with contextlib.suppress(httpx.TransportError):
+                api.get(f"/v1/jobs/{job}/output", timeout=None)
+
+        follower = threading.Thread(target=follow, daemon=True)
+        follower.start()
+        time.sleep(0.2)
     finally:
-        bp.stop()  # SIGTERM, as a service manager sends it
+        bp.stop()  # SIGTERM, as a service manager sends it (SIGKILL after 60 s)
+    follower.join(10)
+    assert not follower.is_alive()
     # uvicorn re-raises the SIGTERM once it has shut down (lifespan, pods and all)
     assert bp.proc.returncode in (0, -signal.SIGTERM)
     assert not leftovers(tmp_path), leftovers(tmp_path)
