@@ -6,8 +6,8 @@ workspaces are never visible), a fresh tmpfs on /tmp and /dev/shm, and:
 
 - ``/workspace``: the pod's private writable directory (host: ``<pod dir>/workspace``);
 - ``/stoker/sock``: the directory of the agent's Unix socket (writable);
-- ``/stoker/code`` and ``/stoker/overlays``: the host's code cache and dependency overlays,
-  read-only and content-addressed.
+- ``/stoker/code``: the pod's own code dir, holding only the bound job's archive (read-only);
+- ``/stoker/overlays``: the dependency overlays, read-only and content-addressed.
 
 Namespaces: pid, ipc, uts, mount, cgroup, and network unless the profile allows it. Run as
 root, bwrap makes them directly and the command is started through ``setpriv`` as a real
