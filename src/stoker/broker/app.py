@@ -14,6 +14,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request
@@ -125,7 +126,7 @@ class Broker:
         self.lock.release()
 
 
-def _pid_note(pid_path: Any) -> str:
+def _pid_note(pid_path: Path) -> str:
     try:
         return "pid " + pid_path.read_text().split()[0]
     except (OSError, IndexError):
@@ -163,10 +164,11 @@ class BodyCap:
         self.app, self.cap, self.exempt = app, cap, exempt
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
-            await self.app(scope, receive, send)
-            return
-        if scope["path"] in self.exempt:
+        if (
+            scope["type"] != "http"
+            or scope["method"] in ("GET", "HEAD", "OPTIONS")
+            or scope["path"] in self.exempt
+        ):
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or ())
