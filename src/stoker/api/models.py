@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
+from stoker.api.deps import check_deps
 from stoker.api.envnames import env_name_error
 
 #: the longest secret value (a token, a key file), in characters
@@ -60,6 +61,11 @@ class JobSubmit(BaseModel):
         if not v[0]:
             raise ValueError("argv[0] must not be empty")
         return v
+
+    @field_validator("deps")
+    @classmethod
+    def _deps(cls, v: list[str]) -> list[str]:
+        return list(check_deps(v))  # PEP 508 requirements only: no option, path or URL
 
     @field_validator("env")
     @classmethod
