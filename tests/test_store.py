@@ -61,7 +61,7 @@ def test_migrations_reach_head_and_reopen(database_url: str) -> None:
         epoch = conn.execute(sa.text("SELECT epoch FROM leader WHERE id = 1")).scalar()
     s.close()
     assert {"tenants", "jobs", "job_output", "core_events", "code", "leader"} <= tables
-    assert version == "0002_leader" and epoch == 0
+    assert version == "0003_leader" and epoch == 0
 
 
 def test_tenants(store: Store) -> None:
@@ -135,8 +135,8 @@ def test_a_failing_fence_rolls_the_batch_back(store: Store) -> None:
 
 def test_code_digests(store: Store) -> None:
     assert not store.has_code("d" * 64)
-    store.add_code("d" * 64, 10)
-    store.add_code("d" * 64, 10)  # once
+    store.add_code("d" * 64, 10, "a")
+    store.add_code("d" * 64, 10, "a")  # once
     assert store.has_code("d" * 64)
 
 

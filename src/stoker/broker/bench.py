@@ -129,6 +129,7 @@ class BrokerProcess:
         keepalive_s: float = 300.0,
         port: int = 0,
         settings: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
     ) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
@@ -156,6 +157,7 @@ class BrokerProcess:
             str(self.config),
             "--port",
             str(self.port),
+            *args,
         ]
         with open(data_dir / "broker.log", "ab") as log:  # the child keeps its own copy
             self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
@@ -180,6 +182,7 @@ class BrokerProcess:
         raise RuntimeError("no VmRSS")
 
     def stop(self) -> None:
+        """SIGTERM: the broker stops its pods and exits (SIGKILL if it takes over a minute)."""
         self.proc.terminate()
         try:
             self.proc.wait(60)
@@ -306,10 +309,12 @@ def run_bench(
     handover_n: int = 10,
     throughput_s: float = 10.0,
     torch: bool = True,
+    work_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """Measure both profiles and write ``out_dir/results.json``."""
+    """Measure both profiles and write ``out_dir/results.json``; the brokers' data dirs go
+    under ``work_dir`` (a fresh temporary directory by default)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    base = Path(tempfile.mkdtemp(prefix="stoker-bench-"))
+    base = Path(work_dir or tempfile.mkdtemp(prefix="stoker-bench-"))
     profiles = {"plain": []}
     if torch:
         profiles["torch-cpu"] = ["torch"]

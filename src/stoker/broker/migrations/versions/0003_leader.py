@@ -3,7 +3,7 @@
 The epoch is the fencing token: every new leader increments it, and every scheduling
 write checks it (stoker.broker.leader), so a deposed leader's writes never land.
 
-Revision ID: 0002_leader
+Revision ID: 0003_leader
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002_leader"
-down_revision = "0001"
+revision = "0003_leader"
+down_revision = "0002_secrets"
 branch_labels = None
 depends_on = None
 
