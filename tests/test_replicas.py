@@ -37,16 +37,7 @@ def _markers(runtime: Path) -> Counter[str]:
     return runs
 
 
-@pytest.mark.parametrize(
-    "loss",
-    [
-        "sigkill",
-        # slow set until branch i8-broker's reconcile is merged: on main's, a job bound just
-        # before the freeze runs twice (the frozen leader swallowed the agent's reports and
-        # the new one binds it again); with i8-broker's it passes (docs/broker.md)
-        pytest.param("sigstop", marks=pytest.mark.slow),
-    ],
-)
+@pytest.mark.parametrize("loss", ["sigkill", "sigstop"])
 def test_follower_takes_over_from_a_lost_leader(
     tmp_path: Path, postgres_url: str, loss: str
 ) -> None:
