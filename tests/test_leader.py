@@ -16,9 +16,9 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from leaks import leftovers
 from stoker.broker.config import BrokerConfig, BrokerProfile
 from stoker.broker.embedded import EmbeddedBroker, free_port
-from stoker.broker.failover import processes_naming
 from stoker.broker.leader import Leadership
 from stoker.broker.store import Batch, Deposed, Store, leader
 
@@ -164,7 +164,7 @@ def test_follower_serves_reads_and_forwards_writes(tmp_path: Path, postgres_url:
     finally:
         follow.stop()
         lead.stop()
-    assert processes_naming(tmp_path) == []
+    assert not leftovers(tmp_path), leftovers(tmp_path)
 
 
 @sandboxed
@@ -208,7 +208,7 @@ def test_no_leader_answers_503_then_the_follower_takes_over(
         follow.stop()
         loop.close()
         store.close()
-    assert processes_naming(tmp_path) == []
+    assert not leftovers(tmp_path), leftovers(tmp_path)
 
 
 @sandboxed
@@ -247,7 +247,7 @@ def test_a_leader_cut_off_from_its_lock_steps_down(tmp_path: Path, postgres_url:
         store.close()
         b.stop()
         a.stop()
-    assert processes_naming(tmp_path) == []
+    assert not leftovers(tmp_path), leftovers(tmp_path)
 
 
 @sandboxed
@@ -284,4 +284,4 @@ def test_a_submit_fenced_off_mid_request_is_503_and_stores_nothing(
     finally:
         store.close()
         eb.stop()
-    assert processes_naming(tmp_path) == []
+    assert not leftovers(tmp_path), leftovers(tmp_path)

@@ -20,7 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from stoker.broker.failover import Caller, Replicas, processes_naming, role
+from leaks import leftovers
+from stoker.broker.failover import Caller, Replicas, role
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) not installed"),
@@ -101,4 +102,4 @@ def test_follower_takes_over_from_a_lost_leader(
         for c in callers:
             c.halt.set()
         reps.close()
-    assert processes_naming(tmp_path) == []
+    assert not leftovers(tmp_path), leftovers(tmp_path)

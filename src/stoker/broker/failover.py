@@ -93,19 +93,6 @@ async def stop_pods(runtime: Path) -> None:
     await rt.close()
 
 
-def processes_naming(path: Path) -> list[int]:
-    """Processes whose command line names ``path`` (brokers, sandboxes, agents under it)."""
-    out = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if str(path).encode() in (proc / "cmdline").read_bytes():
-                    out.append(int(proc.name))
-            except OSError:
-                continue
-    return out
-
-
 def role(url: str) -> str:
     """``ready`` (leads), ``following``, or ``starting``."""
     return str(httpx.get(f"{url}/v1/ready", timeout=5).json()["status"])
