@@ -35,6 +35,7 @@ import pytest
 from stoker.broker.bench import BrokerProcess
 from stoker.broker.config import BrokerProfile
 from stoker.broker.embedded import EmbeddedBroker, free_port
+from stoker.broker.failover import JOB  # marks that it ran, then works a while
 from test_broker import Api, _cfg, _tenant
 
 pytestmark = pytest.mark.skipif(
@@ -42,14 +43,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 CALLERS = 3
-# the job marks that it ran (a file per run, so a second run shows), then works a while
-JOB = (
-    "import os, sys, time, uuid, pathlib\n"
-    "d = pathlib.Path('/workspace/markers'); d.mkdir(exist_ok=True)\n"
-    "(d / (os.environ['STOKER_JOB'] + '.' + uuid.uuid4().hex)).touch()\n"
-    "print('ran', os.environ['STOKER_JOB'], flush=True)\n"
-    "time.sleep(float(sys.argv[1]))\n"
-)
 
 
 class _Caller(threading.Thread):
