@@ -134,6 +134,7 @@ def test_a_failing_fence_rolls_the_batch_back(store: Store) -> None:
 
 
 def test_code_digests(store: Store) -> None:
+    store.add_tenant("a", "h-a")
     assert not store.has_code("d" * 64)
     store.add_code("d" * 64, 10, "a")
     store.add_code("d" * 64, 10, "a")  # once

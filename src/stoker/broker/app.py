@@ -102,7 +102,8 @@ class Broker:
             raise
 
     def _open(self, cfg: BrokerConfig, runtime: Runtime | None, url: str | None) -> None:
-        self.store = Store(cfg.store_url)
+        # SQLite through Store.sqlite: it makes the file (and its WAL) mode 600
+        self.store = Store(cfg.database_url) if cfg.database_url else Store.sqlite(cfg.db_path)
         self.auth = Authenticator(self.store, cfg.admin_token_path)
         self.box = SecretBox(cfg.secret_key_path)
         self._runtime = runtime
