@@ -1,9 +1,11 @@
 """The agent inside a pod: ``python -m stoker.agent --socket PATH [--preload torch] ...``.
 
-It imports the profile's modules once (the zygote), listens on a Unix socket for its runtime,
-and runs one job at a time: binds it (code, overlay, env, topology), forks it from the zygote
-or execs it, streams its output, enforces its timeout, reports its exit with a typed failure,
-and kills whatever the job left running. Only the workspace outlives a job.
+It imports the profile's modules once (the zygote), listens on a Unix socket for its runtime
+(locally) or dials the broker's agent gateway (``--dial HOST:PORT``, in a Kubernetes pod:
+outbound only, authenticated by the pod's token), and runs one job at a time: binds it
+(code, overlay, env, topology), forks it from the zygote or execs it, streams its output,
+enforces its timeout, reports its exit with a typed failure, and kills whatever the job left
+running. Only the workspace outlives a job.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import os
+import random
 import shutil
 import signal
 import sys
@@ -26,6 +30,9 @@ from stoker.agent.zygote import Spare, preload
 
 CHUNK = 64 * 1024
 MAX_HELD = 4096  # output events kept while no runtime listens (~256 MiB at most)
+TOKEN_ENV = "STOKER_AGENT_TOKEN"  # the pod's token (Kubernetes: from the pod's Secret)
+STANDBY_ENV = "STOKER_STANDBY"  # "1": no GPU, no CUDA, no job until promoted
+DIAL_MIN_S, DIAL_MAX_S = 0.1, 5.0  # redial backoff bounds
 
 
 @dataclass
@@ -47,8 +54,12 @@ class Agent:
         workspace: Path,
         preloaded: dict[str, float],
         sweep: bool = False,
+        dial: tuple[str, int] | None = None,
+        token: str = "",
     ) -> None:
         self.socket_path = socket_path
+        self.dial = dial  # (host, port) of the broker's agent gateway, instead of listening
+        self.token = token
         self.sweep = sweep  # only ever True inside the pod's own pid namespace
         self.pod = pod
         self.workspace = workspace
@@ -67,6 +78,7 @@ class Agent:
             "pid": os.getpid(),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
             "gpus": os.environ.get("STOKER_GPUS", ""),
+            "standby": os.environ.get(STANDBY_ENV) == "1",
             "preloaded": self.preloaded,
             "job": self.job.id if self.job else None,
         }
@@ -124,6 +136,7 @@ class Agent:
         elif op == "promote":
             os.environ["CUDA_VISIBLE_DEVICES"] = str(msg.get("cuda_visible_devices", ""))
             os.environ["STOKER_GPUS"] = ",".join(msg.get("gpus") or ())
+            os.environ.pop(STANDBY_ENV, None)
             await self.send({"ev": "promoted", **self.state()})
         elif op == "ping":
             await self.send({"ev": "pong", **self.state()})
@@ -168,6 +181,9 @@ class Agent:
             await self.send(
                 {"ev": "error", "job": job_id, "message": f"pod busy with {self.job.id}"}
             )
+            return
+        if os.environ.get(STANDBY_ENV) == "1":
+            await self.send({"ev": "error", "job": job_id, "message": "pod stands by"})
             return
         try:
             entry = classify(msg["argv"])
@@ -306,8 +322,37 @@ class Agent:
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.001)
 
+    async def _dial_broker(self, host: str, port: int) -> None:
+        """Dial the broker's gateway and serve it; redial whenever the connection ends, so a
+        broker restart (or a new leader) only pauses the pod. Backoff grows while dials fail
+        or connections drop at once (a refused token), and resets after one that held."""
+        delay = DIAL_MIN_S
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            try:
+                reader, writer = await asyncio.open_connection(host, port, limit=protocol.MAX_LINE)
+            except OSError as exc:
+                print(f"agent: dial {host}:{port}: {exc}", file=sys.stderr)
+            else:
+                writer.write(protocol.encode({"ev": "auth", "pod": self.pod, "token": self.token}))
+                await self._serve(reader, writer)
+                if time.monotonic() - t0 > 10 * DIAL_MAX_S:
+                    delay = DIAL_MIN_S
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(DIAL_MAX_S, delay * 2)
+
     async def run(self) -> None:
         """Serve until told to shut down."""
+        if self.dial is not None:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self._stop.set)
+            self._ensure_spare()
+            dialer = asyncio.ensure_future(self._dial_broker(*self.dial))
+            await self._stop.wait()
+            dialer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await dialer
+            self._retire_spare()
+            return
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
         server = await asyncio.start_unix_server(
@@ -318,9 +363,42 @@ class Agent:
         self._ensure_spare()
         async with server:
             await self._stop.wait()
+        self._retire_spare()
+
+    def _retire_spare(self) -> None:
         if self._spare is not None:
             self._spare.retire()
             os.waitpid(self._spare.pid, 0)
+
+
+def take_token() -> str:
+    """Remove the pod's token from this process's environment, where a job could read it.
+
+    Popping it keeps it out of every child's environment; the bytes in the process's
+    original environment block (what ``/proc/PID/environ`` shows, and what a forked job
+    inherits in memory) are overwritten in place; and the agent turns non-dumpable, so a job
+    of the same uid can neither ptrace it nor read its ``/proc/PID/environ``."""
+    token = os.environ.pop(TOKEN_ENV, "")
+    if not token:
+        return ""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        fields = Path("/proc/self/stat").read_text().rpartition(")")[2].split()
+        env_start = int(fields[47])  # field 50 of proc(5); the split starts at field 3
+        block = Path("/proc/self/environ").read_bytes()
+        key = f"{TOKEN_ENV}=".encode()
+        at = (b"\0" + block).find(b"\0" + key)  # the entry's offset in the block
+        if at >= 0:
+            ctypes.memset(env_start + at + len(key), ord("x"), len(token.encode()))
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    return token
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"--dial: HOST:PORT, not {text!r}")
+    return host, int(port)
 
 
 def _empty_dir(root: Path) -> None:
@@ -346,7 +424,13 @@ def in_own_pid_namespace() -> bool:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of ``python -m stoker.agent``."""
     parser = argparse.ArgumentParser(prog="python -m stoker.agent")
-    parser.add_argument("--socket", required=True, help="Unix socket to listen on")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--socket", help="Unix socket to listen on")
+    where.add_argument(
+        "--dial",
+        type=_host_port,
+        help=f"HOST:PORT of the broker's agent gateway to dial (token: ${TOKEN_ENV})",
+    )
     parser.add_argument("--pod", default=os.environ.get("STOKER_POD", "pod"))
     parser.add_argument("--workspace", default=os.getcwd())
     parser.add_argument("--preload", default="", help="comma-separated modules to import")
@@ -360,13 +444,27 @@ def main(argv: list[str] | None = None) -> None:
     if args.sandboxed and not in_own_pid_namespace():
         print("agent: --sandboxed outside a bwrap pid namespace; refusing", file=sys.stderr)
         raise SystemExit(2)
+    token = take_token()
+    if args.dial is not None and not token:
+        print(f"agent: --dial needs the pod's token in ${TOKEN_ENV}", file=sys.stderr)
+        raise SystemExit(2)
+    if os.environ.get(STANDBY_ENV) == "1":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # never CUDA before promotion, whatever preloads
     modules = tuple(m for m in args.preload.split(",") if m)
     try:
         took = preload(modules)
     except ImportError as exc:
         print(f"agent: preload failed: {exc}", file=sys.stderr)
         raise SystemExit(3) from exc
-    agent = Agent(args.socket, args.pod, Path(args.workspace), took, sweep=args.sandboxed)
+    agent = Agent(
+        args.socket or "",
+        args.pod,
+        Path(args.workspace),
+        took,
+        sweep=args.sandboxed,
+        dial=args.dial,
+        token=token,
+    )
     asyncio.run(agent.run())
 
 

@@ -2,7 +2,8 @@
 
 Runtimes only do what they are told: the broker turns the core's actions into these calls
 and the runtime's events back into core events. Implementations: ``stoker.runtime.local``
-(sandboxed processes on this host); Kubernetes later; the simulator has a virtual one.
+(sandboxed processes on this host), ``stoker.runtime.kubernetes`` (Pods through the Kubernetes
+API); the simulator has a virtual one.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class JobBinding:
     env: dict[str, str] = field(default_factory=dict)
     timeout_s: float = 3600.0
     topology: Topology = Topology()
+    tenant: str | None = None  # who the job runs for (Kubernetes labels the pod with its hash)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,8 @@ class RuntimeProfile:
     network: bool = False
     memory_mb: int | None = None
     pids_max: int | None = None
+    image: str | None = None  # Kubernetes: the profile's base image (None: the runtime's default)
+    runtime_class: str | None = None  # Kubernetes: a RuntimeClass such as gvisor or kata
 
 
 # --- events a runtime reports ------------------------------------------------
