@@ -153,7 +153,7 @@ class FakeApi:
 
     def compact(self) -> None:
         """Forget the history: a watch resuming from an older version gets 410 Gone."""
-        self.compacted = self.rv + 1
+        self.compacted = self.rv
         self.history.clear()
 
     def drop_watches(self) -> None:
@@ -374,7 +374,7 @@ class Kubelet:
     async def run(self, name: str) -> None:
         """Start the Pod's container once its Secret exists; report its end."""
         pod = self.api.pods().get(name)
-        if pod is None:
+        if pod is None or not pod["spec"].get("containers"):
             return
         container = pod["spec"]["containers"][0]
         needs = [

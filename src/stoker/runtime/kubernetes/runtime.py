@@ -141,7 +141,6 @@ class _Pod:
     job: str | None = None
     stopping: bool = False
     writer: asyncio.StreamWriter | None = None
-    reader: asyncio.Task[None] | None = None
     up: asyncio.Future[None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -238,7 +237,7 @@ class KubernetesRuntime:
         self._server: asyncio.Server | None = None
         self._watch: asyncio.Task[None] | None = None
         self._synced = asyncio.Event()
-        self._conns: set[asyncio.Task[None]] = set()
+        self._conns: set[asyncio.StreamWriter] = set()  # every agent connection open
 
     @classmethod
     def from_kubeconfig(
@@ -317,12 +316,12 @@ class KubernetesRuntime:
             self._hang_up(rec)
         self._pods.clear()
         self._by_name.clear()
+        for writer in list(self._conns):
+            writer.close()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
-        for task in list(self._conns):
-            task.cancel()
         if self._own_client:
             await self.client.close()
 
@@ -455,11 +454,10 @@ class KubernetesRuntime:
             del self._by_name[rec.name]
 
     def _hang_up(self, rec: _Pod) -> None:
+        """Close the pod's connection (its reader sees the end and returns)."""
         if rec.writer is not None:
             rec.writer.close()
             rec.writer = None
-        if rec.reader is not None and rec.reader is not asyncio.current_task():
-            rec.reader.cancel()
 
     async def _await_gone(self, rec: _Pod) -> None:
         try:
@@ -682,6 +680,9 @@ class KubernetesRuntime:
                 if code == 410:
                     log.info("watch: resourceVersion %s expired; listing again", rv)
                     rv = None
+                    if attempt:  # expired again before any event: never a tight loop
+                        await asyncio.sleep(self.backoff.delay(attempt))
+                    attempt += 1
                     continue
                 self.retries[code if code is not None else "watch"] += 1
                 delay = self.backoff.delay(attempt, _retry_after(exc))
@@ -742,9 +743,7 @@ class KubernetesRuntime:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One agent dialing in: its auth line, its hello, then its events."""
-        task = asyncio.current_task()
-        assert task is not None
-        self._conns.add(task)
+        self._conns.add(writer)
         try:
             auth = await asyncio.wait_for(protocol.read_message(reader), 10.0)
             rec = self._pods.get(str((auth or {}).get("pod")))
@@ -762,7 +761,6 @@ class KubernetesRuntime:
                 return
             self._hang_up(rec)  # the newest connection of a pod wins (its agent redialed)
             rec.writer = writer
-            rec.reader = task
             rec.job = hello.get("job")
             if not rec.up.done():
                 rec.up.set_result(None)
@@ -771,7 +769,7 @@ class KubernetesRuntime:
         except (ConnectionError, TimeoutError, protocol.ProtocolError, asyncio.IncompleteReadError):
             pass
         finally:
-            self._conns.discard(task)
+            self._conns.discard(writer)
             writer.close()
             for rec in self._pods.values():
                 if rec.writer is writer:
