@@ -453,6 +453,18 @@ class Kubelet:
         self.procs.clear()
 
 
+def procs_under(root: Path) -> list[int]:
+    """Processes whose command line names ``root`` (what a test's kubelet started there)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError):
+                cmd = Path(f"/proc/{name}/cmdline").read_bytes()
+                if str(root).encode() in cmd and b"pytest" not in cmd:
+                    found.append(int(name))
+    return found
+
+
 def kube_client(api: FakeApi) -> Any:
     """The real lightkube client, configured as from a kubeconfig, talking to ``api``."""
     from lightkube import AsyncClient, KubeConfig

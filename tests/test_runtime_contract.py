@@ -99,7 +99,7 @@ async def _local(tmp_path: Path) -> AsyncIterator[Rig]:
 
 
 async def _kubernetes(tmp_path: Path) -> AsyncIterator[Rig]:
-    from kube_api import FakeApi, Kubelet, kube_client
+    from kube_api import FakeApi, Kubelet, kube_client, procs_under
     from stoker.runtime.kubernetes.runtime import Backoff, KubernetesRuntime
     from stoker.runtime.kubernetes.settings import KubeSettings
 
@@ -122,6 +122,7 @@ async def _kubernetes(tmp_path: Path) -> AsyncIterator[Rig]:
     await rt.stop_all()
     await rt.close()
     await kubelet.close()
+    assert procs_under(tmp_path) == []  # no agent outlives its test
     assert api.pods() == {} and api.secrets() == {}  # nothing left behind
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from kube_api import FakeApi, Kubelet, kube_client
+from kube_api import FakeApi, Kubelet, kube_client, procs_under
 from stoker.agent import protocol
 from stoker.core.model import Failure, Profile
 from stoker.runtime.base import (
@@ -116,6 +116,7 @@ async def kube(tmp_path: Path) -> AsyncIterator[Kube]:
             await rt.stop_all()
             await rt.close()
     await kubelet.close()
+    assert procs_under(tmp_path) == []  # no agent outlives its test
 
 
 async def _up(k: Kube, rt: KubernetesRuntime, pod: str, standby: bool = False, **kw: Any) -> None:
