@@ -18,6 +18,7 @@ from stoker.runtime.kubernetes.settings import (
     ANNOTATION_SPEC,
     HOSTNAME_LABEL,
     LABEL_CLASS,
+    LABEL_NETWORK,
     LABEL_POD,
     LABEL_PROFILE,
     LABEL_ROLE,
@@ -96,13 +97,16 @@ def _gpu_request(s: KubeSettings, shape: PodShape) -> tuple[dict[str, str], dict
 
 
 def pod_labels(s: KubeSettings, shape: PodShape) -> dict[str, str]:
-    return {
+    labels = {
         **s.base_labels("pod"),
         LABEL_POD: label_value(shape.pod),
         LABEL_PROFILE: label_value(shape.profile.name),
         LABEL_ROLE: "standby" if shape.standby else "active",
         LABEL_CLASS: shape.job_class,
     }
+    if shape.runtime.network:
+        labels[LABEL_NETWORK] = "open"  # the NetworkPolicy lets these pods out of the cluster
+    return labels
 
 
 def pod_manifest(s: KubeSettings, shape: PodShape) -> dict[str, Any]:

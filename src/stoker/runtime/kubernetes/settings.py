@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+import tomllib
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
+from pathlib import Path
+from typing import Any
 
 #: every label and annotation stoker sets lives under this prefix
 PREFIX = "stoker.dev"
@@ -23,6 +26,7 @@ LABEL_ROLE = f"{PREFIX}/role"  # active | standby
 LABEL_CLASS = f"{PREFIX}/class"  # pool | hp | spot
 LABEL_TENANT = f"{PREFIX}/tenant"  # sha256 of the tenant, never the tenant itself
 LABEL_LEADER = f"{PREFIX}/leader"  # "true" on the broker replica that schedules
+LABEL_NETWORK = f"{PREFIX}/network"  # "open" on pods of a profile with network = true
 ANNOTATION_SPEC = f"{PREFIX}/spec"  # what a restarted broker needs to re-adopt a pod
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
@@ -96,6 +100,33 @@ class KubeSettings:
         if not _LABEL_VALUE.match(self.instance) or len(self.instance) > 63:
             raise ValueError(f"instance: not a label value: {self.instance!r}")
         object.__setattr__(self, "share", ShareMechanism(self.share))
+
+    @staticmethod
+    def from_dict(raw: dict[str, Any], where: str = "kubernetes") -> KubeSettings:
+        """Settings from a TOML table; an unknown key or a bad value is an error naming it."""
+        known = {f.name: f for f in fields(KubeSettings) if f.name != "priority"}
+        values: dict[str, Any] = {}
+        for key, value in raw.items():
+            if key not in known:
+                raise ValueError(f"{where}: unknown key {key!r}")
+            default = getattr(KubeSettings(), key)
+            try:
+                values[key] = type(default)(value)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{where}.{key}: {exc}") from exc
+        try:
+            return KubeSettings(**values)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from exc
+
+    @staticmethod
+    def load(path: str | Path) -> KubeSettings:
+        """Settings from a TOML file (what ``stoker up --kubernetes FILE`` reads)."""
+        try:
+            raw = tomllib.loads(Path(path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ValueError(f"{path}: {exc}") from exc
+        return KubeSettings.from_dict(raw, str(path))
 
     @property
     def gateway_addr(self) -> str:
