@@ -392,3 +392,51 @@ async def test_the_leader_labels_its_own_pod(kube: Kube) -> None:
     assert kube.api.pods()["broker-0"]["metadata"]["labels"] == {LABEL_LEADER: "true"}
     await rt.mark_leader("broker-0", False)
     assert kube.api.pods()["broker-0"]["metadata"]["labels"] == {}
+
+
+async def test_a_job_through_the_broker_runs_in_a_kubernetes_pod(
+    kube: Kube, tmp_path: Path
+) -> None:
+    """The broker's HTTP API, its core and store, with this runtime: a job becomes a Pod."""
+    import httpx
+
+    from stoker.broker.app import Broker
+    from stoker.broker.config import BrokerConfig, BrokerProfile
+
+    plain = BrokerProfile.simple("plain")
+    rt = KubernetesRuntime(
+        KubeSettings(start_timeout_s=30, stop_timeout_s=10),
+        [plain.core],
+        client=kube_client(kube.api),
+        listen=("127.0.0.1", kube.port),
+        backoff=Backoff(base_s=0.01, cap_s=0.05),
+    )
+    await rt.discover()
+    broker = Broker(BrokerConfig(data_dir=tmp_path / "data", profiles=[plain]), rt)
+    await broker.start()
+    transport = httpx.ASGITransport(app=broker.app)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://broker") as http:
+            admin = {"Authorization": f"Bearer {broker.admin_token}"}
+            r = await http.post("/v1/tenants", json={"name": "acme"}, headers=admin)
+            auth = {"Authorization": f"Bearer {r.json()['token']}"}
+            body = {
+                "profile": "plain",
+                "argv": ["sh", "-c", "echo hi from $STOKER_POD"],
+                "reuse_tag": "t",
+            }
+            r = await http.post("/v1/jobs", json=body, headers=auth)
+            assert r.status_code == 201, r.text
+            job = r.json()["id"]
+            r = await http.get(f"/v1/jobs/{job}/wait", params={"timeout_s": 60}, headers=auth)
+            done = r.json()
+            assert done["state"] == "finished" and done["exit_code"] == 0, done
+            pod = done["pods"][0]
+            r = await http.get(f"/v1/jobs/{job}/output", params={"follow": False}, headers=auth)
+            lines = [json.loads(x) for x in r.text.splitlines() if x.strip()]
+            out = b"".join(base64.b64decode(m["data"]) for m in lines if "data" in m)
+            assert out == f"hi from {pod}\n".encode()
+            assert object_name(pod) in kube.api.pods()  # a real Pod object, kept warm
+    finally:
+        await broker.close(stop_pods=True)
+    assert kube.api.pods() == {} and kube.api.secrets() == {}

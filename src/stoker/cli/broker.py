@@ -58,8 +58,12 @@ def up(
     data_dir: Annotated[Path | None, typer.Option(help="where the store and pods live")] = None,
     host: str = "127.0.0.1",
     port: int = 8765,
+    kubernetes: Annotated[
+        Path | None,
+        typer.Option(help="run pods on Kubernetes, with this runtime settings TOML"),
+    ] = None,
 ) -> None:
-    """Run the broker with the local runtime and the embedded SQLite store."""
+    """Run the broker with the local runtime (or Kubernetes) and the embedded SQLite store."""
     import uvicorn
 
     from stoker.broker.app import Broker
@@ -71,11 +75,35 @@ def up(
         _fail(str(exc))
     if data_dir is not None:
         cfg.data_dir = data_dir
-    broker = Broker(cfg)
+    broker = Broker(cfg, _kube_runtime(kubernetes, cfg) if kubernetes else None)
     typer.echo(
         f"stoker broker on http://{host}:{port}  (admin token: {cfg.admin_token_path})", err=True
     )
     uvicorn.run(broker.app, host=host, port=port, log_level="warning")
+
+
+def _kube_runtime(path: Path, cfg: Any) -> Any:
+    """The Kubernetes runtime on the cluster this process runs in (or $KUBECONFIG's), its
+    GPUs read from the cluster's nodes before the broker builds its core."""
+    try:
+        from lightkube import ApiError, Client
+        from lightkube.core.exceptions import ConfigError as KubeConfigError
+        from lightkube.resources.core_v1 import Node
+
+        from stoker.runtime.kubernetes.runtime import KubernetesRuntime
+        from stoker.runtime.kubernetes.settings import KubeSettings
+    except ImportError as exc:
+        _fail(f"--kubernetes: {exc}; install stoker[kubernetes]")
+    try:
+        settings = KubeSettings.load(path)
+        rt = KubernetesRuntime(settings, [p.core for p in cfg.profiles])
+        with Client(namespace=settings.namespace) as client:
+            rt.use_nodes([n.to_dict() for n in client.list(Node)])
+    except (ValueError, ApiError, KubeConfigError, OSError) as exc:
+        _fail(f"--kubernetes: {exc}")
+    if not rt.devices:
+        _fail("--kubernetes: no ready node with allocatable GPUs in the cluster")
+    return rt
 
 
 def run(

@@ -277,9 +277,12 @@ class KubernetesRuntime:
     async def discover(self) -> list[Node]:
         """The cluster's GPU nodes as the core's nodes; also fills :attr:`devices`."""
         items, _ = await self._api("list nodes", lambda: self._list(KNode, None))
-        dicts = [n.to_dict() for n in items]
-        self.cluster = cluster_nodes(dicts, self.settings)
-        self._gpu_mem = gpu_memory_mib(dicts, self.settings)
+        return self.use_nodes([n.to_dict() for n in items])
+
+    def use_nodes(self, nodes: list[dict[str, Any]]) -> list[Node]:
+        """Take the cluster's Node objects (as the API returns them) as this runtime's."""
+        self.cluster = cluster_nodes(nodes, self.settings)
+        self._gpu_mem = gpu_memory_mib(nodes, self.settings)
         self.devices = {g.id: g for n in self.cluster for g in n.gpus}
         return self.cluster
 
