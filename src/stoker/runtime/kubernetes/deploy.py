@@ -35,6 +35,7 @@ from stoker.runtime.kubernetes.settings import (
 
 BROKER = "stoker-broker"
 DATABASE_SECRET = "stoker-database"
+ADMIN_SECRET = "stoker-admin"  # key "token": the admin token every replica shares
 DATABASE_ENV = "STOKER_DATABASE_URL"
 CONFIG_DIR = "/etc/stoker"
 
@@ -263,6 +264,12 @@ def _broker_container(cfg: DeployConfig) -> dict[str, Any]:
         "volumeMounts": [
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
             {"name": "data", "mountPath": "/var/lib/stoker"},
+            {
+                "name": "admin",
+                "mountPath": "/var/lib/stoker/admin.token",
+                "subPath": "admin.token",
+                "readOnly": True,
+            },
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
@@ -308,6 +315,14 @@ def broker(cfg: DeployConfig) -> list[dict[str, Any]]:
                     "volumes": [
                         {"name": "config", "configMap": {"name": "stoker-config"}},
                         {"name": "data", "emptyDir": {}},
+                        {
+                            "name": "admin",
+                            "secret": {
+                                "secretName": ADMIN_SECRET,
+                                "items": [{"key": "token", "path": "admin.token"}],
+                                "defaultMode": 0o440,
+                            },
+                        },
                         {"name": "tmp", "emptyDir": {}},
                     ],
                 },
