@@ -38,6 +38,26 @@ class JobBinding:
     topology: Topology = Topology()
     tenant: str | None = None  # who the job runs for (Kubernetes labels the pod with its hash)
 
+    def message(self, code: str | None, overlay: list[str]) -> dict[str, object]:
+        """The agent protocol's ``bind`` request for this job (``code``: the archive's path
+        as the pod sees it; ``overlay``: dependency dirs to put on its path)."""
+        topo = self.topology
+        return {
+            "op": "bind",
+            "job": self.job,
+            "argv": list(self.argv),
+            "code": code,
+            "overlay": overlay,
+            "env": dict(self.env),
+            "timeout_s": self.timeout_s,
+            "topology": {
+                "rank": topo.rank,
+                "world_size": topo.world_size,
+                "master_addr": topo.master_addr,
+                "master_port": topo.master_port,
+            },
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class RuntimeProfile:

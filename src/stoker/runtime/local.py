@@ -498,25 +498,7 @@ class LocalRuntime:
                 return
             overlay.append(f"{sandbox.OVERLAY_DIR}/{digest}")
         rec.oom_at_bind = rec.cgroup.oom_kills()
-        topo = binding.topology
-        await self._send(
-            rec,
-            {
-                "op": "bind",
-                "job": binding.job,
-                "argv": list(binding.argv),
-                "code": code,
-                "overlay": overlay,
-                "env": dict(binding.env),
-                "timeout_s": binding.timeout_s,
-                "topology": {
-                    "rank": topo.rank,
-                    "world_size": topo.world_size,
-                    "master_addr": topo.master_addr,
-                    "master_port": topo.master_port,
-                },
-            },
-        )
+        await self._send(rec, binding.message(code, overlay))
 
     async def kill_job(self, job: str, failure: Failure = Failure.CANCELLED) -> None:
         """Kill a running job (a job that already ended is left alone)."""

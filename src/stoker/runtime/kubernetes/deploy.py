@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from stoker.runtime.kubernetes.pods import container_security, pod_security
 from stoker.runtime.kubernetes.settings import (
     LABEL_APP,
     LABEL_INSTANCE,
@@ -253,14 +254,7 @@ def _broker_container(cfg: DeployConfig) -> dict[str, Any]:
             "requests": {"cpu": cfg.broker_cpu, "memory": cfg.broker_memory},
             "limits": {"memory": cfg.broker_memory},
         },
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "privileged": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": container_security(),
         "volumeMounts": [
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
             {"name": "data", "mountPath": "/var/lib/stoker"},
@@ -291,13 +285,7 @@ def broker(cfg: DeployConfig) -> list[dict[str, Any]]:
                 "spec": {
                     "serviceAccountName": BROKER,
                     "priorityClassName": s.priority.hp,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": s.run_as_user,
-                        "runAsGroup": s.run_as_user,
-                        "fsGroup": s.run_as_user,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
+                    "securityContext": pod_security(s),
                     "affinity": {
                         "podAntiAffinity": {
                             "preferredDuringSchedulingIgnoredDuringExecution": [

@@ -96,6 +96,30 @@ def _gpu_request(s: KubeSettings, shape: PodShape) -> tuple[dict[str, str], dict
     return {s.gpu_resource: "1", "nvidia.com/gpumem-percentage": str(round(share * 100))}, {}
 
 
+def pod_security(s: KubeSettings) -> dict[str, Any]:
+    """The pod-level security context of every stoker pod (agents and brokers alike)."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": s.run_as_user,
+        "runAsGroup": s.run_as_user,
+        "fsGroup": s.run_as_user,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def container_security() -> dict[str, Any]:
+    """Non-root, no privilege escalation, no capabilities, read-only root (writes go to
+    emptyDir volumes), the runtime's default seccomp profile."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
 def pod_labels(s: KubeSettings, shape: PodShape) -> dict[str, str]:
     labels = {
         **s.base_labels("pod"),
@@ -159,13 +183,7 @@ def pod_manifest(s: KubeSettings, shape: PodShape) -> dict[str, Any]:
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": s.termination_grace_s,
         "priorityClassName": s.priority.name(shape.job_class),
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": s.run_as_user,
-            "runAsGroup": s.run_as_user,
-            "fsGroup": s.run_as_user,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security(s),
         "containers": [
             {
                 "name": CONTAINER,
@@ -178,14 +196,7 @@ def pod_manifest(s: KubeSettings, shape: PodShape) -> dict[str, Any]:
                     "requests": {"cpu": f"{p.cpu:g}", "memory": f"{memory_mb}Mi"},
                     "limits": {"memory": f"{memory_mb}Mi", **limits},
                 },
-                "securityContext": {
-                    "allowPrivilegeEscalation": False,
-                    "privileged": False,
-                    "readOnlyRootFilesystem": True,
-                    "runAsNonRoot": True,
-                    "capabilities": {"drop": ["ALL"]},
-                    "seccompProfile": {"type": "RuntimeDefault"},
-                },
+                "securityContext": container_security(),
                 "volumeMounts": [
                     {"name": "workspace", "mountPath": WORKSPACE},
                     {"name": "tmp", "mountPath": "/tmp"},

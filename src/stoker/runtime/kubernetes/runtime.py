@@ -531,25 +531,7 @@ class KubernetesRuntime:
         if binding.tenant is not None:
             await self._label(rec, {LABEL_TENANT: tenant_hash(binding.tenant)})
         rec.job = binding.job
-        topo = binding.topology
-        await self._send(
-            rec,
-            {
-                "op": "bind",
-                "job": binding.job,
-                "argv": list(binding.argv),
-                "code": None,
-                "overlay": [],
-                "env": dict(binding.env),
-                "timeout_s": binding.timeout_s,
-                "topology": {
-                    "rank": topo.rank,
-                    "world_size": topo.world_size,
-                    "master_addr": topo.master_addr,
-                    "master_port": topo.master_port,
-                },
-            },
-        )
+        await self._send(rec, binding.message(None, []))
 
     async def kill_job(self, job: str, failure: Failure = Failure.CANCELLED) -> None:
         """Kill a running job (a job that already ended is left alone)."""
