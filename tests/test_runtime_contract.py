@@ -14,8 +14,10 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import shutil
+import tarfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -110,6 +112,7 @@ async def _kubernetes(tmp_path: Path) -> AsyncIterator[Rig]:
         [CORE],
         client=kube_client(api),
         listen=("127.0.0.1", 0),
+        code_dir=tmp_path / "code",
         backoff=Backoff(base_s=0.01, cap_s=0.05),
     )
     kubelet = Kubelet(api, tmp_path / "node", lambda: f"127.0.0.1:{rt.gateway_port}")
@@ -151,7 +154,9 @@ async def _cluster(tmp_path: Path) -> AsyncIterator[Rig]:
         dial=os.environ["STOKER_TEST_DIAL"],
         share=ShareMechanism(os.environ.get("STOKER_TEST_SHARE", "time-slicing")),
     )
-    rt = KubernetesRuntime.from_kubeconfig(path, settings, [CORE], listen=("0.0.0.0", port))
+    rt = KubernetesRuntime.from_kubeconfig(
+        path, settings, [CORE], listen=("0.0.0.0", port), code_dir=tmp_path / "code"
+    )
     nodes = await rt.discover()
     if not nodes:
         pytest.skip("the cluster has no ready node with allocatable GPUs")
@@ -241,3 +246,19 @@ async def test_pod_death_is_reported(rig: Rig) -> None:
     assert exited.job == "doomed" and exited.failure is Failure.POD_DIED
     assert await rig.until(PodDown) == PodDown(pod, Failure.POD_DIED)
     assert pod not in await rig.rt.live_pods()
+
+
+async def test_code_upload_by_digest(rig: Rig) -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        data = b"import sys; print('code', sys.argv[1:])\n"
+        info = tarfile.TarInfo("pkg/main.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    digest = await rig.rt.put_code(buf.getvalue())
+    pod = await rig.pod()
+    await rig.rt.bind(
+        pod, JobBinding(job="code", argv=("python", "pkg/main.py", "x"), code_digest=digest)
+    )
+    _, out, exited = await rig.collect("code")
+    assert out == b"code ['x']\n" and exited.exit_code == 0

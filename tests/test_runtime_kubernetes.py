@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
+import os
 import socket
+import tarfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +31,9 @@ from stoker.runtime.base import (
     RuntimeEvent,
     RuntimeProfile,
 )
+from stoker.runtime.code import CodeNotFound
 from stoker.runtime.kubernetes.runtime import (
+    CODE_CHUNK,
     Backoff,
     KubernetesRuntime,
     NotCarried,
@@ -240,14 +245,31 @@ async def test_standby_pod_then_promotion(kube: Kube) -> None:
     assert out == b"0\n"  # the container's one device, once promoted
 
 
-async def test_code_and_deps_are_refused_clearly(kube: Kube) -> None:
-    rt = kube.runtime()
+async def test_code_is_sent_to_the_pod_deps_are_refused(kube: Kube, tmp_path: Path) -> None:
+    rt = kube.runtime(code_dir=tmp_path / "code")
     await rt.discover()
     await _up(kube, rt, "pod-c")
-    with pytest.raises(NotCarried, match="code and deps"):
-        await rt.bind("pod-c", JobBinding(job="c", argv=("true",), code_digest="ab" * 32))
-    with pytest.raises(NotCarried):
-        await rt.put_code(b"x")
+    # an archive bigger than one chunk, so it travels in several messages
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in (
+            ("main.py", b"import os; print(len(open('blob','rb').read()))\n"),
+            ("blob", os.urandom(CODE_CHUNK + 1000)),
+        ):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    digest = await rt.put_code(buf.getvalue())
+    for job in ("c1", "c2"):  # the second bind reuses what the pod already has
+        await rt.bind("pod-c", JobBinding(job=job, argv=("python", "main.py"), code_digest=digest))
+        out, exited = await kube.collect(rt, job)
+        assert out == f"{CODE_CHUNK + 1000}\n".encode() and exited.exit_code == 0
+    with pytest.raises(CodeNotFound):
+        await rt.bind("pod-c", JobBinding(job="c3", argv=("true",), code_digest="ab" * 32))
+    with pytest.raises(NotCarried, match="deps"):
+        await rt.bind("pod-c", JobBinding(job="d", argv=("true",), deps=("six",)))
+    with pytest.raises(NotCarried, match="code_dir"):
+        await kube.runtime().put_code(buf.getvalue())
 
 
 async def test_vanished_pods_are_typed_failures(kube: Kube) -> None:
@@ -440,3 +462,19 @@ async def test_a_job_through_the_broker_runs_in_a_kubernetes_pod(
     finally:
         await broker.close(stop_pods=True)
     assert kube.api.pods() == {} and kube.api.secrets() == {}
+
+
+def test_the_agent_dials_only_with_a_token() -> None:
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "STOKER_AGENT_TOKEN"}
+    for args, why in ((["--dial", "127.0.0.1:1"], "token"), (["--dial", "nohost"], "HOST:PORT")):
+        res = subprocess.run(
+            [sys.executable, "-m", "stoker.agent", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert res.returncode == 2 and why in res.stderr, res.stderr

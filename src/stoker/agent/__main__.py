@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import hashlib
 import os
 import random
 import shutil
@@ -33,6 +34,7 @@ MAX_HELD = 4096  # output events kept while no runtime listens (~256 MiB at most
 TOKEN_ENV = "STOKER_AGENT_TOKEN"  # the pod's token (Kubernetes: from the pod's Secret)
 STANDBY_ENV = "STOKER_STANDBY"  # "1": no GPU, no CUDA, no job until promoted
 DIAL_MIN_S, DIAL_MAX_S = 0.1, 5.0  # redial backoff bounds
+CODE_DIR = "/tmp/stoker-code"  # where code archives sent over the connection land (dial mode)
 
 
 @dataclass
@@ -142,11 +144,38 @@ class Agent:
             await self.send({"ev": "pong", **self.state()})
         elif op == "scrub":
             await self._scrub(str(msg.get("pod") or self.pod))
+        elif op == "code":
+            await self._code_chunk(msg)
         elif op == "shutdown":
             self._kill_others()
             self._stop.set()
         else:
             await self.send({"ev": "error", "job": msg.get("job"), "message": f"op: {op!r}"})
+
+    async def _code_chunk(self, msg: Message) -> None:
+        """One chunk of a code archive the runtime sends (a pod that cannot see the
+        broker's code cache: Kubernetes); the last one is checked against its digest."""
+        digest = str(msg.get("digest", ""))
+        code_dir = Path(CODE_DIR)
+        part = code_dir / f".{digest}.part"
+        try:
+            if len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+                raise ValueError(f"code: bad digest {digest!r}")
+            code_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with open(part, "ab" if msg.get("offset") else "wb") as f:
+                f.write(protocol.unpack_bytes(str(msg.get("data", ""))))
+            if not msg.get("last"):
+                return
+            got = hashlib.sha256(part.read_bytes()).hexdigest()
+            if got != digest:
+                raise ValueError(f"code: archive's sha256 is {got}, not {digest}")
+            part.rename(code_dir / digest)
+        except (OSError, ValueError) as exc:
+            with contextlib.suppress(OSError):
+                part.unlink()
+            await self.send({"ev": "error", "job": None, "message": str(exc)})
+            return
+        await self.send({"ev": "code", "digest": digest, "path": str(code_dir / digest)})
 
     async def _scrub(self, new_pod: str) -> None:
         """Make this pod a fresh one named ``new_pod``, keeping the zygote.

@@ -96,7 +96,9 @@ def _kube_runtime(path: Path, cfg: Any) -> Any:
         _fail(f"--kubernetes: {exc}; install stoker[kubernetes]")
     try:
         settings = KubeSettings.load(path)
-        rt = KubernetesRuntime(settings, [p.core for p in cfg.profiles])
+        rt = KubernetesRuntime(
+            settings, [p.core for p in cfg.profiles], code_dir=cfg.runtime_dir / "code"
+        )
         with Client(namespace=settings.namespace) as client:
             rt.use_nodes([n.to_dict() for n in client.list(Node)])
     except (ValueError, ApiError, KubeConfigError, OSError) as exc:

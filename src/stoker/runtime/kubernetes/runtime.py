@@ -39,6 +39,7 @@ import secrets
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx2
@@ -62,6 +63,7 @@ from stoker.runtime.base import (
     RuntimeEvent,
     RuntimeProfile,
 )
+from stoker.runtime.code import CodeStore
 from stoker.runtime.kubernetes import pods
 from stoker.runtime.kubernetes.nodes import cluster_nodes, gpu_memory_mib, node_of
 from stoker.runtime.kubernetes.settings import (
@@ -79,6 +81,7 @@ log = logging.getLogger("stoker.runtime.kubernetes")
 T = TypeVar("T")
 
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+CODE_CHUNK = 4 * 1024 * 1024  # bytes of a code archive per message (base64 stays < MAX_LINE)
 #: container waiting reasons no wait can cure: the pod will never start
 _HOPELESS = frozenset({"InvalidImageName", "ErrImageNeverPull", "CreateContainerError"})
 #: pod status reasons of a kubelet that evicted or shut the pod down
@@ -145,6 +148,7 @@ class _Pod:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     gone: asyncio.Event = field(default_factory=asyncio.Event)
+    codes: dict[str, str] = field(default_factory=dict)  # digest -> path in the pod
     replies: dict[str, asyncio.Future[protocol.Message]] = field(default_factory=dict)
 
     @property
@@ -218,6 +222,7 @@ class KubernetesRuntime:
         listen: tuple[str, int] | None = None,
         backoff: Backoff = Backoff(),
         adopt_wait_s: float = 15.0,
+        code_dir: Path | str | None = None,
     ) -> None:
         self.settings = settings
         self.profiles = {p.name: p for p in profiles}
@@ -226,6 +231,9 @@ class KubernetesRuntime:
         self.listen = listen or ("0.0.0.0", settings.gateway_port)
         self.backoff = backoff
         self.adopt_wait_s = adopt_wait_s
+        # code archives are kept here and sent to a pod over its connection when a job needs
+        # one (the pod cannot see the broker's disk)
+        self.code = CodeStore(Path(code_dir)) if code_dir is not None else None
         self.retries: Counter[int | str] = Counter()  # API retries by status (for tests, metrics)
         self.relists = 0
         self.cluster: list[Node] = []
@@ -334,7 +342,10 @@ class KubernetesRuntime:
             yield await self._events.get()
 
     async def put_code(self, data: bytes) -> str:
-        raise NotCarried("code archives are not carried to Kubernetes pods yet")
+        """Store a code archive once (sent to a pod when a job bound there needs it)."""
+        if self.code is None:
+            raise NotCarried("code: this runtime keeps no code archives (no code_dir)")
+        return await asyncio.to_thread(self.code.put, data)
 
     # --- pods ----------------------------------------------------------------
 
@@ -520,18 +531,45 @@ class KubernetesRuntime:
             raise PodBusy(f"pod: {pod} is running job {rec.job}")
         if rec.shape.standby:
             raise PodBusy(f"pod: {pod} stands by; promote it before binding")
-        if binding.code_digest or binding.deps:
+        if binding.deps:
             raise NotCarried(
-                "code and deps: not carried to Kubernetes pods yet; bake them into the "
-                "profile's image or fetch them from the job's argv"
+                "deps: extra dependencies are not carried to Kubernetes pods yet; "
+                "bake them into the profile's image"
             )
         check_env(dict(binding.env))
         if rec.writer is None:
             raise KubeRuntimeError(f"pod: {pod}'s agent is not connected")
+        code = None
+        if binding.code_digest:
+            if self.code is None:
+                raise NotCarried("code: this runtime keeps no code archives (no code_dir)")
+            archive = self.code.path(binding.code_digest)  # CodeNotFound names the field
+            code = rec.codes.get(binding.code_digest) or await self._send_code(rec, archive)
         if binding.tenant is not None:
             await self._label(rec, {LABEL_TENANT: tenant_hash(binding.tenant)})
         rec.job = binding.job
-        await self._send(rec, binding.message(None, []))
+        await self._send(rec, binding.message(code, []))
+
+    async def _send_code(self, rec: _Pod, archive: Path) -> str:
+        """Send a code archive to the pod in chunks; its path there once it checked out."""
+        data = await asyncio.to_thread(archive.read_bytes)
+        reply: protocol.Message = {}
+        for offset in range(0, max(len(data), 1), CODE_CHUNK):
+            msg = {
+                "op": "code",
+                "digest": archive.name,
+                "offset": offset,
+                "data": protocol.pack_bytes(data[offset : offset + CODE_CHUNK]),
+                "last": offset + CODE_CHUNK >= len(data),
+            }
+            if msg["last"]:
+                reply = await self._request(rec, msg, "code")
+            else:
+                await self._send(rec, msg)
+        if reply.get("ev") != "code":
+            raise KubeRuntimeError(f"pod {rec.id}: code refused: {reply.get('message')}")
+        rec.codes[archive.name] = str(reply["path"])
+        return rec.codes[archive.name]
 
     async def kill_job(self, job: str, failure: Failure = Failure.CANCELLED) -> None:
         """Kill a running job (a job that already ended is left alone)."""
