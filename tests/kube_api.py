@@ -374,8 +374,8 @@ class Kubelet:
     async def run(self, name: str) -> None:
         """Start the Pod's container once its Secret exists; report its end."""
         pod = self.api.pods().get(name)
-        if pod is None or not pod["spec"].get("containers"):
-            return
+        if pod is None or "command" not in (pod["spec"].get("containers") or [{}])[0]:
+            return  # not a stoker pod: nothing this kubelet knows how to run
         container = pod["spec"]["containers"][0]
         needs = [
             v["valueFrom"]["secretKeyRef"]["name"] for v in container["env"] if "valueFrom" in v

@@ -384,9 +384,16 @@ async def test_a_new_broker_readopts_pods_and_collects_garbage(kube: Kube) -> No
     await kube.until(first, JobRunning)
     await first.close()  # the broker goes; its pods and their jobs keep running
     await asyncio.sleep(0.8)
+    # a pod of this install no broker can ever speak to (its Secret is gone): garbage
+    lost = {"name": "stoker-lost", "labels": {"stoker.dev/instance": "stoker"}}
+    spec = {"containers": [{"name": "agent", "image": "registry.test/stoker:1"}]}
+    kube.api._store(
+        "pods", {"apiVersion": "v1", "kind": "Pod", "metadata": lost, "spec": spec}, "ADDED"
+    )
     second = kube.runtime()
     await second.discover()
     assert await second.live_pods() == ["pod-a", "pod-b"]
+    assert "stoker-lost" not in kube.api.pods()
     out, exited = await kube.collect(second, "across")  # held by the agent meanwhile
     assert out == b"done\n" and exited.exit_code == 0
     # pod-b is not known to the new broker's core: collected by label, Secret and all

@@ -231,6 +231,8 @@ class KubernetesRuntime:
         self.listen = listen or ("0.0.0.0", settings.gateway_port)
         self.backoff = backoff
         self.adopt_wait_s = adopt_wait_s
+        self.sync_timeout_s = 60.0  # how long start() waits for the first list of pods
+        self._watch_error: BaseException | None = None
         # code archives are kept here and sent to a pod over its connection when a job needs
         # one (the pod cannot see the broker's disk)
         self.code = CodeStore(Path(code_dir)) if code_dir is not None else None
@@ -313,7 +315,10 @@ class KubernetesRuntime:
             )
         if self._watch is None:
             self._watch = asyncio.get_running_loop().create_task(self._watch_pods())
-        await self._synced.wait()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._synced.wait()), self.sync_timeout_s)
+        except TimeoutError as exc:
+            raise KubeRuntimeError(f"cannot list this install's pods: {self._watch_error}") from exc
 
     async def close(self) -> None:
         """Stop listening and watching; the pods keep running for the next broker."""
@@ -449,17 +454,23 @@ class KubernetesRuntime:
         """Delete the pod object (its Secret goes with it); a pod already gone is fine."""
         rec.stopping = True
         self._hang_up(rec)
+        if not await self._delete_pod(rec.name):
+            rec.gone.set()
+
+    async def _delete_pod(self, name: str) -> bool:
+        """Delete a Pod object (with retries); False if it was gone already."""
         try:
             await self._api(
-                f"delete pod {rec.name}",
+                f"delete pod {name}",
                 lambda: self.client.delete(
-                    KPod, rec.name, grace_period=self.settings.termination_grace_s
+                    KPod, name, grace_period=self.settings.termination_grace_s
                 ),
             )
         except ApiError as exc:
             if status_code(exc) != 404:
                 raise
-            rec.gone.set()
+            return False
+        return True
 
     def _forget(self, rec: _Pod) -> None:
         if self._pods.get(rec.id) is rec:
@@ -615,11 +626,13 @@ class KubernetesRuntime:
             meta = d.get("metadata") or {}
             if obj.metadata.name in self._by_name or meta.get("deletionTimestamp"):
                 continue
-            if pod_failure(d, deleted=False) is not None:
-                continue
-            rec = await self._adopt(d)
+            rec = await self._adopt(d) if pod_failure(d, deleted=False) is None else None
             if rec is not None:
                 adopted.append(rec)
+                continue
+            # ended, or never to be spoken to again (no token, no spec): garbage
+            with contextlib.suppress(ApiError):
+                await self._delete_pod(obj.metadata.name)
         if adopted:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
@@ -641,7 +654,7 @@ class KubernetesRuntime:
                 note["pod"], runtime, tuple(note["gpus"]), bool(note["standby"]), note["class"]
             )
         except (KeyError, ValueError, TypeError, ApiError) as exc:
-            log.warning("pod %s: cannot adopt (%s); collect_garbage removes it", meta["name"], exc)
+            log.warning("pod %s: cannot adopt (%s); deleting it", meta["name"], exc)
             return None
         rec = _Pod(shape, token, uid=meta.get("uid"))
         self._pods[rec.id] = rec
@@ -670,10 +683,7 @@ class KubernetesRuntime:
                 self._hang_up(rec)
                 self._forget(rec)
             with contextlib.suppress(ApiError):
-                await self._api(
-                    f"delete pod {obj.metadata.name}",
-                    lambda n=obj.metadata.name: self.client.delete(KPod, n),
-                )
+                await self._delete_pod(obj.metadata.name)
             deleted.append(pod)
         return sorted(deleted)
 
@@ -699,6 +709,7 @@ class KubernetesRuntime:
             except asyncio.CancelledError:
                 raise
             except (httpx2.HTTPError, OSError) as exc:
+                self._watch_error = exc
                 code = status_code(exc)
                 if code == 410:
                     log.info("watch: resourceVersion %s expired; listing again", rv)
@@ -712,7 +723,8 @@ class KubernetesRuntime:
                 attempt = min(attempt + 1, 16)
                 log.warning("watch: %s; again in %.2f s", code or exc, delay)
                 await asyncio.sleep(delay)
-            except Exception:  # one malformed object must not end the watch for good
+            except Exception as exc:  # one malformed object must not end the watch for good
+                self._watch_error = exc
                 log.exception("watch")
                 await asyncio.sleep(self.backoff.delay(attempt))
 
