@@ -38,9 +38,12 @@ class JobBinding:
     topology: Topology = Topology()
     tenant: str | None = None  # who the job runs for (Kubernetes labels the pod with its hash)
 
-    def message(self, code: str | None, overlay: list[str]) -> dict[str, object]:
+    def message(
+        self, code: str | None, overlay: list[str], output_mb: int | None
+    ) -> dict[str, object]:
         """The agent protocol's ``bind`` request for this job (``code``: the archive's path
-        as the pod sees it; ``overlay``: dependency dirs to put on its path)."""
+        as the pod sees it; ``overlay``: dependency dirs to put on its path; ``output_mb``:
+        the profile's cap on the job's output, None for none)."""
         topo = self.topology
         return {
             "op": "bind",
@@ -56,6 +59,7 @@ class JobBinding:
                 "master_addr": topo.master_addr,
                 "master_port": topo.master_port,
             },
+            "output_limit": None if output_mb is None else output_mb * 1024 * 1024,
         }
 
 
@@ -67,8 +71,14 @@ class RuntimeProfile:
     packages: tuple[str, ...] = ()  # installed once into the profile's shared environment
     preload: tuple[str, ...] = ()  # modules the agent imports once (e.g. "torch")
     network: bool = False
-    memory_mb: int | None = None
-    pids_max: int | None = None
+    # safe defaults: a profile names bigger ones (None: no limit; a broker's profiles never
+    # say None unless its config asks for 0)
+    memory_mb: int | None = 2048
+    pids_max: int | None = 256
+    cpus: float | None = 1.0  # CPU time per wall second (cgroup cpu quota)
+    tmp_mb: int | None = 256  # each of /tmp and /dev/shm (a size-capped tmpfs)
+    workspace_mb: int | None = 1024  # /workspace (a size-capped tmpfs, where root mounts one)
+    output_mb: int | None = 16  # a job's stdout and stderr together; past it: a marker
     image: str | None = None  # Kubernetes: the profile's base image (None: the runtime's default)
     runtime_class: str | None = None  # Kubernetes: a RuntimeClass such as gvisor or kata
 

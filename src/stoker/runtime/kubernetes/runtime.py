@@ -559,7 +559,7 @@ class KubernetesRuntime:
         if binding.tenant is not None:
             await self._label(rec, {LABEL_TENANT: tenant_hash(binding.tenant)})
         rec.job = binding.job
-        await self._send(rec, binding.message(code, []))
+        await self._send(rec, binding.message(code, [], rec.shape.runtime.output_mb))
 
     async def _send_code(self, rec: _Pod, archive: Path) -> str:
         """Send a code archive to the pod in chunks; its path there once it checked out."""
