@@ -460,7 +460,7 @@ def procs_under(root: Path) -> list[int]:
         if name.isdigit():
             with contextlib.suppress(OSError):
                 cmd = Path(f"/proc/{name}/cmdline").read_bytes()
-                if str(root).encode() in cmd and b"pytest" not in cmd:
+                if str(root).encode() in cmd and b"stoker.agent" in cmd:
                     found.append(int(name))
     return found
 
