@@ -30,6 +30,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,7 @@ DIAL_MIN_S, DIAL_MAX_S = 0.1, 5.0  # redial backoff bounds
 CODE_DIR = "/tmp/stoker-code"  # where code archives sent over the connection land (dial mode)
 #: where a job may leave files besides its workspace (emptied after every job)
 SCRATCH = ("/tmp", "/dev/shm", "/dev/mqueue")
+MAX_RAN = 1024  # outcomes remembered (a restarted broker asks about its last jobs only)
 
 
 @dataclass
@@ -99,6 +101,9 @@ class Agent:
         self._exits: dict[int, int] = {}  # spare pid -> wait status, until someone waits
         self._waiters: dict[int, asyncio.Future[int]] = {}
         self._discarded: set[int] = set()  # spares let go: their exit is nobody's business
+        # job id -> its exit event: a bind is idempotent by job id, and a restarted broker
+        # learns from the hello what ended while no broker listened
+        self.ran: OrderedDict[str, Message] = OrderedDict()
 
     # --- connection ------------------------------------------------------
 
@@ -157,8 +162,14 @@ class Agent:
             with contextlib.suppress(ConnectionError, RuntimeError):
                 old.write(protocol.encode({"ev": "taken_over"}))
             old.close()
-        writer.write(protocol.encode({"ev": "hello", **self.state()}))
         held, self._held = self._held, []
+        hello = {
+            "ev": "hello",
+            **self.state(),
+            "ran": {j: {k: m[k] for k in ("exit_code", "failure")} for j, m in self.ran.items()},
+            "held": [m["job"] for m in held if m.get("ev") == "exited"],
+        }
+        writer.write(protocol.encode(hello))
         for msg in held:
             writer.write(protocol.encode(msg))
         await writer.drain()
@@ -241,6 +252,7 @@ class Agent:
         self._discard_spare()  # nothing at all is left but the agent
         self._clear_scratch(str(self.workspace))
         self._held.clear()
+        self.ran.clear()  # a fresh pod: the jobs of the old one are settled
         self._ensure_spare()
         self.pod = new_pod
         os.environ["STOKER_POD"] = new_pod
@@ -250,6 +262,14 @@ class Agent:
 
     async def _bind(self, msg: Message) -> None:
         job_id = str(msg.get("job"))
+        if self.job is not None and self.job.id == job_id:
+            # a repeated bind (a restarted broker): never run a job twice
+            job = self.job
+            await self.send({"ev": "running", "job": job_id, "pid": job.pid, "at": job.started})
+            return
+        if job_id in self.ran:
+            await self.send(self.ran[job_id])  # it ran already: the same answer again
+            return
         if self.job is not None:
             await self.send(
                 {"ev": "error", "job": job_id, "message": f"pod busy with {self.job.id}"}
@@ -422,16 +442,18 @@ class Agent:
         if failure is None and code != 0:
             failure = "user_error"
         self.job = None
-        await self.send(
-            {
-                "ev": "exited",
-                "job": job.id,
-                "exit_code": code,
-                "signal": sig,
-                "failure": failure,
-                "at": time.time(),
-            }
-        )
+        exited = {
+            "ev": "exited",
+            "job": job.id,
+            "exit_code": code,
+            "signal": sig,
+            "failure": failure,
+            "at": time.time(),
+        }
+        self.ran[job.id] = exited
+        while len(self.ran) > MAX_RAN:
+            self.ran.popitem(last=False)
+        await self.send(exited)
 
     def _kill_others(self) -> None:
         """SIGKILL what the current job runs (and, in a sandbox, all it left behind).

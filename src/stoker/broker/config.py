@@ -6,6 +6,7 @@ The broker reads a TOML file (``stoker up --config FILE``)::
     data_dir = "/var/lib/stoker"    # default: platformdirs' user data dir
     gpu_slots = 2                   # virtual GPU slots where NVML finds none
     max_code_bytes = 67108864
+    max_request_bytes = 1048576     # any other request body (a job, a secret)
     keepalive_s = 60
 
     [profiles.plain]
@@ -81,6 +82,7 @@ class BrokerConfig:
     profiles: list[BrokerProfile] = field(default_factory=lambda: [BrokerProfile.simple("plain")])
     gpu_slots: int = 2
     max_code_bytes: int = 64 * 1024 * 1024
+    max_request_bytes: int = 1024 * 1024
     max_timeout_s: float = 24 * 3600.0
     keepalive_s: float = 60.0
     find_links: tuple[Path, ...] = ()
@@ -93,6 +95,21 @@ class BrokerConfig:
     @property
     def admin_token_path(self) -> Path:
         return self.data_dir / "admin.token"
+
+    @property
+    def secret_key_path(self) -> Path:
+        """The key sealing secrets and env values in the store (mode 600, never in it)."""
+        return self.data_dir / "secret.key"
+
+    @property
+    def lock_path(self) -> Path:
+        """Held by the one broker that owns this data dir and its pods."""
+        return self.data_dir / "broker.lock"
+
+    @property
+    def pid_path(self) -> Path:
+        """The running broker's pid and URL (``stoker down`` reads it)."""
+        return self.data_dir / "broker.pid"
 
     @property
     def runtime_dir(self) -> Path:
@@ -110,6 +127,7 @@ class BrokerConfig:
             "data_dir",
             "gpu_slots",
             "max_code_bytes",
+            "max_request_bytes",
             "max_timeout_s",
             "keepalive_s",
             "profiles",
@@ -124,6 +142,7 @@ class BrokerConfig:
         for key in (
             "gpu_slots",
             "max_code_bytes",
+            "max_request_bytes",
             "max_timeout_s",
             "keepalive_s",
             "no_index",

@@ -20,6 +20,7 @@ from typing import Any
 
 from stoker.broker.config import BrokerConfig, BrokerProfile
 from stoker.broker.metrics import BrokerMetrics
+from stoker.broker.secrets import SecretBox
 from stoker.broker.store import Batch, Store, StoredEvent
 from stoker.core import (
     GPU,
@@ -49,6 +50,16 @@ from stoker.core import (
     Tick,
 )
 from stoker.core.policies import FixedKeepAlive, QueueDrivenBudget
+from stoker.core.reconcile import (
+    AgentReport,
+    Await,
+    Finish,
+    Lost,
+    Outcome,
+    Rebind,
+    job_outcome,
+    reconcile_job,
+)
 from stoker.runtime.base import (
     JobBinding,
     JobExited,
@@ -75,6 +86,7 @@ class JobRequest:
     code_digest: str | None = None
     deps: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    secrets: tuple[str, ...] = ()  # tenant secrets injected as env at bind
     timeout_s: float = 3600.0
     replicas: int = 1
 
@@ -85,7 +97,7 @@ class _Gang:
 
     pods: tuple[str, ...]
     running: set[str] = field(default_factory=set)
-    exited: dict[str, tuple[int, Failure | None]] = field(default_factory=dict)
+    exited: dict[str, Outcome] = field(default_factory=dict)
 
 
 def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
@@ -157,9 +169,11 @@ class Scheduler:
         gpus: list[str],
         metrics: BrokerMetrics | None = None,
         clock: Callable[[], float] = time.time,
+        box: SecretBox | None = None,
     ) -> None:
         self.cfg = cfg
         self.store = store
+        self.box = box or SecretBox(cfg.secret_key_path)
         self.runtime = runtime
         self.metrics = metrics or BrokerMetrics()
         self.clock = clock
@@ -219,6 +233,7 @@ class Scheduler:
         info = getattr(self.runtime, "pod_info", None)
         report = {"adopted": 0, "lost": 0, "orphans_stopped": 0, "rebound": 0, "jobs_lost": 0}
         known: set[str] = set()
+        bound: set[str] = set()  # jobs on adopted active pods, settled once every pod is
         for pod in list(self.core.pods.values()):
             if pod.state is PodState.GONE:
                 continue
@@ -242,23 +257,40 @@ class Scheduler:
                 else:
                     self._feed(PodReady(pod.id))
             elif pod.state is PodState.ACTIVE and pod.job is not None:
-                running = info(pod.id).job if info else None
-                job = self.core.jobs[pod.job]
-                if running == job.id:
-                    gang = self._gangs.setdefault(job.id, _Gang(tuple(job.pods)))
-                    gang.running.add(pod.id)
-                elif job.state is JobState.BINDING and len(job.pods) == 1:
-                    report["rebound"] += 1
-                    self._carry_out(BindJob(job.id, tuple(job.pods)))
-                elif job.state is not JobState.FINISHED:
-                    # it ran while no broker listened: its exit is lost with it
-                    report["jobs_lost"] += 1
-                    self._feed(JobFinished(job.id, -1, Failure.POD_DIED))
+                bound.add(pod.job)
         for pid in sorted(live - known):
             report["orphans_stopped"] += 1
             self._stop(pid)
+        for job_id in sorted(bound):
+            self._reconcile_job(job_id, report)
         self._flush()
         return report
+
+    def _reconcile_job(self, job_id: str, report: dict[str, int]) -> None:
+        """Carry out the core's answer (:func:`reconcile_job`) for a job bound to live pods."""
+        job = self.core.jobs[job_id]
+        if job.state not in (JobState.BINDING, JobState.RUNNING):
+            return  # a lost pod of its gang settled it already
+        info = getattr(self.runtime, "pod_info", None)
+        ranks = {p: _agent_report(info(p)) if info else AgentReport() for p in job.pods}
+        match reconcile_job(job_id, job.state, ranks):
+            case Await(settled):
+                gang = self._gangs.setdefault(job_id, _Gang(tuple(job.pods)))
+                gang.running.update(p for p, r in ranks.items() if r.running == job_id)
+                gang.exited.update(settled)
+                ran = len(gang.running) + len(gang.exited)
+                if job.state is JobState.BINDING and ran == len(job.pods):
+                    self._feed(JobStarted(job_id))
+            case Finish(exit_code, failure):
+                if job.state is JobState.BINDING:
+                    self._feed(JobStarted(job_id))  # it ran while no broker listened
+                self._feed(JobFinished(job_id, exit_code, failure))
+            case Rebind():
+                report["rebound"] += 1
+                self._carry_out(BindJob(job_id, tuple(job.pods)))
+            case Lost(failure):
+                report["jobs_lost"] += 1
+                self._feed(JobFinished(job_id, -1, failure))
 
     async def close(self, stop_pods: bool = False) -> None:
         """Stop the loop; pods keep running for the next broker unless ``stop_pods``."""
@@ -279,9 +311,13 @@ class Scheduler:
 
     # ------------------------------------------------------------------ API calls
 
-    def submit(self, tenant: str, req: JobRequest, key: str | None) -> tuple[dict[str, Any], bool]:
+    def submit(
+        self, tenant: str, req: JobRequest, key: str | None, digest: str | None = None
+    ) -> tuple[dict[str, Any], bool]:
         """Store and submit a job; returns (row, created). A repeated idempotency key gives
-        the job it created the first time."""
+        the job it created the first time (``digest``, the request's keyed digest, is stored
+        so the caller can tell a retry from another job under the same key). Env values are
+        stored sealed."""
         if key is not None:
             row = self.store.job_by_key(tenant, key)
             if row is not None:
@@ -298,7 +334,9 @@ class Scheduler:
             "argv": list(req.argv),
             "code_digest": req.code_digest,
             "deps": list(req.deps),
-            "env": dict(req.env),
+            "env": self.box.seal_env(req.env),
+            "secrets": list(req.secrets),
+            "request_mac": digest,
             "timeout_s": req.timeout_s,
             "state": JobState.QUEUED.value,
             "path": None,
@@ -326,6 +364,7 @@ class Scheduler:
         row = self._requests.get(job_id)
         if row is not None and not self._batch:
             return self._current(row)  # unfinished and nothing unwritten: memory is the store
+        self._flush()  # a job that just finished is written only at the next flush
         return self.store.get_job(job_id)
 
     def _current(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -345,7 +384,7 @@ class Scheduler:
     async def wait(self, job_id: str, timeout_s: float) -> dict[str, Any] | None:
         """The job's row once finished, or as it is when ``timeout_s`` passes."""
         if job_id not in self._requests:
-            return self.store.get_job(job_id)  # finished (or unknown): the store has it all
+            return self.job(job_id)  # finished (or unknown): the store has it all
         done = self._done.setdefault(job_id, asyncio.Event())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(done.wait(), timeout_s)
@@ -370,7 +409,10 @@ class Scheduler:
                     yield chunk
         finally:
             if follow:
-                self._listeners.get(job_id, [queue]).remove(queue)
+                waiting = self._listeners.get(job_id, [queue])
+                waiting.remove(queue)
+                if not waiting:
+                    self._listeners.pop(job_id, None)  # an entry per job would pile up
 
     def pods(self, tenant: str | None) -> list[dict[str, Any]]:
         """Live pods; a tenant sees only the pods that run (or ran) its own jobs."""
@@ -529,16 +571,27 @@ class Scheduler:
             self._port = (self._port + 1) % 1000
             port = _MASTER_PORT_BASE + self._port
         for rank, pod in enumerate(pods):
-            binding = JobBinding(
-                job=job_id,
-                argv=tuple(row["argv"]),
-                code_digest=row["code_digest"],
-                deps=tuple(row["deps"]),
-                env=dict(row["env"]),
-                timeout_s=float(row["timeout_s"]),
-                topology=Topology(rank, world, "127.0.0.1", port or _MASTER_PORT_BASE),
-            )
-            self._spawn(self._call(self.runtime.bind(pod, binding), job=job_id, pod=pod))
+            topology = Topology(rank, world, "127.0.0.1", port or _MASTER_PORT_BASE)
+            self._spawn(self._call(self._bind_rank(row, pod, topology), job=job_id, pod=pod))
+
+    async def _bind_rank(self, row: dict[str, Any], pod: str, topology: Topology) -> None:
+        """Bind one rank: the job's env and its tenant's secrets opened only now, in memory."""
+        env = self.box.open_env(row["env"])
+        names = list(row.get("secrets") or ())
+        sealed = self.store.sealed_secrets(row["tenant"], names)
+        if missing := [n for n in names if n not in sealed]:
+            raise ValueError(f"secrets: {missing[0]!r} was deleted after the submit")
+        env.update({n: self.box.open(sealed[n]) for n in names})
+        binding = JobBinding(
+            job=row["id"],
+            argv=tuple(row["argv"]),
+            code_digest=row["code_digest"],
+            deps=tuple(row["deps"]),
+            env=env,
+            timeout_s=float(row["timeout_s"]),
+            topology=topology,
+        )
+        await self.runtime.bind(pod, binding)
 
     async def _call(
         self,
@@ -615,7 +668,7 @@ class Scheduler:
         job = self.core.jobs.get(job_id)
         if gang is None or job is None or job.state is JobState.FINISHED:
             return
-        gang.exited[pod] = (exit_code, failure)
+        gang.exited[pod] = Outcome(exit_code, failure)
         if exit_code != 0 and len(gang.exited) < len(gang.pods):
             # one rank failed: the others cannot finish the job alone
             self._spawn(self._call(self.runtime.kill_job(job_id, failure or Failure.USER_ERROR)))
@@ -623,10 +676,8 @@ class Scheduler:
             return
         if job.state is JobState.BINDING:
             self._feed(JobStarted(job_id))  # it ran, however briefly
-        code, why = next(((c, f) for c, f in gang.exited.values() if c != 0), (0, None))
-        if code != 0 and why is None:
-            why = Failure.USER_ERROR
-        self._feed(JobFinished(job_id, code, why))
+        outcome = job_outcome(list(gang.exited.values()))
+        self._feed(JobFinished(job_id, outcome.exit_code, outcome.failure))
 
     async def _timer(self) -> None:
         """Tick the core at its next keep-alive deadline (re-armed after every event)."""
@@ -638,3 +689,12 @@ class Scheduler:
                 await asyncio.wait_for(self._wake.wait(), delay)
                 continue
             self._feed(Tick())
+
+
+def _agent_report(info: Any) -> AgentReport:
+    """What a pod's agent said on its hello, in the core's terms."""
+    outcomes = {
+        job: Outcome(int(o["exit_code"]), Failure(o["failure"]) if o.get("failure") else None)
+        for job, o in (getattr(info, "ran", None) or {}).items()
+    }
+    return AgentReport(info.job, outcomes, frozenset(getattr(info, "held", ()) or ()))

@@ -132,6 +132,7 @@ def _job_body(
     env: dict[str, str] | None,
     timeout_s: float | None,
     replicas: int,
+    secrets: list[str] | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "profile": profile,
@@ -140,6 +141,7 @@ def _job_body(
         "reuse_tag": reuse_tag or f"once-{uuid.uuid4().hex}",
         "deps": list(deps or []),
         "env": dict(env or {}),
+        "secrets": list(secrets or []),
         "replicas": replicas,
     }
     if digest:
@@ -283,11 +285,13 @@ class Client:
         env: dict[str, str] | None = None,
         timeout_s: float | None = None,
         replicas: int = 1,
+        secrets: list[str] | None = None,
     ) -> Job:
-        """Submit a job; returns at once with its handle."""
+        """Submit a job; returns at once with its handle. ``secrets`` names tenant secrets
+        (:meth:`set_secret`) the job gets as environment variables of the same names."""
         data = _code_bytes(code)
         digest = self.upload(data) if data is not None else None
-        body = _job_body(profile, argv, reuse_tag, digest, deps, env, timeout_s, replicas)
+        body = _job_body(profile, argv, reuse_tag, digest, deps, env, timeout_s, replicas, secrets)
         key = uuid.uuid4().hex
         row = self._request("POST", "/v1/jobs", json=body, headers={"Idempotency-Key": key})
         return Job(self, row)
@@ -315,6 +319,17 @@ class Client:
 
     def health(self) -> dict[str, Any]:
         return dict(self._request("GET", "/v1/health"))
+
+    def set_secret(self, name: str, value: str) -> None:
+        """Set a tenant secret (write-only: no call returns its value)."""
+        self._request("POST", "/v1/secrets", json={"name": name, "value": value})
+
+    def secrets(self) -> list[dict[str, Any]]:
+        """Your secrets' names and when each was set."""
+        return list(self._request("GET", "/v1/secrets"))
+
+    def delete_secret(self, name: str) -> None:
+        self._request("DELETE", f"/v1/secrets/{name}")
 
 
 # ----------------------------------------------------------------------------- async
@@ -433,10 +448,11 @@ class AsyncClient:
         env: dict[str, str] | None = None,
         timeout_s: float | None = None,
         replicas: int = 1,
+        secrets: list[str] | None = None,
     ) -> AsyncJob:
         data = _code_bytes(code)
         digest = await self.upload(data) if data is not None else None
-        body = _job_body(profile, argv, reuse_tag, digest, deps, env, timeout_s, replicas)
+        body = _job_body(profile, argv, reuse_tag, digest, deps, env, timeout_s, replicas, secrets)
         key = uuid.uuid4().hex
         row = await self._request("POST", "/v1/jobs", json=body, headers={"Idempotency-Key": key})
         return AsyncJob(self, row)
@@ -462,6 +478,15 @@ class AsyncClient:
 
     async def health(self) -> dict[str, Any]:
         return dict(await self._request("GET", "/v1/health"))
+
+    async def set_secret(self, name: str, value: str) -> None:
+        await self._request("POST", "/v1/secrets", json={"name": name, "value": value})
+
+    async def secrets(self) -> list[dict[str, Any]]:
+        return list(await self._request("GET", "/v1/secrets"))
+
+    async def delete_secret(self, name: str) -> None:
+        await self._request("DELETE", f"/v1/secrets/{name}")
 
 
 __all__ = [
