@@ -9,6 +9,9 @@ carry ``ev``:
   ``{"ev": "running", "job", "pid"}``, then ``output`` events, then
   ``{"ev": "exited", "job", "exit_code", "signal", "failure"}`` (or ``{"ev": "error", "job",
   "message"}`` when the job cannot be bound);
+- ``{"op": "code", "digest", "offset", "data", "last"}``: chunks of a code archive, for a pod
+  that cannot see the broker's code cache (Kubernetes) -> ``{"ev": "code", "digest",
+  "path"}`` after the last one, whose sha256 must match;
 - ``{"op": "kill", "job", "failure"}``; ``{"op": "promote", "cuda_visible_devices", "gpus"}`` ->
   ``{"ev": "promoted"}``; ``{"op": "ping"}`` -> ``{"ev": "pong", ...state}``.
 

@@ -91,6 +91,10 @@ def up(
         bool,
         typer.Option(help="leave the pods running on exit, for a restart that re-adopts them"),
     ] = False,
+    kubernetes: Annotated[
+        Path | None,
+        typer.Option(help="run pods on Kubernetes, with this runtime settings TOML"),
+    ] = None,
     database_url: Annotated[
         str | None,
         typer.Option(
@@ -109,8 +113,8 @@ def up(
         Path | None, typer.Option(help="the pods' directory, shared by replicas on one host")
     ] = None,
 ) -> None:
-    """Run the broker with the local runtime; its store is SQLite, or PostgreSQL shared by
-    several replicas of which one leads (docs/broker.md).
+    """Run the broker with the local runtime (or Kubernetes); its store is SQLite, or
+    PostgreSQL shared by several replicas of which one leads (docs/broker.md).
 
     SIGTERM or Ctrl-C stops it: open requests get a few seconds, then every pod is stopped
     (unless --keep-pods). One broker per data dir: a second one exits at once."""
@@ -127,7 +131,7 @@ def up(
     cfg.advertise_url = advertise_url or cfg.advertise_url or f"http://{host}:{port}"
     cfg.runtime_root = runtime_dir or cfg.runtime_root
     try:
-        broker = Broker(cfg)
+        broker = Broker(cfg, _kube_runtime(kubernetes, cfg) if kubernetes else None)
     except BrokerLocked as exc:
         _fail(str(exc))
     except (sa.exc.SQLAlchemyError, ImportError, ValueError) as exc:
@@ -208,6 +212,32 @@ async def _stop_pods(cfg: Any) -> int:
     finally:
         await rt.close()
     return len(pods)
+
+
+def _kube_runtime(path: Path, cfg: Any) -> Any:
+    """The Kubernetes runtime on the cluster this process runs in (or $KUBECONFIG's), its
+    GPUs read from the cluster's nodes before the broker builds its core."""
+    try:
+        from lightkube import ApiError, Client
+        from lightkube.core.exceptions import ConfigError as KubeConfigError
+        from lightkube.resources.core_v1 import Node
+
+        from stoker.runtime.kubernetes.runtime import KubernetesRuntime
+        from stoker.runtime.kubernetes.settings import KubeSettings
+    except ImportError as exc:
+        _fail(f"--kubernetes: {exc}; install stoker[kubernetes]")
+    try:
+        settings = KubeSettings.load(path)
+        rt = KubernetesRuntime(
+            settings, [p.core for p in cfg.profiles], code_dir=cfg.runtime_dir / "code"
+        )
+        with Client(namespace=settings.namespace) as client:
+            rt.use_nodes([n.to_dict() for n in client.list(Node)])
+    except (ValueError, ApiError, KubeConfigError, OSError) as exc:
+        _fail(f"--kubernetes: {exc}")
+    if not rt.devices:
+        _fail("--kubernetes: no ready node with allocatable GPUs in the cluster")
+    return rt
 
 
 def run(

@@ -613,24 +613,7 @@ class LocalRuntime:
                 return
             overlay.append(f"{sandbox.OVERLAY_DIR}/{digest}")
         rec.oom_at_bind = rec.cgroup.oom_kills()
-        topo = binding.topology
-        out_mb = rec.profile.output_mb
-        msg = {
-            "op": "bind",
-            "job": binding.job,
-            "argv": list(binding.argv),
-            "code": code,
-            "overlay": overlay,
-            "env": dict(binding.env),
-            "timeout_s": binding.timeout_s,
-            "topology": {
-                "rank": topo.rank,
-                "world_size": topo.world_size,
-                "master_addr": topo.master_addr,
-                "master_port": topo.master_port,
-            },
-            "output_limit": None if out_mb is None else out_mb * 1024 * 1024,
-        }
+        msg = binding.message(code, overlay, rec.profile.output_mb)
         line = protocol.encode(msg)
         if len(line) >= protocol.MAX_LINE:  # the agent would drop the connection
             rec.job = None
