@@ -162,6 +162,39 @@ async def test_kill_job_cancelled_and_preempted(rig: Rig) -> None:
         assert res.exit.failure is failure
 
 
+_ON_TERM = """
+import signal, sys, time
+def term(*_):
+    print("checkpointed", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term if sys.argv[1] == "checkpoint" else signal.SIG_IGN)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+async def _bind_until_ready(rig: Rig, pod: str, job: str, mode: str) -> None:
+    await rig.rt.bind(pod, JobBinding(job=job, argv=("python", "-c", _ON_TERM, mode)))
+    while not (isinstance(ev := await rig.next(), JobOutput) and ev.data.startswith(b"ready")):
+        pass
+
+
+async def test_kill_with_grace_sends_sigterm_first_then_sigkill(rig: Rig) -> None:
+    pod = await rig.pod()
+    # a job that checkpoints on SIGTERM ends by itself within the grace
+    await _bind_until_ready(rig, pod, "ckpt", "checkpoint")
+    await rig.rt.kill_job("ckpt", Failure.PREEMPTED, grace_s=30.0)
+    res = await rig.collect("ckpt")
+    assert res.stdout == b"checkpointed\n"
+    assert (res.exit.exit_code, res.exit.failure) == (0, Failure.PREEMPTED)
+    # one that ignores SIGTERM is killed once the grace has passed
+    await _bind_until_ready(rig, pod, "stubborn", "ignore")
+    await rig.rt.kill_job("stubborn", Failure.PREEMPTED, grace_s=0.5)
+    res = await rig.collect("stubborn")
+    assert (res.exit.exit_code, res.exit.failure) == (128 + 9, Failure.PREEMPTED)
+    assert _procs_with("checkpoint") == [] and _procs_with("ignore") == []
+
+
 async def test_memory_limit_is_out_of_memory(rig: Rig) -> None:
     probe = PodCgroup.create(f"stoker-probe-{uuid.uuid4().hex[:6]}", 64, None)
     missing = probe.missing.get("memory")

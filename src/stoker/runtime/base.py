@@ -113,8 +113,12 @@ class Runtime(Protocol):
 
     async def bind(self, pod: str, binding: JobBinding) -> None: ...
 
-    async def kill_job(self, job: str, failure: Failure = Failure.CANCELLED) -> None:
-        """Kill a running job; it exits with ``failure`` (CANCELLED, or PREEMPTED)."""
+    async def kill_job(
+        self, job: str, failure: Failure = Failure.CANCELLED, grace_s: float = 0.0
+    ) -> None:
+        """Kill a running job in every pod it runs in: SIGTERM, then SIGKILL once ``grace_s``
+        has passed (so it may checkpoint); it exits with ``failure`` (CANCELLED, PREEMPTED),
+        reported by ``JobExited`` per pod."""
         ...
 
     async def stop_pod(self, pod: str) -> None: ...

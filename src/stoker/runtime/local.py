@@ -518,12 +518,15 @@ class LocalRuntime:
             },
         )
 
-    async def kill_job(self, job: str, failure: Failure = Failure.CANCELLED) -> None:
-        """Kill a running job (a job that already ended is left alone)."""
+    async def kill_job(
+        self, job: str, failure: Failure = Failure.CANCELLED, grace_s: float = 0.0
+    ) -> None:
+        """Kill a running job (a job that already ended is left alone): SIGTERM, then SIGKILL
+        after ``grace_s`` (at once without one); its JobExited carries ``failure``."""
         for rec in self._pods.values():
             if rec.job == job and not rec.stopping:
-                await self._send(rec, {"op": "kill", "job": job, "failure": failure.value})
-                return
+                msg = {"op": "kill", "job": job, "failure": failure.value, "grace_s": grace_s}
+                await self._send(rec, msg)  # every rank: a multi-worker job has one per pod
 
     async def _teardown(self, rec: _Pod) -> None:
         """Kill the whole pod, reap it, and remove its cgroup and directory (workspace too)."""
