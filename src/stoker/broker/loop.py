@@ -76,7 +76,10 @@ class JobRequest:
     deps: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     timeout_s: float = 3600.0
-    replicas: int = 1
+    job_class: str = "pool"
+    workers: int = 1
+    gpus: float | None = None  # per worker; None: the profile's
+    guarantee_s: float | None = None  # spot only; None: the core's default
 
 
 @dataclass
@@ -294,7 +297,14 @@ class Scheduler:
             "idempotency_key": key,
             "profile": req.profile,
             "reuse_tag": req.reuse_tag,
-            "replicas": req.replicas,
+            "job_class": req.job_class,
+            "workers": req.workers,
+            "gpus": self._per_worker(req),
+            "guarantee_s": req.guarantee_s,
+            "requeues": 0,
+            "requeue_reason": None,
+            "guarantee_succeeded": 0,
+            "guarantee_failed": 0,
             "argv": list(req.argv),
             "code_digest": req.code_digest,
             "deps": list(req.deps),
@@ -311,10 +321,17 @@ class Scheduler:
         }
         self._batch.new_jobs.append(row)
         self._requests[job_id] = row
-        spec = JobSpec(job_id, tenant, req.profile, req.reuse_tag, req.replicas)
+        spec = JobSpec(job_id, tenant, req.profile, req.reuse_tag, req.workers)
         self._feed(JobSubmitted(spec), now)
         self._flush()  # the caller hears of its job only once it is stored
         return self._current(row), True
+
+    def _per_worker(self, req: JobRequest) -> float:
+        """The GPUs one worker asks for (a pool job: its profile's shape)."""
+        if req.gpus is not None:
+            return req.gpus
+        prof = self.profiles[req.profile].core
+        return prof.gpus * prof.share
 
     def cancel(self, job_id: str) -> None:
         job = self.core.jobs.get(job_id)
