@@ -23,16 +23,17 @@ from stoker.broker.metrics import BrokerMetrics
 from stoker.broker.store import Batch, Store, StoredEvent
 from stoker.core import (
     GPU,
+    BindFailed,
     BindJob,
     Cluster,
     Core,
     Event,
     Failure,
     JobCancelled,
+    JobClass,
     JobEnded,
-    JobFinished,
+    JobRequeued,
     JobSpec,
-    JobStarted,
     JobState,
     JobSubmitted,
     KillJob,
@@ -41,8 +42,11 @@ from stoker.core import (
     PodGone,
     PodReady,
     PodState,
+    PodStopFailed,
     Policies,
     PromoteStandby,
+    RankExited,
+    RankStarted,
     RecyclePod,
     StartPod,
     StopPod,
@@ -82,15 +86,6 @@ class JobRequest:
     guarantee_s: float | None = None  # spot only; None: the core's default
 
 
-@dataclass
-class _Gang:
-    """The ranks of one bound job: which are running, which have exited and how."""
-
-    pods: tuple[str, ...]
-    running: set[str] = field(default_factory=set)
-    exited: dict[str, tuple[int, Failure | None]] = field(default_factory=dict)
-
-
 def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
     """A core event as (kind, JSON fields) for the store's log."""
     match event:
@@ -100,7 +95,11 @@ def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
                 "tenant": spec.tenant,
                 "profile": spec.profile,
                 "reuse_tag": spec.reuse_tag,
-                "replicas": spec.replicas,
+                "job_class": spec.job_class.value,
+                "workers": spec.workers,
+                "gpus": spec.gpus,
+                "gpu_model": spec.gpu_model,
+                "guarantee_s": spec.guarantee_s,
             }
         case JobCancelled(job):
             return "cancelled", {"job": job}
@@ -110,14 +109,19 @@ def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
             return "pod_failed", {"pod": pod, "reason": reason.value}
         case PodGone(pod):
             return "pod_gone", {"pod": pod}
-        case JobStarted(job):
-            return "started", {"job": job}
-        case JobFinished(job, exit_code, failure):
-            return "finished", {
+        case PodStopFailed(pod, reason):
+            return "pod_stop_failed", {"pod": pod, "reason": reason}
+        case RankStarted(job, rank):
+            return "rank_started", {"job": job, "rank": rank}
+        case RankExited(job, rank, exit_code, failure):
+            return "rank_exited", {
                 "job": job,
+                "rank": rank,
                 "exit_code": exit_code,
                 "failure": failure.value if failure else None,
             }
+        case BindFailed(job, pod, reason, infra):
+            return "bind_failed", {"job": job, "pod": pod, "reason": reason, "infra": infra}
         case Tick():
             return "tick", {}
     raise ValueError(f"cannot encode {event!r}")
@@ -129,7 +133,17 @@ def decode_event(ev: StoredEvent) -> Event:
     match ev.kind:
         case "submitted":
             return JobSubmitted(
-                JobSpec(d["id"], d["tenant"], d["profile"], d["reuse_tag"], d["replicas"])
+                JobSpec(
+                    d["id"],
+                    d["tenant"],
+                    d["profile"],
+                    d["reuse_tag"],
+                    JobClass(d.get("job_class", "pool")),
+                    int(d.get("workers", d.get("replicas", 1))),
+                    d.get("gpus"),
+                    d.get("gpu_model"),
+                    d.get("guarantee_s"),
+                )
             )
         case "cancelled":
             return JobCancelled(d["job"])
@@ -139,11 +153,15 @@ def decode_event(ev: StoredEvent) -> Event:
             return PodFailed(d["pod"], Failure(d["reason"]))
         case "pod_gone":
             return PodGone(d["pod"])
-        case "started":
-            return JobStarted(d["job"])
-        case "finished":
+        case "pod_stop_failed":
+            return PodStopFailed(d["pod"], d["reason"])
+        case "rank_started":
+            return RankStarted(d["job"], int(d["rank"]))
+        case "rank_exited":
             failure = Failure(d["failure"]) if d["failure"] else None
-            return JobFinished(d["job"], int(d["exit_code"]), failure)
+            return RankExited(d["job"], int(d["rank"]), int(d["exit_code"]), failure)
+        case "bind_failed":
+            return BindFailed(d["job"], d["pod"], d["reason"], bool(d["infra"]))
         case "tick":
             return Tick()
     raise ValueError(f"stored event {ev.seq}: unknown kind {ev.kind!r}")
@@ -173,7 +191,6 @@ class Scheduler:
         self._batch = Batch()
         self._flush_scheduled = False
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._gangs: dict[str, _Gang] = {}
         self._requests: dict[str, dict[str, Any]] = {}  # unfinished job id -> its row
         self._synced: dict[str, tuple[Any, ...]] = {}  # job id -> last written core view
         self._stopping: set[str] = set()  # pods we asked to stop (their PodDown is a PodGone)
@@ -248,15 +265,15 @@ class Scheduler:
                 running = info(pod.id).job if info else None
                 job = self.core.jobs[pod.job]
                 if running == job.id:
-                    gang = self._gangs.setdefault(job.id, _Gang(tuple(job.pods)))
-                    gang.running.add(pod.id)
+                    pass  # still running: its ranks report as before
                 elif job.state is JobState.BINDING and len(job.pods) == 1:
                     report["rebound"] += 1
                     self._carry_out(BindJob(job.id, tuple(job.pods)))
                 elif job.state is not JobState.FINISHED:
                     # it ran while no broker listened: its exit is lost with it
                     report["jobs_lost"] += 1
-                    self._feed(JobFinished(job.id, -1, Failure.POD_DIED))
+                    for rank in range(job.spec.workers):
+                        self._feed(RankExited(job.id, rank, -1, Failure.POD_DIED))
         for pid in sorted(live - known):
             report["orphans_stopped"] += 1
             self._stop(pid)
@@ -321,7 +338,17 @@ class Scheduler:
         }
         self._batch.new_jobs.append(row)
         self._requests[job_id] = row
-        spec = JobSpec(job_id, tenant, req.profile, req.reuse_tag, req.workers)
+        spec = JobSpec(
+            job_id,
+            tenant,
+            req.profile,
+            req.reuse_tag,
+            JobClass(req.job_class),
+            req.workers,
+            req.gpus,
+            self.cfg.gpu_model if req.job_class != "pool" else None,
+            req.guarantee_s,
+        )
         self._feed(JobSubmitted(spec), now)
         self._flush()  # the caller hears of its job only once it is stored
         return self._current(row), True
@@ -480,7 +507,6 @@ class Scheduler:
     def _on_finished(self, job_id: str, job: Any) -> None:
         self._requests.pop(job_id, None)
         self._synced.pop(job_id, None)
-        self._gangs.pop(job_id, None)
         self._out_seq.pop(job_id, None)
         self.metrics.finished.labels(
             job.spec.profile, job.failure.value if job.failure else "none"
@@ -526,10 +552,10 @@ class Scheduler:
                 self._stop(pod)
             case BindJob(job, pods):
                 self._bind(job, pods)
-            case KillJob(job):
-                self._spawn(self._call(self.runtime.kill_job(job, Failure.CANCELLED)))
-            case JobEnded():
-                pass  # the core already finished the job; _sync_jobs writes it
+            case KillJob(job, reason):
+                self._spawn(self._call(self.runtime.kill_job(job, reason)))
+            case JobEnded() | JobRequeued():
+                pass  # the core already changed the job; _sync_jobs writes it
             case _:
                 raise ValueError(f"unknown action {action!r}")
 
@@ -539,7 +565,6 @@ class Scheduler:
 
     def _bind(self, job_id: str, pods: tuple[str, ...]) -> None:
         row = self._requests[job_id]
-        self._gangs[job_id] = _Gang(tuple(pods))
         world = len(pods)
         port = 0
         if world > 1:
@@ -573,13 +598,17 @@ class Scheduler:
             if job is not None and pod is not None:
                 text = f"stoker: could not bind: {exc}\n".encode()
                 self._on_runtime(JobOutput(job, pod, "stderr", text))
-                self._on_runtime(JobExited(job, pod, 1, Failure.USER_ERROR))
+                if job in self.core.jobs:
+                    self._feed(BindFailed(job, pod, str(exc), infra=False))
             elif pod is not None and pod in self.core.pods:
                 state = self.core.pods[pod].state
                 if state is PodState.GONE:
                     return
                 if gone_on_error:
-                    self._feed(PodGone(pod))
+                    # a pod the runtime does not know is gone; any other failure keeps its
+                    # share held until the runtime confirms (the core asks again)
+                    gone = isinstance(exc, KeyError)
+                    self._feed(PodGone(pod) if gone else PodStopFailed(pod, str(exc)))
                 else:
                     self._feed(PodFailed(pod, Failure.START_TIMEOUT))
 
@@ -611,12 +640,9 @@ class Scheduler:
                 else:
                     self._feed(PodFailed(pod, failure))
             case JobRunning(job, pod):
-                gang = self._gangs.get(job)
-                if gang is None:
-                    return
-                gang.running.add(pod)
-                if len(gang.running) == len(gang.pods) and core.jobs[job].state is JobState.BINDING:
-                    self._feed(JobStarted(job))
+                rank = self._rank(job, pod)
+                if rank is not None:
+                    self._feed(RankStarted(job, rank))
             case JobOutput(job, _pod, stream, data):
                 if job not in self._requests:
                     return
@@ -628,22 +654,16 @@ class Scheduler:
                 self._job_exited(job, pod, exit_code, failure)
 
     def _job_exited(self, job_id: str, pod: str, exit_code: int, failure: Failure | None) -> None:
-        gang = self._gangs.get(job_id)
+        rank = self._rank(job_id, pod)
+        if rank is not None:
+            self._feed(RankExited(job_id, rank, exit_code, failure))
+
+    def _rank(self, job_id: str, pod: str) -> int | None:
+        """The rank a pod runs for a job the core has bound (None: stale news)."""
         job = self.core.jobs.get(job_id)
-        if gang is None or job is None or job.state is JobState.FINISHED:
-            return
-        gang.exited[pod] = (exit_code, failure)
-        if exit_code != 0 and len(gang.exited) < len(gang.pods):
-            # one rank failed: the others cannot finish the job alone
-            self._spawn(self._call(self.runtime.kill_job(job_id, failure or Failure.USER_ERROR)))
-        if len(gang.exited) < len(gang.pods):
-            return
-        if job.state is JobState.BINDING:
-            self._feed(JobStarted(job_id))  # it ran, however briefly
-        code, why = next(((c, f) for c, f in gang.exited.values() if c != 0), (0, None))
-        if code != 0 and why is None:
-            why = Failure.USER_ERROR
-        self._feed(JobFinished(job_id, code, why))
+        if job is None or job.state not in (JobState.BINDING, JobState.RUNNING):
+            return None
+        return job.pods.index(pod) if pod in job.pods else None
 
     async def _timer(self) -> None:
         """Tick the core at its next keep-alive deadline (re-armed after every event)."""
