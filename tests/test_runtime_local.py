@@ -22,6 +22,7 @@ import pytest
 
 from stoker.core.model import Failure
 from stoker.runtime.base import (
+    BindRefused,
     JobBinding,
     JobExited,
     JobOutput,
@@ -379,8 +380,9 @@ async def test_code_upload_by_digest(rig: Rig) -> None:
     assert res.stdout == b"app ['x']\n"
     call = await rig.run(pod, ["app.main:__name__"], code_digest=digest)
     assert call.exit.failure is Failure.USER_ERROR  # a str attribute is not callable
-    with pytest.raises(CodeNotFound, match="code_digest"):
+    with pytest.raises(BindRefused, match="code_digest") as refused:
         await rig.rt.bind(pod, JobBinding(job="x", argv=("true",), code_digest="0" * 64))
+    assert isinstance(refused.value.__cause__, CodeNotFound)  # the job's fault, not ours
 
 
 def _wheel(where: Path, name: str, value: str) -> Path:

@@ -326,12 +326,18 @@ def create_app(broker: Broker) -> FastAPI:
 
     @app.get("/v1/jobs/{job_id}/output")
     async def job_output(job_id: str, who: Caller, follow: bool = True) -> StreamingResponse:
-        """Newline-delimited JSON: ``{"seq", "stream", "data"}`` (data base64), then
+        """Newline-delimited JSON: ``{"seq", "stream", "data"}`` (data base64), a
+        ``{"requeued": {"id", "requeues", "requeue_reason"}}`` notice each time the job is
+        preempted and re-queued (its output goes on with the next run), then
         ``{"end": job}`` once the job has finished."""
         own_job(who, job_id)
 
         async def lines() -> AsyncIterator[bytes]:
-            async for seq, stream, data in sched.output(job_id, follow):
+            async for item in sched.output(job_id, follow):
+                if isinstance(item, dict):
+                    yield (json.dumps(item) + "\n").encode()  # a notice: re-queued
+                    continue
+                seq, stream, data = item
                 msg = {"seq": seq, "stream": stream, "data": base64.b64encode(data).decode()}
                 yield (json.dumps(msg) + "\n").encode()
             row = sched.job(job_id)

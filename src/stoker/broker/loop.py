@@ -54,6 +54,7 @@ from stoker.core import (
 )
 from stoker.core.policies import FixedKeepAlive, QueueDrivenBudget
 from stoker.runtime.base import (
+    BindRefused,
     JobBinding,
     JobExited,
     JobOutput,
@@ -65,6 +66,8 @@ from stoker.runtime.base import (
 )
 
 log = logging.getLogger("stoker.broker")
+# what an output listener receives: a chunk, a notice (re-queued), or None (finished)
+_Notice = tuple[int, str, bytes] | dict[str, Any] | None
 _NODE = "local"
 _MASTER_PORT_BASE = 29500
 
@@ -195,7 +198,8 @@ class Scheduler:
         self._synced: dict[str, tuple[Any, ...]] = {}  # job id -> last written core view
         self._stopping: set[str] = set()  # pods we asked to stop (their PodDown is a PodGone)
         self._done: dict[str, asyncio.Event] = {}
-        self._listeners: dict[str, list[asyncio.Queue[tuple[int, str, bytes] | None]]] = {}
+        self._listeners: dict[str, list[asyncio.Queue[_Notice]]] = {}
+        self._requeued: list[str] = []  # jobs re-queued since the last flush
         self._out_seq: dict[str, int] = {}
         self._wake = asyncio.Event()
         self._port = 0
@@ -384,10 +388,13 @@ class Scheduler:
             "finished": job.finished,
             "exit_code": job.exit_code,
             "failure": job.failure.value if job.failure else None,
+            "guarantee_succeeded": job.periods_ok,
+            "guarantee_failed": job.evictions,
         }
 
     async def wait(self, job_id: str, timeout_s: float) -> dict[str, Any] | None:
-        """The job's row once finished, or as it is when ``timeout_s`` passes."""
+        """The job's row once finished or re-queued (preempted), or as it is when
+        ``timeout_s`` passes."""
         if job_id not in self._requests:
             return self.store.get_job(job_id)  # finished (or unknown): the store has it all
         done = self._done.setdefault(job_id, asyncio.Event())
@@ -395,9 +402,12 @@ class Scheduler:
             await asyncio.wait_for(done.wait(), timeout_s)
         return self.job(job_id)
 
-    async def output(self, job_id: str, follow: bool) -> AsyncIterator[tuple[int, str, bytes]]:
-        """The job's output from the start; with ``follow``, until the job finishes."""
-        queue: asyncio.Queue[tuple[int, str, bytes] | None] = asyncio.Queue()
+    async def output(
+        self, job_id: str, follow: bool
+    ) -> AsyncIterator[tuple[int, str, bytes] | dict[str, Any]]:
+        """The job's output from the start; with ``follow``, until the job finishes, with a
+        notice (``{"requeued": ...}``) each time it is preempted and re-queued meanwhile."""
+        queue: asyncio.Queue[_Notice] = asyncio.Queue()
         if follow:
             self._listeners.setdefault(job_id, []).append(queue)
         try:
@@ -410,7 +420,7 @@ class Scheduler:
             if not follow or row is None or row["state"] == JobState.FINISHED.value:
                 return
             while (chunk := await queue.get()) is not None:
-                if chunk[0] > last:
+                if isinstance(chunk, dict) or chunk[0] > last:
                     yield chunk
         finally:
             if follow:
@@ -478,7 +488,15 @@ class Scheduler:
             job = self.core.jobs.get(job_id)
             if job is None:
                 continue
-            view = (job.state, job.path, tuple(job.pods), job.started, job.finished)
+            view = (
+                job.state,
+                job.path,
+                tuple(job.pods),
+                job.started,
+                job.finished,
+                job.periods_ok,
+                job.evictions,
+            )
             if self._synced.get(job_id) == view:
                 continue
             self._synced[job_id] = view
@@ -487,6 +505,8 @@ class Scheduler:
                 "path": job.path.value if job.path else None,
                 "pods": list(job.pods),
                 "started": job.started,
+                "guarantee_succeeded": job.periods_ok,
+                "guarantee_failed": job.evictions,
             }
             row = self._requests[job_id]
             if job.started is not None and row.get("started") is None and job.path is not None:
@@ -522,10 +542,21 @@ class Scheduler:
         self._flush_scheduled = False
         finished = [j for j, v in self._batch.job_updates.items() if v.get("state") == "finished"]
         chunks = list(self._batch.output)
+        requeued, self._requeued = self._requeued, []
         self._batch.commit(self.store)
         for c in chunks:
             for q in self._listeners.get(c["job"], ()):
                 q.put_nowait((c["seq"], c["stream"], c["data"]))
+        for job_id in requeued:
+            row = self._requests.get(job_id)
+            if row is None:
+                continue
+            done = self._done.pop(job_id, None)
+            if done is not None:
+                done.set()  # a caller waiting on the job hears of its preemption at once
+            notice = {k: row[k] for k in ("id", "requeues", "requeue_reason")}
+            for q in self._listeners.get(job_id, ()):
+                q.put_nowait({"requeued": notice})
         for job_id in finished:
             done = self._done.pop(job_id, None)
             if done is not None:
@@ -552,10 +583,18 @@ class Scheduler:
                 self._stop(pod)
             case BindJob(job, pods):
                 self._bind(job, pods)
-            case KillJob(job, reason):
-                self._spawn(self._call(self.runtime.kill_job(job, reason)))
-            case JobEnded() | JobRequeued():
-                pass  # the core already changed the job; _sync_jobs writes it
+            case KillJob(job, reason, grace_s):
+                self._spawn(self._call(self.runtime.kill_job(job, reason, grace_s)))
+            case JobRequeued(job, reason):
+                row = self._requests[job]
+                row["requeues"] = int(row.get("requeues") or 0) + 1
+                row["requeue_reason"] = reason.value
+                self._batch.update_job(
+                    job, requeues=row["requeues"], requeue_reason=row["requeue_reason"]
+                )
+                self._requeued.append(job)
+            case JobEnded():
+                pass  # the core already finished the job; _sync_jobs writes it
             case _:
                 raise ValueError(f"unknown action {action!r}")
 
@@ -570,13 +609,15 @@ class Scheduler:
         if world > 1:
             self._port = (self._port + 1) % 1000
             port = _MASTER_PORT_BASE + self._port
+        # STOKER_RUN: 1 on the first run, n + 1 after n preemptions (resume from a checkpoint)
+        env = {**row["env"], "STOKER_RUN": str(int(row.get("requeues") or 0) + 1)}
         for rank, pod in enumerate(pods):
             binding = JobBinding(
                 job=job_id,
                 argv=tuple(row["argv"]),
                 code_digest=row["code_digest"],
                 deps=tuple(row["deps"]),
-                env=dict(row["env"]),
+                env=env,
                 timeout_s=float(row["timeout_s"]),
                 topology=Topology(rank, world, "127.0.0.1", port or _MASTER_PORT_BASE),
             )
@@ -599,7 +640,9 @@ class Scheduler:
                 text = f"stoker: could not bind: {exc}\n".encode()
                 self._on_runtime(JobOutput(job, pod, "stderr", text))
                 if job in self.core.jobs:
-                    self._feed(BindFailed(job, pod, str(exc), infra=False))
+                    # a fact for the core to type: the job's own fault, or the runtime's
+                    infra = not isinstance(exc, BindRefused)
+                    self._feed(BindFailed(job, pod, str(exc), infra=infra))
             elif pod is not None and pod in self.core.pods:
                 state = self.core.pods[pod].state
                 if state is PodState.GONE:

@@ -49,6 +49,11 @@ class RuntimeProfile:
     pids_max: int | None = None
 
 
+class BindRefused(ValueError):
+    """A bind the runtime will not carry out because of the job itself (its environment or
+    its code digest): the job's fault. Anything else a bind raises is the runtime's own."""
+
+
 # --- events a runtime reports ------------------------------------------------
 
 
