@@ -3,29 +3,30 @@ a timer, its answers handed to the core as ``ForecastUpdated`` events.
 
 Fitting and querying run in worker threads (``asyncio.to_thread``), never on the scheduling
 loop; this class only reads the store and the forecaster, so the loop goes on meanwhile.
-Minutes are counted from the forecaster calendar's epoch (2024-01-01, a Monday, UTC), so
-hour-of-day and weekday features are the wall clock's.
+The store keeps minutes since the Unix epoch; the forecaster sees minutes since its
+calendar's epoch (2024-01-01, a Monday, UTC), so hour-of-day and weekday features are the
+wall clock's.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from stoker.broker.config import ForecastConfig
 from stoker.broker.store import Store
+from stoker.core.demand import minute
 from stoker.forecast import Calendar, Forecaster, SeriesKey, make_forecaster
 from stoker.forecast.series import us_federal_holidays
 
 _CALENDAR = Calendar(holidays=us_federal_holidays(range(2023, 2101)))
-_EPOCH_S = _CALENDAR.epoch.timestamp()
+_EPOCH_MIN = round(_CALENDAR.epoch.timestamp() / 60.0)  # the calendar's minute 0, Unix
 
 
 def minute_of(now_s: float) -> int:
     """The whole minute (since the calendar's epoch) that ``now_s`` (Unix seconds) falls in."""
-    return math.floor((now_s - _EPOCH_S) / 60.0)
+    return minute(now_s) - _EPOCH_MIN
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +56,13 @@ class HPForecasts:
         ``now_min`` (exclusive); minutes with nothing recorded count as zero demand."""
         start = now_min - self._history_min
         out: dict[SeriesKey, np.ndarray] = {}
-        for model, tenant, minute, gpus in self.store.hp_demand(start):
-            if minute >= now_min:
+        for model, tenant, unix_min, gpus in self.store.hp_demand(start + _EPOCH_MIN):
+            at = unix_min - _EPOCH_MIN
+            if at >= now_min:
                 continue
             key = SeriesKey(tenant=tenant, pool=model)
             series = out.setdefault(key, np.zeros(self._history_min))
-            series[minute - start] = max(series[minute - start], gpus)
+            series[at - start] = max(series[at - start], gpus)
         return dict(sorted(out.items(), key=lambda kv: (kv[0].pool, kv[0].tenant)))
 
     def refit(self, now_s: float) -> int:

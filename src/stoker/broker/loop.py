@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stoker.broker.config import BrokerConfig, BrokerProfile
+from stoker.broker.forecasting import HPForecasts
 from stoker.broker.metrics import BrokerMetrics
 from stoker.broker.store import Batch, Store, StoredEvent
 from stoker.core import (
@@ -29,6 +30,7 @@ from stoker.core import (
     Core,
     Event,
     Failure,
+    ForecastUpdated,
     JobCancelled,
     JobClass,
     JobEnded,
@@ -52,6 +54,7 @@ from stoker.core import (
     StopPod,
     Tick,
 )
+from stoker.core.demand import MINUTE_S, HPDemandMeter
 from stoker.core.policies import FixedKeepAlive, QueueDrivenBudget
 from stoker.runtime.base import (
     BindRefused,
@@ -125,6 +128,13 @@ def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
             }
         case BindFailed(job, pod, reason, infra):
             return "bind_failed", {"job": job, "pod": pod, "reason": reason, "infra": infra}
+        case ForecastUpdated(tenant, gpu_model, mean, var):
+            return "forecast", {
+                "tenant": tenant,
+                "gpu_model": gpu_model,
+                "mean": list(mean),
+                "var": list(var),
+            }
         case Tick():
             return "tick", {}
     raise ValueError(f"cannot encode {event!r}")
@@ -165,6 +175,13 @@ def decode_event(ev: StoredEvent) -> Event:
             return RankExited(d["job"], int(d["rank"]), int(d["exit_code"]), failure)
         case "bind_failed":
             return BindFailed(d["job"], d["pod"], d["reason"], bool(d["infra"]))
+        case "forecast":
+            return ForecastUpdated(
+                d["tenant"],
+                d["gpu_model"],
+                tuple(float(x) for x in d["mean"]),
+                tuple(float(x) for x in d["var"]),
+            )
         case "tick":
             return Tick()
     raise ValueError(f"stored event {ev.seq}: unknown kind {ev.kind!r}")
@@ -201,6 +218,9 @@ class Scheduler:
         self._listeners: dict[str, list[asyncio.Queue[_Notice]]] = {}
         self._requeued: list[str] = []  # jobs re-queued since the last flush
         self._out_seq: dict[str, int] = {}
+        self.hp_demand = HPDemandMeter()
+        self._metered: dict[str, tuple[str, str, float]] = {}  # hp job -> its demand
+        self.forecasts = HPForecasts(cfg.forecast, store)
         self._wake = asyncio.Event()
         self._port = 0
         self.ready = False
@@ -230,8 +250,10 @@ class Scheduler:
             self._out_seq[row["id"]] = self.store.last_output_seq(row["id"])
         report = await self._reconcile()
         report["replayed"] = replayed
+        self._meter_hp()  # the unfinished HP jobs' demand goes on from now
         self._spawn(self._read_runtime())
         self._spawn(self._timer())
+        self._spawn(self._forecast_loop())
         self.started_at = self.clock()
         self.ready = True
         return report
@@ -289,6 +311,8 @@ class Scheduler:
         self.ready = False
         self._closing = True  # from here on no new runtime call starts (see _carry_out)
         self._flush()
+        # the HP demand so far, the open minute too (the next broker's peak there merges)
+        self.store.record_hp_demand(self.hp_demand.take(self.clock() + MINUTE_S))
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
@@ -480,6 +504,7 @@ class Scheduler:
         for action in actions:
             self._carry_out(action)
         self._sync_jobs()
+        self._meter_hp()
         self._wake.set()
         self._schedule_flush()
 
@@ -707,6 +732,44 @@ class Scheduler:
         if job is None or job.state not in (JobState.BINDING, JobState.RUNNING):
             return None
         return job.pods.index(pod) if pod in job.pods else None
+
+    def _meter_hp(self) -> None:
+        """Tell the HP demand meter of HP jobs that arrived or ended (demand counts from a
+        job's submission to its end, served or not)."""
+        now = self._now
+        for job_id in self._requests:
+            if job_id in self._metered:
+                continue
+            job = self.core.jobs.get(job_id)
+            if job is None or job.job_class is not JobClass.HP:
+                continue
+            key = (job.spec.gpu_model or self.cfg.gpu_model, job.spec.tenant, job.gpus)
+            self._metered[job_id] = key
+            self.hp_demand.change(key[0], key[1], key[2], now)
+        for job_id in [j for j in self._metered if j not in self._requests]:
+            model, tenant, gpus = self._metered.pop(job_id)
+            self.hp_demand.change(model, tenant, -gpus, now)
+
+    async def _forecast_loop(self) -> None:
+        """Every ``forecast.query_every_s``: store the HP demand of the minutes that ended,
+        refit the forecaster when ``refit_every_s`` has passed, query it, and hand each
+        tenant's forecast to the core. Store and forecaster work runs in a worker thread,
+        never on the scheduling loop; a failed round is logged and the next one tries again."""
+        fc = self.cfg.forecast
+        next_refit = 0.0
+        while True:
+            now = self.clock()
+            try:
+                await asyncio.to_thread(self.store.record_hp_demand, self.hp_demand.take(now))
+                if now >= next_refit or not self.forecasts.fitted:
+                    await asyncio.to_thread(self.forecasts.refit, now)
+                    next_refit = now + fc.refit_every_s
+                answers = await asyncio.to_thread(self.forecasts.query, now)
+                for a in answers:
+                    self._feed(ForecastUpdated(a.tenant, a.gpu_model, a.mean, a.var))
+            except Exception:  # the forecaster must never stop the broker
+                log.exception("HP demand forecast round failed")
+            await asyncio.sleep(fc.query_every_s)
 
     async def _timer(self) -> None:
         """Tick the core at its next keep-alive deadline (re-armed after every event)."""
