@@ -44,6 +44,7 @@ import platformdirs
 
 from stoker.api.config import ConfigError
 from stoker.core.model import Profile
+from stoker.forecast.registry import FORECASTERS
 from stoker.runtime.base import RuntimeProfile
 
 
@@ -105,12 +106,27 @@ class ForecastConfig:
     horizon_h: int = 4
     history_days: float = 35.0
 
+    def check(self) -> None:
+        """ValueError naming the first bad field."""
+        if self.forecaster not in FORECASTERS:
+            raise ValueError(
+                f"forecaster: one of {', '.join(FORECASTERS)}, not {self.forecaster!r}"
+            )
+        for name in ("query_every_s", "refit_every_s", "horizon_h", "history_days"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: must be > 0")
+
 
 @dataclass
 class SpotConfig:
     """How an evicted spot job is stopped: SIGTERM, then SIGKILL ``grace_s`` later."""
 
     grace_s: float = 30.0
+
+    def check(self) -> None:
+        """ValueError naming the first bad field."""
+        if not self.grace_s >= 0:
+            raise ValueError("grace_s: must be >= 0")
 
 
 def default_data_dir() -> Path:
@@ -172,6 +188,11 @@ class BrokerConfig:
         _table(cfg.policies, raw, "policies", path)
         _table(cfg.forecast, raw, "forecast", path)
         _table(cfg.spot, raw, "spot", path)
+        for name, table in (("forecast", cfg.forecast), ("spot", cfg.spot)):
+            try:
+                table.check()
+            except ValueError as exc:
+                raise ConfigError(f"config {path}: {name}.{exc}") from exc
         if "find_links" in raw:
             cfg.find_links = tuple(Path(p) for p in raw["find_links"])
         if "profiles" in raw:
