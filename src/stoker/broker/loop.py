@@ -344,7 +344,7 @@ class Scheduler:
             "reuse_tag": req.reuse_tag,
             "job_class": req.job_class,
             "workers": req.workers,
-            "gpus": self._per_worker(req),
+            "gpus": req.gpus,  # the core resolves a profile's shape, below
             "guarantee_s": req.guarantee_s,
             "requeues": 0,
             "requeue_reason": None,
@@ -378,15 +378,9 @@ class Scheduler:
             req.guarantee_s,
         )
         self._feed(JobSubmitted(spec), now)
+        row["gpus"] = self.core.jobs[job_id].per_worker  # written with the row, in the batch
         self._flush()  # the caller hears of its job only once it is stored
         return self._current(row), True
-
-    def _per_worker(self, req: JobRequest) -> float:
-        """The GPUs one worker asks for (a pool job: its profile's shape)."""
-        if req.gpus is not None:
-            return req.gpus
-        prof = self.profiles[req.profile].core
-        return prof.gpus * prof.share
 
     def cancel(self, job_id: str) -> None:
         job = self.core.jobs.get(job_id)
