@@ -7,7 +7,7 @@ The broker reads a TOML file (``stoker up --config FILE``)::
     gpu_slots = 2                   # virtual GPU slots where NVML finds none
     gpu_model = "any"               # the GPU pool this host's GPUs belong to
     max_code_bytes = 67108864
-    keepalive_s = 60                # the fixed keep-alive's time to live
+    keepalive_s = 60                # a fixed keep-alive of 60 s (default: the preset's)
 
     [profiles.plain]
     share = 0.9                     # leaves room beside an active pod for a standby
@@ -142,7 +142,9 @@ class BrokerConfig:
     gpu_slots: int = 2
     max_code_bytes: int = 64 * 1024 * 1024
     max_timeout_s: float = 24 * 3600.0
-    keepalive_s: float = 60.0
+    # a fixed keep-alive of this many seconds (unless [policies] keepalive names another
+    # kind; then the fitted one's fallback); None: the preset's
+    keepalive_s: float | None = None
     gpu_model: str = "any"
     find_links: tuple[Path, ...] = ()
     no_index: bool = False
@@ -170,21 +172,16 @@ class BrokerConfig:
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"config {path}: {exc}") from exc
         cfg = BrokerConfig()
-        scalars = ("gpu_slots", "gpu_model", "max_code_bytes", "max_timeout_s", "keepalive_s")
+        kinds = {"gpu_slots": int, "max_code_bytes": int, "max_timeout_s": float}
+        kinds |= {"gpu_model": str, "keepalive_s": float, "no_index": bool}
         tables = ("profiles", "policies", "forecast", "spot")
-        known = {"data_dir", "find_links", "no_index", *scalars, *tables}
+        known = {"data_dir", "find_links", *kinds, *tables}
         for key in raw:
             if key not in known:
                 raise ConfigError(f"config {path}: unknown key {key!r}")
         if "data_dir" in raw:
             cfg.data_dir = Path(raw["data_dir"]).expanduser()
-        _set(
-            cfg,
-            {k: raw[k] for k in (*scalars, "no_index") if k in raw},
-            path,
-            "",
-            (*scalars, "no_index"),
-        )
+        _set(cfg, {k: raw[k] for k in kinds if k in raw}, path, "", tuple(kinds), kinds)
         _table(cfg.policies, raw, "policies", path)
         _table(cfg.forecast, raw, "forecast", path)
         _table(cfg.spot, raw, "spot", path)
@@ -221,9 +218,17 @@ class BrokerConfig:
         return cfg
 
 
-def _set(obj: object, raw: dict[str, Any], path: object, where: str, keys: tuple[str, ...]) -> None:
-    """Copy ``keys`` from a TOML table onto ``obj``, each converted to its field's type; an
-    unknown key or a value of the wrong type is a ConfigError naming it."""
+def _set(
+    obj: object,
+    raw: dict[str, Any],
+    path: object,
+    where: str,
+    keys: tuple[str, ...],
+    kinds: dict[str, type] | None = None,
+) -> None:
+    """Copy ``keys`` from a TOML table onto ``obj``, each converted to its type in ``kinds``
+    (default: its current value's, str for None); an unknown key or a value of the wrong
+    type is a ConfigError naming it."""
     for key in raw:
         if key not in keys:
             raise ConfigError(f"config {path}: unknown key {where}{key!r}")
@@ -231,7 +236,7 @@ def _set(obj: object, raw: dict[str, Any], path: object, where: str, keys: tuple
         if key not in raw:
             continue
         current = getattr(obj, key)
-        kind = str if current is None else type(current)
+        kind = (kinds or {}).get(key) or (str if current is None else type(current))
         try:
             setattr(obj, key, kind(raw[key]))
         except (TypeError, ValueError) as exc:

@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Any
 
 from stoker.broker.config import BrokerConfig, BrokerProfile
@@ -463,6 +465,55 @@ class Scheduler:
                     "job": pod.job,
                     "jobs_run": pod.jobs_run,
                     "keepalive_deadline": pod.deadline if pod.state is PodState.WARM else None,
+                }
+            )
+        return out
+
+    def gpu_pools(self) -> list[dict[str, Any]]:
+        """Per GPU pool, the core's view: capacity, what hp and spot jobs hold, the spot
+        quota and its eta, the eviction rate of the last day, the summed HP forecast (mean,
+        variance and g-quantile per hour ahead) and the queued hp and spot jobs."""
+        gangs = self.core.gangs
+        g = self.core.policies.gangs.g
+        z = NormalDist().inv_cdf(g)
+        now = self._tick_now()
+        out = []
+        for model in sorted(gangs.pools):
+            forecast = None
+            if model in self.core.forecast:
+                mean, var = self.core.forecast[model]
+                forecast = {
+                    "hours": list(range(len(mean))),
+                    "mean": [float(m) for m in mean],
+                    "var": [float(v) for v in var],
+                    "quantile": [
+                        float(m + z * math.sqrt(max(v, 0.0)))
+                        for m, v in zip(mean, var, strict=True)
+                    ],
+                    "g": g,
+                }
+            rate = gangs.ledgers[model].rate(since=now - 86400.0)
+            out.append(
+                {
+                    "gpu_model": model,
+                    "capacity": float(gangs.capacity[model]),
+                    "hp_gpus": round(gangs.used[model][JobClass.HP], 9),
+                    "spot_gpus": round(gangs.used[model][JobClass.SPOT], 9),
+                    "spot_quota": float(gangs.quota[model]),
+                    "eta": float(gangs.eta(model)),
+                    "eviction_rate_1d": 0.0 if rate is None else float(rate),
+                    "forecast": forecast,
+                    "queued": {
+                        cls.value: sum(
+                            1
+                            for j in self._requests
+                            if (job := self.core.jobs.get(j)) is not None
+                            and job.job_class is cls
+                            and job.state is JobState.QUEUED
+                            and gangs.pool_of(job) == model
+                        )
+                        for cls in (JobClass.HP, JobClass.SPOT)
+                    },
                 }
             )
         return out
