@@ -108,14 +108,15 @@ def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
             return "pod_gone", {"pod": pod}
         case PodStopFailed(pod, reason):
             return "pod_stop_failed", {"pod": pod, "reason": reason}
-        case RankStarted(job, rank):
-            return "rank_started", {"job": job, "rank": rank}
-        case RankExited(job, rank, exit_code, failure):
+        case RankStarted(job, rank, pod):
+            return "rank_started", {"job": job, "rank": rank, "pod": pod}
+        case RankExited(job, rank, exit_code, failure, pod):
             return "rank_exited", {
                 "job": job,
                 "rank": rank,
                 "exit_code": exit_code,
                 "failure": failure.value if failure else None,
+                "pod": pod,
             }
         case BindFailed(job, pod, reason, infra):
             return "bind_failed", {"job": job, "pod": pod, "reason": reason, "infra": infra}
@@ -153,10 +154,10 @@ def decode_event(ev: StoredEvent) -> Event:
         case "pod_stop_failed":
             return PodStopFailed(d["pod"], d["reason"])
         case "rank_started":
-            return RankStarted(d["job"], int(d["rank"]))
+            return RankStarted(d["job"], int(d["rank"]), d.get("pod"))
         case "rank_exited":
             failure = Failure(d["failure"]) if d["failure"] else None
-            return RankExited(d["job"], int(d["rank"]), int(d["exit_code"]), failure)
+            return RankExited(d["job"], int(d["rank"]), int(d["exit_code"]), failure, d.get("pod"))
         case "bind_failed":
             return BindFailed(d["job"], d["pod"], d["reason"], bool(d["infra"]))
         case "tick":
@@ -615,7 +616,7 @@ class Scheduler:
             case JobRunning(job, pod):
                 rank = self._rank(job, pod)
                 if rank is not None:
-                    self._feed(RankStarted(job, rank))
+                    self._feed(RankStarted(job, rank, pod))
             case JobOutput(job, _pod, stream, data):
                 if job not in self._requests:
                     return
@@ -629,7 +630,7 @@ class Scheduler:
     def _job_exited(self, job_id: str, pod: str, exit_code: int, failure: Failure | None) -> None:
         rank = self._rank(job_id, pod)
         if rank is not None:
-            self._feed(RankExited(job_id, rank, exit_code, failure))
+            self._feed(RankExited(job_id, rank, exit_code, failure, pod))
 
     def _rank(self, job_id: str, pod: str) -> int | None:
         """The rank a pod runs for a job the core has bound (None: stale news)."""

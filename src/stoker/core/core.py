@@ -136,10 +136,12 @@ class Core:
                 self._pod_gone(pod, now, out)
             case PodStopFailed(pod):
                 self._stop_failed(pod, now)
-            case RankStarted(job, rank):
+            case RankStarted(job, rank, pod) if self._current(job, pod):
                 self._rank_started(job, rank, now)
-            case RankExited(job, rank, exit_code, failure):
+            case RankExited(job, rank, exit_code, failure, pod) if self._current(job, pod):
                 self._rank_exited(job, rank, exit_code, failure, now, out)
+            case RankStarted() | RankExited():
+                pass  # news of an earlier run of the job: its current run stands
             case BindFailed(job, pod, _reason, infra):
                 self._bind_failed(job, pod, infra, now, out)
             case ForecastUpdated(tenant, gpu_model, mean, var):
@@ -292,6 +294,10 @@ class Core:
         if job.state is not JobState.FINISHED:
             self._part(job.job_class).cancel(job, now, out)
 
+    def _current(self, job_id: str, pod: str | None) -> bool:
+        """Whether rank news is of the job's current run (unknown pod: assumed so)."""
+        return pod is None or pod in self._job(job_id).pods
+
     def _rank_started(self, job_id: str, rank: int, now: float) -> None:
         job = self._job(job_id)
         if job.state not in (JobState.BINDING, JobState.RUNNING):
@@ -423,13 +429,24 @@ class Core:
         if len(mean) != len(var) or not mean:
             raise CoreError("forecast: mean and var need the same, nonzero length")
         per = self._forecasts.setdefault(gpu_model, {})
-        per[tenant] = (np.asarray(mean, float), np.asarray(var, float))
-        hours = max(len(m) for m, _ in per.values())
-        total_mean = np.zeros(hours)
-        total_var = np.zeros(hours)
-        for m, v in per.values():
-            total_mean[: len(m)] += m
-            total_var[: len(v)] += v
+        new = (np.asarray(mean, float), np.asarray(var, float))
+        total = self.forecast.get(gpu_model)
+        old = per.get(tenant)
+        if (
+            total is None
+            or len(total[0]) != len(mean)
+            or (old is not None and len(old[0]) != len(mean))
+        ):
+            per[tenant] = new
+            total_mean = np.sum([m for m, _ in per.values()], axis=0)
+            total_var = np.sum([v for _, v in per.values()], axis=0)
+        else:
+            # one tenant's answer changed: the sums move by its difference (O(hours))
+            total_mean, total_var = total[0] + new[0], total[1] + new[1]
+            if old is not None:
+                total_mean -= old[0]
+                total_var -= old[1]
+            per[tenant] = new
         self.forecast[gpu_model] = (total_mean, total_var)
         self.gangs.set_forecast(gpu_model, total_mean, total_var)
         self.warm.hp_cap = self._hp_cap()

@@ -223,7 +223,7 @@ class TraceWorkload:
         self.forecaster.fit(
             {SeriesKey(t, p): meter.history((t, p)) for t, p in keys}, int(sim.now // 60)
         )
-        if self.next_sub < len(self.jobs):
+        if self._active(sim):
             sim.after(self.cadence.refit_every_min * 60.0, self._refit, sim, prio=PRIO_CLOCK)
 
     def _query(self, sim: Simulator) -> None:

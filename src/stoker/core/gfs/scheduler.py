@@ -169,6 +169,7 @@ class GangScheduler:
         self._next_eta = start + self.config.eta_every_s
         self._next_round = start
         self._round_due = False
+        self._round_at = -math.inf
         self._active = False  # an hp or spot job was ever submitted: the clocks run
         self.preemptions = 0
         self.allocated = 0.0  # GPUs held by hp and spot jobs now
@@ -284,6 +285,7 @@ class GangScheduler:
         if self.config.round_s > 0 and now + EPS >= self._next_round:
             self._next_round = now + self.config.round_s
             self._round_due = True
+            self._round_at = now
             if self.config.lease_s > 0:
                 self._expire_leases(now, out)
             self._dirty.update(dict.fromkeys(self.pools))
@@ -292,7 +294,9 @@ class GangScheduler:
         """The scheduling pass after every event (Chronus decides only in its rounds)."""
         self._sync()
         if self.config.round_s > 0:
-            if not self._round_due:
+            # Chronus decides in its rounds; room freed at the round's instant (a lease
+            # returned, its pods gone) is still that round's
+            if not self._round_due and now > self._round_at + EPS:
                 return
             self._round_due = False
         dirty, self._dirty = self._dirty, {}
@@ -409,6 +413,8 @@ class GangScheduler:
     def _try_start(self, job: Job, now: float, out: list[Action]) -> bool:
         pool = self.pool_of(job)
         if job.job_class is _SPOT:
+            if any(self.pool_of(self.jobs[j]) == pool for j in self._awaiting):
+                return False  # room is being freed for an HP job: spot does not take it
             used = self.used[pool][_SPOT]
             quota = self.quota[pool]
             if used + job.gpus > quota + EPS and not (
@@ -507,6 +513,7 @@ class GangScheduler:
             info.used[cls] += sum(s for n, _, s in place if n == node)
             if cls is _SPOT:
                 self.node_jobs[node][job.id] = None
+            self._refresh(info)
         if cls is _SPOT:
             self.running_spot[pool][job.id] = None
 
