@@ -40,7 +40,7 @@ SPOT = """
 import os, signal, sys, time
 run = int(os.environ["STOKER_RUN"])
 def term(*_):
-    print(f"run {run}: SIGTERM, checkpointed", flush=True)
+    os.write(1, f"run {run}: SIGTERM, checkpointed\\n".encode())  # print is not reentrant
     sys.exit(0)
 signal.signal(signal.SIGTERM, term)
 print(f"run {run}: started", flush=True)

@@ -16,14 +16,14 @@ The broker reads a TOML file (``stoker up --config FILE``)::
     packages = []
 
     [policies]                      # every decision by its name in the core's registry
-    preset = "stoker"               # the starting set; the keys below override one each
+    preset = "firepool"             # the starting set; the keys below override one each
     keepalive = "fitted"            # fixed | fitted | always-on
     warm_budget = "queue-driven"
     standby = "beside-active"       # or none
     spot_quota = "forecast"         # or static
 
     [forecast]                      # the HP demand forecaster (stoker.forecast's registry)
-    forecaster = "ridge"
+    forecaster = "ridge"            # default: the preset's (ridge; naive for gfs-naive)
     query_every_s = 300             # query and hand the core the answer (GFS: 5 min)
     refit_every_s = 86400           # refit on the stored history (GFS: daily)
     horizon_h = 4
@@ -44,6 +44,8 @@ import platformdirs
 
 from stoker.api.config import ConfigError
 from stoker.core.model import Profile
+from stoker.core.policy_names import Knobs, apply
+from stoker.core.registry import FIXED_KEEPALIVE_S, Preset, preset
 from stoker.forecast.registry import FORECASTERS
 from stoker.runtime.base import RuntimeProfile
 
@@ -79,6 +81,9 @@ class BrokerProfile:
         return BrokerProfile(core, rt)
 
 
+DEFAULT_PRESET = "firepool"  # Firepool's warm pools with GFS's hp/spot defaults
+
+
 @dataclass
 class PolicyConfig:
     """The core's policies by registry name: a preset, and per extension point an override
@@ -90,6 +95,19 @@ class PolicyConfig:
     standby: str | None = None
     spot_quota: str | None = None
 
+    def build(self, keepalive_s: float | None, grace_s: float) -> Preset:
+        """The core's preset (fresh policies) with the named policies swapped in; a fixed
+        keep-alive of ``keepalive_s`` when it is given and no other kind is named.
+        ValueError naming the key for an unknown name."""
+        chosen = preset(self.preset or DEFAULT_PRESET)  # ValueError "preset: ..."
+        overrides = self.overrides()
+        if keepalive_s is not None:
+            overrides.setdefault("keepalive", "fixed")
+        knobs = Knobs(keepalive_s=FIXED_KEEPALIVE_S if keepalive_s is None else keepalive_s)
+        apply(chosen.policies, overrides, knobs)
+        chosen.policies.gangs.grace_s = grace_s
+        return chosen
+
     def overrides(self) -> dict[str, str]:
         """The extension points set here, by name."""
         points = (f.name for f in fields(self) if f.name != "preset")
@@ -100,7 +118,7 @@ class PolicyConfig:
 class ForecastConfig:
     """How the broker runs the HP demand forecaster (off the scheduling loop)."""
 
-    forecaster: str = "ridge"
+    forecaster: str | None = None  # None: the preset's (ridge, the default, for most)
     query_every_s: float = 300.0
     refit_every_s: float = 86400.0
     horizon_h: int = 4
@@ -108,7 +126,7 @@ class ForecastConfig:
 
     def check(self) -> None:
         """ValueError naming the first bad field."""
-        if self.forecaster not in FORECASTERS:
+        if self.forecaster is not None and self.forecaster not in FORECASTERS:
             raise ValueError(
                 f"forecaster: one of {', '.join(FORECASTERS)}, not {self.forecaster!r}"
             )
@@ -190,6 +208,10 @@ class BrokerConfig:
                 table.check()
             except ValueError as exc:
                 raise ConfigError(f"config {path}: {name}.{exc}") from exc
+        try:  # every name checked now, not when the broker starts
+            cfg.policies.build(cfg.keepalive_s, cfg.spot.grace_s)
+        except ValueError as exc:
+            raise ConfigError(f"config {path}: policies.{exc}") from exc
         if "find_links" in raw:
             cfg.find_links = tuple(Path(p) for p in raw["find_links"])
         if "profiles" in raw:

@@ -1,67 +1,83 @@
-"""The HP demand meter: each tenant's HP GPU demand per GPU pool, as per-minute peaks.
+"""The HP demand meter: HP GPUs asked (queued + running) per tenant and GPU pool, one value
+per minute, kept by the core from its own events.
 
-A job's demand counts from its submission to its end, whether or not it was served at once
-(what the tenant asked of the pool, as :func:`stoker.forecast.series.demand_series` counts a
-trace), so the forecaster is fitted on demand rather than on what the scheduler allowed.
-Pure: the driver tells it of changes with ``now`` (seconds) and takes the finished minutes.
+The driver reads a tenant's history from here to fit and query its forecaster and hands the
+answer back as ``ForecastUpdated``; the forecaster itself stays in :mod:`stoker.forecast`.
+Queued demand counts as well as running (what was asked, not what was granted), so a
+forecast sees demand the cluster could not serve.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+import numpy as np
 
-from stoker.core.model import EPS
-
-MINUTE_S = 60.0
+_GROW = 1440  # minutes added at a time
 
 
-def minute(now: float) -> int:
-    """The whole minute ``now`` falls in."""
-    return math.floor(now / MINUTE_S)
+class DemandMeter:
+    """Per (tenant, GPU pool): the current HP GPUs and one column per recorded minute.
 
-
-@dataclass
-class _Series:
-    first: int  # the first minute not taken yet
-    level: float = 0.0  # demand now
-    start: float = 0.0  # the level ``first`` began with
-    # minutes not taken yet in which the level changed: (peak, level at the minute's end)
-    changed: dict[int, tuple[float, float]] = field(default_factory=dict)
-
-
-class HPDemandMeter:
-    """HP demand per (GPU pool, tenant) now, and its peak in every minute not yet taken."""
+    Minute ``m`` of the history is absolute (minute 0 is time 0): a driver that starts late
+    (a trace window) fills the earlier minutes with :meth:`prefill`.
+    """
 
     def __init__(self) -> None:
-        self._series: dict[tuple[str, str], _Series] = {}
+        self.keys: list[tuple[str, str]] = []
+        self.row: dict[tuple[str, str], int] = {}
+        self.current = np.zeros(0)
+        self.data = np.zeros((0, _GROW))
+        self.minutes: int | None = None  # minutes recorded (None: not started)
+        self.origin = 0  # the first minute the history holds
 
-    def level(self, gpu_model: str, tenant: str) -> float:
-        """The demand now."""
-        s = self._series.get((gpu_model, tenant))
-        return 0.0 if s is None else s.level
+    def _row(self, key: tuple[str, str]) -> int:
+        i = self.row.get(key)
+        if i is None:
+            i = self.row[key] = len(self.keys)
+            self.keys.append(key)
+            self.current = np.append(self.current, 0.0)
+            self.data = np.vstack([self.data, np.zeros((1, self.data.shape[1]))])
+        return i
 
-    def change(self, gpu_model: str, tenant: str, gpus: float, now: float) -> None:
-        """Demand rises (a job arrives: ``gpus`` > 0) or falls (it ends: ``gpus`` < 0)."""
-        m = minute(now)
-        s = self._series.setdefault((gpu_model, tenant), _Series(first=m))
-        after = max(0.0, s.level + gpus)
-        after = 0.0 if after < EPS else after
-        peak, _ = s.changed.get(m, (s.level, s.level))
-        s.changed[m] = (max(peak, s.level, after), after)
-        s.level = after
+    def prefill(self, series: dict[tuple[str, str], np.ndarray], end_min: int) -> None:
+        """History before the meter runs: each series holds the minutes up to ``end_min``
+        (exclusive), starting at minute 0."""
+        if self.minutes is not None:
+            raise ValueError("prefill: the meter has already recorded")
+        self.origin = 0
+        self._grow(end_min)
+        for key, values in series.items():
+            i = self._row(key)
+            self.data[i, : min(end_min, len(values))] = values[:end_min]
+        self.minutes = end_min
 
-    def take(self, now: float) -> list[tuple[str, str, int, float]]:
-        """(gpu model, tenant, minute, peak GPUs) for every minute that ended by ``now`` and
-        was not taken before, with demand in it; those minutes are forgotten."""
-        end = minute(now)  # the minute ``now`` falls in is still open
-        out: list[tuple[str, str, int, float]] = []
-        for (model, tenant), s in sorted(self._series.items()):
-            level = s.start
-            for m in range(s.first, end):
-                peak, level = s.changed.pop(m, (level, level))
-                if peak > EPS:
-                    out.append((model, tenant, m, peak))
-            if end > s.first:
-                s.first, s.start = end, level
-        return out
+    def add(self, tenant: str, pool: str, gpus: float) -> None:
+        """HP demand of ``tenant`` in ``pool`` changes by ``gpus`` from now on."""
+        i = self._row((tenant, pool))
+        self.current[i] += gpus
+
+    def record_until(self, now: float) -> None:
+        """Write the current demand into every minute up to ``now``'s (exclusive)."""
+        minute = int(now // 60)
+        if self.minutes is None:
+            self.origin = self.minutes = minute
+            return
+        if minute <= self.minutes:
+            return
+        self._grow(minute)
+        lo, hi = self.minutes - self.origin, minute - self.origin
+        self.data[:, lo:hi] = np.maximum(self.current, 0.0)[:, None]
+        self.minutes = minute
+
+    def _grow(self, minute: int) -> None:
+        need = minute - self.origin
+        if need > self.data.shape[1]:
+            grown = np.zeros((self.data.shape[0], max(need, 2 * self.data.shape[1])))
+            grown[:, : self.data.shape[1]] = self.data
+            self.data = grown
+
+    def history(self, key: tuple[str, str]) -> np.ndarray:
+        """One (tenant, pool)'s recorded minutes (from ``origin``)."""
+        i = self.row.get(key)
+        if i is None or self.minutes is None:
+            return np.zeros(0)
+        return self.data[i, : self.minutes - self.origin]

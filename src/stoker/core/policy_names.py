@@ -22,6 +22,7 @@ from stoker.core.policies import (
     QueueDrivenBudget,
     StaticBudget,
 )
+from stoker.core.registry import STATIC_SHARE
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +34,7 @@ class Knobs:
     keepalive_s: float = 60.0
     g: float = 0.9
     guarantee_s: float = 3600.0
-    static_share: float = 0.3
+    static_share: float = STATIC_SHARE
 
 
 _Build = Callable[[Knobs], Any]
