@@ -542,10 +542,11 @@ class GangScheduler:
         """Refresh the nodes whose shares changed since the last look (by any part)."""
         touched = self.cluster.touched
         if touched:
-            for node in touched:
+            for node, freed in touched.items():
                 info = self.nodes[node]
                 self._refresh(info)
-                self._dirty[info.pool] = None
+                if freed:
+                    self._dirty[info.pool] = None
             touched.clear()
 
     def _refresh(self, info: NodeInfo) -> None:
