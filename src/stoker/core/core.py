@@ -388,6 +388,7 @@ class Core:
                 self.warm.pod_failed(pod_id, failed, now, out)
             else:
                 self.gangs.pod_failed(pod, failed, now, out)
+                self.warm.room_freed()
 
     def _pod_gone(self, pod_id: str, now: float, out: list[Action]) -> None:
         pod = self.pods.get(pod_id)
@@ -403,6 +404,7 @@ class Core:
             self.gangs.reclaimed(pod_id)  # an idle pod stopped for an HP job
         else:
             self.gangs.pod_gone(pod, now)
+            self.warm.room_freed()
 
     def _stop_failed(self, pod_id: str, now: float) -> None:
         pod = self.pods.get(pod_id)

@@ -4,80 +4,90 @@ per minute, kept by the core from its own events.
 The driver reads a tenant's history from here to fit and query its forecaster and hands the
 answer back as ``ForecastUpdated``; the forecaster itself stays in :mod:`stoker.forecast`.
 Queued demand counts as well as running (what was asked, not what was granted), so a
-forecast sees demand the cluster could not serve.
+forecast sees demand the cluster could not serve. The history is kept as change points
+(the minute a value starts) and laid out per minute only when read, so a meter no one
+reads costs nothing per minute.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-_GROW = 1440  # minutes added at a time
-
 
 class DemandMeter:
-    """Per (tenant, GPU pool): the current HP GPUs and one column per recorded minute.
+    """Per (tenant, GPU pool): the current HP GPUs and the per-minute history.
 
-    Minute ``m`` of the history is absolute (minute 0 is time 0): a driver that starts late
-    (a trace window) fills the earlier minutes with :meth:`prefill`.
+    Minute ``m`` is absolute (minute 0 is time 0); the history starts at ``origin`` (the
+    first minute the meter saw, or 0 when the driver filled earlier minutes with
+    :meth:`prefill`) and ends at ``minutes`` (exclusive).
     """
 
     def __init__(self) -> None:
         self.keys: list[tuple[str, str]] = []
-        self.row: dict[tuple[str, str], int] = {}
-        self.current = np.zeros(0)
-        self.data = np.zeros((0, _GROW))
-        self.minutes: int | None = None  # minutes recorded (None: not started)
-        self.origin = 0  # the first minute the history holds
+        self.current: dict[tuple[str, str], float] = {}
+        # per key: the minutes a new value starts at, and the values
+        self._at: dict[tuple[str, str], list[int]] = {}
+        self._value: dict[tuple[str, str], list[float]] = {}
+        self._prefilled: dict[tuple[str, str], np.ndarray] = {}
+        self.minutes: int | None = None
+        self.origin = 0
 
-    def _row(self, key: tuple[str, str]) -> int:
-        i = self.row.get(key)
-        if i is None:
-            i = self.row[key] = len(self.keys)
+    def _key(self, key: tuple[str, str]) -> None:
+        if key not in self.current:
             self.keys.append(key)
-            self.current = np.append(self.current, 0.0)
-            self.data = np.vstack([self.data, np.zeros((1, self.data.shape[1]))])
-        return i
+            self.current[key] = 0.0
+            start = self.minutes if self.minutes is not None else self.origin
+            self._at[key] = [start]
+            self._value[key] = [0.0]
 
     def prefill(self, series: dict[tuple[str, str], np.ndarray], end_min: int) -> None:
-        """History before the meter runs: each series holds the minutes up to ``end_min``
-        (exclusive), starting at minute 0."""
+        """History before the meter runs: each series holds the minutes from 0 up to
+        ``end_min`` (exclusive)."""
         if self.minutes is not None:
             raise ValueError("prefill: the meter has already recorded")
         self.origin = 0
-        self._grow(end_min)
-        for key, values in series.items():
-            i = self._row(key)
-            self.data[i, : min(end_min, len(values))] = values[:end_min]
+        for key in sorted(series, key=lambda k: (k[1], k[0])):
+            values = np.zeros(end_min)
+            given = np.asarray(series[key], float)[:end_min]
+            values[: len(given)] = given
+            self._prefilled[key] = values
+            self._key(key)
+            self._at[key] = [end_min]
+            self._value[key] = [0.0]
         self.minutes = end_min
 
     def add(self, tenant: str, pool: str, gpus: float) -> None:
-        """HP demand of ``tenant`` in ``pool`` changes by ``gpus`` from now on."""
-        i = self._row((tenant, pool))
-        self.current[i] += gpus
+        """HP demand of ``tenant`` in ``pool`` changes by ``gpus`` from this minute on."""
+        key = (tenant, pool)
+        self._key(key)
+        self.current[key] += gpus
+        minute = self.minutes if self.minutes is not None else self.origin
+        at, value = self._at[key], self._value[key]
+        if at[-1] == minute:
+            value[-1] = max(self.current[key], 0.0)
+        else:
+            at.append(minute)
+            value.append(max(self.current[key], 0.0))
 
     def record_until(self, now: float) -> None:
-        """Write the current demand into every minute up to ``now``'s (exclusive)."""
+        """Every minute before ``now``'s is recorded (the values hold until they change)."""
         minute = int(now // 60)
         if self.minutes is None:
             self.origin = self.minutes = minute
-            return
-        if minute <= self.minutes:
-            return
-        self._grow(minute)
-        lo, hi = self.minutes - self.origin, minute - self.origin
-        self.data[:, lo:hi] = np.maximum(self.current, 0.0)[:, None]
-        self.minutes = minute
-
-    def _grow(self, minute: int) -> None:
-        need = minute - self.origin
-        if need > self.data.shape[1]:
-            grown = np.zeros((self.data.shape[0], max(need, 2 * self.data.shape[1])))
-            grown[:, : self.data.shape[1]] = self.data
-            self.data = grown
+            for key in self.keys:
+                self._at[key][0] = minute
+        elif minute > self.minutes:
+            self.minutes = minute
 
     def history(self, key: tuple[str, str]) -> np.ndarray:
-        """One (tenant, pool)'s recorded minutes (from ``origin``)."""
-        i = self.row.get(key)
-        if i is None or self.minutes is None:
+        """One (tenant, pool)'s recorded minutes, from ``origin`` to ``minutes``."""
+        if key not in self.current or self.minutes is None:
             return np.zeros(0)
-        return self.data[i, : self.minutes - self.origin]
+        end = self.minutes
+        at = [*self._at[key], end]
+        parts = [self._prefilled[key]] if key in self._prefilled else []
+        if at[0] > self.origin and not parts:
+            parts.append(np.zeros(at[0] - self.origin))
+        lengths = np.diff(np.asarray(at))
+        parts.append(np.repeat(np.asarray(self._value[key]), np.maximum(lengths, 0)))
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]

@@ -325,9 +325,10 @@ class Cluster:
         # model -> bucket -> ordered set of GPU ids (dicts keep insertion order: deterministic)
         self._free: dict[str, list[dict[str, None]]] = {}
         self.capacity: dict[str, int] = {}
-        # nodes whose shares changed since a reader last cleared this (the hp/spot part
-        # keeps per-node indexes and refreshes the nodes every other part touched)
-        self.touched: dict[str, None] = {}
+        # nodes whose shares changed since a reader last cleared this, True where room was
+        # freed (the hp/spot part keeps per-node indexes and refreshes the nodes every
+        # other part touched; only freed room can let a waiting job go)
+        self.touched: dict[str, bool] = {}
         self.used_total = 0.0  # GPUs allocated over the whole cluster
         for node in nodes or []:
             self.add_node(node)
@@ -375,7 +376,7 @@ class Cluster:
         return share
 
     def _reindex(self, gpu: GPU, used: float) -> None:
-        self.touched[gpu.node] = None
+        self.touched[gpu.node] = self.touched.get(gpu.node, False) or used < gpu.used
         self.used_total += (0.0 if used < EPS else used) - gpu.used
         buckets = self._free[gpu.model]
         old, new = _bucket(gpu.free), _bucket(max(0.0, 1.0 - used))

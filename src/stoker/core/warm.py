@@ -93,6 +93,10 @@ class WarmPools:
         self._drain(now, out)
         self._enforce_budget(now, out)
 
+    def room_freed(self) -> None:
+        """Another part's pod left the cluster: a waiting pool job may fit now."""
+        self._dirty = True
+
     def next_deadline(self) -> float | None:
         """The earliest keep-alive deadline (when a Tick would stop a warm pod)."""
         while self._deadlines:

@@ -542,10 +542,11 @@ class GangScheduler:
         """Refresh the nodes whose shares changed since the last look (by any part)."""
         touched = self.cluster.touched
         if touched:
-            for node in touched:
+            for node, freed in touched.items():
                 info = self.nodes[node]
                 self._refresh(info)
-                self._dirty[info.pool] = None
+                if freed:
+                    self._dirty[info.pool] = None
             touched.clear()
 
     def _refresh(self, info: NodeInfo) -> None:
@@ -758,8 +759,8 @@ class GangScheduler:
                         continue
                     units = float(sum(1 for n, _, _ in self.placement[jid] if n == name))
                     victims.append((v, units))
-            if spot and not victims:
-                continue  # idle-only nodes were tried first
+            if not victims and not cards:
+                continue
             if free + len(cards) + sum(u for _, u in victims) < need - EPS:
                 continue
             # the idle cards it would stop, cheapest first
@@ -799,9 +800,9 @@ class GangScheduler:
                             continue
                         seen[v.id] = seen.get(v.id, 0.0) + share
                     victims = [(self.jobs[j], u) for j, u in seen.items()]
-                if spot and not victims:
-                    continue
                 idle_share, pods = self.host.warm.idle_share(gpu.id)
+                if not victims and not pods:
+                    continue
                 idle_share -= sum(gpu.allocs.get(p.id, 0.0) for p in pods if p.id in stop)
                 free = gpu.free - taken.get(gpu.id, 0.0)
                 free += sum(gpu.allocs.get(p, 0.0) for p in gone if p not in stop)
