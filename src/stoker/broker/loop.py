@@ -316,7 +316,7 @@ class Scheduler:
         self._closing = True  # from here on no new runtime call starts (see _carry_out)
         self._flush()
         # the HP demand so far, the open minute too (the next broker's peak there merges)
-        self.store.record_hp_demand(self._new_demand())
+        self.store.record_hp_demand(self._new_demand(open_minute=True))
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
@@ -779,9 +779,11 @@ class Scheduler:
             return None
         return job.pods.index(pod) if pod in job.pods else None
 
-    def _new_demand(self) -> list[tuple[str, str, int, float]]:
+    def _new_demand(self, open_minute: bool = False) -> list[tuple[str, str, int, float]]:
         """The core HP demand meter's minutes not stored yet, as store rows (GPU pool,
-        tenant, minute, GPUs); minutes without demand are left out."""
+        tenant, minute, GPUs); minutes without demand are left out. ``open_minute`` adds
+        the minute under way at its current demand (on close: the next broker's rows for
+        that minute merge with it, keeping the larger)."""
         meter = self.core.demand
         if meter.minutes is None:
             return []
@@ -790,6 +792,8 @@ class Scheduler:
         for tenant, pool in meter.keys:
             values = meter.history((tenant, pool))[start - meter.origin :]
             rows += [(pool, tenant, start + i, float(g)) for i, g in enumerate(values) if g > 0]
+            if open_minute and meter.current[(tenant, pool)] > 0:
+                rows.append((pool, tenant, meter.minutes, float(meter.current[(tenant, pool)])))
         self._demand_stored = max(self._demand_stored, meter.minutes)
         return rows
 
