@@ -190,7 +190,7 @@ async def test_kill_with_grace_sends_sigterm_first_then_sigkill(rig: Rig) -> Non
     await _bind_until_ready(rig, pod, "ckpt", "checkpoint")
     await rig.rt.kill_job("ckpt", Failure.PREEMPTED, grace_s=30.0)
     res = await rig.collect("ckpt")
-    assert res.stdout == b"checkpointed\n"
+    assert (res.stdout, res.stderr) == (b"checkpointed\n", b"")
     assert (res.exit.exit_code, res.exit.failure) == (0, Failure.PREEMPTED)
     # one that ignores SIGTERM is killed once the grace has passed
     await _bind_until_ready(rig, pod, "stubborn", "ignore")
