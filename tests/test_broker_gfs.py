@@ -24,7 +24,13 @@ import pytest
 from typer.testing import CliRunner
 
 import stoker
-from stoker.broker.config import BrokerConfig, BrokerProfile, ForecastConfig, SpotConfig
+from stoker.broker.config import (
+    BrokerConfig,
+    BrokerProfile,
+    ForecastConfig,
+    PolicyConfig,
+    SpotConfig,
+)
 from stoker.broker.embedded import EmbeddedBroker
 from stoker.cli.main import app
 from stoker.client import Job, JobPreempted, JobShape
@@ -51,7 +57,7 @@ print(f"run {run}: done", flush=True)
 SPOT_OUTPUT = "run 1: started\nrun 1: SIGTERM, checkpointed\nrun 2: started\nrun 2: done\n"
 
 
-def _cfg(tmp: Path, gpu_slots: int = 1) -> BrokerConfig:
+def _cfg(tmp: Path, gpu_slots: int = 1, **kw: Any) -> BrokerConfig:
     return BrokerConfig(
         data_dir=tmp / "data",
         profiles=[BrokerProfile.simple("plain")],
@@ -59,6 +65,7 @@ def _cfg(tmp: Path, gpu_slots: int = 1) -> BrokerConfig:
         gpu_model="vgpu",
         forecast=ForecastConfig(query_every_s=0.2, refit_every_s=0.5),
         spot=SpotConfig(grace_s=20.0),
+        **kw,
     )
 
 
@@ -219,6 +226,19 @@ def test_restart_in_the_middle_keeps_spot_hp_and_demand_history(tmp_path: Path) 
             assert gang.result(60).ok
             res = Job(a2, a2.get(spot.id)).result(60)
             assert res.ok and res.requeues == 1 and res.stdout.decode() == SPOT_OUTPUT
+
+
+def test_fitted_keepalive_runs_live(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, policies=PolicyConfig(keepalive="fitted"), keepalive_s=30.0)
+    with EmbeddedBroker(cfg) as eb, _tenant(eb, "a") as a:
+        assert eb.broker is not None
+        keepalive = eb.broker.scheduler.core.policies.keepalive
+        assert type(keepalive).__name__ == "FittedKeepAlive" and keepalive.fallback_s == 30.0
+        paths = [a.run("plain", [PY, "-c", "pass"], reuse_tag="loop").result(60).path]
+        paths += [a.run("plain", [PY, "-c", "pass"], reuse_tag="loop").result(60).path]
+        assert paths == ["cold", "warm"]
+        (pod,) = [p for p in a.pods() if p["state"] == "warm"]
+        assert pod["keepalive_deadline"] is not None  # the fallback until pauses are seen
 
 
 def test_cli_pools_table_and_json(broker: EmbeddedBroker) -> None:
