@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -43,6 +44,24 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
     for r in rows:
         t.add_row(*["" if v is None else str(v) for v in r])
     Console().print(t)
+
+
+def _listing(
+    url: str | None, token: str | None, as_json: bool, fetch: Callable[[Any], list[Any]]
+) -> list[Any] | None:
+    """What ``fetch`` reads from the broker, or None once printed as JSON (``--json``);
+    a refusal is the one-line error."""
+    from stoker.client import StokerError
+
+    try:
+        with _client(url, token) as c:
+            items = fetch(c)
+    except StokerError as exc:
+        _fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(items))
+        return None
+    return items
 
 
 def _fmt_ms(v: float | None) -> str:
@@ -157,15 +176,8 @@ def ps(
     as_json: JsonOpt = False,
 ) -> None:
     """List your jobs (newest first)."""
-    from stoker.client import StokerError
-
-    try:
-        with _client(url, token) as c:
-            jobs = c.jobs(state, limit)
-    except StokerError as exc:
-        _fail(str(exc))
-    if as_json:
-        typer.echo(json.dumps(jobs))
+    jobs = _listing(url, token, as_json, lambda c: c.jobs(state, limit))
+    if jobs is None:
         return
     rows = [
         [
@@ -185,15 +197,8 @@ def ps(
 
 def pods(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
     """List live pods (a tenant sees its own; the admin sees all)."""
-    from stoker.client import StokerError
-
-    try:
-        with _client(url, token) as c:
-            items = c.pods()
-    except StokerError as exc:
-        _fail(str(exc))
-    if as_json:
-        typer.echo(json.dumps(items))
+    items = _listing(url, token, as_json, lambda c: c.pods())
+    if items is None:
         return
     rows = [
         [
@@ -218,15 +223,8 @@ def _num(v: float) -> str:
 def pools(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
     """GPU pools: capacity, HP and spot GPUs in use, spot quota, eta, eviction rate (1 d),
     the HP forecast's g-quantile per hour ahead, and the queued hp/spot jobs."""
-    from stoker.client import StokerError
-
-    try:
-        with _client(url, token) as c:
-            items = c.pools()
-    except StokerError as exc:
-        _fail(str(exc))
-    if as_json:
-        typer.echo(json.dumps(items))
+    items = _listing(url, token, as_json, lambda c: c.pools())
+    if items is None:
         return
     rows = []
     for p in items:
