@@ -220,6 +220,7 @@ class Core:
         self.pods[pod.id] = pod
         for gid in pod.gpus:
             self.cluster.allocate(gid, pod.id, share)
+        self.warm.refresh_cards(pod.gpus)
         return pod
 
     def move_pod(self, pod: Pod, state: PodState, now: float) -> None:
