@@ -387,6 +387,7 @@ class Core:
         elif failed is not None:
             if pool:
                 self.warm.pod_failed(pod_id, failed, now, out)
+                self.gangs.reclaimed(pod_id)  # gone all the same: its room is free
             else:
                 self.gangs.pod_failed(pod, failed, now, out)
                 self.warm.room_freed()
