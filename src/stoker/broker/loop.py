@@ -370,16 +370,15 @@ class Scheduler:
         }
         self._batch.new_jobs.append(row)
         self._requests[job_id] = row
-        spec = JobSpec(
+        spec = JobSpec(  # the GPU pool is the profile's: this host's gpu_model
             job_id,
             tenant,
             req.profile,
             req.reuse_tag,
             JobClass(req.job_class),
-            req.workers,
-            req.gpus,
-            self.cfg.gpu_model if req.job_class != "pool" else None,
-            req.guarantee_s,
+            workers=req.workers,
+            gpus=req.gpus,
+            guarantee_s=req.guarantee_s,
         )
         self._feed(JobSubmitted(spec), now)
         row["gpus"] = self.core.jobs[job_id].per_worker  # written with the row, in the batch

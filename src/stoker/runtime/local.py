@@ -776,7 +776,9 @@ class LocalRuntime:
         self._pods.clear()
 
     async def stop_all(self) -> None:
-        """Stop every pod (PodDown for each)."""
+        """Stop every pod (PodDown for each), at once: no job's grace is waited for."""
+        for rec in self._pods.values():
+            rec.grace_until = 0.0
         for pod in sorted(self._pods):
             if not self._pods[pod].stopping:
                 await self.stop_pod(pod)
