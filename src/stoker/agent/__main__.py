@@ -189,9 +189,9 @@ class Agent:
             await self._bind(msg)
         elif op == "kill":
             job = self.job
-            if job is not None and job.id == msg.get("job"):
+            if job is not None and job.id == msg.get("job") and job.kill_failure is None:
                 job.kill_failure = str(msg.get("failure") or "cancelled")
-                self._kill_others()
+                self._terminate(job, float(msg.get("grace_s") or 0.0))
         elif op == "promote":
             os.environ["CUDA_VISIBLE_DEVICES"] = str(msg.get("cuda_visible_devices", ""))
             os.environ["STOKER_GPUS"] = ",".join(msg.get("gpus") or ())
@@ -298,6 +298,7 @@ class Agent:
                 )
             )
             env["STOKER_JOB"] = job_id
+            env["STOKER_RUN"] = str(int(msg.get("run", 1)))  # > 1: it was preempted before
             if overlay:
                 env["PYTHONPATH"] = os.pathsep.join(
                     [*overlay, *filter(None, [env.get("PYTHONPATH")])]
@@ -454,6 +455,21 @@ class Agent:
         while len(self.ran) > MAX_RAN:
             self.ran.popitem(last=False)
         await self.send(exited)
+
+    def _terminate(self, job: _Job, grace_s: float) -> None:
+        """Stop ``job``: SIGTERM to its process group first when there is a grace (so it may
+        checkpoint), SIGKILL to everything it runs once the grace has passed."""
+        if grace_s <= 0:
+            self._kill_others()
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(job.pid, signal.SIGTERM)  # the job called setsid: its group is its pid
+
+        def kill_if_running() -> None:
+            if self.job is job:
+                self._kill_others()
+
+        asyncio.get_running_loop().call_later(grace_s, kill_if_running)
 
     def _kill_others(self) -> None:
         """SIGKILL what the current job runs (and, in a sandbox, all it left behind).

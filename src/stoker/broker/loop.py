@@ -12,28 +12,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from statistics import NormalDist
 from typing import Any
 
 from stoker.broker.config import BrokerConfig, BrokerProfile
+from stoker.broker.forecasting import HPForecasts
 from stoker.broker.metrics import BrokerMetrics
 from stoker.broker.secrets import SecretBox
 from stoker.broker.store import Batch, Deposed, Store, StoredEvent
 from stoker.core import (
     GPU,
+    BindFailed,
     BindJob,
     Cluster,
     Core,
     Event,
     Failure,
+    ForecastUpdated,
     JobCancelled,
+    JobClass,
     JobEnded,
-    JobFinished,
+    JobRequeued,
     JobSpec,
-    JobStarted,
     JobState,
     JobSubmitted,
     KillJob,
@@ -42,14 +47,15 @@ from stoker.core import (
     PodGone,
     PodReady,
     PodState,
-    Policies,
+    PodStopFailed,
     PromoteStandby,
+    RankExited,
+    RankStarted,
     RecyclePod,
     StartPod,
     StopPod,
     Tick,
 )
-from stoker.core.policies import FixedKeepAlive, QueueDrivenBudget
 from stoker.core.reconcile import (
     AgentReport,
     Await,
@@ -57,10 +63,11 @@ from stoker.core.reconcile import (
     Lost,
     Outcome,
     Rebind,
-    job_outcome,
     reconcile_job,
 )
+from stoker.forecast import DEFAULT_FORECASTER
 from stoker.runtime.base import (
+    BindRefused,
     JobBinding,
     JobExited,
     JobOutput,
@@ -72,6 +79,8 @@ from stoker.runtime.base import (
 )
 
 log = logging.getLogger("stoker.broker")
+# what an output listener receives: a chunk, a notice (re-queued), or None (finished)
+_Notice = tuple[int, str, bytes] | dict[str, Any] | None
 _NODE = "local"
 _MASTER_PORT_BASE = 29500
 
@@ -88,16 +97,10 @@ class JobRequest:
     env: dict[str, str] = field(default_factory=dict)
     secrets: tuple[str, ...] = ()  # tenant secrets injected as env at bind
     timeout_s: float = 3600.0
-    replicas: int = 1
-
-
-@dataclass
-class _Gang:
-    """The ranks of one bound job: which are running, which have exited and how."""
-
-    pods: tuple[str, ...]
-    running: set[str] = field(default_factory=set)
-    exited: dict[str, Outcome] = field(default_factory=dict)
+    job_class: str = "pool"
+    workers: int = 1
+    gpus: float | None = None  # per worker; None: the profile's
+    guarantee_s: float | None = None  # spot only; None: the core's default
 
 
 def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
@@ -109,7 +112,11 @@ def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
                 "tenant": spec.tenant,
                 "profile": spec.profile,
                 "reuse_tag": spec.reuse_tag,
-                "replicas": spec.replicas,
+                "job_class": spec.job_class.value,
+                "workers": spec.workers,
+                "gpus": spec.gpus,
+                "gpu_model": spec.gpu_model,
+                "guarantee_s": spec.guarantee_s,
             }
         case JobCancelled(job):
             return "cancelled", {"job": job}
@@ -119,13 +126,26 @@ def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
             return "pod_failed", {"pod": pod, "reason": reason.value}
         case PodGone(pod):
             return "pod_gone", {"pod": pod}
-        case JobStarted(job):
-            return "started", {"job": job}
-        case JobFinished(job, exit_code, failure):
-            return "finished", {
+        case PodStopFailed(pod, reason):
+            return "pod_stop_failed", {"pod": pod, "reason": reason}
+        case RankStarted(job, rank, pod):
+            return "rank_started", {"job": job, "rank": rank, "pod": pod}
+        case RankExited(job, rank, exit_code, failure, pod):
+            return "rank_exited", {
                 "job": job,
+                "rank": rank,
                 "exit_code": exit_code,
                 "failure": failure.value if failure else None,
+                "pod": pod,
+            }
+        case BindFailed(job, pod, reason, infra):
+            return "bind_failed", {"job": job, "pod": pod, "reason": reason, "infra": infra}
+        case ForecastUpdated(tenant, gpu_model, mean, var):
+            return "forecast", {
+                "tenant": tenant,
+                "gpu_model": gpu_model,
+                "mean": list(mean),
+                "var": list(var),
             }
         case Tick():
             return "tick", {}
@@ -138,7 +158,17 @@ def decode_event(ev: StoredEvent) -> Event:
     match ev.kind:
         case "submitted":
             return JobSubmitted(
-                JobSpec(d["id"], d["tenant"], d["profile"], d["reuse_tag"], d["replicas"])
+                JobSpec(
+                    d["id"],
+                    d["tenant"],
+                    d["profile"],
+                    d["reuse_tag"],
+                    JobClass(d.get("job_class", "pool")),
+                    int(d.get("workers", d.get("replicas", 1))),
+                    d.get("gpus"),
+                    d.get("gpu_model"),
+                    d.get("guarantee_s"),
+                )
             )
         case "cancelled":
             return JobCancelled(d["job"])
@@ -148,11 +178,22 @@ def decode_event(ev: StoredEvent) -> Event:
             return PodFailed(d["pod"], Failure(d["reason"]))
         case "pod_gone":
             return PodGone(d["pod"])
-        case "started":
-            return JobStarted(d["job"])
-        case "finished":
+        case "pod_stop_failed":
+            return PodStopFailed(d["pod"], d["reason"])
+        case "rank_started":
+            return RankStarted(d["job"], int(d["rank"]), d.get("pod"))
+        case "rank_exited":
             failure = Failure(d["failure"]) if d["failure"] else None
-            return JobFinished(d["job"], int(d["exit_code"]), failure)
+            return RankExited(d["job"], int(d["rank"]), int(d["exit_code"]), failure, d.get("pod"))
+        case "bind_failed":
+            return BindFailed(d["job"], d["pod"], d["reason"], bool(d["infra"]))
+        case "forecast":
+            return ForecastUpdated(
+                d["tenant"],
+                d["gpu_model"],
+                tuple(float(x) for x in d["mean"]),
+                tuple(float(x) for x in d["var"]),
+            )
         case "tick":
             return Tick()
     raise ValueError(f"stored event {ev.seq}: unknown kind {ev.kind!r}")
@@ -179,18 +220,24 @@ class Scheduler:
         self.clock = clock
         self.profiles: dict[str, BrokerProfile] = {p.name: p for p in cfg.profiles}
         self.gpus = list(gpus)
+        self.preset = cfg.policies.build(cfg.keepalive_s, cfg.spot.grace_s)
         self.core = self._new_core()
         self._now = 0.0
         self._batch = Batch()
         self._flush_scheduled = False
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._gangs: dict[str, _Gang] = {}
         self._requests: dict[str, dict[str, Any]] = {}  # unfinished job id -> its row
         self._synced: dict[str, tuple[Any, ...]] = {}  # job id -> last written core view
         self._stopping: set[str] = set()  # pods we asked to stop (their PodDown is a PodGone)
         self._done: dict[str, asyncio.Event] = {}
-        self._listeners: dict[str, list[asyncio.Queue[tuple[int, str, bytes] | None]]] = {}
+        self._listeners: dict[str, list[asyncio.Queue[_Notice]]] = {}
+        self._requeued: list[str] = []  # jobs re-queued since the last flush
         self._out_seq: dict[str, int] = {}
+        self._demand_stored = store.last_hp_demand_minute() + 1  # the core meter's next
+        # the forecaster: the configured one, else the preset's (None: it reads no forecast)
+        name = cfg.forecast.forecaster or self.preset.forecaster
+        name = DEFAULT_FORECASTER if name == "default" else name
+        self.forecasts = None if name is None else HPForecasts(cfg.forecast, store, name)
         self._wake = asyncio.Event()
         self._port = 0
         self.ready = False
@@ -201,12 +248,13 @@ class Scheduler:
         self.started_at = 0.0
 
     def _new_core(self) -> Core:
-        gpus = [GPU(g, _NODE, i, "any") for i, g in enumerate(self.gpus)]
-        cluster = Cluster([Node(_NODE, "any", gpus)])
-        policies = Policies(
-            keepalive=FixedKeepAlive(self.cfg.keepalive_s), budget=QueueDrivenBudget()
-        )
-        return Core(cluster, [p.core for p in self.profiles.values()], policies)
+        """The core over this host's GPUs (one node, one GPU pool) with the configured
+        policies: a preset from the core's registry, single policies swapped by name."""
+        model = self.cfg.gpu_model
+        gpus = [GPU(g, _NODE, i, model) for i, g in enumerate(self.gpus)]
+        cluster = Cluster([Node(_NODE, model, gpus)])
+        profiles = [replace(p.core, gpu_model=model) for p in self.profiles.values()]
+        return Core(cluster, profiles, self.preset.policies)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -225,6 +273,7 @@ class Scheduler:
         report["replayed"] = replayed
         self._spawn(self._read_runtime())
         self._spawn(self._timer())
+        self._spawn(self._forecast_loop())
         self.started_at = self.clock()
         self.ready = True
         return report
@@ -276,24 +325,26 @@ class Scheduler:
             return  # a lost pod of its gang settled it already
         info = getattr(self.runtime, "pod_info", None)
         ranks = {p: _agent_report(info(p)) if info else AgentReport() for p in job.pods}
+        rank = {p: i for i, p in enumerate(job.pods)}
         match reconcile_job(job_id, job.state, ranks):
             case Await(settled):
-                gang = self._gangs.setdefault(job_id, _Gang(tuple(job.pods)))
-                gang.running.update(p for p, r in ranks.items() if r.running == job_id)
-                gang.exited.update(settled)
-                ran = len(gang.running) + len(gang.exited)
-                if job.state is JobState.BINDING and ran == len(job.pods):
-                    self._feed(JobStarted(job_id))
+                # ranks still running, and ranks that ended while no broker listened
+                for p, r in ranks.items():
+                    if r.running == job_id or p in settled:
+                        self._feed(RankStarted(job_id, rank[p], p))
+                for p, outcome in settled.items():
+                    self._feed(RankExited(job_id, rank[p], outcome.exit_code, outcome.failure, p))
             case Finish(exit_code, failure):
-                if job.state is JobState.BINDING:
-                    self._feed(JobStarted(job_id))  # it ran while no broker listened
-                self._feed(JobFinished(job_id, exit_code, failure))
+                for p in job.pods:  # every rank ran and ended while no broker listened
+                    self._feed(RankStarted(job_id, rank[p], p))
+                    self._feed(RankExited(job_id, rank[p], exit_code, failure, p))
             case Rebind():
                 report["rebound"] += 1
                 self._carry_out(BindJob(job_id, tuple(job.pods)))
             case Lost(failure):
                 report["jobs_lost"] += 1
-                self._feed(JobFinished(job_id, -1, failure))
+                for p in job.pods:
+                    self._feed(RankExited(job_id, rank[p], -1, failure, p))
 
     async def close(self, stop_pods: bool = False) -> None:
         """Stop the loop; pods keep running for the next broker unless ``stop_pods``."""
@@ -301,6 +352,8 @@ class Scheduler:
         self._closing = True  # from here on no new runtime call starts (see _carry_out)
         with contextlib.suppress(Deposed):  # a deposed leader's last writes are refused
             self._flush()
+            # the HP demand so far, the open minute too (the next broker's peak there merges)
+            self.store.record_hp_demand(self._new_demand(open_minute=True))
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
@@ -335,7 +388,14 @@ class Scheduler:
             "idempotency_key": key,
             "profile": req.profile,
             "reuse_tag": req.reuse_tag,
-            "replicas": req.replicas,
+            "job_class": req.job_class,
+            "workers": req.workers,
+            "gpus": req.gpus,  # the core resolves a profile's shape, below
+            "guarantee_s": req.guarantee_s,
+            "requeues": 0,
+            "requeue_reason": None,
+            "guarantee_succeeded": 0,
+            "guarantee_failed": 0,
             "argv": list(req.argv),
             "code_digest": req.code_digest,
             "deps": list(req.deps),
@@ -354,8 +414,18 @@ class Scheduler:
         }
         self._batch.new_jobs.append(row)
         self._requests[job_id] = row
-        spec = JobSpec(job_id, tenant, req.profile, req.reuse_tag, req.replicas)
+        spec = JobSpec(  # the GPU pool is the profile's: this host's gpu_model
+            job_id,
+            tenant,
+            req.profile,
+            req.reuse_tag,
+            JobClass(req.job_class),
+            workers=req.workers,
+            gpus=req.gpus,
+            guarantee_s=req.guarantee_s,
+        )
         self._feed(JobSubmitted(spec), now)
+        row["gpus"] = self.core.jobs[job_id].per_worker  # written with the row, in the batch
         self._flush()  # the caller hears of its job only once it is stored
         return self._current(row), True
 
@@ -384,10 +454,13 @@ class Scheduler:
             "finished": job.finished,
             "exit_code": job.exit_code,
             "failure": job.failure.value if job.failure else None,
+            "guarantee_succeeded": job.periods_ok,
+            "guarantee_failed": job.evictions,
         }
 
     async def wait(self, job_id: str, timeout_s: float) -> dict[str, Any] | None:
-        """The job's row once finished, or as it is when ``timeout_s`` passes."""
+        """The job's row once finished or re-queued (preempted), or as it is when
+        ``timeout_s`` passes."""
         if job_id not in self._requests:
             return self.job(job_id)  # finished (or unknown): the store has it all
         done = self._done.setdefault(job_id, asyncio.Event())
@@ -395,9 +468,12 @@ class Scheduler:
             await asyncio.wait_for(done.wait(), timeout_s)
         return self.job(job_id)
 
-    async def output(self, job_id: str, follow: bool) -> AsyncIterator[tuple[int, str, bytes]]:
-        """The job's output from the start; with ``follow``, until the job finishes."""
-        queue: asyncio.Queue[tuple[int, str, bytes] | None] = asyncio.Queue()
+    async def output(
+        self, job_id: str, follow: bool
+    ) -> AsyncIterator[tuple[int, str, bytes] | dict[str, Any]]:
+        """The job's output from the start; with ``follow``, until the job finishes, with a
+        notice (``{"requeued": ...}``) each time it is preempted and re-queued meanwhile."""
+        queue: asyncio.Queue[_Notice] = asyncio.Queue()
         if follow:
             self._listeners.setdefault(job_id, []).append(queue)
         try:
@@ -410,7 +486,7 @@ class Scheduler:
             if not follow or row is None or row["state"] == JobState.FINISHED.value:
                 return
             while (chunk := await queue.get()) is not None:
-                if chunk[0] > last:
+                if isinstance(chunk, dict) or chunk[0] > last:
                     yield chunk
         finally:
             if follow:
@@ -425,7 +501,10 @@ class Scheduler:
         for pod in self.core.pods.values():
             if pod.state is PodState.GONE:
                 continue
-            if tenant is not None and (pod.owner is None or pod.owner[0] != tenant):
+            # a pool pod's owner is its (tenant, tag); an hp or spot pod's, its job's tenant
+            job = self.core.jobs.get(pod.job or pod.pending_job or "")
+            owner = pod.owner[0] if pod.owner else job.spec.tenant if job else None
+            if tenant is not None and owner != tenant:
                 continue
             out.append(
                 {
@@ -433,11 +512,60 @@ class Scheduler:
                     "profile": pod.profile,
                     "state": pod.state.value,
                     "gpus": list(pod.gpus),
-                    "tenant": pod.owner[0] if pod.owner else None,
+                    "tenant": owner,
                     "reuse_tag": pod.owner[1] if pod.owner else None,
                     "job": pod.job,
                     "jobs_run": pod.jobs_run,
                     "keepalive_deadline": pod.deadline if pod.state is PodState.WARM else None,
+                }
+            )
+        return out
+
+    def gpu_pools(self) -> list[dict[str, Any]]:
+        """Per GPU pool, the core's view: capacity, what hp and spot jobs hold, the spot
+        quota and its eta, the eviction rate of the last day, the summed HP forecast (mean,
+        variance and g-quantile per hour ahead) and the queued hp and spot jobs."""
+        gangs = self.core.gangs
+        g = self.core.policies.gangs.g
+        z = NormalDist().inv_cdf(g)
+        now = self._tick_now()
+        out = []
+        for model in sorted(gangs.pools):
+            forecast = None
+            if model in self.core.forecast:
+                mean, var = self.core.forecast[model]
+                forecast = {
+                    "hours": list(range(len(mean))),
+                    "mean": [float(m) for m in mean],
+                    "var": [float(v) for v in var],
+                    "quantile": [
+                        float(m + z * math.sqrt(max(v, 0.0)))
+                        for m, v in zip(mean, var, strict=True)
+                    ],
+                    "g": g,
+                }
+            rate = gangs.ledgers[model].rate(since=now - 86400.0)
+            out.append(
+                {
+                    "gpu_model": model,
+                    "capacity": float(gangs.capacity[model]),
+                    "hp_gpus": round(gangs.used[model][JobClass.HP], 9),
+                    "spot_gpus": round(gangs.used[model][JobClass.SPOT], 9),
+                    "spot_quota": float(gangs.quota[model]),
+                    "eta": float(gangs.eta(model)),
+                    "eviction_rate_1d": 0.0 if rate is None else float(rate),
+                    "forecast": forecast,
+                    "queued": {
+                        cls.value: sum(
+                            1
+                            for j in self._requests
+                            if (job := self.core.jobs.get(j)) is not None
+                            and job.job_class is cls
+                            and job.state is JobState.QUEUED
+                            and gangs.pool_of(job) == model
+                        )
+                        for cls in (JobClass.HP, JobClass.SPOT)
+                    },
                 }
             )
         return out
@@ -481,7 +609,15 @@ class Scheduler:
             job = self.core.jobs.get(job_id)
             if job is None:
                 continue
-            view = (job.state, job.path, tuple(job.pods), job.started, job.finished)
+            view = (
+                job.state,
+                job.path,
+                tuple(job.pods),
+                job.started,
+                job.finished,
+                job.periods_ok,
+                job.evictions,
+            )
             if self._synced.get(job_id) == view:
                 continue
             self._synced[job_id] = view
@@ -490,6 +626,8 @@ class Scheduler:
                 "path": job.path.value if job.path else None,
                 "pods": list(job.pods),
                 "started": job.started,
+                "guarantee_succeeded": job.periods_ok,
+                "guarantee_failed": job.evictions,
             }
             row = self._requests[job_id]
             if job.started is not None and row.get("started") is None and job.path is not None:
@@ -510,7 +648,6 @@ class Scheduler:
     def _on_finished(self, job_id: str, job: Any) -> None:
         self._requests.pop(job_id, None)
         self._synced.pop(job_id, None)
-        self._gangs.pop(job_id, None)
         self._out_seq.pop(job_id, None)
         self.metrics.finished.labels(
             job.spec.profile, job.failure.value if job.failure else "none"
@@ -530,10 +667,21 @@ class Scheduler:
         self._flush_scheduled = False
         finished = [j for j, v in self._batch.job_updates.items() if v.get("state") == "finished"]
         chunks = list(self._batch.output)
+        requeued, self._requeued = self._requeued, []
         self._batch.commit(self.store)
         for c in chunks:
             for q in self._listeners.get(c["job"], ()):
                 q.put_nowait((c["seq"], c["stream"], c["data"]))
+        for job_id in requeued:
+            row = self._requests.get(job_id)
+            if row is None:
+                continue
+            done = self._done.pop(job_id, None)
+            if done is not None:
+                done.set()  # a caller waiting on the job hears of its preemption at once
+            notice = {k: row[k] for k in ("id", "requeues", "requeue_reason")}
+            for q in self._listeners.get(job_id, ()):
+                q.put_nowait({"requeued": notice})
         for job_id in finished:
             done = self._done.pop(job_id, None)
             if done is not None:
@@ -560,8 +708,16 @@ class Scheduler:
                 self._stop(pod)
             case BindJob(job, pods):
                 self._bind(job, pods)
-            case KillJob(job):
-                self._spawn(self._call(self.runtime.kill_job(job, Failure.CANCELLED)))
+            case KillJob(job, reason, grace_s):
+                self._spawn(self._call(self.runtime.kill_job(job, reason, grace_s)))
+            case JobRequeued(job, reason):
+                row = self._requests[job]
+                row["requeues"] = int(row.get("requeues") or 0) + 1
+                row["requeue_reason"] = reason.value
+                self._batch.update_job(
+                    job, requeues=row["requeues"], requeue_reason=row["requeue_reason"]
+                )
+                self._requeued.append(job)
             case JobEnded():
                 pass  # the core already finished the job; _sync_jobs writes it
             case _:
@@ -573,7 +729,6 @@ class Scheduler:
 
     def _bind(self, job_id: str, pods: tuple[str, ...]) -> None:
         row = self._requests[job_id]
-        self._gangs[job_id] = _Gang(tuple(pods))
         world = len(pods)
         port = 0
         if world > 1:
@@ -589,7 +744,7 @@ class Scheduler:
         names = list(row.get("secrets") or ())
         sealed = self.store.sealed_secrets(row["tenant"], names)
         if missing := [n for n in names if n not in sealed]:
-            raise ValueError(f"secrets: {missing[0]!r} was deleted after the submit")
+            raise BindRefused(f"secrets: {missing[0]!r} was deleted after the submit")
         env.update({n: self.box.open(sealed[n]) for n in names})
         binding = JobBinding(
             job=row["id"],
@@ -599,6 +754,7 @@ class Scheduler:
             env=env,
             timeout_s=float(row["timeout_s"]),
             topology=topology,
+            run=int(row.get("requeues") or 0) + 1,
         )
         await self.runtime.bind(pod, binding)
 
@@ -618,13 +774,19 @@ class Scheduler:
             if job is not None and pod is not None:
                 text = f"stoker: could not bind: {exc}\n".encode()
                 self._on_runtime(JobOutput(job, pod, "stderr", text))
-                self._on_runtime(JobExited(job, pod, 1, Failure.USER_ERROR))
+                if job in self.core.jobs:
+                    # a fact for the core to type: the job's own fault, or the runtime's
+                    infra = not isinstance(exc, BindRefused)
+                    self._feed(BindFailed(job, pod, str(exc), infra=infra))
             elif pod is not None and pod in self.core.pods:
                 state = self.core.pods[pod].state
                 if state is PodState.GONE:
                     return
                 if gone_on_error:
-                    self._feed(PodGone(pod))
+                    # a pod the runtime does not know is gone; any other failure keeps its
+                    # share held until the runtime confirms (the core asks again)
+                    gone = isinstance(exc, KeyError)
+                    self._feed(PodGone(pod) if gone else PodStopFailed(pod, str(exc)))
                 else:
                     self._feed(PodFailed(pod, Failure.START_TIMEOUT))
 
@@ -656,12 +818,9 @@ class Scheduler:
                 else:
                     self._feed(PodFailed(pod, failure))
             case JobRunning(job, pod):
-                gang = self._gangs.get(job)
-                if gang is None:
-                    return
-                gang.running.add(pod)
-                if len(gang.running) == len(gang.pods) and core.jobs[job].state is JobState.BINDING:
-                    self._feed(JobStarted(job))
+                rank = self._rank(job, pod)
+                if rank is not None:
+                    self._feed(RankStarted(job, rank, pod))
             case JobOutput(job, _pod, stream, data):
                 if job not in self._requests:
                     return
@@ -673,20 +832,65 @@ class Scheduler:
                 self._job_exited(job, pod, exit_code, failure)
 
     def _job_exited(self, job_id: str, pod: str, exit_code: int, failure: Failure | None) -> None:
-        gang = self._gangs.get(job_id)
+        rank = self._rank(job_id, pod)
+        if rank is not None:
+            self._feed(RankExited(job_id, rank, exit_code, failure, pod))
+
+    def _rank(self, job_id: str, pod: str) -> int | None:
+        """The rank a pod runs for a job the core has bound (None: stale news)."""
         job = self.core.jobs.get(job_id)
-        if gang is None or job is None or job.state is JobState.FINISHED:
-            return
-        gang.exited[pod] = Outcome(exit_code, failure)
-        if exit_code != 0 and len(gang.exited) < len(gang.pods):
-            # one rank failed: the others cannot finish the job alone
-            self._spawn(self._call(self.runtime.kill_job(job_id, failure or Failure.USER_ERROR)))
-        if len(gang.exited) < len(gang.pods):
-            return
-        if job.state is JobState.BINDING:
-            self._feed(JobStarted(job_id))  # it ran, however briefly
-        outcome = job_outcome(list(gang.exited.values()))
-        self._feed(JobFinished(job_id, outcome.exit_code, outcome.failure))
+        if job is None or job.state not in (JobState.BINDING, JobState.RUNNING):
+            return None
+        return job.pods.index(pod) if pod in job.pods else None
+
+    def _new_demand(self, open_minute: bool = False) -> list[tuple[str, str, int, float]]:
+        """The core HP demand meter's minutes not stored yet, as store rows (GPU pool,
+        tenant, minute, GPUs); minutes without demand are left out. ``open_minute`` adds
+        the minute under way at its current demand (on close: the next broker's rows for
+        that minute merge with it, keeping the larger)."""
+        meter = self.core.demand
+        if meter.minutes is None:
+            return []
+        start = max(self._demand_stored, meter.origin)
+        rows = []
+        for tenant, pool in meter.keys:
+            values = meter.history((tenant, pool))[start - meter.origin :]
+            rows += [(pool, tenant, start + i, float(g)) for i, g in enumerate(values) if g > 0]
+            if open_minute and meter.current[(tenant, pool)] > 0:
+                rows.append((pool, tenant, meter.minutes, float(meter.current[(tenant, pool)])))
+        self._demand_stored = max(self._demand_stored, meter.minutes)
+        return rows
+
+    async def _forecast_loop(self) -> None:
+        """Every ``forecast.query_every_s``: bring the core's HP demand meter up to now (a
+        Tick), store the minutes it metered, refit the forecaster when ``refit_every_s`` has
+        passed (and until its first fit), query it, and hand each tenant's forecast to the
+        core. Store and forecaster work runs in worker threads, never on the scheduling
+        loop; a failed round is logged and the next one tries again."""
+        next_refit = 0.0
+        while True:
+            if self.core.demand.keys:  # an HP job was ever seen: meter up to now
+                self._feed(Tick())
+            try:
+                next_refit = await self._forecast_round(self._now, next_refit)
+            except Deposed:
+                pass  # the lead is lost: the broker closes this loop
+            except Exception:  # the forecaster must never stop the broker
+                log.exception("HP demand forecast round failed")
+            await asyncio.sleep(self.cfg.forecast.query_every_s)
+
+    async def _forecast_round(self, now: float, next_refit: float) -> float:
+        """One round (see :meth:`_forecast_loop`); returns when the next refit is due."""
+        await asyncio.to_thread(self.store.record_hp_demand, self._new_demand())
+        forecasts = self.forecasts
+        if forecasts is None:  # the preset reads no forecast: only meter and store
+            return next_refit
+        if now >= next_refit or not forecasts.fitted:
+            await asyncio.to_thread(forecasts.refit, now)
+            next_refit = now + self.cfg.forecast.refit_every_s
+        for a in await asyncio.to_thread(forecasts.query, now):
+            self._feed(ForecastUpdated(a.tenant, a.gpu_model, a.mean, a.var))
+        return next_refit
 
     async def _timer(self) -> None:
         """Tick the core at its next keep-alive deadline (re-armed after every event)."""

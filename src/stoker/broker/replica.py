@@ -43,22 +43,35 @@ class StoreReads:
         return self.store.get_job(job_id)
 
     async def wait(self, job_id: str, timeout_s: float) -> dict[str, Any] | None:
-        """The job's row once finished, or as it is when ``timeout_s`` passes."""
+        """The job's row once finished or re-queued (preempted), or as it is when
+        ``timeout_s`` passes."""
         deadline = time.monotonic() + timeout_s
+        row = self.store.get_job(job_id)
+        runs = None if row is None else row["requeues"]
         while True:
-            row = self.store.get_job(job_id)
-            if row is None or row["state"] == "finished" or time.monotonic() >= deadline:
+            if row is None or row["state"] == "finished" or row["requeues"] != runs:
+                return row
+            if time.monotonic() >= deadline:
                 return row
             await asyncio.sleep(min(self.poll_s, max(0.0, deadline - time.monotonic())))
+            row = self.store.get_job(job_id)
 
-    async def output(self, job_id: str, follow: bool) -> AsyncIterator[tuple[int, str, bytes]]:
-        """The job's output from the start; with ``follow``, until the job finishes."""
+    async def output(
+        self, job_id: str, follow: bool
+    ) -> AsyncIterator[tuple[int, str, bytes] | dict[str, Any]]:
+        """The job's output from the start; with ``follow``, until the job finishes, with a
+        notice (``{"requeued": ...}``) each time it is re-queued meanwhile (as the leader's
+        loop gives it)."""
         last = -1
+        runs = None
         while True:
             row = self.store.get_job(job_id)  # before the chunks: none written after is missed
             for chunk in self.store.output(job_id, after=last):
                 last = chunk[0]
                 yield chunk
+            if row is not None and runs is not None and row["requeues"] > runs:
+                yield {"requeued": {k: row[k] for k in ("id", "requeues", "requeue_reason")}}
+            runs = None if row is None else row["requeues"]
             if not follow or row is None or row["state"] == "finished":
                 return
             await asyncio.sleep(self.poll_s)

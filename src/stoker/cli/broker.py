@@ -1,4 +1,5 @@
-"""``stoker up | run | ps | pods | demo | bench local``: the live broker from the command line.
+"""``stoker up | run | ps | pods | pools | demo | bench local``: the live broker, from
+the command line.
 
 Data commands print rich tables, or JSON with ``--json``. Errors are one line on stderr
 and a nonzero exit; ``stoker run`` exits with the job's own exit code.
@@ -251,12 +252,23 @@ def run(
         list[str], typer.Option("--secret", help="a secret's name, set as that env var (repeat)")
     ] = [],  # noqa: B006
     timeout: Annotated[float | None, typer.Option(help="seconds the job may run")] = None,
+    job_class: Annotated[
+        str, typer.Option("--class", help="pool (warm pools), hp (guaranteed) or spot")
+    ] = "pool",
+    workers: Annotated[int, typer.Option(help="pods placed together; rank i in the i-th")] = 1,
+    gpus: Annotated[
+        float | None, typer.Option(help="GPUs per worker (below 1 shares a card)")
+    ] = None,
+    guarantee_s: Annotated[
+        float | None, typer.Option("--guarantee-s", help="spot: the guaranteed run time")
+    ] = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run a job, stream its output, and exit with its exit code."""
-    from stoker.client import StokerError
+    """Run a job, stream its output, and exit with its exit code. A spot job that is
+    preempted says so on stderr and runs again (its output goes on)."""
+    from stoker.client import JobShape, StokerError
 
     envs: dict[str, str] = {}
     for item in env:
@@ -264,6 +276,15 @@ def run(
         if not sep or not key:
             _fail(f"--env: expected K=V, got {item!r}")
         envs[key] = value
+    shape = JobShape(job_class, workers, gpus, guarantee_s)
+
+    def preempted(row: dict[str, Any]) -> None:
+        typer.echo(
+            f"stoker: job {row['id']} {row['requeue_reason']} (re-queued, run"
+            f" {row['requeues'] + 1} next)",
+            err=True,
+        )
+
     try:
         with _client(url, token) as c:
             job = c.run(
@@ -274,8 +295,10 @@ def run(
                 deps=dep,
                 env=envs,
                 timeout_s=timeout,
+                shape=shape,
                 secrets=secret,
             )
+            job.on_requeue = preempted
             for stream, data in job.stream():
                 if not as_json:
                     out = sys.stdout if stream == "stdout" else sys.stderr
@@ -340,6 +363,38 @@ def pods(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -
         for p in items
     ]
     _table("pods", ["id", "profile", "state", "gpus", "tenant", "tag", "job", "jobs run"], rows)
+
+
+def _num(v: float) -> str:
+    return f"{v:g}"
+
+
+def pools(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """GPU pools: capacity, HP and spot GPUs in use, spot quota, eta, eviction rate (1 d),
+    the HP forecast's g-quantile per hour ahead, and the queued hp/spot jobs."""
+    items = _call(url, token, lambda c: c.pools())
+    if as_json:
+        typer.echo(json.dumps(items))
+        return
+    rows = []
+    for p in items:
+        fc = p["forecast"]
+        quantiles = "-" if fc is None else " ".join(f"{q:.1f}" for q in fc["quantile"])
+        rows.append(
+            [
+                p["gpu_model"],
+                _num(p["capacity"]),
+                _num(round(p["hp_gpus"], 3)),
+                _num(round(p["spot_gpus"], 3)),
+                _num(round(p["spot_quota"], 3)),
+                f"{p['eta']:.2f}",
+                f"{p['eviction_rate_1d']:.3f}",
+                quantiles if fc is None else f"{quantiles} (g={fc['g']})",
+                f"{p['queued']['hp']}/{p['queued']['spot']}",
+            ]
+        )
+    columns = ["GPU pool", "capacity", "hp", "spot", "spot quota", "eta", "evictions 1d"]
+    _table("GPU pools", [*columns, "HP forecast by hour", "queued hp/spot"], rows)
 
 
 def demo(
@@ -476,6 +531,7 @@ def register(app: typer.Typer, sim_app: typer.Typer) -> None:
     app.command(context_settings={"allow_interspersed_args": False})(run)
     app.command()(ps)
     app.command()(pods)
+    app.command()(pools)
     app.command()(demo)
     bench_app.command("local")(bench_local)
     app.add_typer(bench_app, name="bench")

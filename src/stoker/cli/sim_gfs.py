@@ -41,14 +41,14 @@ def sim_gfs(
     """Run every named policy on the same jobs; write results.json, a table and plots."""
     from rich.console import Console
 
-    from stoker.core.gfs import POLICIES
-    from stoker.core.gfs import policy as make_policy
+    from stoker.core.registry import GANG_PRESETS
+    from stoker.core.registry import preset as make_policy
     from stoker.forecast.base import Cadence
     from stoker.sim.gfs import (
         LOADS,
         Setup,
         SimGFSError,
-        SimResult,
+        TraceResult,
         policy_forecaster,
         prepare_trace,
         scale_spot_load,
@@ -71,15 +71,15 @@ def sim_gfs(
         if name not in LOADS:
             fail(f"--load: expected one of {', '.join(LOADS)}, got {name!r}")
     for name in names:
-        if name not in POLICIES:
-            fail(f"--policy: unknown {name!r}; known: {', '.join(POLICIES)}")
+        if name not in GANG_PRESETS:
+            fail(f"--policy: unknown {name!r}; known: {', '.join(GANG_PRESETS)}")
     if forecaster not in ("ridge", "orglinear"):
         fail(f"--forecaster: expected ridge or orglinear, got {forecaster!r}")
     try:
         setup = Setup(days, warm_days, burn_in_days, scale, seed)
         cadence = Cadence(refit_every_min=refit_every_min, query_every_min=query_every_min)
         base, window = prepare_trace(trace, trace_path, setup)
-        runs: dict[str, dict[str, SimResult]] = {}
+        runs: dict[str, dict[str, TraceResult]] = {}
         for level in loads:
             jobs = scale_spot_load(base.jobs, LOADS[level], seed)
             tr = Trace(base.name, base.nodes, jobs, base.source, dict(base.notes))

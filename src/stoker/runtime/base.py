@@ -37,6 +37,9 @@ class JobBinding:
     timeout_s: float = 3600.0
     topology: Topology = Topology()
     tenant: str | None = None  # who the job runs for (Kubernetes labels the pod with its hash)
+    run: int = (
+        1  # the job's STOKER_RUN: 1, then n + 1 after n preemptions (resume from a checkpoint)
+    )
 
     def message(
         self, code: str | None, overlay: list[str], output_mb: int | None
@@ -53,6 +56,7 @@ class JobBinding:
             "overlay": overlay,
             "env": dict(self.env),
             "timeout_s": self.timeout_s,
+            "run": self.run,
             "topology": {
                 "rank": topo.rank,
                 "world_size": topo.world_size,
@@ -81,6 +85,11 @@ class RuntimeProfile:
     output_mb: int | None = 16  # a job's stdout and stderr together; past it: a marker
     image: str | None = None  # Kubernetes: the profile's base image (None: the runtime's default)
     runtime_class: str | None = None  # Kubernetes: a RuntimeClass such as gvisor or kata
+
+
+class BindRefused(ValueError):
+    """A bind the runtime will not carry out because of the job itself (its environment or
+    its code digest): the job's fault. Anything else a bind raises is the runtime's own."""
 
 
 # --- events a runtime reports ------------------------------------------------
@@ -147,8 +156,12 @@ class Runtime(Protocol):
 
     async def bind(self, pod: str, binding: JobBinding) -> None: ...
 
-    async def kill_job(self, job: str, failure: Failure = Failure.CANCELLED) -> None:
-        """Kill a running job; it exits with ``failure`` (CANCELLED, or PREEMPTED)."""
+    async def kill_job(
+        self, job: str, failure: Failure = Failure.CANCELLED, grace_s: float = 0.0
+    ) -> None:
+        """Kill a running job in every pod it runs in: SIGTERM, then SIGKILL once ``grace_s``
+        has passed (so it may checkpoint); it exits with ``failure`` (CANCELLED, PREEMPTED),
+        reported by ``JobExited`` per pod."""
         ...
 
     async def stop_pod(self, pod: str) -> None: ...

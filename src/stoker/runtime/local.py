@@ -41,6 +41,7 @@ from stoker.agent.binding import check_env
 from stoker.core.model import Failure
 from stoker.runtime import sandbox, seccomp
 from stoker.runtime.base import (
+    BindRefused,
     JobBinding,
     JobExited,
     JobOutput,
@@ -55,6 +56,7 @@ from stoker.runtime.code import CodeStore
 from stoker.runtime.envs import EnvBuilder, EnvBuildError
 from stoker.runtime.gpus import GpuDevice, cuda_visible_devices, discover
 
+_EXIT_REPORT_S = 5.0  # how long a killed job's exit report may take to arrive
 _POD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")
 _SRC_ROOT = str(Path(stoker.__file__).resolve().parent.parent)
 
@@ -111,6 +113,8 @@ class _Pod:
     writer: asyncio.StreamWriter | None = None
     reader_task: asyncio.Task[None] | None = None
     job: str | None = None
+    job_exited: asyncio.Event = field(default_factory=asyncio.Event)  # the bound job's end
+    grace_until: float = 0.0  # monotonic: a graceful kill of the job runs until then
     hello: protocol.Message = field(default_factory=dict)  # the agent's, on our connect
     oom_at_bind: int = -1
     stopping: bool = False
@@ -537,6 +541,7 @@ class LocalRuntime:
                 failure = Failure.OUT_OF_MEMORY
             if rec.job == msg["job"]:
                 rec.job = None
+                rec.job_exited.set()
             await self._emit(JobExited(msg["job"], rec.id, int(msg["exit_code"]), failure))
         elif ev == "error":
             job = msg.get("job")
@@ -587,20 +592,27 @@ class LocalRuntime:
         return await self._request(self._pod(pod), {"op": "ping"}, "pong")
 
     async def bind(self, pod: str, binding: JobBinding) -> None:
-        """Bind and start a job; JobRunning (or a JobExited for a bad binding) follows."""
+        """Bind and start a job; JobRunning (or a JobExited for a bad binding) follows.
+        BindRefused: the job's own env or code digest is bad (anything else raised here is
+        this runtime's fault)."""
         rec = self._pod(pod)
         if rec.job is not None and rec.job != binding.job:  # the same job: the agent answers
             raise PodBusy(f"pod: {pod} is running job {rec.job}")
         if rec.standby:
             raise PodBusy(f"pod: {pod} stands by; promote it before binding")
-        check_env(dict(binding.env))
         code = None
-        if binding.code_digest:
-            # CodeNotFound names the field; the pod sees this archive and no other
-            archive = self.code.path(binding.code_digest)
-            await asyncio.to_thread(_place_code, archive, rec.dir / "code")
-            code = f"{sandbox.CODE_DIR}/{binding.code_digest}"
+        try:
+            check_env(dict(binding.env))
+            if binding.code_digest:
+                # CodeNotFound names the field; the pod sees this archive and no other
+                archive = self.code.path(binding.code_digest)
+                await asyncio.to_thread(_place_code, archive, rec.dir / "code")
+                code = f"{sandbox.CODE_DIR}/{binding.code_digest}"
+        except (ValueError, KeyError) as exc:
+            raise BindRefused(str(exc)) from exc
         rec.job = binding.job
+        rec.job_exited = asyncio.Event()
+        rec.grace_until = 0.0
         overlay: list[str] = []
         if binding.deps:
             try:
@@ -623,12 +635,17 @@ class LocalRuntime:
             return
         await self._send(rec, msg)
 
-    async def kill_job(self, job: str, failure: Failure = Failure.CANCELLED) -> None:
-        """Kill a running job (a job that already ended is left alone)."""
+    async def kill_job(
+        self, job: str, failure: Failure = Failure.CANCELLED, grace_s: float = 0.0
+    ) -> None:
+        """Kill a running job (a job that already ended is left alone): SIGTERM, then SIGKILL
+        after ``grace_s`` (at once without one); its JobExited carries ``failure``."""
         for rec in self._pods.values():
             if rec.job == job and not rec.stopping:
-                await self._send(rec, {"op": "kill", "job": job, "failure": failure.value})
-                return
+                if grace_s > 0:
+                    rec.grace_until = time.monotonic() + grace_s
+                msg = {"op": "kill", "job": job, "failure": failure.value, "grace_s": grace_s}
+                await self._send(rec, msg)  # every rank: a multi-worker job has one per pod
 
     async def _teardown(self, rec: _Pod) -> None:
         """Kill the whole pod, reap it, and remove its cgroup and directory (workspace too)."""
@@ -654,8 +671,15 @@ class LocalRuntime:
             self._pods.pop(rec.id, None)
 
     async def stop_pod(self, pod: str) -> None:
-        """Stop a pod and everything in it; emits PodDown(pod) (and PREEMPTED for its job)."""
+        """Stop a pod and everything in it; emits PodDown(pod) (and PREEMPTED for its job).
+        A job being killed with a grace (``kill_job``) is given the rest of it first, so a
+        pod stopped right after its job's graceful kill does not cut the checkpoint short."""
         rec = self._pod(pod)
+        left = rec.grace_until - time.monotonic()
+        if rec.job is not None and left > 0:
+            # the agent SIGKILLs at the grace's end; its exit report follows within moments
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(rec.job_exited.wait(), left + _EXIT_REPORT_S)
         job = rec.job
         await self._teardown(rec)
         if job is not None:
@@ -770,7 +794,9 @@ class LocalRuntime:
         self._pods.clear()
 
     async def stop_all(self) -> None:
-        """Stop every pod (PodDown for each)."""
+        """Stop every pod (PodDown for each), at once: no job's grace is waited for."""
+        for rec in self._pods.values():
+            rec.grace_until = 0.0
         for pod in sorted(self._pods):
             if not self._pods[pod].stopping:
                 await self.stop_pod(pod)

@@ -1,63 +1,47 @@
-"""The pool core: events in, actions out, for pool jobs of agent and RL loops (Firepool).
+"""Warm pools: how the one core serves ``pool`` jobs (Firepool).
 
 A job takes, in order: an idle warm pod of its own (tenant, reuse tag) (warm hit); a
 standby pod on a GPU it can take over now (standby hit); free capacity, reclaimed from
 idle pods if need be (cold start); else it waits in its profile's queue. A pod that ran
 one (tenant, tag) never runs another: changing hands means a new pod (recycled in place
-under a new id, or replaced).
+under a new id, or replaced). Idle warm and standby pods are also the first, free room an
+HP job reclaims (:meth:`WarmPools.idle_cards`, :meth:`WarmPools.reclaim`).
 
-Pure: no I/O, no wall clock, no randomness; every call takes ``now``.
+This is a part of :class:`stoker.core.Core`, called only from its ``handle``; pods and
+jobs live in the core's registries and move through its transition tables.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from stoker.core.actions import (
     Action,
     BindJob,
-    JobEnded,
+    JobRequeued,
     KillJob,
     PromoteStandby,
     RecyclePod,
     StartPod,
     StopPod,
 )
-from stoker.core.events import (
-    Event,
-    JobCancelled,
-    JobFinished,
-    JobStarted,
-    JobSubmitted,
-    PodFailed,
-    PodGone,
-    PodReady,
-    Tick,
-)
 from stoker.core.model import (
     EPS,
-    Cluster,
     Failure,
     HitPath,
     Job,
+    JobClass,
     JobState,
     Pod,
     PodState,
     Profile,
 )
-from stoker.core.policies import (
-    BesideActive,
-    FixedKeepAlive,
-    KeepAlive,
-    Matching,
-    QueueDrivenBudget,
-    ReuseMatching,
-    StandbyPolicy,
-    WarmBudget,
-)
+
+if TYPE_CHECKING:
+    from stoker.core.core import Core as Host
+    from stoker.core.core import Policies
 
 _IDLE = (PodState.WARM, PodState.STANDBY)
 # fits looked at for a node with the profile's image cached before the tightest fit is taken
@@ -66,31 +50,19 @@ _IMAGE_LOOKAHEAD = 64
 _ROOM = (PodState.WARM, PodState.STANDBY, PodState.STOPPING, PodState.GONE)
 
 
-class CoreError(ValueError):
-    """An event the core cannot accept (unknown profile, duplicate job id, ...)."""
+class WarmPools:
+    """Pool jobs, warm and standby pods, the warm budget and keep-alive."""
 
-
-@dataclass
-class Policies:
-    """The pluggable decisions; defaults are Firepool's."""
-
-    matching: Matching = field(default_factory=ReuseMatching)
-    keepalive: KeepAlive = field(default_factory=FixedKeepAlive)
-    budget: WarmBudget = field(default_factory=QueueDrivenBudget)
-    standby: StandbyPolicy = field(default_factory=BesideActive)
-
-
-class Core:
-    """The decision core for pool jobs over a :class:`Cluster` of GPUs."""
-
-    def __init__(
-        self, cluster: Cluster, profiles: Iterable[Profile], policies: Policies | None = None
-    ) -> None:
-        self.cluster = cluster
-        self.profiles: dict[str, Profile] = {p.name: p for p in profiles}
-        self.policies = policies or Policies()
-        self.jobs: dict[str, Job] = {}
-        self.pods: dict[str, Pod] = {}
+    def __init__(self, host: Host, policies: Policies) -> None:
+        self.host = host
+        self.cluster = host.cluster
+        self.profiles = host.profiles
+        self.policies = policies
+        self.jobs = host.jobs
+        self.pods = host.pods
+        # GPUs idle pods may hold at most so HP demand finds its room (the core sets it from
+        # the HP forecast: what HP is not forecast to need)
+        self.hp_cap = math.inf
         self._queues: dict[str, dict[str, None]] = {p: {} for p in self.profiles}
         self._warm: dict[tuple[str, str, str], dict[str, None]] = {}
         self._standby: dict[str, dict[str, None]] = {p: {} for p in self.profiles}
@@ -112,43 +84,27 @@ class Core:
         # nodes where a pod of the profile has started: its image is cached there, so a cold
         # start on one of them skips the image pull
         self._image_nodes: dict[str, dict[str, None]] = {p: {} for p in self.profiles}
-        self._seq = 0  # pod ids
         self._heap_seq = 0  # deadline heap tie-break
-        self._now = 0.0
 
     # ------------------------------------------------------------------ public API
 
-    def handle(self, event: Event, now: float) -> list[Action]:
-        """Apply one event at time ``now`` and return the actions to carry out, in order."""
-        if now + EPS < self._now:
-            raise CoreError(f"time went backwards: {now} < {self._now}")
-        self._now = now
-        out: list[Action] = []
-        match event:
-            case JobSubmitted(spec):
-                self._submit(spec, now, out)
-            case JobCancelled(job):
-                self._cancel(job, now, out)
-            case PodReady(pod):
-                self._pod_ready(pod, now, out)
-            case PodFailed(pod, reason):
-                self._pod_failed(pod, reason, now, out)
-            case PodGone(pod):
-                self._pod_gone(pod, now, out)
-            case JobStarted(job):
-                self._job_started(job, now)
-            case JobFinished(job, exit_code, failure):
-                self._job_finished(job, exit_code, failure, now, out)
-            case Tick():
-                self._expire(now, out)
-            case _:
-                raise CoreError(f"unknown event {event!r}")
+    def after(self, now: float, out: list[Action]) -> None:
+        """After every event: place what can go, then hold the warm budget."""
         self._drain(now, out)
         self._enforce_budget(now, out)
-        return out
+
+    def refresh_cards(self, gpus: list[str]) -> None:
+        """Another part's pod took or left these cards: a standby there may no longer (or
+        may now) be promotable."""
+        for gid in gpus:
+            self._refresh_gpu(gid)
+
+    def room_freed(self) -> None:
+        """Another part's pod left the cluster: a waiting pool job may fit now."""
+        self._dirty = True
 
     def next_deadline(self) -> float | None:
-        """The earliest time a Tick would change something (a keep-alive deadline)."""
+        """The earliest keep-alive deadline (when a Tick would stop a warm pod)."""
         while self._deadlines:
             at, _, pid = self._deadlines[0]
             pod = self.pods.get(pid)
@@ -171,13 +127,15 @@ class Core:
         GPU's job ends.
         """
         base = self._budget_base()
-        limit = self.policies.budget.limit(self.cluster.total_gpus, self._queued_gpus)
+        limit = min(
+            self.hp_cap, self.policies.budget.limit(self.cluster.total_gpus, self._queued_gpus)
+        )
         if self._idle_gpus <= limit + EPS or limit >= base:
             return limit
         return min(base, limit + sum(self._staged_standby().values()))
 
     def _budget_base(self) -> float:
-        return self.policies.budget.limit(self.cluster.total_gpus, 0.0)
+        return min(self.hp_cap, self.policies.budget.limit(self.cluster.total_gpus, 0.0))
 
     def _staged_standby(self) -> dict[str, float]:
         """Standby pods (ready or starting) sharing their GPU with a pod that is not idle,
@@ -189,40 +147,56 @@ class Core:
                 staged[sid] = allocs.get(sid, 0.0)
         return staged
 
-    def yield_idle(self, node: str, gpus_needed: int, now: float) -> list[Action]:
-        """Stop idle standby and warm pods on ``node`` so that ``gpus_needed`` of its GPUs
-        are wholly free once they are gone (HP demand takes them, free of cost).
-
-        Cards held only by idle pods are freed, standby pods' cards first, then the
-        least valuable warm ones. All or nothing: if the node cannot reach ``gpus_needed``
-        free GPUs this way, nothing is stopped and the answer is empty. The GPUs stay held
-        until the runtime reports PodGone, as for every stop.
-        """
-        self._now = max(self._now, now)
-        gpus = self.cluster.nodes[node].gpus
-        free = sum(1 for g in gpus if g.used < EPS)
-        if free >= gpus_needed:
-            return []
-        freeable: list[tuple[tuple[int, float, str], list[Pod]]] = []
+    def idle_cards(self, model: str) -> dict[str, list[tuple[tuple[int, float], str]]]:
+        """Per node of GPU model ``model``: the cards held by idle pods alone (freed whole
+        by stopping them), each with its cost, cheapest first: standby-only cards (0), then
+        warm ones by the budget's value (least valuable first)."""
         budget = self.policies.budget
-        for g in gpus:
-            if g.used < EPS:
+        now = self.host.now
+        cards: dict[str, dict[str, tuple[int, float]]] = {}
+        for pid in self._idle:
+            pod = self.pods[pid]
+            if pod.state not in _IDLE:
                 continue
-            owners = [self.pods.get(o) for o in g.allocs]
-            if not owners or any(p is None or p.state not in _IDLE for p in owners):
-                continue
-            pods = [p for p in owners if p is not None]
-            standby_only = all(p.state is PodState.STANDBY for p in pods)
-            value = max(budget.value(p, now) for p in pods)
-            freeable.append(((0 if standby_only else 1, value, g.id), pods))
-        if free + len(freeable) < gpus_needed:
-            return []
-        out: list[Action] = []
-        freeable.sort(key=lambda item: item[0])
-        for _, pods in freeable[: gpus_needed - free]:
-            for pod in pods:
-                self._stop(pod, "yield", now, out)
-        return out
+            for gid in pod.gpus:
+                gpu = self.cluster.gpus[gid]
+                if gpu.model != model:
+                    continue
+                owners = [self.pods.get(o) for o in gpu.allocs]
+                if any(o is None or o.state not in _IDLE for o in owners):
+                    continue
+                standby_only = all(o.state is PodState.STANDBY for o in owners)  # type: ignore[union-attr]
+                value = max(budget.value(o, now) for o in owners)  # type: ignore[arg-type]
+                cards.setdefault(pod.node, {})[gid] = (0 if standby_only else 1, value)
+        return {
+            node: sorted(((cost, gid) for gid, cost in by_gpu.items()))
+            for node, by_gpu in sorted(cards.items())
+        }
+
+    def idle_nodes(self, model: str) -> list[str]:
+        """Nodes of GPU model ``model`` where idle warm or standby pods are, in name order."""
+        nodes = {
+            self.pods[p].node
+            for p in self._idle
+            if self.pods[p].state in _IDLE
+            and self.cluster.gpus[self.pods[p].gpus[0]].model == model
+        }
+        return sorted(nodes)
+
+    def idle_share(self, gid: str) -> tuple[float, list[Pod]]:
+        """The share idle pods hold on one card, and those pods (cheapest first)."""
+        budget = self.policies.budget
+        pods = [
+            self.pods[o]
+            for o in self.cluster.gpus[gid].allocs
+            if o in self.pods and self.pods[o].state in _IDLE
+        ]
+        pods.sort(key=lambda p: (p.state is not PodState.STANDBY, budget.value(p, self.host.now)))
+        return sum(self.cluster.gpus[gid].allocs[p.id] for p in pods), pods
+
+    def reclaim(self, pod: Pod, now: float, out: list[Action]) -> None:
+        """Stop an idle pod for HP demand (free of cost); its share is held until PodGone."""
+        self._stop(pod, "reclaim_hp", now, out)
 
     def queued(self, profile: str | None = None) -> list[str]:
         """Queued job ids, in queue order."""
@@ -234,13 +208,15 @@ class Core:
         self.cluster.check()
         idle = 0.0
         for pod in self.pods.values():
-            if pod.state is PodState.GONE:
+            if pod.state is PodState.GONE or pod.job_class is not JobClass.POOL:
                 continue
             if pod.id in self._idle:
                 idle += self._pod_share(pod)
         if abs(idle - self._idle_gpus) > 1e-6:
             raise AssertionError(f"idle GPUs {self._idle_gpus} != {idle}")
         for job in self.jobs.values():
+            if job.job_class is not JobClass.POOL:
+                continue
             queued = job.id in self._queues[job.spec.profile]
             if (job.state is JobState.QUEUED) != queued:
                 raise AssertionError(f"job {job.id} state {job.state} but queued={queued}")
@@ -268,30 +244,21 @@ class Core:
 
     # ------------------------------------------------------------------ events
 
-    def _submit(self, spec, now: float, out: list[Action]) -> None:
-        if spec.profile not in self.profiles:
-            raise CoreError(f"unknown profile {spec.profile!r}")
-        if spec.id in self.jobs:
-            raise CoreError(f"duplicate job id {spec.id!r}")
-        if spec.replicas < 1:
-            raise CoreError("replicas must be >= 1")
-        job = Job(spec=spec, state=JobState.QUEUED, submitted=now)
-        self.jobs[spec.id] = job
+    def submit(self, job: Job, now: float, out: list[Action]) -> None:
+        """A new pool job (the core checked its fields and registered it)."""
+        spec = job.spec
         self.policies.keepalive.observe_submit(job.pair, now)
         self._enqueue(job)
         # try at once, ahead of older queued jobs only if those are waiting on capacity
         # that this job would not take (a warm hit uses no new capacity)
         queue = self._queues[spec.profile]
         head = next(iter(queue))
-        if head == job.id or len(self._warm_pods(job)) >= spec.replicas:
+        if head == job.id or len(self._warm_pods(job)) >= spec.workers:
             self._try_place(job, now, out)
         elif head in self._reclaim:
             self._dirty = True  # the head waits on its reclaim: this job may start its own
 
-    def _cancel(self, job_id: str, now: float, out: list[Action]) -> None:
-        job = self._job(job_id)
-        if job.state is JobState.FINISHED:
-            return
+    def cancel(self, job: Job, now: float, out: list[Action]) -> None:
         if job.state is JobState.QUEUED:
             self._dequeue(job)
             self._end(job, Failure.CANCELLED, now, out)
@@ -306,9 +273,9 @@ class Core:
                     self._stop(pod, "cancelled", now, out)
             self._end(job, Failure.CANCELLED, now, out)
         else:
-            out.append(KillJob(job.id))
+            out.append(KillJob(job.id, Failure.CANCELLED))
 
-    def _pod_ready(self, pod_id: str, now: float, out: list[Action]) -> None:
+    def pod_ready(self, pod_id: str, now: float, out: list[Action]) -> None:
         pod = self.pods.get(pod_id)
         if pod is None or pod.state not in (PodState.STARTING, PodState.RECYCLING):
             return
@@ -333,7 +300,7 @@ class Core:
         ):
             self._bind(job, now, out)
 
-    def _pod_failed(self, pod_id: str, reason: Failure, now: float, out: list[Action]) -> None:
+    def pod_failed(self, pod_id: str, reason: Failure, now: float, out: list[Action]) -> None:
         pod = self.pods.get(pod_id)
         if pod is None or pod.state is PodState.GONE:
             return
@@ -345,48 +312,38 @@ class Core:
         if job.state in (JobState.PLACED, JobState.BINDING) and job.started is None:
             # an infrastructure failure before the job ran: it goes back to the queue
             self._release_gang(job, pod_id, now, out)
-            job.state, job.pods, job.placed, job.pod_ready, job.path = (
-                JobState.QUEUED,
-                [],
-                None,
-                None,
-                None,
-            )
+            self.host.move_job(job, JobState.QUEUED, now)
+            job.pods, job.placed, job.pod_ready, job.path = [], None, None, None
+            job.ranks_started.clear()
+            job.ranks_exited.clear()
             self._enqueue(job, front=True)
+            out.append(JobRequeued(job.id, reason))
         elif job.state is not JobState.FINISHED:
             self._release_gang(job, pod_id, now, out)
             self._end(job, reason, now, out)
 
-    def _pod_gone(self, pod_id: str, now: float, out: list[Action]) -> None:
+    def pod_gone(self, pod_id: str, now: float, out: list[Action]) -> None:
         pod = self.pods.get(pod_id)
         if pod is None or pod.state is PodState.GONE:
             return
         if pod.state is not PodState.STOPPING:
             # gone without being asked (the runtime lost it): its job must not wait on it
-            self._pod_failed(pod_id, Failure.POD_DIED, now, out)
+            self.pod_failed(pod_id, Failure.POD_DIED, now, out)
             return
         self._gone(pod, now)
 
-    def _job_started(self, job_id: str, now: float) -> None:
-        job = self._job(job_id)
-        if job.state is JobState.BINDING:
-            job.state = JobState.RUNNING
-            job.started = now
+    def unfit(self, pod: Pod, now: float, out: list[Action]) -> None:
+        """A pod the runtime could not bind into is not fit to serve again: stop it."""
+        pod.job = None
+        self._stop(pod, "bind_failed", now, out)
 
-    def _job_finished(
-        self, job_id: str, exit_code: int, failure: Failure | None, now: float, out: list[Action]
+    def finish(
+        self, job: Job, exit_code: int, failure: Failure | None, now: float, out: list[Action]
     ) -> None:
-        job = self._job(job_id)
-        if job.state not in (JobState.BINDING, JobState.RUNNING):
-            # late news of a run the core already moved on from (its pod failed and the job
-            # was re-queued, or it was ended): the job's current state stands
-            return
-        if job.started is None:
-            job.started = now
-        job.state = JobState.FINISHED
-        job.finished = now
-        job.exit_code = exit_code
-        job.failure = failure
+        """Every rank has exited (the core typed the end): its pods turn warm for their
+        caller, or stop."""
+        self.host.end_job(job, failure, exit_code, now, out)
+        job_id = job.id
         ttl = self.policies.keepalive.ttl(job.pair)
         # one end per job, as one submit per job: a gang's pods do not count as several pauses
         self.policies.keepalive.observe_end(job.pair, now)
@@ -403,7 +360,8 @@ class Core:
                 continue
             self._make_warm(pod, ttl, now)
 
-    def _expire(self, now: float, out: list[Action]) -> None:
+    def tick(self, now: float, out: list[Action]) -> None:
+        """Stop warm pods whose keep-alive ran out."""
         while self._deadlines and self._deadlines[0][0] <= now + EPS:
             at, _, pid = heapq.heappop(self._deadlines)
             pod = self.pods.get(pid)
@@ -416,7 +374,7 @@ class Core:
         """Place ``job`` if it can be placed now; start reclaiming idle pods if that would
         make room. Returns True when the job left the queue."""
         profile = self.profiles[job.spec.profile]
-        need = job.spec.replicas
+        need = job.spec.workers
         warm = self._warm_pods(job)
         picked: list[tuple[HitPath, str]] = []
         matching = self.policies.matching
@@ -456,7 +414,7 @@ class Core:
             self._start_reclaim(job, profile, missing - len(slots), taken, busy, now, out)
             return False
         self._dequeue(job)
-        job.state = JobState.PLACED
+        self.host.move_job(job, JobState.PLACED, now)
         job.placed = now
         path = HitPath.WARM
         for _, pid in picked:
@@ -626,7 +584,7 @@ class Core:
     ) -> bool:
         """For profiles that may be scrubbed in place, recycle idle pods of the same profile
         into fresh pods for this job instead of stopping and starting new ones."""
-        if not profile.recyclable or picked or standby or count != job.spec.replicas:
+        if not profile.recyclable or picked or standby or count != job.spec.workers:
             return False
         victims = [
             self.pods[p]
@@ -640,7 +598,8 @@ class Core:
         budget = self.policies.budget
         victims.sort(key=lambda pod: (budget.value(pod, now), pod.id))
         self._dequeue(job)
-        job.state, job.placed, job.path = JobState.PLACED, now, HitPath.COLD
+        self.host.move_job(job, JobState.PLACED, now)
+        job.placed, job.path = now, HitPath.COLD
         for old in victims[:count]:
             # retire the old pod while it still holds its share, so its warm GPU-seconds and
             # the idle total are accounted; the new pod takes the same GPUs at once
@@ -675,7 +634,7 @@ class Core:
         out.append(PromoteStandby(pod.id))
 
     def _bind(self, job: Job, now: float, out: list[Action]) -> None:
-        job.state = JobState.BINDING
+        self.host.move_job(job, JobState.BINDING, now)
         job.pod_ready = now
         for pid in job.pods:
             pod = self.pods[pid]
@@ -695,7 +654,7 @@ class Core:
             del self._fresh[key]
             for job_id in list(self._queued_pairs.get(key, ())):
                 job = self.jobs[job_id]
-                if len(self._warm_pods(job)) < job.spec.replicas:
+                if len(self._warm_pods(job)) < job.spec.workers:
                     break
                 self._try_place(job, now, out)
         if not self._dirty:
@@ -710,7 +669,7 @@ class Core:
                     continue
                 if self._try_place(job, now, out):
                     continue
-                if job.id not in self._reclaim or job.spec.replicas > 1:
+                if job.id not in self._reclaim or job.spec.workers > 1:
                     break  # later jobs of this profile wait their turn
 
     # ------------------------------------------------------------------ pods
@@ -718,9 +677,8 @@ class Core:
     def _new_pod(
         self, profile: Profile, node: str, gpus: list[str], share: float, now: float
     ) -> Pod:
-        self._seq += 1
         pod = Pod(
-            id=f"pod-{self._seq}",
+            id=self.host.new_pod_id(),
             profile=profile.name,
             node=node,
             gpus=list(gpus),
@@ -788,9 +746,10 @@ class Core:
         self._set_state(pod, PodState.ACTIVE, now)
         for job_id in self._queues[pod.profile]:
             job = self.jobs[job_id]
-            if job.spec.replicas == 1:
+            if job.spec.workers == 1:
                 self._dequeue(job)
-                job.state, job.placed, job.path = JobState.PLACED, now, HitPath.COLD
+                self.host.move_job(job, JobState.PLACED, now)
+                job.placed, job.path = now, HitPath.COLD
                 job.pods.append(pod.id)
                 pod.job = job.id
                 self._bind(job, now, out)
@@ -866,8 +825,9 @@ class Core:
         return pod is not None and pod.state is PodState.WARM
 
     def _set_state(self, pod: Pod, state: PodState, now: float) -> None:
-        """Every state change goes through here: it accrues GPU-seconds per state and keeps
-        the idle total the budget caps."""
+        """Every state change of a pool pod goes through here: it accrues GPU-seconds per
+        state and keeps the idle total the budget caps, then moves the pod through the
+        core's transition table."""
         share = self._pod_share(pod)
         key = pod.state.value
         pod.held[key] = pod.held.get(key, 0.0) + share * (now - pod.since)
@@ -883,7 +843,7 @@ class Core:
             self._idle_gpus = 0.0
         if state in _ROOM:
             self._dirty = True
-        pod.state = state
+        self.host.move_pod(pod, state, now)
         pod.since = now
 
     def _pod_share(self, pod: Pod) -> float:
@@ -921,13 +881,13 @@ class Core:
         else:
             self._queues[profile][job.id] = None
             self._queued_pairs.setdefault(key, {})[job.id] = None
-        self._queued_gpus += self.profiles[job.spec.profile].gpu_demand * job.spec.replicas
+        self._queued_gpus += self.profiles[job.spec.profile].gpu_demand * job.spec.workers
 
     def _dequeue(self, job: Job) -> None:
         queue = self._queues[job.spec.profile]
         head = next(iter(queue), None)
         if queue.pop(job.id, False) is None:
-            self._queued_gpus -= self.profiles[job.spec.profile].gpu_demand * job.spec.replicas
+            self._queued_gpus -= self.profiles[job.spec.profile].gpu_demand * job.spec.workers
             if self._queued_gpus < 1e-9:
                 self._queued_gpus = 0.0
             if queue and (head == job.id or head in self._reclaim):
@@ -957,16 +917,7 @@ class Core:
             del self._reclaim_by_pod[pid]
 
     def _end(self, job: Job, failure: Failure, now: float, out: list[Action]) -> None:
-        job.state = JobState.FINISHED
-        job.finished = now
-        job.failure = failure
-        out.append(JobEnded(job.id, failure))
-
-    def _job(self, job_id: str) -> Job:
-        job = self.jobs.get(job_id)
-        if job is None:
-            raise CoreError(f"unknown job {job_id!r}")
-        return job
+        self.host.end_job(job, failure, None, now, out)
 
     def _seq_next(self) -> int:
         self._heap_seq += 1
