@@ -34,6 +34,10 @@ from stoker.api.models import (
 )
 from stoker.broker.auth import Authenticator, AuthError, Principal, check_tenant_name
 from stoker.broker.config import BrokerConfig
+from stoker.broker.dashboard import Dashboard
+from stoker.broker.dashboard import add_routes as add_dashboard_routes
+from stoker.broker.dashboard import gauges as dashboard_gauges
+from stoker.broker.events_log import DecisionLog
 from stoker.broker.loop import JobRequest, Scheduler
 from stoker.broker.metrics import BrokerMetrics
 from stoker.broker.store import JOB_FIELDS, Store, StoreError
@@ -69,6 +73,12 @@ class Broker:
         gpus = sorted(getattr(runtime, "devices", {}) or [f"vgpu{i}" for i in range(cfg.gpu_slots)])
         self.metrics = BrokerMetrics()
         self.scheduler = Scheduler(cfg, self.store, runtime, gpus, self.metrics)
+        self.decisions = DecisionLog(
+            lambda: self.scheduler.core, self.metrics, cfg.data_dir / "events.jsonl"
+        )
+        self.scheduler.on_decision.append(self.decisions.record)
+        self.metrics.watch(lambda: dashboard_gauges(self))
+        self.dashboard = Dashboard(self)
         self.started = False
         self.recovery: dict[str, int] = {}
         self.app = create_app(self)
@@ -81,11 +91,14 @@ class Broker:
         if not self.started:
             self.started = True
             self.recovery = await self.scheduler.start()
+            await self.dashboard.start()
 
     async def close(self, stop_pods: bool = False) -> None:
         if self.started:
             self.started = False
+            await self.dashboard.close()
             await self.scheduler.close(stop_pods=stop_pods)
+        self.decisions.close()
         self.store.close()
 
 
@@ -179,7 +192,6 @@ def create_app(broker: Broker) -> FastAPI:
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
-        sched.refresh_metrics()
         return Response(broker.metrics.render(), media_type="text/plain; version=0.0.4")
 
     # --- code ----------------------------------------------------------------
@@ -367,4 +379,5 @@ def create_app(broker: Broker) -> FastAPI:
             raise ApiError(409, "conflict", f"body.{exc}", "body.name") from exc
         return TenantCreated(name=body.name, token=token)
 
+    add_dashboard_routes(app, broker, broker.decisions, broker.dashboard)
     return app

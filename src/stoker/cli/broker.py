@@ -182,6 +182,38 @@ def pods(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -
     _table("pods", ["id", "profile", "state", "gpus", "tenant", "tag", "job", "jobs run"], rows)
 
 
+def events(
+    job: Annotated[str | None, typer.Option("--job", help="only this job's events")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Why the broker did what it did: each decision with its reason (oldest first)."""
+    import datetime
+
+    from stoker.client import StokerError
+
+    try:
+        with _client(url, token) as c:
+            items = c.events(job=job, limit=limit)
+    except StokerError as exc:
+        _fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(items))
+        return
+    rows = [
+        [
+            datetime.datetime.fromtimestamp(e["at"]).strftime("%H:%M:%S.%f")[:-3],
+            e["kind"],
+            e.get("job") or e.get("pod") or "",
+            e["message"],
+        ]
+        for e in items
+    ]
+    _table("events" + (f" of {job}" if job else ""), ["at", "kind", "job / pod", "why"], rows)
+
+
 def demo(
     jobs: Annotated[int, typer.Option(help="jobs in the agent loop")] = 12,
     preload: Annotated[
@@ -275,6 +307,7 @@ def register(app: typer.Typer, sim_app: typer.Typer) -> None:
     app.command(context_settings={"allow_interspersed_args": False})(run)
     app.command()(ps)
     app.command()(pods)
+    app.command()(events)
     app.command()(demo)
     bench_app.command("local")(bench_local)
     app.add_typer(bench_app, name="bench")
