@@ -142,32 +142,33 @@ class History:
         self.period_s = period_s
         self.samples: deque[dict[str, Any]] = deque(maxlen=int(_HISTORY_S / period_s) + 1)
 
-    def sample(self, broker: "Broker", now: float) -> None:
-        g = gauges(broker)
-        active = sum(
-            n for (_, state), n in g.pods.items() if state in ("active", "starting", "recycling")
-        )
-        self.samples.append(
-            {
-                "t": now,
-                "warm": g.idle_gpus["warm"],
-                "standby": g.idle_gpus["standby"],
-                "budget": g.budget_gpus,
-                "active_pods": active,
-                "queued": sum(g.queued.values()),
-                "pools": {
-                    r["gpu_model"]: (r["hp_gpus"], r["spot_gpus"], r["spot_quota"])
-                    for r in g.gpu_pools
-                },
-            }
-        )
+    @staticmethod
+    def point(g: BrokerGauges, now: float) -> dict[str, Any]:
+        """One sample of the gauges ``g`` at ``now``."""
+        return {
+            "t": now,
+            "warm": g.idle_gpus["warm"],
+            "standby": g.idle_gpus["standby"],
+            "budget": g.budget_gpus,
+            "queued": sum(g.queued.values()),
+            "pools": {
+                r["gpu_model"]: (r["hp_gpus"], r["spot_gpus"], r["spot_quota"]) for r in g.gpu_pools
+            },
+        }
 
-    def series(self, since: float) -> dict[str, list[float]]:
-        rows = [s for s in self.samples if s["t"] >= since]
+    def sample(self, broker: "Broker", now: float) -> None:
+        self.samples.append(self.point(gauges(broker), now))
+
+    def _rows(self, since: float, live: dict[str, Any]) -> list[dict[str, Any]]:
+        # the stored samples, then the present, so a chart always ends at "now"
+        return [s for s in self.samples if s["t"] >= since and s["t"] < live["t"]] + [live]
+
+    def series(self, since: float, live: dict[str, Any]) -> dict[str, list[float]]:
+        rows = self._rows(since, live)
         return {k: [s[k] for s in rows] for k in ("t", "warm", "standby", "budget", "queued")}
 
-    def pool_series(self, model: str, since: float) -> dict[str, list[float]]:
-        rows = [s for s in self.samples if s["t"] >= since and model in s["pools"]]
+    def pool_series(self, model: str, since: float, live: dict[str, Any]) -> dict[str, list[float]]:
+        rows = [s for s in self._rows(since, live) if model in s["pools"]]
         cols = [[s["pools"][model][i] for s in rows] for i in range(3)]
         return {"t": [s["t"] for s in rows], "hp": cols[0], "spot": cols[1], "quota": cols[2]}
 
@@ -300,8 +301,9 @@ class Dashboard:
                 }
             )
         since = now - _HISTORY_S
+        live = self.history.point(g, now)
         pools = [
-            {**row, "history": self.history.pool_series(row["gpu_model"], since)}
+            {**row, "history": self.history.pool_series(row["gpu_model"], since, live)}
             for row in g.gpu_pools
         ]
         return {
@@ -317,7 +319,7 @@ class Dashboard:
             "queue": queue,
             "jobs": recent,
             "stats": self._stats(since),
-            "history": self.history.series(since),
+            "history": self.history.series(since, live),
             "gpu_pools": pools,
         }
 

@@ -10,6 +10,7 @@ const $ = (id) => document.getElementById(id);
 let painted = false;
 let timer = null;
 let lastOk = 0;
+let last = null; // the last snapshot, redrawn when the window is resized
 
 function el(tag, attrs, ...kids) {
   const node = document.createElement(tag);
@@ -32,6 +33,7 @@ function svg(tag, attrs) {
 const fmtMs = (v) => (v == null ? "–" : v < 10 ? v.toFixed(1) : Math.round(v).toString());
 const fmtN = (v, d = 1) => (v == null ? "–" : Number.isInteger(v) ? String(v) : v.toFixed(d));
 const pct = (v) => (v == null ? "–" : (100 * v).toFixed(1) + " %");
+const ago = (secs) => (secs < 1 ? "now" : secs < 120 ? `-${Math.round(secs)} s` : `-${Math.round(secs / 60)} min`);
 const clock = (t) => new Date(t * 1000).toLocaleTimeString([], { hour12: false });
 
 function fill(tbody, rows, empty, cols) {
@@ -92,7 +94,8 @@ function renderQueue(s) {
 
 function renderJobs(s) {
   const rows = s.jobs.map((j) => {
-    const outcome = j.state !== "finished" ? "" : j.failure || (j.exit_code === 0 ? "ok" : "exit " + j.exit_code);
+    const code = j.exit_code == null ? "" : ` (exit ${j.exit_code})`;
+    const outcome = j.state !== "finished" ? "" : (j.failure || (j.exit_code === 0 ? "ok" : "failed")) + code;
     return el(
       "tr",
       { "data-job-id": j.id },
@@ -144,7 +147,7 @@ function renderWarm(s) {
         class: "seg " + (STATES.includes(p.state) ? p.state : "other"),
         style: `flex: 0 0 ${(100 * p.share).toFixed(2)}%`,
         title: label,
-        text: p.state,
+        text: p.state + (p.tenant ? " · " + p.tenant : ""),
       });
     });
     const described = g.pods.length ? g.pods.map((p) => `${p.id} ${p.state} ${fmtN(p.share, 2)}`).join(", ") : "free";
@@ -159,10 +162,13 @@ function legend(items) {
 
 // ---------------------------------------------------------------- charts
 
-// x: [t0, t1] seconds; y: [0, ymax]; draws into a 600x200 viewBox with a left axis
+// x: [t0, t1] seconds; y: [0, ymax]; the viewBox is the element's own size, so text is
+// never stretched, with a left axis and time ticks below
 function frame(node, t0, t1, ymax, ticks) {
   node.replaceChildren();
-  const W = 600, H = 200, L = 34, B = 18, T = 6;
+  const W = Math.max(200, Math.round(node.clientWidth || 600));
+  const H = 200, L = 34, B = 18, T = 6;
+  node.setAttribute("viewBox", `0 0 ${W} ${H}`);
   const x = (t) => L + ((t - t0) / Math.max(1, t1 - t0)) * (W - L - 4);
   const y = (v) => H - B - (v / ymax) * (H - B - T);
   for (const v of [0, ymax / 2, ymax]) {
@@ -171,11 +177,12 @@ function frame(node, t0, t1, ymax, ticks) {
     label.textContent = fmtN(v, 1);
     node.append(label);
   }
-  for (const t of ticks) {
-    const label = svg("text", { x: x(t.at), y: H - 4, "text-anchor": "middle" });
+  ticks.forEach((t, i) => {
+    const anchor = i === ticks.length - 1 ? "end" : i === 0 ? "start" : "middle";
+    const label = svg("text", { x: x(t.at), y: H - 4, "text-anchor": anchor });
     label.textContent = t.label;
     node.append(label);
-  }
+  });
   return { x, y };
 }
 
@@ -193,10 +200,11 @@ function area(xs, lo, hi, x, y) {
 function renderHeld(s) {
   const h = s.history;
   const node = $("held-chart");
-  const t1 = s.now, t0 = t1 - 3600;
+  // the last hour, or since the broker started when that is shorter
+  const t1 = s.now, t0 = Math.max(t1 - 3600, Math.min(h.t[0], t1 - 60));
   const total = h.warm.map((w, i) => w + h.standby[i]);
   const ymax = Math.max(1, ...h.budget, ...total) * 1.1;
-  const ticks = [-60, -45, -30, -15, 0].map((m) => ({ at: t1 + m * 60, label: m ? `${m} min` : "now" }));
+  const ticks = [4, 3, 2, 1, 0].map((k) => ({ at: t1 - (k * (t1 - t0)) / 4, label: ago((k * (t1 - t0)) / 4) }));
   const { x, y } = frame(node, t0, t1, ymax, ticks);
   const zero = h.t.map(() => 0);
   node.append(svg("path", { d: area(h.t, zero, h.warm, x, y), fill: "var(--warm)", "fill-opacity": 0.55 }));
@@ -218,25 +226,10 @@ function renderPools(s) {
     box.replaceChildren(el("p", { class: "empty", id: "no-gpu-pools", text: "no GPU pools: this broker runs no hp or spot jobs" }));
     return;
   }
+  const draws = [];
   const cards = s.gpu_pools.map((p) => {
-    const node = svg("svg", { class: "chart", viewBox: "0 0 600 200", preserveAspectRatio: "none", role: "img" });
-    const h = p.history;
-    const fc = p.forecast;
-    const ft = fc ? forecastTimes(fc, s.now) : [];
-    const t0 = s.now - 3600, t1 = Math.max(s.now, ...ft);
-    const lo = fc ? fc.mean.map((m, i) => Math.max(0, m - Math.sqrt(fc.var[i]))) : [];
-    const ymax = Math.max(1, p.capacity, ...(fc ? fc.quantile : []), ...h.hp) * 1.05;
-    const ticks = [{ at: t0, label: "-1 h" }, { at: s.now, label: "now" }];
-    if (t1 > s.now) ticks.push({ at: t1, label: `+${Math.round((t1 - s.now) / 3600)} h` });
-    const { x, y } = frame(node, t0, t1, ymax, ticks);
-    if (fc) {
-      node.append(svg("path", { d: area(ft, lo, fc.quantile, x, y), fill: "var(--hp)", "fill-opacity": 0.18 }));
-      node.append(svg("path", { d: pathOf(ft, fc.mean, x, y), fill: "none", stroke: "var(--hp)", "stroke-width": 2, "stroke-dasharray": "5 4" }));
-    }
-    node.append(svg("path", { d: pathOf(h.t, h.hp, x, y), fill: "none", stroke: "var(--hp)", "stroke-width": 2.5 }));
-    node.append(svg("path", { d: pathOf(h.t, h.spot, x, y), fill: "none", stroke: "var(--spot)", "stroke-width": 2 }));
-    node.append(svg("path", { d: pathOf(h.t, h.quota, x, y), fill: "none", stroke: "var(--quota)", "stroke-width": 1.5, "stroke-dasharray": "2 3" }));
-    node.setAttribute("aria-label", `${p.gpu_model}: HP ${fmtN(p.hp_gpus)} GPUs, spot ${fmtN(p.spot_gpus)} of a ${fmtN(p.spot_quota)} quota, capacity ${fmtN(p.capacity)}`);
+    const node = svg("svg", { class: "chart", role: "img" });
+    draws.push(() => drawPool(node, p, s));
     const q = p.queued || { hp: 0, spot: 0 };
     return el(
       "article",
@@ -256,6 +249,28 @@ function renderPools(s) {
     );
   });
   box.replaceChildren(el("div", { class: "pools" }, ...cards));
+  for (const draw of draws) draw(); // once in the page, so each chart knows its width
+}
+
+// one GPU pool: HP use (past hour), the forecast band ahead, spot use and the spot quota
+function drawPool(node, p, s) {
+  const h = p.history;
+  const fc = p.forecast;
+  const ft = fc ? forecastTimes(fc, s.now) : [];
+  const t0 = s.now - 3600, t1 = Math.max(s.now, ...ft);
+  const lo = fc ? fc.mean.map((m, i) => Math.max(0, m - Math.sqrt(fc.var[i]))) : [];
+  const ymax = Math.max(1, p.capacity, ...(fc ? fc.quantile : []), ...h.hp) * 1.05;
+  const ticks = [{ at: t0, label: "-1 h" }, { at: s.now, label: "now" }];
+  if (t1 > s.now) ticks.push({ at: t1, label: `+${Math.round((t1 - s.now) / 3600)} h` });
+  const { x, y } = frame(node, t0, t1, ymax, ticks);
+  if (fc) {
+    node.append(svg("path", { d: area(ft, lo, fc.quantile, x, y), fill: "var(--hp)", "fill-opacity": 0.18 }));
+    node.append(svg("path", { d: pathOf(ft, fc.mean, x, y), fill: "none", stroke: "var(--hp)", "stroke-width": 2, "stroke-dasharray": "5 4" }));
+  }
+  node.append(svg("path", { d: pathOf(h.t, h.hp, x, y), fill: "none", stroke: "var(--hp)", "stroke-width": 2.5 }));
+  node.append(svg("path", { d: pathOf(h.t, h.spot, x, y), fill: "none", stroke: "var(--spot)", "stroke-width": 2 }));
+  node.append(svg("path", { d: pathOf(h.t, h.quota, x, y), fill: "none", stroke: "var(--quota)", "stroke-width": 1.5, "stroke-dasharray": "2 3" }));
+  node.setAttribute("aria-label", `${p.gpu_model}: HP ${fmtN(p.hp_gpus)} GPUs, spot ${fmtN(p.spot_gpus)} of a ${fmtN(p.spot_quota)} quota, capacity ${fmtN(p.capacity)}`);
 }
 
 // ---------------------------------------------------------------- loop
@@ -270,6 +285,7 @@ function render(s) {
   $("state-legend").replaceChildren(...legend(STATES.map((st) => [st, `var(--${st})`])));
   $("status").textContent = `live · ${fmtN(s.capacity_gpus)} GPUs · updated ${clock(s.now)}`;
   $("status").classList.remove("stale");
+  last = s;
   if (!painted) {
     painted = true;
     performance.mark("stoker-first-data");
@@ -297,6 +313,11 @@ async function poll() {
   if (!document.hidden) timer = setTimeout(poll, POLL_MS);
 }
 
+let resizing = null;
+window.addEventListener("resize", () => {
+  clearTimeout(resizing);
+  resizing = setTimeout(() => last && render(last), 100);
+});
 document.addEventListener("visibilitychange", () => {
   if (!document.hidden) poll();
 });

@@ -1,0 +1,286 @@
+"""The dashboard in a real headless browser: Debian's chromium driven by chromedriver
+(selenium), against a real broker (uvicorn, SQLite file, bubblewrap sandboxes) running
+real jobs. It signs in with the viewer token, shows what the API reports, updates after a
+new job, explains a job's path, and renders at desktop and phone width (screenshots are
+kept under ``$STOKER_ARTIFACTS``, default ``.artifacts/`` in the repository, and their paths
+printed). The first paint with 1,000 jobs in the store is measured and printed, never
+asserted (a shared, noisy machine)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from stoker.broker.auth import hash_token, new_token
+from stoker.broker.config import BrokerConfig, BrokerProfile
+from stoker.broker.embedded import EmbeddedBroker
+from stoker.broker.store import Batch, Store
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) not installed"),
+    pytest.mark.skipif(
+        not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)),
+        reason="chromium and chromium-driver not installed (scripts/bootstrap.sh dev)",
+    ),
+    pytest.mark.timeout(240),
+]
+
+ARTIFACTS = Path(os.environ.get("STOKER_ARTIFACTS", Path(__file__).parent.parent / ".artifacts"))
+
+
+def _cfg(tmp: Path) -> BrokerConfig:
+    return BrokerConfig(
+        data_dir=tmp / "data", profiles=[BrokerProfile.simple("plain")], gpu_slots=2
+    )
+
+
+def _chrome_pids(profile_dir: Path) -> list[int]:
+    """Processes of the browser this test started (found by its own profile directory)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(profile_dir).encode() in cmd:
+            out.append(int(entry.name))
+    return out
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile_dir = tmp_path / "chromium-profile"
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",  # runs as root in CI containers; the page is our own
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,900",
+        f"--user-data-dir={profile_dir}",
+    ):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        deadline = time.monotonic() + 10
+        while _chrome_pids(profile_dir) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _chrome_pids(profile_dir) == [], "chromium outlived the test"
+
+
+def _api(eb: EmbeddedBroker, token: str) -> httpx.Client:
+    return httpx.Client(base_url=eb.url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+
+def _run(api: httpx.Client, tag: str, code: str = "pass") -> dict[str, Any]:
+    body = {"profile": "plain", "argv": ["python", "-c", code], "reuse_tag": tag}
+    r = api.post("/v1/jobs", json=body)
+    assert r.status_code == 201, r.text
+    return api.get(f"/v1/jobs/{r.json()['id']}/wait", params={"timeout_s": 60}).json()
+
+
+def _sign_in(driver: Any, eb: EmbeddedBroker) -> None:
+    from selenium.webdriver.common.by import By
+
+    viewer = (eb.cfg.data_dir / "viewer.token").read_text().strip()
+    driver.get(eb.url + "/")
+    field = driver.find_element(By.ID, "token")
+    field.send_keys(viewer)
+    field.submit()
+    _wait_ready(driver)
+
+
+def _wait_ready(driver: Any) -> None:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, 30).until(
+        lambda d: d.execute_script("return document.body.dataset.ready === '1'")
+    )
+
+
+def _screenshot(driver: Any, name: str, width: int) -> Path:
+    """A full-page PNG at ``width`` CSS pixels, through the DevTools protocol."""
+    driver.set_window_size(width, 900)
+    time.sleep(0.3)  # let the layout settle at the new width
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600},
+    )
+    shot = driver.execute_cdp_cmd(
+        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}
+    )
+    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    path.write_bytes(base64.b64decode(shot["data"]))
+    print(f"\nscreenshot: {path}")
+    return path
+
+
+def _fmt_ms(v: float | None) -> str:
+    """As dashboard.js's fmtMs writes it."""
+    if v is None:
+        return "–"
+    return f"{v:.1f}" if v < 10 else str(round(v))
+
+
+def test_dashboard_shows_what_the_api_reports_and_updates(tmp_path: Path, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with EmbeddedBroker(_cfg(tmp_path)) as eb:
+        admin = _api(eb, eb.admin_token)
+        tenant = _api(eb, admin.post("/v1/tenants", json={"name": "alice"}).json()["token"])
+        for tag in ("loop-a", "loop-a", "loop-a", "loop-b"):
+            _run(tenant, tag)
+        _run(tenant, "loop-a", "raise SystemExit(3)")
+
+        _sign_in(browser, eb)
+        jobs = admin.get("/v1/jobs").json()
+        paths = Counter(j["path"] for j in jobs if j["started"] is not None)
+        kpi = browser.find_element(By.ID, "kpi-started")
+        assert kpi.text == str(sum(paths.values()))
+        for path in ("warm", "standby", "cold"):
+            assert browser.find_element(By.ID, f"path-{path}").text == str(paths[path])
+        rows = browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr[data-job-id]")
+        assert [r.get_attribute("data-job-id") for r in rows] == [j["id"] for j in jobs]
+        for row, job in zip(rows, jobs, strict=True):
+            latency = row.find_element(By.CSS_SELECTOR, ".latency").text
+            assert latency == _fmt_ms(job["start_latency_ms"])
+        failed = next(r for r in rows if r.get_attribute("data-job-id") == jobs[0]["id"])
+        assert "user_error (exit 3)" in failed.text
+        assert browser.find_element(By.ID, "no-gpu-pools").is_displayed()
+        pods = admin.get("/v1/pods").json()
+        bars = browser.find_elements(By.CSS_SELECTOR, "#gpus .seg")
+        assert len(bars) == len(pods)
+
+        # a new job appears without a reload
+        new = _run(tenant, "loop-c")
+        WebDriverWait(browser, 15).until(
+            lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-job-id="{new["id"]}"]')
+        )
+        WebDriverWait(browser, 15).until(
+            lambda d: d.find_element(By.ID, "kpi-started").text == str(sum(paths.values()) + 1)
+        )
+
+        # "why": the job's decisions with their reasons
+        browser.find_element(By.CSS_SELECTOR, f'tr[data-job-id="{new["id"]}"] button').click()
+        WebDriverWait(browser, 10).until(
+            lambda d: "job.placed" in d.find_element(By.ID, "why-events").text
+        )
+        why = browser.find_element(By.ID, "why-events").text
+        assert ("cold start" in why) == (new["path"] == "cold"), why
+
+        desktop = _screenshot(browser, "dashboard-desktop", 1280)
+        phone = _screenshot(browser, "dashboard-phone", 390)
+        assert desktop.stat().st_size > 10_000 and phone.stat().st_size > 10_000
+        # nothing wider than the phone's screen: tables scroll inside their cards
+        browser.set_window_size(390, 900)
+        width = browser.execute_script("return document.documentElement.scrollWidth")
+        viewport = browser.execute_script("return window.innerWidth")
+        assert width <= viewport, (width, viewport)
+
+
+def test_sign_in_refuses_tenant_tokens(tmp_path: Path, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    with EmbeddedBroker(_cfg(tmp_path)) as eb:
+        admin = _api(eb, eb.admin_token)
+        token = admin.post("/v1/tenants", json={"name": "bob"}).json()["token"]
+        browser.get(eb.url + "/")
+        browser.find_element(By.ID, "token").send_keys(token)
+        browser.find_element(By.ID, "token").submit()
+        assert "neither the admin nor the viewer" in browser.find_element(By.TAG_NAME, "body").text
+        assert browser.get_cookies() == []
+        # the admin token signs in too
+        browser.find_element(By.ID, "token").send_keys(eb.admin_token)
+        browser.find_element(By.ID, "token").submit()
+        _wait_ready(browser)
+        assert browser.get_cookie("stoker_session")["httpOnly"] is True
+
+
+def _fill_store(cfg: BrokerConfig, n: int) -> None:
+    """``n`` finished jobs of the last hour, written as the broker writes them."""
+    store = Store.sqlite(cfg.db_path)
+    for t in range(4):
+        store.add_tenant(f"t{t}", hash_token(new_token()))
+    now = time.time()
+    batch = Batch()
+    for i in range(n):
+        submitted = now - 3000 + i * 2.5
+        path = ("warm", "warm", "warm", "standby", "cold")[i % 5]
+        latency = {"warm": 0.004, "standby": 0.02, "cold": 0.25}[path] * (1 + (i % 7) / 10)
+        batch.new_jobs.append(
+            {
+                "id": "j-" + uuid.uuid4().hex[:20],
+                "tenant": f"t{i % 4}",
+                "idempotency_key": None,
+                "profile": "plain",
+                "reuse_tag": f"loop-{i % 40}",
+                "replicas": 1,
+                "argv": ["python", "-c", "pass"],
+                "code_digest": None,
+                "deps": [],
+                "env": {},
+                "timeout_s": 60.0,
+                "state": "finished",
+                "path": path,
+                "pods": [f"pod-{i}"],
+                "submitted": submitted,
+                "started": submitted + latency,
+                "finished": submitted + latency + 0.5,
+                "exit_code": 0,
+                "failure": None,
+            }
+        )
+    batch.commit(store)
+    store.close()
+
+
+def test_first_paint_with_1000_jobs(tmp_path: Path, browser: Any) -> None:
+    cfg = _cfg(tmp_path)
+    _fill_store(cfg, 1000)
+    with EmbeddedBroker(cfg) as eb:
+        _sign_in(browser, eb)
+        figures = []
+        for _ in range(3):
+            browser.get(eb.url + "/")
+            _wait_ready(browser)
+            figures.append(
+                browser.execute_script(
+                    "return [performance.getEntriesByName('first-contentful-paint')[0]"
+                    "?.startTime ?? null,"
+                    " performance.getEntriesByName('stoker-first-data')[0].startTime]"
+                )
+            )
+        started = browser.find_element("id", "kpi-started").text
+        assert started == "1000"
+        fcp = sorted(f[0] for f in figures if f[0] is not None)
+        data = sorted(f[1] for f in figures)
+        print(
+            f"\nfirst paint, 1,000 jobs in the store (3 loads, median): first contentful paint"
+            f" {fcp[len(fcp) // 2]:.0f} ms, numbers on screen {data[1]:.0f} ms"
+            f" (all: {[round(x) for x in data]})"
+        )
