@@ -103,6 +103,9 @@ class DecisionLog:
                 continue  # a line cut by a crash
             self.ring.append(ev)
             self.seq = max(self.seq, int(ev.get("seq", 0)))
+            if ev["kind"] in ("pod.stopped", "pod.failed") and ev.get("reuse_tag") is not None:
+                pair = (ev["tenant"], ev["reuse_tag"])
+                self._remember(pair, ev["pod"], ev["reason"], ev["at"])
 
     def close(self) -> None:
         if self._file is not None:
@@ -185,12 +188,15 @@ class DecisionLog:
                 touched[job] = None
             case PodFailed(pod, reason):
                 p = core.pods.get(pod)
+                if p is not None and p.owner is not None:
+                    self._remember(p.owner, pod, reason.value, now)
                 self._emit(
                     now,
                     "pod.failed",
                     f"pod {pod} failed: {reason.value}",
                     pod=pod,
                     reason=reason.value,
+                    reuse_tag=p.owner[1] if p is not None and p.owner else None,
                     **self._owner(p),
                 )
                 touched.update((j, None) for j, s in self._live.items() if pod in s.pods)
@@ -238,6 +244,13 @@ class DecisionLog:
             out["tenant"] = pod.owner[0]
         return out
 
+    def _remember(self, pair: tuple[str, str], pod_id: str, reason: str, at: float) -> None:
+        """The last pod of a (tenant, tag) pair and why it went: a cold start's answer."""
+        self._last_stop.pop(pair, None)
+        self._last_stop[pair] = (pod_id, reason, at)
+        if len(self._last_stop) > _PAIRS:
+            del self._last_stop[next(iter(self._last_stop))]
+
     def _stopped(self, core: Core, pod_id: str, reason: str, now: float) -> None:
         pod = core.pods[pod_id]
         self.metrics.pod_stops.labels(pod.profile, reason).inc()
@@ -249,9 +262,7 @@ class DecisionLog:
             "yield": "HP demand takes its GPU",
         }.get(reason, reason)
         if pod.owner is not None:
-            self._last_stop[pod.owner] = (pod_id, reason, now)
-            if len(self._last_stop) > _PAIRS:
-                del self._last_stop[next(iter(self._last_stop))]
+            self._remember(pod.owner, pod_id, reason, now)
         self._emit(
             now,
             "pod.stopped",
