@@ -3,8 +3,8 @@
 real jobs. It signs in with the viewer token, shows what the API reports, updates after a
 new job, explains a job's path, and renders at desktop and phone width (screenshots are
 kept under ``$STOKER_ARTIFACTS``, default ``.artifacts/`` in the repository, and their paths
-printed). The first paint with 1,000 jobs in the store is measured and printed, never
-asserted (a shared, noisy machine)."""
+printed in the test log even without ``-s``). The first paint with 1,000 jobs in the store
+is measured and printed, never asserted (a shared, noisy machine)."""
 
 from __future__ import annotations
 
@@ -119,7 +119,13 @@ def _wait_ready(driver: Any) -> None:
     )
 
 
-def _screenshot(driver: Any, name: str, width: int) -> Path:
+def _say(capsys: pytest.CaptureFixture[str], message: str) -> None:
+    """Print to the test log even when pytest captures output (CI runs without -s)."""
+    with capsys.disabled():
+        print(f"\n{message}")
+
+
+def _screenshot(driver: Any, name: str, width: int, capsys: pytest.CaptureFixture[str]) -> Path:
     """A full-page PNG at ``width`` CSS pixels, through the DevTools protocol."""
     driver.set_window_size(width, 900)
     time.sleep(0.3)  # let the layout settle at the new width
@@ -135,7 +141,7 @@ def _screenshot(driver: Any, name: str, width: int) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
     path.write_bytes(base64.b64decode(shot["data"]))
-    print(f"\nscreenshot: {path}")
+    _say(capsys, f"screenshot: {path}")
     return path
 
 
@@ -146,7 +152,9 @@ def _fmt_ms(v: float | None) -> str:
     return f"{v:.1f}" if v < 10 else str(round(v))
 
 
-def test_dashboard_shows_what_the_api_reports_and_updates(tmp_path: Path, browser: Any) -> None:
+def test_dashboard_shows_what_the_api_reports_and_updates(
+    tmp_path: Path, browser: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -193,8 +201,8 @@ def test_dashboard_shows_what_the_api_reports_and_updates(tmp_path: Path, browse
         why = browser.find_element(By.ID, "why-events").text
         assert ("cold start" in why) == (new["path"] == "cold"), why
 
-        desktop = _screenshot(browser, "dashboard-desktop", 1280)
-        phone = _screenshot(browser, "dashboard-phone", 390)
+        desktop = _screenshot(browser, "dashboard-desktop", 1280, capsys)
+        phone = _screenshot(browser, "dashboard-phone", 390, capsys)
         assert desktop.stat().st_size > 10_000 and phone.stat().st_size > 10_000
         # nothing wider than the phone's screen: tables scroll inside their cards
         browser.set_window_size(390, 900)
@@ -259,7 +267,9 @@ def _fill_store(cfg: BrokerConfig, n: int) -> None:
     store.close()
 
 
-def test_first_paint_with_1000_jobs(tmp_path: Path, browser: Any) -> None:
+def test_first_paint_with_1000_jobs(
+    tmp_path: Path, browser: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     cfg = _cfg(tmp_path)
     _fill_store(cfg, 1000)
     with EmbeddedBroker(cfg) as eb:
@@ -279,8 +289,9 @@ def test_first_paint_with_1000_jobs(tmp_path: Path, browser: Any) -> None:
         assert started == "1000"
         fcp = sorted(f[0] for f in figures if f[0] is not None)
         data = sorted(f[1] for f in figures)
-        print(
-            f"\nfirst paint, 1,000 jobs in the store (3 loads, median): first contentful paint"
+        _say(
+            capsys,
+            f"first paint, 1,000 jobs in the store (3 loads, median): first contentful paint"
             f" {fcp[len(fcp) // 2]:.0f} ms, numbers on screen {data[1]:.0f} ms"
-            f" (all: {[round(x) for x in data]})"
+            f" (all: {[round(x) for x in data]})",
         )

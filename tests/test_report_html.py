@@ -8,11 +8,11 @@ import json
 import re
 from pathlib import Path
 
-from test_sim_cli import SMALL
 from typer.testing import CliRunner
 
 from stoker.cli.main import app
 from stoker.sim.report_html import render
+from test_sim_cli import SMALL
 
 
 def _images(page: str) -> list[bytes]:

@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
-import os
 import secrets
 import time
 from collections import deque
@@ -34,7 +33,7 @@ from fastapi import FastAPI, Header, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from stoker.broker.auth import AuthError, Principal, new_token
+from stoker.broker.auth import AuthError, Principal, hash_token, token_file
 from stoker.broker.events_log import DecisionLog
 from stoker.broker.metrics import BrokerGauges
 from stoker.broker.store import jobs as jobs_table
@@ -86,27 +85,15 @@ class ViewerAuth:
     def __init__(self, broker: "Broker", viewer_token_path: Path) -> None:
         self.broker = broker
         self.viewer_token_path = viewer_token_path
-        self._viewer_hash = hashlib.sha256(self._viewer_token().encode()).hexdigest()
+        self._viewer_hash = hash_token(token_file(viewer_token_path))
         self._key = secrets.token_bytes(32)
-
-    def _viewer_token(self) -> str:
-        path = self.viewer_token_path
-        if path.exists():
-            return path.read_text().strip()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        token = new_token()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(token + "\n")
-        return token
 
     def role(self, token: str | None) -> str | None:
         """``admin``, ``viewer``, or None for any other token (a tenant's included: the
         dashboard shows every tenant's jobs)."""
         if not token:
             return None
-        h = hashlib.sha256(token.encode()).hexdigest()
-        if hmac.compare_digest(h, self._viewer_hash):
+        if hmac.compare_digest(hash_token(token), self._viewer_hash):
             return "viewer"
         try:
             who = self.broker.auth.principal(token)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -30,6 +31,22 @@ def _client(url: str | None, token: str | None) -> Any:
     if not tok:
         _fail("no token: set STOKER_TOKEN or pass --token")
     return Client(url or cfg.url, tok)
+
+
+def _fetch(url: str | None, token: str | None, as_json: bool, get: Callable[[Any], Any]) -> Any:
+    """``get(client)``'s answer; with ``--json`` it is printed and None returned. A refusal
+    is one line and a nonzero exit."""
+    from stoker.client import StokerError
+
+    try:
+        with _client(url, token) as c:
+            data = get(c)
+    except StokerError as exc:
+        _fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(data))
+        return None
+    return data
 
 
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
@@ -128,15 +145,8 @@ def ps(
     as_json: JsonOpt = False,
 ) -> None:
     """List your jobs (newest first)."""
-    from stoker.client import StokerError
-
-    try:
-        with _client(url, token) as c:
-            jobs = c.jobs(state, limit)
-    except StokerError as exc:
-        _fail(str(exc))
-    if as_json:
-        typer.echo(json.dumps(jobs))
+    jobs = _fetch(url, token, as_json, lambda c: c.jobs(state, limit))
+    if jobs is None:
         return
     rows = [
         [
@@ -156,15 +166,8 @@ def ps(
 
 def pods(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
     """List live pods (a tenant sees its own; the admin sees all)."""
-    from stoker.client import StokerError
-
-    try:
-        with _client(url, token) as c:
-            items = c.pods()
-    except StokerError as exc:
-        _fail(str(exc))
-    if as_json:
-        typer.echo(json.dumps(items))
+    items = _fetch(url, token, as_json, lambda c: c.pods())
+    if items is None:
         return
     rows = [
         [
@@ -192,15 +195,8 @@ def events(
     """Why the broker did what it did: each decision with its reason (oldest first)."""
     import datetime
 
-    from stoker.client import StokerError
-
-    try:
-        with _client(url, token) as c:
-            items = c.events(job=job, limit=limit)
-    except StokerError as exc:
-        _fail(str(exc))
-    if as_json:
-        typer.echo(json.dumps(items))
+    items = _fetch(url, token, as_json, lambda c: c.events(job=job, limit=limit))
+    if items is None:
         return
     rows = [
         [
