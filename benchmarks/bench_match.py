@@ -25,15 +25,15 @@ from stoker.core import (
     BindJob,
     Cluster,
     Core,
-    JobFinished,
     JobSpec,
-    JobStarted,
     JobSubmitted,
     PodGone,
     PodReady,
     Policies,
     Profile,
     PromoteStandby,
+    RankExited,
+    RankStarted,
     StartPod,
     StopPod,
 )
@@ -58,7 +58,7 @@ class Answer:
             if isinstance(a, StartPod | PromoteStandby):
                 self.send(PodReady(a.pod))
             elif isinstance(a, BindJob):
-                self.send(JobStarted(a.job))
+                self.send(RankStarted(a.job))
             elif isinstance(a, StopPod):
                 self.send(PodGone(a.pod))
 
@@ -75,7 +75,7 @@ def build(gpus: int) -> tuple[Core, Answer]:
     for i in range(gpus):
         drv.send(JobSubmitted(JobSpec(f"seed-{i}", f"t{i % 100}", "gpu", f"tag{i}")))
     for i in range(gpus):
-        drv.send(JobFinished(f"seed-{i}"))
+        drv.send(RankExited(f"seed-{i}"))
     return core, drv
 
 
@@ -107,7 +107,7 @@ def main() -> None:
         warm_ns.append(time.perf_counter_ns() - t)
         assert core.jobs[spec.id].path.value == "warm", core.jobs[spec.id].path
         drv.follow(actions)
-        drv.send(JobFinished(spec.id))
+        drv.send(RankExited(spec.id))
         # a standby hit: a new caller; the standby beside an idle warm pod is promoted
         spec = JobSpec(f"s{k}", "new", "gpu", f"new{k}")
         drv.now += 0.001
@@ -124,7 +124,7 @@ def main() -> None:
                     alive[n] = last
                     where[last] = n
         drv.follow(actions)
-        drv.send(JobFinished(spec.id))
+        drv.send(RankExited(spec.id))
     gc.enable()
     both = np.array(warm_ns + standby_ns) / 1e3
     result = {

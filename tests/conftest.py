@@ -13,15 +13,15 @@ from stoker.core import (
     Cluster,
     Core,
     Event,
-    JobFinished,
     JobSpec,
-    JobStarted,
     JobSubmitted,
     PodGone,
     PodReady,
     Policies,
     Profile,
     PromoteStandby,
+    RankExited,
+    RankStarted,
     RecyclePod,
     StartPod,
     StopPod,
@@ -65,20 +65,23 @@ class Driver:
                     self.stopping[pid] = None
                 case BindJob(job=jid):
                     self.binding[jid] = None
-        if isinstance(event, JobStarted):
+        if isinstance(event, RankStarted):
             self.binding.pop(event.job, None)
             self.running[event.job] = None
-        elif isinstance(event, JobFinished):
+        elif isinstance(event, RankExited):
             self.binding.pop(event.job, None)
             self.running.pop(event.job, None)
         return actions
 
+    def workers(self, jid: str) -> int:
+        return self.core.jobs[jid].spec.workers
+
     def submit(
-        self, tenant: str = "t", tag: str = "a", profile: str = "p", replicas: int = 1
+        self, tenant: str = "t", tag: str = "a", profile: str = "p", workers: int = 1
     ) -> str:
         self._n += 1
         jid = f"job-{self._n}"
-        self.send(JobSubmitted(JobSpec(jid, tenant, profile, tag, replicas)))
+        self.send(JobSubmitted(JobSpec(jid, tenant, profile, tag, workers=workers)))
         return jid
 
     def ready(self, pods: Iterable[str] | None = None) -> None:
@@ -88,10 +91,16 @@ class Driver:
 
     def start(self) -> None:
         for jid in list(self.binding):
-            self.send(JobStarted(jid))
+            for rank in range(self.workers(jid)):
+                self.send(RankStarted(jid, rank))
 
     def finish(self, jid: str, at: float | None = None, **kw: object) -> list[Action]:
-        return self.send(JobFinished(jid, **kw), at)  # type: ignore[arg-type]
+        """Every rank of the job exits (with ``exit_code``/``failure`` if given); returns
+        the core's actions to them all."""
+        out: list[Action] = []
+        for rank in range(self.workers(jid)):
+            out += self.send(RankExited(jid, rank, **kw), at)  # type: ignore[arg-type]
+        return out
 
     def gone(self, pods: Iterable[str] | None = None) -> None:
         for pid in list(self.stopping if pods is None else pods):

@@ -130,7 +130,7 @@ def test_bad_input_names_the_field_and_writes_nothing(tmp_path: Path) -> None:
             ({"reuse_tag": ""}, "body.reuse_tag"),
             ({"env": {"1BAD": "x"}}, "body.env"),
             ({"code_digest": "0" * 64}, "body.code_digest"),
-            ({"replicas": 5}, "body.replicas"),
+            ({"workers": 5}, "body.workers"),
         ]
         for override, field in cases:
             body = {"profile": "plain", "argv": [PY, "-c", "pass"], "reuse_tag": "x", **override}
@@ -270,7 +270,7 @@ def test_multi_pod_job_gets_consistent_topology(broker: EmbeddedBroker) -> None:
         "print(os.environ['RANK'], os.environ['WORLD_SIZE'],"
         " os.environ['MASTER_ADDR'], os.environ['MASTER_PORT'])\n"
     )
-    job = a.run([PY, "-c", code], replicas=2)
+    job = a.run([PY, "-c", code], workers=2)
     assert job["exit_code"] == 0 and len(job["pods"]) == 2
     lines = sorted(a.output(job["id"]).split("\n"))[1:]
     ranks = [line.split() for line in lines]

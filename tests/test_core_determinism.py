@@ -15,9 +15,7 @@ from stoker.core import (
     Core,
     Failure,
     JobCancelled,
-    JobFinished,
     JobSpec,
-    JobStarted,
     JobSubmitted,
     PodFailed,
     PodGone,
@@ -25,6 +23,8 @@ from stoker.core import (
     Policies,
     Profile,
     PromoteStandby,
+    RankExited,
+    RankStarted,
     RecyclePod,
     StartPod,
     StopPod,
@@ -63,17 +63,17 @@ def run(seed: int, steps: int = 3000) -> str:
                 rng.choice("tu"),
                 rng.choice("ppqg"),
                 rng.choice("abcd"),
-                rng.choice([1, 1, 1, 2]),
+                workers=rng.choice([1, 1, 1, 2]),
             )
             event = JobSubmitted(spec)
         elif roll < 0.45 and starting:
             event = PodReady(starting.pop(rng.randrange(len(starting))))
         elif roll < 0.6 and binding:
-            jid = binding.pop(rng.randrange(len(binding)))
-            running.append(jid)
-            event = JobStarted(jid)
+            rank = binding.pop(rng.randrange(len(binding)))
+            running.append(rank)
+            event = RankStarted(*rank)
         elif roll < 0.8 and running:
-            event = JobFinished(running.pop(rng.randrange(len(running))))
+            event = RankExited(*running.pop(rng.randrange(len(running))))
         elif roll < 0.9 and stopping:
             event = PodGone(stopping.pop(rng.randrange(len(stopping))))
         elif roll < 0.93 and starting:
@@ -93,8 +93,8 @@ def run(seed: int, steps: int = 3000) -> str:
                     if pid in starting:
                         starting.remove(pid)
                     stopping.append(pid)
-                case BindJob(job=jid):
-                    binding.append(jid)
+                case BindJob(job=jid, pods=pods):
+                    binding.extend((jid, r) for r in range(len(pods)))
         digest.update(repr((now, event, actions)).encode())
     core.check()
     return digest.hexdigest()

@@ -187,7 +187,7 @@ def test_standby_not_taken_by_a_gang_against_its_own_warm_pod() -> None:
     a = d.run("t", "a")
     warm = d.core.jobs[a].pods[0]
     d.finish(a)
-    g = d.submit("t", "a", replicas=2)
+    g = d.submit("t", "a", workers=2)
     job = d.core.jobs[g]
     assert warm in job.pods
     assert d.core.pods[warm].state is PodState.ACTIVE
@@ -208,7 +208,7 @@ def test_gang_never_cold_starts_on_the_gpu_of_a_standby_it_promotes() -> None:
     d.finish(a)
     d.send(Tick(), at=1000.0)  # the warm pod's keep-alive ends
     d.gone()  # GPU 0: a ready standby alone (free 0.9, the best fit); GPU 1 free
-    g = d.submit("u", "b", replicas=2)
+    g = d.submit("u", "b", workers=2)
     job = d.core.jobs[g]
     assert job.path is HitPath.COLD  # one standby, one cold pod
     gpus = sorted(gid for pid in job.pods for gid in d.core.pods[pid].gpus)
@@ -222,7 +222,7 @@ def test_gang_reclaims_only_its_shortfall() -> None:
     d = Driver(make_core(nodes=2, gpus=2, profiles=[Profile("p"), Profile("g", gpus=2)]))
     a = d.run("t", "a", "p")
     d.finish(a)
-    g = d.submit("t", "a", "g", replicas=2)
+    g = d.submit("t", "a", "g", workers=2)
     assert [s.reason for s in d.actions(StopPod)] == ["reclaim"]
     d.gone()
     assert d.core.jobs[g].state is JobState.PLACED
@@ -248,7 +248,7 @@ def test_head_of_line_a_blocked_gang_holds_its_profile_queue() -> None:
     """No backfill: a one-pod job behind a gang that cannot go waits, so gangs never starve."""
     d = Driver(make_core(gpus=2))
     a = d.run("t", "a")
-    g = d.submit("t", "g", replicas=2)
+    g = d.submit("t", "g", workers=2)
     one = d.submit("t", "one")
     assert d.core.queued() == [g, one]
     assert not d.actions(StopPod)

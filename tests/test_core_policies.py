@@ -10,6 +10,7 @@ from conftest import Driver, make_core
 from stoker.core import (
     HitPath,
     JobCancelled,
+    JobEnded,
     PodState,
     Policies,
     Profile,
@@ -61,7 +62,7 @@ def test_warm_hit_resets_the_deadline() -> None:
 def test_zero_ttl_stops_at_once_and_always_on_never() -> None:
     d = Driver(make_core(policies=Policies(keepalive=FixedKeepAlive(0.0))))
     a = d.run()
-    assert d.finish(a) == [StopPod(d.core.jobs[a].pods[0], "keepalive")]
+    assert d.finish(a) == [JobEnded(a, None, 0), StopPod(d.core.jobs[a].pods[0], "keepalive")]
     d = Driver(make_core(policies=Policies(keepalive=AlwaysOn())))
     a = d.run()
     d.finish(a)
@@ -267,11 +268,11 @@ def test_promotion_replenishes_the_standby() -> None:
 def test_a_gang_job_is_one_end_for_the_fitted_keepalive() -> None:
     ka = FittedKeepAlive(min_samples=1)
     d = Driver(make_core(gpus=2, policies=Policies(keepalive=ka)))
-    g = d.submit(replicas=2)
+    g = d.submit(workers=2)
     d.settle()
     d.finish(g, at=10.0)
     d.now = 14.0
-    d.submit(replicas=2)
+    d.submit(workers=2)
     d.settle()
     d.now = 100.0
     d.submit("t", "a")  # no second end of the gang is left over to make a pause

@@ -36,7 +36,6 @@ from stoker.core import (
     Failure,
     JobCancelled,
     JobEnded,
-    JobStarted,
     JobState,
     PodFailed,
     PodGone,
@@ -44,6 +43,7 @@ from stoker.core import (
     Policies,
     Profile,
     PromoteStandby,
+    RankStarted,
     RecyclePod,
     StartPod,
     Tick,
@@ -103,12 +103,12 @@ class CoreMachine(RuleBasedStateMachine):
         tenant=st.sampled_from(["t", "u"]),
         tag=st.sampled_from(["a", "b"]),
         profile=st.sampled_from(["p", "p", "q", "g", "h"]),
-        replicas=st.sampled_from([1, 1, 1, 2]),
+        workers=st.sampled_from([1, 1, 1, 2]),
     )
-    def submit(self, tenant: str, tag: str, profile: str, replicas: int) -> None:
-        if profile == "g" and replicas * 2 > 2 * self.nodes:
-            replicas = 1
-        self.d.submit(tenant, tag, profile, replicas)
+    def submit(self, tenant: str, tag: str, profile: str, workers: int) -> None:
+        if profile == "g" and workers * 2 > 2 * self.nodes:
+            workers = 1
+        self.d.submit(tenant, tag, profile, workers)
 
     @precondition(lambda self: self.d.core.jobs)
     @rule(data=st.data())
@@ -126,7 +126,7 @@ class CoreMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.d.binding)
     @rule(data=st.data())
     def started(self, data: st.DataObject) -> None:
-        self.d.send(JobStarted(data.draw(st.sampled_from(list(self.d.binding)))))
+        self.d.send(RankStarted(data.draw(st.sampled_from(list(self.d.binding)))))
 
     @precondition(lambda self: self.d.binding or self.d.running)
     @rule(data=st.data(), failure=st.sampled_from(FAILURES))
@@ -183,7 +183,7 @@ class CoreMachine(RuleBasedStateMachine):
         for job in core.jobs.values():
             assert job.state in JobState
             if job.state in (JobState.PLACED, JobState.BINDING, JobState.RUNNING):
-                assert len(job.pods) == job.spec.replicas, job
+                assert len(job.pods) == job.spec.workers, job
                 for pid in job.pods:
                     pod = core.pods[pid]
                     assert pod.state not in (PodState.STOPPING, PodState.GONE), (job, pod)
@@ -200,7 +200,7 @@ class CoreMachine(RuleBasedStateMachine):
         for name, profile in core.profiles.items():
             queued = core.queued(name)
             if queued:
-                need = core.jobs[queued[0]].spec.replicas
+                need = core.jobs[queued[0]].spec.workers
                 free = core._find_capacity(profile, need, set())
                 assert len(free) < need, (queued[0], free)
         assert math.isclose(idle, core.idle_gpus, abs_tol=1e-6)

@@ -12,8 +12,8 @@ from stoker.core import (
     HitPath,
     JobCancelled,
     JobEnded,
+    JobRequeued,
     JobSpec,
-    JobStarted,
     JobState,
     JobSubmitted,
     KillJob,
@@ -22,6 +22,7 @@ from stoker.core import (
     PodReady,
     PodState,
     Profile,
+    RankStarted,
     StartPod,
     StopPod,
     Tick,
@@ -33,7 +34,7 @@ def test_job_records_every_step() -> None:
     a = d.submit()
     d.send(PodReady("pod-1"), at=20.0)
     d.send(PodReady("pod-1"), at=21.0)  # a repeated ready is ignored
-    d.send(JobStarted(a), at=26.0)
+    d.send(RankStarted(a), at=26.0)
     d.finish(a, at=30.0, exit_code=3, failure=Failure.USER_ERROR)
     job = d.core.jobs[a]
     assert (job.submitted, job.placed, job.pod_ready) == (0.0, 0.0, 20.0)
@@ -48,7 +49,7 @@ def test_pod_gpu_seconds_per_state() -> None:
     d = Driver(make_core(gpus=1))
     a = d.submit()
     d.send(PodReady("pod-1"), at=2.0)
-    d.send(JobStarted(a), at=3.0)
+    d.send(RankStarted(a), at=3.0)
     d.finish(a, at=5.0)
     d.send(Tick(), at=65.0)  # keep-alive (60 s) ends
     d.send(PodGone("pod-1"), at=66.0)
@@ -104,7 +105,7 @@ def test_cancel_placed_orphan_is_stopped_when_nobody_waits() -> None:
 
 def test_cancel_placed_gang_stops_its_ready_pods() -> None:
     d = Driver(make_core(gpus=2))
-    g = d.submit(replicas=2)
+    g = d.submit(workers=2)
     d.ready(["pod-1"])
     actions = d.send(JobCancelled(g))
     assert actions == [StopPod("pod-1", "cancelled"), JobEnded(g, Failure.CANCELLED)]
@@ -147,7 +148,7 @@ def test_pod_failure_while_binding_requeues_and_late_news_is_ignored() -> None:
     assert job.state is JobState.PLACED and job.pods == ["pod-2"]
     # the runtime's late report of the failed run changes nothing
     d.finish(a, exit_code=1, failure=Failure.POD_DIED)
-    d.send(JobStarted(a))
+    d.send(RankStarted(a))
     assert job.state is JobState.PLACED and job.started is None
     d.ready()
     assert job.state is JobState.BINDING
@@ -164,12 +165,15 @@ def test_pod_failure_while_running_ends_the_job() -> None:
 def test_job_dying_with_its_pod_does_not_leave_it_warm() -> None:
     d = Driver(make_core(gpus=1))
     a = d.run()
-    assert d.finish(a, exit_code=1, failure=Failure.POD_DIED) == [StopPod("pod-1", "pod_died")]
+    assert d.finish(a, exit_code=1, failure=Failure.POD_DIED) == [
+        JobEnded(a, Failure.POD_DIED, 1),
+        StopPod("pod-1", "pod_died"),
+    ]
 
 
 def test_gang_binds_all_pods_at_once() -> None:
     d = Driver(make_core(nodes=2, gpus=2, profiles=[Profile("g", gpus=2)]))
-    g = d.submit(profile="g", replicas=2)
+    g = d.submit(profile="g", workers=2)
     job = d.core.jobs[g]
     assert len(job.pods) == 2
     nodes = {d.core.pods[p].node for p in job.pods}
@@ -182,11 +186,11 @@ def test_gang_binds_all_pods_at_once() -> None:
 
 def test_gang_pod_failure_stops_the_rest_and_requeues() -> None:
     d = Driver(make_core(gpus=2))
-    g = d.submit(replicas=2)
+    g = d.submit(workers=2)
     d.ready(["pod-1"])
     d.starting.clear()
     actions = d.send(PodFailed("pod-2"))
-    assert actions == [StopPod("pod-1", "gang_failed")]
+    assert actions == [StopPod("pod-1", "gang_failed"), JobRequeued(g, Failure.POD_DIED)]
     assert d.core.jobs[g].state is JobState.QUEUED
     d.gone()
     assert d.core.jobs[g].state is JobState.PLACED
@@ -196,10 +200,10 @@ def test_gang_pod_failure_stops_the_rest_and_requeues() -> None:
 
 def test_gang_warm_hit_of_all_pods() -> None:
     d = Driver(make_core(gpus=2))
-    g = d.submit(replicas=2)
+    g = d.submit(workers=2)
     d.settle()
     d.finish(g)
-    g2 = d.submit(replicas=2)
+    g2 = d.submit(workers=2)
     assert d.core.jobs[g2].path is HitPath.WARM
     assert sorted(d.core.jobs[g2].pods) == sorted(d.core.jobs[g].pods)
     assert d.log[-1][2] == [BindJob(g2, tuple(d.core.jobs[g2].pods))]
@@ -212,10 +216,10 @@ def test_bad_events_raise_typed_errors() -> None:
     d.submit()
     with pytest.raises(CoreError, match="duplicate"):
         d.core.handle(JobSubmitted(JobSpec("job-1", "t", "p", "a")), 0.0)
-    with pytest.raises(CoreError, match="replicas"):
-        d.core.handle(JobSubmitted(JobSpec("y", "t", "p", "a", replicas=0)), 0.0)
+    with pytest.raises(CoreError, match="workers"):
+        d.core.handle(JobSubmitted(JobSpec("y", "t", "p", "a", workers=0)), 0.0)
     with pytest.raises(CoreError, match="unknown job"):
-        d.core.handle(JobStarted("nope"), 0.0)
+        d.core.handle(RankStarted("nope"), 0.0)
     d.core.handle(Tick(), 5.0)
     with pytest.raises(CoreError, match="backwards"):
         d.core.handle(Tick(), 4.0)

@@ -247,7 +247,10 @@ def _fill_store(cfg: BrokerConfig, n: int) -> None:
                 "idempotency_key": None,
                 "profile": "plain",
                 "reuse_tag": f"loop-{i % 40}",
-                "replicas": 1,
+                "job_class": "pool",
+                "workers": 1,
+                "gpus": 0.9,
+                "guarantee_s": None,
                 "argv": ["python", "-c", "pass"],
                 "code_digest": None,
                 "deps": [],
@@ -261,6 +264,10 @@ def _fill_store(cfg: BrokerConfig, n: int) -> None:
                 "finished": submitted + latency + 0.5,
                 "exit_code": 0,
                 "failure": None,
+                "requeues": 0,
+                "requeue_reason": None,
+                "guarantee_succeeded": 0,
+                "guarantee_failed": 0,
             }
         )
     batch.commit(store)

@@ -16,13 +16,13 @@ from stoker.cli.main import app
 from stoker.core import (
     Cluster,
     Core,
-    JobFinished,
     JobSpec,
-    JobStarted,
     JobSubmitted,
     PodGone,
     PodReady,
     Profile,
+    RankExited,
+    RankStarted,
     StartPod,
     StopPod,
 )
@@ -273,8 +273,8 @@ def test_idle_pool_pods_give_way_before_spot() -> None:
     acts = core.handle(JobSubmitted(JobSpec("pj", "t", "p", "tag")), 0.0)
     pod = next(a.pod for a in acts if isinstance(a, StartPod))
     core.handle(PodReady(pod), 1.0)
-    core.handle(JobStarted("pj"), 1.0)
-    core.handle(JobFinished("pj"), 2.0)
+    core.handle(RankStarted("pj"), 1.0)
+    core.handle(RankExited("pj"), 2.0)
     sched._refresh(sched.nodes["n0"])  # the pool changed shares outside the scheduler
     sched.handle(GangSubmitted(spec("s", "spot", 1, dur=1e5)), 3.0)  # the other card
     out = sched.handle(GangSubmitted(spec("h", "hp", 1)), 4.0)
@@ -294,9 +294,9 @@ def test_core_yield_idle_all_or_nothing() -> None:
     acts = core.handle(JobSubmitted(JobSpec("pj", "t", "p", "tag")), 0.0)
     pod = next(a.pod for a in acts if isinstance(a, StartPod))
     core.handle(PodReady(pod), 1.0)
-    core.handle(JobStarted("pj"), 1.0)
+    core.handle(RankStarted("pj"), 1.0)
     assert core.yield_idle("n0", 2, 1.5) == []  # the pod is active: not idle, nothing
-    core.handle(JobFinished("pj"), 2.0)
+    core.handle(RankExited("pj"), 2.0)
     assert core.yield_idle("n0", 1, 2.5) == []  # one card already free
     out = core.yield_idle("n0", 2, 3.0)
     assert [a.pod for a in out if isinstance(a, StopPod)] == [pod]

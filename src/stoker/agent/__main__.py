@@ -118,9 +118,9 @@ class Agent:
             await self._bind(msg)
         elif op == "kill":
             job = self.job
-            if job is not None and job.id == msg.get("job"):
+            if job is not None and job.id == msg.get("job") and job.kill_failure is None:
                 job.kill_failure = str(msg.get("failure") or "cancelled")
-                self._kill_others()
+                self._terminate(job, float(msg.get("grace_s") or 0.0))
         elif op == "promote":
             os.environ["CUDA_VISIBLE_DEVICES"] = str(msg.get("cuda_visible_devices", ""))
             os.environ["STOKER_GPUS"] = ",".join(msg.get("gpus") or ())
@@ -272,6 +272,21 @@ class Agent:
                 "at": time.time(),
             }
         )
+
+    def _terminate(self, job: _Job, grace_s: float) -> None:
+        """Stop ``job``: SIGTERM to its process group first when there is a grace (so it may
+        checkpoint), SIGKILL to everything it runs once the grace has passed."""
+        if grace_s <= 0:
+            self._kill_others()
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(job.pid, signal.SIGTERM)  # the job called setsid: its group is its pid
+
+        def kill_if_running() -> None:
+            if self.job is job:
+                self._kill_others()
+
+        asyncio.get_running_loop().call_later(grace_s, kill_if_running)
 
     def _kill_others(self) -> None:
         """SIGKILL what the current job runs (and, in a sandbox, all it left behind).

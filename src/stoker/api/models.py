@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field, field_validator
+
+JobClass = Literal["pool", "hp", "spot"]
+"""``pool``: served from warm pools; ``hp``: guaranteed, never preempted; ``spot``:
+preemptible, admitted under the spot quota, promised ``guarantee_s`` of run time."""
 
 _ENV_KEY_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
@@ -17,7 +23,20 @@ class JobSubmit(BaseModel):
     deps: list[str] = Field(default_factory=list, max_length=256)
     env: dict[str, str] = Field(default_factory=dict)
     timeout_s: float | None = Field(default=None, gt=0)  # None: an hour, or the cap
-    replicas: int = Field(default=1, ge=1, le=64)
+    job_class: JobClass = "pool"
+    workers: int = Field(default=1, ge=1, le=64)  # rank i runs in the job's i-th pod
+    # GPUs per worker: a fraction below 1 shares a card, whole cards above; None: the
+    # profile's own shape
+    gpus: float | None = Field(default=None, gt=0, le=64)
+    # spot only: the run time promised with probability g (None: the broker's default)
+    guarantee_s: float | None = Field(default=None, gt=0, le=7 * 86400)
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, v: float | None) -> float | None:
+        if v is not None and v > 1 and not float(v).is_integer():
+            raise ValueError("above 1, gpus per worker must be a whole number of cards")
+        return v
 
     @field_validator("argv")
     @classmethod
@@ -46,7 +65,10 @@ class JobView(BaseModel):
     tenant: str
     profile: str
     reuse_tag: str
-    replicas: int
+    job_class: str
+    workers: int
+    gpus: float
+    guarantee_s: float | None
     argv: list[str]
     code_digest: str | None
     deps: list[str]
@@ -60,6 +82,13 @@ class JobView(BaseModel):
     finished: float | None
     exit_code: int | None
     failure: str | None
+    # times the job was taken off its pods and put back in its queue, and why the last time
+    # (``preempted``: evicted for HP work; it runs again, nothing lost)
+    requeues: int = 0
+    requeue_reason: str | None = None
+    # spot: guarantee periods succeeded (ran a whole guaranteed duration) and failed (evicted)
+    guarantee_succeeded: int = 0
+    guarantee_failed: int = 0
     start_latency_ms: float | None = None
 
 
@@ -84,6 +113,37 @@ class ProfileView(BaseModel):
     packages: list[str]
     network: bool
     queued: int
+
+
+class PoolForecast(BaseModel):
+    """The summed HP demand forecast of a GPU pool: hourly peaks ahead as Normal(mean, var),
+    and their ``g``-quantile (what the spot quota reads)."""
+
+    hours: list[int]
+    mean: list[float]
+    var: list[float]
+    quantile: list[float]
+    g: float
+
+
+class QueuedCounts(BaseModel):
+    hp: int
+    spot: int
+
+
+class PoolView(BaseModel):
+    """One GPU pool (all GPUs of one model): what HP and spot hold, the spot quota and how it
+    was set, and the eviction rate over the last day."""
+
+    gpu_model: str
+    capacity: float
+    hp_gpus: float
+    spot_gpus: float
+    spot_quota: float
+    eta: float
+    eviction_rate_1d: float
+    forecast: PoolForecast | None
+    queued: QueuedCounts
 
 
 class TenantCreate(BaseModel):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -100,6 +101,30 @@ class Broker:
             await self.scheduler.close(stop_pods=stop_pods)
         self.decisions.close()
         self.store.close()
+
+
+def _invalid(field: str, message: str) -> ApiError:
+    return ApiError(422, "invalid", f"{field}: {message}", field)
+
+
+def _check_shape(body: JobSubmit, profile_gpus: int, capacity: int) -> None:
+    """A job's class, workers and GPUs against each other and against this broker's GPUs;
+    an impossible shape is refused here, never left to wait forever in a queue."""
+    if body.guarantee_s is not None and body.job_class != "spot":
+        raise _invalid("body.guarantee_s", "only spot jobs have a guaranteed duration")
+    if body.gpus is not None and body.job_class == "pool":
+        raise _invalid("body.gpus", "a pool job takes its profile's shape; leave gpus out")
+    per_worker = float(profile_gpus) if body.gpus is None else body.gpus
+    if per_worker > capacity:
+        raise _invalid("body.gpus", f"{per_worker:g} GPUs per worker; this broker has {capacity}")
+    # whole cards per worker; fractional workers may share cards (so at least this many)
+    need = math.ceil(body.workers * per_worker - 1e-9)
+    if need > capacity:
+        raise _invalid(
+            "body.workers",
+            f"{body.workers} workers of {per_worker:g} GPUs need {need:g}; this broker has"
+            f" {capacity}",
+        )
 
 
 def _job_view(row: dict[str, Any]) -> JobView:
@@ -251,14 +276,7 @@ def create_app(broker: Broker) -> FastAPI:
                 f"body.timeout_s: {body.timeout_s} is over the {cfg.max_timeout_s} s cap",
                 "body.timeout_s",
             )
-        if body.replicas * prof.core.gpus > len(sched.gpus):
-            raise ApiError(
-                422,
-                "invalid",
-                f"body.replicas: {body.replicas} pods of {prof.name} need more GPUs"
-                f" than this broker has ({len(sched.gpus)})",
-                "body.replicas",
-            )
+        _check_shape(body, prof.core.gpus, len(sched.gpus))
         if body.code_digest is not None and not broker.store.has_code(body.code_digest):
             raise ApiError(
                 422,
@@ -274,7 +292,10 @@ def create_app(broker: Broker) -> FastAPI:
             deps=tuple(body.deps),
             env=dict(body.env),
             timeout_s=timeout_s,
-            replicas=body.replicas,
+            job_class=body.job_class,
+            workers=body.workers,
+            gpus=body.gpus,
+            guarantee_s=body.guarantee_s,
         )
         row, created = sched.submit(tenant, req, idempotency_key)
         if not created:
@@ -317,12 +338,18 @@ def create_app(broker: Broker) -> FastAPI:
 
     @app.get("/v1/jobs/{job_id}/output")
     async def job_output(job_id: str, who: Caller, follow: bool = True) -> StreamingResponse:
-        """Newline-delimited JSON: ``{"seq", "stream", "data"}`` (data base64), then
+        """Newline-delimited JSON: ``{"seq", "stream", "data"}`` (data base64), a
+        ``{"requeued": {"id", "requeues", "requeue_reason"}}`` notice each time the job is
+        preempted and re-queued (its output goes on with the next run), then
         ``{"end": job}`` once the job has finished."""
         own_job(who, job_id)
 
         async def lines() -> AsyncIterator[bytes]:
-            async for seq, stream, data in sched.output(job_id, follow):
+            async for item in sched.output(job_id, follow):
+                if isinstance(item, dict):
+                    yield (json.dumps(item) + "\n").encode()  # a notice: re-queued
+                    continue
+                seq, stream, data = item
                 msg = {"seq": seq, "stream": stream, "data": base64.b64encode(data).decode()}
                 yield (json.dumps(msg) + "\n").encode()
             row = sched.job(job_id)

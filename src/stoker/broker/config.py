@@ -5,26 +5,46 @@ The broker reads a TOML file (``stoker up --config FILE``)::
 
     data_dir = "/var/lib/stoker"    # default: platformdirs' user data dir
     gpu_slots = 2                   # virtual GPU slots where NVML finds none
+    gpu_model = "any"               # the GPU pool this host's GPUs belong to
     max_code_bytes = 67108864
-    keepalive_s = 60
+    keepalive_s = 60                # the fixed keep-alive's time to live
 
     [profiles.plain]
     share = 0.9                     # leaves room beside an active pod for a standby
     standby_share = 0.1
     preload = []
     packages = []
+
+    [policies]                      # every decision by its name in the core's registry
+    preset = "stoker"               # the starting set; the keys below override one each
+    keepalive = "fitted"            # fixed | fitted | always-on
+    warm_budget = "queue-driven"
+    standby = "beside-active"       # or none
+    spot_quota = "forecast"         # or static
+
+    [forecast]                      # the HP demand forecaster (stoker.forecast's registry)
+    forecaster = "ridge"
+    query_every_s = 300             # query and hand the core the answer (GFS: 5 min)
+    refit_every_s = 86400           # refit on the stored history (GFS: daily)
+    horizon_h = 4
+    history_days = 35               # history read from the store per refit
+
+    [spot]
+    grace_s = 30                    # SIGTERM, then SIGKILL this much later (checkpoint time)
 """
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 
 from stoker.api.config import ConfigError
 from stoker.core.model import Profile
+from stoker.forecast.registry import FORECASTERS
 from stoker.runtime.base import RuntimeProfile
 
 
@@ -59,6 +79,56 @@ class BrokerProfile:
         return BrokerProfile(core, rt)
 
 
+@dataclass
+class PolicyConfig:
+    """The core's policies by registry name: a preset, and per extension point an override
+    (None keeps the preset's). The core's registry checks the names when the broker starts."""
+
+    preset: str | None = None
+    keepalive: str | None = None
+    warm_budget: str | None = None
+    standby: str | None = None
+    spot_quota: str | None = None
+
+    def overrides(self) -> dict[str, str]:
+        """The extension points set here, by name."""
+        points = (f.name for f in fields(self) if f.name != "preset")
+        return {k: v for k in points if (v := getattr(self, k)) is not None}
+
+
+@dataclass
+class ForecastConfig:
+    """How the broker runs the HP demand forecaster (off the scheduling loop)."""
+
+    forecaster: str = "ridge"
+    query_every_s: float = 300.0
+    refit_every_s: float = 86400.0
+    horizon_h: int = 4
+    history_days: float = 35.0
+
+    def check(self) -> None:
+        """ValueError naming the first bad field."""
+        if self.forecaster not in FORECASTERS:
+            raise ValueError(
+                f"forecaster: one of {', '.join(FORECASTERS)}, not {self.forecaster!r}"
+            )
+        for name in ("query_every_s", "refit_every_s", "horizon_h", "history_days"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: must be > 0")
+
+
+@dataclass
+class SpotConfig:
+    """How an evicted spot job is stopped: SIGTERM, then SIGKILL ``grace_s`` later."""
+
+    grace_s: float = 30.0
+
+    def check(self) -> None:
+        """ValueError naming the first bad field."""
+        if not self.grace_s >= 0:
+            raise ValueError("grace_s: must be >= 0")
+
+
 def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("stoker"))
 
@@ -73,8 +143,12 @@ class BrokerConfig:
     max_code_bytes: int = 64 * 1024 * 1024
     max_timeout_s: float = 24 * 3600.0
     keepalive_s: float = 60.0
+    gpu_model: str = "any"
     find_links: tuple[Path, ...] = ()
     no_index: bool = False
+    policies: PolicyConfig = field(default_factory=PolicyConfig)
+    forecast: ForecastConfig = field(default_factory=ForecastConfig)
+    spot: SpotConfig = field(default_factory=SpotConfig)
 
     @property
     def db_path(self) -> Path:
@@ -96,30 +170,29 @@ class BrokerConfig:
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"config {path}: {exc}") from exc
         cfg = BrokerConfig()
-        known = {
-            "data_dir",
-            "gpu_slots",
-            "max_code_bytes",
-            "max_timeout_s",
-            "keepalive_s",
-            "profiles",
-            "find_links",
-            "no_index",
-        }
+        scalars = ("gpu_slots", "gpu_model", "max_code_bytes", "max_timeout_s", "keepalive_s")
+        tables = ("profiles", "policies", "forecast", "spot")
+        known = {"data_dir", "find_links", "no_index", *scalars, *tables}
         for key in raw:
             if key not in known:
                 raise ConfigError(f"config {path}: unknown key {key!r}")
         if "data_dir" in raw:
             cfg.data_dir = Path(raw["data_dir"]).expanduser()
-        for key in (
-            "gpu_slots",
-            "max_code_bytes",
-            "max_timeout_s",
-            "keepalive_s",
-            "no_index",
-        ):
-            if key in raw:
-                setattr(cfg, key, type(getattr(cfg, key))(raw[key]))
+        _set(
+            cfg,
+            {k: raw[k] for k in (*scalars, "no_index") if k in raw},
+            path,
+            "",
+            (*scalars, "no_index"),
+        )
+        _table(cfg.policies, raw, "policies", path)
+        _table(cfg.forecast, raw, "forecast", path)
+        _table(cfg.spot, raw, "spot", path)
+        for name, table in (("forecast", cfg.forecast), ("spot", cfg.spot)):
+            try:
+                table.check()
+            except ValueError as exc:
+                raise ConfigError(f"config {path}: {name}.{exc}") from exc
         if "find_links" in raw:
             cfg.find_links = tuple(Path(p) for p in raw["find_links"])
         if "profiles" in raw:
@@ -146,3 +219,28 @@ class BrokerConfig:
                 )
                 cfg.profiles.append(BrokerProfile(core, rt))
         return cfg
+
+
+def _set(obj: object, raw: dict[str, Any], path: object, where: str, keys: tuple[str, ...]) -> None:
+    """Copy ``keys`` from a TOML table onto ``obj``, each converted to its field's type; an
+    unknown key or a value of the wrong type is a ConfigError naming it."""
+    for key in raw:
+        if key not in keys:
+            raise ConfigError(f"config {path}: unknown key {where}{key!r}")
+    for key in keys:
+        if key not in raw:
+            continue
+        current = getattr(obj, key)
+        kind = str if current is None else type(current)
+        try:
+            setattr(obj, key, kind(raw[key]))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"config {path}: {where}{key}: {exc}") from exc
+
+
+def _table(obj: object, raw: dict[str, Any], name: str, path: object) -> None:
+    """A TOML table onto the dataclass ``obj`` (every field a key)."""
+    table = raw.get(name, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"config {path}: {name} must be a table")
+    _set(obj, table, path, f"{name}.", tuple(f.name for f in fields(obj)))  # type: ignore[arg-type]

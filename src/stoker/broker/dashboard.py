@@ -263,6 +263,7 @@ class Dashboard:
                 {
                     "id": job_id,
                     "profile": job.spec.profile,
+                    "job_class": job.spec.job_class.value,
                     "tenant": job.spec.tenant,
                     "wait_s": now - job.submitted,
                 }
@@ -277,6 +278,7 @@ class Dashboard:
                     "id": row["id"],
                     "tenant": row["tenant"],
                     "profile": row["profile"],
+                    "job_class": row["job_class"],
                     "state": row["state"],
                     "path": row["path"],
                     "start_latency_ms": None

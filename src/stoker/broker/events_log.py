@@ -25,20 +25,22 @@ from typing import Any
 
 from stoker.broker.metrics import BrokerMetrics
 from stoker.core import (
+    BindFailed,
     BindJob,
     Core,
     Event,
     Failure,
     JobCancelled,
     JobEnded,
-    JobFinished,
-    JobStarted,
+    JobRequeued,
     JobState,
     JobSubmitted,
     KillJob,
     PodFailed,
     PodState,
     PromoteStandby,
+    RankExited,
+    RankStarted,
     RecyclePod,
     StartPod,
     StopPod,
@@ -177,14 +179,17 @@ class DecisionLog:
                 self._emit(
                     now,
                     "job.submitted",
-                    f"{spec.replicas} pod(s) of {spec.profile} asked",
+                    f"{spec.job_class} job: {spec.workers} worker(s) of {spec.profile} asked",
                     job=spec.id,
                     tenant=spec.tenant,
                     profile=spec.profile,
+                    job_class=spec.job_class.value,
                     reuse_tag=spec.reuse_tag,
                 )
                 touched[spec.id] = None
-            case JobStarted(job) | JobFinished(job) | JobCancelled(job):
+            case (
+                RankStarted(job=job) | RankExited(job=job) | JobCancelled(job) | BindFailed(job=job)
+            ):
                 touched[job] = None
             case PodFailed(pod, reason):
                 p = core.pods.get(pod)
@@ -223,15 +228,19 @@ class DecisionLog:
                     touched[job] = None
                 case StopPod(pod, reason):
                     self._stopped(core, pod, reason, now)
-                case KillJob(job):
+                case KillJob(job, reason, grace_s):
                     j = core.jobs[job]
                     self._emit(
                         now,
                         "job.kill",
-                        "cancelled while running: its processes are stopped",
+                        f"its running ranks are stopped ({reason.value}; {grace_s:g} s grace)",
                         job=job,
                         tenant=j.spec.tenant,
+                        reason=reason.value,
                     )
+                case JobRequeued(job, reason):
+                    self._requeued(core, job, reason, now)
+                    touched[job] = None
         for job_id in touched:
             self._job(core, job_id, actions, now)
 
@@ -287,9 +296,6 @@ class DecisionLog:
             if job.state is JobState.QUEUED:
                 reason, msg = self._why_queued(core, job, actions)
                 self._emit(now, "job.queued", msg, reason=reason, **base)
-        if seen.path is not None and path is None:
-            msg = "its pod failed before it ran: back at the head of the queue"
-            self._emit(now, "job.requeued", msg, reason="pod_failed", **base)
         if path is not None and seen.path is None:
             wait = (job.placed or now) - job.submitted
             self.metrics.queue_wait.labels(spec.profile).observe(wait)
@@ -320,8 +326,6 @@ class DecisionLog:
         if job.state is JobState.FINISHED:
             out = outcome(job.exit_code, job.failure.value if job.failure else None)
             self.metrics.finished.labels(spec.profile, path or "none", out).inc()
-            if job.failure is Failure.PREEMPTED:
-                self.metrics.preemptions.labels(core.profiles[spec.profile].gpu_model).inc()
             if job.started is not None:
                 for pid in job.pods:
                     for gid in core.pods[pid].gpus:
@@ -340,6 +344,25 @@ class DecisionLog:
             del self._live[job_id]
             return
         self._live[job_id] = _Seen(job.state.value, path, job.started is not None, tuple(job.pods))
+
+    def _requeued(self, core: Core, job_id: str, reason: Failure, now: float) -> None:
+        job = core.jobs[job_id]
+        spec = job.spec
+        if reason is Failure.PREEMPTED:
+            model = spec.gpu_model or core.profiles[spec.profile].gpu_model
+            self.metrics.preemptions.labels(model).inc()
+            msg = "evicted for HP demand: back in the queue, runs again"
+        else:
+            msg = f"its pod failed before it ran ({reason.value}): back in the queue"
+        self._emit(
+            now,
+            "job.requeued",
+            msg,
+            reason=reason.value,
+            job=job_id,
+            tenant=spec.tenant,
+            profile=spec.profile,
+        )
 
     def _handover(self, core: Core, job: Any) -> None:
         """Observe a handover once per job: the GPU's previous job (another caller's) ended

@@ -19,20 +19,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stoker.broker.config import BrokerConfig, BrokerProfile
+from stoker.broker.forecasting import HPForecasts
 from stoker.broker.metrics import BrokerMetrics
 from stoker.broker.store import Batch, Store, StoredEvent
 from stoker.core import (
     GPU,
+    BindFailed,
     BindJob,
     Cluster,
     Core,
     Event,
     Failure,
+    ForecastUpdated,
     JobCancelled,
+    JobClass,
     JobEnded,
-    JobFinished,
+    JobRequeued,
     JobSpec,
-    JobStarted,
     JobState,
     JobSubmitted,
     KillJob,
@@ -41,15 +44,20 @@ from stoker.core import (
     PodGone,
     PodReady,
     PodState,
+    PodStopFailed,
     Policies,
     PromoteStandby,
+    RankExited,
+    RankStarted,
     RecyclePod,
     StartPod,
     StopPod,
     Tick,
 )
+from stoker.core.demand import MINUTE_S, HPDemandMeter
 from stoker.core.policies import FixedKeepAlive, QueueDrivenBudget
 from stoker.runtime.base import (
+    BindRefused,
     JobBinding,
     JobExited,
     JobOutput,
@@ -61,6 +69,8 @@ from stoker.runtime.base import (
 )
 
 log = logging.getLogger("stoker.broker")
+# what an output listener receives: a chunk, a notice (re-queued), or None (finished)
+_Notice = tuple[int, str, bytes] | dict[str, Any] | None
 _NODE = "local"
 _MASTER_PORT_BASE = 29500
 
@@ -76,16 +86,10 @@ class JobRequest:
     deps: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     timeout_s: float = 3600.0
-    replicas: int = 1
-
-
-@dataclass
-class _Gang:
-    """The ranks of one bound job: which are running, which have exited and how."""
-
-    pods: tuple[str, ...]
-    running: set[str] = field(default_factory=set)
-    exited: dict[str, tuple[int, Failure | None]] = field(default_factory=dict)
+    job_class: str = "pool"
+    workers: int = 1
+    gpus: float | None = None  # per worker; None: the profile's
+    guarantee_s: float | None = None  # spot only; None: the core's default
 
 
 def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
@@ -97,7 +101,11 @@ def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
                 "tenant": spec.tenant,
                 "profile": spec.profile,
                 "reuse_tag": spec.reuse_tag,
-                "replicas": spec.replicas,
+                "job_class": spec.job_class.value,
+                "workers": spec.workers,
+                "gpus": spec.gpus,
+                "gpu_model": spec.gpu_model,
+                "guarantee_s": spec.guarantee_s,
             }
         case JobCancelled(job):
             return "cancelled", {"job": job}
@@ -107,13 +115,25 @@ def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
             return "pod_failed", {"pod": pod, "reason": reason.value}
         case PodGone(pod):
             return "pod_gone", {"pod": pod}
-        case JobStarted(job):
-            return "started", {"job": job}
-        case JobFinished(job, exit_code, failure):
-            return "finished", {
+        case PodStopFailed(pod, reason):
+            return "pod_stop_failed", {"pod": pod, "reason": reason}
+        case RankStarted(job, rank):
+            return "rank_started", {"job": job, "rank": rank}
+        case RankExited(job, rank, exit_code, failure):
+            return "rank_exited", {
                 "job": job,
+                "rank": rank,
                 "exit_code": exit_code,
                 "failure": failure.value if failure else None,
+            }
+        case BindFailed(job, pod, reason, infra):
+            return "bind_failed", {"job": job, "pod": pod, "reason": reason, "infra": infra}
+        case ForecastUpdated(tenant, gpu_model, mean, var):
+            return "forecast", {
+                "tenant": tenant,
+                "gpu_model": gpu_model,
+                "mean": list(mean),
+                "var": list(var),
             }
         case Tick():
             return "tick", {}
@@ -126,7 +146,17 @@ def decode_event(ev: StoredEvent) -> Event:
     match ev.kind:
         case "submitted":
             return JobSubmitted(
-                JobSpec(d["id"], d["tenant"], d["profile"], d["reuse_tag"], d["replicas"])
+                JobSpec(
+                    d["id"],
+                    d["tenant"],
+                    d["profile"],
+                    d["reuse_tag"],
+                    JobClass(d.get("job_class", "pool")),
+                    int(d.get("workers", d.get("replicas", 1))),
+                    d.get("gpus"),
+                    d.get("gpu_model"),
+                    d.get("guarantee_s"),
+                )
             )
         case "cancelled":
             return JobCancelled(d["job"])
@@ -136,11 +166,22 @@ def decode_event(ev: StoredEvent) -> Event:
             return PodFailed(d["pod"], Failure(d["reason"]))
         case "pod_gone":
             return PodGone(d["pod"])
-        case "started":
-            return JobStarted(d["job"])
-        case "finished":
+        case "pod_stop_failed":
+            return PodStopFailed(d["pod"], d["reason"])
+        case "rank_started":
+            return RankStarted(d["job"], int(d["rank"]))
+        case "rank_exited":
             failure = Failure(d["failure"]) if d["failure"] else None
-            return JobFinished(d["job"], int(d["exit_code"]), failure)
+            return RankExited(d["job"], int(d["rank"]), int(d["exit_code"]), failure)
+        case "bind_failed":
+            return BindFailed(d["job"], d["pod"], d["reason"], bool(d["infra"]))
+        case "forecast":
+            return ForecastUpdated(
+                d["tenant"],
+                d["gpu_model"],
+                tuple(float(x) for x in d["mean"]),
+                tuple(float(x) for x in d["var"]),
+            )
         case "tick":
             return Tick()
     raise ValueError(f"stored event {ev.seq}: unknown kind {ev.kind!r}")
@@ -170,13 +211,16 @@ class Scheduler:
         self._batch = Batch()
         self._flush_scheduled = False
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._gangs: dict[str, _Gang] = {}
         self._requests: dict[str, dict[str, Any]] = {}  # unfinished job id -> its row
         self._synced: dict[str, tuple[Any, ...]] = {}  # job id -> last written core view
         self._stopping: set[str] = set()  # pods we asked to stop (their PodDown is a PodGone)
         self._done: dict[str, asyncio.Event] = {}
-        self._listeners: dict[str, list[asyncio.Queue[tuple[int, str, bytes] | None]]] = {}
+        self._listeners: dict[str, list[asyncio.Queue[_Notice]]] = {}
+        self._requeued: list[str] = []  # jobs re-queued since the last flush
         self._out_seq: dict[str, int] = {}
+        self.hp_demand = HPDemandMeter()
+        self._metered: dict[str, tuple[str, str, float]] = {}  # hp job -> its demand
+        self.forecasts = HPForecasts(cfg.forecast, store)
         self._wake = asyncio.Event()
         self._port = 0
         self.ready = False
@@ -208,8 +252,10 @@ class Scheduler:
             self._out_seq[row["id"]] = self.store.last_output_seq(row["id"])
         report = await self._reconcile()
         report["replayed"] = replayed
+        self._meter_hp()  # the unfinished HP jobs' demand goes on from now
         self._spawn(self._read_runtime())
         self._spawn(self._timer())
+        self._spawn(self._forecast_loop())
         self.started_at = self.clock()
         self.ready = True
         return report
@@ -247,15 +293,15 @@ class Scheduler:
                 running = info(pod.id).job if info else None
                 job = self.core.jobs[pod.job]
                 if running == job.id:
-                    gang = self._gangs.setdefault(job.id, _Gang(tuple(job.pods)))
-                    gang.running.add(pod.id)
+                    pass  # still running: its ranks report as before
                 elif job.state is JobState.BINDING and len(job.pods) == 1:
                     report["rebound"] += 1
                     self._carry_out(BindJob(job.id, tuple(job.pods)))
                 elif job.state is not JobState.FINISHED:
                     # it ran while no broker listened: its exit is lost with it
                     report["jobs_lost"] += 1
-                    self._feed(JobFinished(job.id, -1, Failure.POD_DIED))
+                    for rank in range(job.spec.workers):
+                        self._feed(RankExited(job.id, rank, -1, Failure.POD_DIED))
         for pid in sorted(live - known):
             report["orphans_stopped"] += 1
             self._stop(pid)
@@ -267,6 +313,8 @@ class Scheduler:
         self.ready = False
         self._closing = True  # from here on no new runtime call starts (see _carry_out)
         self._flush()
+        # the HP demand so far, the open minute too (the next broker's peak there merges)
+        self.store.record_hp_demand(self.hp_demand.take(self.clock() + MINUTE_S))
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
@@ -296,7 +344,14 @@ class Scheduler:
             "idempotency_key": key,
             "profile": req.profile,
             "reuse_tag": req.reuse_tag,
-            "replicas": req.replicas,
+            "job_class": req.job_class,
+            "workers": req.workers,
+            "gpus": req.gpus,  # the core resolves a profile's shape, below
+            "guarantee_s": req.guarantee_s,
+            "requeues": 0,
+            "requeue_reason": None,
+            "guarantee_succeeded": 0,
+            "guarantee_failed": 0,
             "argv": list(req.argv),
             "code_digest": req.code_digest,
             "deps": list(req.deps),
@@ -313,8 +368,19 @@ class Scheduler:
         }
         self._batch.new_jobs.append(row)
         self._requests[job_id] = row
-        spec = JobSpec(job_id, tenant, req.profile, req.reuse_tag, req.replicas)
+        spec = JobSpec(
+            job_id,
+            tenant,
+            req.profile,
+            req.reuse_tag,
+            JobClass(req.job_class),
+            req.workers,
+            req.gpus,
+            self.cfg.gpu_model if req.job_class != "pool" else None,
+            req.guarantee_s,
+        )
         self._feed(JobSubmitted(spec), now)
+        row["gpus"] = self.core.jobs[job_id].per_worker  # written with the row, in the batch
         self._flush()  # the caller hears of its job only once it is stored
         return self._current(row), True
 
@@ -342,10 +408,13 @@ class Scheduler:
             "finished": job.finished,
             "exit_code": job.exit_code,
             "failure": job.failure.value if job.failure else None,
+            "guarantee_succeeded": job.periods_ok,
+            "guarantee_failed": job.evictions,
         }
 
     async def wait(self, job_id: str, timeout_s: float) -> dict[str, Any] | None:
-        """The job's row once finished, or as it is when ``timeout_s`` passes."""
+        """The job's row once finished or re-queued (preempted), or as it is when
+        ``timeout_s`` passes."""
         if job_id not in self._requests:
             return self.store.get_job(job_id)  # finished (or unknown): the store has it all
         done = self._done.setdefault(job_id, asyncio.Event())
@@ -353,9 +422,12 @@ class Scheduler:
             await asyncio.wait_for(done.wait(), timeout_s)
         return self.job(job_id)
 
-    async def output(self, job_id: str, follow: bool) -> AsyncIterator[tuple[int, str, bytes]]:
-        """The job's output from the start; with ``follow``, until the job finishes."""
-        queue: asyncio.Queue[tuple[int, str, bytes] | None] = asyncio.Queue()
+    async def output(
+        self, job_id: str, follow: bool
+    ) -> AsyncIterator[tuple[int, str, bytes] | dict[str, Any]]:
+        """The job's output from the start; with ``follow``, until the job finishes, with a
+        notice (``{"requeued": ...}``) each time it is preempted and re-queued meanwhile."""
+        queue: asyncio.Queue[_Notice] = asyncio.Queue()
         if follow:
             self._listeners.setdefault(job_id, []).append(queue)
         try:
@@ -368,7 +440,7 @@ class Scheduler:
             if not follow or row is None or row["state"] == JobState.FINISHED.value:
                 return
             while (chunk := await queue.get()) is not None:
-                if chunk[0] > last:
+                if isinstance(chunk, dict) or chunk[0] > last:
                     yield chunk
         finally:
             if follow:
@@ -415,6 +487,7 @@ class Scheduler:
         for action in actions:
             self._carry_out(action)
         self._sync_jobs()
+        self._meter_hp()
         self._wake.set()
         self._schedule_flush()
 
@@ -423,7 +496,15 @@ class Scheduler:
             job = self.core.jobs.get(job_id)
             if job is None:
                 continue
-            view = (job.state, job.path, tuple(job.pods), job.started, job.finished)
+            view = (
+                job.state,
+                job.path,
+                tuple(job.pods),
+                job.started,
+                job.finished,
+                job.periods_ok,
+                job.evictions,
+            )
             if self._synced.get(job_id) == view:
                 continue
             self._synced[job_id] = view
@@ -432,6 +513,8 @@ class Scheduler:
                 "path": job.path.value if job.path else None,
                 "pods": list(job.pods),
                 "started": job.started,
+                "guarantee_succeeded": job.periods_ok,
+                "guarantee_failed": job.evictions,
             }
             row = self._requests[job_id]
             if job.started is not None and row.get("started") is None and job.path is not None:
@@ -448,7 +531,6 @@ class Scheduler:
     def _on_finished(self, job_id: str, job: Any) -> None:
         self._requests.pop(job_id, None)
         self._synced.pop(job_id, None)
-        self._gangs.pop(job_id, None)
         self._out_seq.pop(job_id, None)
 
     def _schedule_flush(self) -> None:
@@ -461,10 +543,21 @@ class Scheduler:
         self._flush_scheduled = False
         finished = [j for j, v in self._batch.job_updates.items() if v.get("state") == "finished"]
         chunks = list(self._batch.output)
+        requeued, self._requeued = self._requeued, []
         self._batch.commit(self.store)
         for c in chunks:
             for q in self._listeners.get(c["job"], ()):
                 q.put_nowait((c["seq"], c["stream"], c["data"]))
+        for job_id in requeued:
+            row = self._requests.get(job_id)
+            if row is None:
+                continue
+            done = self._done.pop(job_id, None)
+            if done is not None:
+                done.set()  # a caller waiting on the job hears of its preemption at once
+            notice = {k: row[k] for k in ("id", "requeues", "requeue_reason")}
+            for q in self._listeners.get(job_id, ()):
+                q.put_nowait({"requeued": notice})
         for job_id in finished:
             done = self._done.pop(job_id, None)
             if done is not None:
@@ -491,8 +584,16 @@ class Scheduler:
                 self._stop(pod)
             case BindJob(job, pods):
                 self._bind(job, pods)
-            case KillJob(job):
-                self._spawn(self._call(self.runtime.kill_job(job, Failure.CANCELLED)))
+            case KillJob(job, reason, grace_s):
+                self._spawn(self._call(self.runtime.kill_job(job, reason, grace_s)))
+            case JobRequeued(job, reason):
+                row = self._requests[job]
+                row["requeues"] = int(row.get("requeues") or 0) + 1
+                row["requeue_reason"] = reason.value
+                self._batch.update_job(
+                    job, requeues=row["requeues"], requeue_reason=row["requeue_reason"]
+                )
+                self._requeued.append(job)
             case JobEnded():
                 pass  # the core already finished the job; _sync_jobs writes it
             case _:
@@ -504,19 +605,20 @@ class Scheduler:
 
     def _bind(self, job_id: str, pods: tuple[str, ...]) -> None:
         row = self._requests[job_id]
-        self._gangs[job_id] = _Gang(tuple(pods))
         world = len(pods)
         port = 0
         if world > 1:
             self._port = (self._port + 1) % 1000
             port = _MASTER_PORT_BASE + self._port
+        # STOKER_RUN: 1 on the first run, n + 1 after n preemptions (resume from a checkpoint)
+        env = {**row["env"], "STOKER_RUN": str(int(row.get("requeues") or 0) + 1)}
         for rank, pod in enumerate(pods):
             binding = JobBinding(
                 job=job_id,
                 argv=tuple(row["argv"]),
                 code_digest=row["code_digest"],
                 deps=tuple(row["deps"]),
-                env=dict(row["env"]),
+                env=env,
                 timeout_s=float(row["timeout_s"]),
                 topology=Topology(rank, world, "127.0.0.1", port or _MASTER_PORT_BASE),
             )
@@ -538,13 +640,19 @@ class Scheduler:
             if job is not None and pod is not None:
                 text = f"stoker: could not bind: {exc}\n".encode()
                 self._on_runtime(JobOutput(job, pod, "stderr", text))
-                self._on_runtime(JobExited(job, pod, 1, Failure.USER_ERROR))
+                if job in self.core.jobs:
+                    # a fact for the core to type: the job's own fault, or the runtime's
+                    infra = not isinstance(exc, BindRefused)
+                    self._feed(BindFailed(job, pod, str(exc), infra=infra))
             elif pod is not None and pod in self.core.pods:
                 state = self.core.pods[pod].state
                 if state is PodState.GONE:
                     return
                 if gone_on_error:
-                    self._feed(PodGone(pod))
+                    # a pod the runtime does not know is gone; any other failure keeps its
+                    # share held until the runtime confirms (the core asks again)
+                    gone = isinstance(exc, KeyError)
+                    self._feed(PodGone(pod) if gone else PodStopFailed(pod, str(exc)))
                 else:
                     self._feed(PodFailed(pod, Failure.START_TIMEOUT))
 
@@ -576,12 +684,9 @@ class Scheduler:
                 else:
                     self._feed(PodFailed(pod, failure))
             case JobRunning(job, pod):
-                gang = self._gangs.get(job)
-                if gang is None:
-                    return
-                gang.running.add(pod)
-                if len(gang.running) == len(gang.pods) and core.jobs[job].state is JobState.BINDING:
-                    self._feed(JobStarted(job))
+                rank = self._rank(job, pod)
+                if rank is not None:
+                    self._feed(RankStarted(job, rank))
             case JobOutput(job, _pod, stream, data):
                 if job not in self._requests:
                     return
@@ -593,22 +698,54 @@ class Scheduler:
                 self._job_exited(job, pod, exit_code, failure)
 
     def _job_exited(self, job_id: str, pod: str, exit_code: int, failure: Failure | None) -> None:
-        gang = self._gangs.get(job_id)
+        rank = self._rank(job_id, pod)
+        if rank is not None:
+            self._feed(RankExited(job_id, rank, exit_code, failure))
+
+    def _rank(self, job_id: str, pod: str) -> int | None:
+        """The rank a pod runs for a job the core has bound (None: stale news)."""
         job = self.core.jobs.get(job_id)
-        if gang is None or job is None or job.state is JobState.FINISHED:
-            return
-        gang.exited[pod] = (exit_code, failure)
-        if exit_code != 0 and len(gang.exited) < len(gang.pods):
-            # one rank failed: the others cannot finish the job alone
-            self._spawn(self._call(self.runtime.kill_job(job_id, failure or Failure.USER_ERROR)))
-        if len(gang.exited) < len(gang.pods):
-            return
-        if job.state is JobState.BINDING:
-            self._feed(JobStarted(job_id))  # it ran, however briefly
-        code, why = next(((c, f) for c, f in gang.exited.values() if c != 0), (0, None))
-        if code != 0 and why is None:
-            why = Failure.USER_ERROR
-        self._feed(JobFinished(job_id, code, why))
+        if job is None or job.state not in (JobState.BINDING, JobState.RUNNING):
+            return None
+        return job.pods.index(pod) if pod in job.pods else None
+
+    def _meter_hp(self) -> None:
+        """Tell the HP demand meter of HP jobs that arrived or ended (demand counts from a
+        job's submission to its end, served or not)."""
+        now = self._now
+        for job_id in self._requests:
+            if job_id in self._metered:
+                continue
+            job = self.core.jobs.get(job_id)
+            if job is None or job.job_class is not JobClass.HP:
+                continue
+            key = (job.spec.gpu_model or self.cfg.gpu_model, job.spec.tenant, job.gpus)
+            self._metered[job_id] = key
+            self.hp_demand.change(key[0], key[1], key[2], now)
+        for job_id in [j for j in self._metered if j not in self._requests]:
+            model, tenant, gpus = self._metered.pop(job_id)
+            self.hp_demand.change(model, tenant, -gpus, now)
+
+    async def _forecast_loop(self) -> None:
+        """Every ``forecast.query_every_s``: store the HP demand of the minutes that ended,
+        refit the forecaster when ``refit_every_s`` has passed, query it, and hand each
+        tenant's forecast to the core. Store and forecaster work runs in a worker thread,
+        never on the scheduling loop; a failed round is logged and the next one tries again."""
+        fc = self.cfg.forecast
+        next_refit = 0.0
+        while True:
+            now = self.clock()
+            try:
+                await asyncio.to_thread(self.store.record_hp_demand, self.hp_demand.take(now))
+                if now >= next_refit or not self.forecasts.fitted:
+                    await asyncio.to_thread(self.forecasts.refit, now)
+                    next_refit = now + fc.refit_every_s
+                answers = await asyncio.to_thread(self.forecasts.query, now)
+                for a in answers:
+                    self._feed(ForecastUpdated(a.tenant, a.gpu_model, a.mean, a.var))
+            except Exception:  # the forecaster must never stop the broker
+                log.exception("HP demand forecast round failed")
+            await asyncio.sleep(fc.query_every_s)
 
     async def _timer(self) -> None:
         """Tick the core at its next keep-alive deadline (re-armed after every event)."""

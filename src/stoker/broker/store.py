@@ -36,7 +36,10 @@ jobs = sa.Table(
     sa.Column("idempotency_key", sa.String(200)),
     sa.Column("profile", sa.String(64), nullable=False),
     sa.Column("reuse_tag", sa.String(200), nullable=False),
-    sa.Column("replicas", sa.Integer, nullable=False),
+    sa.Column("job_class", sa.String(8), nullable=False),
+    sa.Column("workers", sa.Integer, nullable=False),
+    sa.Column("gpus", sa.Float, nullable=False),
+    sa.Column("guarantee_s", sa.Float),
     sa.Column("argv", sa.JSON, nullable=False),
     sa.Column("code_digest", sa.String(64)),
     sa.Column("deps", sa.JSON, nullable=False),
@@ -50,6 +53,10 @@ jobs = sa.Table(
     sa.Column("finished", sa.Float),
     sa.Column("exit_code", sa.Integer),
     sa.Column("failure", sa.String(32)),
+    sa.Column("requeues", sa.Integer, nullable=False, default=0),
+    sa.Column("requeue_reason", sa.String(32)),
+    sa.Column("guarantee_succeeded", sa.Integer, nullable=False, default=0),
+    sa.Column("guarantee_failed", sa.Integer, nullable=False, default=0),
 )
 job_output = sa.Table(
     "job_output",
@@ -66,6 +73,14 @@ core_events = sa.Table(
     sa.Column("at", sa.Float, nullable=False),
     sa.Column("kind", sa.String(16), nullable=False),
     sa.Column("data", sa.JSON, nullable=False),
+)
+hp_demand = sa.Table(
+    "hp_demand",
+    _META,
+    sa.Column("gpu_model", sa.String(64), primary_key=True),
+    sa.Column("tenant", sa.String(64), primary_key=True),
+    sa.Column("minute", sa.BigInteger, primary_key=True),
+    sa.Column("gpus", sa.Float, nullable=False),
 )
 code = sa.Table(
     "code",
@@ -221,6 +236,42 @@ class Store:
                 sa.select(core_events).order_by(core_events.c.seq)
             ):
                 yield StoredEvent(int(seq), float(at), str(kind), dict(data))
+
+    # --- HP demand (what the forecaster is fitted on) ----------------------------
+
+    def record_hp_demand(self, samples: list[tuple[str, str, int, float]]) -> None:
+        """Store (gpu model, tenant, minute, peak GPUs) samples; a minute recorded twice
+        keeps the larger peak (the broker samples a minute again after a restart)."""
+        if not samples:
+            return
+        with self.transaction() as conn:
+            for model, tenant, minute, gpus in samples:
+                key = (
+                    (hp_demand.c.gpu_model == model)
+                    & (hp_demand.c.tenant == tenant)
+                    & (hp_demand.c.minute == minute)
+                )
+                old = conn.execute(sa.select(hp_demand.c.gpus).where(key)).scalar()
+                if old is None:
+                    conn.execute(
+                        hp_demand.insert().values(
+                            gpu_model=model, tenant=tenant, minute=minute, gpus=gpus
+                        )
+                    )
+                elif gpus > old:
+                    conn.execute(hp_demand.update().where(key).values(gpus=gpus))
+
+    def hp_demand(self, since_minute: int) -> list[tuple[str, str, int, float]]:
+        """Every recorded (gpu model, tenant, minute, peak GPUs) from ``since_minute`` on."""
+        q = (
+            sa.select(
+                hp_demand.c.gpu_model, hp_demand.c.tenant, hp_demand.c.minute, hp_demand.c.gpus
+            )
+            .where(hp_demand.c.minute >= since_minute)
+            .order_by(hp_demand.c.minute)
+        )
+        with self.engine.connect() as conn:
+            return [(str(m), str(t), int(mi), float(g)) for m, t, mi, g in conn.execute(q)]
 
 
 class Batch:

@@ -1,4 +1,5 @@
-"""``stoker up | run | ps | pods | demo | bench local``: the live broker from the command line.
+"""``stoker up | run | ps | pods | pools | demo | bench local``: the live broker, from
+the command line.
 
 Data commands print rich tables, or JSON with ``--json``. Errors are one line on stderr
 and a nonzero exit; ``stoker run`` exits with the job's own exit code.
@@ -103,12 +104,23 @@ def run(
     dep: Annotated[list[str], typer.Option("--dep", help="extra dependency (repeat)")] = [],  # noqa: B006
     env: Annotated[list[str], typer.Option("--env", help="K=V (repeat)")] = [],  # noqa: B006
     timeout: Annotated[float | None, typer.Option(help="seconds the job may run")] = None,
+    job_class: Annotated[
+        str, typer.Option("--class", help="pool (warm pools), hp (guaranteed) or spot")
+    ] = "pool",
+    workers: Annotated[int, typer.Option(help="pods placed together; rank i in the i-th")] = 1,
+    gpus: Annotated[
+        float | None, typer.Option(help="GPUs per worker (below 1 shares a card)")
+    ] = None,
+    guarantee_s: Annotated[
+        float | None, typer.Option("--guarantee-s", help="spot: the guaranteed run time")
+    ] = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run a job, stream its output, and exit with its exit code."""
-    from stoker.client import StokerError
+    """Run a job, stream its output, and exit with its exit code. A spot job that is
+    preempted says so on stderr and runs again (its output goes on)."""
+    from stoker.client import JobShape, StokerError
 
     envs: dict[str, str] = {}
     for item in env:
@@ -116,11 +128,28 @@ def run(
         if not sep or not key:
             _fail(f"--env: expected K=V, got {item!r}")
         envs[key] = value
+    shape = JobShape(job_class, workers, gpus, guarantee_s)
+
+    def preempted(row: dict[str, Any]) -> None:
+        typer.echo(
+            f"stoker: job {row['id']} {row['requeue_reason']} (re-queued, run"
+            f" {row['requeues'] + 1} next)",
+            err=True,
+        )
+
     try:
         with _client(url, token) as c:
             job = c.run(
-                profile, list(argv), reuse_tag=tag, code=code, deps=dep, env=envs, timeout_s=timeout
+                profile,
+                list(argv),
+                reuse_tag=tag,
+                code=code,
+                deps=dep,
+                env=envs,
+                timeout_s=timeout,
+                shape=shape,
             )
+            job.on_requeue = preempted
             for stream, data in job.stream():
                 if not as_json:
                     out = sys.stdout if stream == "stdout" else sys.stderr
@@ -208,6 +237,37 @@ def events(
         for e in items
     ]
     _table("events" + (f" of {job}" if job else ""), ["at", "kind", "job / pod", "why"], rows)
+
+
+def _num(v: float) -> str:
+    return f"{v:g}"
+
+
+def pools(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """GPU pools: capacity, HP and spot GPUs in use, spot quota, eta, eviction rate (1 d),
+    the HP forecast's g-quantile per hour ahead, and the queued hp/spot jobs."""
+    items = _fetch(url, token, as_json, lambda c: c.pools())
+    if items is None:
+        return
+    rows = []
+    for p in items:
+        fc = p["forecast"]
+        quantiles = "-" if fc is None else " ".join(f"{q:.1f}" for q in fc["quantile"])
+        rows.append(
+            [
+                p["gpu_model"],
+                _num(p["capacity"]),
+                _num(round(p["hp_gpus"], 3)),
+                _num(round(p["spot_gpus"], 3)),
+                _num(round(p["spot_quota"], 3)),
+                f"{p['eta']:.2f}",
+                f"{p['eviction_rate_1d']:.3f}",
+                quantiles if fc is None else f"{quantiles} (g={fc['g']})",
+                f"{p['queued']['hp']}/{p['queued']['spot']}",
+            ]
+        )
+    columns = ["GPU pool", "capacity", "hp", "spot", "spot quota", "eta", "evictions 1d"]
+    _table("GPU pools", [*columns, "HP forecast by hour", "queued hp/spot"], rows)
 
 
 def demo(
@@ -304,6 +364,7 @@ def register(app: typer.Typer, sim_app: typer.Typer) -> None:
     app.command()(ps)
     app.command()(pods)
     app.command()(events)
+    app.command()(pools)
     app.command()(demo)
     bench_app.command("local")(bench_local)
     app.add_typer(bench_app, name="bench")

@@ -1,6 +1,8 @@
-"""Actions the core asks its driver (broker or simulator) to carry out.
+"""Actions the core asks its driver (broker or simulator) to carry out, for every class.
 
 Drivers only execute these; every decision about which pod, when and why is the core's.
+hp and spot jobs run in pods like pool jobs (one pod per worker, started cold for the job,
+stopped when it ends or is evicted), so one runtime carries out every class.
 """
 
 from __future__ import annotations
@@ -12,13 +14,16 @@ from stoker.core.model import Failure
 
 @dataclass(frozen=True, slots=True)
 class StartPod:
-    """Start a pod of ``profile`` on ``node`` with ``gpus``; ``standby`` starts it without CUDA."""
+    """Start a pod of ``profile`` on ``node`` with ``gpus``; ``standby`` starts it without
+    CUDA. ``share`` is what it holds of each card (below 1 shares the card; None: the
+    profile's share)."""
 
     pod: str
     profile: str
     node: str
     gpus: tuple[str, ...]
     standby: bool = False
+    share: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +44,7 @@ class RecyclePod:
 
 @dataclass(frozen=True, slots=True)
 class StopPod:
-    """Stop a pod and release its GPUs; report PodGone when done."""
+    """Stop a pod and release its GPUs; report PodGone when done (PodStopFailed if not)."""
 
     pod: str
     reason: str
@@ -55,17 +60,33 @@ class BindJob:
 
 @dataclass(frozen=True, slots=True)
 class KillJob:
-    """Stop a running job (cancelled)."""
+    """Stop every running rank of a job: SIGTERM, then SIGKILL after ``grace_s`` (so an
+    evicted spot job may checkpoint). ``reason`` types the end its ranks report."""
 
     job: str
+    reason: Failure = Failure.CANCELLED
+    grace_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
 class JobEnded:
-    """The core finished a job without it running to completion (cancelled in queue, failed)."""
+    """The job is finished, for good: ``failure`` None and ``exit_code`` 0 when it ran to a
+    clean end; else the typed failure (an infrastructure failure is never ``user_error``)."""
 
     job: str
-    failure: Failure
+    failure: Failure | None = None
+    exit_code: int | None = None
 
 
-Action = StartPod | PromoteStandby | RecyclePod | StopPod | BindJob | KillJob | JobEnded
+@dataclass(frozen=True, slots=True)
+class JobRequeued:
+    """A job goes back to its queue and will run again (nothing lost): an evicted spot job
+    (``preempted``), or a job whose pod failed before it ran."""
+
+    job: str
+    reason: Failure
+
+
+Action = (
+    StartPod | PromoteStandby | RecyclePod | StopPod | BindJob | KillJob | JobEnded | JobRequeued
+)

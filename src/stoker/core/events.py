@@ -1,7 +1,9 @@
-"""Events the drivers hand to the core: API calls and what the runtime reports.
+"""Events the drivers hand to the core: API calls, what the runtime reports, forecasts and
+the passing of time. One vocabulary for every job class (pool, hp, spot).
 
 Every event is a frozen value; the core's answer to an event depends only on the events
-before it and the ``now`` passed with it.
+before it and the ``now`` passed with it. A driver reports facts (a rank exited with this
+code, a bind failed for this reason); what follows from them is the core's decision.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from stoker.core.model import Failure, JobSpec
 
 @dataclass(frozen=True, slots=True)
 class JobSubmitted:
-    """A caller asks for a job to run."""
+    """A caller asks for a job to run (any class: see :class:`JobSpec`)."""
 
     spec: JobSpec
 
@@ -34,7 +36,8 @@ class PodReady:
 
 @dataclass(frozen=True, slots=True)
 class PodFailed:
-    """A pod could not start or died; its job (if any) fails with ``reason``."""
+    """A pod could not start or died; its share is free. The core types what follows for
+    its job (re-queued if it never ran, else ended with ``reason``)."""
 
     pod: str
     reason: Failure = Failure.POD_DIED
@@ -42,32 +45,79 @@ class PodFailed:
 
 @dataclass(frozen=True, slots=True)
 class PodGone:
-    """The runtime finished stopping a pod; its GPU share is free again."""
+    """The runtime confirmed a pod it was asked to stop is gone; its GPU share is free."""
 
     pod: str
 
 
 @dataclass(frozen=True, slots=True)
-class JobStarted:
-    """The job's process is running in its pod(s)."""
+class PodStopFailed:
+    """The runtime could not stop a pod. Its GPU share stays held (the pod may still run)
+    until a later ``PodGone`` or ``PodFailed``; the core asks again on a tick."""
 
-    job: str
+    pod: str
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
-class JobFinished:
-    """The job exited: ``exit_code`` and, when it did not end cleanly, a typed failure."""
+class RankStarted:
+    """Rank ``rank`` of a bound job is running (in the job's ``rank``-th pod)."""
 
     job: str
+    rank: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RankExited:
+    """Rank ``rank`` of a job exited with ``exit_code``; ``failure`` is what the runtime
+    knows of why (None: it ran to its end). The core decides whether the job ends (every
+    rank exited, or one failed: ``KillJob`` for the others) and how it is typed."""
+
+    job: str
+    rank: int = 0
     exit_code: int = 0
     failure: Failure | None = None
 
 
 @dataclass(frozen=True, slots=True)
+class BindFailed:
+    """Binding a job into ``pod`` failed. ``infra``: the runtime's own fault (the pod is
+    unusable; the job is re-queued if it never ran), else the job's code or dependencies
+    (a user error)."""
+
+    job: str
+    pod: str
+    reason: str = ""
+    infra: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ForecastUpdated:
+    """One tenant's forecast HP demand in one GPU pool: mean and variance of the hourly
+    peak, per hour ahead. The core sums tenants per GPU pool (means and variances)."""
+
+    tenant: str
+    gpu_model: str
+    mean: tuple[float, ...]
+    var: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
-    """Time passed: keep-alive deadlines, budget updates and standby replenishment."""
+    """Time passed: keep-alive deadlines, budget, standby, eta feedback, Chronus rounds,
+    the HP demand meter's samples. The only clock event."""
 
 
 Event = (
-    JobSubmitted | JobCancelled | PodReady | PodFailed | PodGone | JobStarted | JobFinished | Tick
+    JobSubmitted
+    | JobCancelled
+    | PodReady
+    | PodFailed
+    | PodGone
+    | PodStopFailed
+    | RankStarted
+    | RankExited
+    | BindFailed
+    | ForecastUpdated
+    | Tick
 )

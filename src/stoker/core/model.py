@@ -18,6 +18,26 @@ EPS = 1e-9
 _BUCKETS = 20
 
 
+class CoreError(ValueError):
+    """An event the core cannot accept (unknown profile, duplicate job id, a bad field);
+    the message names the field."""
+
+
+class JobClass(StrEnum):
+    """The three classes of work the one core schedules.
+
+    ``pool``: agent and RL loop jobs served from warm pools (reuse tag, standby, keep-alive).
+    ``hp``: guaranteed, never a victim. ``spot``: preemptible, admitted under its GPU pool's
+    spot quota and promised ``guarantee_s`` of uninterrupted run with probability g.
+    Every class runs in pods (one per worker); hp and spot pods start cold for their job
+    and stop when it ends or is evicted.
+    """
+
+    POOL = "pool"
+    HP = "hp"
+    SPOT = "spot"
+
+
 class PodState(StrEnum):
     """Lifecycle of a pod. ``stopping`` holds its GPU share until the runtime says it is gone."""
 
@@ -31,7 +51,11 @@ class PodState(StrEnum):
 
 
 class JobState(StrEnum):
-    """Lifecycle of a job. Every submitted job is in exactly one of these; none is dropped."""
+    """Lifecycle of a job. Every submitted job is in exactly one of these; none is dropped.
+
+    An evicted spot job goes back to ``queued`` (the core answers ``JobRequeued``) and runs
+    again; only ``finished`` is final.
+    """
 
     QUEUED = "queued"
     PLACED = "placed"  # pods chosen, waiting for them to be ready
@@ -57,7 +81,20 @@ class Failure(StrEnum):
     POD_DIED = "pod_died"
     PREEMPTED = "preempted"
     START_TIMEOUT = "start_timeout"
+    BIND_FAILED = "bind_failed"
     CANCELLED = "cancelled"
+
+    @property
+    def infrastructure(self) -> bool:
+        """The platform's fault, not the job's code: a trainer masks these."""
+        return self in _INFRA
+
+
+# a bind the runtime could not carry out for its own reasons is BIND_FAILED (infrastructure);
+# a bind that failed on the job's own code or dependencies is USER_ERROR
+_INFRA = frozenset(
+    {Failure.POD_DIED, Failure.PREEMPTED, Failure.START_TIMEOUT, Failure.BIND_FAILED}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,13 +161,43 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class JobSpec:
-    """What a caller asks for. ``replicas`` pods are bound together (gang) with a topology."""
+    """What a caller asks for: one job model for every class.
+
+    ``workers`` pods are placed all or nothing (a gang); rank i runs in the i-th pod of its
+    ``BindJob``. ``gpus`` is each worker's GPU request: None takes the profile's
+    (``profile.gpus * profile.share``); below 1 a share of one card, else whole cards on one
+    node (1.5 takes 2). ``gpu_model`` names the GPU pool (hp/spot; None: the profile's).
+    ``guarantee_s`` is a spot job's guaranteed duration (None: the core's). ``duration`` is
+    the simulator's trace run time (None live: the job runs until it exits).
+    """
 
     id: str
     tenant: str
     profile: str
-    reuse_tag: str
-    replicas: int = 1
+    reuse_tag: str = ""
+    job_class: JobClass = JobClass.POOL
+    workers: int = 1
+    gpus: float | None = None
+    gpu_model: str | None = None
+    guarantee_s: float | None = None
+    duration: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise CoreError(f"job {self.id}: workers must be >= 1, got {self.workers}")
+        if self.gpus is not None and not (self.gpus > 0 and math.isfinite(self.gpus)):
+            raise CoreError(f"job {self.id}: gpus must be > 0, got {self.gpus}")
+        if self.guarantee_s is not None and not self.guarantee_s > 0:
+            raise CoreError(f"job {self.id}: guarantee_s must be > 0, got {self.guarantee_s}")
+        if self.duration is not None and not (self.duration >= 0 and math.isfinite(self.duration)):
+            raise CoreError(f"job {self.id}: duration must be finite and >= 0")
+        if self.guarantee_s is not None and self.job_class is not JobClass.SPOT:
+            raise CoreError(f"job {self.id}: guarantee_s is for spot jobs only")
+
+
+def per_worker(gpus: float) -> float:
+    """GPUs one worker holds: a share below 1, else whole cards (a request of 1.5 takes 2)."""
+    return gpus if gpus < 1.0 - EPS else float(math.ceil(gpus - EPS))
 
 
 @dataclass(slots=True)
@@ -161,11 +228,21 @@ class Pod:
 
 @dataclass(slots=True)
 class Job:
-    """A submitted job and its timeline (the records every metric is computed from)."""
+    """A submitted job of any class and its timeline (the records every metric is computed
+    from).
+
+    ``per_worker`` is the resolved GPU request of one worker (the spec's, or its profile's).
+    ``ranks_started``/``ranks_exited`` follow the current run's ranks; the core decides from
+    them when the job has started and which exit ends it. The GFS fields count a spot job's
+    runs: ``remaining`` useful run time still owed (simulator), ``overhead`` restart time
+    owed, ``queue_s`` all time spent waiting, ``evictions`` (failed guarantee periods),
+    ``periods_ok`` (successful ones) and ``lost_s`` (work lost to evictions).
+    """
 
     spec: JobSpec
     state: JobState
     submitted: float
+    per_worker: float = 1.0
     placed: float | None = None
     pod_ready: float | None = None
     started: float | None = None
@@ -174,14 +251,39 @@ class Job:
     pods: list[str] = field(default_factory=list)
     exit_code: int | None = None
     failure: Failure | None = None
+    ranks_started: set[int] = field(default_factory=set)
+    ranks_exited: dict[int, tuple[int, Failure | None]] = field(default_factory=dict)
+    remaining: float = 0.0
+    overhead: float = 0.0
+    queued_since: float = 0.0
+    queue_s: float = 0.0
+    run_start: float = 0.0
+    first_start: float | None = None
+    lease_start: float = 0.0
+    evictions: int = 0
+    periods_ok: int = 0
+    lost_s: float = 0.0
 
     @property
     def id(self) -> str:
         return self.spec.id
 
     @property
+    def job_class(self) -> JobClass:
+        return self.spec.job_class
+
+    @property
     def pair(self) -> tuple[str, str]:
         return (self.spec.tenant, self.spec.reuse_tag)
+
+    @property
+    def fractional(self) -> bool:
+        return self.per_worker < 1.0 - EPS
+
+    @property
+    def gpus(self) -> float:
+        """GPUs the whole job holds while it runs."""
+        return self.per_worker * self.spec.workers
 
     @property
     def start_latency(self) -> float | None:

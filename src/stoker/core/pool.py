@@ -20,6 +20,7 @@ from stoker.core.actions import (
     Action,
     BindJob,
     JobEnded,
+    JobRequeued,
     KillJob,
     PromoteStandby,
     RecyclePod,
@@ -27,22 +28,26 @@ from stoker.core.actions import (
     StopPod,
 )
 from stoker.core.events import (
+    BindFailed,
     Event,
     JobCancelled,
-    JobFinished,
-    JobStarted,
     JobSubmitted,
     PodFailed,
     PodGone,
     PodReady,
+    PodStopFailed,
+    RankExited,
+    RankStarted,
     Tick,
 )
 from stoker.core.model import (
     EPS,
     Cluster,
+    CoreError,
     Failure,
     HitPath,
     Job,
+    JobClass,
     JobState,
     Pod,
     PodState,
@@ -62,12 +67,10 @@ from stoker.core.policies import (
 _IDLE = (PodState.WARM, PodState.STANDBY)
 # fits looked at for a node with the profile's image cached before the tightest fit is taken
 _IMAGE_LOOKAHEAD = 64
+# seconds before a stop the runtime could not carry out is asked again
+STOP_RETRY_S = 30.0
 # states a pod enters that may let a waiting job go: a new idle pod to reclaim, room freed
 _ROOM = (PodState.WARM, PodState.STANDBY, PodState.STOPPING, PodState.GONE)
-
-
-class CoreError(ValueError):
-    """An event the core cannot accept (unknown profile, duplicate job id, ...)."""
 
 
 @dataclass
@@ -112,6 +115,9 @@ class Core:
         # nodes where a pod of the profile has started: its image is cached there, so a cold
         # start on one of them skips the image pull
         self._image_nodes: dict[str, dict[str, None]] = {p: {} for p in self.profiles}
+        # pods whose stop failed: they hold their share until the runtime confirms; the stop
+        # is asked again at the time given here
+        self._stop_retry: dict[str, float] = {}
         self._seq = 0  # pod ids
         self._heap_seq = 0  # deadline heap tie-break
         self._now = 0.0
@@ -135,12 +141,17 @@ class Core:
                 self._pod_failed(pod, reason, now, out)
             case PodGone(pod):
                 self._pod_gone(pod, now, out)
-            case JobStarted(job):
-                self._job_started(job, now)
-            case JobFinished(job, exit_code, failure):
-                self._job_finished(job, exit_code, failure, now, out)
+            case PodStopFailed(pod):
+                self._stop_failed(pod, now)
+            case RankStarted(job, rank):
+                self._rank_started(job, rank, now)
+            case RankExited(job, rank, exit_code, failure):
+                self._rank_exited(job, rank, exit_code, failure, now, out)
+            case BindFailed(job, pod, _reason, infra):
+                self._bind_failed(job, pod, infra, now, out)
             case Tick():
                 self._expire(now, out)
+                self._retry_stops(now, out)
             case _:
                 raise CoreError(f"unknown event {event!r}")
         self._drain(now, out)
@@ -148,14 +159,16 @@ class Core:
         return out
 
     def next_deadline(self) -> float | None:
-        """The earliest time a Tick would change something (a keep-alive deadline)."""
+        """The earliest time a Tick would change something (a keep-alive deadline, a stop
+        to ask again)."""
+        retry = min(self._stop_retry.values(), default=None)
         while self._deadlines:
             at, _, pid = self._deadlines[0]
             pod = self.pods.get(pid)
             if pod is not None and pod.state is PodState.WARM and pod.deadline == at:
-                return at
+                return at if retry is None else min(at, retry)
             heapq.heappop(self._deadlines)
-        return None
+        return retry
 
     @property
     def idle_gpus(self) -> float:
@@ -273,9 +286,10 @@ class Core:
             raise CoreError(f"unknown profile {spec.profile!r}")
         if spec.id in self.jobs:
             raise CoreError(f"duplicate job id {spec.id!r}")
-        if spec.replicas < 1:
-            raise CoreError("replicas must be >= 1")
-        job = Job(spec=spec, state=JobState.QUEUED, submitted=now)
+        if spec.job_class is not JobClass.POOL:
+            raise CoreError(f"job {spec.id}: job_class {spec.job_class} needs the GFS part")
+        profile = self.profiles[spec.profile]
+        job = Job(spec=spec, state=JobState.QUEUED, submitted=now, per_worker=profile.gpu_demand)
         self.jobs[spec.id] = job
         self.policies.keepalive.observe_submit(job.pair, now)
         self._enqueue(job)
@@ -283,7 +297,7 @@ class Core:
         # that this job would not take (a warm hit uses no new capacity)
         queue = self._queues[spec.profile]
         head = next(iter(queue))
-        if head == job.id or len(self._warm_pods(job)) >= spec.replicas:
+        if head == job.id or len(self._warm_pods(job)) >= spec.workers:
             self._try_place(job, now, out)
         elif head in self._reclaim:
             self._dirty = True  # the head waits on its reclaim: this job may start its own
@@ -306,7 +320,7 @@ class Core:
                     self._stop(pod, "cancelled", now, out)
             self._end(job, Failure.CANCELLED, now, out)
         else:
-            out.append(KillJob(job.id))
+            out.append(KillJob(job.id, Failure.CANCELLED))
 
     def _pod_ready(self, pod_id: str, now: float, out: list[Action]) -> None:
         pod = self.pods.get(pod_id)
@@ -352,7 +366,10 @@ class Core:
                 None,
                 None,
             )
+            job.ranks_started.clear()
+            job.ranks_exited.clear()
             self._enqueue(job, front=True)
+            out.append(JobRequeued(job.id, reason))
         elif job.state is not JobState.FINISHED:
             self._release_gang(job, pod_id, now, out)
             self._end(job, reason, now, out)
@@ -367,26 +384,94 @@ class Core:
             return
         self._gone(pod, now)
 
-    def _job_started(self, job_id: str, now: float) -> None:
+    def _rank_started(self, job_id: str, rank: int, now: float) -> None:
         job = self._job(job_id)
-        if job.state is JobState.BINDING:
+        if job.state not in (JobState.BINDING, JobState.RUNNING):
+            return  # late news of a run the core moved on from
+        job.ranks_started.add(rank)
+        # the job runs once every rank does (a gang's ranks meet before any work)
+        if job.state is JobState.BINDING and len(job.ranks_started) == job.spec.workers:
             job.state = JobState.RUNNING
             job.started = now
 
-    def _job_finished(
-        self, job_id: str, exit_code: int, failure: Failure | None, now: float, out: list[Action]
+    def _rank_exited(
+        self,
+        job_id: str,
+        rank: int,
+        exit_code: int,
+        failure: Failure | None,
+        now: float,
+        out: list[Action],
     ) -> None:
+        """One rank exited. A failed rank ends the run: the others are killed (the job's
+        end waits for their exits). The job ends when every rank has exited, typed by the
+        first infrastructure failure among them, else the first non-zero exit (a user error
+        unless the runtime said otherwise)."""
         job = self._job(job_id)
-        if job.state not in (JobState.BINDING, JobState.RUNNING):
+        if job.state not in (JobState.BINDING, JobState.RUNNING) or rank in job.ranks_exited:
             # late news of a run the core already moved on from (its pod failed and the job
             # was re-queued, or it was ended): the job's current state stands
             return
+        if exit_code != 0 and failure is None:
+            failure = Failure.USER_ERROR
+        first_failure = all(code == 0 for code, _ in job.ranks_exited.values())
+        job.ranks_exited[rank] = (exit_code, failure)
+        left = job.spec.workers - len(job.ranks_exited)
+        if exit_code != 0 and first_failure and left > 0:
+            out.append(KillJob(job.id, failure or Failure.USER_ERROR))
+        if left > 0:
+            return
+        ends = list(job.ranks_exited.values())
+        code, why = next(
+            ((c, f) for c, f in ends if f is not None and f.infrastructure),
+            next(((c, f) for c, f in ends if c != 0), (0, None)),
+        )
+        self._job_finished(job, code, why, now, out)
+
+    def _bind_failed(
+        self, job_id: str, pod_id: str, infra: bool, now: float, out: list[Action]
+    ) -> None:
+        """A bind failed. The job's own code or dependencies: a user error of that rank. The
+        runtime's fault: the pod is not fit to serve again (stopped), and the job ends typed
+        ``bind_failed`` (infrastructure), never as a user error."""
+        job = self._job(job_id)
+        if job.state not in (JobState.BINDING, JobState.RUNNING) or pod_id not in job.pods:
+            return
+        rank = job.pods.index(pod_id)
+        if infra:
+            pod = self.pods[pod_id]
+            pod.job = None
+            self._stop(pod, "bind_failed", now, out)
+        self._rank_exited(
+            job_id, rank, 1, Failure.BIND_FAILED if infra else Failure.USER_ERROR, now, out
+        )
+
+    def _stop_failed(self, pod_id: str, now: float) -> None:
+        pod = self.pods.get(pod_id)
+        if pod is None or pod.state is not PodState.STOPPING:
+            return
+        # the share stays held (the pod may still run): ask again later
+        self._stop_retry[pod_id] = now + STOP_RETRY_S
+
+    def _retry_stops(self, now: float, out: list[Action]) -> None:
+        for pid, at in list(self._stop_retry.items()):
+            if at > now + EPS:
+                continue
+            del self._stop_retry[pid]
+            if self.pods[pid].state is PodState.STOPPING:
+                out.append(StopPod(pid, "retry"))
+
+    def _job_finished(
+        self, job: Job, exit_code: int, failure: Failure | None, now: float, out: list[Action]
+    ) -> None:
         if job.started is None:
-            job.started = now
+            job.started = now  # it ran, however briefly
         job.state = JobState.FINISHED
         job.finished = now
         job.exit_code = exit_code
         job.failure = failure
+        out.append(JobEnded(job.id, failure, exit_code))
+        job_id = job.id
         ttl = self.policies.keepalive.ttl(job.pair)
         # one end per job, as one submit per job: a gang's pods do not count as several pauses
         self.policies.keepalive.observe_end(job.pair, now)
@@ -416,7 +501,7 @@ class Core:
         """Place ``job`` if it can be placed now; start reclaiming idle pods if that would
         make room. Returns True when the job left the queue."""
         profile = self.profiles[job.spec.profile]
-        need = job.spec.replicas
+        need = job.spec.workers
         warm = self._warm_pods(job)
         picked: list[tuple[HitPath, str]] = []
         matching = self.policies.matching
@@ -626,7 +711,7 @@ class Core:
     ) -> bool:
         """For profiles that may be scrubbed in place, recycle idle pods of the same profile
         into fresh pods for this job instead of stopping and starting new ones."""
-        if not profile.recyclable or picked or standby or count != job.spec.replicas:
+        if not profile.recyclable or picked or standby or count != job.spec.workers:
             return False
         victims = [
             self.pods[p]
@@ -695,7 +780,7 @@ class Core:
             del self._fresh[key]
             for job_id in list(self._queued_pairs.get(key, ())):
                 job = self.jobs[job_id]
-                if len(self._warm_pods(job)) < job.spec.replicas:
+                if len(self._warm_pods(job)) < job.spec.workers:
                     break
                 self._try_place(job, now, out)
         if not self._dirty:
@@ -710,7 +795,7 @@ class Core:
                     continue
                 if self._try_place(job, now, out):
                     continue
-                if job.id not in self._reclaim or job.spec.replicas > 1:
+                if job.id not in self._reclaim or job.spec.workers > 1:
                     break  # later jobs of this profile wait their turn
 
     # ------------------------------------------------------------------ pods
@@ -788,7 +873,7 @@ class Core:
         self._set_state(pod, PodState.ACTIVE, now)
         for job_id in self._queues[pod.profile]:
             job = self.jobs[job_id]
-            if job.spec.replicas == 1:
+            if job.spec.workers == 1:
                 self._dequeue(job)
                 job.state, job.placed, job.path = JobState.PLACED, now, HitPath.COLD
                 job.pods.append(pod.id)
@@ -816,6 +901,7 @@ class Core:
             del self._standby_on_gpu[pod.gpus[0]]
         self._standby[pod.profile].pop(pod.id, None)
         self._promotable[pod.profile].pop(pod.id, None)
+        self._stop_retry.pop(pod.id, None)
         self._set_state(pod, PodState.GONE, now)
         for gid in pod.gpus:
             self.cluster.release(gid, pod.id)
@@ -921,13 +1007,13 @@ class Core:
         else:
             self._queues[profile][job.id] = None
             self._queued_pairs.setdefault(key, {})[job.id] = None
-        self._queued_gpus += self.profiles[job.spec.profile].gpu_demand * job.spec.replicas
+        self._queued_gpus += self.profiles[job.spec.profile].gpu_demand * job.spec.workers
 
     def _dequeue(self, job: Job) -> None:
         queue = self._queues[job.spec.profile]
         head = next(iter(queue), None)
         if queue.pop(job.id, False) is None:
-            self._queued_gpus -= self.profiles[job.spec.profile].gpu_demand * job.spec.replicas
+            self._queued_gpus -= self.profiles[job.spec.profile].gpu_demand * job.spec.workers
             if self._queued_gpus < 1e-9:
                 self._queued_gpus = 0.0
             if queue and (head == job.id or head in self._reclaim):

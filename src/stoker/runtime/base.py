@@ -49,6 +49,11 @@ class RuntimeProfile:
     pids_max: int | None = None
 
 
+class BindRefused(ValueError):
+    """A bind the runtime will not carry out because of the job itself (its environment or
+    its code digest): the job's fault. Anything else a bind raises is the runtime's own."""
+
+
 # --- events a runtime reports ------------------------------------------------
 
 
@@ -113,8 +118,12 @@ class Runtime(Protocol):
 
     async def bind(self, pod: str, binding: JobBinding) -> None: ...
 
-    async def kill_job(self, job: str, failure: Failure = Failure.CANCELLED) -> None:
-        """Kill a running job; it exits with ``failure`` (CANCELLED, or PREEMPTED)."""
+    async def kill_job(
+        self, job: str, failure: Failure = Failure.CANCELLED, grace_s: float = 0.0
+    ) -> None:
+        """Kill a running job in every pod it runs in: SIGTERM, then SIGKILL once ``grace_s``
+        has passed (so it may checkpoint); it exits with ``failure`` (CANCELLED, PREEMPTED),
+        reported by ``JobExited`` per pod."""
         ...
 
     async def stop_pod(self, pod: str) -> None: ...

@@ -34,6 +34,7 @@ from stoker.agent.binding import check_env
 from stoker.core.model import Failure
 from stoker.runtime import sandbox
 from stoker.runtime.base import (
+    BindRefused,
     JobBinding,
     JobExited,
     JobOutput,
@@ -474,17 +475,22 @@ class LocalRuntime:
         return await self._request(self._pod(pod), {"op": "ping"}, "pong")
 
     async def bind(self, pod: str, binding: JobBinding) -> None:
-        """Bind and start a job; JobRunning (or a JobExited for a bad binding) follows."""
+        """Bind and start a job; JobRunning (or a JobExited for a bad binding) follows.
+        BindRefused: the job's own env or code digest is bad (anything else raised here is
+        this runtime's fault)."""
         rec = self._pod(pod)
         if rec.job is not None:
             raise PodBusy(f"pod: {pod} is running job {rec.job}")
         if rec.standby:
             raise PodBusy(f"pod: {pod} stands by; promote it before binding")
-        check_env(dict(binding.env))
         code = None
-        if binding.code_digest:
-            self.code.path(binding.code_digest)  # CodeNotFound names the field
-            code = f"{sandbox.CODE_DIR}/{binding.code_digest}"
+        try:
+            check_env(dict(binding.env))
+            if binding.code_digest:
+                self.code.path(binding.code_digest)  # CodeNotFound names the field
+                code = f"{sandbox.CODE_DIR}/{binding.code_digest}"
+        except (ValueError, KeyError) as exc:
+            raise BindRefused(str(exc)) from exc
         rec.job = binding.job
         overlay: list[str] = []
         if binding.deps:
@@ -518,12 +524,15 @@ class LocalRuntime:
             },
         )
 
-    async def kill_job(self, job: str, failure: Failure = Failure.CANCELLED) -> None:
-        """Kill a running job (a job that already ended is left alone)."""
+    async def kill_job(
+        self, job: str, failure: Failure = Failure.CANCELLED, grace_s: float = 0.0
+    ) -> None:
+        """Kill a running job (a job that already ended is left alone): SIGTERM, then SIGKILL
+        after ``grace_s`` (at once without one); its JobExited carries ``failure``."""
         for rec in self._pods.values():
             if rec.job == job and not rec.stopping:
-                await self._send(rec, {"op": "kill", "job": job, "failure": failure.value})
-                return
+                msg = {"op": "kill", "job": job, "failure": failure.value, "grace_s": grace_s}
+                await self._send(rec, msg)  # every rank: a multi-worker job has one per pod
 
     async def _teardown(self, rec: _Pod) -> None:
         """Kill the whole pod, reap it, and remove its cgroup and directory (workspace too)."""

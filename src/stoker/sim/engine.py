@@ -1,7 +1,7 @@
 """The discrete-event engine: a heap of timed events and a virtual clock (no fixed tick).
 
-It hands the core its events (JobSubmitted from the workload, PodReady/JobStarted/
-JobFinished/PodGone from the virtual runtime, Tick at ``core.next_deadline()``) and gives the
+It hands the core its events (JobSubmitted from the workload, PodReady/RankStarted/
+RankExited/PodGone from the virtual runtime, Tick at ``core.next_deadline()``) and gives the
 core's actions to the virtual runtime, which schedules their outcomes. The engine decides
 nothing: every choice is the core's. Same seed, same events, same records.
 """
@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from stoker.core import Core, Event, JobFinished, JobSpec, JobSubmitted, Tick
+from stoker.core import Core, Event, JobEnded, JobSpec, JobSubmitted, Tick
 from stoker.sim.params import RuntimeParams
 from stoker.sim.virtual import VirtualRuntime
 
@@ -91,8 +91,9 @@ class Simulator:
         actions = self.core.handle(event, self.now)
         for action in actions:
             self.runtime.carry_out(action)
-        if isinstance(event, JobFinished):
-            self.runtime.job_done(event.job)
+        for action in actions:
+            if isinstance(action, JobEnded):
+                self.runtime.job_done(action.job)
         self._schedule_tick()
         self._sample_held()
 

@@ -14,12 +14,12 @@ from stoker.core import (
     BindJob,
     Failure,
     JobEnded,
-    JobFinished,
-    JobStarted,
     KillJob,
     PodGone,
     PodReady,
     PromoteStandby,
+    RankExited,
+    RankStarted,
     RecyclePod,
     StartPod,
     StopPod,
@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 
 class VirtualRuntime:
     """Answers StartPod with PodReady (after image pull on a cold node + pod start),
-    PromoteStandby and RecyclePod with PodReady, BindJob with JobStarted then JobFinished,
-    StopPod with PodGone, KillJob with a cancelled JobFinished."""
+    PromoteStandby and RecyclePod with PodReady, BindJob with RankStarted then RankExited
+    for every rank, StopPod with PodGone, KillJob with a RankExited of the kill's reason
+    for every rank still running; JobEnded tells the workload."""
 
     def __init__(
         self,
@@ -51,6 +52,7 @@ class VirtualRuntime:
         self._image_at: dict[tuple[str, str], float] = {key: 0.0 for key in prepulled}
         self._run_s: dict[str, float] = {}
         self._ended: dict[str, None] = {}
+        self._running: dict[str, int] = {}  # bound job -> its rank count, until it exits
         self._bound: dict[str, None] = {}  # pods a job was bound into
         self.pulls = 0
 
@@ -90,15 +92,20 @@ class VirtualRuntime:
                 again = all(pid in self._bound for pid in pods)
                 self._bound.update(dict.fromkeys(pods))
                 bind = (p.rebind if again else p.bind).sample(rng)
-                sim.after(bind, sim.deliver, JobStarted(job))
-                sim.after(bind + self._run_s.get(job, 0.0), self._finish, job)
-            case KillJob(job=job):
-                self._finish(job, Failure.CANCELLED)
-            case JobEnded(job=job):
-                self.job_done(job)
+                self._running[job] = len(pods)
+                for rank in range(len(pods)):
+                    sim.after(bind, sim.deliver, RankStarted(job, rank))
+                sim.after(bind + self._run_s.get(job, 0.0), self._exit, job, None)
+            case KillJob(job=job, reason=reason):
+                self._exit(job, reason)
+            case JobEnded():
+                pass  # the engine tells the workload once the other actions are carried out
 
-    def _finish(self, job_id: str, failure: Failure | None = None) -> None:
-        if job_id in self._ended:
+    def _exit(self, job_id: str, failure: Failure | None) -> None:
+        """Every rank of a running job exits (its planned end, or killed)."""
+        ranks = self._running.pop(job_id, None)
+        if ranks is None:
             return  # killed before its planned end
         code = 0 if failure is None else 1
-        self.sim.deliver(JobFinished(job_id, exit_code=code, failure=failure))
+        for rank in range(ranks):
+            self.sim.deliver(RankExited(job_id, rank, code, failure))

@@ -85,11 +85,12 @@ function renderQueue(s) {
       {},
       el("td", { class: "mono", text: j.id }),
       el("td", { text: j.profile }),
+      el("td", { text: j.job_class }),
       el("td", { text: j.tenant }),
       el("td", { class: "num", text: j.wait_s.toFixed(1) }),
     ),
   );
-  fill($("queue").tBodies[0], rows, "nothing waiting", 4);
+  fill($("queue").tBodies[0], rows, "nothing waiting", 5);
 }
 
 function renderJobs(s) {
@@ -102,13 +103,14 @@ function renderJobs(s) {
       el("td", {}, el("button", { class: "linkish", type: "button", text: j.id, "aria-label": `why: events of job ${j.id}`, onclick: () => showWhy(j.id) })),
       el("td", { text: j.tenant }),
       el("td", { text: j.profile }),
+      el("td", { text: j.job_class }),
       el("td", { text: j.state }),
       el("td", {}, badge(j.path)),
       el("td", { class: "num latency", text: fmtMs(j.start_latency_ms) }),
       el("td", { text: outcome }),
     );
   });
-  fill($("jobs").tBodies[0], rows, "no jobs yet", 7);
+  fill($("jobs").tBodies[0], rows, "no jobs yet", 8);
 }
 
 async function showWhy(jobId) {
@@ -288,8 +290,13 @@ function render(s) {
   last = s;
   if (!painted) {
     painted = true;
-    performance.mark("stoker-first-data");
-    document.body.dataset.ready = "1";
+    // after the frame that shows the first numbers has been painted
+    requestAnimationFrame(() =>
+      setTimeout(() => {
+        performance.mark("stoker-first-data");
+        document.body.dataset.ready = "1";
+      }),
+    );
   }
 }
 
