@@ -31,10 +31,9 @@ pytestmark = [
 GRAFANA = Path(__file__).parent.parent / "deploy" / "grafana" / "stoker.json"
 
 
-def _cfg(tmp: Path) -> BrokerConfig:
-    return BrokerConfig(
-        data_dir=tmp / "data", profiles=[BrokerProfile.simple("plain")], gpu_slots=2
-    )
+def _cfg(tmp: Path, **kw: Any) -> BrokerConfig:
+    kw.setdefault("gpu_slots", 2)
+    return BrokerConfig(data_dir=tmp / "data", profiles=[BrokerProfile.simple("plain")], **kw)
 
 
 def _api(eb: EmbeddedBroker, token: str | None) -> httpx.Client:
@@ -277,3 +276,47 @@ def test_grafana_dashboard_uses_only_exported_metrics() -> None:
     assert exported <= used, exported - used
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids))
+
+
+def _metric(admin: httpx.Client, name: str, **labels: str) -> float:
+    m = _samples(admin.get("/metrics").text)
+    return sum(v for lab, v in m.get(name, []) if all(lab.get(k) == x for k, x in labels.items()))
+
+
+def test_handover_is_measured_as_the_api_times_it(tmp_path: Path) -> None:
+    """One GPU: b's job waits while a's runs, then takes the GPU over (standby promotion);
+    the handover histogram holds exactly b's start minus a's end."""
+    with EmbeddedBroker(_cfg(tmp_path, gpu_slots=1)) as eb:
+        admin = _api(eb, eb.admin_token)
+        a, _ = _tenant(eb, "a")
+        b, _ = _tenant(eb, "b")
+        first = _submit(a, "x", "import time; time.sleep(1.5)")
+        deadline = time.monotonic() + 30
+        while admin.get(f"/v1/jobs/{first}").json()["state"] != "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        second = _submit(b, "y")
+        assert admin.get(f"/v1/jobs/{second}").json()["state"] == "queued"
+        done_a, done_b = _wait(a, first), _wait(b, second)
+        assert _metric(admin, "stoker_handover_seconds_count") == 1
+        gap = done_b["started"] - done_a["finished"]
+        assert _metric(admin, "stoker_handover_seconds_sum") == pytest.approx(gap, abs=1e-6)
+
+
+def test_keepalive_expiry_is_counted_and_explains_the_next_cold_start(tmp_path: Path) -> None:
+    with EmbeddedBroker(_cfg(tmp_path, keepalive_s=0.3)) as eb:
+        admin = _api(eb, eb.admin_token)
+        a, _ = _tenant(eb, "a")
+        first = _wait(a, _submit(a, "x"))
+        deadline = time.monotonic() + 20
+        while _metric(admin, "stoker_pod_stops_total", reason="keepalive") < 1:
+            assert time.monotonic() < deadline, "no keep-alive expiry counted"
+            time.sleep(0.05)
+        stopped = [e for e in admin.get("/v1/events").json() if e["kind"] == "pod.stopped"]
+        assert [(e["pod"], e["reason"], e["tenant"]) for e in stopped] == [
+            (first["pods"][0], "keepalive", "a")
+        ]
+        nxt = _wait(a, _submit(a, "x"))
+        placed = a.get("/v1/events", params={"job": nxt["id"]}).json()
+        reasons = next(e["reasons"] for e in placed if e["kind"] == "job.placed")
+        assert nxt["path"] != "warm" and "last_pod_keepalive" in reasons, reasons
