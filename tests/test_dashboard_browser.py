@@ -93,11 +93,16 @@ def _api(eb: EmbeddedBroker, token: str) -> httpx.Client:
     return httpx.Client(base_url=eb.url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
 
 
-def _run(api: httpx.Client, tag: str, code: str = "pass") -> dict[str, Any]:
+def _submit(api: httpx.Client, tag: str, code: str = "pass") -> str:
     body = {"profile": "plain", "argv": ["python", "-c", code], "reuse_tag": tag}
     r = api.post("/v1/jobs", json=body)
     assert r.status_code == 201, r.text
-    return api.get(f"/v1/jobs/{r.json()['id']}/wait", params={"timeout_s": 60}).json()
+    return str(r.json()["id"])
+
+
+def _run(api: httpx.Client, tag: str, code: str = "pass") -> dict[str, Any]:
+    job = _submit(api, tag, code)
+    return dict(api.get(f"/v1/jobs/{job}/wait", params={"timeout_s": 60}).json())
 
 
 def _sign_in(driver: Any, eb: EmbeddedBroker) -> None:
@@ -180,27 +185,53 @@ def test_dashboard_shows_what_the_api_reports_and_updates(
         failed = next(r for r in rows if r.get_attribute("data-job-id") == jobs[0]["id"])
         assert "user_error (exit 3)" in failed.text
         assert browser.find_element(By.ID, "no-gpu-pools").is_displayed()
-        pods = admin.get("/v1/pods").json()
-        bars = browser.find_elements(By.CSS_SELECTOR, "#gpus .seg")
-        assert len(bars) == len(pods)
+        # one bar segment per live pod (pods may still be moving: read both until they agree)
+        WebDriverWait(browser, 15).until(
+            lambda d: (
+                len(d.find_elements(By.CSS_SELECTOR, "#gpus .seg"))
+                == len(admin.get("/v1/pods").json())
+            ),
+            message="GPU bars do not match /v1/pods",
+        )
 
         # a new job appears without a reload
         new = _run(tenant, "loop-c")
         WebDriverWait(browser, 15).until(
-            lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-job-id="{new["id"]}"]')
+            lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-job-id="{new["id"]}"]'),
+            message="the new job did not appear",
         )
         WebDriverWait(browser, 15).until(
-            lambda d: d.find_element(By.ID, "kpi-started").text == str(sum(paths.values()) + 1)
+            lambda d: d.find_element(By.ID, "kpi-started").text == str(sum(paths.values()) + 1),
+            message="jobs started did not count the new job",
         )
 
         # "why": the job's decisions with their reasons
         browser.find_element(By.CSS_SELECTOR, f'tr[data-job-id="{new["id"]}"] button').click()
         WebDriverWait(browser, 10).until(
-            lambda d: "job.placed" in d.find_element(By.ID, "why-events").text
+            lambda d: "job.placed" in d.find_element(By.ID, "why-events").text,
+            message="the job's events did not show",
         )
         why = browser.find_element(By.ID, "why-events").text
         assert ("cold start" in why) == (new["path"] == "cold"), why
 
+        # busy: both GPUs run a job, a third waits; the queue shows it as the API does
+        busy = [_submit(tenant, f"busy-{i}", "import time; time.sleep(60)") for i in (1, 2)]
+        for j in busy:
+            WebDriverWait(browser, 30).until(
+                lambda _d, j=j: admin.get(f"/v1/jobs/{j}").json()["state"] == "running",
+                message=f"busy job not running: {admin.get('/v1/jobs').json()[:3]}",
+            )
+        waiting = _submit(tenant, "busy-3")
+        WebDriverWait(browser, 15).until(
+            lambda d: d.find_elements(By.XPATH, f'//table[@id="queue"]//td[text()="{waiting}"]'),
+            message=f"queued job not shown: {admin.get(f'/v1/jobs/{waiting}').json()}",
+        )
+        queued = sum(p["queued"] for p in admin.get("/v1/profiles").json())
+        assert queued == 1 and browser.find_element(By.ID, "kpi-queued").text == "1"
+        WebDriverWait(browser, 15).until(
+            lambda d: len(d.find_elements(By.CSS_SELECTOR, "#gpus .seg.active")) == 2,
+            message=f"two active pods not shown: {admin.get('/v1/pods').json()}",
+        )
         desktop = _screenshot(browser, "dashboard-desktop", 1280, capsys)
         phone = _screenshot(browser, "dashboard-phone", 390, capsys)
         assert desktop.stat().st_size > 10_000 and phone.stat().st_size > 10_000
@@ -209,6 +240,8 @@ def test_dashboard_shows_what_the_api_reports_and_updates(
         width = browser.execute_script("return document.documentElement.scrollWidth")
         viewport = browser.execute_script("return window.innerWidth")
         assert width <= viewport, (width, viewport)
+        for j in (waiting, *busy):
+            admin.post(f"/v1/jobs/{j}/cancel")
 
 
 def test_sign_in_refuses_tenant_tokens(tmp_path: Path, browser: Any) -> None:

@@ -45,7 +45,9 @@ function fill(tbody, rows, empty, cols) {
   for (const r of rows) tbody.append(r);
 }
 
-function badge(path) {
+// a job's path; a job that has no pod yet has none to show, a finished one never had one
+function badge(path, state) {
+  if (!path && state !== "finished") return el("span", { class: "empty", text: "–" });
   return el("span", { class: "badge " + (path || "none"), text: path || "none" });
 }
 
@@ -66,7 +68,7 @@ function renderSummary(s) {
     return el(
       "tr",
       { "data-path": p },
-      el("td", {}, badge(p)),
+      el("td", {}, badge(p, "finished")),
       el("td", { class: "num", id: "path-" + p, text: String(n) }),
       el("td", { class: "num", text: st.started ? pct(n / st.started) : "–" }),
       el("td", { class: "num", text: fmtMs(lat.p50) }),
@@ -105,7 +107,7 @@ function renderJobs(s) {
       el("td", { text: j.profile }),
       el("td", { text: j.job_class }),
       el("td", { text: j.state }),
-      el("td", {}, badge(j.path)),
+      el("td", {}, badge(j.path, j.state)),
       el("td", { class: "num latency", text: fmtMs(j.start_latency_ms) }),
       el("td", { text: outcome }),
     );
@@ -188,15 +190,28 @@ function frame(node, t0, t1, ymax, ticks) {
   return { x, y };
 }
 
-function pathOf(xs, ys, x, y) {
-  return xs.map((t, i) => `${i ? "L" : "M"}${x(t).toFixed(1)},${y(ys[i]).toFixed(1)}`).join("");
+// points of a line; ``step``: each sample holds until the next (sampled gauges), else
+// straight segments (a forecast's hourly values)
+function points(xs, ys, x, y, step) {
+  const out = [];
+  xs.forEach((t, i) => {
+    if (step && i) out.push([x(t), y(ys[i - 1])]);
+    out.push([x(t), y(ys[i])]);
+  });
+  return out;
 }
 
-function area(xs, lo, hi, x, y) {
+function draw(pts) {
+  return pts.map(([px, py], i) => `${i ? "L" : "M"}${px.toFixed(1)},${py.toFixed(1)}`).join("");
+}
+
+function pathOf(xs, ys, x, y, step = true) {
+  return draw(points(xs, ys, x, y, step));
+}
+
+function area(xs, lo, hi, x, y, step = true) {
   if (!xs.length) return "";
-  const top = xs.map((t, i) => `${i ? "L" : "M"}${x(t).toFixed(1)},${y(hi[i]).toFixed(1)}`).join("");
-  const bottom = xs.map((_, i) => xs.length - 1 - i).map((i) => `L${x(xs[i]).toFixed(1)},${y(lo[i]).toFixed(1)}`).join("");
-  return top + bottom + "Z";
+  return draw([...points(xs, hi, x, y, step), ...points(xs, lo, x, y, step).reverse()]) + "Z";
 }
 
 function renderHeld(s) {
@@ -266,8 +281,8 @@ function drawPool(node, p, s) {
   if (t1 > s.now) ticks.push({ at: t1, label: `+${Math.round((t1 - s.now) / 3600)} h` });
   const { x, y } = frame(node, t0, t1, ymax, ticks);
   if (fc) {
-    node.append(svg("path", { d: area(ft, lo, fc.quantile, x, y), fill: "var(--hp)", "fill-opacity": 0.18 }));
-    node.append(svg("path", { d: pathOf(ft, fc.mean, x, y), fill: "none", stroke: "var(--hp)", "stroke-width": 2, "stroke-dasharray": "5 4" }));
+    node.append(svg("path", { d: area(ft, lo, fc.quantile, x, y, false), fill: "var(--hp)", "fill-opacity": 0.18 }));
+    node.append(svg("path", { d: pathOf(ft, fc.mean, x, y, false), fill: "none", stroke: "var(--hp)", "stroke-width": 2, "stroke-dasharray": "5 4" }));
   }
   node.append(svg("path", { d: pathOf(h.t, h.hp, x, y), fill: "none", stroke: "var(--hp)", "stroke-width": 2.5 }));
   node.append(svg("path", { d: pathOf(h.t, h.spot, x, y), fill: "none", stroke: "var(--spot)", "stroke-width": 2 }));
