@@ -84,7 +84,7 @@ class ViewerAuth:
 
     def __init__(self, broker: "Broker", viewer_token_path: Path) -> None:
         self.broker = broker
-        self.viewer_token_path = viewer_token_path
+        self.token_path = viewer_token_path
         self._viewer_hash = hash_token(token_file(viewer_token_path))
         self._key = secrets.token_bytes(32)
 

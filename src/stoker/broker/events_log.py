@@ -31,6 +31,7 @@ from stoker.core import (
     Event,
     Failure,
     JobCancelled,
+    JobClass,
     JobEnded,
     JobRequeued,
     JobState,
@@ -392,6 +393,10 @@ class DecisionLog:
         lacked, and what became of its reuse tag's last pod."""
         path = job.path.value
         pods = ", ".join(job.pods)
+        if job.spec.job_class is not JobClass.POOL:
+            # hp and spot jobs do not take warm pools' paths: their pods are their own
+            cls = job.spec.job_class.value
+            return [f"{cls}_placed"], f"{cls} job placed on {pods}"
         if path == "warm":
             return ["warm_pod_of_tag"], f"warm hit: idle warm pod {pods} of its reuse tag"
         reasons: list[str] = []

@@ -91,7 +91,9 @@ def up(
         cfg.data_dir = data_dir
     broker = Broker(cfg)
     typer.echo(
-        f"stoker broker on http://{host}:{port}  (admin token: {cfg.admin_token_path})", err=True
+        f"stoker broker on http://{host}:{port}  (admin token: {cfg.admin_token_path})\n"
+        f"dashboard: http://{host}:{port}/  (viewer token: {broker.dashboard.auth.token_path})",
+        err=True,
     )
     uvicorn.run(broker.app, host=host, port=port, log_level="warning")
 
