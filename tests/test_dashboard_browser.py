@@ -161,6 +161,7 @@ def test_dashboard_shows_what_the_api_reports_and_updates(
     tmp_path: Path, browser: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import WebDriverWait
 
     with EmbeddedBroker(_cfg(tmp_path)) as eb:
@@ -205,8 +206,14 @@ def test_dashboard_shows_what_the_api_reports_and_updates(
             message="jobs started did not count the new job",
         )
 
+        # keyboard: the first Tab reaches the skip link; a job's "why" opens with Enter
+        browser.find_element(By.TAG_NAME, "body").send_keys(Keys.TAB)
+        active = browser.switch_to.active_element
+        assert active.text == "Skip to content"
         # "why": the job's decisions with their reasons
-        browser.find_element(By.CSS_SELECTOR, f'tr[data-job-id="{new["id"]}"] button').click()
+        browser.find_element(By.CSS_SELECTOR, f'tr[data-job-id="{new["id"]}"] button').send_keys(
+            Keys.ENTER
+        )
         WebDriverWait(browser, 10).until(
             lambda d: "job.placed" in d.find_element(By.ID, "why-events").text,
             message="the job's events did not show",
