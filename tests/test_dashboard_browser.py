@@ -342,3 +342,56 @@ def test_first_paint_with_1000_jobs(
             f" {fcp[len(fcp) // 2]:.0f} ms, numbers on screen {data[1]:.0f} ms"
             f" (all: {[round(x) for x in data]})",
         )
+
+
+def test_gpu_pool_panel_renders_the_pools_shape(
+    tmp_path: Path, browser: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The GPU-pool panel drawn from a GPU pool row in ``GET /v1/pools``'s shape, handed to
+    the page's own renderer (this broker runs pool jobs only, so its snapshot has none)."""
+    from selenium.webdriver.common.by import By
+
+    with EmbeddedBroker(_cfg(tmp_path)) as eb:
+        _sign_in(browser, eb)
+        state = _api(eb, eb.admin_token).get("/dashboard/state").json()
+        now = state["now"]
+        hist_t = [now - 3600 + 60 * i for i in range(61)]
+        state["gpu_pools"] = [
+            {
+                "gpu_model": "H800",
+                "capacity": 64.0,
+                "hp_gpus": 30.0,
+                "spot_gpus": 12.5,
+                "spot_quota": 20.0,
+                "eta": 0.95,
+                "eviction_rate_1d": 0.0625,
+                "forecast": {
+                    "hours": [0, 1, 2, 3],
+                    "mean": [31.0, 35.0, 40.0, 36.0],
+                    "var": [4.0, 9.0, 16.0, 9.0],
+                    "quantile": [33.6, 38.8, 45.1, 39.8],
+                    "g": 0.9,
+                },
+                "queued": {"hp": 2, "spot": 7},
+                "history": {
+                    "t": hist_t,
+                    "hp": [28 + (i % 7) for i in range(61)],
+                    "spot": [10 + (i % 5) for i in range(61)],
+                    "quota": [20.0] * 61,
+                },
+            }
+        ]
+        browser.execute_script("clearTimeout(timer); render(arguments[0]);", state)
+        card = browser.find_element(By.CSS_SELECTOR, 'article.pool[data-gpu-model="H800"]')
+        text = card.text
+        for want in ("H800 · 64 GPUs", "HP use\n30\n", "12.5 / 20", "0.95", "6.3 %"):
+            assert want in text, (want, text)
+        dd = [e.text for e in card.find_elements(By.TAG_NAME, "dd")]
+        assert dd[-2:] == ["2", "7"]  # queued hp, spot
+        paths = card.find_elements(By.CSS_SELECTOR, "svg path")
+        assert len(paths) == 5 and all(p.get_attribute("d") for p in paths)
+        assert "spot 12.5 of a 20 spot quota" in card.find_element(
+            By.CSS_SELECTOR, ".bar.quota"
+        ).get_attribute("aria-label")
+        assert browser.find_elements(By.ID, "no-gpu-pools") == []
+        _screenshot(browser, "dashboard-gpu-pools", 1280, capsys)

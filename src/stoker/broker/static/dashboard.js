@@ -31,7 +31,8 @@ function svg(tag, attrs) {
 }
 
 const fmtMs = (v) => (v == null ? "–" : v < 10 ? v.toFixed(1) : Math.round(v).toString());
-const fmtN = (v, d = 1) => (v == null ? "–" : Number.isInteger(v) ? String(v) : v.toFixed(d));
+// at most ``d`` decimals, trailing zeros dropped (12.5, 20, 0.95)
+const fmtN = (v, d = 1) => (v == null ? "–" : String(Number(v.toFixed(d))));
 const pct = (v) => (v == null ? "–" : (100 * v).toFixed(1) + " %");
 const ago = (secs) => (secs < 1 ? "now" : secs < 120 ? `-${Math.round(secs)} s` : `-${Math.round(secs / 60)} min`);
 const clock = (t) => new Date(t * 1000).toLocaleTimeString([], { hour12: false });
@@ -262,11 +263,26 @@ function renderPools(s) {
         el("dt", { text: "queued hp" }), el("dd", { text: String(q.hp) }),
         el("dt", { text: "queued spot" }), el("dd", { text: String(q.spot) }),
       ),
+      quotaBar(p),
       el("figure", {}, node, el("figcaption", { class: "legend" }, ...legend([["HP actual", "var(--hp)", true], ["HP forecast band", "rgba(9,105,218,.3)"], ["spot", "var(--spot)", true], ["spot quota", "var(--quota)", true]]))),
     );
   });
   box.replaceChildren(el("div", { class: "pools" }, ...cards));
   for (const draw of draws) draw(); // once in the page, so each chart knows its width
+}
+
+// the GPU pool's capacity as a bar: HP use, spot use, and a mark at the spot quota
+function quotaBar(p) {
+  const cap = Math.max(p.capacity, 1e-9);
+  const seg = (cls, v, label) => el("span", { class: "seg " + cls, style: `flex: 0 0 ${((100 * v) / cap).toFixed(2)}%`, text: label });
+  const bar = el(
+    "div",
+    { class: "bar quota", role: "img", "aria-label": `${p.gpu_model}: HP ${fmtN(p.hp_gpus, 2)}, spot ${fmtN(p.spot_gpus, 2)} of a ${fmtN(p.spot_quota, 2)} spot quota, ${fmtN(p.capacity)} GPUs` },
+    seg("hp", p.hp_gpus, "HP"),
+    seg("spot", p.spot_gpus, "spot"),
+    el("span", { class: "mark", style: `left: ${Math.min(100, (100 * (p.hp_gpus + p.spot_quota)) / cap).toFixed(2)}%`, title: "spot quota" }),
+  );
+  return bar;
 }
 
 // one GPU pool: HP use (past hour), the forecast band ahead, spot use and the spot quota
