@@ -13,7 +13,7 @@ import resource
 import time
 from pathlib import Path
 
-from stoker.core.gfs import policy
+from stoker.core.registry import preset as policy
 from stoker.forecast.base import Cadence
 from stoker.sim.gfs import Setup, policy_forecaster, prepare_trace, simulate
 

@@ -24,7 +24,7 @@ def test_policies_forecast_and_spot_tables(tmp_path: Path) -> None:
 gpu_slots = 3
 gpu_model = "a100"
 [policies]
-preset = "stoker"
+preset = "always_on"
 keepalive = "fitted"
 spot_quota = "static"
 [forecast]
@@ -36,11 +36,21 @@ grace_s = 5
 """,
     )
     assert (cfg.gpu_slots, cfg.gpu_model) == (3, "a100")
-    assert cfg.policies.preset == "stoker"
+    assert cfg.policies.preset == "always_on"
     assert cfg.policies.overrides() == {"keepalive": "fitted", "spot_quota": "static"}
     assert (cfg.forecast.forecaster, cfg.forecast.query_every_s) == ("naive", 60.0)
     assert cfg.forecast.refit_every_s == 3600.0 and cfg.forecast.horizon_h == 4
     assert cfg.spot.grace_s == 5.0
+    chosen = cfg.policies.build(cfg.keepalive_s, cfg.spot.grace_s)
+    assert type(chosen.policies.keepalive).__name__ == "FittedKeepAlive"  # named over preset
+    assert chosen.policies.gangs.quota.name == "static-0.3" and chosen.policies.gangs.grace_s == 5
+
+
+def test_keepalive_s_alone_is_a_fixed_keepalive(tmp_path: Path) -> None:
+    fixed = _load(tmp_path, "keepalive_s = 7\n").policies.build(7.0, 30.0).policies.keepalive
+    assert type(fixed).__name__ == "FixedKeepAlive" and fixed.ttl_s == 7.0
+    default = BrokerConfig().policies.build(None, 30.0)
+    assert default.name == "firepool" and default.forecaster == "default"
 
 
 @pytest.mark.parametrize(
@@ -55,6 +65,9 @@ grace_s = 5
         ("[forecast]\nquery_every_s = 0\n", "forecast.query_every_s"),
         ("gpu_slots = 'two'\n", "gpu_slots"),
         ("colour = 'red'\n", "'colour'"),
+        ("[policies]\npreset = 'best'\n", "policies.preset: unknown 'best'"),
+        ("[policies]\nkeepalive = 'forever'\n", "policies.keepalive: unknown 'forever'"),
+        ("[policies]\nspot_quota = 'magic'\n", "policies.spot_quota: unknown 'magic'"),
     ],
 )
 def test_unknown_or_mistyped_keys_are_named(tmp_path: Path, text: str, named: str) -> None:

@@ -24,7 +24,13 @@ import pytest
 from typer.testing import CliRunner
 
 import stoker
-from stoker.broker.config import BrokerConfig, BrokerProfile, ForecastConfig, SpotConfig
+from stoker.broker.config import (
+    BrokerConfig,
+    BrokerProfile,
+    ForecastConfig,
+    PolicyConfig,
+    SpotConfig,
+)
 from stoker.broker.embedded import EmbeddedBroker
 from stoker.cli.main import app
 from stoker.client import Job, JobPreempted, JobShape
@@ -40,7 +46,7 @@ SPOT = """
 import os, signal, sys, time
 run = int(os.environ["STOKER_RUN"])
 def term(*_):
-    print(f"run {run}: SIGTERM, checkpointed", flush=True)
+    os.write(1, f"run {run}: SIGTERM, checkpointed\\n".encode())  # print is not reentrant
     sys.exit(0)
 signal.signal(signal.SIGTERM, term)
 print(f"run {run}: started", flush=True)
@@ -51,7 +57,7 @@ print(f"run {run}: done", flush=True)
 SPOT_OUTPUT = "run 1: started\nrun 1: SIGTERM, checkpointed\nrun 2: started\nrun 2: done\n"
 
 
-def _cfg(tmp: Path, gpu_slots: int = 1) -> BrokerConfig:
+def _cfg(tmp: Path, gpu_slots: int = 1, **kw: Any) -> BrokerConfig:
     return BrokerConfig(
         data_dir=tmp / "data",
         profiles=[BrokerProfile.simple("plain")],
@@ -59,6 +65,7 @@ def _cfg(tmp: Path, gpu_slots: int = 1) -> BrokerConfig:
         gpu_model="vgpu",
         forecast=ForecastConfig(query_every_s=0.2, refit_every_s=0.5),
         spot=SpotConfig(grace_s=20.0),
+        **kw,
     )
 
 
@@ -187,32 +194,51 @@ def test_hp_takes_the_gpu_of_idle_standby_then_warm_pods(broker: EmbeddedBroker)
 
 
 def test_restart_in_the_middle_keeps_spot_hp_and_demand_history(tmp_path: Path) -> None:
-    cfg = _cfg(tmp_path)
+    cfg = _cfg(tmp_path, gpu_slots=2)
     eb = EmbeddedBroker(cfg, stop_pods=False).start()
     a, b = _tenant(eb, "a"), _tenant(eb, "b")
-    # HP demand before the restart: the store keeps it for the forecaster
-    assert b.run("plain", [PY, "-c", "pass"], shape=JobShape("hp", gpus=1.0)).result(60).ok
+    # an HP job and a spot job run, one GPU each, when the broker goes
+    hp_code = "import time; print('hp up', flush=True); time.sleep(4); print('hp done')"
+    first = b.run("plain", [PY, "-c", hp_code], shape=JobShape("hp", gpus=1.0))
+    _wait_for(lambda: "hp up" in first.logs())
     spot = _running_spot(a)
     tokens = [c._http.headers["Authorization"][7:] for c in (a, b)]
     a.close(), b.close()
-    eb.stop(stop_pods=False)  # the broker goes; the spot job's pod and process stay
+    eb.stop(stop_pods=False)  # the broker goes; the pods and the processes in them stay
     with sqlite3.connect(cfg.db_path) as conn:
         demand = conn.execute("select tenant, gpu_model, gpus from hp_demand").fetchall()
-    assert demand and all(row == ("b", "vgpu", 1.0) for row in demand)
+    assert ("b", "vgpu", 1.0) in demand and {row[0] for row in demand} == {"b"}
 
     with EmbeddedBroker(cfg) as eb2:
-        assert eb2.broker is not None and eb2.broker.recovery["adopted"] >= 1
+        assert eb2.broker is not None and eb2.broker.recovery["adopted"] >= 2
         a2, b2 = stoker.Client(eb2.url, tokens[0]), stoker.Client(eb2.url, tokens[1])
         with a2, b2:
             assert a2.get(spot.id)["state"] == "running"  # adopted, still running
+            done = Job(b2, b2.get(first.id)).result(60)
+            assert done.ok and done.stdout == b"hp up\nhp done\n"
+            # the forecaster refits on the stored history and its answer reaches the core
             pool = _wait_for(lambda: (p := _pool(a2))["forecast"] and p)
             fc = pool["forecast"]
             assert len(fc["hours"]) == len(fc["mean"]) == len(fc["quantile"]) == 4
             assert all(q >= m for q, m in zip(fc["quantile"], fc["mean"], strict=True))
-            hp = b2.run("plain", [PY, "-c", "pass"], shape=JobShape("hp", gpus=1.0))
-            assert hp.result(60).ok
+            # an HP gang of two needs both GPUs: the spot job gives its own up
+            gang = b2.run("plain", [PY, "-c", "pass"], shape=JobShape("hp", workers=2, gpus=1))
+            assert gang.result(60).ok
             res = Job(a2, a2.get(spot.id)).result(60)
             assert res.ok and res.requeues == 1 and res.stdout.decode() == SPOT_OUTPUT
+
+
+def test_fitted_keepalive_runs_live(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, policies=PolicyConfig(keepalive="fitted"), keepalive_s=30.0)
+    with EmbeddedBroker(cfg) as eb, _tenant(eb, "a") as a:
+        assert eb.broker is not None
+        keepalive = eb.broker.scheduler.core.policies.keepalive
+        assert type(keepalive).__name__ == "FittedKeepAlive" and keepalive.fallback_s == 30.0
+        paths = [a.run("plain", [PY, "-c", "pass"], reuse_tag="loop").result(60).path]
+        paths += [a.run("plain", [PY, "-c", "pass"], reuse_tag="loop").result(60).path]
+        assert paths == ["cold", "warm"]
+        (pod,) = [p for p in a.pods() if p["state"] == "warm"]
+        assert pod["keepalive_deadline"] is not None  # the fallback until pauses are seen
 
 
 def test_cli_pools_table_and_json(broker: EmbeddedBroker) -> None:

@@ -4,7 +4,13 @@ A state machine plays runtime and callers at once: it submits, cancels, reports 
 failed and gone, jobs started and finished (sometimes late, for jobs the core has already
 moved on from), and lets time pass. After every event it checks:
 
-- no pod ever serves two (tenant, tag) pairs;
+Pool, hp and spot jobs go through the one core together:
+
+- no pod ever serves two (tenant, tag) pairs, and an hp/spot pod never a second job;
+- HP is never evicted, only spot is; a gang is placed whole (one pod per worker) and
+  evicted whole (every pod stopped, the job back in its queue with none);
+- spot usage is within its GPU pool's quota whenever spot is admitted;
+- a job ends once (``JobEnded``) and is never bound again after it;
 - no GPU holds more than 1.0 (``Core.check``: shares, indexes, idle total, queues);
 - every submitted job is queued, placed, binding, running or finished, and a job that is
   placed, binding or running only points at live pods (a dead pod would strand it);
@@ -34,9 +40,15 @@ from stoker.core import (
     Cluster,
     Core,
     Failure,
+    ForecastUpdated,
     JobCancelled,
+    JobClass,
     JobEnded,
+    JobRequeued,
+    JobSpec,
     JobState,
+    JobSubmitted,
+    KillJob,
     PodFailed,
     PodGone,
     PodState,
@@ -48,6 +60,8 @@ from stoker.core import (
     StartPod,
     Tick,
 )
+from stoker.core.gfs import GFSConfig
+from stoker.core.gfs.quota import ForecastQuota, StaticQuota
 from stoker.core.policies import (
     AlwaysOn,
     BesideActive,
@@ -64,6 +78,7 @@ PROFILES = [
     Profile("q", recyclable=True),
     Profile("g", gpus=2),
     Profile("h", share=0.45, standby_share=0.1),  # two pods and a standby share a GPU
+    Profile("x"),  # hp and spot jobs' base environment
 ]
 POLICIES = [
     lambda: Policies(),
@@ -76,6 +91,9 @@ POLICIES = [
     lambda: Policies(
         keepalive=FixedKeepAlive(0.0), budget=QueueDrivenBudget(), standby=BesideActive(1)
     ),
+    lambda: Policies(gangs=GFSConfig(quota=StaticQuota(0.5))),
+    lambda: Policies(gangs=GFSConfig(quota=StaticQuota(1.0), min_runtime_s=5.0, queue="fifo")),
+    lambda: Policies(gangs=GFSConfig(quota=ForecastQuota())),
 ]
 FAILURES = [None, Failure.USER_ERROR, Failure.POD_DIED, Failure.TIMEOUT]
 
@@ -88,7 +106,10 @@ class CoreMachine(RuleBasedStateMachine):
         self.d: Driver
         self.owners: dict[str, tuple[str, str]] = {}
         self.standby: dict[str, None] = {}  # started as standby and not promoted
+        self.bound_to: dict[str, str] = {}  # hp/spot pod -> the one job it ran
+        self.ended: dict[str, None] = {}
         self.seen = 0
+        self.n = 0
 
     @initialize(policy=st.integers(0, len(POLICIES) - 1), nodes=st.integers(1, 2))
     def setup(self, policy: int, nodes: int) -> None:
@@ -110,6 +131,30 @@ class CoreMachine(RuleBasedStateMachine):
             workers = 1
         self.d.submit(tenant, tag, profile, workers)
 
+    @rule(
+        tenant=st.sampled_from(["t", "u"]),
+        cls=st.sampled_from([JobClass.HP, JobClass.SPOT]),
+        gpus=st.sampled_from([0.25, 0.5, 1, 2]),
+        workers=st.sampled_from([1, 1, 2]),
+    )
+    def submit_gang(self, tenant: str, cls: JobClass, gpus: float, workers: int) -> None:
+        """An hp or spot job; spot no larger than the smallest quota (it must run some day)."""
+        if cls is JobClass.SPOT:
+            gpus, workers = min(gpus, 1.0), 1
+        if gpus * workers > 2 * self.nodes:
+            workers = 1
+        self.n += 1
+        spec = JobSpec(f"g{self.n}", tenant, "x", job_class=cls, workers=workers, gpus=gpus)
+        self.d.send(JobSubmitted(spec))
+
+    @rule(
+        tenant=st.sampled_from(["t", "u"]),
+        mean=st.sampled_from([0.0, 1.0, 3.0]),
+        var=st.sampled_from([0.0, 1.0]),
+    )
+    def forecast(self, tenant: str, mean: float, var: float) -> None:
+        self.d.send(ForecastUpdated(tenant, "any", (mean,), (var,)))
+
     @precondition(lambda self: self.d.core.jobs)
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
@@ -126,7 +171,9 @@ class CoreMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.d.binding)
     @rule(data=st.data())
     def started(self, data: st.DataObject) -> None:
-        self.d.send(RankStarted(data.draw(st.sampled_from(list(self.d.binding)))))
+        jid = data.draw(st.sampled_from(list(self.d.binding)))
+        for rank in range(self.d.workers(jid)):
+            self.d.send(RankStarted(jid, rank))
 
     @precondition(lambda self: self.d.binding or self.d.running)
     @rule(data=st.data(), failure=st.sampled_from(FAILURES))
@@ -160,13 +207,22 @@ class CoreMachine(RuleBasedStateMachine):
         if not hasattr(self, "d"):
             return
         core = self.d.core
+        spot_started = False
         for _, _, actions in self.d.log[self.seen :]:
             for a in actions:
+                if isinstance(a, StartPod) and core.pods[a.pod].job_class is JobClass.SPOT:
+                    spot_started = True
                 match a:
                     case BindJob(job=jid, pods=pods):
-                        pair = core.jobs[jid].pair
-                        for pid in pods:
-                            assert self.owners.setdefault(pid, pair) == pair, (pid, pair)
+                        job = core.jobs[jid]
+                        assert jid not in self.ended, f"{jid} bound after it ended"
+                        assert len(pods) == job.spec.workers  # placed whole
+                        if job.job_class is JobClass.POOL:
+                            for pid in pods:
+                                assert self.owners.setdefault(pid, job.pair) == job.pair
+                        else:
+                            for pid in pods:
+                                assert self.bound_to.setdefault(pid, jid) == jid, (pid, jid)
                     case StartPod(pod=pid, standby=True):
                         self.standby[pid] = None
                     case PromoteStandby(pod=pid):
@@ -174,8 +230,21 @@ class CoreMachine(RuleBasedStateMachine):
                     case RecyclePod(new_pod=new):
                         assert new not in self.owners
                     case JobEnded(job=jid):
+                        assert jid not in self.ended, f"{jid} ended twice"
+                        self.ended[jid] = None
                         self.d.binding.pop(jid, None)
                         self.d.running.pop(jid, None)
+                    case JobRequeued(job=jid, reason=Failure.PREEMPTED):
+                        job = core.jobs[jid]
+                        assert job.job_class is JobClass.SPOT, f"{job.job_class} {jid} evicted"
+                        assert job.state is JobState.QUEUED and not job.pods
+                        self.d.binding.pop(jid, None)
+                        self.d.running.pop(jid, None)
+                    case JobRequeued(job=jid):
+                        self.d.binding.pop(jid, None)
+                        self.d.running.pop(jid, None)
+                    case KillJob(job=jid, reason=Failure.PREEMPTED):
+                        assert core.jobs[jid].job_class is JobClass.SPOT
         self.seen = len(self.d.log)
         for pod in core.pods.values():
             if pod.owner is not None:
@@ -201,14 +270,25 @@ class CoreMachine(RuleBasedStateMachine):
             queued = core.queued(name)
             if queued:
                 need = core.jobs[queued[0]].spec.workers
-                free = core._find_capacity(profile, need, set())
+                free = core.warm._find_capacity(profile, need, set())
                 assert len(free) < need, (queued[0], free)
         assert math.isclose(idle, core.idle_gpus, abs_tol=1e-6)
+        gangs = core.gangs
+        # the quota bounds admission: when spot was started, its pool's spot use fits it
+        # (a quota that shrinks later evicts nobody, as in GFS)
+        for pool, used in gangs.used.items():
+            if spot_started:
+                assert used[JobClass.SPOT] <= gangs.quota[pool] + 1e-6, (used, gangs.quota)
+        for job in core.jobs.values():
+            if job.state is JobState.QUEUED:
+                assert not job.pods, job
 
     def teardown(self) -> None:
         if not hasattr(self, "d"):
             return
         d = self.d
+        for tenant in ("t", "u"):  # HP is forecast gone: every waiting spot job may run
+            d.send(ForecastUpdated(tenant, "any", (0.0,), (0.0,)))
         for _ in range(100):
             d.settle()
             for jid in list(d.running):

@@ -185,7 +185,14 @@ def test_dashboard_shows_what_the_api_reports_and_updates(
             assert latency == _fmt_ms(job["start_latency_ms"])
         failed = next(r for r in rows if r.get_attribute("data-job-id") == jobs[0]["id"])
         assert "user_error (exit 3)" in failed.text
-        assert browser.find_element(By.ID, "no-gpu-pools").is_displayed()
+        # the GPU pool of this host, as GET /v1/pools shows it
+        (pool,) = admin.get("/v1/pools").json()
+        card = browser.find_element(
+            By.CSS_SELECTOR, f'article.pool[data-gpu-model="{pool["gpu_model"]}"]'
+        )
+        assert card.find_element(By.TAG_NAME, "h3").text == f"{pool['gpu_model']} · 2 GPUs"
+        dd = [e.text for e in card.find_elements(By.TAG_NAME, "dd")]
+        assert dd[0] == f"{pool['hp_gpus']:g}" and dd[-2:] == ["0", "0"]
         # one bar segment per live pod (pods may still be moving: read both until they agree)
         WebDriverWait(browser, 15).until(
             lambda d: (
@@ -347,8 +354,9 @@ def test_first_paint_with_1000_jobs(
 def test_gpu_pool_panel_renders_the_pools_shape(
     tmp_path: Path, browser: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The GPU-pool panel drawn from a GPU pool row in ``GET /v1/pools``'s shape, handed to
-    the page's own renderer (this broker runs pool jobs only, so its snapshot has none)."""
+    """The GPU-pool panel with a forecast, eta and evictions: a GPU pool row in
+    ``GET /v1/pools``' shape handed to the page's own renderer (a broker of a few seconds
+    has no HP history to forecast from)."""
     from selenium.webdriver.common.by import By
 
     with EmbeddedBroker(_cfg(tmp_path)) as eb:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -14,10 +13,19 @@ from typer.testing import CliRunner
 
 from stoker.cli.main import app
 from stoker.core import (
+    Action,
+    BindJob,
     Cluster,
     Core,
+    Failure,
+    ForecastUpdated,
+    Job,
+    JobClass,
+    JobRequeued,
     JobSpec,
+    JobState,
     JobSubmitted,
+    KillJob,
     PodGone,
     PodReady,
     Profile,
@@ -25,22 +33,12 @@ from stoker.core import (
     RankStarted,
     StartPod,
     StopPod,
-)
-from stoker.core.gfs import (
-    EvictGang,
-    ForecastUpdated,
-    GangCompleted,
-    GangSpec,
-    GangSubmitted,
-    GFSConfig,
-    GFSScheduler,
-    GuaranteeLedger,
-    PoolEvent,
-    StartGang,
     Tick,
-    policy,
+    preset,
 )
-from stoker.core.gfs.jobs import Gang, restart_overhead
+from stoker.core.core import Policies
+from stoker.core.gfs import GFSConfig, GuaranteeLedger
+from stoker.core.gfs.jobs import restart_overhead
 from stoker.core.gfs.placement import eviction_score, fragmentation
 from stoker.core.gfs.preemption import Candidate, GFSVictims, PreemptContext, protect
 from stoker.core.gfs.quota import EtaController, StaticQuota, forecast_quota
@@ -92,10 +90,10 @@ def test_eviction_score() -> None:
 
 def test_restart_overhead_and_checkpoint() -> None:
     assert restart_overhead(8) == 40.0 and restart_overhead(16) == 60.0
-    gang = Gang(GangSpec("j", "t", "m", "spot", 2, 2, 10_000), submitted=0.0)
-    gang.run_start = 100.0
-    assert gang.last_checkpoint(100.0 + 5000) == 100.0 + 3600
-    assert gang.lost_work(100.0 + 5000) == 4 * 1400
+    job = _job("j", "spot", 2, 2, 10_000)
+    job.run_start = 100.0
+    assert job.last_checkpoint(100.0 + 5000, 3600.0) == 100.0 + 3600
+    assert job.lost_work(100.0 + 5000, 3600.0) == 4 * 1400
 
 
 def test_ledger_rate_window() -> None:
@@ -124,82 +122,153 @@ def cluster(*gpus_per_node: int, model: str = "A") -> Cluster:
     return build_cluster([TraceNode(f"n{i}", model, g) for i, g in enumerate(gpus_per_node)])
 
 
-def spec(id: str, cls: str, req: float = 1, workers: int = 1, dur: float = 100.0) -> GangSpec:
-    return GangSpec(id, "t", "A", cls, req, workers, dur)  # type: ignore[arg-type]
+def spec(id: str, cls: str, req: float = 1, workers: int = 1, dur: float = 100.0) -> JobSpec:
+    return JobSpec(id, "t", "A", job_class=JobClass(cls), workers=workers, gpus=req, duration=dur)
 
 
-def starts(actions) -> dict[str, StartGang]:
-    return {a.job: a for a in actions if isinstance(a, StartGang)}
+def _job(id: str, cls: str, req: float = 1, workers: int = 1, dur: float = 100.0) -> Job:
+    per = req if req < 1 else float(math.ceil(req))
+    return Job(spec(id, cls, req, workers, dur), JobState.QUEUED, 0.0, per_worker=per)
 
 
-def nodes_of(action: StartGang) -> set[str]:
-    return {n for n, _, _ in action.placement}
+class Gangs:
+    """Drives the one core like the simulator's runtime does for trace pods: pods start,
+    bind and stop in no time (``stop=False`` leaves stops unanswered). Checks the core's
+    invariants after every event and returns every action an event led to."""
+
+    def __init__(self, cl: Cluster, policies: Policies | str = "gfs", **profile) -> None:
+        if isinstance(policies, str):
+            policies = preset(policies).policies
+        self.core = Core(
+            cl, [Profile("A", gpu_model="A"), Profile("p", gpu_model="A", **profile)], policies
+        )
+        self.stop = True
+
+    def send(self, event, now: float) -> list[Action]:
+        out = self.core.handle(event, now)
+        self.core.check()
+        done = list(out)
+        for a in out:
+            match a:
+                case StartPod(pod=pod, profile="A"):
+                    done += self.send(PodReady(pod), now)
+                case BindJob(job=job, pods=pods) if (
+                    self.core.jobs[job].job_class is not JobClass.POOL
+                ):
+                    for rank in range(len(pods)):
+                        done += self.send(RankStarted(job, rank), now)
+                case StopPod(pod=pod) if self.stop or self.core.pods[pod].profile == "A":
+                    done += self.send(PodGone(pod), now)
+        return done
+
+    def submit(self, s: JobSpec, now: float) -> list[Action]:
+        return self.send(JobSubmitted(s), now)
+
+    def finish(self, job: str, now: float) -> list[Action]:
+        out: list[Action] = []
+        for rank in range(self.core.jobs[job].spec.workers):
+            out += self.send(RankExited(job, rank), now)
+        return out
+
+    def nodes(self, job: str) -> set[str]:
+        return {self.core.pods[p].node for p in self.core.jobs[job].pods}
+
+    def cards(self, job: str) -> list[str]:
+        return [g for p in self.core.jobs[job].pods for g in self.core.pods[p].gpus]
+
+
+def static(share: float = 1.0, **kw) -> Policies:
+    return Policies(gangs=GFSConfig(quota=StaticQuota(share), **kw))
+
+
+def bound(actions) -> list[str]:
+    return [a.job for a in actions if isinstance(a, BindJob)]
+
+
+def evicted(actions) -> list[str]:
+    return [a.job for a in actions if isinstance(a, JobRequeued) and a.reason is Failure.PREEMPTED]
 
 
 # ---------------------------------------------------------------- placement
 
 
 def test_node_score_tight_packing_then_class_then_calm() -> None:
-    sched = GFSScheduler(cluster(8, 4, 2), GFSConfig(quota=StaticQuota(1.0)))
+    g = Gangs(cluster(8, 4, 2), static())
     # a 2-GPU worker goes where it leaves the fewest free GPUs: n2 (2 -> 0)
-    out = sched.handle(GangSubmitted(spec("a", "hp", 2)), 0.0)
-    assert nodes_of(starts(out)["a"]) == {"n2"}
+    g.submit(spec("a", "hp", 2), 0.0)
+    assert g.nodes("a") == {"n2"}
     # n0 (8) and n1 (4) free; a 1-GPU spot worker packs onto n1 (4 -> 3)
-    out = sched.handle(GangSubmitted(spec("s1", "spot", 1)), 1.0)
-    assert nodes_of(starts(out)["s1"]) == {"n1"}
+    g.submit(spec("s1", "spot", 1), 1.0)
+    assert g.nodes("s1") == {"n1"}
 
 
 def test_spot_prefers_same_class_and_calm_nodes() -> None:
-    sched = GFSScheduler(cluster(4, 4, 4), GFSConfig(quota=StaticQuota(1.0)))
-    sched.handle(GangSubmitted(spec("h", "hp", 2)), 0.0)  # lands on n0 (ordinal tie-break)
-    sched.handle(GangSubmitted(spec("s", "spot", 2)), 0.0)  # same free after on n1/n2 -> n1
+    g = Gangs(cluster(4, 4, 4), static())
+    g.submit(spec("h", "hp", 2), 0.0)  # lands on n0 (ordinal tie-break)
+    g.submit(spec("s", "spot", 2), 0.0)  # same free after on n1/n2 -> n1
     # both n0 and n1 now have 2 free; spot prefers n1, which already holds spot work
-    out = sched.handle(GangSubmitted(spec("s2", "spot", 1)), 1.0)
-    assert nodes_of(starts(out)["s2"]) == {"n1"}
-    # evictions on n1 make it noisy: HP prefers it, spot avoids it
+    g.submit(spec("s2", "spot", 1), 1.0)
+    assert g.nodes("s2") == {"n1"}
+    nodes = g.core.gangs.nodes
     for t in range(8):
-        sched.nodes["n1"].evictions.append(1.0 + t)
-        sched.nodes["n2"].evictions.append(1.0 + t)
-    sched.nodes["n2"].evictions.clear()
-    assert sched.nodes["n1"].score_e(10.0) < sched.nodes["n2"].score_e(10.0)
+        nodes["n1"].evictions.append(1.0 + t)
+    assert nodes["n1"].score_e(10.0) < nodes["n2"].score_e(10.0)
 
 
 def test_fractional_best_fit_on_partly_used_card() -> None:
-    sched = GFSScheduler(cluster(2), GFSConfig(quota=StaticQuota(1.0)))
-    a = starts(sched.handle(GangSubmitted(spec("a", "spot", 0.5)), 0.0))["a"]
-    b = starts(sched.handle(GangSubmitted(spec("b", "spot", 0.25)), 0.0))["b"]
-    assert a.placement[0][1] == b.placement[0][1]  # shares the card a left partly used
-    sched.check()
+    g = Gangs(cluster(2), static())
+    g.submit(spec("a", "spot", 0.5), 0.0)
+    g.submit(spec("b", "spot", 0.25), 0.0)
+    assert g.cards("a") == g.cards("b")  # shares the card a left partly used
 
 
-def test_gang_all_or_nothing() -> None:
-    sched = GFSScheduler(cluster(4, 4), GFSConfig(quota=StaticQuota(1.0)))
-    sched.handle(GangSubmitted(spec("h", "hp", 2)), 0.0)
+def test_gang_all_or_nothing_one_pod_per_worker() -> None:
+    g = Gangs(cluster(4, 4), static())
+    g.submit(spec("h", "hp", 2), 0.0)
     # three workers of 2 GPUs: only 6 free GPUs in 2+4 -> 3 workers fit exactly
-    out = sched.handle(GangSubmitted(spec("g", "spot", 2, 3)), 0.0)
-    assert len(starts(out)["g"].placement) == 6
+    out = g.submit(spec("g", "spot", 2, 3), 0.0)
+    assert len(g.cards("g")) == 6 and len(g.core.jobs["g"].pods) == 3
+    assert next(a for a in out if isinstance(a, BindJob)).pods == tuple(g.core.jobs["g"].pods)
+    assert g.core.jobs["g"].state is JobState.RUNNING
     # another gang of 2 x 1 with 0 free: nothing placed, nothing held
-    out = sched.handle(GangSubmitted(spec("g2", "spot", 1, 2)), 0.0)
-    assert not starts(out) and sched.used["A"]["spot"] == 6
-    sched.check()
+    g.submit(spec("g2", "spot", 1, 2), 0.0)
+    assert g.core.jobs["g2"].state is JobState.QUEUED and g.core.gangs.used["A"]["spot"] == 6
+    # the gang ends: its pods stop and its room goes to the waiting one
+    out = g.finish("g", 10.0)
+    assert sum(isinstance(a, StopPod) for a in out) == 3 and "g2" in bound(out)
 
 
-def test_spot_admission_respects_quota() -> None:
-    sched = GFSScheduler(cluster(8), GFSConfig())
-    # forecast HP demand N(3, 0): U = 3 -> free 5 -> quota 5
-    sched.handle(ForecastUpdated("A", (3.0,), (0.0,)), 0.0)
-    assert sched.quota["A"] == 5.0
-    assert "a" in starts(sched.handle(GangSubmitted(spec("a", "spot", 4)), 0.0))
-    assert not starts(sched.handle(GangSubmitted(spec("b", "spot", 2)), 0.0))  # 4 + 2 > 5
-    assert "c" in starts(sched.handle(GangSubmitted(spec("c", "spot", 1)), 0.0))  # backfill
+def test_spot_admission_respects_quota_summed_over_tenants() -> None:
+    g = Gangs(cluster(8), "gfs")
+    # two tenants forecast N(1, 0) and N(2, 0): summed U = 3 -> free 5 -> quota 5
+    g.send(ForecastUpdated("t1", "A", (1.0,), (0.0,)), 0.0)
+    g.send(ForecastUpdated("t2", "A", (2.0,), (0.0,)), 0.0)
+    assert g.core.gangs.quota["A"] == 5.0
+    # a tenant's new answer replaces its old one
+    g.send(ForecastUpdated("t1", "A", (1.0,), (0.0,)), 0.0)
+    assert g.core.gangs.quota["A"] == 5.0
+    assert "a" in bound(g.submit(spec("a", "spot", 4), 0.0))
+    assert not bound(g.submit(spec("b", "spot", 2), 0.0))  # 4 + 2 > 5
+    assert "c" in bound(g.submit(spec("c", "spot", 1), 0.0))  # backfill
+
+
+def test_demand_meter_counts_hp_asked_per_tenant_and_pool() -> None:
+    g = Gangs(cluster(2), static())
+    g.submit(spec("h1", "hp", 2, dur=1e4), 0.0)
+    g.submit(spec("h2", "hp", 1), 60.0)  # queued: demand counts what was asked
+    g.send(Tick(), 180.0)
+    assert list(g.core.demand.history(("t", "A"))) == [2.0, 3.0, 3.0]
+    g.finish("h1", 200.0)
+    g.send(Tick(), 300.0)
+    assert g.core.demand.history(("t", "A"))[-1] == 1.0
 
 
 # ---------------------------------------------------------------- preemption
 
 
 def test_protect_spares_the_most_expensive_victim() -> None:
-    big = Gang(spec("big", "spot", 2), 0.0)
-    small = Gang(spec("small", "spot", 2), 0.0)
+    big = _job("big", "spot", 2)
+    small = _job("small", "spot", 2)
     cand = Candidate("n", 0, 0.0, [(big, 2.0), (small, 2.0)])
     cost = {"big": 10.0, "small": 1.0}
     assert protect(cand, 2.0, lambda g: cost[g.id]) == [small]
@@ -207,36 +276,40 @@ def test_protect_spares_the_most_expensive_victim() -> None:
 
 
 def test_preemption_picks_cheapest_node() -> None:
-    sched = GFSScheduler(cluster(4, 4), GFSConfig(quota=StaticQuota(1.0)))
-    sched.handle(GangSubmitted(spec("old", "spot", 4, dur=1e6)), 0.0)  # n0
-    sched.handle(GangSubmitted(spec("young", "spot", 4, dur=1e6)), 3000.0)  # n1
+    g = Gangs(cluster(4, 4), static())
+    g.submit(spec("old", "spot", 4, dur=1e6), 0.0)  # n0
+    g.submit(spec("young", "spot", 4, dur=1e6), 3000.0)  # n1
     # at t=3500 old lost 3500 s x 4 GPUs since its start, young only 500 s x 4
-    out = sched.handle(GangSubmitted(spec("hp", "hp", 4)), 3500.0)
-    evicted = [a.job for a in out if isinstance(a, EvictGang)]
-    assert evicted == ["young"]
-    assert nodes_of(starts(out)["hp"]) == {"n1"}
+    out = g.submit(spec("hp", "hp", 4), 3500.0)
+    assert evicted(out) == ["young"]
+    assert KillJob("young", Failure.PREEMPTED, 0.0) in out
+    assert g.nodes("hp") == {"n1"} and "hp" in bound(out)
     # after old's hourly checkpoint it is the cheap one
-    sched.handle(GangCompleted("hp"), 3600.0)
-    out = sched.handle(GangSubmitted(spec("hp2", "hp", 4)), 3650.0)
-    assert [a.job for a in out if isinstance(a, EvictGang)] == ["old"]
-    sched.check()
+    g.finish("hp", 3600.0)
+    out = g.submit(spec("hp2", "hp", 4), 3650.0)
+    assert evicted(out) == ["old"]
 
 
 def test_victim_requeued_with_lost_work_and_overhead() -> None:
-    sched = GFSScheduler(cluster(4), GFSConfig(quota=StaticQuota(1.0)))
-    sched.handle(GangSubmitted(spec("s", "spot", 4, dur=10_000)), 0.0)
-    sched.handle(GangSubmitted(spec("h", "hp", 4, dur=100)), 5000.0)
-    gang = sched.jobs["s"]
+    g = Gangs(cluster(4), static())
+    g.submit(spec("s", "spot", 4, dur=10_000), 0.0)
+    g.submit(spec("h", "hp", 4, dur=100), 5000.0)
+    job = g.core.jobs["s"]
     # checkpoint at 3600: 3600 s kept, 1400 s lost, 40 s restart owed
-    assert gang.remaining == pytest.approx(10_000 - 3600)
-    assert gang.overhead == 40.0 and gang.evictions == 1
-    out = sched.handle(GangCompleted("h"), 5100.0)
-    assert starts(out)["s"].finish_at == pytest.approx(5100 + 40 + 6400)
+    assert job.remaining == pytest.approx(10_000 - 3600)
+    assert job.overhead == 40.0 and job.evictions == 1 and job.state is JobState.QUEUED
+    first_pod = next(p.id for p in g.core.pods.values() if p.history[0][2] == "starting")
+    out = g.finish("h", 5100.0)
+    assert "s" in bound(out) and job.overhead + job.remaining == pytest.approx(40 + 6400)
+    # late news of the evicted run (from its old pod) changes nothing
+    assert first_pod not in job.pods
+    g.send(RankExited("s", 0, 137, Failure.PREEMPTED, pod=first_pod), 5100.0)
+    assert job.state is JobState.RUNNING
 
 
 def test_gfs_victims_cost_includes_rate_increase() -> None:
-    a = Gang(spec("a", "spot", 1, 2), 0.0)
-    b = Gang(spec("b", "spot", 2), 0.0)
+    a = _job("a", "spot", 1, 2)
+    b = _job("b", "spot", 2)
     c1 = Candidate("n0", 0, 0.0, [(a, 1.0)])  # needs one more GPU: unusable for need 2
     c2 = Candidate("n1", 1, 1.0, [(a, 1.0)])
     c3 = Candidate("n2", 2, 0.0, [(b, 2.0)])
@@ -248,59 +321,93 @@ def test_gfs_victims_cost_includes_rate_increase() -> None:
 
 
 def test_yarn_evicts_everything_on_first_fit_node() -> None:
-    sched = GFSScheduler(cluster(4), policy("yarn-cs").config)
-    sched.handle(GangSubmitted(spec("s1", "spot", 2, dur=1e5)), 0.0)
-    sched.handle(GangSubmitted(spec("s2", "spot", 2, dur=1e5)), 0.0)
-    out = sched.handle(GangSubmitted(spec("h", "hp", 1)), 10.0)
-    assert sorted(a.job for a in out if isinstance(a, EvictGang)) == ["s1", "s2"]
+    g = Gangs(cluster(4), "yarn-cs")
+    g.submit(spec("s1", "spot", 2, dur=1e5), 0.0)
+    g.submit(spec("s2", "spot", 2, dur=1e5), 0.0)
+    out = g.submit(spec("h", "hp", 1), 10.0)
+    assert sorted(evicted(out)) == ["s1", "s2"]
 
 
 def test_min_runtime_protects_young_spot() -> None:
-    sched = GFSScheduler(cluster(4), policy("min-runtime").config)
-    sched.handle(GangSubmitted(spec("s", "spot", 4, dur=1e5)), 0.0)
-    out = sched.handle(GangSubmitted(spec("h", "hp", 4)), 100.0)
-    assert not starts(out) and not any(isinstance(a, EvictGang) for a in out)
-    out = sched.handle(GangSubmitted(spec("h2", "hp", 1)), 3700.0)
-    assert [a.job for a in out if isinstance(a, EvictGang)] == ["s"]
+    g = Gangs(cluster(4), "min-runtime")
+    g.submit(spec("s", "spot", 4, dur=1e5), 0.0)
+    out = g.submit(spec("h", "hp", 4), 100.0)
+    assert not bound(out) and not evicted(out)
+    out = g.submit(spec("h2", "hp", 1), 3700.0)
+    assert evicted(out) == ["s"]
 
 
-def test_idle_pool_pods_give_way_before_spot() -> None:
-    shared = cluster(2)
-    profile = Profile("p", gpu_model="A")
-    core = Core(shared, [profile])
-    sched = GFSScheduler(shared, GFSConfig(quota=StaticQuota(1.0)), pool_core=core)
-    # a pool job runs and ends: its pod stays warm on one card
-    acts = core.handle(JobSubmitted(JobSpec("pj", "t", "p", "tag")), 0.0)
+def _warm_pod(g: Gangs, job: str, at: float) -> str:
+    """Run a pool job to its end: its pod stays warm (the driver answers by hand)."""
+    acts = g.core.handle(JobSubmitted(JobSpec(job, "u", "p", "tag")), at)
     pod = next(a.pod for a in acts if isinstance(a, StartPod))
-    core.handle(PodReady(pod), 1.0)
-    core.handle(RankStarted("pj"), 1.0)
-    core.handle(RankExited("pj"), 2.0)
-    sched._refresh(sched.nodes["n0"])  # the pool changed shares outside the scheduler
-    sched.handle(GangSubmitted(spec("s", "spot", 1, dur=1e5)), 3.0)  # the other card
-    out = sched.handle(GangSubmitted(spec("h", "hp", 1)), 4.0)
-    stops = [a for a in out if isinstance(a, StopPod)]
-    assert [a.pod for a in stops] == [pod] and not any(isinstance(a, EvictGang) for a in out)
+    g.send(PodReady(pod), at + 1)
+    g.send(RankStarted(job), at + 1)
+    g.send(RankExited(job), at + 2)
+    assert g.core.pods[pod].state.value == "warm"
+    return pod
+
+
+def test_idle_warm_pod_gives_way_before_spot() -> None:
+    g = Gangs(cluster(2), static())
+    g.stop = False
+    pod = _warm_pod(g, "pj", 0.0)  # one card
+    g.submit(spec("s", "spot", 1, dur=1e5), 3.0)  # the other card
+    out = g.submit(spec("h", "hp", 1), 4.0)
+    assert [a.pod for a in out if isinstance(a, StopPod)] == [pod] and not evicted(out)
     # while the pod stops the HP job waits (no spot is evicted); once gone it takes the card
-    assert not any(isinstance(a, EvictGang) for a in sched.schedule(4.5))
-    out = sched.handle(PoolEvent(PodGone(pod)), 5.0)
-    assert "h" in starts(out) and not any(isinstance(a, EvictGang) for a in out)
-    assert sched.jobs["s"].state.value == "running"
-    sched.check()
+    assert not evicted(g.send(Tick(), 4.5))
+    out = g.send(PodGone(pod), 5.0)
+    assert "h" in bound(out) and not evicted(out)
+    assert g.core.jobs["s"].state is JobState.RUNNING
 
 
-def test_core_yield_idle_all_or_nothing() -> None:
-    shared = cluster(2)
-    core = Core(shared, [Profile("p", gpu_model="A")])
-    acts = core.handle(JobSubmitted(JobSpec("pj", "t", "p", "tag")), 0.0)
+def test_reclaim_mixes_idle_pods_and_spot_on_one_node_for_a_gang() -> None:
+    # n0: a warm pod on one card, spot on the other; n1: spot on both cards. A 2-GPU HP
+    # job takes n0 (one idle pod + one spot victim) rather than evicting two spot jobs.
+    g = Gangs(cluster(2, 2), static())
+    pod = _warm_pod(g, "pj", 0.0)
+    g.submit(spec("s0", "spot", 1, dur=1e5), 3.0)
+    g.submit(spec("s1", "spot", 1, 2, dur=1e5), 3.0)
+    assert g.nodes("s0") == {g.core.pods[pod].node}
+    out = g.submit(spec("h", "hp", 2), 4.0)
+    assert evicted(out) == ["s0"] and pod in [a.pod for a in out if isinstance(a, StopPod)]
+    assert "h" in bound(out) and g.core.jobs["s1"].state is JobState.RUNNING
+
+
+def test_fractional_hp_takes_a_standby_share() -> None:
+    # one card: an active pool pod (0.9) and its standby (0.1); a 0.1 HP worker takes the
+    # standby's share (the active pod is never a victim)
+    g = Gangs(cluster(1), static(), share=0.9, standby_share=0.1)
+    acts = g.core.handle(JobSubmitted(JobSpec("pj", "u", "p", "tag")), 0.0)
     pod = next(a.pod for a in acts if isinstance(a, StartPod))
-    core.handle(PodReady(pod), 1.0)
-    core.handle(RankStarted("pj"), 1.0)
-    assert core.yield_idle("n0", 2, 1.5) == []  # the pod is active: not idle, nothing
-    core.handle(RankExited("pj"), 2.0)
-    assert core.yield_idle("n0", 1, 2.5) == []  # one card already free
-    out = core.yield_idle("n0", 2, 3.0)
-    assert [a.pod for a in out if isinstance(a, StopPod)] == [pod]
-    core.check()
+    out = g.send(PodReady(pod), 1.0)
+    standby = next(a.pod for a in out if isinstance(a, StartPod) and a.standby)
+    g.send(PodReady(standby), 2.0)
+    g.send(RankStarted("pj"), 2.0)
+    out = g.submit(spec("h", "hp", 0.1), 3.0)
+    assert [a.pod for a in out if isinstance(a, StopPod)] == [standby]
+    assert "h" in bound(out) and g.core.pods[pod].state.value == "active"
+
+
+def test_hp_never_waits_on_an_active_pool_pod() -> None:
+    g = Gangs(cluster(1))
+    acts = g.core.handle(JobSubmitted(JobSpec("pj", "u", "p", "tag")), 0.0)
+    pod = next(a.pod for a in acts if isinstance(a, StartPod))
+    g.send(PodReady(pod), 1.0)
+    g.send(RankStarted("pj"), 1.0)
+    out = g.submit(spec("h", "hp", 1), 2.0)
+    assert not any(isinstance(a, StopPod) for a in out) and not bound(out)
+
+
+def test_forecast_caps_the_warm_budget() -> None:
+    g = Gangs(cluster(2), "gfs")
+    g.stop = False
+    pod = _warm_pod(g, "pj", 0.0)
+    # HP is forecast to need both cards: idle pods may hold nothing; the warm pod goes
+    out = g.send(ForecastUpdated("t", "A", (2.0,), (0.0,)), 5.0)
+    assert g.core.budget_limit() == 0.0
+    assert StopPod(pod, "budget") in out
 
 
 # ---------------------------------------------------------------- properties
@@ -324,27 +431,26 @@ def _trace(rows) -> Trace:
     return Trace("tiny", nodes, jobs)
 
 
-class _CheckingScheduler(GFSScheduler):
-    """The real scheduler with its invariants checked after every event, and its actions
-    recorded (a subclass that adds checks, the decisions are untouched)."""
+class _CheckingCore(Core):
+    """The real core with its invariants checked after every event (a subclass that adds
+    checks; the decisions are untouched)."""
 
-    log: ClassVar[list] = []
-
-    def handle(self, event, now, schedule=True):
-        out = super().handle(event, now, schedule)
+    def handle(self, event, now):
+        out = super().handle(event, now)
         self.check()
+        gangs = self.gangs
         for a in out:
-            if isinstance(a, EvictGang):
-                assert self.finished.get(a.job) is None
-                assert self.jobs[a.job].spec.job_class == "spot", "HP evicted"
-            if isinstance(a, StartGang):
-                g = self.jobs[a.job]
-                assert math.isclose(sum(s for _, _, s in a.placement), g.spec.gpus)
-                if g.spec.job_class == "spot" and not (
-                    self.config.oversize_alone and self.used[g.spec.pool]["spot"] == g.spec.gpus
-                ):
-                    assert self.used[g.spec.pool]["spot"] <= self.quota[g.spec.pool] + 1e-6
-        _CheckingScheduler.log.extend(out)
+            if isinstance(a, JobRequeued) and a.reason is Failure.PREEMPTED:
+                assert self.jobs[a.job].job_class is JobClass.SPOT, "HP evicted"
+            if isinstance(a, BindJob):
+                job = self.jobs[a.job]
+                held = sum(
+                    self.cluster.gpus[gid].allocs[p] for p in a.pods for gid in self.pods[p].gpus
+                )
+                assert math.isclose(held, job.gpus) and len(a.pods) == job.spec.workers
+        for pool, used in gangs.used.items():
+            oversize = gangs.config.oversize_alone and len(gangs.running_spot[pool]) == 1
+            assert used[JobClass.SPOT] <= gangs.quota[pool] + 1e-6 or oversize
         return out
 
 
@@ -357,13 +463,12 @@ def test_properties_hp_never_evicted_gangs_whole_nothing_lost(rows, name) -> Non
     import stoker.sim.gfs as simmod
 
     trace = _trace(rows)
-    spec_ = policy(name)
-    original = simmod.GFSScheduler
-    simmod.GFSScheduler = _CheckingScheduler  # type: ignore[misc]
+    original = simmod.Core
+    simmod.Core = _CheckingCore  # type: ignore[misc]
     try:
-        result = simulate(trace, spec_, Window(0.0, 0.0, 30_000.0))
+        result = simulate(trace, preset(name), Window(0.0, 0.0, 30_000.0))
     finally:
-        simmod.GFSScheduler = original  # type: ignore[misc]
+        simmod.Core = original  # type: ignore[misc]
     m = result.metrics
     assert m["spot.jobs"] + m["hp.jobs"] == len(rows)  # every job finished, none dropped
 
@@ -419,10 +524,11 @@ def _busy_trace() -> Trace:
 
 def test_simulation_deterministic_with_forecast() -> None:
     trace = _busy_trace()
-    spec_ = policy("gfs")
-    a = simulate(trace, spec_, Window(0.0, 86400.0, 3 * 86400.0), forecaster=_FlatForecaster())
+    a = simulate(
+        trace, preset("gfs"), Window(0.0, 86400.0, 3 * 86400.0), forecaster=_FlatForecaster()
+    )
     b = simulate(
-        trace, policy("gfs"), Window(0.0, 86400.0, 3 * 86400.0), forecaster=_FlatForecaster()
+        trace, preset("gfs"), Window(0.0, 86400.0, 3 * 86400.0), forecaster=_FlatForecaster()
     )
     strip = lambda m: {k: v for k, v in m.items() if k not in ("wall_s", "events_per_s")}  # noqa: E731
     assert strip(a.metrics) == strip(b.metrics)
@@ -516,16 +622,16 @@ def test_cli_gfs_with_orglinear(tmp_path) -> None:
 
 
 def test_chronus_lease_returns_spot_when_others_wait() -> None:
-    sched = GFSScheduler(cluster(4), policy("chronus").config)
-    sched.handle(GangSubmitted(spec("s", "spot", 4, dur=1e5)), 0.0)
-    assert "s" in starts(sched.handle(Tick(), 0.0))  # the first round starts it
-    assert sched.jobs["s"].state.value == "running"
-    sched.handle(GangSubmitted(spec("w", "spot", 4, dur=10)), 100.0)
-    out = sched.handle(Tick(), 1200.0)  # lease over, w waits: s goes back, w runs
-    assert [a.job for a in out if isinstance(a, EvictGang)] == ["s"]
-    assert "w" in starts(out)
-    gang = sched.jobs["s"]
-    assert gang.remaining == pytest.approx(1e5 - 1200) and gang.overhead == 120.0
+    g = Gangs(cluster(4), "chronus")
+    g.submit(spec("s", "spot", 4, dur=1e5), 0.0)
+    assert "s" in bound(g.send(Tick(), 0.0))  # the first round starts it
+    assert g.core.jobs["s"].state is JobState.RUNNING
+    g.submit(spec("w", "spot", 4, dur=10), 100.0)
+    out = g.send(Tick(), 1200.0)  # lease over, w waits: s goes back, w runs
+    assert evicted(out) == ["s"]
+    assert "w" in bound(out)
+    job = g.core.jobs["s"]
+    assert job.remaining == pytest.approx(1e5 - 1200) and job.overhead == 120.0
 
 
 def test_cli_on_the_shared_philly_trace(tmp_path) -> None:

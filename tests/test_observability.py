@@ -248,7 +248,9 @@ def test_dashboard_needs_the_admin_or_viewer_token(broker: EmbeddedBroker) -> No
     assert "samesite=strict" in r.headers["set-cookie"].lower()
     assert viewer not in r.headers["set-cookie"]
     state = anon.get("/dashboard/state").json()
-    assert state["capacity_gpus"] == 2.0 and state["gpu_pools"] == []
+    pools = _api(broker, broker.admin_token).get("/v1/pools").json()
+    assert state["capacity_gpus"] == 2.0
+    assert [{k: v for k, v in p.items() if k != "history"} for p in state["gpu_pools"]] == pools
     assert 'id="kpi-hit-rate"' in anon.get("/").text
     # a forged or tampered session is refused
     forged = httpx.Client(base_url=broker.url, cookies={"stoker_session": "admin.9999999999.00"})
@@ -320,3 +322,63 @@ def test_keepalive_expiry_is_counted_and_explains_the_next_cold_start(tmp_path: 
         placed = a.get("/v1/events", params={"job": nxt["id"]}).json()
         reasons = next(e["reasons"] for e in placed if e["kind"] == "job.placed")
         assert nxt["path"] != "warm" and "last_pod_keepalive" in reasons, reasons
+
+
+# a spot job that checkpoints on SIGTERM: its first run waits to be evicted, the next ends
+SPOT = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+if os.environ["STOKER_RUN"] == "1":
+    time.sleep(90)
+"""
+
+
+def test_preemptions_and_gpu_pool_gauges_equal_the_api(tmp_path: Path) -> None:
+    with EmbeddedBroker(_cfg(tmp_path, gpu_slots=1, gpu_model="vgpu")) as eb:
+        admin = _api(eb, eb.admin_token)
+        a, _ = _tenant(eb, "a")
+        b, _ = _tenant(eb, "b")
+        body = {"profile": "plain", "reuse_tag": "s", "job_class": "spot", "gpus": 1.0}
+        r = a.post("/v1/jobs", json={**body, "argv": ["python", "-c", SPOT]})
+        assert r.status_code == 201, r.text
+        spot = r.json()["id"]
+        deadline = time.monotonic() + 30
+        while admin.get(f"/v1/jobs/{spot}").json()["state"] != "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        (pool,) = admin.get("/v1/pools").json()
+        m = _samples(admin.get("/metrics").text)
+        assert m["stoker_gpu_pool_spot_gpus"] == [({"gpu_model": "vgpu"}, pool["spot_gpus"])]
+        assert pool["spot_gpus"] == 1.0
+        hp_body = {"profile": "plain", "reuse_tag": "h", "job_class": "hp", "gpus": 1.0}
+        r = b.post("/v1/jobs", json={**hp_body, "argv": ["python", "-c", "pass"]})
+        assert r.status_code == 201, r.text
+        hp = _wait(b, r.json()["id"])
+        done = _wait(a, spot)
+        assert hp["exit_code"] == 0 and done["exit_code"] == 0
+        assert (done["requeues"], done["requeue_reason"]) == (1, "preempted")
+
+        jobs = admin.get("/v1/jobs").json()
+        m = _samples(admin.get("/metrics").text)
+        preempted = sum(j["requeues"] for j in jobs if j["requeue_reason"] == "preempted")
+        assert _by(m["stoker_spot_preemptions_total"], "gpu_model") == Counter(
+            {("vgpu",): preempted}
+        )
+        (pool,) = admin.get("/v1/pools").json()
+        for name, key in (
+            ("stoker_gpu_pool_capacity_gpus", "capacity"),
+            ("stoker_gpu_pool_hp_gpus", "hp_gpus"),
+            ("stoker_gpu_pool_spot_gpus", "spot_gpus"),
+            ("stoker_spot_quota_gpus", "spot_quota"),
+            ("stoker_spot_eta_ratio", "eta"),
+            ("stoker_spot_eviction_rate_ratio", "eviction_rate_1d"),
+        ):
+            assert m[name] == [({"gpu_model": "vgpu"}, pytest.approx(pool[key]))], name
+        assert pool["eviction_rate_1d"] > 0
+        # the log says why the spot job ran twice
+        ev = a.get("/v1/events", params={"job": spot}).json()
+        requeued = [e for e in ev if e["kind"] == "job.requeued"]
+        assert [e["reason"] for e in requeued] == ["preempted"], ev
+        assert "evicted for HP demand" in requeued[0]["message"]
+        kinds = [e["kind"] for e in ev]
+        assert kinds.count("job.started") == 2 and kinds[-1] == "job.finished", kinds

@@ -164,9 +164,9 @@ async def test_kill_job_cancelled_and_preempted(rig: Rig) -> None:
 
 
 _ON_TERM = """
-import signal, sys, time
+import os, signal, sys, time
 def term(*_):
-    print("checkpointed", flush=True)
+    os.write(1, b"checkpointed\\n")  # not print: the signal may land inside print's flush
     sys.exit(0)
 signal.signal(signal.SIGTERM, term if sys.argv[1] == "checkpoint" else signal.SIG_IGN)
 print("ready", flush=True)
@@ -174,8 +174,12 @@ time.sleep(60)
 """
 
 
+_MARK = f"graceful-{uuid.uuid4().hex}"  # in every such job's argv: what this test started
+
+
 async def _bind_until_ready(rig: Rig, pod: str, job: str, mode: str) -> None:
-    await rig.rt.bind(pod, JobBinding(job=job, argv=("python", "-c", _ON_TERM, mode)))
+    argv = ("python", "-c", _ON_TERM, mode, _MARK)
+    await rig.rt.bind(pod, JobBinding(job=job, argv=argv))
     while not (isinstance(ev := await rig.next(), JobOutput) and ev.data.startswith(b"ready")):
         pass
 
@@ -186,14 +190,22 @@ async def test_kill_with_grace_sends_sigterm_first_then_sigkill(rig: Rig) -> Non
     await _bind_until_ready(rig, pod, "ckpt", "checkpoint")
     await rig.rt.kill_job("ckpt", Failure.PREEMPTED, grace_s=30.0)
     res = await rig.collect("ckpt")
-    assert res.stdout == b"checkpointed\n"
+    assert (res.stdout, res.stderr) == (b"checkpointed\n", b"")
     assert (res.exit.exit_code, res.exit.failure) == (0, Failure.PREEMPTED)
     # one that ignores SIGTERM is killed once the grace has passed
     await _bind_until_ready(rig, pod, "stubborn", "ignore")
     await rig.rt.kill_job("stubborn", Failure.PREEMPTED, grace_s=0.5)
     res = await rig.collect("stubborn")
     assert (res.exit.exit_code, res.exit.failure) == (128 + 9, Failure.PREEMPTED)
-    assert _procs_with("checkpoint") == [] and _procs_with("ignore") == []
+    # a pod stopped right after its job's graceful kill waits for the job's checkpoint
+    await _bind_until_ready(rig, pod, "last", "checkpoint")
+    await rig.rt.kill_job("last", Failure.PREEMPTED, grace_s=30.0)
+    await rig.rt.stop_pod(pod)
+    res = await rig.collect("last")
+    assert res.stdout == b"checkpointed\n", res.stderr
+    assert res.exit.failure is Failure.PREEMPTED
+    assert await rig.until(PodDown) == PodDown(pod)
+    assert _procs_with(_MARK) == []
 
 
 async def test_memory_limit_is_out_of_memory(rig: Rig) -> None:

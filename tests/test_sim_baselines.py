@@ -8,8 +8,8 @@ import pytest
 
 from stoker.core import HitPath, PodState
 from stoker.core.policies import AlwaysOn, FittedKeepAlive
+from stoker.core.registry import WARM_PRESETS, preset
 from stoker.sim import metrics
-from stoker.sim.baselines import BASELINES, build
 from stoker.sim.firepool import ClusterSpec, FirepoolConfig, Run, simulate
 from stoker.sim.params import Dist
 from stoker.sim.workloads import AgentLoopSpec, MixSpec, agent_loop, mix
@@ -50,7 +50,7 @@ def test_warm_reuse_hits_warm_and_has_no_standby() -> None:
 
 def test_firepool_promotes_standby_on_handover() -> None:
     spec = AgentLoopSpec(callers=12, steps=4, run=Dist("lognormal", 30.0, 0.3))
-    runs = {p: simulate(CFG, p, agent_loop(spec, 0), ClusterSpec(1)) for p in BASELINES}
+    runs = {p: simulate(CFG, p, agent_loop(spec, 0), ClusterSpec(1)) for p in WARM_PRESETS}
     assert _paths(runs["firepool"])[HitPath.STANDBY] > 0
     no_standby = metrics.percentile(metrics.handovers(runs["warm_reuse"].core), 50)
     standby = metrics.percentile(metrics.handovers(runs["firepool"].core), 50)
@@ -58,7 +58,7 @@ def test_firepool_promotes_standby_on_handover() -> None:
 
 
 def test_always_on_never_stops_for_time_fitted_learns_pauses() -> None:
-    assert isinstance(build("always_on").keepalive, AlwaysOn)
+    assert isinstance(preset("always_on").policies.keepalive, AlwaysOn)
     spec = AgentLoopSpec(callers=1, steps=20, think=Dist("const", 2.0))
     always = simulate(CFG, "always_on", agent_loop(spec, 0), ClusterSpec(1))
     assert all(p.state is not PodState.GONE for p in always.core.pods.values())
@@ -76,5 +76,5 @@ def test_keepalive_policies_hold_less_than_always_on() -> None:
 
 
 def test_unknown_policy_names_the_field() -> None:
-    with pytest.raises(ValueError, match="policy"):
-        build("nope")
+    with pytest.raises(ValueError, match="preset: unknown 'nope'"):
+        preset("nope")

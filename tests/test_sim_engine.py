@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from stoker.core import Cluster, Core, HitPath, PodState, Profile
-from stoker.sim.baselines import build
+from stoker.core.registry import preset
 from stoker.sim.engine import Simulator
 from stoker.sim.params import Dist, RuntimeParams
+from stoker.sim.virtual import VirtualRuntime
 from stoker.sim.workloads import (
     AgentLoopSpec,
     CallerPlan,
@@ -22,9 +23,10 @@ PROFILE = Profile("gpu", share=0.9, standby_share=0.1)
 
 
 def _sim(workload: LoopWorkload, policy: str = "firepool", nodes: int = 1, **kw) -> Simulator:
-    core = Core(Cluster.uniform(nodes, 8), [PROFILE], build(policy))
+    core = Core(Cluster.uniform(nodes, 8), [PROFILE], preset(policy).policies)
     prepulled = kw.pop("prepulled", [(f"node-{i}", "gpu") for i in range(nodes)])
-    return Simulator(core, workload, seed=kw.pop("seed", 0), prepulled=prepulled, **kw)
+    runtime = VirtualRuntime(kw.pop("params", None), kw.pop("seed", 0), prepulled)
+    return Simulator(core, workload, runtime, **kw)
 
 
 def _one_job(start_s: float = 10.0, run_s: float = 2.0) -> LoopWorkload:

@@ -6,18 +6,19 @@ from __future__ import annotations
 import pytest
 
 from stoker.core import Cluster, Core, Profile
+from stoker.core.registry import preset
 from stoker.sim import metrics
-from stoker.sim.baselines import build
 from stoker.sim.engine import Simulator
 from stoker.sim.params import Dist, RuntimeParams
+from stoker.sim.virtual import VirtualRuntime
 from stoker.sim.workloads import AgentLoopSpec, CallerPlan, LoopWorkload, Step, agent_loop
 
 PROFILE = Profile("gpu", share=0.9, standby_share=0.1)
 
 
 def _run(workload: LoopWorkload, policy: str, gpus: int = 8):
-    core = Core(Cluster.uniform(1, gpus), [PROFILE], build(policy))
-    sim = Simulator(core, workload, RuntimeParams(), seed=0, prepulled=[("node-0", "gpu")])
+    core = Core(Cluster.uniform(1, gpus), [PROFILE], preset(policy).policies)
+    sim = Simulator(core, workload, VirtualRuntime(RuntimeParams(), 0, [("node-0", "gpu")]))
     return sim.run()
 
 

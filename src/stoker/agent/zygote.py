@@ -80,6 +80,9 @@ def _child(entry: Entry, env: dict[str, str], cwd: str, extra_path: tuple[str, .
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # the agent's event loop set a wakeup fd the fork inherited: a job's own signal handler
+    # would write there (to a descriptor not its own) and print an error on every signal
+    signal.set_wakeup_fd(-1)
     os.chdir(cwd)
     if entry.kind == "exec":
         try:

@@ -29,6 +29,7 @@ from stoker.api.models import (
     JobSubmit,
     JobView,
     PodView,
+    PoolView,
     ProfileView,
     TenantCreate,
     TenantCreated,
@@ -364,7 +365,7 @@ def create_app(broker: Broker) -> FastAPI:
         sched.cancel(job_id)
         return _job_view(own_job(who, job_id))
 
-    # --- pools ---------------------------------------------------------------
+    # --- pods, profiles, GPU pools -------------------------------------------
 
     @app.get("/v1/pods", response_model=list[PodView])
     async def pods(who: Caller) -> list[PodView]:
@@ -388,6 +389,10 @@ def create_app(broker: Broker) -> FastAPI:
                 )
             )
         return out
+
+    @app.get("/v1/pools", response_model=list[PoolView])
+    async def gpu_pools(who: Caller) -> list[PoolView]:
+        return [PoolView(**p) for p in sched.gpu_pools()]
 
     @app.get("/v1/tenants", response_model=list[str])
     async def tenants(who: Caller) -> list[str]:

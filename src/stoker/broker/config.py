@@ -7,7 +7,7 @@ The broker reads a TOML file (``stoker up --config FILE``)::
     gpu_slots = 2                   # virtual GPU slots where NVML finds none
     gpu_model = "any"               # the GPU pool this host's GPUs belong to
     max_code_bytes = 67108864
-    keepalive_s = 60                # the fixed keep-alive's time to live
+    keepalive_s = 60                # a fixed keep-alive of 60 s (default: the preset's)
 
     [profiles.plain]
     share = 0.9                     # leaves room beside an active pod for a standby
@@ -16,14 +16,14 @@ The broker reads a TOML file (``stoker up --config FILE``)::
     packages = []
 
     [policies]                      # every decision by its name in the core's registry
-    preset = "stoker"               # the starting set; the keys below override one each
+    preset = "firepool"             # the starting set; the keys below override one each
     keepalive = "fitted"            # fixed | fitted | always-on
     warm_budget = "queue-driven"
     standby = "beside-active"       # or none
     spot_quota = "forecast"         # or static
 
     [forecast]                      # the HP demand forecaster (stoker.forecast's registry)
-    forecaster = "ridge"
+    forecaster = "ridge"            # default: the preset's (ridge; naive for gfs-naive)
     query_every_s = 300             # query and hand the core the answer (GFS: 5 min)
     refit_every_s = 86400           # refit on the stored history (GFS: daily)
     horizon_h = 4
@@ -44,6 +44,8 @@ import platformdirs
 
 from stoker.api.config import ConfigError
 from stoker.core.model import Profile
+from stoker.core.policy_names import Knobs, apply
+from stoker.core.registry import FIXED_KEEPALIVE_S, Preset, preset
 from stoker.forecast.registry import FORECASTERS
 from stoker.runtime.base import RuntimeProfile
 
@@ -79,6 +81,9 @@ class BrokerProfile:
         return BrokerProfile(core, rt)
 
 
+DEFAULT_PRESET = "firepool"  # Firepool's warm pools with GFS's hp/spot defaults
+
+
 @dataclass
 class PolicyConfig:
     """The core's policies by registry name: a preset, and per extension point an override
@@ -90,6 +95,19 @@ class PolicyConfig:
     standby: str | None = None
     spot_quota: str | None = None
 
+    def build(self, keepalive_s: float | None, grace_s: float) -> Preset:
+        """The core's preset (fresh policies) with the named policies swapped in; a fixed
+        keep-alive of ``keepalive_s`` when it is given and no other kind is named.
+        ValueError naming the key for an unknown name."""
+        chosen = preset(self.preset or DEFAULT_PRESET)  # ValueError "preset: ..."
+        overrides = self.overrides()
+        if keepalive_s is not None:
+            overrides.setdefault("keepalive", "fixed")
+        knobs = Knobs(keepalive_s=FIXED_KEEPALIVE_S if keepalive_s is None else keepalive_s)
+        apply(chosen.policies, overrides, knobs)
+        chosen.policies.gangs.grace_s = grace_s
+        return chosen
+
     def overrides(self) -> dict[str, str]:
         """The extension points set here, by name."""
         points = (f.name for f in fields(self) if f.name != "preset")
@@ -100,7 +118,7 @@ class PolicyConfig:
 class ForecastConfig:
     """How the broker runs the HP demand forecaster (off the scheduling loop)."""
 
-    forecaster: str = "ridge"
+    forecaster: str | None = None  # None: the preset's (ridge, the default, for most)
     query_every_s: float = 300.0
     refit_every_s: float = 86400.0
     horizon_h: int = 4
@@ -108,7 +126,7 @@ class ForecastConfig:
 
     def check(self) -> None:
         """ValueError naming the first bad field."""
-        if self.forecaster not in FORECASTERS:
+        if self.forecaster is not None and self.forecaster not in FORECASTERS:
             raise ValueError(
                 f"forecaster: one of {', '.join(FORECASTERS)}, not {self.forecaster!r}"
             )
@@ -142,7 +160,9 @@ class BrokerConfig:
     gpu_slots: int = 2
     max_code_bytes: int = 64 * 1024 * 1024
     max_timeout_s: float = 24 * 3600.0
-    keepalive_s: float = 60.0
+    # a fixed keep-alive of this many seconds (unless [policies] keepalive names another
+    # kind; then the fitted one's fallback); None: the preset's
+    keepalive_s: float | None = None
     gpu_model: str = "any"
     find_links: tuple[Path, ...] = ()
     no_index: bool = False
@@ -170,21 +190,16 @@ class BrokerConfig:
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"config {path}: {exc}") from exc
         cfg = BrokerConfig()
-        scalars = ("gpu_slots", "gpu_model", "max_code_bytes", "max_timeout_s", "keepalive_s")
+        kinds = {"gpu_slots": int, "max_code_bytes": int, "max_timeout_s": float}
+        kinds |= {"gpu_model": str, "keepalive_s": float, "no_index": bool}
         tables = ("profiles", "policies", "forecast", "spot")
-        known = {"data_dir", "find_links", "no_index", *scalars, *tables}
+        known = {"data_dir", "find_links", *kinds, *tables}
         for key in raw:
             if key not in known:
                 raise ConfigError(f"config {path}: unknown key {key!r}")
         if "data_dir" in raw:
             cfg.data_dir = Path(raw["data_dir"]).expanduser()
-        _set(
-            cfg,
-            {k: raw[k] for k in (*scalars, "no_index") if k in raw},
-            path,
-            "",
-            (*scalars, "no_index"),
-        )
+        _set(cfg, {k: raw[k] for k in kinds if k in raw}, path, "", tuple(kinds), kinds)
         _table(cfg.policies, raw, "policies", path)
         _table(cfg.forecast, raw, "forecast", path)
         _table(cfg.spot, raw, "spot", path)
@@ -193,6 +208,10 @@ class BrokerConfig:
                 table.check()
             except ValueError as exc:
                 raise ConfigError(f"config {path}: {name}.{exc}") from exc
+        try:  # every name checked now, not when the broker starts
+            cfg.policies.build(cfg.keepalive_s, cfg.spot.grace_s)
+        except ValueError as exc:
+            raise ConfigError(f"config {path}: policies.{exc}") from exc
         if "find_links" in raw:
             cfg.find_links = tuple(Path(p) for p in raw["find_links"])
         if "profiles" in raw:
@@ -221,9 +240,17 @@ class BrokerConfig:
         return cfg
 
 
-def _set(obj: object, raw: dict[str, Any], path: object, where: str, keys: tuple[str, ...]) -> None:
-    """Copy ``keys`` from a TOML table onto ``obj``, each converted to its field's type; an
-    unknown key or a value of the wrong type is a ConfigError naming it."""
+def _set(
+    obj: object,
+    raw: dict[str, Any],
+    path: object,
+    where: str,
+    keys: tuple[str, ...],
+    kinds: dict[str, type] | None = None,
+) -> None:
+    """Copy ``keys`` from a TOML table onto ``obj``, each converted to its type in ``kinds``
+    (default: its current value's, str for None); an unknown key or a value of the wrong
+    type is a ConfigError naming it."""
     for key in raw:
         if key not in keys:
             raise ConfigError(f"config {path}: unknown key {where}{key!r}")
@@ -231,7 +258,7 @@ def _set(obj: object, raw: dict[str, Any], path: object, where: str, keys: tuple
         if key not in raw:
             continue
         current = getattr(obj, key)
-        kind = str if current is None else type(current)
+        kind = (kinds or {}).get(key) or (str if current is None else type(current))
         try:
             setattr(obj, key, kind(raw[key]))
         except (TypeError, ValueError) as exc:

@@ -284,11 +284,15 @@ class DecisionLog:
         )
 
     def _job(self, core: Core, job_id: str, actions: list[Any], now: float) -> None:
+        """What changed for one job since the log last looked: queued, placed (a run's pods
+        chosen), started (its first run, with the start latency; a later run after a
+        requeue), finished."""
         job = core.jobs.get(job_id)
         if job is None:
             return
         seen = self._live.get(job_id)
         spec = job.spec
+        cls = spec.job_class.value
         base = {"job": job_id, "tenant": spec.tenant, "profile": spec.profile}
         path = job.path.value if job.path else None
         if seen is None:
@@ -297,9 +301,11 @@ class DecisionLog:
             if job.state is JobState.QUEUED:
                 reason, msg = self._why_queued(core, job, actions)
                 self._emit(now, "job.queued", msg, reason=reason, **base)
-        if path is not None and seen.path is None:
-            wait = (job.placed or now) - job.submitted
-            self.metrics.queue_wait.labels(spec.profile).observe(wait)
+        since = max(job.submitted, job.queued_since)  # this run's time in the queue
+        placed = job.placed is not None and job.placed >= since  # (not a cancel in the queue)
+        if seen.state == JobState.QUEUED.value and job.state is not JobState.QUEUED and placed:
+            wait = job.placed - since
+            self.metrics.queue_wait.labels(spec.profile, cls).observe(wait)
             reasons, msg = self._why_path(core, job)
             self._emit(
                 now,
@@ -311,22 +317,27 @@ class DecisionLog:
                 wait_s=round(wait, 6),
                 **base,
             )
-        if job.started is not None and not seen.started and path is not None:
+        if job.started is not None and not seen.started:
             latency = job.started - job.submitted
-            self.metrics.started.labels(spec.profile, path).inc()
-            self.metrics.start_latency.labels(spec.profile, path).observe(latency)
+            labels = (spec.profile, cls, path or "none")
+            self.metrics.started.labels(*labels).inc()
+            self.metrics.start_latency.labels(*labels).observe(latency)
             self._handover(core, job)
+            how = path or f"{cls} job"
             self._emit(
                 now,
                 "job.started",
-                f"running {latency * 1000:.1f} ms after submit ({path})",
+                f"running {latency * 1000:.1f} ms after submit ({how})",
                 path=path,
                 latency_s=round(latency, 6),
                 **base,
             )
+        elif job.state is JobState.RUNNING and seen.state != JobState.RUNNING.value:
+            # a run after a requeue: running again, its first start already counted
+            self._emit(now, "job.started", "running again after its requeue", **base)
         if job.state is JobState.FINISHED:
             out = outcome(job.exit_code, job.failure.value if job.failure else None)
-            self.metrics.finished.labels(spec.profile, path or "none", out).inc()
+            self.metrics.finished.labels(spec.profile, cls, path or "none", out).inc()
             if job.started is not None:
                 for pid in job.pods:
                     for gid in core.pods[pid].gpus:
@@ -355,6 +366,7 @@ class DecisionLog:
             msg = "evicted for HP demand: back in the queue, runs again"
         else:
             msg = f"its pod failed before it ran ({reason.value}): back in the queue"
+        self._live[job_id] = _Seen(JobState.QUEUED.value, None, job.started is not None, ())
         self._emit(
             now,
             "job.requeued",
@@ -391,12 +403,12 @@ class DecisionLog:
     def _why_path(self, core: Core, job: Any) -> tuple[list[str], str]:
         """Why the job took its path: for a cold start, what the warm and standby paths
         lacked, and what became of its reuse tag's last pod."""
-        path = job.path.value
         pods = ", ".join(job.pods)
-        if job.spec.job_class is not JobClass.POOL:
+        if job.spec.job_class is not JobClass.POOL or job.path is None:
             # hp and spot jobs do not take warm pools' paths: their pods are their own
             cls = job.spec.job_class.value
             return [f"{cls}_placed"], f"{cls} job placed on {pods}"
+        path = job.path.value
         if path == "warm":
             return ["warm_pod_of_tag"], f"warm hit: idle warm pod {pods} of its reuse tag"
         reasons: list[str] = []

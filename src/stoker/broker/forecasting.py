@@ -16,7 +16,6 @@ import numpy as np
 
 from stoker.broker.config import ForecastConfig
 from stoker.broker.store import Store
-from stoker.core.demand import minute
 from stoker.forecast import Calendar, Forecaster, SeriesKey, make_forecaster
 from stoker.forecast.series import us_federal_holidays
 
@@ -26,7 +25,7 @@ _EPOCH_MIN = round(_CALENDAR.epoch.timestamp() / 60.0)  # the calendar's minute 
 
 def minute_of(now_s: float) -> int:
     """The whole minute (since the calendar's epoch) that ``now_s`` (Unix seconds) falls in."""
-    return minute(now_s) - _EPOCH_MIN
+    return int(now_s // 60) - _EPOCH_MIN  # the core's demand meter counts minutes so too
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,14 +39,14 @@ class TenantForecast:
 
 
 class HPForecasts:
-    """Refit and query one forecaster (``cfg.forecaster`` from :mod:`stoker.forecast`'s
-    registry) on the store's HP demand history. Not thread-safe by itself: the broker runs
+    """Refit and query one forecaster (by name, from :mod:`stoker.forecast`'s registry) on
+    the store's HP demand history. Not thread-safe by itself: the broker runs
     one refit or query at a time, from one timer task."""
 
-    def __init__(self, cfg: ForecastConfig, store: Store) -> None:
+    def __init__(self, cfg: ForecastConfig, store: Store, forecaster: str) -> None:
         self.cfg = cfg
         self.store = store
-        self.forecaster: Forecaster = make_forecaster(cfg.forecaster, calendar=_CALENDAR)
+        self.forecaster: Forecaster = make_forecaster(forecaster, calendar=_CALENDAR)
         self.fitted = False
         self._history_min = max(1, round(cfg.history_days * 1440))
 

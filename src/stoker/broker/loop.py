@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from statistics import NormalDist
 from typing import Any
 
 from stoker.broker.config import BrokerConfig, BrokerProfile
@@ -45,7 +47,6 @@ from stoker.core import (
     PodReady,
     PodState,
     PodStopFailed,
-    Policies,
     PromoteStandby,
     RankExited,
     RankStarted,
@@ -54,8 +55,7 @@ from stoker.core import (
     StopPod,
     Tick,
 )
-from stoker.core.demand import MINUTE_S, HPDemandMeter
-from stoker.core.policies import FixedKeepAlive, QueueDrivenBudget
+from stoker.forecast import DEFAULT_FORECASTER
 from stoker.runtime.base import (
     BindRefused,
     JobBinding,
@@ -117,14 +117,15 @@ def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
             return "pod_gone", {"pod": pod}
         case PodStopFailed(pod, reason):
             return "pod_stop_failed", {"pod": pod, "reason": reason}
-        case RankStarted(job, rank):
-            return "rank_started", {"job": job, "rank": rank}
-        case RankExited(job, rank, exit_code, failure):
+        case RankStarted(job, rank, pod):
+            return "rank_started", {"job": job, "rank": rank, "pod": pod}
+        case RankExited(job, rank, exit_code, failure, pod):
             return "rank_exited", {
                 "job": job,
                 "rank": rank,
                 "exit_code": exit_code,
                 "failure": failure.value if failure else None,
+                "pod": pod,
             }
         case BindFailed(job, pod, reason, infra):
             return "bind_failed", {"job": job, "pod": pod, "reason": reason, "infra": infra}
@@ -169,10 +170,10 @@ def decode_event(ev: StoredEvent) -> Event:
         case "pod_stop_failed":
             return PodStopFailed(d["pod"], d["reason"])
         case "rank_started":
-            return RankStarted(d["job"], int(d["rank"]))
+            return RankStarted(d["job"], int(d["rank"]), d.get("pod"))
         case "rank_exited":
             failure = Failure(d["failure"]) if d["failure"] else None
-            return RankExited(d["job"], int(d["rank"]), int(d["exit_code"]), failure)
+            return RankExited(d["job"], int(d["rank"]), int(d["exit_code"]), failure, d.get("pod"))
         case "bind_failed":
             return BindFailed(d["job"], d["pod"], d["reason"], bool(d["infra"]))
         case "forecast":
@@ -206,6 +207,7 @@ class Scheduler:
         self.clock = clock
         self.profiles: dict[str, BrokerProfile] = {p.name: p for p in cfg.profiles}
         self.gpus = list(gpus)
+        self.preset = cfg.policies.build(cfg.keepalive_s, cfg.spot.grace_s)
         self.core = self._new_core()
         self._now = 0.0
         self._batch = Batch()
@@ -218,9 +220,11 @@ class Scheduler:
         self._listeners: dict[str, list[asyncio.Queue[_Notice]]] = {}
         self._requeued: list[str] = []  # jobs re-queued since the last flush
         self._out_seq: dict[str, int] = {}
-        self.hp_demand = HPDemandMeter()
-        self._metered: dict[str, tuple[str, str, float]] = {}  # hp job -> its demand
-        self.forecasts = HPForecasts(cfg.forecast, store)
+        self._demand_stored = store.last_hp_demand_minute() + 1  # the core meter's next
+        # the forecaster: the configured one, else the preset's (None: it reads no forecast)
+        name = cfg.forecast.forecaster or self.preset.forecaster
+        name = DEFAULT_FORECASTER if name == "default" else name
+        self.forecasts = None if name is None else HPForecasts(cfg.forecast, store, name)
         self._wake = asyncio.Event()
         self._port = 0
         self.ready = False
@@ -230,12 +234,13 @@ class Scheduler:
         self.on_decision: list[Callable[[Event, list[Any], float], None]] = []
 
     def _new_core(self) -> Core:
-        gpus = [GPU(g, _NODE, i, "any") for i, g in enumerate(self.gpus)]
-        cluster = Cluster([Node(_NODE, "any", gpus)])
-        policies = Policies(
-            keepalive=FixedKeepAlive(self.cfg.keepalive_s), budget=QueueDrivenBudget()
-        )
-        return Core(cluster, [p.core for p in self.profiles.values()], policies)
+        """The core over this host's GPUs (one node, one GPU pool) with the configured
+        policies: a preset from the core's registry, single policies swapped by name."""
+        model = self.cfg.gpu_model
+        gpus = [GPU(g, _NODE, i, model) for i, g in enumerate(self.gpus)]
+        cluster = Cluster([Node(_NODE, model, gpus)])
+        profiles = [replace(p.core, gpu_model=model) for p in self.profiles.values()]
+        return Core(cluster, profiles, self.preset.policies)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -252,7 +257,6 @@ class Scheduler:
             self._out_seq[row["id"]] = self.store.last_output_seq(row["id"])
         report = await self._reconcile()
         report["replayed"] = replayed
-        self._meter_hp()  # the unfinished HP jobs' demand goes on from now
         self._spawn(self._read_runtime())
         self._spawn(self._timer())
         self._spawn(self._forecast_loop())
@@ -314,7 +318,7 @@ class Scheduler:
         self._closing = True  # from here on no new runtime call starts (see _carry_out)
         self._flush()
         # the HP demand so far, the open minute too (the next broker's peak there merges)
-        self.store.record_hp_demand(self.hp_demand.take(self.clock() + MINUTE_S))
+        self.store.record_hp_demand(self._new_demand(open_minute=True))
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
@@ -469,6 +473,55 @@ class Scheduler:
             )
         return out
 
+    def gpu_pools(self) -> list[dict[str, Any]]:
+        """Per GPU pool, the core's view: capacity, what hp and spot jobs hold, the spot
+        quota and its eta, the eviction rate of the last day, the summed HP forecast (mean,
+        variance and g-quantile per hour ahead) and the queued hp and spot jobs."""
+        gangs = self.core.gangs
+        g = self.core.policies.gangs.g
+        z = NormalDist().inv_cdf(g)
+        now = self._tick_now()
+        out = []
+        for model in sorted(gangs.pools):
+            forecast = None
+            if model in self.core.forecast:
+                mean, var = self.core.forecast[model]
+                forecast = {
+                    "hours": list(range(len(mean))),
+                    "mean": [float(m) for m in mean],
+                    "var": [float(v) for v in var],
+                    "quantile": [
+                        float(m + z * math.sqrt(max(v, 0.0)))
+                        for m, v in zip(mean, var, strict=True)
+                    ],
+                    "g": g,
+                }
+            rate = gangs.ledgers[model].rate(since=now - 86400.0)
+            out.append(
+                {
+                    "gpu_model": model,
+                    "capacity": float(gangs.capacity[model]),
+                    "hp_gpus": round(gangs.used[model][JobClass.HP], 9),
+                    "spot_gpus": round(gangs.used[model][JobClass.SPOT], 9),
+                    "spot_quota": float(gangs.quota[model]),
+                    "eta": float(gangs.eta(model)),
+                    "eviction_rate_1d": 0.0 if rate is None else float(rate),
+                    "forecast": forecast,
+                    "queued": {
+                        cls.value: sum(
+                            1
+                            for j in self._requests
+                            if (job := self.core.jobs.get(j)) is not None
+                            and job.job_class is cls
+                            and job.state is JobState.QUEUED
+                            and gangs.pool_of(job) == model
+                        )
+                        for cls in (JobClass.HP, JobClass.SPOT)
+                    },
+                }
+            )
+        return out
+
     # ------------------------------------------------------------------ the core
 
     def _tick_now(self) -> float:
@@ -487,7 +540,6 @@ class Scheduler:
         for action in actions:
             self._carry_out(action)
         self._sync_jobs()
-        self._meter_hp()
         self._wake.set()
         self._schedule_flush()
 
@@ -686,7 +738,7 @@ class Scheduler:
             case JobRunning(job, pod):
                 rank = self._rank(job, pod)
                 if rank is not None:
-                    self._feed(RankStarted(job, rank))
+                    self._feed(RankStarted(job, rank, pod))
             case JobOutput(job, _pod, stream, data):
                 if job not in self._requests:
                     return
@@ -700,7 +752,7 @@ class Scheduler:
     def _job_exited(self, job_id: str, pod: str, exit_code: int, failure: Failure | None) -> None:
         rank = self._rank(job_id, pod)
         if rank is not None:
-            self._feed(RankExited(job_id, rank, exit_code, failure))
+            self._feed(RankExited(job_id, rank, exit_code, failure, pod))
 
     def _rank(self, job_id: str, pod: str) -> int | None:
         """The rank a pod runs for a job the core has bound (None: stale news)."""
@@ -709,43 +761,52 @@ class Scheduler:
             return None
         return job.pods.index(pod) if pod in job.pods else None
 
-    def _meter_hp(self) -> None:
-        """Tell the HP demand meter of HP jobs that arrived or ended (demand counts from a
-        job's submission to its end, served or not)."""
-        now = self._now
-        for job_id in self._requests:
-            if job_id in self._metered:
-                continue
-            job = self.core.jobs.get(job_id)
-            if job is None or job.job_class is not JobClass.HP:
-                continue
-            key = (job.spec.gpu_model or self.cfg.gpu_model, job.spec.tenant, job.gpus)
-            self._metered[job_id] = key
-            self.hp_demand.change(key[0], key[1], key[2], now)
-        for job_id in [j for j in self._metered if j not in self._requests]:
-            model, tenant, gpus = self._metered.pop(job_id)
-            self.hp_demand.change(model, tenant, -gpus, now)
+    def _new_demand(self, open_minute: bool = False) -> list[tuple[str, str, int, float]]:
+        """The core HP demand meter's minutes not stored yet, as store rows (GPU pool,
+        tenant, minute, GPUs); minutes without demand are left out. ``open_minute`` adds
+        the minute under way at its current demand (on close: the next broker's rows for
+        that minute merge with it, keeping the larger)."""
+        meter = self.core.demand
+        if meter.minutes is None:
+            return []
+        start = max(self._demand_stored, meter.origin)
+        rows = []
+        for tenant, pool in meter.keys:
+            values = meter.history((tenant, pool))[start - meter.origin :]
+            rows += [(pool, tenant, start + i, float(g)) for i, g in enumerate(values) if g > 0]
+            if open_minute and meter.current[(tenant, pool)] > 0:
+                rows.append((pool, tenant, meter.minutes, float(meter.current[(tenant, pool)])))
+        self._demand_stored = max(self._demand_stored, meter.minutes)
+        return rows
 
     async def _forecast_loop(self) -> None:
-        """Every ``forecast.query_every_s``: store the HP demand of the minutes that ended,
-        refit the forecaster when ``refit_every_s`` has passed, query it, and hand each
-        tenant's forecast to the core. Store and forecaster work runs in a worker thread,
-        never on the scheduling loop; a failed round is logged and the next one tries again."""
-        fc = self.cfg.forecast
+        """Every ``forecast.query_every_s``: bring the core's HP demand meter up to now (a
+        Tick), store the minutes it metered, refit the forecaster when ``refit_every_s`` has
+        passed (and until its first fit), query it, and hand each tenant's forecast to the
+        core. Store and forecaster work runs in worker threads, never on the scheduling
+        loop; a failed round is logged and the next one tries again."""
         next_refit = 0.0
         while True:
-            now = self.clock()
+            if self.core.demand.keys:  # an HP job was ever seen: meter up to now
+                self._feed(Tick())
             try:
-                await asyncio.to_thread(self.store.record_hp_demand, self.hp_demand.take(now))
-                if now >= next_refit or not self.forecasts.fitted:
-                    await asyncio.to_thread(self.forecasts.refit, now)
-                    next_refit = now + fc.refit_every_s
-                answers = await asyncio.to_thread(self.forecasts.query, now)
-                for a in answers:
-                    self._feed(ForecastUpdated(a.tenant, a.gpu_model, a.mean, a.var))
+                next_refit = await self._forecast_round(self._now, next_refit)
             except Exception:  # the forecaster must never stop the broker
                 log.exception("HP demand forecast round failed")
-            await asyncio.sleep(fc.query_every_s)
+            await asyncio.sleep(self.cfg.forecast.query_every_s)
+
+    async def _forecast_round(self, now: float, next_refit: float) -> float:
+        """One round (see :meth:`_forecast_loop`); returns when the next refit is due."""
+        await asyncio.to_thread(self.store.record_hp_demand, self._new_demand())
+        forecasts = self.forecasts
+        if forecasts is None:  # the preset reads no forecast: only meter and store
+            return next_refit
+        if now >= next_refit or not forecasts.fitted:
+            await asyncio.to_thread(forecasts.refit, now)
+            next_refit = now + self.cfg.forecast.refit_every_s
+        for a in await asyncio.to_thread(forecasts.query, now):
+            self._feed(ForecastUpdated(a.tenant, a.gpu_model, a.mean, a.var))
+        return next_refit
 
     async def _timer(self) -> None:
         """Tick the core at its next keep-alive deadline (re-armed after every event)."""

@@ -135,27 +135,28 @@ class BrokerMetrics:
         r = self.registry
         self.started = Counter(
             "stoker_jobs_started_total",
-            "Jobs started, by hit path (warm, standby, cold)",
-            ["profile", "path"],
+            "Jobs started, by class and hit path (warm, standby, cold; none: hp and spot)",
+            ["profile", "job_class", "path"],
             registry=r,
         )
         self.finished = Counter(
             "stoker_jobs_finished_total",
-            "Jobs finished, by hit path (none: ended before a pod) and outcome (ok or the failure)",
-            ["profile", "path", "outcome"],
+            "Jobs finished, by class, hit path (none: no warm-pool path) and outcome"
+            " (ok or the typed failure)",
+            ["profile", "job_class", "path", "outcome"],
             registry=r,
         )
         self.start_latency = Histogram(
             "stoker_job_start_seconds",
-            "Submit to the job's process running, by hit path",
-            ["profile", "path"],
+            "Submit to the job's process first running, by class and hit path",
+            ["profile", "job_class", "path"],
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
         self.queue_wait = Histogram(
             "stoker_job_queue_wait_seconds",
-            "Submit to the job's pods being chosen (time in the queue)",
-            ["profile"],
+            "Time in the queue until the job's pods are chosen (each run of a requeued job)",
+            ["profile", "job_class"],
             buckets=_WAIT_BUCKETS,
             registry=r,
         )

@@ -261,6 +261,12 @@ class Store:
                 elif gpus > old:
                     conn.execute(hp_demand.update().where(key).values(gpus=gpus))
 
+    def last_hp_demand_minute(self) -> int:
+        """The last minute with HP demand stored (-1 for none)."""
+        with self.engine.connect() as conn:
+            last = conn.execute(sa.select(sa.func.max(hp_demand.c.minute))).scalar()
+        return -1 if last is None else int(last)
+
     def hp_demand(self, since_minute: int) -> list[tuple[str, str, int, float]]:
         """Every recorded (gpu model, tenant, minute, peak GPUs) from ``since_minute`` on."""
         q = (

@@ -34,22 +34,6 @@ def _client(url: str | None, token: str | None) -> Any:
     return Client(url or cfg.url, tok)
 
 
-def _fetch(url: str | None, token: str | None, as_json: bool, get: Callable[[Any], Any]) -> Any:
-    """``get(client)``'s answer; with ``--json`` it is printed and None returned. A refusal
-    is one line and a nonzero exit."""
-    from stoker.client import StokerError
-
-    try:
-        with _client(url, token) as c:
-            data = get(c)
-    except StokerError as exc:
-        _fail(str(exc))
-    if as_json:
-        typer.echo(json.dumps(data))
-        return None
-    return data
-
-
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -60,6 +44,24 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
     for r in rows:
         t.add_row(*["" if v is None else str(v) for v in r])
     Console().print(t)
+
+
+def _listing(
+    url: str | None, token: str | None, as_json: bool, fetch: Callable[[Any], list[Any]]
+) -> list[Any] | None:
+    """What ``fetch`` reads from the broker, or None once printed as JSON (``--json``);
+    a refusal is the one-line error."""
+    from stoker.client import StokerError
+
+    try:
+        with _client(url, token) as c:
+            items = fetch(c)
+    except StokerError as exc:
+        _fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(items))
+        return None
+    return items
 
 
 def _fmt_ms(v: float | None) -> str:
@@ -176,7 +178,7 @@ def ps(
     as_json: JsonOpt = False,
 ) -> None:
     """List your jobs (newest first)."""
-    jobs = _fetch(url, token, as_json, lambda c: c.jobs(state, limit))
+    jobs = _listing(url, token, as_json, lambda c: c.jobs(state, limit))
     if jobs is None:
         return
     rows = [
@@ -197,7 +199,7 @@ def ps(
 
 def pods(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
     """List live pods (a tenant sees its own; the admin sees all)."""
-    items = _fetch(url, token, as_json, lambda c: c.pods())
+    items = _listing(url, token, as_json, lambda c: c.pods())
     if items is None:
         return
     rows = [
@@ -226,7 +228,7 @@ def events(
     """Why the broker did what it did: each decision with its reason (oldest first)."""
     import datetime
 
-    items = _fetch(url, token, as_json, lambda c: c.events(job=job, limit=limit))
+    items = _listing(url, token, as_json, lambda c: c.events(job=job, limit=limit))
     if items is None:
         return
     rows = [
@@ -248,7 +250,7 @@ def _num(v: float) -> str:
 def pools(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
     """GPU pools: capacity, HP and spot GPUs in use, spot quota, eta, eviction rate (1 d),
     the HP forecast's g-quantile per hour ahead, and the queued hp/spot jobs."""
-    items = _fetch(url, token, as_json, lambda c: c.pools())
+    items = _listing(url, token, as_json, lambda c: c.pools())
     if items is None:
         return
     rows = []

@@ -42,8 +42,8 @@ def sim_gfs(
     from rich.console import Console
 
     from stoker.cli.progress import steps
-    from stoker.core.gfs import POLICIES
-    from stoker.core.gfs import policy as make_policy
+    from stoker.core.registry import GANG_PRESETS
+    from stoker.core.registry import preset as make_policy
     from stoker.forecast.base import Cadence
     from stoker.sim.gfs import (
         LOADS,
@@ -73,8 +73,8 @@ def sim_gfs(
         if name not in LOADS:
             fail(f"--load: expected one of {', '.join(LOADS)}, got {name!r}")
     for name in names:
-        if name not in POLICIES:
-            fail(f"--policy: unknown {name!r}; known: {', '.join(POLICIES)}")
+        if name not in GANG_PRESETS:
+            fail(f"--policy: unknown {name!r}; known: {', '.join(GANG_PRESETS)}")
     if forecaster not in ("ridge", "orglinear"):
         fail(f"--forecaster: expected ridge or orglinear, got {forecaster!r}")
     try:

@@ -179,15 +179,16 @@ def _job_body(
 def _check_wait(
     row: dict[str, Any], seen: int, raise_preempted: bool, deadline: float | None, timeout_s: Any
 ) -> bool:
-    """True when ``wait`` is done with ``row``; raises what the caller asked to hear of."""
-    if row["state"] == _FINISHED:
-        return True
+    """True when ``wait`` is done with ``row``; raises what the caller asked to hear of (a
+    preemption since the wait began, even if the job has run again and finished since)."""
     if raise_preempted and row.get("requeues", 0) > seen:
         raise JobPreempted(
-            f"job {row['id']} was {row.get('requeue_reason')}; it is queued to run again",
+            f"job {row['id']} was {row.get('requeue_reason')} and re-queued to run again",
             row["id"],
             int(row["requeues"]),
         )
+    if row["state"] == _FINISHED:
+        return True
     if deadline is not None and time.monotonic() >= deadline:
         raise JobTimeout(f"job {row['id']} still {row['state']} after {timeout_s} s")
     return False

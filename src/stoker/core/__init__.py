@@ -1,4 +1,5 @@
-"""The pure decision core: cluster model, events, actions, policies.
+"""The pure decision core: cluster model, events, actions, policies, presets; one
+``Core.handle(event, now) -> actions`` for pool, hp and spot jobs.
 
 No I/O, no wall clock, no threads: every call takes ``now`` and the same events give the
 same actions. The broker and the simulator are drivers that carry out its actions.
@@ -15,6 +16,7 @@ from stoker.core.actions import (
     StartPod,
     StopPod,
 )
+from stoker.core.core import Core, Policies
 from stoker.core.events import (
     BindFailed,
     Event,
@@ -44,7 +46,8 @@ from stoker.core.model import (
     PodState,
     Profile,
 )
-from stoker.core.pool import Core, Policies
+from stoker.core.registry import Preset, preset, presets
+from stoker.core.transitions import IllegalTransition
 
 __all__ = [
     "GPU",
@@ -58,6 +61,7 @@ __all__ = [
     "Failure",
     "ForecastUpdated",
     "HitPath",
+    "IllegalTransition",
     "Job",
     "JobCancelled",
     "JobClass",
@@ -75,6 +79,7 @@ __all__ = [
     "PodState",
     "PodStopFailed",
     "Policies",
+    "Preset",
     "Profile",
     "PromoteStandby",
     "RankExited",
@@ -83,4 +88,6 @@ __all__ = [
     "StartPod",
     "StopPod",
     "Tick",
+    "preset",
+    "presets",
 ]

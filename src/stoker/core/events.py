@@ -61,10 +61,13 @@ class PodStopFailed:
 
 @dataclass(frozen=True, slots=True)
 class RankStarted:
-    """Rank ``rank`` of a bound job is running (in the job's ``rank``-th pod)."""
+    """Rank ``rank`` of a bound job is running (in the job's ``rank``-th pod). ``pod``,
+    when the driver knows it, lets the core tell news of an earlier run (an evicted or
+    re-queued job's old pods) from the current one."""
 
     job: str
     rank: int = 0
+    pod: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +80,7 @@ class RankExited:
     rank: int = 0
     exit_code: int = 0
     failure: Failure | None = None
+    pod: str | None = None  # as for RankStarted: news from a pod the job no longer holds
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ every method that changes time-dependent accounting takes ``now``.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -220,6 +221,8 @@ class Pod:
     pending_job: str | None = None
     # GPU-seconds held per state, accrued on every transition
     held: dict[str, float] = field(default_factory=dict)
+    job_class: JobClass = JobClass.POOL  # pool pods live in warm pools; hp/spot pods not
+    history: deque[tuple[float, str, str]] = field(default_factory=lambda: deque(maxlen=8))
 
     @property
     def idle(self) -> bool:
@@ -263,10 +266,24 @@ class Job:
     evictions: int = 0
     periods_ok: int = 0
     lost_s: float = 0.0
+    history: deque[tuple[float, str, str]] = field(default_factory=lambda: deque(maxlen=8))
 
     @property
     def id(self) -> str:
         return self.spec.id
+
+    def useful_since_start(self, now: float) -> float:
+        """Useful work done in the current run (after its restart overhead)."""
+        return max(0.0, now - self.run_start - self.overhead)
+
+    def last_checkpoint(self, now: float, every: float) -> float:
+        """Time of the last checkpoint of the current run (its start if none yet)."""
+        ran = max(0.0, now - self.run_start)
+        return self.run_start + math.floor(ran / every) * every
+
+    def lost_work(self, now: float, every: float) -> float:
+        """GPU-seconds an eviction now would lose (GPUs x time since the last checkpoint)."""
+        return self.gpus * (now - self.last_checkpoint(now, every))
 
     @property
     def job_class(self) -> JobClass:
@@ -308,6 +325,11 @@ class Cluster:
         # model -> bucket -> ordered set of GPU ids (dicts keep insertion order: deterministic)
         self._free: dict[str, list[dict[str, None]]] = {}
         self.capacity: dict[str, int] = {}
+        # nodes whose shares changed since a reader last cleared this, True where room was
+        # freed (the hp/spot part keeps per-node indexes and refreshes the nodes every
+        # other part touched; only freed room can let a waiting job go)
+        self.touched: dict[str, bool] = {}
+        self.used_total = 0.0  # GPUs allocated over the whole cluster
         for node in nodes or []:
             self.add_node(node)
 
@@ -354,6 +376,8 @@ class Cluster:
         return share
 
     def _reindex(self, gpu: GPU, used: float) -> None:
+        self.touched[gpu.node] = self.touched.get(gpu.node, False) or used < gpu.used
+        self.used_total += (0.0 if used < EPS else used) - gpu.used
         buckets = self._free[gpu.model]
         old, new = _bucket(gpu.free), _bucket(max(0.0, 1.0 - used))
         gpu.used = 0.0 if used < EPS else used

@@ -49,6 +49,7 @@ from stoker.runtime.code import CodeStore
 from stoker.runtime.envs import EnvBuilder, EnvBuildError
 from stoker.runtime.gpus import GpuDevice, cuda_visible_devices, discover
 
+_EXIT_REPORT_S = 5.0  # how long a killed job's exit report may take to arrive
 _POD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")
 _SRC_ROOT = str(Path(stoker.__file__).resolve().parent.parent)
 
@@ -101,6 +102,8 @@ class _Pod:
     writer: asyncio.StreamWriter | None = None
     reader_task: asyncio.Task[None] | None = None
     job: str | None = None
+    job_exited: asyncio.Event = field(default_factory=asyncio.Event)  # the bound job's end
+    grace_until: float = 0.0  # monotonic: a graceful kill of the job runs until then
     oom_at_bind: int = -1
     stopping: bool = False
     replies: dict[str, asyncio.Future[protocol.Message]] = field(default_factory=dict)
@@ -427,6 +430,7 @@ class LocalRuntime:
                 failure = Failure.OUT_OF_MEMORY
             if rec.job == msg["job"]:
                 rec.job = None
+                rec.job_exited.set()
             await self._emit(JobExited(msg["job"], rec.id, int(msg["exit_code"]), failure))
         elif ev == "error":
             job = msg.get("job")
@@ -492,6 +496,8 @@ class LocalRuntime:
         except (ValueError, KeyError) as exc:
             raise BindRefused(str(exc)) from exc
         rec.job = binding.job
+        rec.job_exited = asyncio.Event()
+        rec.grace_until = 0.0
         overlay: list[str] = []
         if binding.deps:
             try:
@@ -531,6 +537,8 @@ class LocalRuntime:
         after ``grace_s`` (at once without one); its JobExited carries ``failure``."""
         for rec in self._pods.values():
             if rec.job == job and not rec.stopping:
+                if grace_s > 0:
+                    rec.grace_until = time.monotonic() + grace_s
                 msg = {"op": "kill", "job": job, "failure": failure.value, "grace_s": grace_s}
                 await self._send(rec, msg)  # every rank: a multi-worker job has one per pod
 
@@ -554,8 +562,15 @@ class LocalRuntime:
         self._pods.pop(rec.id, None)
 
     async def stop_pod(self, pod: str) -> None:
-        """Stop a pod and everything in it; emits PodDown(pod) (and PREEMPTED for its job)."""
+        """Stop a pod and everything in it; emits PodDown(pod) (and PREEMPTED for its job).
+        A job being killed with a grace (``kill_job``) is given the rest of it first, so a
+        pod stopped right after its job's graceful kill does not cut the checkpoint short."""
         rec = self._pod(pod)
+        left = rec.grace_until - time.monotonic()
+        if rec.job is not None and left > 0:
+            # the agent SIGKILLs at the grace's end; its exit report follows within moments
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(rec.job_exited.wait(), left + _EXIT_REPORT_S)
         job = rec.job
         await self._teardown(rec)
         if job is not None:

@@ -3,21 +3,20 @@
 It hands the core its events (JobSubmitted from the workload, PodReady/RankStarted/
 RankExited/PodGone from the virtual runtime, Tick at ``core.next_deadline()``) and gives the
 core's actions to the virtual runtime, which schedules their outcomes. The engine decides
-nothing: every choice is the core's. Same seed, same events, same records.
+nothing: every choice is the core's. Same seed, same events, same records. Every
+experiment (``stoker sim firepool``, ``gfs``, ``shared``) runs on this one engine; the
+virtual runtime is handed in (it imports nothing of the engine).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import numpy as np
-
 from stoker.core import Core, Event, JobEnded, JobSpec, JobSubmitted, Tick
-from stoker.sim.params import RuntimeParams
 from stoker.sim.virtual import VirtualRuntime
 
 
@@ -35,6 +34,11 @@ class Workload(Protocol):
     @property
     def done(self) -> bool:
         """Every caller has finished its plan: the simulation ends here."""
+        ...
+
+    def run_s(self, sim: Simulator, job_id: str) -> float:
+        """How long a bound job runs this time (a job planned with ``Simulator.submit``
+        runs its planned time and never asks)."""
         ...
 
 
@@ -56,34 +60,41 @@ class Simulator:
         self,
         core: Core,
         workload: Workload,
-        params: RuntimeParams | None = None,
-        seed: int = 0,
-        prepulled: Iterable[tuple[str, str]] = (),
+        runtime: VirtualRuntime,
+        *,
+        start: float = 0.0,
+        record_held: bool = True,
+        tick_prio: int = 0,
+        on_advance: Callable[[float, float], None] | None = None,
     ) -> None:
-        """``prepulled``: (node, profile) pairs whose base image is on the node at time 0."""
+        """``record_held`` keeps the GPUs-held timeline (off for long traces);
+        ``tick_prio`` orders Ticks among events at one instant (lower first);
+        ``on_advance(t0, t1)`` is told each time the clock moves (for time integrals)."""
         self.core = core
         self.workload = workload
-        self.now = 0.0
-        self._heap: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
+        self.now = start
+        self._heap: list[tuple[float, int, int, Callable[..., None], tuple[Any, ...]]] = []
         self._seq = 0
         self._tick_at = math.inf
+        self._tick_prio = tick_prio
         self._events = 0
+        self._record_held = record_held
+        self._on_advance = on_advance
         self._held: list[tuple[float, float, float]] = []
         self._last_held = (-1.0, -1.0)
-        # the runtime's durations come from their own stream, so the workload's plan (drawn
-        # from the workload's streams) is the same under every policy
-        rng = np.random.default_rng([seed, 0x5717])
-        self.runtime = VirtualRuntime(self, params or RuntimeParams(), rng, prepulled)
+        self.runtime = runtime
+        runtime.attach(self)
 
     # ------------------------------------------------------------------ scheduling
 
-    def at(self, t: float, fn: Callable[..., None], *args: Any) -> None:
-        """Run ``fn(*args)`` at virtual time ``t`` (never earlier than now); FIFO on ties."""
+    def at(self, t: float, fn: Callable[..., None], *args: Any, prio: int = 0) -> None:
+        """Run ``fn(*args)`` at virtual time ``t`` (never earlier than now); at one instant
+        lower ``prio`` first, then FIFO."""
         self._seq += 1
-        heapq.heappush(self._heap, (max(t, self.now), self._seq, fn, args))
+        heapq.heappush(self._heap, (max(t, self.now), prio, self._seq, fn, args))
 
-    def after(self, delay: float, fn: Callable[..., None], *args: Any) -> None:
-        self.at(self.now + delay, fn, *args)
+    def after(self, delay: float, fn: Callable[..., None], *args: Any, prio: int = 0) -> None:
+        self.at(self.now + delay, fn, *args, prio=prio)
 
     def deliver(self, event: Event) -> None:
         """Hand one event to the core now and carry out its actions."""
@@ -106,7 +117,7 @@ class Simulator:
         deadline = self.core.next_deadline()
         if deadline is not None and deadline < self._tick_at:
             self._tick_at = deadline
-            self.at(deadline, self._tick, deadline)
+            self.at(deadline, self._tick, deadline, prio=self._tick_prio)
 
     def _tick(self, at: float) -> None:
         if at == self._tick_at:
@@ -114,7 +125,9 @@ class Simulator:
         self.deliver(Tick())
 
     def _sample_held(self) -> None:
-        held = sum(g.used for g in self.core.cluster.gpus.values())
+        if not self._record_held:
+            return
+        held = self.core.cluster.used_total
         idle = self.core.idle_gpus
         if (held, idle) != self._last_held:
             self._last_held = (held, idle)
@@ -127,9 +140,11 @@ class Simulator:
         self.workload.begin(self)
         self._sample_held()
         while self._heap and not self.workload.done:
-            t, _, fn, args = heapq.heappop(self._heap)
+            t, _, _, fn, args = heapq.heappop(self._heap)
             if t > max_time:
                 break
+            if self._on_advance is not None and t > self.now:
+                self._on_advance(self.now, t)
             self.now = t
             fn(*args)
         return SimResult(core=self.core, end=self.now, events=self._events, held=self._held)

@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 
 from stoker.core import Cluster, Core, Profile
-from stoker.sim import baselines, metrics
-from stoker.sim.baselines import FIXED_KEEPALIVE_S
+from stoker.core.registry import FIXED_KEEPALIVE_S, preset
+from stoker.sim import metrics
 from stoker.sim.engine import SimResult, Simulator
 from stoker.sim.params import Dist, RuntimeParams
+from stoker.sim.virtual import VirtualRuntime
 from stoker.sim.workloads import (
     AgentLoopSpec,
     LoopWorkload,
@@ -101,11 +102,10 @@ def simulate(
     """Run ``workload`` on ``cluster`` with the named baseline's policies."""
     profile = Profile(PROFILE, share=cfg.share, standby_share=cfg.standby_share)
     built = cluster.build()
-    policies = baselines.build(policy)
+    policies = preset(policy).policies
     core = Core(built, [profile], policies)
-    sim = Simulator(
-        core, workload, runtime or cfg.runtime, seed=cfg.seed, prepulled=cluster.prepulled()
-    )
+    virtual = VirtualRuntime(runtime or cfg.runtime, cfg.seed, cluster.prepulled())
+    sim = Simulator(core, workload, virtual)
     return Run(policy, sim.run())
 
 

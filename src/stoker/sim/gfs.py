@@ -1,18 +1,20 @@
-"""Trace-driven evaluation of GFS and the baselines (``stoker sim gfs``).
+"""Trace-driven evaluation of GFS and the baselines (``stoker sim gfs``) on the one core and
+the one engine.
 
-The driver carries out the scheduler's actions on a virtual clock: a started gang ends at
-its ``finish_at`` unless evicted first; every ``query_every_min`` minutes it asks the
-forecaster for each tenant's HP peaks ahead, sums them per pool and hands the scheduler a
-:class:`ForecastUpdated`; every ``refit_every_min`` minutes it refits the forecaster.
+The trace's jobs are submitted to :class:`~stoker.core.Core` as hp and spot jobs (one pod per
+worker; the virtual runtime starts and stops trace pods in no time, since a trace duration
+already covers its job's start). Every ``query_every_min`` minutes the driver asks the
+forecaster for each tenant's HP peaks ahead, from the core's own demand meter, and hands
+each answer to the core (``ForecastUpdated``); the core sums them per GPU pool. Every
+``refit_every_min`` minutes it refits the forecaster. Nothing the live system could not
+know is fed in: no oracle of demand.
 
-HP demand per tenant and pool is recorded every minute (:class:`DemandRecorder`); the
-trace's HP history before the simulated span warms the forecaster; metrics count jobs
+The trace's HP history before the simulated span fills the meter first; metrics count jobs
 submitted inside the measured window.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from collections.abc import Callable
@@ -21,21 +23,15 @@ from statistics import NormalDist
 
 import numpy as np
 
-from stoker.core.gfs import (
-    ForecastUpdated,
-    GangCompleted,
-    GangSpec,
-    GangSubmitted,
-    GFSScheduler,
-    PolicySpec,
-    StartGang,
-    Tick,
-)
+from stoker.core import Core, ForecastUpdated, Job, JobClass, JobSpec, JobSubmitted, Profile
 from stoker.core.gfs.quota import guaranteed_hours
 from stoker.core.model import GPU, Cluster, Node
+from stoker.core.registry import Preset
 from stoker.forecast.base import Cadence, Forecaster, ForecastError, SeriesKey
 from stoker.forecast.registry import DEFAULT_FORECASTER, make_forecaster
 from stoker.forecast.series import demand_series
+from stoker.sim.engine import Simulator
+from stoker.sim.virtual import VirtualRuntime
 from stoker.traces.base import Trace, TraceJob, TraceNode
 
 LOADS: dict[str, float] = {"low": 0.5, "medium": 1.0, "high": 1.5}
@@ -119,14 +115,21 @@ def build_cluster(nodes: list[TraceNode]) -> Cluster:
     return Cluster(built)
 
 
-def _spec(job: TraceJob) -> GangSpec:
-    return GangSpec(
+def trace_profiles(nodes: list[TraceNode]) -> list[Profile]:
+    """One profile per GPU model: a trace job's pods are of its GPU pool's profile."""
+    return [Profile(m, gpu_model=m) for m in sorted({n.gpu_model for n in nodes})]
+
+
+def trace_spec(job: TraceJob) -> JobSpec:
+    """A trace job as the core's job: hp or spot, ``workers`` x ``gpus`` of its GPU pool."""
+    return JobSpec(
         id=job.name,
         tenant=job.tenant,
-        pool=job.gpu_model,
-        job_class=job.job_class,
-        gpu_request=job.gpu_request,
-        worker_num=job.worker_num,
+        profile=job.gpu_model,
+        job_class=JobClass(job.job_class),
+        workers=job.worker_num,
+        gpus=job.gpu_request,
+        gpu_model=job.gpu_model,
         duration=job.duration,
     )
 
@@ -139,51 +142,128 @@ def _mean(values: list[float]) -> float:
     return float(np.mean(values)) if values else 0.0
 
 
-class DemandRecorder:
-    """HP GPU demand (queued + running) per tenant and pool, one column per minute.
+# at one instant: runtime news (ends free room) first, then the forecaster's clocks,
+# submissions, the core's Tick, timeline samples
+PRIO_CLOCK, PRIO_SUBMIT, PRIO_TICK, PRIO_SAMPLE = 1, 2, 3, 4
 
-    The minutes before the simulated span come from the trace (each HP job's request from
-    submission to submission + duration, :func:`demand_series`), the rest are recorded as
-    the simulation runs, so forecasts follow what the scheduler really sees.
-    """
 
-    def __init__(self, trace: Trace, start_min: int) -> None:
-        warm = demand_series(trace.jobs, end_min=start_min) if start_min > 0 else {}
-        keys = sorted(
-            {SeriesKey(j.tenant, j.gpu_model) for j in trace.jobs if j.job_class == "hp"}
-            | set(warm),
-            key=lambda k: (k.pool, k.tenant),
+class TraceWorkload:
+    """Submits a trace's jobs at their times, runs the forecaster's clocks and samples the
+    timeline; done when every job has finished."""
+
+    def __init__(
+        self,
+        jobs: list[TraceJob],
+        forecaster: Forecaster | None,
+        cadence: Cadence,
+        hours: int,
+        g: float,
+        timeline_every_s: float,
+        progress: Callable[[str], None] | None,
+        name: str,
+    ) -> None:
+        self.jobs = jobs
+        self.forecaster = forecaster
+        self.cadence = cadence
+        self.hours = hours
+        self.z_g = NormalDist().inv_cdf(g)
+        self.timeline_every_s = timeline_every_s
+        self.progress = progress
+        self.name = name
+        self.remaining = len(jobs)
+        self.next_sub = 0
+        self.timeline: dict[str, list[float]] = {
+            k: [] for k in ("t", "quota", "hp_used", "spot_used", "hp_forecast_u", "capacity")
+        }
+
+    @property
+    def done(self) -> bool:
+        return self.remaining == 0
+
+    def begin(self, sim: Simulator) -> None:
+        t0 = sim.now
+        self._next_submission(sim)
+        if self.forecaster is not None:
+            sim.at(t0, self._refit, sim, prio=PRIO_CLOCK)
+            sim.at(t0, self._query, sim, prio=PRIO_CLOCK)
+        sim.at(t0, self._sample, sim, prio=PRIO_SAMPLE)
+
+    def _active(self, sim: Simulator) -> bool:
+        # once every job is in and none waits, nothing can be queued again (only a queued
+        # HP job evicts), so the clocks stop and the running jobs play out to their ends
+        return self.next_sub < len(self.jobs) or sim.core.gangs.queued() > 0
+
+    def _next_submission(self, sim: Simulator) -> None:
+        # one submission in the heap at a time keeps the heap small on a long trace
+        if self.next_sub < len(self.jobs):
+            job = self.jobs[self.next_sub]
+            sim.at(job.submit_time, self._submit, sim, job, prio=PRIO_SUBMIT)
+
+    def _submit(self, sim: Simulator, job: TraceJob) -> None:
+        self.next_sub += 1
+        self._next_submission(sim)
+        sim.deliver(JobSubmitted(trace_spec(job)))
+
+    def job_done(self, sim: Simulator, job_id: str) -> None:
+        self.remaining -= 1
+        if self.progress is not None and self.remaining % 20_000 == 0:
+            self.progress(f"{self.name}: t={sim.now / DAY_S:.2f} d, {self.remaining} jobs left")
+
+    def run_s(self, sim: Simulator, job_id: str) -> float:
+        """A trace job runs what it still owes: the core's record of its remaining work
+        and the restart overhead of this run (GFS's checkpoint model)."""
+        job = sim.core.jobs[job_id]
+        return job.overhead + job.remaining
+
+    def _refit(self, sim: Simulator) -> None:
+        assert self.forecaster is not None
+        meter = sim.core.demand
+        meter.record_until(sim.now)
+        keys = sorted(meter.keys, key=lambda k: (k[1], k[0]))
+        self.forecaster.fit(
+            {SeriesKey(t, p): meter.history((t, p)) for t, p in keys}, int(sim.now // 60)
         )
-        self.keys = keys
-        self.row = {(k.tenant, k.pool): i for i, k in enumerate(keys)}
-        self.data = np.zeros((len(keys), max(start_min, 1) + 1440))
-        for i, k in enumerate(keys):
-            if k in warm:
-                self.data[i, :start_min] = warm[k]
-        self.minutes = start_min
-        self.current = np.zeros(len(keys))
+        if self._active(sim):
+            sim.after(self.cadence.refit_every_min * 60.0, self._refit, sim, prio=PRIO_CLOCK)
 
-    def add(self, tenant: str, pool: str, gpus: float) -> None:
-        self.current[self.row[(tenant, pool)]] += gpus
+    def _query(self, sim: Simulator) -> None:
+        assert self.forecaster is not None
+        meter = sim.core.demand
+        meter.record_until(sim.now)
+        now_min = int(sim.now // 60)
+        pools = set(sim.core.gangs.pools)
+        for tenant, pool in sorted(meter.keys, key=lambda k: (k[1], k[0])):
+            if pool not in pools:
+                continue
+            f = self.forecaster.predict(
+                SeriesKey(tenant, pool), meter.history((tenant, pool)), now_min, self.hours
+            )
+            mean = tuple(float(x) for x in f.mean[: self.hours])
+            var = tuple(float(x) ** 2 for x in f.std[: self.hours])
+            sim.deliver(ForecastUpdated(tenant, pool, mean, var))
+        if self._active(sim):
+            sim.after(self.cadence.query_every_min * 60.0, self._query, sim, prio=PRIO_CLOCK)
 
-    def record_until(self, minute: int) -> None:
-        """Write the current demand into every minute up to ``minute`` (exclusive)."""
-        if minute <= self.minutes:
-            return
-        if minute > self.data.shape[1]:
-            grown = np.zeros((len(self.keys), max(minute, 2 * self.data.shape[1])))
-            grown[:, : self.minutes] = self.data[:, : self.minutes]
-            self.data = grown
-        self.data[:, self.minutes : minute] = np.maximum(self.current, 0.0)[:, None]
-        self.minutes = minute
-
-    def history(self, key_index: int) -> np.ndarray:
-        return self.data[key_index, : self.minutes]
+    def _sample(self, sim: Simulator) -> None:
+        core = sim.core
+        gangs = core.gangs
+        upper = 0.0
+        for mean, var in core.forecast.values():
+            upper += float(mean[0] + self.z_g * math.sqrt(max(float(var[0]), 0.0)))
+        tl = self.timeline
+        tl["t"].append(sim.now)
+        tl["quota"].append(float(sum(gangs.quota.values())))
+        tl["hp_used"].append(float(sum(u[JobClass.HP] for u in gangs.used.values())))
+        tl["spot_used"].append(float(sum(u[JobClass.SPOT] for u in gangs.used.values())))
+        tl["hp_forecast_u"].append(upper)
+        tl["capacity"].append(float(core.cluster.total_gpus))
+        if self._active(sim):
+            sim.after(self.timeline_every_s, self._sample, sim, prio=PRIO_SAMPLE)
 
 
 def simulate(
     trace: Trace,
-    spec: PolicySpec,
+    spec: Preset,
     window: Window,
     *,
     forecaster: Forecaster | None = None,
@@ -192,7 +272,7 @@ def simulate(
     progress: Callable[[str], None] | None = None,
     tail_limit_s: float = 400 * DAY_S,
 ) -> SimResult:
-    """Run one policy over the trace's jobs submitted in ``[window.sim_start, window.end)``
+    """Run one preset over the trace's jobs submitted in ``[window.sim_start, window.end)``
     until every one has finished (nothing is dropped; a job still queued ``tail_limit_s``
     after the window is an error, not a silent loss).
 
@@ -202,8 +282,9 @@ def simulate(
     wall0 = time.perf_counter()
     t0 = window.sim_start
     cluster = build_cluster(trace.nodes)
-    sched = GFSScheduler(cluster, spec.config, start=t0)
-    pools = sorted(sched.pools)
+    profiles = trace_profiles(trace.nodes)
+    core = Core(cluster, profiles, spec.policies, start=t0)
+    pools = set(core.gangs.pools)
     jobs = [j for j in trace.jobs if t0 <= j.submit_time < window.end]
     carried = [
         TraceJob(
@@ -222,149 +303,58 @@ def simulate(
     jobs = carried + jobs
     if not jobs:
         raise SimGFSError("the window holds no jobs")
-    unknown = sorted({j.gpu_model for j in jobs} - set(pools))
+    unknown = sorted({j.gpu_model for j in jobs} - pools)
     if unknown:
         raise SimGFSError(f"gpu_model {unknown[0]!r}: no node of that model in the trace")
-    hours = guaranteed_hours(spec.config.guarantee_s)
+    config = spec.policies.gangs
     cadence = cadence or (forecaster.cadence if forecaster else Cadence())
-    recorder = DemandRecorder(trace, int(t0 // 60)) if forecaster is not None else None
-    by_pool: dict[str, list[int]] = {p: [] for p in pools}
-    if recorder is not None:
-        for i, key in enumerate(recorder.keys):
-            if key.pool in by_pool:
-                by_pool[key.pool].append(i)
+    if forecaster is not None and t0 >= 60:
+        # the trace's HP history before the span: what the meter would hold had it run
+        start_min = int(t0 // 60)
+        warm = demand_series(trace.jobs, end_min=start_min)
+        core.demand.prefill({(k.tenant, k.pool): v for k, v in warm.items()}, start_min)
+    workload = TraceWorkload(
+        jobs,
+        forecaster,
+        cadence,
+        guaranteed_hours(config.guarantee_s),
+        config.g,
+        timeline_every_s,
+        progress,
+        spec.name,
+    )
+    alloc = {"window": 0.0, "total": 0.0}
 
-    heap: list[tuple[float, int, int, object]] = []
-    seq = 0
+    def advance(a: float, b: float) -> None:
+        held = core.gangs.allocated
+        alloc["total"] += held * (b - a)
+        lo, hi = max(a, window.start), min(b, window.end)
+        if hi > lo:
+            alloc["window"] += held * (hi - lo)
 
-    def push(at: float, prio: int, item: object) -> None:
-        nonlocal seq
-        heapq.heappush(heap, (at, prio, seq, item))
-        seq += 1
-
-    # at one instant: completions free room first, then clocks, submissions, samples
-    for job in jobs:
-        push(job.submit_time, 2, GangSubmitted(_spec(job)))
-    step_q = cadence.query_every_min * 60.0
-    step_fit = cadence.refit_every_min * 60.0
-    if forecaster is not None:
-        push(t0, 1, "refit")
-        push(t0, 1, "query")
-    push(min(sched.next_deadline(), t0), 3, Tick())
-    push(t0, 4, "sample")
-    timeline: dict[str, list[float]] = {
-        k: [] for k in ("t", "quota", "hp_used", "spot_used", "hp_forecast_u", "capacity")
-    }
-    z_g = NormalDist().inv_cdf(spec.config.g)
-    last_upper = 0.0
-    alloc_window = 0.0  # GPU-s allocated inside the measured window
-    alloc_total = 0.0  # GPU-s allocated over the whole run
-    last_t = t0
-    events = 0
-    remaining = len(jobs)
-    give_up = window.end + tail_limit_s
-    subs_left = len(jobs)
-
-    def active() -> bool:
-        # once every job is in and none waits, nothing can be queued again (only a queued
-        # HP job evicts), so the clocks stop and the running jobs play out to their ends
-        return subs_left > 0 or sched.queued() > 0
-
-    while heap and remaining > 0:
-        at, _prio, _, item = heapq.heappop(heap)
-        if at > give_up:
-            break
-        if at > last_t:
-            alloc_total += sched.allocated * (at - last_t)
-            lo, hi = max(last_t, window.start), min(at, window.end)
-            if hi > lo:
-                alloc_window += sched.allocated * (hi - lo)
-            last_t = at
-        events += 1
-        last_at_instant = not heap or heap[0][0] > at
-        event = None
-        if item == "refit" or item == "query":
-            assert forecaster is not None and recorder is not None
-            now_min = int(at // 60)
-            recorder.record_until(now_min)
-            if item == "refit":
-                forecaster.fit(
-                    {k: recorder.history(i) for i, k in enumerate(recorder.keys)}, now_min
-                )
-                if subs_left > 0:
-                    push(at + step_fit, 1, "refit")
-            else:
-                last_upper = 0.0
-                for pool in pools:
-                    mean = np.zeros(hours)
-                    var = np.zeros(hours)
-                    for i in by_pool[pool]:
-                        if subs_left == 0:
-                            # every job is in: HP demand can only fall from here, so the
-                            # future is known (today's demand, no spread), no guess needed
-                            mean += recorder.current[i]
-                            continue
-                        key = recorder.keys[i]
-                        f = forecaster.predict(key, recorder.history(i), now_min, hours)
-                        mean += f.mean[:hours]
-                        var += f.std[:hours] ** 2
-                    last_upper += float(mean[0] + z_g * math.sqrt(var[0]))
-                    sched.handle(ForecastUpdated(pool, tuple(mean), tuple(var)), at, schedule=False)
-                if active():
-                    push(at + step_q, 1, "query")
-        elif item == "sample":
-            timeline["t"].append(at)
-            timeline["quota"].append(float(sum(sched.quota.values())))
-            timeline["hp_used"].append(float(sum(sched.used[p]["hp"] for p in pools)))
-            timeline["spot_used"].append(float(sum(sched.used[p]["spot"] for p in pools)))
-            timeline["hp_forecast_u"].append(last_upper)
-            timeline["capacity"].append(float(cluster.total_gpus))
-            if active():
-                push(at + timeline_every_s, 4, "sample")
-        else:
-            event = item
-        if event is None:
-            if not last_at_instant:
-                continue
-            actions = sched.schedule(at)
-        else:
-            if recorder is not None:
-                recorder.record_until(int(at // 60))
-            actions = sched.handle(event, at, schedule=last_at_instant)
-            if isinstance(event, Tick):
-                if active():
-                    push(max(sched.next_deadline(), at + 1e-6), 3, Tick())
-            elif isinstance(event, GangSubmitted):
-                subs_left -= 1
-                if recorder is not None and event.spec.job_class == "hp":
-                    recorder.add(event.spec.tenant, event.spec.pool, event.spec.gpus)
-            elif (
-                isinstance(event, GangCompleted)
-                and event.job in sched.finished
-                and sched.finished[event.job].finished == at
-            ):
-                remaining -= 1
-                done = sched.finished[event.job].spec
-                if recorder is not None and done.job_class == "hp":
-                    recorder.add(done.tenant, done.pool, -done.gpus)
-        # an evicted run's completion stays queued; the scheduler ignores it as stale
-        for action in actions:
-            if isinstance(action, StartGang):
-                push(action.finish_at, 0, GangCompleted(action.job))
-        if progress is not None and events % 200_000 == 0:
-            progress(f"{spec.name}: t={at / DAY_S:.2f} d, {remaining} jobs left")
-    if remaining:
-        raise SimGFSError(f"{spec.name}: {remaining} jobs never finished")
+    runtime = VirtualRuntime(instant=[p.name for p in profiles])
+    sim = Simulator(
+        core,
+        workload,
+        runtime,
+        start=t0,
+        record_held=False,
+        tick_prio=PRIO_TICK,
+        on_advance=advance,
+    )
+    result = sim.run(max_time=window.end + tail_limit_s)
+    if workload.remaining:
+        raise SimGFSError(f"{spec.name}: {workload.remaining} jobs never finished")
     wall = time.perf_counter() - wall0
-    metrics = _metrics(sched, jobs, window, alloc_window, alloc_total, cluster.total_gpus)
-    metrics["events"] = events
+    metrics = _metrics(core, jobs, window, alloc["window"], alloc["total"], cluster.total_gpus)
+    metrics["events"] = result.events
     metrics["wall_s"] = round(wall, 3)
-    metrics["events_per_s"] = round(events / wall, 1) if wall > 0 else 0.0
-    return SimResult(spec.name, metrics, timeline)
+    metrics["events_per_s"] = round(result.events / wall, 1) if wall > 0 else 0.0
+    return SimResult(spec.name, metrics, workload.timeline)
 
 
 def _metrics(
-    sched: GFSScheduler,
+    core: Core,
     jobs: list[TraceJob],
     window: Window,
     alloc_window: float,
@@ -372,20 +362,20 @@ def _metrics(
     total_gpus: int,
 ) -> dict[str, object]:
     measured = [j for j in jobs if window.start <= j.submit_time < window.end]
-    spot = [sched.finished[j.name] for j in measured if j.job_class == "spot"]
-    hp = [sched.finished[j.name] for j in measured if j.job_class == "hp"]
+    spot: list[Job] = [core.jobs[j.name] for j in measured if j.job_class == "spot"]
+    hp: list[Job] = [core.jobs[j.name] for j in measured if j.job_class == "hp"]
     failed = sum(g.evictions for g in spot)
     ok = sum(g.periods_ok for g in spot)
-    useful = sum(g.spec.gpus * g.spec.duration for g in sched.finished.values())
+    useful = sum(g.gpus * (g.spec.duration or 0.0) for g in core.jobs.values())
     span = window.end - window.start
     return {
         "spot.jobs": len(spot),
         "spot.eviction_rate": failed / (failed + ok) if failed + ok else 0.0,
         "spot.mean_queue_s": _mean([g.queue_s for g in spot]),
-        "spot.mean_jct_s": _mean([g.finished - g.submitted for g in spot]),
+        "spot.mean_jct_s": _mean([(g.finished or 0.0) - g.submitted for g in spot]),
         "hp.jobs": len(hp),
         "hp.mean_queue_s": _mean([g.queue_s for g in hp]),
-        "hp.p99_jct_s": _p([g.finished - g.submitted for g in hp], 99),
+        "hp.p99_jct_s": _p([(g.finished or 0.0) - g.submitted for g in hp], 99),
         "gpu_allocation_rate": alloc_window / (total_gpus * span),
         "useful_gpu_time_rate": useful / alloc_total if alloc_total else 0.0,
         "preemptions_per_spot_job": failed / len(spot) if spot else 0.0,

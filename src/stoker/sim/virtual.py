@@ -14,6 +14,7 @@ from stoker.core import (
     BindJob,
     Failure,
     JobEnded,
+    JobRequeued,
     KillJob,
     PodGone,
     PodReady,
@@ -38,23 +39,34 @@ class VirtualRuntime:
 
     def __init__(
         self,
-        sim: Simulator,
-        params: RuntimeParams,
-        rng: np.random.Generator,
+        params: RuntimeParams | None = None,
+        seed: int = 0,
         prepulled: Iterable[tuple[str, str]] = (),
+        instant: Iterable[str] = (),
     ) -> None:
-        self.sim = sim
-        self.params = params
-        self.rng = rng
+        """``prepulled``: (node, profile) pairs whose base image is on the node at time 0.
+        ``instant``: profiles whose pods start, bind and stop in no time (a trace's hp and
+        spot jobs, whose durations already include their start)."""
+        self.params = params or RuntimeParams()
+        # the runtime's durations come from their own stream, so the workload's plan (drawn
+        # from the workload's streams) is the same under every policy
+        self.rng = np.random.default_rng([seed, 0x5717])
+        self.instant = frozenset(instant)
         # (node, profile) -> time its base image is on the node (a pull in flight counts:
         # a second pod on the node waits for the same pull instead of pulling again);
         # ``prepulled`` pairs have it from the start
         self._image_at: dict[tuple[str, str], float] = {key: 0.0 for key in prepulled}
         self._run_s: dict[str, float] = {}
         self._ended: dict[str, None] = {}
-        self._running: dict[str, int] = {}  # bound job -> its rank count, until it exits
+        # bound job -> (its rank count, its run number), until it exits
+        self._running: dict[str, tuple[int, int]] = {}
+        self._runs = 0
         self._bound: dict[str, None] = {}  # pods a job was bound into
         self.pulls = 0
+
+    def attach(self, sim: Simulator) -> None:
+        """The engine that delivers this runtime's events (set once, by the engine)."""
+        self.sim = sim
 
     def plan_job(self, job_id: str, run_s: float) -> None:
         if run_s < 0:
@@ -72,6 +84,9 @@ class VirtualRuntime:
         sim, p, rng = self.sim, self.params, self.rng
         match action:
             case StartPod(pod=pod, profile=profile, node=node, standby=standby):
+                if profile in self.instant:
+                    sim.deliver(PodReady(pod))
+                    return
                 key = (node, profile)
                 image_at = self._image_at.get(key)
                 if image_at is None:
@@ -85,27 +100,38 @@ class VirtualRuntime:
             case RecyclePod(new_pod=new):
                 sim.after(p.recycle.sample(rng), sim.deliver, PodReady(new))
             case StopPod(pod=pod):
+                if self.sim.core.pods[pod].profile in self.instant:
+                    sim.deliver(PodGone(pod))
+                    return
                 sim.after(p.stop.sample(rng), sim.deliver, PodGone(pod))
             case BindJob(job=job, pods=pods):
-                # a pod that ran a job before only ever ran this caller (the core's rule):
-                # its dependencies are in place already
-                again = all(pid in self._bound for pid in pods)
-                self._bound.update(dict.fromkeys(pods))
-                bind = (p.rebind if again else p.bind).sample(rng)
-                self._running[job] = len(pods)
+                run = self._run_s.get(job)
+                if run is None:
+                    bind = 0.0
+                    run = sim.workload.run_s(sim, job)
+                else:
+                    # a pod that ran a job before only ever ran this caller (the core's
+                    # rule): its dependencies are in place already
+                    again = all(pid in self._bound for pid in pods)
+                    self._bound.update(dict.fromkeys(pods))
+                    bind = (p.rebind if again else p.bind).sample(rng)
+                self._runs += 1
+                self._running[job] = (len(pods), self._runs)
                 for rank in range(len(pods)):
                     sim.after(bind, sim.deliver, RankStarted(job, rank))
-                sim.after(bind + self._run_s.get(job, 0.0), self._exit, job, None)
+                sim.after(bind + run, self._exit, job, None, self._runs)
             case KillJob(job=job, reason=reason):
                 self._exit(job, reason)
-            case JobEnded():
-                pass  # the engine tells the workload once the other actions are carried out
+            case JobEnded() | JobRequeued():
+                pass  # the engine tells the workload of an end once the actions are done
 
-    def _exit(self, job_id: str, failure: Failure | None) -> None:
+    def _exit(self, job_id: str, failure: Failure | None, run: int | None = None) -> None:
         """Every rank of a running job exits (its planned end, or killed)."""
-        ranks = self._running.pop(job_id, None)
-        if ranks is None:
-            return  # killed before its planned end
+        entry = self._running.get(job_id)
+        if entry is None or (run is not None and entry[1] != run):
+            return  # killed before its planned end (or the end of an earlier run)
+        del self._running[job_id]
+        ranks = entry[0]
         code = 0 if failure is None else 1
         for rank in range(ranks):
             self.sim.deliver(RankExited(job_id, rank, code, failure))

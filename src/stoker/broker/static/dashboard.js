@@ -241,7 +241,7 @@ function forecastTimes(fc, now) {
 function renderPools(s) {
   const box = $("gpu-pools");
   if (!s.gpu_pools.length) {
-    box.replaceChildren(el("p", { class: "empty", id: "no-gpu-pools", text: "no GPU pools: this broker runs no hp or spot jobs" }));
+    box.replaceChildren(el("p", { class: "empty", id: "no-gpu-pools", text: "no GPU pools" }));
     return;
   }
   const draws = [];

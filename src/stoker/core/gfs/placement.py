@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from stoker.core.gfs.jobs import JobClass
+from stoker.core.model import JobClass
 
 DAY_S = 86400.0
 HOUR_S = 3600.0

@@ -1,9 +1,9 @@
-"""Which spot gangs an HP worker evicts, and on which node (only HP preempts, only spot goes).
+"""Which spot jobs an HP worker evicts, and on which node (only HP preempts, only spot goes).
 
 The scheduler hands a :class:`VictimChooser` the candidate targets: nodes carrying no HP
 work (for a fractional request: one card on such a node) where the free room plus the spot
 work there covers the request. The chooser returns the target and the victims; every
-victim gang is then evicted whole.
+victim job is then evicted whole.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from stoker.core.gfs.jobs import Gang
+from stoker.core.model import Job
 
 # the paper's weight of lost work against the eviction-rate increase
 LOST_WORK_WEIGHT = 5.0
@@ -25,8 +25,11 @@ class Candidate:
     node: str
     ordinal: int
     free: float  # room there now (whole free GPUs, or the card's free share)
-    victims: list[tuple[Gang, float]]  # spot gangs there and what each holds on the target
+    victims: list[tuple[Job, float]]  # spot jobs there and what each holds on the target
     gpu: str | None = None
+    # what the idle warm and standby pods it would stop cost (tier, value): the reclaim
+    # chain takes idle pods first, the cheapest of them first
+    cost: tuple[float, float] = (0.0, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,18 +41,19 @@ class PreemptContext:
     rate_after: Callable[[int], float]
     pool_gpus: int
     window_s: float
+    checkpoint_s: float = 3600.0
 
 
-def protect(cand: Candidate, need: float, key: Callable[[Gang], float]) -> list[Gang]:
-    """Victims on ``cand``: go through its spot gangs most expensive first and spare each one
+def protect(cand: Candidate, need: float, key: Callable[[Job], float]) -> list[Job]:
+    """Victims on ``cand``: go through its spot jobs most expensive first and spare each one
     whose room is not needed to reach ``need``; the rest are evicted."""
     total = cand.free + sum(u for _, u in cand.victims)
-    chosen: list[Gang] = []
-    for gang, units in sorted(cand.victims, key=lambda v: (-key(v[0]), v[0].id)):
+    chosen: list[Job] = []
+    for job, units in sorted(cand.victims, key=lambda v: (-key(v[0]), v[0].id)):
         if total - units >= need - 1e-9:
             total -= units
         else:
-            chosen.append(gang)
+            chosen.append(job)
     return chosen
 
 
@@ -60,7 +64,7 @@ class VictimChooser(Protocol):
 
     def choose(
         self, cands: list[Candidate], need: float, ctx: PreemptContext
-    ) -> tuple[Candidate, list[Gang]] | None: ...
+    ) -> tuple[Candidate, list[Job]] | None: ...
 
 
 class GFSVictims:
@@ -71,12 +75,12 @@ class GFSVictims:
 
     def choose(
         self, cands: list[Candidate], need: float, ctx: PreemptContext
-    ) -> tuple[Candidate, list[Gang]] | None:
+    ) -> tuple[Candidate, list[Job]] | None:
         best = None
         best_key = None
         for cand in cands:
-            victims = protect(cand, need, lambda g: g.lost_work(ctx.now))
-            lost = sum(g.lost_work(ctx.now) for g in victims)
+            victims = protect(cand, need, lambda g: g.lost_work(ctx.now, ctx.checkpoint_s))
+            lost = sum(g.lost_work(ctx.now, ctx.checkpoint_s) for g in victims)
             cost = ctx.rate_after(len(victims)) + LOST_WORK_WEIGHT * lost / (
                 ctx.pool_gpus * ctx.window_s
             )
@@ -95,13 +99,15 @@ class LyraVictims:
         self.per_gpu = per_gpu
         self.name = "lyra-gpu" if per_gpu else "lyra"
 
-    def _cost(self, gang: Gang) -> float:
-        s = gang.spec
-        return 1.0 / (s.worker_num * s.gpu_request) if self.per_gpu else 1.0 / s.worker_num
+    def _cost(self, job: Job) -> float:
+        workers = job.spec.workers
+        return (
+            1.0 / (workers * (job.spec.gpus or job.per_worker)) if self.per_gpu else 1.0 / workers
+        )
 
     def choose(
         self, cands: list[Candidate], need: float, ctx: PreemptContext
-    ) -> tuple[Candidate, list[Gang]] | None:
+    ) -> tuple[Candidate, list[Job]] | None:
         best = None
         best_key = None
         for cand in cands:
@@ -119,7 +125,7 @@ class FirstFitVictims:
 
     def choose(
         self, cands: list[Candidate], need: float, ctx: PreemptContext
-    ) -> tuple[Candidate, list[Gang]] | None:
+    ) -> tuple[Candidate, list[Job]] | None:
         if not cands:
             return None
         cand = min(cands, key=lambda c: c.ordinal)

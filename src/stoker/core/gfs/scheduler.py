@@ -1,10 +1,15 @@
-"""The GFS core: HP and spot gang jobs over a :class:`~stoker.core.model.Cluster`.
+"""hp and spot jobs in the one core (GFS): queues, spot quota, placement, preemption.
 
-Events in, actions out, pure: no I/O, no clock (``now`` is passed in), no randomness. The
-decisions are policies (:class:`GFSConfig`): spot quota, node score, victim choice, queue
-order; the baselines in :mod:`stoker.core.gfs.baselines` are other settings of the same
-parts. An optional pool :class:`~stoker.core.pool.Core` shares the cluster: before any spot
-job is evicted for HP work, its idle standby and warm pods on the chosen node give way.
+A part of :class:`stoker.core.Core`, called only from its ``handle``. An hp or spot job is
+a job with ``workers`` (each with its GPU request) placed all or nothing; it runs in one pod
+per worker, started cold for it (``StartPod``), bound when every pod is ready
+(``BindJob``), stopped when it ends. HP jobs never become victims. An HP job that fits
+nowhere reclaims in one chain, cheapest first: idle standby and warm pods (free; on any
+node, for any shape), then spot jobs chosen by the victim policy (GFS: eviction-rate
+increase plus lost work), with the idle pods on the chosen node taken first. The room is
+taken once the stopped pods are gone (their shares are held until the runtime confirms).
+An evicted spot job is killed (``KillJob`` preempted, with the configured grace), its pods
+stopped and the job re-queued (``JobRequeued``): it runs again, nothing is lost.
 """
 
 from __future__ import annotations
@@ -13,91 +18,22 @@ import bisect
 import heapq
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from stoker.core.actions import Action, StartPod, StopPod
-from stoker.core.events import Event, PodGone
-from stoker.core.gfs.jobs import (
-    CHECKPOINT_S,
-    Gang,
-    GangSpec,
-    GangState,
-    GFSJobError,
-    GuaranteeLedger,
-    restart_overhead,
-)
+from stoker.core.actions import Action, BindJob, JobRequeued, KillJob, StartPod, StopPod
+from stoker.core.gfs.jobs import CHECKPOINT_S, GuaranteeLedger, restart_overhead
 from stoker.core.gfs.placement import GFSScorer, NodeInfo, NodeScorer, PoolIndex
 from stoker.core.gfs.preemption import Candidate, GFSVictims, PreemptContext, VictimChooser
 from stoker.core.gfs.quota import ForecastQuota, QuotaPolicy
-from stoker.core.model import EPS, Cluster
-from stoker.core.pool import Core
+from stoker.core.model import EPS, CoreError, Failure, Job, JobClass, JobState, Pod, PodState
+
+if TYPE_CHECKING:
+    from stoker.core.core import Core as Host
 
 HOUR_S = 3600.0
-
-
-# ---------------------------------------------------------------- events and actions
-
-
-@dataclass(frozen=True, slots=True)
-class GangSubmitted:
-    """A job arrives."""
-
-    spec: GangSpec
-
-
-@dataclass(frozen=True, slots=True)
-class GangCompleted:
-    """The driver's clock reached a running job's ``StartGang.finish_at`` (a stale one, for a
-    run since evicted, is ignored)."""
-
-    job: str
-
-
-@dataclass(frozen=True, slots=True)
-class ForecastUpdated:
-    """The summed forecast of a pool's HP hourly peaks: mean and variance per hour ahead."""
-
-    pool: str
-    mean: tuple[float, ...]
-    var: tuple[float, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Tick:
-    """Time passed: eta feedback, Chronus rounds and leases."""
-
-
-@dataclass(frozen=True, slots=True)
-class PoolEvent:
-    """An event for the pool core sharing the cluster (its runtime's reports)."""
-
-    event: Event
-
-
-GFSEvent = GangSubmitted | GangCompleted | ForecastUpdated | Tick | PoolEvent
-
-
-@dataclass(frozen=True, slots=True)
-class StartGang:
-    """Run every worker of a job: ``placement`` is (node, gpu, share) per card; the run ends
-    at ``finish_at`` unless evicted first."""
-
-    job: str
-    placement: tuple[tuple[str, str, float], ...]
-    finish_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class EvictGang:
-    """Stop every worker of a spot job; it is back in its queue."""
-
-    job: str
-    reason: str
-    by: str
-
-
-GFSAction = StartGang | EvictGang | Action
+_HP, _SPOT = JobClass.HP, JobClass.SPOT
 
 
 # ---------------------------------------------------------------- configuration
@@ -105,7 +41,10 @@ GFSAction = StartGang | EvictGang | Action
 
 @dataclass
 class GFSConfig:
-    """The decisions and their parameters; the defaults are GFS's.
+    """The hp/spot decisions and their parameters; the defaults are GFS's.
+
+    ``quota`` (spot quota), ``scorer`` (placement scoring), ``victims`` (reclaim: which spot
+    jobs go) and ``queue`` (queue order) are the named extension points.
 
     ``queue``: ``size`` (GFS: largest per-worker request first, then workers, then submit
     time, with backfill of smaller sizes) or ``fifo``; ``hol_blocking`` stops a pass at the
@@ -131,6 +70,7 @@ class GFSConfig:
     lease_s: float = 0.0
     lease_restart_s: float = 120.0
     oversize_alone: bool = False  # a spot job above the quota may run when no spot runs
+    grace_s: float = 0.0  # an evicted spot job's SIGTERM-to-SIGKILL grace
 
     def __post_init__(self) -> None:
         if self.queue not in ("size", "fifo"):
@@ -156,17 +96,17 @@ class _Queue:
         self.heaps: dict[tuple[float, int], list[tuple[float, str]]] = {}
         self.size = 0
 
-    def key(self, spec: GangSpec) -> tuple[float, int]:
-        return (0.0, 0) if self.fifo else (-spec.per_worker, -spec.worker_num)
+    def key(self, job: Job) -> tuple[float, int]:
+        return (0.0, 0) if self.fifo else (-job.per_worker, -job.spec.workers)
 
-    def push(self, gang: Gang, at: float | None = None) -> None:
+    def push(self, job: Job, at: float | None = None) -> None:
         """Queue by submit time (an evicted job keeps its place), or by ``at``."""
-        k = self.key(gang.spec)
+        k = self.key(job)
         heap = self.heaps.get(k)
         if heap is None:
             heap = self.heaps[k] = []
             bisect.insort(self.keys, k)
-        heapq.heappush(heap, (gang.submitted if at is None else at, gang.id))
+        heapq.heappush(heap, (job.submitted if at is None else at, job.id))
         self.size += 1
 
     def pop(self, k: tuple[float, int]) -> None:
@@ -184,27 +124,20 @@ class _Queue:
 # ---------------------------------------------------------------- the scheduler
 
 
-class GFSScheduler:
-    """HP/spot scheduling over one cluster; see the module docstring."""
+class GangScheduler:
+    """hp and spot jobs over the core's cluster; see the module docstring."""
 
-    def __init__(
-        self,
-        cluster: Cluster,
-        config: GFSConfig | None = None,
-        pool_core: Core | None = None,
-        start: float = 0.0,
-    ) -> None:
-        self.cluster = cluster
-        self.config = config or GFSConfig()
-        self.pool_core = pool_core
-        self.jobs: dict[str, Gang] = {}
-        self.finished: dict[str, Gang] = {}
+    def __init__(self, host: Host, config: GFSConfig, start: float = 0.0) -> None:
+        self.host = host
+        self.cluster = host.cluster
+        self.config = config
+        self.jobs = host.jobs
+        self.pods = host.pods
         self.nodes: dict[str, NodeInfo] = {}
         self.pools: dict[str, PoolIndex] = {}
-        for ordinal, node in enumerate(cluster.nodes.values()):
-            index = self.pools.get(node.gpu_model)
-            if index is None:
-                index = self.pools[node.gpu_model] = PoolIndex(node.gpu_model, 0)
+        for ordinal, node in enumerate(self.cluster.nodes.values()):
+            if node.gpu_model not in self.pools:
+                self.pools[node.gpu_model] = PoolIndex(node.gpu_model, 0)
             info = NodeInfo(node.name, node.gpu_model, ordinal, len(node.gpus))
             info.full_free = sum(1 for g in node.gpus if g.used < EPS)
             self.nodes[node.name] = info
@@ -213,79 +146,168 @@ class GFSScheduler:
             index.by_free = [{} for _ in range(index.max_gpus + 1)]
         for info in self.nodes.values():
             self.pools[info.pool].add(info)
-        self.capacity: dict[str, int] = dict(cluster.capacity)
+        self.capacity: dict[str, int] = dict(self.cluster.capacity)
         fifo = self.config.queue == "fifo"
         self.queues: dict[str, dict[str, _Queue]] = {
-            p: {"hp": _Queue(fifo), "spot": _Queue(fifo)} for p in self.pools
+            p: {_HP: _Queue(fifo), _SPOT: _Queue(fifo)} for p in self.pools
         }
-        self.used: dict[str, dict[str, float]] = {p: {"hp": 0.0, "spot": 0.0} for p in self.pools}
+        self.used: dict[str, dict[str, float]] = {p: {_HP: 0.0, _SPOT: 0.0} for p in self.pools}
         self.ledgers: dict[str, GuaranteeLedger] = {p: GuaranteeLedger() for p in self.pools}
         zero = np.zeros(max(1, math.ceil(self.config.guarantee_s / HOUR_S)))
         self.quota: dict[str, float] = {
             p: self.config.quota.quota(p, zero, zero, self.capacity[p]) for p in self.pools
         }
-        self.node_gangs: dict[str, dict[str, None]] = {n: {} for n in self.nodes}
+        self.node_jobs: dict[str, dict[str, None]] = {n: {} for n in self.nodes}  # spot there
         self.running_spot: dict[str, dict[str, None]] = {p: {} for p in self.pools}
+        self.placement: dict[str, list[tuple[str, str, float]]] = {}  # job -> (node, gpu, share)
         self.settled: dict[str, int] = {}  # guarantee periods already counted, current run
         self._dirty: dict[str, None] = {}
-        self._awaiting_yield: dict[str, None] = {}  # HP jobs waiting for idle pods to go
+        # HP jobs waiting for the pods stopped to make their room, and the reverse index
+        self._awaiting: dict[str, set[str]] = {}
+        self._awaiting_by_pod: dict[str, str] = {}
         self._last_eta = start
         self._next_eta = start + self.config.eta_every_s
         self._next_round = start
         self._round_due = False
-        self._now = start
+        self._round_at = -math.inf
+        self._active = False  # an hp or spot job was ever submitted: the clocks run
         self.preemptions = 0
-        self.allocated = 0.0  # GPUs held by gang workers now
+        self.allocated = 0.0  # GPUs held by hp and spot jobs now
 
-    # ------------------------------------------------------------ public API
+    # ------------------------------------------------------------ called by the core
 
-    def handle(self, event: GFSEvent, now: float, schedule: bool = True) -> list[GFSAction]:
-        """Apply one event at ``now``; with ``schedule`` run a scheduling pass after it
-        (a driver with several events at one instant passes it on the last only)."""
-        if now + EPS < self._now:
-            raise GFSJobError(f"time went backwards: {now} < {self._now}")
-        self._now = now
-        out: list[GFSAction] = []
-        match event:
-            case GangSubmitted(spec):
-                self._submit(spec, now)
-            case GangCompleted(job):
-                self._complete(job, now)
-            case ForecastUpdated(pool, mean, var):
-                if pool in self.pools:
-                    self.quota[pool] = self.config.quota.quota(
-                        pool, np.asarray(mean), np.asarray(var), self.capacity[pool]
-                    )
-                    self._dirty[pool] = None
-            case Tick():
-                self._tick(now, out)
-            case PoolEvent(inner):
-                self._pool_event(inner, now, out)
-            case _:
-                raise GFSJobError(f"unknown event {event!r}")
-        if schedule:
-            self._schedule(now, out)
-        return out
+    def submit(self, job: Job, now: float) -> None:
+        spec = job.spec
+        pool = spec.gpu_model or self.host.profiles[spec.profile].gpu_model
+        index = self.pools.get(pool)
+        if index is None:
+            raise CoreError(f"job {spec.id}: gpu_model {pool!r} has no nodes")
+        if not job.fractional and job.per_worker > index.max_gpus:
+            raise CoreError(
+                f"job {spec.id}: gpus {spec.gpus} exceeds the largest node "
+                f"of GPU pool {pool} ({index.max_gpus} GPUs)"
+            )
+        if job.gpus > self.capacity[pool] + EPS:
+            raise CoreError(
+                f"job {spec.id}: workers x gpus = {job.gpus:g} GPUs, GPU pool {pool} has "
+                f"{self.capacity[pool]}: it could never run"
+            )
+        self._active = True
+        job.remaining = spec.duration or 0.0
+        job.queued_since = now
+        self.queues[pool][job.job_class].push(job)
+        self._dirty[pool] = None
 
-    def schedule(self, now: float) -> list[GFSAction]:
-        """A scheduling pass with no new event (after several events at one instant)."""
-        if now + EPS < self._now:
-            raise GFSJobError(f"time went backwards: {now} < {self._now}")
-        self._now = now
-        out: list[GFSAction] = []
-        self._schedule(now, out)
-        return out
+    def pool_of(self, job: Job) -> str:
+        """The job's GPU pool (GPU model)."""
+        return job.spec.gpu_model or self.host.profiles[job.spec.profile].gpu_model
 
-    def _schedule(self, now: float, out: list[GFSAction]) -> None:
-        # Chronus decides only in its rounds; everyone else on every change
+    def cancel(self, job: Job, now: float, out: list[Action]) -> None:
+        if job.state is JobState.QUEUED:
+            self._awaiting_clear(job.id)
+            self.host.end_job(job, Failure.CANCELLED, None, now, out)
+            self._dirty[self.pool_of(job)] = None  # its queue entry is dropped on the pass
+        elif job.state is JobState.PLACED:
+            self._release(job)
+            self._stop_pods(job, "cancelled", now, out)
+            self.host.end_job(job, Failure.CANCELLED, None, now, out)
+        else:
+            out.append(KillJob(job.id, Failure.CANCELLED))
+
+    def pod_ready(self, pod: Pod, now: float, out: list[Action]) -> None:
+        if pod.state is not PodState.STARTING or pod.pending_job is None:
+            return
+        job = self.jobs[pod.pending_job]
+        pod.pending_job = None
+        pod.job = job.id
+        self.host.move_pod(pod, PodState.ACTIVE, now)
+        if job.state is JobState.PLACED and all(
+            self.pods[p].state is PodState.ACTIVE for p in job.pods
+        ):
+            self.host.move_job(job, JobState.BINDING, now)
+            job.pod_ready = now
+            out.append(BindJob(job.id, tuple(job.pods)))
+
+    def pod_failed(self, pod: Pod, reason: Failure, now: float, out: list[Action]) -> None:
+        """A pod died: before its job ran the job is re-queued (not an eviction); a running
+        job ends with the typed reason."""
+        job_id = pod.pending_job or pod.job
+        self._gone(pod, now)
+        if job_id is None:
+            return
+        job = self.jobs[job_id]
+        if job.state in (JobState.PLACED, JobState.BINDING) and not job.ranks_started:
+            self._release(job)
+            self._stop_pods(job, "gang_failed", now, out)
+            self._requeue(job, reason, now, out, at=None)
+        elif job.state is not JobState.FINISHED and job.state is not JobState.QUEUED:
+            self.finish(job, -1, reason, now, out)
+
+    def pod_gone(self, pod: Pod, now: float) -> None:
+        self._gone(pod, now)
+
+    def unfit(self, pod: Pod, now: float, out: list[Action]) -> None:
+        """A pod the runtime could not bind into: stopped (its job ends through the core)."""
+        self._stop_pod(pod, "bind_failed", now, out)
+
+    def started(self, job: Job, now: float) -> None:
+        """Every rank runs: the run's clock starts (guarantee periods, lost work)."""
+        job.run_start = now
+        job.lease_start = now
+
+    def finish(
+        self, job: Job, exit_code: int, failure: Failure | None, now: float, out: list[Action]
+    ) -> None:
+        """The run ended (every rank exited, or its pod died): settle its periods, end it,
+        stop its pods."""
+        pool = self.pool_of(job)
+        self._release(job)
+        if job.job_class is _SPOT and failure is None:
+            earned = self._earned(job, now)
+            self.ledgers[pool].record(now, succeeded=earned + 1)
+            job.periods_ok += earned + 1
+        self.settled.pop(job.id, None)
+        job.remaining = 0.0
+        self._stop_pods(job, "job_ended", now, out)
+        self.host.end_job(job, failure, exit_code, now, out)
+        self._dirty[pool] = None
+
+    def set_forecast(self, pool: str, mean: np.ndarray, var: np.ndarray) -> None:
+        """The summed HP forecast of a GPU pool changed: a new spot quota."""
+        if pool in self.pools:
+            self.quota[pool] = self.config.quota.quota(pool, mean, var, self.capacity[pool])
+            self._dirty[pool] = None
+
+    def tick(self, now: float, out: list[Action]) -> None:
+        if now + EPS >= self._next_eta:
+            self._feedback(now)
+            self._next_eta = now + self.config.eta_every_s
+        if self.config.round_s > 0 and now + EPS >= self._next_round:
+            self._next_round = now + self.config.round_s
+            self._round_due = True
+            self._round_at = now
+            if self.config.lease_s > 0:
+                self._expire_leases(now, out)
+            self._dirty.update(dict.fromkeys(self.pools))
+
+    def schedule(self, now: float, out: list[Action]) -> None:
+        """The scheduling pass after every event (Chronus decides only in its rounds)."""
+        self._sync()
         if self.config.round_s > 0:
-            if not self._round_due:
+            # Chronus decides in its rounds; room freed at the round's instant (a lease
+            # returned, its pods gone) is still that round's
+            if not self._round_due and now > self._round_at + EPS:
                 return
             self._round_due = False
-        self._pass(now, out)
+        dirty, self._dirty = self._dirty, {}
+        for pool in sorted(dirty):
+            self._pass_pool(pool, now, out)
 
-    def next_deadline(self) -> float:
-        """When the next Tick is due (eta feedback, or the next Chronus round)."""
+    def next_deadline(self) -> float | None:
+        """When the next Tick is due (eta feedback, the next Chronus round); None before any
+        hp or spot job."""
+        if not self._active:
+            return None
         if self.config.round_s > 0:
             return min(self._next_eta, self._next_round)
         return self._next_eta
@@ -299,426 +321,534 @@ class GFSScheduler:
 
     def check(self) -> None:
         """Raise if an invariant fails (tests call it after every event)."""
-        self.cluster.check()
         for pool in self.pools:
-            for cls in ("hp", "spot"):
+            for cls in (_HP, _SPOT):
                 held = sum(
                     s
-                    for g in self.jobs.values()
-                    if g.state is GangState.RUNNING
-                    and g.spec.pool == pool
-                    and g.spec.job_class == cls
-                    for _, _, s in g.placement
+                    for jid, place in self.placement.items()
+                    if self.jobs[jid].job_class is cls and self.pool_of(self.jobs[jid]) == pool
+                    for _, _, s in place
                 )
                 if abs(held - self.used[pool][cls]) > 1e-6:
                     raise AssertionError(f"{pool}/{cls} used {self.used[pool][cls]} != {held}")
+        for jid in self.placement:
+            job = self.jobs[jid]
+            if job.state not in (JobState.PLACED, JobState.BINDING, JobState.RUNNING):
+                raise AssertionError(f"job {jid} holds a placement in state {job.state}")
         for info in self.nodes.values():
             free = sum(1 for g in self.cluster.nodes[info.name].gpus if g.used < EPS)
-            if free != info.full_free:
+            if free != info.full_free and info.name not in self.cluster.touched:
                 raise AssertionError(f"node {info.name} full_free {info.full_free} != {free}")
 
-    # ------------------------------------------------------------ events
+    # ------------------------------------------------------------ periods and leases
 
-    def _submit(self, spec: GangSpec, now: float) -> None:
-        if spec.id in self.jobs or spec.id in self.finished:
-            raise GFSJobError(f"duplicate job id {spec.id!r}")
-        index = self.pools.get(spec.pool)
-        if index is None:
-            raise GFSJobError(f"job {spec.id}: pool (gpu_model) {spec.pool!r} has no nodes")
-        if not spec.fractional and spec.per_worker > index.max_gpus:
-            raise GFSJobError(
-                f"job {spec.id}: gpu_request {spec.gpu_request} exceeds the largest node "
-                f"of pool {spec.pool} ({index.max_gpus} GPUs)"
-            )
-        if spec.gpus > self.capacity[spec.pool] + EPS:
-            raise GFSJobError(
-                f"job {spec.id}: asks {spec.gpus:g} GPUs, pool {spec.pool} has "
-                f"{self.capacity[spec.pool]}: it could never run"
-            )
-        gang = Gang(spec=spec, submitted=now, remaining=spec.duration, queued_since=now)
-        self.jobs[spec.id] = gang
-        self.queues[spec.pool][spec.job_class].push(gang)
-        self._dirty[spec.pool] = None
-
-    def _complete(self, job_id: str, now: float) -> None:
-        gang = self.jobs.get(job_id)
-        if gang is None or gang.state is not GangState.RUNNING:
-            return
-        if gang.finish_at() > now + 1e-6:
-            return  # a stale completion of an evicted run
-        self._release(gang)
-        if gang.spec.job_class == "spot":
-            earned = self._earned(gang, now)
-            self.ledgers[gang.spec.pool].record(now, succeeded=earned + 1)
-            gang.periods_ok += earned + 1
-            self.settled.pop(gang.id, None)
-        gang.state = GangState.FINISHED
-        gang.finished = now
-        gang.remaining = 0.0
-        del self.jobs[job_id]
-        self.finished[job_id] = gang
-        self._dirty[gang.spec.pool] = None
-
-    def _earned(self, gang: Gang, now: float) -> int:
+    def _earned(self, job: Job, now: float) -> int:
         """Guarantee periods earned in the current run and not yet settled."""
-        total = int((now - gang.run_start) // self.config.guarantee_s)
-        return total - self.settled.get(gang.id, 0)
-
-    def _tick(self, now: float, out: list[GFSAction]) -> None:
-        if now + EPS >= self._next_eta:
-            self._feedback(now)
-            self._next_eta = now + self.config.eta_every_s
-        if self.config.round_s > 0 and now + EPS >= self._next_round:
-            self._next_round = now + self.config.round_s
-            self._round_due = True
-            if self.config.lease_s > 0:
-                self._expire_leases(now, out)
-            self._dirty.update(dict.fromkeys(self.pools))
+        if job.state is not JobState.RUNNING:
+            return 0
+        total = int((now - job.run_start) // self.config.guarantee_s)
+        return total - self.settled.get(job.id, 0)
 
     def _feedback(self, now: float) -> None:
         """Settle running spot jobs' earned periods, then one eta step per pool."""
         for pool in self.pools:
             ledger = self.ledgers[pool]
-            for gid in self.running_spot[pool]:
-                gang = self.jobs[gid]
-                earned = self._earned(gang, now)
+            for jid in self.running_spot[pool]:
+                job = self.jobs[jid]
+                earned = self._earned(job, now)
                 if earned:
                     ledger.record(now, succeeded=earned)
-                    gang.periods_ok += earned
-                    self.settled[gid] = self.settled.get(gid, 0) + earned
-            queue = self.queues[pool]["spot"]
-            waited = any(now - self.jobs[jid].queued_since > HOUR_S for _, jid in queue.heads())
+                    job.periods_ok += earned
+                    self.settled[jid] = self.settled.get(jid, 0) + earned
+            queue = self.queues[pool][_SPOT]
+            waited = any(
+                self.jobs[jid].state is JobState.QUEUED
+                and now - self.jobs[jid].queued_since > HOUR_S
+                for _, jid in queue.heads()
+            )
             self.config.quota.feedback(pool, ledger.rate(self._last_eta), waited)
             self._dirty[pool] = None
         self._last_eta = now
 
-    def _expire_leases(self, now: float, out: list[GFSAction]) -> None:
+    def _expire_leases(self, now: float, out: list[Action]) -> None:
         """Chronus: a spot job whose lease ran out goes back to the queue when others wait;
         a lease ends at a checkpoint, so only the restart is lost."""
         for pool in self.pools:
             if self.queued(pool) == 0:
-                for gid in self.running_spot[pool]:
-                    self.jobs[gid].lease_start = now
+                for jid in self.running_spot[pool]:
+                    self.jobs[jid].lease_start = now
                 continue
-            for gid in list(self.running_spot[pool]):
-                gang = self.jobs[gid]
-                if now - gang.lease_start >= self.config.lease_s - EPS:
-                    self._evict(gang, now, out, reason="lease", by="lease", keep_work=True)
-
-    def _pool_event(self, event: Event, now: float, out: list[GFSAction]) -> None:
-        if self.pool_core is None:
-            raise GFSJobError("a pool event arrived but no pool core shares this cluster")
-        before = {}
-        if isinstance(event, PodGone) and event.pod in self.pool_core.pods:
-            before[self.pool_core.pods[event.pod].node] = None
-        actions = self.pool_core.handle(event, now)
-        self._after_pool(actions, before)
-        out.extend(actions)
-
-    def _after_pool(self, actions: list[Action], touched: dict[str, None]) -> None:
-        """Pool pods change shares behind our back: refresh the nodes they touched."""
-        for action in actions:
-            if isinstance(action, StartPod):
-                touched[action.node] = None
-            elif isinstance(action, StopPod) and action.pod in self.pool_core.pods:
-                touched[self.pool_core.pods[action.pod].node] = None
-        for node in touched:
-            self._refresh(self.nodes[node])
-            self._dirty[self.nodes[node].pool] = None
+            for jid in list(self.running_spot[pool]):
+                job = self.jobs[jid]
+                if now - job.lease_start >= self.config.lease_s - EPS:
+                    self._evict(job, now, out, keep_work=True)
 
     # ------------------------------------------------------------ the pass
 
-    def _pass(self, now: float, out: list[GFSAction]) -> None:
-        dirty, self._dirty = self._dirty, {}
-        for pool in sorted(dirty):
-            self._pass_pool(pool, now, out)
-
-    def _pass_pool(self, pool: str, now: float, out: list[GFSAction]) -> None:
+    def _pass_pool(self, pool: str, now: float, out: list[Action]) -> None:
         hol = self.config.hol_blocking
         failed: list[tuple[float, int]] = []
-        for cls in ("hp", "spot"):
+        for cls in (_HP, _SPOT):
             queue = self.queues[pool][cls]
             for k, jid in queue.heads():
                 while True:
-                    gang = self.jobs[jid]
-                    spec = gang.spec
-                    if any(spec.per_worker >= f - EPS and spec.worker_num >= w for f, w in failed):
-                        break
-                    if not self._try_start(gang, now, out):
-                        failed.append((spec.per_worker, spec.worker_num))
-                        if hol:
-                            return
-                        break
-                    queue.pop(k)
+                    job = self.jobs[jid]
+                    if job.state is not JobState.QUEUED:
+                        queue.pop(k)  # cancelled while queued
+                    else:
+                        size = (job.per_worker, job.spec.workers)
+                        if any(size[0] >= f - EPS and size[1] >= w for f, w in failed):
+                            break
+                        if not self._try_start(job, now, out):
+                            failed.append(size)
+                            if hol:
+                                return
+                            break
+                        queue.pop(k)
                     heap = queue.heaps.get(k)
                     if not heap:
                         break
                     jid = heap[0][1]
 
-    def _try_start(self, gang: Gang, now: float, out: list[GFSAction]) -> bool:
-        spec = gang.spec
-        if spec.job_class == "spot":
-            used = self.used[spec.pool]["spot"]
-            if used + spec.gpus > self.quota[spec.pool] + EPS and not (
+    def _try_start(self, job: Job, now: float, out: list[Action]) -> bool:
+        pool = self.pool_of(job)
+        if job.job_class is _SPOT:
+            if any(self.pool_of(self.jobs[j]) == pool for j in self._awaiting):
+                return False  # room is being freed for an HP job: spot does not take it
+            used = self.used[pool][_SPOT]
+            quota = self.quota[pool]
+            if used + job.gpus > quota + EPS and not (
                 # a job larger than a fixed quota would wait forever: it may run alone
-                self.config.oversize_alone and used < EPS and spec.gpus > self.quota[spec.pool]
+                self.config.oversize_alone and used < EPS and job.gpus > quota
             ):
                 return False
-            plan = self._plan_free(gang, now)
+            plan = self._plan_free(job, now)
             if plan is None:
                 return False
-            self._start(gang, plan, now, out)
+            self._start(job, plan, now, out)
             return True
-        plan = self._plan_free(gang, now)
+        if job.id in self._awaiting:
+            return False  # pods are stopping for it: nothing more goes meanwhile
+        plan = self._plan_free(job, now)
         if plan is not None:
-            self._start(gang, plan, now, out)
-            self._awaiting_yield.pop(gang.id, None)
+            self._start(job, plan, now, out)
             return True
-        if gang.id in self._awaiting_yield:
-            return False  # idle pods are stopping for it; do not evict spot meanwhile
-        if self._yield_pool(gang, now, out):
-            self._awaiting_yield[gang.id] = None
-            return False
-        return self._preempt(gang, now, out)
+        self._reclaim(job, now, out)
+        return False
 
     # ------------------------------------------------------------ placement
 
-    def _plan_free(self, gang: Gang, now: float) -> list[tuple[str, str, float]] | None:
-        """Cards for every worker on free capacity, or None (all or nothing)."""
-        spec = gang.spec
-        if spec.fractional:
+    def _plan_free(self, job: Job, now: float) -> list[tuple[str, tuple[str, ...], float]] | None:
+        """(node, cards, share) for every worker on free capacity, or None (all or nothing)."""
+        pool = self.pool_of(job)
+        need = job.per_worker
+        if job.fractional:
             extra: dict[str, float] = {}
             plan = []
-            for _ in range(spec.worker_num):
-                for gpu in self.cluster.gpus_with_room(spec.pool, spec.per_worker):
-                    if gpu.free - extra.get(gpu.id, 0.0) >= spec.per_worker - EPS:
-                        extra[gpu.id] = extra.get(gpu.id, 0.0) + spec.per_worker
-                        plan.append((gpu.node, gpu.id, spec.per_worker))
+            for _ in range(job.spec.workers):
+                for gpu in self.cluster.gpus_with_room(pool, need):
+                    if gpu.free - extra.get(gpu.id, 0.0) >= need - EPS:
+                        extra[gpu.id] = extra.get(gpu.id, 0.0) + need
+                        plan.append((gpu.node, (gpu.id,), need))
                         break
                 else:
                     return None
             return plan
-        need = int(spec.per_worker)
+        count = int(need)
         taken: dict[str, int] = {}
-        index = self.pools[spec.pool]
-        for _ in range(spec.worker_num):
-            node = self.config.scorer.choose(index, spec.job_class, need, taken, now)
+        nodes: list[str] = []
+        index = self.pools[pool]
+        for _ in range(job.spec.workers):
+            node = self.config.scorer.choose(index, job.job_class, count, taken, now)
             if node is None:
                 return None
-            taken[node] = taken.get(node, 0) + need
-        return self._cards(taken)
+            taken[node] = taken.get(node, 0) + count
+            nodes.append(node)
+        return self._cards(nodes, count)
 
-    def _cards(self, taken: dict[str, int]) -> list[tuple[str, str, float]]:
+    def _cards(self, nodes: list[str], count: int) -> list[tuple[str, tuple[str, ...], float]]:
+        """Whole free cards for one worker per entry of ``nodes``."""
         plan = []
-        for node, count in taken.items():
+        used: dict[str, int] = {}
+        for node in nodes:
             free = [g.id for g in self.cluster.nodes[node].gpus if g.used < EPS]
-            if len(free) < count:
+            at = used.get(node, 0)
+            cards = tuple(free[at : at + count])
+            if len(cards) < count:
                 raise AssertionError(f"node {node}: planned {count} GPUs, {len(free)} free")
-            plan.extend((node, gid, 1.0) for gid in free[:count])
+            used[node] = at + count
+            plan.append((node, cards, 1.0))
         return plan
 
     def _start(
-        self, gang: Gang, plan: list[tuple[str, str, float]], now: float, out: list[GFSAction]
+        self,
+        job: Job,
+        plan: list[tuple[str, tuple[str, ...], float]],
+        now: float,
+        out: list[Action],
     ) -> None:
-        spec = gang.spec
-        for _node, gid, share in plan:
-            self.cluster.allocate(gid, gang.id, share)
-        gang.placement = plan
-        gang.state = GangState.RUNNING
-        gang.queue_s += now - gang.queued_since
-        gang.run_start = now
-        gang.lease_start = now
-        if gang.first_start is None:
-            gang.first_start = now
-        self.allocated += spec.gpus
-        self.used[spec.pool][spec.job_class] += spec.gpus
-        for node in dict.fromkeys(n for n, _, _ in plan):
+        """One pod per worker, started cold for this job (rank i in the i-th)."""
+        pool = self.pool_of(job)
+        cls = job.job_class
+        self.host.move_job(job, JobState.PLACED, now)
+        job.placed = now
+        job.queue_s += now - job.queued_since
+        job.run_start = now
+        job.lease_start = now
+        if job.first_start is None:
+            job.first_start = now
+        place: list[tuple[str, str, float]] = []
+        for node, cards, share in plan:
+            pod = self.host.new_pod(job.spec.profile, node, cards, share, now, cls)
+            pod.pending_job = job.id
+            job.pods.append(pod.id)
+            place.extend((node, gid, share) for gid in cards)
+            out.append(StartPod(pod.id, job.spec.profile, node, cards, share=share))
+        self.placement[job.id] = place
+        self._sync()
+        self.allocated += job.gpus
+        self.used[pool][cls] += job.gpus
+        for node in dict.fromkeys(n for n, _, _ in place):
             info = self.nodes[node]
-            info.used[spec.job_class] += sum(s for n, _, s in plan if n == node)
-            if spec.job_class == "spot":
-                self.node_gangs[node][gang.id] = None
+            info.used[cls] += sum(s for n, _, s in place if n == node)
+            if cls is _SPOT:
+                self.node_jobs[node][job.id] = None
             self._refresh(info)
-        if spec.job_class == "spot":
-            self.running_spot[spec.pool][gang.id] = None
-        out.append(StartGang(gang.id, tuple(plan), gang.finish_at()))
+        if cls is _SPOT:
+            self.running_spot[pool][job.id] = None
 
-    def _release(self, gang: Gang) -> None:
-        spec = gang.spec
-        for _node, gid, _ in gang.placement:
-            self.cluster.release(gid, gang.id)
-        self.allocated -= spec.gpus
-        self.used[spec.pool][spec.job_class] -= spec.gpus
-        if abs(self.used[spec.pool][spec.job_class]) < 1e-9:
-            self.used[spec.pool][spec.job_class] = 0.0
-        for node in dict.fromkeys(n for n, _, _ in gang.placement):
+    def _release(self, job: Job) -> None:
+        """The job's books: it no longer counts as hp or spot usage (its pods hold their
+        shares until they are gone)."""
+        place = self.placement.pop(job.id, None)
+        if place is None:
+            return
+        pool = self.pool_of(job)
+        cls = job.job_class
+        self.allocated -= job.gpus
+        self.used[pool][cls] -= job.gpus
+        if abs(self.used[pool][cls]) < 1e-9:
+            self.used[pool][cls] = 0.0
+        for node in dict.fromkeys(n for n, _, _ in place):
             info = self.nodes[node]
-            info.used[spec.job_class] -= sum(s for n, _, s in gang.placement if n == node)
-            if abs(info.used[spec.job_class]) < 1e-9:
-                info.used[spec.job_class] = 0.0
-            self.node_gangs[node].pop(gang.id, None)
+            info.used[cls] -= sum(s for n, _, s in place if n == node)
+            if abs(info.used[cls]) < 1e-9:
+                info.used[cls] = 0.0
+            self.node_jobs[node].pop(job.id, None)
             self._refresh(info)
-        self.running_spot[spec.pool].pop(gang.id, None)
-        gang.placement = []
+        self.running_spot[pool].pop(job.id, None)
+
+    def _sync(self) -> None:
+        """Refresh the nodes whose shares changed since the last look (by any part)."""
+        touched = self.cluster.touched
+        if touched:
+            for node, freed in touched.items():
+                info = self.nodes[node]
+                self._refresh(info)
+                if freed:
+                    self._dirty[info.pool] = None
+            touched.clear()
 
     def _refresh(self, info: NodeInfo) -> None:
         free = sum(1 for g in self.cluster.nodes[info.name].gpus if g.used < EPS)
         self.pools[info.pool].move(info, free)
 
-    # ------------------------------------------------------------ giving way
+    # ------------------------------------------------------------ pods
 
-    def _yield_pool(self, gang: Gang, now: float, out: list[GFSAction]) -> bool:
-        """Ask the pool core to stop idle pods on one node where that makes room (free)."""
-        core = self.pool_core
-        if core is None or gang.spec.fractional or gang.spec.worker_num > 1:
-            return False
-        need = int(gang.spec.per_worker)
-        for info in self.pools[gang.spec.pool].nodes.values():
-            if info.total < need or info.full_free >= need:
-                continue
-            actions = core.yield_idle(info.name, need, now)
-            if actions:
-                self._after_pool(actions, {})
-                out.extend(actions)
-                return True
-        return False
+    def _stop_pods(self, job: Job, reason: str, now: float, out: list[Action]) -> None:
+        for pid in job.pods:
+            pod = self.pods[pid]
+            pod.job = None
+            pod.pending_job = None
+            self._stop_pod(pod, reason, now, out)
+        job.pods = []
 
-    def _preempt(self, gang: Gang, now: float, out: list[GFSAction]) -> bool:
-        """Plan victims for every worker (all or nothing), then evict them and start."""
-        spec = gang.spec
-        pool = spec.pool
+    def _stop_pod(self, pod: Pod, reason: str, now: float, out: list[Action]) -> None:
+        if pod.state in (PodState.STOPPING, PodState.GONE):
+            return
+        self.host.move_pod(pod, PodState.STOPPING, now)
+        out.append(StopPod(pod.id, reason))
+
+    def _gone(self, pod: Pod, now: float) -> None:
+        if pod.state is PodState.GONE:
+            return
+        self.host.move_pod(pod, PodState.GONE, now)
+        for gid in pod.gpus:
+            self.cluster.release(gid, pod.id)
+        self._sync()
+        self.reclaimed(pod.id)
+
+    def reclaimed(self, pod_id: str) -> None:
+        """A pod stopped for an HP job is gone: when its last one is, the job may go."""
+        job_id = self._awaiting_by_pod.pop(pod_id, None)
+        if job_id is None:
+            return
+        pods = self._awaiting[job_id]
+        pods.discard(pod_id)
+        if not pods:
+            del self._awaiting[job_id]
+            self._dirty[self.pool_of(self.jobs[job_id])] = None
+
+    def _awaiting_clear(self, job_id: str) -> None:
+        for pid in self._awaiting.pop(job_id, ()):
+            del self._awaiting_by_pod[pid]
+
+    # ------------------------------------------------------------ reclaim
+
+    def _reclaim(self, job: Job, now: float, out: list[Action]) -> None:
+        """The one chain for an HP job that fits nowhere: idle pods alone if they make the
+        room, else the cheapest mix of idle pods and spot victims. What is stopped is
+        awaited; the job starts on the pass after the last pod is gone."""
+        idle = self.host.warm.idle_cards(self.pool_of(job))
+        plan = self._plan_victims(job, idle, now, spot=False)
+        if plan is None:
+            plan = self._plan_victims(job, idle, now, spot=True)
+        if plan is None:
+            return
+        idle_pods, victims = plan
+        stopping: set[str] = set()
+        for victim in sorted(victims.values(), key=lambda j: j.id):
+            stopping.update(victim.pods)
+            self._evict(victim, now, out)
+        for pod in idle_pods:
+            self.host.warm.reclaim(pod, now, out)
+            stopping.add(pod.id)
+        stopping = {p for p in stopping if self.pods[p].state is not PodState.GONE}
+        if not stopping:
+            self._dirty[self.pool_of(job)] = None
+            return
+        self._awaiting[job.id] = stopping
+        for pid in stopping:
+            self._awaiting_by_pod[pid] = job.id
+
+    def _plan_victims(
+        self,
+        job: Job,
+        idle: dict[str, list[tuple[tuple[int, float], str]]],
+        now: float,
+        *,
+        spot: bool,
+    ) -> tuple[list[Pod], dict[str, Job]] | None:
+        """Idle pods and (with ``spot``) spot jobs to stop so every worker of ``job`` fits,
+        or None. Whole-GPU workers: per worker a node whose free cards, idle-only cards and
+        (with ``spot``) spot work cover the request. Fractional: one card per worker."""
+        pool = self.pool_of(job)
         ledger = self.ledgers[pool]
         since = now - self.config.rate_window_s
-        evicted: dict[str, Gang] = {}
+        evicted: dict[str, Job] = {}
         ctx = PreemptContext(
             now=now,
             rate_after=lambda k: ledger.rate_after(since, len(evicted) + k),
             pool_gpus=self.capacity[pool],
             window_s=self.config.rate_window_s,
+            checkpoint_s=self.config.checkpoint_s,
         )
-        taken: dict[str, int] = {}
-        freed: dict[str, int] = {}
-        frac_taken: dict[str, float] = {}
-        targets: list[tuple[str, str | None]] = []
+        need = job.per_worker
+        taken: dict[str, float] = {}  # node -> cards (whole) or gpu -> share (fractional)
+        freed: dict[str, int] = {}  # node -> whole cards freed by chosen spot victims
+        idle_used: dict[str, None] = {}  # idle-only cards already counted
+        stop: dict[str, Pod] = {}
         index = self.pools[pool]
-        for _ in range(spec.worker_num):
-            if spec.fractional:
-                cands = self._card_candidates(gang, evicted, frac_taken, now)
-            else:
-                node = self.config.scorer.choose(index, "hp", int(spec.per_worker), taken, now)
-                if node is not None:
-                    taken[node] = taken.get(node, 0) + int(spec.per_worker)
-                    targets.append((node, None))
+        for _ in range(job.spec.workers):
+            # a worker that fits on free room takes it (only the rest need victims)
+            if job.fractional:
+                gpu = next(
+                    (
+                        g
+                        for g in self.cluster.gpus_with_room(pool, need)
+                        if g.free - taken.get(g.id, 0.0) >= need - EPS
+                    ),
+                    None,
+                )
+                if gpu is not None:
+                    taken[gpu.id] = taken.get(gpu.id, 0.0) + need
                     continue
-                cands = self._node_candidates(gang, evicted, taken, freed, now)
-            pick = self.config.victims.choose(cands, spec.per_worker, ctx) if cands else None
+            else:
+                whole = {n: int(t) for n, t in taken.items()}
+                node = self.config.scorer.choose(index, _HP, int(need), whole, now)
+                if node is not None and node not in freed:
+                    taken[node] = taken.get(node, 0) + int(need)
+                    continue
+            if job.fractional:
+                cands = self._card_candidates(job, evicted, taken, stop, now, spot)
+            else:
+                cands = self._node_candidates(
+                    job, evicted, taken, freed, idle, idle_used, now, spot
+                )
+            if not cands:
+                return None
+            if spot:
+                pick = self.config.victims.choose(cands, need, ctx)
+            else:
+                best = min(cands, key=lambda c: (c.cost, c.ordinal, c.gpu or ""))
+                pick = (best, [])
             if pick is None:
-                return False
+                return None
             cand, victims = pick
             for v in victims:
                 evicted[v.id] = v
-                for n, _, s in v.placement:
+                for n, _, s in self.placement[v.id]:
                     if s >= 1.0 - EPS:
                         freed[n] = freed.get(n, 0) + 1
-            if spec.fractional:
-                frac_taken[cand.gpu] = frac_taken.get(cand.gpu, 0.0) + spec.per_worker
-                targets.append((cand.node, cand.gpu))
+            if job.fractional:
+                gid = cand.gpu or ""
+                room = self.cluster.gpus[gid].free - taken.get(gid, 0.0)
+                room += sum(
+                    self.cluster.gpus[gid].allocs.get(p, 0.0)
+                    for v in evicted.values()
+                    for p in v.pods
+                )
+                short = need - room
+                _, pods = self.host.warm.idle_share(gid)
+                for pod in pods:
+                    if short <= EPS:
+                        break
+                    if pod.id not in stop:
+                        stop[pod.id] = pod
+                        short -= self.cluster.gpus[gid].allocs.get(pod.id, 0.0)
+                taken[gid] = taken.get(gid, 0.0) + need
             else:
-                taken[cand.node] = taken.get(cand.node, 0) + int(spec.per_worker)
-                targets.append((cand.node, None))
-        for victim in sorted(evicted.values(), key=lambda g: g.id):
-            self._evict(victim, now, out, reason="preempted", by=gang.id)
-        if spec.fractional:
-            plan = [(n, gid, spec.per_worker) for n, gid in targets]
-        else:
-            plan = self._cards(taken)
-        self._start(gang, plan, now, out)
-        return True
+                node = cand.node
+                info = self.nodes[node]
+                room = info.full_free - taken.get(node, 0) + freed.get(node, 0)
+                short = int(need) - room
+                for _, gid in idle.get(node, ()):
+                    if short <= 0:
+                        break
+                    if gid in idle_used:
+                        continue
+                    idle_used[gid] = None
+                    short -= 1
+                    for owner in self.cluster.gpus[gid].allocs:
+                        stop[owner] = self.pods[owner]
+                taken[node] = taken.get(node, 0) + int(need)
+        return list(stop.values()), evicted
 
-    def _evictable(self, victim: Gang, now: float) -> bool:
+    def _evictable(self, victim: Job, now: float) -> bool:
         return now - victim.run_start >= self.config.min_runtime_s - EPS
 
     def _node_candidates(
         self,
-        gang: Gang,
-        evicted: dict[str, Gang],
-        taken: dict[str, int],
+        job: Job,
+        evicted: dict[str, Job],
+        taken: dict[str, float],
         freed: dict[str, int],
+        idle: dict[str, list[tuple[tuple[int, float], str]]],
+        idle_used: dict[str, None],
         now: float,
+        spot: bool,
     ) -> list[Candidate]:
-        need = gang.spec.per_worker
+        need = job.per_worker
+        pool = self.pools[self.pool_of(job)]
+        names = dict.fromkeys(idle)
+        if spot:
+            names.update(pool.spot_nodes)
         out = []
-        for name in self.pools[gang.spec.pool].spot_nodes:
+        for name in names:
             info = self.nodes[name]
-            if info.used["hp"] > EPS or info.total < need:
+            if info.total < need:
                 continue
+            cards = [(c, g) for c, g in idle.get(name, ()) if g not in idle_used]
             free = info.full_free - taken.get(name, 0) + freed.get(name, 0)
-            victims = []
-            for gid in self.node_gangs[name]:
-                v = self.jobs[gid]
-                if gid in evicted or v.spec.fractional or not self._evictable(v, now):
-                    continue
-                victims.append((v, float(sum(1 for n, _, _ in v.placement if n == name))))
-            if victims and free + sum(u for _, u in victims) >= need - EPS:
-                out.append(Candidate(name, info.ordinal, float(free), victims))
+            victims: list[tuple[Job, float]] = []
+            # GFS keeps HP and spot apart: spot is evicted only on nodes without HP work
+            if spot and info.used[_HP] <= EPS:
+                for jid in self.node_jobs[name]:
+                    v = self.jobs[jid]
+                    if jid in evicted or v.fractional or not self._evictable(v, now):
+                        continue
+                    units = float(sum(1 for n, _, _ in self.placement[jid] if n == name))
+                    victims.append((v, units))
+            if not victims and not cards:
+                continue
+            if free + len(cards) + sum(u for _, u in victims) < need - EPS:
+                continue
+            # the idle cards it would stop, cheapest first
+            short = max(0, int(need) - int(free))
+            cost = (sum(c[0] for c, _ in cards[:short]), sum(c[1] for c, _ in cards[:short]))
+            out.append(Candidate(name, info.ordinal, float(free + len(cards)), victims, cost=cost))
         return out
 
     def _card_candidates(
-        self, gang: Gang, evicted: dict[str, Gang], frac_taken: dict[str, float], now: float
+        self,
+        job: Job,
+        evicted: dict[str, Job],
+        taken: dict[str, float],
+        stop: dict[str, Pod],
+        now: float,
+        spot: bool,
     ) -> list[Candidate]:
-        need = gang.spec.per_worker
+        need = job.per_worker
+        pool = self.pool_of(job)
+        names = dict.fromkeys(self.host.warm.idle_nodes(pool))
+        if spot:
+            names.update(self.pools[pool].spot_nodes)
+        gone = {p for v in evicted.values() for p in v.pods} | set(stop)
         out = []
-        for name in self.pools[gang.spec.pool].spot_nodes:
+        for name in names:
             info = self.nodes[name]
-            if info.used["hp"] > EPS:
-                continue
             for gpu in self.cluster.nodes[name].gpus:
-                victims = []
-                for owner, share in gpu.allocs.items():
-                    v = self.jobs.get(owner)
-                    if v is None or v.spec.job_class != "spot" or owner in evicted:
-                        continue
-                    if self._evictable(v, now):
-                        victims.append((v, share))
-                free = gpu.free - frac_taken.get(gpu.id, 0.0)
-                free += sum(gpu.allocs.get(e, 0.0) for e in evicted)
-                if victims and free + sum(u for _, u in victims) >= need - EPS:
-                    out.append(Candidate(name, info.ordinal, free, victims, gpu=gpu.id))
+                victims: list[tuple[Job, float]] = []
+                if spot and info.used[_HP] <= EPS:
+                    seen: dict[str, float] = {}
+                    for owner, share in gpu.allocs.items():
+                        pod = self.pods.get(owner)
+                        if pod is None or pod.job_class is not _SPOT or pod.job is None:
+                            continue
+                        v = self.jobs[pod.job]
+                        if v.id in evicted or not self._evictable(v, now):
+                            continue
+                        seen[v.id] = seen.get(v.id, 0.0) + share
+                    victims = [(self.jobs[j], u) for j, u in seen.items()]
+                idle_share, pods = self.host.warm.idle_share(gpu.id)
+                if not victims and not pods:
+                    continue
+                idle_share -= sum(gpu.allocs.get(p.id, 0.0) for p in pods if p.id in stop)
+                free = gpu.free - taken.get(gpu.id, 0.0)
+                free += sum(gpu.allocs.get(p, 0.0) for p in gone if p not in stop)
+                if free + idle_share + sum(u for _, u in victims) < need - EPS:
+                    continue
+                cost = (0 if free >= need - EPS else 1, 0.0)
+                out.append(
+                    Candidate(name, info.ordinal, free + idle_share, victims, gpu=gpu.id, cost=cost)
+                )
         return out
 
-    def _evict(
-        self,
-        gang: Gang,
-        now: float,
-        out: list[GFSAction],
-        *,
-        reason: str,
-        by: str,
-        keep_work: bool = False,
-    ) -> None:
-        """Evict a spot gang whole and re-queue it: work since the last checkpoint and a
+    def _evict(self, job: Job, now: float, out: list[Action], *, keep_work: bool = False) -> None:
+        """Evict a spot job whole and re-queue it: work since the last checkpoint and a
         restart overhead are owed again (a lease end is a checkpoint: only the restart)."""
-        spec = gang.spec
-        if spec.job_class != "spot":
-            raise AssertionError(f"HP job {gang.id} chosen as a victim")
-        nodes = list(dict.fromkeys(n for n, _, _ in gang.placement))
-        useful = gang.useful_since_start(now)
-        ckpt = gang.last_checkpoint(now, self.config.checkpoint_s)
-        saved = useful if keep_work else max(0.0, ckpt - gang.run_start - gang.overhead)
-        gang.remaining = max(0.0, gang.remaining - min(saved, useful))
-        gang.lost_s += useful - min(saved, useful)
-        gang.overhead = self.config.lease_restart_s if keep_work else restart_overhead(spec.gpus)
-        self._release(gang)
-        earned = self._earned(gang, now)
-        self.ledgers[spec.pool].record(now, failed=1, succeeded=earned)
-        gang.periods_ok += earned
-        self.settled.pop(gang.id, None)
+        if job.job_class is not _SPOT:
+            raise AssertionError(f"{job.job_class} job {job.id} chosen as a victim")
+        pool = self.pool_of(job)
+        nodes = list(dict.fromkeys(n for n, _, _ in self.placement.get(job.id, ())))
+        useful = job.useful_since_start(now)
+        ckpt = job.last_checkpoint(now, self.config.checkpoint_s)
+        saved = useful if keep_work else max(0.0, ckpt - job.run_start - job.overhead)
+        job.remaining = max(0.0, job.remaining - min(saved, useful))
+        job.lost_s += useful - min(saved, useful)
+        job.overhead = self.config.lease_restart_s if keep_work else restart_overhead(job.gpus)
+        earned = self._earned(job, now)
+        self._release(job)
+        self.ledgers[pool].record(now, failed=1, succeeded=earned)
+        job.periods_ok += earned
+        self.settled.pop(job.id, None)
         for node in nodes:
             self.nodes[node].evictions.append(now)
-        gang.state = GangState.QUEUED
-        gang.queued_since = now
-        gang.evictions += 1
+        job.evictions += 1
         self.preemptions += 1
+        out.append(KillJob(job.id, Failure.PREEMPTED, self.config.grace_s))
+        self._stop_pods(job, "preempted", now, out)
         # a lease return goes to the back (Chronus hands the room to those waiting)
-        self.queues[spec.pool]["spot"].push(gang, at=now if keep_work else None)
-        self._dirty[spec.pool] = None
-        out.append(EvictGang(gang.id, reason, by))
+        self._requeue(job, Failure.PREEMPTED, now, out, at=now if keep_work else None)
+
+    def _requeue(
+        self, job: Job, reason: Failure, now: float, out: list[Action], at: float | None
+    ) -> None:
+        self.host.move_job(job, JobState.QUEUED, now)
+        job.queued_since = now
+        job.ranks_started.clear()
+        job.ranks_exited.clear()
+        pool = self.pool_of(job)
+        self.queues[pool][job.job_class].push(job, at=at)
+        self._dirty[pool] = None
+        out.append(JobRequeued(job.id, reason))

@@ -1,25 +1,25 @@
-"""The pool core: events in, actions out, for pool jobs of agent and RL loops (Firepool).
+"""Warm pools: how the one core serves ``pool`` jobs (Firepool).
 
 A job takes, in order: an idle warm pod of its own (tenant, reuse tag) (warm hit); a
 standby pod on a GPU it can take over now (standby hit); free capacity, reclaimed from
 idle pods if need be (cold start); else it waits in its profile's queue. A pod that ran
 one (tenant, tag) never runs another: changing hands means a new pod (recycled in place
-under a new id, or replaced).
+under a new id, or replaced). Idle warm and standby pods are also the first, free room an
+HP job reclaims (:meth:`WarmPools.idle_cards`, :meth:`WarmPools.reclaim`).
 
-Pure: no I/O, no wall clock, no randomness; every call takes ``now``.
+This is a part of :class:`stoker.core.Core`, called only from its ``handle``; pods and
+jobs live in the core's registries and move through its transition tables.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from stoker.core.actions import (
     Action,
     BindJob,
-    JobEnded,
     JobRequeued,
     KillJob,
     PromoteStandby,
@@ -27,23 +27,8 @@ from stoker.core.actions import (
     StartPod,
     StopPod,
 )
-from stoker.core.events import (
-    BindFailed,
-    Event,
-    JobCancelled,
-    JobSubmitted,
-    PodFailed,
-    PodGone,
-    PodReady,
-    PodStopFailed,
-    RankExited,
-    RankStarted,
-    Tick,
-)
 from stoker.core.model import (
     EPS,
-    Cluster,
-    CoreError,
     Failure,
     HitPath,
     Job,
@@ -53,47 +38,31 @@ from stoker.core.model import (
     PodState,
     Profile,
 )
-from stoker.core.policies import (
-    BesideActive,
-    FixedKeepAlive,
-    KeepAlive,
-    Matching,
-    QueueDrivenBudget,
-    ReuseMatching,
-    StandbyPolicy,
-    WarmBudget,
-)
+
+if TYPE_CHECKING:
+    from stoker.core.core import Core as Host
+    from stoker.core.core import Policies
 
 _IDLE = (PodState.WARM, PodState.STANDBY)
 # fits looked at for a node with the profile's image cached before the tightest fit is taken
 _IMAGE_LOOKAHEAD = 64
-# seconds before a stop the runtime could not carry out is asked again
-STOP_RETRY_S = 30.0
 # states a pod enters that may let a waiting job go: a new idle pod to reclaim, room freed
 _ROOM = (PodState.WARM, PodState.STANDBY, PodState.STOPPING, PodState.GONE)
 
 
-@dataclass
-class Policies:
-    """The pluggable decisions; defaults are Firepool's."""
+class WarmPools:
+    """Pool jobs, warm and standby pods, the warm budget and keep-alive."""
 
-    matching: Matching = field(default_factory=ReuseMatching)
-    keepalive: KeepAlive = field(default_factory=FixedKeepAlive)
-    budget: WarmBudget = field(default_factory=QueueDrivenBudget)
-    standby: StandbyPolicy = field(default_factory=BesideActive)
-
-
-class Core:
-    """The decision core for pool jobs over a :class:`Cluster` of GPUs."""
-
-    def __init__(
-        self, cluster: Cluster, profiles: Iterable[Profile], policies: Policies | None = None
-    ) -> None:
-        self.cluster = cluster
-        self.profiles: dict[str, Profile] = {p.name: p for p in profiles}
-        self.policies = policies or Policies()
-        self.jobs: dict[str, Job] = {}
-        self.pods: dict[str, Pod] = {}
+    def __init__(self, host: Host, policies: Policies) -> None:
+        self.host = host
+        self.cluster = host.cluster
+        self.profiles = host.profiles
+        self.policies = policies
+        self.jobs = host.jobs
+        self.pods = host.pods
+        # GPUs idle pods may hold at most so HP demand finds its room (the core sets it from
+        # the HP forecast: what HP is not forecast to need)
+        self.hp_cap = math.inf
         self._queues: dict[str, dict[str, None]] = {p: {} for p in self.profiles}
         self._warm: dict[tuple[str, str, str], dict[str, None]] = {}
         self._standby: dict[str, dict[str, None]] = {p: {} for p in self.profiles}
@@ -115,60 +84,28 @@ class Core:
         # nodes where a pod of the profile has started: its image is cached there, so a cold
         # start on one of them skips the image pull
         self._image_nodes: dict[str, dict[str, None]] = {p: {} for p in self.profiles}
-        # pods whose stop failed: they hold their share until the runtime confirms; the stop
-        # is asked again at the time given here
-        self._stop_retry: dict[str, float] = {}
-        self._seq = 0  # pod ids
         self._heap_seq = 0  # deadline heap tie-break
-        self._now = 0.0
 
     # ------------------------------------------------------------------ public API
 
-    def handle(self, event: Event, now: float) -> list[Action]:
-        """Apply one event at time ``now`` and return the actions to carry out, in order."""
-        if now + EPS < self._now:
-            raise CoreError(f"time went backwards: {now} < {self._now}")
-        self._now = now
-        out: list[Action] = []
-        match event:
-            case JobSubmitted(spec):
-                self._submit(spec, now, out)
-            case JobCancelled(job):
-                self._cancel(job, now, out)
-            case PodReady(pod):
-                self._pod_ready(pod, now, out)
-            case PodFailed(pod, reason):
-                self._pod_failed(pod, reason, now, out)
-            case PodGone(pod):
-                self._pod_gone(pod, now, out)
-            case PodStopFailed(pod):
-                self._stop_failed(pod, now)
-            case RankStarted(job, rank):
-                self._rank_started(job, rank, now)
-            case RankExited(job, rank, exit_code, failure):
-                self._rank_exited(job, rank, exit_code, failure, now, out)
-            case BindFailed(job, pod, _reason, infra):
-                self._bind_failed(job, pod, infra, now, out)
-            case Tick():
-                self._expire(now, out)
-                self._retry_stops(now, out)
-            case _:
-                raise CoreError(f"unknown event {event!r}")
+    def after(self, now: float, out: list[Action]) -> None:
+        """After every event: place what can go, then hold the warm budget."""
         self._drain(now, out)
         self._enforce_budget(now, out)
-        return out
+
+    def room_freed(self) -> None:
+        """Another part's pod left the cluster: a waiting pool job may fit now."""
+        self._dirty = True
 
     def next_deadline(self) -> float | None:
-        """The earliest time a Tick would change something (a keep-alive deadline, a stop
-        to ask again)."""
-        retry = min(self._stop_retry.values(), default=None)
+        """The earliest keep-alive deadline (when a Tick would stop a warm pod)."""
         while self._deadlines:
             at, _, pid = self._deadlines[0]
             pod = self.pods.get(pid)
             if pod is not None and pod.state is PodState.WARM and pod.deadline == at:
-                return at if retry is None else min(at, retry)
+                return at
             heapq.heappop(self._deadlines)
-        return retry
+        return None
 
     @property
     def idle_gpus(self) -> float:
@@ -184,13 +121,15 @@ class Core:
         GPU's job ends.
         """
         base = self._budget_base()
-        limit = self.policies.budget.limit(self.cluster.total_gpus, self._queued_gpus)
+        limit = min(
+            self.hp_cap, self.policies.budget.limit(self.cluster.total_gpus, self._queued_gpus)
+        )
         if self._idle_gpus <= limit + EPS or limit >= base:
             return limit
         return min(base, limit + sum(self._staged_standby().values()))
 
     def _budget_base(self) -> float:
-        return self.policies.budget.limit(self.cluster.total_gpus, 0.0)
+        return min(self.hp_cap, self.policies.budget.limit(self.cluster.total_gpus, 0.0))
 
     def _staged_standby(self) -> dict[str, float]:
         """Standby pods (ready or starting) sharing their GPU with a pod that is not idle,
@@ -202,40 +141,56 @@ class Core:
                 staged[sid] = allocs.get(sid, 0.0)
         return staged
 
-    def yield_idle(self, node: str, gpus_needed: int, now: float) -> list[Action]:
-        """Stop idle standby and warm pods on ``node`` so that ``gpus_needed`` of its GPUs
-        are wholly free once they are gone (HP demand takes them, free of cost).
-
-        Cards held only by idle pods are freed, standby pods' cards first, then the
-        least valuable warm ones. All or nothing: if the node cannot reach ``gpus_needed``
-        free GPUs this way, nothing is stopped and the answer is empty. The GPUs stay held
-        until the runtime reports PodGone, as for every stop.
-        """
-        self._now = max(self._now, now)
-        gpus = self.cluster.nodes[node].gpus
-        free = sum(1 for g in gpus if g.used < EPS)
-        if free >= gpus_needed:
-            return []
-        freeable: list[tuple[tuple[int, float, str], list[Pod]]] = []
+    def idle_cards(self, model: str) -> dict[str, list[tuple[tuple[int, float], str]]]:
+        """Per node of GPU model ``model``: the cards held by idle pods alone (freed whole
+        by stopping them), each with its cost, cheapest first: standby-only cards (0), then
+        warm ones by the budget's value (least valuable first)."""
         budget = self.policies.budget
-        for g in gpus:
-            if g.used < EPS:
+        now = self.host.now
+        cards: dict[str, dict[str, tuple[int, float]]] = {}
+        for pid in self._idle:
+            pod = self.pods[pid]
+            if pod.state not in _IDLE:
                 continue
-            owners = [self.pods.get(o) for o in g.allocs]
-            if not owners or any(p is None or p.state not in _IDLE for p in owners):
-                continue
-            pods = [p for p in owners if p is not None]
-            standby_only = all(p.state is PodState.STANDBY for p in pods)
-            value = max(budget.value(p, now) for p in pods)
-            freeable.append(((0 if standby_only else 1, value, g.id), pods))
-        if free + len(freeable) < gpus_needed:
-            return []
-        out: list[Action] = []
-        freeable.sort(key=lambda item: item[0])
-        for _, pods in freeable[: gpus_needed - free]:
-            for pod in pods:
-                self._stop(pod, "yield", now, out)
-        return out
+            for gid in pod.gpus:
+                gpu = self.cluster.gpus[gid]
+                if gpu.model != model:
+                    continue
+                owners = [self.pods.get(o) for o in gpu.allocs]
+                if any(o is None or o.state not in _IDLE for o in owners):
+                    continue
+                standby_only = all(o.state is PodState.STANDBY for o in owners)  # type: ignore[union-attr]
+                value = max(budget.value(o, now) for o in owners)  # type: ignore[arg-type]
+                cards.setdefault(pod.node, {})[gid] = (0 if standby_only else 1, value)
+        return {
+            node: sorted(((cost, gid) for gid, cost in by_gpu.items()))
+            for node, by_gpu in sorted(cards.items())
+        }
+
+    def idle_nodes(self, model: str) -> list[str]:
+        """Nodes of GPU model ``model`` where idle warm or standby pods are, in name order."""
+        nodes = {
+            self.pods[p].node
+            for p in self._idle
+            if self.pods[p].state in _IDLE
+            and self.cluster.gpus[self.pods[p].gpus[0]].model == model
+        }
+        return sorted(nodes)
+
+    def idle_share(self, gid: str) -> tuple[float, list[Pod]]:
+        """The share idle pods hold on one card, and those pods (cheapest first)."""
+        budget = self.policies.budget
+        pods = [
+            self.pods[o]
+            for o in self.cluster.gpus[gid].allocs
+            if o in self.pods and self.pods[o].state in _IDLE
+        ]
+        pods.sort(key=lambda p: (p.state is not PodState.STANDBY, budget.value(p, self.host.now)))
+        return sum(self.cluster.gpus[gid].allocs[p.id] for p in pods), pods
+
+    def reclaim(self, pod: Pod, now: float, out: list[Action]) -> None:
+        """Stop an idle pod for HP demand (free of cost); its share is held until PodGone."""
+        self._stop(pod, "reclaim_hp", now, out)
 
     def queued(self, profile: str | None = None) -> list[str]:
         """Queued job ids, in queue order."""
@@ -247,13 +202,15 @@ class Core:
         self.cluster.check()
         idle = 0.0
         for pod in self.pods.values():
-            if pod.state is PodState.GONE:
+            if pod.state is PodState.GONE or pod.job_class is not JobClass.POOL:
                 continue
             if pod.id in self._idle:
                 idle += self._pod_share(pod)
         if abs(idle - self._idle_gpus) > 1e-6:
             raise AssertionError(f"idle GPUs {self._idle_gpus} != {idle}")
         for job in self.jobs.values():
+            if job.job_class is not JobClass.POOL:
+                continue
             queued = job.id in self._queues[job.spec.profile]
             if (job.state is JobState.QUEUED) != queued:
                 raise AssertionError(f"job {job.id} state {job.state} but queued={queued}")
@@ -281,16 +238,9 @@ class Core:
 
     # ------------------------------------------------------------------ events
 
-    def _submit(self, spec, now: float, out: list[Action]) -> None:
-        if spec.profile not in self.profiles:
-            raise CoreError(f"unknown profile {spec.profile!r}")
-        if spec.id in self.jobs:
-            raise CoreError(f"duplicate job id {spec.id!r}")
-        if spec.job_class is not JobClass.POOL:
-            raise CoreError(f"job {spec.id}: job_class {spec.job_class} needs the GFS part")
-        profile = self.profiles[spec.profile]
-        job = Job(spec=spec, state=JobState.QUEUED, submitted=now, per_worker=profile.gpu_demand)
-        self.jobs[spec.id] = job
+    def submit(self, job: Job, now: float, out: list[Action]) -> None:
+        """A new pool job (the core checked its fields and registered it)."""
+        spec = job.spec
         self.policies.keepalive.observe_submit(job.pair, now)
         self._enqueue(job)
         # try at once, ahead of older queued jobs only if those are waiting on capacity
@@ -302,10 +252,7 @@ class Core:
         elif head in self._reclaim:
             self._dirty = True  # the head waits on its reclaim: this job may start its own
 
-    def _cancel(self, job_id: str, now: float, out: list[Action]) -> None:
-        job = self._job(job_id)
-        if job.state is JobState.FINISHED:
-            return
+    def cancel(self, job: Job, now: float, out: list[Action]) -> None:
         if job.state is JobState.QUEUED:
             self._dequeue(job)
             self._end(job, Failure.CANCELLED, now, out)
@@ -322,7 +269,7 @@ class Core:
         else:
             out.append(KillJob(job.id, Failure.CANCELLED))
 
-    def _pod_ready(self, pod_id: str, now: float, out: list[Action]) -> None:
+    def pod_ready(self, pod_id: str, now: float, out: list[Action]) -> None:
         pod = self.pods.get(pod_id)
         if pod is None or pod.state not in (PodState.STARTING, PodState.RECYCLING):
             return
@@ -347,7 +294,7 @@ class Core:
         ):
             self._bind(job, now, out)
 
-    def _pod_failed(self, pod_id: str, reason: Failure, now: float, out: list[Action]) -> None:
+    def pod_failed(self, pod_id: str, reason: Failure, now: float, out: list[Action]) -> None:
         pod = self.pods.get(pod_id)
         if pod is None or pod.state is PodState.GONE:
             return
@@ -359,13 +306,8 @@ class Core:
         if job.state in (JobState.PLACED, JobState.BINDING) and job.started is None:
             # an infrastructure failure before the job ran: it goes back to the queue
             self._release_gang(job, pod_id, now, out)
-            job.state, job.pods, job.placed, job.pod_ready, job.path = (
-                JobState.QUEUED,
-                [],
-                None,
-                None,
-                None,
-            )
+            self.host.move_job(job, JobState.QUEUED, now)
+            job.pods, job.placed, job.pod_ready, job.path = [], None, None, None
             job.ranks_started.clear()
             job.ranks_exited.clear()
             self._enqueue(job, front=True)
@@ -374,103 +316,27 @@ class Core:
             self._release_gang(job, pod_id, now, out)
             self._end(job, reason, now, out)
 
-    def _pod_gone(self, pod_id: str, now: float, out: list[Action]) -> None:
+    def pod_gone(self, pod_id: str, now: float, out: list[Action]) -> None:
         pod = self.pods.get(pod_id)
         if pod is None or pod.state is PodState.GONE:
             return
         if pod.state is not PodState.STOPPING:
             # gone without being asked (the runtime lost it): its job must not wait on it
-            self._pod_failed(pod_id, Failure.POD_DIED, now, out)
+            self.pod_failed(pod_id, Failure.POD_DIED, now, out)
             return
         self._gone(pod, now)
 
-    def _rank_started(self, job_id: str, rank: int, now: float) -> None:
-        job = self._job(job_id)
-        if job.state not in (JobState.BINDING, JobState.RUNNING):
-            return  # late news of a run the core moved on from
-        job.ranks_started.add(rank)
-        # the job runs once every rank does (a gang's ranks meet before any work)
-        if job.state is JobState.BINDING and len(job.ranks_started) == job.spec.workers:
-            job.state = JobState.RUNNING
-            job.started = now
+    def unfit(self, pod: Pod, now: float, out: list[Action]) -> None:
+        """A pod the runtime could not bind into is not fit to serve again: stop it."""
+        pod.job = None
+        self._stop(pod, "bind_failed", now, out)
 
-    def _rank_exited(
-        self,
-        job_id: str,
-        rank: int,
-        exit_code: int,
-        failure: Failure | None,
-        now: float,
-        out: list[Action],
-    ) -> None:
-        """One rank exited. A failed rank ends the run: the others are killed (the job's
-        end waits for their exits). The job ends when every rank has exited, typed by the
-        first infrastructure failure among them, else the first non-zero exit (a user error
-        unless the runtime said otherwise)."""
-        job = self._job(job_id)
-        if job.state not in (JobState.BINDING, JobState.RUNNING) or rank in job.ranks_exited:
-            # late news of a run the core already moved on from (its pod failed and the job
-            # was re-queued, or it was ended): the job's current state stands
-            return
-        if exit_code != 0 and failure is None:
-            failure = Failure.USER_ERROR
-        first_failure = all(code == 0 for code, _ in job.ranks_exited.values())
-        job.ranks_exited[rank] = (exit_code, failure)
-        left = job.spec.workers - len(job.ranks_exited)
-        if exit_code != 0 and first_failure and left > 0:
-            out.append(KillJob(job.id, failure or Failure.USER_ERROR))
-        if left > 0:
-            return
-        ends = list(job.ranks_exited.values())
-        code, why = next(
-            ((c, f) for c, f in ends if f is not None and f.infrastructure),
-            next(((c, f) for c, f in ends if c != 0), (0, None)),
-        )
-        self._job_finished(job, code, why, now, out)
-
-    def _bind_failed(
-        self, job_id: str, pod_id: str, infra: bool, now: float, out: list[Action]
-    ) -> None:
-        """A bind failed. The job's own code or dependencies: a user error of that rank. The
-        runtime's fault: the pod is not fit to serve again (stopped), and the job ends typed
-        ``bind_failed`` (infrastructure), never as a user error."""
-        job = self._job(job_id)
-        if job.state not in (JobState.BINDING, JobState.RUNNING) or pod_id not in job.pods:
-            return
-        rank = job.pods.index(pod_id)
-        if infra:
-            pod = self.pods[pod_id]
-            pod.job = None
-            self._stop(pod, "bind_failed", now, out)
-        self._rank_exited(
-            job_id, rank, 1, Failure.BIND_FAILED if infra else Failure.USER_ERROR, now, out
-        )
-
-    def _stop_failed(self, pod_id: str, now: float) -> None:
-        pod = self.pods.get(pod_id)
-        if pod is None or pod.state is not PodState.STOPPING:
-            return
-        # the share stays held (the pod may still run): ask again later
-        self._stop_retry[pod_id] = now + STOP_RETRY_S
-
-    def _retry_stops(self, now: float, out: list[Action]) -> None:
-        for pid, at in list(self._stop_retry.items()):
-            if at > now + EPS:
-                continue
-            del self._stop_retry[pid]
-            if self.pods[pid].state is PodState.STOPPING:
-                out.append(StopPod(pid, "retry"))
-
-    def _job_finished(
+    def finish(
         self, job: Job, exit_code: int, failure: Failure | None, now: float, out: list[Action]
     ) -> None:
-        if job.started is None:
-            job.started = now  # it ran, however briefly
-        job.state = JobState.FINISHED
-        job.finished = now
-        job.exit_code = exit_code
-        job.failure = failure
-        out.append(JobEnded(job.id, failure, exit_code))
+        """Every rank has exited (the core typed the end): its pods turn warm for their
+        caller, or stop."""
+        self.host.end_job(job, failure, exit_code, now, out)
         job_id = job.id
         ttl = self.policies.keepalive.ttl(job.pair)
         # one end per job, as one submit per job: a gang's pods do not count as several pauses
@@ -488,7 +354,8 @@ class Core:
                 continue
             self._make_warm(pod, ttl, now)
 
-    def _expire(self, now: float, out: list[Action]) -> None:
+    def tick(self, now: float, out: list[Action]) -> None:
+        """Stop warm pods whose keep-alive ran out."""
         while self._deadlines and self._deadlines[0][0] <= now + EPS:
             at, _, pid = heapq.heappop(self._deadlines)
             pod = self.pods.get(pid)
@@ -541,7 +408,7 @@ class Core:
             self._start_reclaim(job, profile, missing - len(slots), taken, busy, now, out)
             return False
         self._dequeue(job)
-        job.state = JobState.PLACED
+        self.host.move_job(job, JobState.PLACED, now)
         job.placed = now
         path = HitPath.WARM
         for _, pid in picked:
@@ -725,7 +592,8 @@ class Core:
         budget = self.policies.budget
         victims.sort(key=lambda pod: (budget.value(pod, now), pod.id))
         self._dequeue(job)
-        job.state, job.placed, job.path = JobState.PLACED, now, HitPath.COLD
+        self.host.move_job(job, JobState.PLACED, now)
+        job.placed, job.path = now, HitPath.COLD
         for old in victims[:count]:
             # retire the old pod while it still holds its share, so its warm GPU-seconds and
             # the idle total are accounted; the new pod takes the same GPUs at once
@@ -760,7 +628,7 @@ class Core:
         out.append(PromoteStandby(pod.id))
 
     def _bind(self, job: Job, now: float, out: list[Action]) -> None:
-        job.state = JobState.BINDING
+        self.host.move_job(job, JobState.BINDING, now)
         job.pod_ready = now
         for pid in job.pods:
             pod = self.pods[pid]
@@ -803,9 +671,8 @@ class Core:
     def _new_pod(
         self, profile: Profile, node: str, gpus: list[str], share: float, now: float
     ) -> Pod:
-        self._seq += 1
         pod = Pod(
-            id=f"pod-{self._seq}",
+            id=self.host.new_pod_id(),
             profile=profile.name,
             node=node,
             gpus=list(gpus),
@@ -875,7 +742,8 @@ class Core:
             job = self.jobs[job_id]
             if job.spec.workers == 1:
                 self._dequeue(job)
-                job.state, job.placed, job.path = JobState.PLACED, now, HitPath.COLD
+                self.host.move_job(job, JobState.PLACED, now)
+                job.placed, job.path = now, HitPath.COLD
                 job.pods.append(pod.id)
                 pod.job = job.id
                 self._bind(job, now, out)
@@ -901,7 +769,6 @@ class Core:
             del self._standby_on_gpu[pod.gpus[0]]
         self._standby[pod.profile].pop(pod.id, None)
         self._promotable[pod.profile].pop(pod.id, None)
-        self._stop_retry.pop(pod.id, None)
         self._set_state(pod, PodState.GONE, now)
         for gid in pod.gpus:
             self.cluster.release(gid, pod.id)
@@ -952,8 +819,9 @@ class Core:
         return pod is not None and pod.state is PodState.WARM
 
     def _set_state(self, pod: Pod, state: PodState, now: float) -> None:
-        """Every state change goes through here: it accrues GPU-seconds per state and keeps
-        the idle total the budget caps."""
+        """Every state change of a pool pod goes through here: it accrues GPU-seconds per
+        state and keeps the idle total the budget caps, then moves the pod through the
+        core's transition table."""
         share = self._pod_share(pod)
         key = pod.state.value
         pod.held[key] = pod.held.get(key, 0.0) + share * (now - pod.since)
@@ -969,7 +837,7 @@ class Core:
             self._idle_gpus = 0.0
         if state in _ROOM:
             self._dirty = True
-        pod.state = state
+        self.host.move_pod(pod, state, now)
         pod.since = now
 
     def _pod_share(self, pod: Pod) -> float:
@@ -1043,16 +911,7 @@ class Core:
             del self._reclaim_by_pod[pid]
 
     def _end(self, job: Job, failure: Failure, now: float, out: list[Action]) -> None:
-        job.state = JobState.FINISHED
-        job.finished = now
-        job.failure = failure
-        out.append(JobEnded(job.id, failure))
-
-    def _job(self, job_id: str) -> Job:
-        job = self.jobs.get(job_id)
-        if job is None:
-            raise CoreError(f"unknown job {job_id!r}")
-        return job
+        self.host.end_job(job, failure, None, now, out)
 
     def _seq_next(self) -> int:
         self._heap_seq += 1

@@ -1,0 +1,469 @@
+"""The one core: ``Core.handle(event, now) -> actions`` for pool, hp and spot jobs.
+
+Pure: no I/O, no wall clock, no randomness; every call takes ``now`` and the same events
+give the same actions. The core owns the registries (jobs and pods of every class), moves
+them only through its transition tables, and hands each event to the part that serves its
+class: :class:`~stoker.core.warm.WarmPools` (pool jobs, warm and standby pods) or
+:class:`~stoker.core.gfs.scheduler.GangScheduler` (hp and spot jobs). The decisions a
+driver must not make are here: when a job has started, which rank's exit ends it and how
+it is typed, what a failed bind or a failed stop means. It also keeps the HP demand meter
+and sums the tenants' forecasts per GPU pool, which bound both the spot quota and the warm
+budget.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from statistics import NormalDist
+
+import numpy as np
+
+from stoker.core.actions import Action, JobEnded, KillJob, StopPod
+from stoker.core.demand import DemandMeter
+from stoker.core.events import (
+    BindFailed,
+    Event,
+    ForecastUpdated,
+    JobCancelled,
+    JobSubmitted,
+    PodFailed,
+    PodGone,
+    PodReady,
+    PodStopFailed,
+    RankExited,
+    RankStarted,
+    Tick,
+)
+from stoker.core.gfs.scheduler import GangScheduler, GFSConfig
+from stoker.core.model import (
+    EPS,
+    Cluster,
+    CoreError,
+    Failure,
+    Job,
+    JobClass,
+    JobSpec,
+    JobState,
+    Pod,
+    PodState,
+    Profile,
+    per_worker,
+)
+from stoker.core.policies import (
+    BesideActive,
+    FixedKeepAlive,
+    KeepAlive,
+    Matching,
+    QueueDrivenBudget,
+    ReuseMatching,
+    StandbyPolicy,
+    WarmBudget,
+)
+from stoker.core.transitions import JOB_MOVES, POD_MOVES, Transitions
+from stoker.core.warm import WarmPools
+
+# seconds before a stop the runtime could not carry out is asked again
+STOP_RETRY_S = 30.0
+
+
+@dataclass
+class Policies:
+    """Every named extension point of the core; the defaults are Firepool's and GFS's.
+
+    Warm pools: ``matching`` (warm and standby matching), ``keepalive``, ``budget`` (warm
+    budget), ``standby`` (standby staging). hp/spot: ``gangs`` holds queue order, placement
+    scoring, spot quota and reclaim (victim choice) with their parameters. Presets by name:
+    :mod:`stoker.core.registry`.
+    """
+
+    matching: Matching = field(default_factory=ReuseMatching)
+    keepalive: KeepAlive = field(default_factory=FixedKeepAlive)
+    budget: WarmBudget = field(default_factory=QueueDrivenBudget)
+    standby: StandbyPolicy = field(default_factory=BesideActive)
+    gangs: GFSConfig = field(default_factory=GFSConfig)
+
+
+class Core:
+    """The decision core over a :class:`Cluster` of GPUs, for every job class."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        profiles: Iterable[Profile],
+        policies: Policies | None = None,
+        start: float = 0.0,
+    ) -> None:
+        self.cluster = cluster
+        self.profiles: dict[str, Profile] = {p.name: p for p in profiles}
+        self.policies = policies or Policies()
+        self.jobs: dict[str, Job] = {}
+        self.pods: dict[str, Pod] = {}
+        self.pod_moves = Transitions("pod", POD_MOVES)
+        self.job_moves = Transitions("job", JOB_MOVES)
+        self.now = start
+        self._seq = 0  # pod ids
+        self.warm = WarmPools(self, self.policies)
+        self.gangs = GangScheduler(self, self.policies.gangs, start)
+        self.demand = DemandMeter()
+        # per GPU pool, each tenant's latest forecast (mean, var per hour ahead)
+        self._forecasts: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+        self.forecast: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # summed per GPU pool
+        # pods whose stop failed: they hold their share until the runtime confirms; the stop
+        # is asked again at the time given here
+        self._stop_retry: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ the entry point
+
+    def handle(self, event: Event, now: float) -> list[Action]:
+        """Apply one event at time ``now`` and return the actions to carry out, in order."""
+        if now + EPS < self.now:
+            raise CoreError(f"time went backwards: {now} < {self.now}")
+        self.now = now
+        self.demand.record_until(now)
+        out: list[Action] = []
+        match event:
+            case JobSubmitted(spec):
+                self._submit(spec, now, out)
+            case JobCancelled(job):
+                self._cancel(job, now, out)
+            case PodReady(pod):
+                self._pod_event(pod, now, out, ready=True)
+            case PodFailed(pod, reason):
+                self._pod_event(pod, now, out, failed=reason)
+            case PodGone(pod):
+                self._pod_gone(pod, now, out)
+            case PodStopFailed(pod):
+                self._stop_failed(pod, now)
+            case RankStarted(job, rank, pod) if self._current(job, pod):
+                self._rank_started(job, rank, now)
+            case RankExited(job, rank, exit_code, failure, pod) if self._current(job, pod):
+                self._rank_exited(job, rank, exit_code, failure, now, out)
+            case RankStarted() | RankExited():
+                pass  # news of an earlier run of the job: its current run stands
+            case BindFailed(job, pod, _reason, infra):
+                self._bind_failed(job, pod, infra, now, out)
+            case ForecastUpdated(tenant, gpu_model, mean, var):
+                self._forecast(tenant, gpu_model, mean, var)
+            case Tick():
+                self.warm.tick(now, out)
+                self.gangs.tick(now, out)
+                self._retry_stops(now, out)
+            case _:
+                raise CoreError(f"unknown event {event!r}")
+        # hp and spot first (guaranteed work before loop jobs take free room), then pools
+        self.gangs.schedule(now, out)
+        self.warm.after(now, out)
+        return out
+
+    # ------------------------------------------------------------------ views
+
+    def next_deadline(self) -> float | None:
+        """The earliest time a Tick would change something (a keep-alive deadline, an eta
+        step or Chronus round, a stop to ask again)."""
+        times = [self.warm.next_deadline(), self.gangs.next_deadline()]
+        times.append(min(self._stop_retry.values(), default=None))
+        present = [t for t in times if t is not None]
+        return min(present) if present else None
+
+    @property
+    def idle_gpus(self) -> float:
+        """GPUs held by idle warm and standby pods (what the warm budget caps)."""
+        return self.warm.idle_gpus
+
+    def budget_limit(self) -> float:
+        """GPUs idle pods may hold now (see :meth:`WarmPools.budget_limit`)."""
+        return self.warm.budget_limit()
+
+    def queued(self, profile: str | None = None) -> list[str]:
+        """Queued pool job ids, in queue order."""
+        return self.warm.queued(profile)
+
+    def check(self) -> None:
+        """Raise if an invariant does not hold (tests call it after every event)."""
+        self.cluster.check()
+        self.warm.check()
+        self.gangs.check()
+        for pod in self.pods.values():
+            if pod.state is PodState.GONE:
+                continue
+            if pod.job is not None and pod.pending_job is not None:
+                raise AssertionError(f"pod {pod.id} both runs {pod.job} and waits for another")
+
+    # ------------------------------------------------------------------ registries
+
+    def new_pod_id(self) -> str:
+        self._seq += 1
+        return f"pod-{self._seq}"
+
+    def new_pod(
+        self,
+        profile: str,
+        node: str,
+        gpus: Iterable[str],
+        share: float,
+        now: float,
+        job_class: JobClass,
+    ) -> Pod:
+        """A starting pod holding ``share`` of each of ``gpus`` (hp and spot pods)."""
+        pod = Pod(
+            id=self.new_pod_id(),
+            profile=profile,
+            node=node,
+            gpus=list(gpus),
+            state=PodState.STARTING,
+            since=now,
+            created=now,
+            job_class=job_class,
+        )
+        self.pods[pod.id] = pod
+        for gid in pod.gpus:
+            self.cluster.allocate(gid, pod.id, share)
+        return pod
+
+    def move_pod(self, pod: Pod, state: PodState, now: float) -> None:
+        """The one way a pod's state changes (raises on an illegal move, with history)."""
+        self.pod_moves.transition(pod, state, now)
+
+    def move_job(self, job: Job, state: JobState, now: float) -> None:
+        """The one way a job's state changes (raises on an illegal move, with history)."""
+        if (
+            job.state is JobState.RUNNING
+            and state is JobState.QUEUED
+            and job.job_class is not JobClass.SPOT
+        ):
+            raise CoreError(f"job {job.id}: only a spot job goes back to the queue once running")
+        self.job_moves.transition(job, state, now)
+
+    def end_job(
+        self,
+        job: Job,
+        failure: Failure | None,
+        exit_code: int | None,
+        now: float,
+        out: list[Action],
+    ) -> None:
+        """A job is finished for good: recorded, announced once (``JobEnded``)."""
+        self.move_job(job, JobState.FINISHED, now)
+        job.finished = now
+        job.failure = failure
+        job.exit_code = exit_code
+        if job.job_class is JobClass.HP:
+            self.demand.add(job.spec.tenant, self.gangs.pool_of(job), -job.gpus)
+        out.append(JobEnded(job.id, failure, exit_code))
+
+    def _part(self, job_class: JobClass) -> WarmPools | GangScheduler:
+        return self.warm if job_class is JobClass.POOL else self.gangs
+
+    def _job(self, job_id: str) -> Job:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise CoreError(f"unknown job {job_id!r}")
+        return job
+
+    # ------------------------------------------------------------------ jobs
+
+    def _submit(self, spec: JobSpec, now: float, out: list[Action]) -> None:
+        profile = self.profiles.get(spec.profile)
+        if profile is None:
+            raise CoreError(f"unknown profile {spec.profile!r}")
+        if spec.id in self.jobs:
+            raise CoreError(f"duplicate job id {spec.id!r}")
+        if spec.job_class is JobClass.POOL:
+            if spec.gpus is not None and abs(spec.gpus - profile.gpu_demand) > EPS:
+                raise CoreError(
+                    f"job {spec.id}: gpus: a pool job takes its profile's "
+                    f"({profile.gpu_demand:g}), got {spec.gpus:g}"
+                )
+            demand = profile.gpu_demand
+        else:
+            demand = per_worker(spec.gpus if spec.gpus is not None else profile.gpu_demand)
+        job = Job(spec=spec, state=JobState.QUEUED, submitted=now, per_worker=demand)
+        if spec.job_class is JobClass.POOL:
+            self.jobs[spec.id] = job
+            self.warm.submit(job, now, out)
+            return
+        self.gangs.submit(job, now)  # checks the GPU pool first: nothing half-registered
+        self.jobs[spec.id] = job
+        if spec.job_class is JobClass.HP:
+            self.demand.add(spec.tenant, self.gangs.pool_of(job), job.gpus)
+
+    def _cancel(self, job_id: str, now: float, out: list[Action]) -> None:
+        job = self._job(job_id)
+        if job.state is not JobState.FINISHED:
+            self._part(job.job_class).cancel(job, now, out)
+
+    def _current(self, job_id: str, pod: str | None) -> bool:
+        """Whether rank news is of the job's current run (unknown pod: assumed so)."""
+        return pod is None or pod in self._job(job_id).pods
+
+    def _rank_started(self, job_id: str, rank: int, now: float) -> None:
+        job = self._job(job_id)
+        if job.state not in (JobState.BINDING, JobState.RUNNING):
+            return  # late news of a run the core moved on from
+        job.ranks_started.add(rank)
+        # the job runs once every rank does (a gang's ranks meet before any work)
+        if job.state is JobState.BINDING and len(job.ranks_started) == job.spec.workers:
+            self.move_job(job, JobState.RUNNING, now)
+            if job.started is None:
+                job.started = now
+            if job.job_class is not JobClass.POOL:
+                self.gangs.started(job, now)
+
+    def _rank_exited(
+        self,
+        job_id: str,
+        rank: int,
+        exit_code: int,
+        failure: Failure | None,
+        now: float,
+        out: list[Action],
+    ) -> None:
+        """One rank exited. A failed rank ends the run: the others are killed (the job's
+        end waits for their exits). The job ends when every rank has exited, typed by the
+        first infrastructure failure among them, else the first non-zero exit (a user error
+        unless the runtime said otherwise)."""
+        job = self._job(job_id)
+        if job.state not in (JobState.BINDING, JobState.RUNNING) or rank in job.ranks_exited:
+            # late news of a run the core already moved on from (its pod failed and the job
+            # was re-queued, evicted, or ended): the job's current state stands
+            return
+        if exit_code != 0 and failure is None:
+            failure = Failure.USER_ERROR
+        first_failure = all(code == 0 for code, _ in job.ranks_exited.values())
+        job.ranks_exited[rank] = (exit_code, failure)
+        left = job.spec.workers - len(job.ranks_exited)
+        if exit_code != 0 and first_failure and left > 0:
+            out.append(KillJob(job.id, failure or Failure.USER_ERROR))
+        if left > 0:
+            return
+        ends = list(job.ranks_exited.values())
+        code, why = next(
+            ((c, f) for c, f in ends if f is not None and f.infrastructure),
+            next(((c, f) for c, f in ends if c != 0), (0, None)),
+        )
+        if job.started is None:
+            job.started = now  # it ran, however briefly
+        self._part(job.job_class).finish(job, code, why, now, out)
+
+    def _bind_failed(
+        self, job_id: str, pod_id: str, infra: bool, now: float, out: list[Action]
+    ) -> None:
+        """A bind failed. The job's own code or dependencies: a user error of that rank. The
+        runtime's fault: the pod is not fit to serve again (stopped), and the rank ends
+        typed ``bind_failed`` (infrastructure), never as a user error."""
+        job = self._job(job_id)
+        if job.state not in (JobState.BINDING, JobState.RUNNING) or pod_id not in job.pods:
+            return
+        rank = job.pods.index(pod_id)
+        if infra:
+            self._part(job.job_class).unfit(self.pods[pod_id], now, out)
+        why = Failure.BIND_FAILED if infra else Failure.USER_ERROR
+        self._rank_exited(job_id, rank, 1, why, now, out)
+
+    # ------------------------------------------------------------------ pods
+
+    def _pod_event(
+        self,
+        pod_id: str,
+        now: float,
+        out: list[Action],
+        *,
+        ready: bool = False,
+        failed: Failure | None = None,
+    ) -> None:
+        pod = self.pods.get(pod_id)
+        if pod is None or pod.state is PodState.GONE:
+            return
+        self._stop_retry.pop(pod_id, None)
+        pool = pod.job_class is JobClass.POOL
+        if ready:
+            if pool:
+                self.warm.pod_ready(pod_id, now, out)
+            else:
+                self.gangs.pod_ready(pod, now, out)
+        elif failed is not None:
+            if pool:
+                self.warm.pod_failed(pod_id, failed, now, out)
+            else:
+                self.gangs.pod_failed(pod, failed, now, out)
+                self.warm.room_freed()
+
+    def _pod_gone(self, pod_id: str, now: float, out: list[Action]) -> None:
+        pod = self.pods.get(pod_id)
+        if pod is None or pod.state is PodState.GONE:
+            return
+        self._stop_retry.pop(pod_id, None)
+        if pod.state is not PodState.STOPPING:
+            # gone without being asked (the runtime lost it): its job must not wait on it
+            self._pod_event(pod_id, now, out, failed=Failure.POD_DIED)
+            return
+        if pod.job_class is JobClass.POOL:
+            self.warm.pod_gone(pod_id, now, out)
+            self.gangs.reclaimed(pod_id)  # an idle pod stopped for an HP job
+        else:
+            self.gangs.pod_gone(pod, now)
+            self.warm.room_freed()
+
+    def _stop_failed(self, pod_id: str, now: float) -> None:
+        pod = self.pods.get(pod_id)
+        if pod is None or pod.state is not PodState.STOPPING:
+            return
+        # the share stays held (the pod may still run): ask again later
+        self._stop_retry[pod_id] = now + STOP_RETRY_S
+
+    def _retry_stops(self, now: float, out: list[Action]) -> None:
+        for pid, at in list(self._stop_retry.items()):
+            if at > now + EPS:
+                continue
+            del self._stop_retry[pid]
+            if self.pods[pid].state is PodState.STOPPING:
+                out.append(StopPod(pid, "retry"))
+
+    # ------------------------------------------------------------------ forecasts
+
+    def _forecast(
+        self, tenant: str, gpu_model: str, mean: tuple[float, ...], var: tuple[float, ...]
+    ) -> None:
+        """Sum the tenants' forecasts of a GPU pool (means and variances add: tenants are
+        taken as independent) into its spot quota and the warm budget's HP cap."""
+        if len(mean) != len(var) or not mean:
+            raise CoreError("forecast: mean and var need the same, nonzero length")
+        per = self._forecasts.setdefault(gpu_model, {})
+        new = (np.asarray(mean, float), np.asarray(var, float))
+        total = self.forecast.get(gpu_model)
+        old = per.get(tenant)
+        if (
+            total is None
+            or len(total[0]) != len(mean)
+            or (old is not None and len(old[0]) != len(mean))
+        ):
+            per[tenant] = new
+            total_mean = np.sum([m for m, _ in per.values()], axis=0)
+            total_var = np.sum([v for _, v in per.values()], axis=0)
+        else:
+            # one tenant's answer changed: the sums move by its difference (O(hours))
+            total_mean, total_var = total[0] + new[0], total[1] + new[1]
+            if old is not None:
+                total_mean -= old[0]
+                total_var -= old[1]
+            per[tenant] = new
+        self.forecast[gpu_model] = (total_mean, total_var)
+        self.gangs.set_forecast(gpu_model, total_mean, total_var)
+        self.warm.hp_cap = self._hp_cap()
+
+    def _hp_cap(self) -> float:
+        """GPUs idle pods may hold so that HP finds its room: per GPU pool with a forecast,
+        capacity minus the g-quantile of HP demand over the next hour (a keep-alive is far
+        shorter); a pool without one is not capped."""
+        z = NormalDist().inv_cdf(self.policies.gangs.g)
+        cap = 0.0
+        for model, gpus in self.cluster.capacity.items():
+            fc = self.forecast.get(model)
+            if fc is None:
+                cap += gpus
+                continue
+            upper = float(fc[0][0] + z * math.sqrt(max(float(fc[1][0]), 0.0)))
+            cap += max(0.0, gpus - upper)
+        return cap

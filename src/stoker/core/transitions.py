@@ -1,0 +1,107 @@
+"""Explicit state machines for pods and jobs: every move goes through one ``transition``.
+
+Each table maps a legal (start, finish) pair to the hook that runs on that move (None: no
+hook); a move not in its table raises :class:`IllegalTransition` with the object's recent
+history, so a bug shows where the object came from instead of corrupting the books later.
+(The shape is Dask's scheduler's: a table of (start, finish) -> function and one
+``_transition``; the code is ours.)
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol
+
+from stoker.core.model import JobState, PodState
+
+# recent moves kept per object for the error message
+HISTORY = 8
+
+
+class IllegalTransition(AssertionError):
+    """A pod or job was asked to move where its table does not allow."""
+
+
+class _Stateful(Protocol):
+    id: str
+    state: PodState | JobState
+    history: deque[tuple[float, str, str]]
+
+
+Hook = Callable[[_Stateful, float], None] | None
+
+_P = PodState
+POD_MOVES: frozenset[tuple[PodState, PodState]] = frozenset(
+    {
+        (_P.STARTING, _P.ACTIVE),  # ready for the job it was started for (or an orphan)
+        (_P.STARTING, _P.STANDBY),  # a standby pod came up
+        (_P.STARTING, _P.RECYCLING),  # a recycled pod's new id
+        (_P.STARTING, _P.STOPPING),
+        (_P.STARTING, _P.GONE),  # failed to start
+        (_P.STANDBY, _P.STARTING),  # promoted: CUDA initialising
+        (_P.STANDBY, _P.STOPPING),
+        (_P.STANDBY, _P.GONE),
+        (_P.WARM, _P.ACTIVE),  # warm hit
+        (_P.WARM, _P.STOPPING),
+        (_P.WARM, _P.GONE),
+        (_P.ACTIVE, _P.WARM),  # its job ended: it waits for its caller
+        (_P.ACTIVE, _P.STOPPING),
+        (_P.ACTIVE, _P.GONE),
+        (_P.RECYCLING, _P.ACTIVE),
+        (_P.RECYCLING, _P.STOPPING),
+        (_P.RECYCLING, _P.GONE),
+        (_P.STOPPING, _P.GONE),
+    }
+)
+
+_J = JobState
+JOB_MOVES: frozenset[tuple[JobState, JobState]] = frozenset(
+    {
+        (_J.QUEUED, _J.PLACED),
+        (_J.QUEUED, _J.FINISHED),  # cancelled in the queue
+        (_J.PLACED, _J.BINDING),
+        (_J.PLACED, _J.QUEUED),  # a pod failed before it ran / evicted while starting
+        (_J.PLACED, _J.FINISHED),
+        (_J.BINDING, _J.RUNNING),
+        (_J.BINDING, _J.QUEUED),
+        (_J.BINDING, _J.FINISHED),
+        (_J.RUNNING, _J.QUEUED),  # a spot job evicted (checked by the caller: spot only)
+        (_J.RUNNING, _J.FINISHED),
+    }
+)
+
+
+class Transitions:
+    """One state machine: the legal moves, a hook per move, and the one ``transition``."""
+
+    def __init__(self, kind: str, moves: frozenset, hooks: dict | None = None) -> None:
+        self.kind = kind
+        self.table: dict[tuple, Hook] = dict.fromkeys(moves)
+        for key, hook in (hooks or {}).items():
+            if key not in self.table:
+                raise ValueError(f"{kind}: hook for an illegal move {key}")
+            self.table[key] = hook
+
+    def transition(self, obj: _Stateful, finish: PodState | JobState, now: float) -> None:
+        """Move ``obj`` to ``finish`` (a no-op when it is there already) or raise."""
+        start = obj.state
+        if start is finish:
+            return
+        key = (start, finish)
+        if key not in self.table:
+            past = " -> ".join(f"{s}@{t:g}({why})" for t, s, why in obj.history) or "none"
+            raise IllegalTransition(
+                f"{self.kind} {obj.id}: {start} -> {finish} is not a legal move; "
+                f"recent history: {past}"
+            )
+        hook = self.table[key]
+        if hook is not None:
+            hook(obj, now)
+        obj.state = finish  # type: ignore[assignment]
+        obj.history.append((now, finish.value, start.value))
+
+
+def new_history() -> deque[tuple[float, str, str]]:
+    """A pod's or job's recent moves: (time, new state, previous state)."""
+    return deque(maxlen=HISTORY)
