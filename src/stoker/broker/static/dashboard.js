@@ -274,7 +274,8 @@ function renderPools(s) {
 // the GPU pool's capacity as a bar: HP use, spot use, and a mark at the spot quota
 function quotaBar(p) {
   const cap = Math.max(p.capacity, 1e-9);
-  const seg = (cls, v, label) => el("span", { class: "seg " + cls, style: `flex: 0 0 ${((100 * v) / cap).toFixed(2)}%`, text: label });
+  // nothing drawn for a class that holds no GPU
+  const seg = (cls, v, label) => (v > 0 ? el("span", { class: "seg " + cls, style: `flex: 0 0 ${((100 * v) / cap).toFixed(2)}%`, text: label }) : null);
   const bar = el(
     "div",
     { class: "bar quota", role: "img", "aria-label": `${p.gpu_model}: HP ${fmtN(p.hp_gpus, 2)}, spot ${fmtN(p.spot_gpus, 2)} of a ${fmtN(p.spot_quota, 2)} spot quota, ${fmtN(p.capacity)} GPUs` },
