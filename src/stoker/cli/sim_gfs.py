@@ -49,7 +49,7 @@ def sim_gfs(
         LOADS,
         Setup,
         SimGFSError,
-        SimResult,
+        TraceResult,
         policy_forecaster,
         prepare_trace,
         scale_spot_load,
@@ -81,7 +81,7 @@ def sim_gfs(
         setup = Setup(days, warm_days, burn_in_days, scale, seed)
         cadence = Cadence(refit_every_min=refit_every_min, query_every_min=query_every_min)
         base, window = prepare_trace(trace, trace_path, setup)
-        runs: dict[str, dict[str, SimResult]] = {}
+        runs: dict[str, dict[str, TraceResult]] = {}
         with steps(console) as bar:
             task = bar.add_task("simulating", total=len(loads) * len(names))
             for level in loads:
