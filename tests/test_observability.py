@@ -57,6 +57,14 @@ def _wait(api: httpx.Client, job_id: str) -> dict[str, Any]:
     return dict(api.get(f"/v1/jobs/{job_id}/wait", params={"timeout_s": 60}).json())
 
 
+def _running(admin: httpx.Client, job_id: str, timeout_s: float = 30.0) -> None:
+    """Wait until the job's process runs."""
+    deadline = time.monotonic() + timeout_s
+    while admin.get(f"/v1/jobs/{job_id}").json()["state"] != "running":
+        assert time.monotonic() < deadline, f"job {job_id} did not start"
+        time.sleep(0.05)
+
+
 def _samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
     for fam in text_string_to_metric_families(text):
@@ -104,10 +112,7 @@ def test_metrics_equal_what_the_api_reports(broker: EmbeddedBroker) -> None:
         _submit(b, "s2", "import time; time.sleep(60)"),
     ]
     for j in sleepers:
-        deadline = time.monotonic() + 30
-        while admin.get(f"/v1/jobs/{j}").json()["state"] != "running":
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        _running(admin, j)
     queued = _submit(a, "s3")
     assert admin.get(f"/v1/jobs/{queued}").json()["state"] == "queued"
     for j in (queued, *sleepers):
@@ -293,10 +298,7 @@ def test_handover_is_measured_as_the_api_times_it(tmp_path: Path) -> None:
         a, _ = _tenant(eb, "a")
         b, _ = _tenant(eb, "b")
         first = _submit(a, "x", "import time; time.sleep(1.5)")
-        deadline = time.monotonic() + 30
-        while admin.get(f"/v1/jobs/{first}").json()["state"] != "running":
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        _running(admin, first)
         second = _submit(b, "y")
         assert admin.get(f"/v1/jobs/{second}").json()["state"] == "queued"
         done_a, done_b = _wait(a, first), _wait(b, second)
@@ -342,10 +344,7 @@ def test_preemptions_and_gpu_pool_gauges_equal_the_api(tmp_path: Path) -> None:
         r = a.post("/v1/jobs", json={**body, "argv": ["python", "-c", SPOT]})
         assert r.status_code == 201, r.text
         spot = r.json()["id"]
-        deadline = time.monotonic() + 30
-        while admin.get(f"/v1/jobs/{spot}").json()["state"] != "running":
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        _running(admin, spot)
         (pool,) = admin.get("/v1/pools").json()
         m = _samples(admin.get("/metrics").text)
         assert m["stoker_gpu_pool_spot_gpus"] == [({"gpu_model": "vgpu"}, pool["spot_gpus"])]
