@@ -155,6 +155,7 @@ def _job_body(
     env: dict[str, str] | None,
     timeout_s: float | None,
     shape: JobShape,
+    secrets: list[str] | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "profile": profile,
@@ -165,6 +166,7 @@ def _job_body(
         "env": dict(env or {}),
         "job_class": shape.job_class,
         "workers": shape.workers,
+        "secrets": list(secrets or []),
     }
     optional = {
         "code_digest": digest,
@@ -346,12 +348,14 @@ class Client:
         env: dict[str, str] | None = None,
         timeout_s: float | None = None,
         shape: JobShape = JobShape(),
+        secrets: list[str] | None = None,
     ) -> Job:
         """Submit a job; returns at once with its handle. ``shape``: its class, workers and
-        GPUs (default: a one-worker pool job in the profile's shape)."""
+        GPUs (default: a one-worker pool job in the profile's shape). ``secrets`` names tenant
+        secrets (:meth:`set_secret`) the job gets as environment variables of the same names."""
         data = _code_bytes(code)
         digest = self.upload(data) if data is not None else None
-        body = _job_body(profile, argv, reuse_tag, digest, deps, env, timeout_s, shape)
+        body = _job_body(profile, argv, reuse_tag, digest, deps, env, timeout_s, shape, secrets)
         key = uuid.uuid4().hex
         row = self._request("POST", "/v1/jobs", json=body, headers={"Idempotency-Key": key})
         return Job(self, row)
@@ -394,6 +398,17 @@ class Client:
         if job is not None:
             params["job"] = job
         return list(self._request("GET", "/v1/events", params=params))
+
+    def set_secret(self, name: str, value: str) -> None:
+        """Set a tenant secret (write-only: no call returns its value)."""
+        self._request("POST", "/v1/secrets", json={"name": name, "value": value})
+
+    def secrets(self) -> list[dict[str, Any]]:
+        """Your secrets' names and when each was set."""
+        return list(self._request("GET", "/v1/secrets"))
+
+    def delete_secret(self, name: str) -> None:
+        self._request("DELETE", f"/v1/secrets/{name}")
 
 
 # ----------------------------------------------------------------------------- async
@@ -514,10 +529,11 @@ class AsyncClient:
         env: dict[str, str] | None = None,
         timeout_s: float | None = None,
         shape: JobShape = JobShape(),
+        secrets: list[str] | None = None,
     ) -> AsyncJob:
         data = _code_bytes(code)
         digest = await self.upload(data) if data is not None else None
-        body = _job_body(profile, argv, reuse_tag, digest, deps, env, timeout_s, shape)
+        body = _job_body(profile, argv, reuse_tag, digest, deps, env, timeout_s, shape, secrets)
         key = uuid.uuid4().hex
         row = await self._request("POST", "/v1/jobs", json=body, headers={"Idempotency-Key": key})
         return AsyncJob(self, row)
@@ -555,6 +571,15 @@ class AsyncClient:
         if job is not None:
             params["job"] = job
         return list(await self._request("GET", "/v1/events", params=params))
+
+    async def set_secret(self, name: str, value: str) -> None:
+        await self._request("POST", "/v1/secrets", json={"name": name, "value": value})
+
+    async def secrets(self) -> list[dict[str, Any]]:
+        return list(await self._request("GET", "/v1/secrets"))
+
+    async def delete_secret(self, name: str) -> None:
+        await self._request("DELETE", f"/v1/secrets/{name}")
 
 
 __all__ = [
