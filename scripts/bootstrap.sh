@@ -11,6 +11,11 @@ command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
 # the PostgreSQL server binaries: the store's tests start a private server (tests/conftest.py)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null 2>&1 \
   || need_apt+=(postgresql)
+if [ "$mode" = dev ]; then
+  # the dashboard's browser test drives Debian's headless chromium through its driver
+  [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+  [ -x /usr/bin/chromedriver ] || need_apt+=(chromium-driver)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     # the tests start private servers of their own: no default cluster (none left running)

@@ -26,7 +26,7 @@ def _job(job_id: str, tenant: str = "a", key: str | None = None, **kw: Any) -> d
         "idempotency_key": key,
         "profile": "plain",
         "reuse_tag": "x",
-        "replicas": 1,
+        "workers": 1,
         "argv": ["python", "-c", "print('é')"],
         "code_digest": None,
         "deps": [],

@@ -47,12 +47,17 @@ from stoker.api.models import (
 )
 from stoker.broker.auth import Authenticator, AuthError, Principal, check_tenant_name
 from stoker.broker.config import BrokerConfig
+from stoker.broker.dashboard import Dashboard
+from stoker.broker.dashboard import add_routes as add_dashboard_routes
+from stoker.broker.dashboard import gauges as dashboard_gauges
+from stoker.broker.events_log import DecisionLog
 from stoker.broker.leader import Leadership
 from stoker.broker.loop import JobRequest, Scheduler
 from stoker.broker.metrics import BrokerMetrics
 from stoker.broker.replica import StoreReads, forward, unavailable
 from stoker.broker.secrets import SecretBox
 from stoker.broker.store import JOB_FIELDS, Deposed, Store, StoreError
+from stoker.core import Core
 from stoker.runtime.base import Runtime
 
 log = logging.getLogger("stoker.broker")
@@ -114,6 +119,12 @@ class Broker:
         self.scheduler: Scheduler | None = None
         self.reads_from_store = StoreReads(self.store)
         self.profiles = {p.name: p for p in cfg.profiles}
+        # the decisions of the loop this replica last ran while leading (see _take_over);
+        # that loop, not self.scheduler, which is cleared before a deposed loop closes
+        self._deciding: Scheduler | None = None
+        self.decisions = DecisionLog(self._decided_by, self.metrics, cfg.data_dir / "events.jsonl")
+        self.metrics.watch(lambda: dashboard_gauges(self))
+        self.dashboard = Dashboard(self)
         self.started = False
         self.started_at = 0.0
         self.closed = False
@@ -145,6 +156,10 @@ class Broker:
             return {name: len(sched.core.queued(name)) for name in self.profiles}
         return self.reads_from_store.queued()
 
+    def _decided_by(self) -> Core:
+        assert self._deciding is not None  # only a loop's on_decision asks
+        return self._deciding.core
+
     def _new_runtime(self) -> Runtime:
         if self._runtime is not None:
             return self._runtime
@@ -169,6 +184,7 @@ class Broker:
         if await self.leadership.try_acquire():
             await self._take_over()
         self._lead_task = asyncio.get_running_loop().create_task(self._lead())
+        await self.dashboard.start()
 
     async def _take_over(self) -> None:
         runtime = self._new_runtime()
@@ -177,6 +193,8 @@ class Broker:
         )
         self.scheduler = Scheduler(self.cfg, self.store, runtime, gpus, self.metrics, box=self.box)
         self.scheduler.may_act = lambda: self.leadership.leading
+        self.scheduler.on_decision.append(self.decisions.record)
+        self._deciding = self.scheduler
         self.recovery = await self.scheduler.start()
         log.warning("scheduling: %s", self.recovery)
 
@@ -218,6 +236,7 @@ class Broker:
         self.closed = True
         if self.started:
             self.started = False
+            await self.dashboard.close()
             if self._lead_task is not None:
                 self._lead_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -228,6 +247,7 @@ class Broker:
             self.leadership.release()
             if self._http is not None:
                 await self._http.aclose()
+        self.decisions.close()
         self.store.close()
         self.lock.release()
 
@@ -462,8 +482,6 @@ def create_app(broker: Broker) -> FastAPI:
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
-        if broker.scheduler is not None and broker.leads:
-            broker.scheduler.refresh_metrics()
         return Response(broker.metrics.render(), media_type="text/plain; version=0.0.4")
 
     # --- code ----------------------------------------------------------------
@@ -725,4 +743,5 @@ def create_app(broker: Broker) -> FastAPI:
             raise ApiError(409, "conflict", f"body.{exc}", "body.name") from exc
         return TenantCreated(name=body.name, token=token)
 
+    add_dashboard_routes(app, broker, broker.decisions, broker.dashboard)
     return app
