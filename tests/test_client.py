@@ -127,3 +127,42 @@ def test_async_client_same_methods(broker: EmbeddedBroker, token: str) -> None:
             assert bad.value.field == "body.timeout_s"
 
     asyncio.run(main())
+
+
+def _count_requests(c: stoker.Client) -> list[str]:
+    """The requests ``c`` sends from here on, as ``METHOD path``."""
+    sent: list[str] = []
+    c._http.event_hooks["request"].append(lambda r: sent.append(f"{r.method} {r.url.path}"))
+    return sent
+
+
+def test_short_call_is_one_round_trip_code_by_digest(
+    broker: EmbeddedBroker, token: str, tmp_path: Path
+) -> None:
+    (tmp_path / "main.py").write_text("import sys; print('one'); print('trip', file=sys.stderr)\n")
+    with stoker.Client(broker.url, token) as c:
+        sent = _count_requests(c)
+        # first: the broker lacks the code, so the submit is refused, the code uploaded and
+        # the job submitted again (with the same idempotency key)
+        res = c.run("plain", ["python", "main.py"], reuse_tag="rt", code=tmp_path, wait_s=60)
+        assert res.result().stdout == b"one\n" and res.result().stderr == b"trip\n"
+        assert sent == ["POST /v1/jobs", "POST /v1/code", "POST /v1/jobs"]
+        sent.clear()
+        res = c.run("plain", ["python", "main.py"], reuse_tag="rt", code=tmp_path, wait_s=60)
+        out = res.result()
+        assert (out.ok, out.stdout, out.path) == (True, b"one\n", "warm")
+        assert sent == ["POST /v1/jobs"]  # known code, finished within the wait: one call
+        # a job longer than the wait: its handle comes back unfinished, result() goes on
+        sent.clear()
+        slow = c.run("plain", ["python", "-c", "import time; time.sleep(1); print(2)"], wait_s=0.05)
+        assert slow.info["state"] != "finished" and slow.result(60).stdout == b"2\n"
+        assert sent[0] == "POST /v1/jobs" and len(sent) >= 3
+
+
+def test_argv_string_is_a_type_error_and_key_is_callers(broker: EmbeddedBroker, token: str) -> None:
+    with stoker.Client(broker.url, token) as c:
+        with pytest.raises(TypeError, match="list of strings"):
+            c.run("plain", "python -c pass")  # type: ignore[arg-type]
+        a = c.run("plain", ["python", "-c", "print(7)"], idempotency_key="call-7")
+        b = c.run("plain", ["python", "-c", "print(7)"], idempotency_key="call-7")
+        assert a.id == b.id and b.result(60).stdout == b"7\n"

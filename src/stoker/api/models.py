@@ -58,6 +58,13 @@ class JobSubmit(BaseModel):
         return v
 
 
+class JobOutputView(BaseModel):
+    """A finished job's whole output, base64 (what ``/output`` streams, in one piece)."""
+
+    stdout: str
+    stderr: str
+
+
 class JobView(BaseModel):
     """A job as its tenant sees it: request, state, timeline and exit."""
 
@@ -90,6 +97,8 @@ class JobView(BaseModel):
     guarantee_succeeded: int = 0
     guarantee_failed: int = 0
     start_latency_ms: float | None = None
+    # only in a submit's reply that waited (``?wait=S``) for a job that finished meanwhile
+    output: JobOutputView | None = None
 
 
 class PodView(BaseModel):

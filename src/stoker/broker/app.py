@@ -25,6 +25,7 @@ import stoker
 from stoker.api.models import (
     CodeUploaded,
     ErrorBody,
+    JobOutputView,
     Health,
     JobSubmit,
     JobView,
@@ -120,6 +121,13 @@ def _job_view(row: dict[str, Any]) -> JobView:
     if row["started"] is not None:
         data["start_latency_ms"] = (row["started"] - row["submitted"]) * 1000.0
     return JobView(**data)
+
+
+def _output_view(chunks: list[tuple[int, str, bytes]]) -> JobOutputView:
+    def joined(stream: str) -> str:
+        return base64.b64encode(b"".join(d for _, s, d in chunks if s == stream)).decode()
+
+    return JobOutputView(stdout=joined("stdout"), stderr=joined("stderr"))
 
 
 async def _principal(  # async: FastAPI would run a plain def in a worker thread per call
@@ -246,7 +254,11 @@ def create_app(broker: Broker) -> FastAPI:
         who: Caller,
         response: Response,
         idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+        wait: Annotated[float, Query(ge=0, le=300)] = 0.0,
     ) -> JobView:
+        """Submit a job. With ``wait=S``, the reply comes when the job finishes (with its
+        whole output) or after S seconds (the job as it is then): one round trip for a
+        short call."""
         tenant = tenant_of(who)
         prof = sched.profiles.get(body.profile)
         if prof is None:
@@ -267,9 +279,10 @@ def create_app(broker: Broker) -> FastAPI:
             )
         _check_shape(body, prof.core.gpus, len(sched.gpus))
         if body.code_digest is not None and not broker.store.has_code(body.code_digest):
+            # 404 naming the field: the client uploads the archive and submits again
             raise ApiError(
-                422,
-                "invalid",
+                404,
+                "unknown_code",
                 f"body.code_digest: no code uploaded with digest {body.code_digest}",
                 "body.code_digest",
             )
@@ -289,7 +302,12 @@ def create_app(broker: Broker) -> FastAPI:
         row, created = sched.submit(tenant, req, idempotency_key)
         if not created:
             response.status_code = 200
-        return _job_view(row)
+        if wait > 0 and row["state"] != "finished":
+            row = await sched.wait(row["id"], wait) or row
+        view = _job_view(row)
+        if wait > 0 and row["state"] == "finished":
+            view.output = _output_view(broker.store.output(row["id"]))
+        return view
 
     @app.get("/v1/jobs", response_model=list[JobView])
     async def list_jobs(

@@ -6,6 +6,11 @@
         job = c.run("plain", ["python", "-c", "print(1)"], reuse_tag="loop-7")
         print(job.result().exit_code, job.logs())
 
+A submit waits up to ``wait_s`` (default 1 s) for the job to finish: a short call is then
+one round trip, its reply carrying the exit and the whole output; a longer job returns its
+handle when ``wait_s`` passes, and ``result``/``stream`` go on from there. Code is sent by
+digest in the submit and uploaded only when the broker answers that it lacks it.
+
 Every call is retry-safe: a submit carries an idempotency key (the same key on every retry,
 so a lost reply never runs a job twice), reads are idempotent, and transport errors and 5xx
 replies are retried with backoff. Errors are typed (:class:`InvalidRequest` names the field).
@@ -30,6 +35,8 @@ import httpx
 
 _RETRIES = 4
 _FINISHED = "finished"
+DEFAULT_WAIT_S = 1.0
+_CODE_FIELD = "body.code_digest"
 
 
 class StokerError(Exception):
@@ -176,6 +183,56 @@ def _job_body(
     return body
 
 
+@dataclass(frozen=True, slots=True)
+class _Submit:
+    """One submit, ready to send (and to send again after a code upload)."""
+
+    code: bytes | None
+    body: dict[str, Any]
+    params: dict[str, float]
+    headers: dict[str, str]
+
+    def kwargs(self) -> dict[str, Any]:
+        return {"json": self.body, "params": self.params, "headers": self.headers}
+
+    def needs_upload(self, exc: StokerError) -> bool:
+        """The broker refused the submit because it lacks this code (upload, then again)."""
+        return self.code is not None and isinstance(exc, NotFound) and exc.field == _CODE_FIELD
+
+
+def _submit(
+    profile: str,
+    argv: list[str],
+    reuse_tag: str | None,
+    code: bytes | str | Path | None,
+    deps: list[str] | None,
+    env: dict[str, str] | None,
+    timeout_s: float | None,
+    shape: JobShape,
+    wait_s: float,
+    idempotency_key: str | None,
+) -> _Submit:
+    if isinstance(argv, str):
+        raise TypeError(
+            f"argv must be a list of strings, not a string: pass {argv.split()!r}"
+            " (or shlex.split(...) for a shell-quoted line)"
+        )
+    data = _code_bytes(code)
+    digest = None if data is None else hashlib.sha256(data).hexdigest()
+    body = _job_body(profile, argv, reuse_tag, digest, deps, env, timeout_s, shape)
+    # the same key on every retry and on the resubmit after an upload: never two jobs
+    headers = {"Idempotency-Key": idempotency_key or uuid.uuid4().hex}
+    return _Submit(data, body, {"wait": wait_s} if wait_s > 0 else {}, headers)
+
+
+def _inline_output(row: dict[str, Any]) -> list[tuple[str, bytes]] | None:
+    """The output a waited submit carried (None when the job had not finished)."""
+    out = row.pop("output", None)
+    if out is None:
+        return None
+    return [(s, base64.b64decode(out[s])) for s in ("stdout", "stderr")]
+
+
 def _check_wait(
     row: dict[str, Any], seen: int, raise_preempted: bool, deadline: float | None, timeout_s: Any
 ) -> bool:
@@ -239,6 +296,7 @@ class Job:
 
     def __init__(self, client: Client, row: dict[str, Any]) -> None:
         self.client = client
+        self._output = _inline_output(row)  # set when the submit waited for the end
         self.id: str = row["id"]
         self.info = row
         # called with the job's row when the stream says it was preempted and re-queued
@@ -279,7 +337,10 @@ class Job:
         return b"".join(d for _, d in self.stream(follow=False)).decode(errors="replace")
 
     def result(self, timeout_s: float | None = None) -> JobResult:
-        """Wait for the job, then its exit and output."""
+        """Wait for the job, then its exit and output (no further call when the submit's
+        reply carried them)."""
+        if self._output is not None:
+            return _result(self.info, self._output)
         row = self.wait(timeout_s)
         return _result(row, list(self.stream(follow=False)))
 
@@ -346,14 +407,23 @@ class Client:
         env: dict[str, str] | None = None,
         timeout_s: float | None = None,
         shape: JobShape = JobShape(),
+        wait_s: float = DEFAULT_WAIT_S,
+        idempotency_key: str | None = None,
     ) -> Job:
-        """Submit a job; returns at once with its handle. ``shape``: its class, workers and
-        GPUs (default: a one-worker pool job in the profile's shape)."""
-        data = _code_bytes(code)
-        digest = self.upload(data) if data is not None else None
-        body = _job_body(profile, argv, reuse_tag, digest, deps, env, timeout_s, shape)
-        key = uuid.uuid4().hex
-        row = self._request("POST", "/v1/jobs", json=body, headers={"Idempotency-Key": key})
+        """Submit a job (``argv`` a list: a string is a TypeError); returns its handle when
+        it finishes or after ``wait_s`` (0: at once). ``shape``: its class, workers and GPUs
+        (default: a one-worker pool job in the profile's shape). ``idempotency_key``: the
+        same key gives the same job (default: a fresh key per call)."""
+        sub = _submit(
+            profile, argv, reuse_tag, code, deps, env, timeout_s, shape, wait_s, idempotency_key
+        )
+        try:
+            row = self._request("POST", "/v1/jobs", **sub.kwargs())
+        except StokerError as exc:
+            if not sub.needs_upload(exc):
+                raise
+            self._request("POST", "/v1/code", content=sub.code)
+            row = self._request("POST", "/v1/jobs", **sub.kwargs())
         return Job(self, row)
 
     def get(self, job_id: str) -> dict[str, Any]:
@@ -394,6 +464,7 @@ class AsyncJob:
 
     def __init__(self, client: AsyncClient, row: dict[str, Any]) -> None:
         self.client = client
+        self._output = _inline_output(row)
         self.id: str = row["id"]
         self.info = row
         self.on_requeue: Callable[[dict[str, Any]], None] | None = None
@@ -433,6 +504,8 @@ class AsyncJob:
         return b"".join([d async for _, d in self.stream(follow=False)]).decode(errors="replace")
 
     async def result(self, timeout_s: float | None = None) -> JobResult:
+        if self._output is not None:
+            return _result(self.info, self._output)
         row = await self.wait(timeout_s)
         return _result(row, [c async for c in self.stream(follow=False)])
 
@@ -504,12 +577,19 @@ class AsyncClient:
         env: dict[str, str] | None = None,
         timeout_s: float | None = None,
         shape: JobShape = JobShape(),
+        wait_s: float = DEFAULT_WAIT_S,
+        idempotency_key: str | None = None,
     ) -> AsyncJob:
-        data = _code_bytes(code)
-        digest = await self.upload(data) if data is not None else None
-        body = _job_body(profile, argv, reuse_tag, digest, deps, env, timeout_s, shape)
-        key = uuid.uuid4().hex
-        row = await self._request("POST", "/v1/jobs", json=body, headers={"Idempotency-Key": key})
+        sub = _submit(
+            profile, argv, reuse_tag, code, deps, env, timeout_s, shape, wait_s, idempotency_key
+        )
+        try:
+            row = await self._request("POST", "/v1/jobs", **sub.kwargs())
+        except StokerError as exc:
+            if not sub.needs_upload(exc):
+                raise
+            await self._request("POST", "/v1/code", content=sub.code)
+            row = await self._request("POST", "/v1/jobs", **sub.kwargs())
         return AsyncJob(self, row)
 
     async def get(self, job_id: str) -> dict[str, Any]:
@@ -553,5 +633,6 @@ __all__ = [
     "NotFound",
     "PermissionDenied",
     "StokerError",
+    "DEFAULT_WAIT_S",
     "pack_code",
 ]
