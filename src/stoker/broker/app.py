@@ -25,8 +25,8 @@ import stoker
 from stoker.api.models import (
     CodeUploaded,
     ErrorBody,
-    JobOutputView,
     Health,
+    JobOutputView,
     JobSubmit,
     JobView,
     PodView,

@@ -619,6 +619,7 @@ class AsyncClient:
 
 
 __all__ = [
+    "DEFAULT_WAIT_S",
     "AsyncClient",
     "AsyncJob",
     "AuthenticationError",
@@ -633,6 +634,5 @@ __all__ = [
     "NotFound",
     "PermissionDenied",
     "StokerError",
-    "DEFAULT_WAIT_S",
     "pack_code",
 ]
