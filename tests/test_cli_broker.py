@@ -45,6 +45,10 @@ def test_run_streams_and_exits_with_the_jobs_code(env: dict[str, str], tmp_path:
         app, ["run", "-p", "plain", "--json", "--", "python", "-c", "pass"], env=env
     )
     assert res.exit_code == 0 and json.loads(res.stdout)["state"] == "finished"
+    res = runner.invoke(
+        app, ["run", "-p", "plain", "--json", "--", "python", "-c", "print('x')"], env=env
+    )
+    assert (json.loads(res.stdout)["stdout"], json.loads(res.stdout)["stderr"]) == ("x\n", "")
 
 
 def test_ps_and_pods_json(env: dict[str, str]) -> None:
@@ -91,3 +95,4 @@ def test_bench_local_writes_results(tmp_path: Path) -> None:
     for key in ("warm", "cold", "standby", "throughput"):
         assert key in plain
     assert plain["warm"]["n"] == 5 and plain["idle_rss_mb"] > 0
+    assert plain["client"]["n"] == 5 and plain["client"]["call_ms_p50"] > 0

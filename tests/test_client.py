@@ -166,3 +166,69 @@ def test_argv_string_is_a_type_error_and_key_is_callers(broker: EmbeddedBroker, 
         a = c.run("plain", ["python", "-c", "print(7)"], idempotency_key="call-7")
         b = c.run("plain", ["python", "-c", "print(7)"], idempotency_key="call-7")
         assert a.id == b.id and b.result(60).stdout == b"7\n"
+
+
+def test_labels_stored_returned_and_filtered(broker: EmbeddedBroker, token: str) -> None:
+    with stoker.Client(broker.url, token) as c:
+        a = c.run("plain", ["true"], labels={"exp": "e1", "run": "3"}).result(60)
+        b = c.run("plain", ["true"], labels={"exp": "e2"}).result(60)
+        assert c.get(a.id)["labels"] == {"exp": "e1", "run": "3"}
+        assert [j["id"] for j in c.jobs(labels={"exp": "e1"})] == [a.id]
+        assert [j["id"] for j in c.jobs(labels={"exp": "e2"})] == [b.id]
+        assert c.jobs(labels={"exp": "e1", "run": "4"}) == []
+        with pytest.raises(InvalidRequest) as bad:
+            c.run("plain", ["true"], labels={"bad key": "x"})
+        assert bad.value.field == "body.labels"
+        r = c._http.get("/v1/jobs", params={"label": "novalue"})
+        assert r.status_code == 422 and r.json()["field"] == "query.label"
+
+
+def test_session_files_and_runs_share_one_pod(broker: EmbeddedBroker, token: str) -> None:
+    big = bytes(range(256)) * 1200  # 300 KiB: written in several chunks
+    with stoker.Client(broker.url, token) as c, c.session("plain") as s:
+        s.files.write("data.bin", big)
+        res = s.run(["python", "-c", "print(len(open('data.bin', 'rb').read()))"])
+        assert res.stdout == b"307200\n" and not s.pod_lost
+        assert s.files.read("data.bin") == big
+        s.files.write("note.txt", "hé")
+        assert s.files.read("note.txt") == "hé".encode()
+        assert s.pod is not None and not s.lost
+        with pytest.raises(stoker.SessionFileError, match=r"missing\.txt"):
+            s.files.read("missing.txt")
+        with pytest.raises(TypeError):
+            s.run("ls")  # type: ignore[arg-type]
+    # another tenant's session cannot read this one's files: a tag is per tenant
+    with stoker.Client(broker.url, broker.admin_token) as admin:
+        other = admin.create_tenant("sdk-other")
+    with stoker.Client(broker.url, other) as c2, c2.session("plain", reuse_tag=s.reuse_tag) as s2:
+        with pytest.raises(stoker.SessionFileError):
+            s2.files.read("data.bin")
+        assert s2.pod != s.pod
+
+
+def test_session_says_when_its_pod_was_lost(tmp_path: Path) -> None:
+    cfg = BrokerConfig(
+        data_dir=tmp_path / "data",
+        profiles=[BrokerProfile.simple("plain")],
+        gpu_slots=1,
+        keepalive_s=0.5,
+    )
+    seen: list[stoker.PodLost] = []
+
+    async def main(url: str, token: str) -> None:
+        async with (
+            stoker.AsyncClient(url, token) as c,
+            c.session("plain", on_pod_lost=seen.append) as s,
+        ):
+            await s.files.write("state.txt", b"step 1")
+            first = s.pod
+            assert await s.files.read("state.txt") == b"step 1" and not s.pod_lost
+            await asyncio.sleep(3)  # past the keep-alive: the pod is stopped
+            res = await s.run(["python", "-c", "import os; print(os.path.exists('state.txt'))"])
+            assert res.stdout == b"False\n" and s.pod_lost
+            assert seen == [stoker.PodLost(first, s.pod)] and s.pod != first
+
+    with EmbeddedBroker(cfg) as eb:
+        with stoker.Client(eb.url, eb.admin_token) as admin:
+            token = admin.create_tenant("lost")
+        asyncio.run(main(eb.url, token))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
@@ -9,6 +10,27 @@ from pydantic import BaseModel, Field, field_validator
 JobClass = Literal["pool", "hp", "spot"]
 """``pool``: served from warm pools; ``hp``: guaranteed, never preempted; ``spot``:
 preemptible, admitted under the spot quota, promised ``guarantee_s`` of run time."""
+
+_LABEL_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}$")
+
+
+def check_label(key: str, value: str) -> None:
+    """A label key is 1-63 of ``A-Za-z0-9_.-/`` (first alphanumeric); a value at most 200
+    characters, no ``=`` in the key (``k=v`` is how labels are written on the CLI)."""
+    if not _LABEL_KEY.match(key):
+        raise ValueError(f"bad label key {key!r}: 1-63 of A-Za-z0-9_.-/, first alphanumeric")
+    if len(value) > 200 or "\x00" in value:
+        raise ValueError(f"label {key}: value over 200 characters or with a NUL byte")
+
+
+def parse_label(item: str) -> tuple[str, str]:
+    """``k=v`` as (k, v); ValueError naming what is wrong."""
+    key, sep, value = item.partition("=")
+    if not sep:
+        raise ValueError(f"expected k=v, got {item!r}")
+    check_label(key, value)
+    return key, value
+
 
 _ENV_KEY_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
@@ -30,6 +52,15 @@ class JobSubmit(BaseModel):
     gpus: float | None = Field(default=None, gt=0, le=64)
     # spot only: the run time promised with probability g (None: the broker's default)
     guarantee_s: float | None = Field(default=None, gt=0, le=7 * 86400)
+    # the tenant's own tags, returned with the job and filtered on in ``GET /v1/jobs``
+    labels: dict[str, str] = Field(default_factory=dict, max_length=32)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            check_label(key, value)
+        return v
 
     @field_validator("gpus")
     @classmethod
@@ -97,6 +128,7 @@ class JobView(BaseModel):
     guarantee_succeeded: int = 0
     guarantee_failed: int = 0
     start_latency_ms: float | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
     # only in a submit's reply that waited (``?wait=S``) for a job that finished meanwhile
     output: JobOutputView | None = None
 

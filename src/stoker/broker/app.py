@@ -34,6 +34,7 @@ from stoker.api.models import (
     ProfileView,
     TenantCreate,
     TenantCreated,
+    parse_label,
 )
 from stoker.broker.auth import Authenticator, AuthError, Principal, check_tenant_name
 from stoker.broker.config import BrokerConfig
@@ -118,6 +119,7 @@ def _check_shape(body: JobSubmit, profile_gpus: int, capacity: int) -> None:
 
 def _job_view(row: dict[str, Any]) -> JobView:
     data = {k: row[k] for k in JOB_FIELDS}
+    data["labels"] = data["labels"] or {}
     if row["started"] is not None:
         data["start_latency_ms"] = (row["started"] - row["submitted"]) * 1000.0
     return JobView(**data)
@@ -298,6 +300,7 @@ def create_app(broker: Broker) -> FastAPI:
             workers=body.workers,
             gpus=body.gpus,
             guarantee_s=body.guarantee_s,
+            labels=dict(body.labels),
         )
         row, created = sched.submit(tenant, req, idempotency_key)
         if not created:
@@ -315,7 +318,15 @@ def create_app(broker: Broker) -> FastAPI:
         state: Annotated[list[str], Query()] = [],  # noqa: B006 - FastAPI reads it, never mutates
         tenant: str | None = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        label: Annotated[list[str], Query()] = [],  # noqa: B006 - k=v, every one must match
     ) -> list[JobView]:
+        wanted: dict[str, str] = {}
+        for item in label:
+            try:
+                key, value = parse_label(item)
+            except ValueError as exc:
+                raise ApiError(422, "invalid", f"query.label: {exc}", "query.label") from exc
+            wanted[key] = value
         if who.admin:
             if tenant is not None and tenant not in broker.store.tenant_names():
                 raise ApiError(
@@ -328,7 +339,7 @@ def create_app(broker: Broker) -> FastAPI:
                     422, "invalid", f"query.tenant: unknown tenant {tenant!r}", "query.tenant"
                 )
             scope = who.tenant
-        return [_job_view(r) for r in broker.store.list_jobs(scope, tuple(state), limit)]
+        return [_job_view(r) for r in broker.store.list_jobs(scope, tuple(state), limit, wanted)]
 
     @app.get("/v1/jobs/{job_id}", response_model=JobView)
     async def get_job(job_id: str, who: Caller) -> JobView:

@@ -58,14 +58,17 @@ def _loop(
     return time.perf_counter() - t0, rows
 
 
-def _client_calls(client: Client, profile: str, n: int, wait_s: float) -> list[float]:
-    """Client wall time (ms) of ``n`` trivial calls ``run(...).result()`` into one warm pod:
-    what an agent's tool call costs end to end, beside the broker-measured start."""
-    took = []
+def _client_calls(client: Client, profile: str, n: int) -> dict[float, list[float]]:
+    """Client wall time (ms) of trivial calls ``run(...).result()`` into one warm pod (what
+    an agent's tool call costs end to end, beside the broker-measured start): ``n`` with the
+    submit waiting for the end (one round trip) and ``n`` with ``wait_s=0`` (submit,
+    long-poll, output: the three calls it replaced), interleaved so both see the same load."""
+    took: dict[float, list[float]] = {DEFAULT_WAIT_S: [], 0.0: []}
     for _ in range(n):
-        t0 = time.perf_counter()
-        client.run(profile, TRIVIAL, reuse_tag="warm", wait_s=wait_s).result(120)
-        took.append((time.perf_counter() - t0) * 1000.0)
+        for wait_s, out in took.items():
+            t0 = time.perf_counter()
+            client.run(profile, TRIVIAL, reuse_tag="warm", wait_s=wait_s).result(120)
+            out.append((time.perf_counter() - t0) * 1000.0)
     return took
 
 
@@ -214,10 +217,8 @@ def _bench_profile(
         with _tenant_client(bp.url, bp.admin_token, "bench") as c:
             _, cold = _loop(c, name, cold_n, lambda i: f"cold-{uuid.uuid4().hex}", TRIVIAL)
             _, warm = _loop(c, name, warm_n + 1, lambda i: "warm", TRIVIAL)
-            # one round trip (the submit waits for the end and carries the output) against
-            # the submit, long-poll and output calls it replaced (wait_s=0)
-            one = _client_calls(c, name, warm_n, DEFAULT_WAIT_S)
-            three = _client_calls(c, name, warm_n, 0.0)
+            calls = _client_calls(c, name, warm_n)
+        one, three = calls[DEFAULT_WAIT_S], calls[0.0]
         res["idle_rss_mb"] = bp.rss_mb()
         res["client"] = {
             "n": len(one),

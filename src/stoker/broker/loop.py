@@ -90,6 +90,7 @@ class JobRequest:
     workers: int = 1
     gpus: float | None = None  # per worker; None: the profile's
     guarantee_s: float | None = None  # spot only; None: the core's default
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
@@ -358,6 +359,7 @@ class Scheduler:
             "code_digest": req.code_digest,
             "deps": list(req.deps),
             "env": dict(req.env),
+            "labels": dict(req.labels),
             "timeout_s": req.timeout_s,
             "state": JobState.QUEUED.value,
             "path": None,

@@ -57,6 +57,7 @@ jobs = sa.Table(
     sa.Column("requeue_reason", sa.String(32)),
     sa.Column("guarantee_succeeded", sa.Integer, nullable=False, default=0),
     sa.Column("guarantee_failed", sa.Integer, nullable=False, default=0),
+    sa.Column("labels", sa.JSON, nullable=False, default=dict),
 )
 job_output = sa.Table(
     "job_output",
@@ -177,13 +178,20 @@ class Store:
         return None if row is None else dict(row._mapping)
 
     def list_jobs(
-        self, tenant: str | None, states: tuple[str, ...] = (), limit: int = 100
+        self,
+        tenant: str | None,
+        states: tuple[str, ...] = (),
+        limit: int = 100,
+        labels: dict[str, str] | None = None,
     ) -> list[dict[str, Any]]:
+        """Newest first; only jobs carrying every ``labels`` key with that value."""
         q = sa.select(jobs).order_by(jobs.c.submitted.desc()).limit(limit)
         if tenant is not None:
             q = q.where(jobs.c.tenant == tenant)
         if states:
             q = q.where(jobs.c.state.in_(states))
+        for key, value in (labels or {}).items():
+            q = q.where(jobs.c.labels[key].as_string() == value)
         with self.engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(q)]
 

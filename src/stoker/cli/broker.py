@@ -150,10 +150,14 @@ def run(
                 env=envs,
                 timeout_s=timeout,
                 shape=shape,
+                wait_s=0,  # streamed live from the start, every re-queue notice heard
             )
             job.on_requeue = preempted
+            captured: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
             for stream, data in job.stream():
-                if not as_json:
+                if as_json:
+                    captured[stream].append(data)
+                else:
                     out = sys.stdout if stream == "stdout" else sys.stderr
                     out.buffer.write(data)
                     out.flush()
@@ -161,7 +165,8 @@ def run(
     except StokerError as exc:
         _fail(str(exc))
     if as_json:
-        typer.echo(json.dumps(row))
+        text = {k: b"".join(v).decode(errors="replace") for k, v in captured.items()}
+        typer.echo(json.dumps({**row, **text}))
     elif row["failure"] not in (None, "user_error"):
         typer.echo(f"stoker: job {row['id']} failed: {row['failure']}", err=True)
     code_ = row["exit_code"]

@@ -94,6 +94,7 @@ class JobResult:
     stdout: bytes
     stderr: bytes
     requeues: int = 0  # times it was preempted (evicted and run again)
+    pods: tuple[str, ...] = ()  # the pods it ran in (rank i in the i-th)
 
     @property
     def ok(self) -> bool:
@@ -162,6 +163,7 @@ def _job_body(
     env: dict[str, str] | None,
     timeout_s: float | None,
     shape: JobShape,
+    labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "profile": profile,
@@ -172,6 +174,7 @@ def _job_body(
         "env": dict(env or {}),
         "job_class": shape.job_class,
         "workers": shape.workers,
+        "labels": dict(labels or {}),
     }
     optional = {
         "code_digest": digest,
@@ -211,6 +214,7 @@ def _submit(
     shape: JobShape,
     wait_s: float,
     idempotency_key: str | None,
+    labels: dict[str, str] | None,
 ) -> _Submit:
     if isinstance(argv, str):
         raise TypeError(
@@ -219,10 +223,20 @@ def _submit(
         )
     data = _code_bytes(code)
     digest = None if data is None else hashlib.sha256(data).hexdigest()
-    body = _job_body(profile, argv, reuse_tag, digest, deps, env, timeout_s, shape)
+    body = _job_body(profile, argv, reuse_tag, digest, deps, env, timeout_s, shape, labels)
     # the same key on every retry and on the resubmit after an upload: never two jobs
     headers = {"Idempotency-Key": idempotency_key or uuid.uuid4().hex}
     return _Submit(data, body, {"wait": wait_s} if wait_s > 0 else {}, headers)
+
+
+def _jobs_query(
+    states: list[str] | None, limit: int, labels: dict[str, str] | None
+) -> dict[str, Any]:
+    return {
+        "state": states or [],
+        "limit": limit,
+        "label": [f"{k}={v}" for k, v in (labels or {}).items()],
+    }
 
 
 def _inline_output(row: dict[str, Any]) -> list[tuple[str, bytes]] | None:
@@ -261,6 +275,7 @@ def _result(row: dict[str, Any], out: list[tuple[str, bytes]]) -> JobResult:
         b"".join(d for s, d in out if s == "stdout"),
         b"".join(d for s, d in out if s == "stderr"),
         int(row.get("requeues", 0)),
+        tuple(row.get("pods") or ()),
     )
 
 
@@ -409,13 +424,25 @@ class Client:
         shape: JobShape = JobShape(),
         wait_s: float = DEFAULT_WAIT_S,
         idempotency_key: str | None = None,
+        labels: dict[str, str] | None = None,
     ) -> Job:
         """Submit a job (``argv`` a list: a string is a TypeError); returns its handle when
         it finishes or after ``wait_s`` (0: at once). ``shape``: its class, workers and GPUs
         (default: a one-worker pool job in the profile's shape). ``idempotency_key``: the
-        same key gives the same job (default: a fresh key per call)."""
+        same key gives the same job (default: a fresh key per call). ``labels``: your own
+        tags, returned with the job and filtered on by :meth:`jobs`."""
         sub = _submit(
-            profile, argv, reuse_tag, code, deps, env, timeout_s, shape, wait_s, idempotency_key
+            profile,
+            argv,
+            reuse_tag,
+            code,
+            deps,
+            env,
+            timeout_s,
+            shape,
+            wait_s,
+            idempotency_key,
+            labels,
         )
         try:
             row = self._request("POST", "/v1/jobs", **sub.kwargs())
@@ -429,10 +456,14 @@ class Client:
     def get(self, job_id: str) -> dict[str, Any]:
         return dict(self._request("GET", f"/v1/jobs/{job_id}"))
 
-    def jobs(self, states: list[str] | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        return list(
-            self._request("GET", "/v1/jobs", params={"state": states or [], "limit": limit})
-        )
+    def jobs(
+        self,
+        states: list[str] | None = None,
+        limit: int = 100,
+        labels: dict[str, str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Your jobs, newest first: only ``states``, only those with every label given."""
+        return list(self._request("GET", "/v1/jobs", params=_jobs_query(states, limit, labels)))
 
     def pods(self) -> list[dict[str, Any]]:
         return list(self._request("GET", "/v1/pods"))
@@ -454,6 +485,16 @@ class Client:
 
     def health(self) -> dict[str, Any]:
         return dict(self._request("GET", "/v1/health"))
+
+    def session(
+        self,
+        profile: str,
+        reuse_tag: str | None = None,
+        on_pod_lost: Callable[[PodLost], None] | None = None,
+    ) -> Session:
+        """Calls sharing one warm pod: ``with client.session("plain") as s: s.run([...])``
+        (a fresh reuse tag unless ``reuse_tag`` is given)."""
+        return Session(self, profile, reuse_tag, on_pod_lost)
 
 
 # ----------------------------------------------------------------------------- async
@@ -579,9 +620,20 @@ class AsyncClient:
         shape: JobShape = JobShape(),
         wait_s: float = DEFAULT_WAIT_S,
         idempotency_key: str | None = None,
+        labels: dict[str, str] | None = None,
     ) -> AsyncJob:
         sub = _submit(
-            profile, argv, reuse_tag, code, deps, env, timeout_s, shape, wait_s, idempotency_key
+            profile,
+            argv,
+            reuse_tag,
+            code,
+            deps,
+            env,
+            timeout_s,
+            shape,
+            wait_s,
+            idempotency_key,
+            labels,
         )
         try:
             row = await self._request("POST", "/v1/jobs", **sub.kwargs())
@@ -595,8 +647,13 @@ class AsyncClient:
     async def get(self, job_id: str) -> dict[str, Any]:
         return dict(await self._request("GET", f"/v1/jobs/{job_id}"))
 
-    async def jobs(self, states: list[str] | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        params = {"state": states or [], "limit": limit}
+    async def jobs(
+        self,
+        states: list[str] | None = None,
+        limit: int = 100,
+        labels: dict[str, str] | None = None,
+    ) -> list[dict[str, Any]]:
+        params = _jobs_query(states, limit, labels)
         return list(await self._request("GET", "/v1/jobs", params=params))
 
     async def pods(self) -> list[dict[str, Any]]:
@@ -617,11 +674,180 @@ class AsyncClient:
     async def health(self) -> dict[str, Any]:
         return dict(await self._request("GET", "/v1/health"))
 
+    def session(
+        self,
+        profile: str,
+        reuse_tag: str | None = None,
+        on_pod_lost: Callable[[PodLost], None] | None = None,
+    ) -> AsyncSession:
+        """``async with client.session("plain") as s: await s.run([...])``."""
+        return AsyncSession(self, profile, reuse_tag, on_pod_lost)
+
+
+# ----------------------------------------------------------------------------- sessions
+
+# files.write sends a file in chunks of argv (one argument may hold 128 KiB on Linux)
+_CHUNK = 96 * 1024
+_WRITE = (
+    "import base64, sys\n"
+    "with open(sys.argv[1], sys.argv[2]) as f: f.write(base64.b64decode(sys.argv[3]))"
+)
+_READ = (
+    "import base64, sys\n"
+    "try: data = open(sys.argv[1], 'rb').read()\n"
+    "except OSError as e: sys.exit(f'{e.strerror}: {sys.argv[1]}')\n"
+    "sys.stdout.write(base64.b64encode(data).decode())"
+)
+
+
+class SessionFileError(StokerError):
+    """``files.read``/``files.write`` failed in the pod (no such file, no permission)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodLost:
+    """A session's call ran in a pod other than the one before: the warm pod is gone (its
+    keep-alive ran out, it failed, or it was taken back) and its workspace with it."""
+
+    old_pod: str
+    new_pod: str
+
+
+def _write_argvs(path: str, data: bytes) -> list[list[str]]:
+    """The jobs that write ``data`` to ``path``: the first truncates, the rest append."""
+    chunks = [data[i : i + _CHUNK] for i in range(0, len(data), _CHUNK)] or [b""]
+    return [
+        ["python", "-c", _WRITE, path, "wb" if i == 0 else "ab", base64.b64encode(c).decode()]
+        for i, c in enumerate(chunks)
+    ]
+
+
+def _file_result(res: JobResult, what: str, path: str) -> JobResult:
+    if not res.ok:
+        reason = res.stderr.decode(errors="replace").strip().splitlines()[-1:] or [res.failure]
+        raise SessionFileError(f"files.{what} {path}: {reason[0]}")
+    return res
+
+
+class _SessionState:
+    """What sync and async sessions share: the reuse tag, the pod the last call ran in,
+    and the pod-lost check."""
+
+    def __init__(
+        self, profile: str, reuse_tag: str | None, on_pod_lost: Callable[[PodLost], None] | None
+    ) -> None:
+        self.profile = profile
+        self.reuse_tag = reuse_tag or f"session-{uuid.uuid4().hex}"
+        self.pod: str | None = None
+        self.pod_lost = False  # the latest call ran in a new pod (the workspace reset)
+        self.lost: list[PodLost] = []
+        self.on_pod_lost = on_pod_lost
+
+    def _landed(self, res: JobResult) -> JobResult:
+        new = res.pods[0] if res.pods else None
+        self.pod_lost = self.pod is not None and new is not None and new != self.pod
+        if self.pod_lost:
+            assert self.pod is not None and new is not None
+            event = PodLost(self.pod, new)
+            self.lost.append(event)
+            if self.on_pod_lost is not None:
+                self.on_pod_lost(event)
+        self.pod = new or self.pod
+        return res
+
+
+class Session(_SessionState):
+    """Calls that share one warm pod (``client.session(profile)``): ``run``, ``files``.
+    Each call is a job of the session's reuse tag, so it lands in the same pod while the
+    pod's keep-alive holds; ``pod_lost`` (and ``on_pod_lost``) says when it did not."""
+
+    def __init__(
+        self,
+        client: Client,
+        profile: str,
+        reuse_tag: str | None = None,
+        on_pod_lost: Callable[[PodLost], None] | None = None,
+    ) -> None:
+        super().__init__(profile, reuse_tag, on_pod_lost)
+        self.client = client
+        self.files = SessionFiles(self)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass  # the pod stays warm for its keep-alive: a later session of the tag reuses it
+
+    def run(self, argv: list[str], timeout_s: float | None = None, **kw: Any) -> JobResult:
+        """Run ``argv`` in the session's pod and return its result (what :meth:`Client.run`
+        takes, by keyword)."""
+        job = self.client.run(self.profile, argv, reuse_tag=self.reuse_tag, **kw)
+        return self._landed(job.result(timeout_s))
+
+
+class SessionFiles:
+    """Files in the session pod's workspace (the jobs' working directory), moved by jobs
+    in that pod."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def write(self, path: str, data: bytes | str) -> None:
+        raw = data.encode() if isinstance(data, str) else data
+        for argv in _write_argvs(path, raw):
+            _file_result(self.session.run(argv), "write", path)
+
+    def read(self, path: str) -> bytes:
+        res = _file_result(self.session.run(["python", "-c", _READ, path]), "read", path)
+        return base64.b64decode(res.stdout)
+
+
+class AsyncSession(_SessionState):
+    """The asynchronous twin of :class:`Session` (``async with client.session(...)``)."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        profile: str,
+        reuse_tag: str | None = None,
+        on_pod_lost: Callable[[PodLost], None] | None = None,
+    ) -> None:
+        super().__init__(profile, reuse_tag, on_pod_lost)
+        self.client = client
+        self.files = AsyncSessionFiles(self)
+
+    async def __aenter__(self) -> AsyncSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        pass
+
+    async def run(self, argv: list[str], timeout_s: float | None = None, **kw: Any) -> JobResult:
+        job = await self.client.run(self.profile, argv, reuse_tag=self.reuse_tag, **kw)
+        return self._landed(await job.result(timeout_s))
+
+
+class AsyncSessionFiles:
+    """The asynchronous twin of :class:`SessionFiles`."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def write(self, path: str, data: bytes | str) -> None:
+        raw = data.encode() if isinstance(data, str) else data
+        for argv in _write_argvs(path, raw):
+            _file_result(await self.session.run(argv), "write", path)
+
+    async def read(self, path: str) -> bytes:
+        res = await self.session.run(["python", "-c", _READ, path])
+        return base64.b64decode(_file_result(res, "read", path).stdout)
+
 
 __all__ = [
     "DEFAULT_WAIT_S",
     "AsyncClient",
     "AsyncJob",
+    "AsyncSession",
     "AuthenticationError",
     "BrokerUnavailable",
     "Client",
@@ -633,6 +859,9 @@ __all__ = [
     "JobTimeout",
     "NotFound",
     "PermissionDenied",
+    "PodLost",
+    "Session",
+    "SessionFileError",
     "StokerError",
     "pack_code",
 ]
