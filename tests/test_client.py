@@ -88,6 +88,16 @@ def test_code_is_uploaded_once_by_digest(
         assert res.ok and res.stdout == b"from code\n"
 
 
+def test_pack_code_checks_the_size_first(tmp_path: Path) -> None:
+    (tmp_path / "big.bin").write_bytes(b"x" * 5000)
+    (tmp_path / "small.py").write_text("pass\n")
+    with pytest.raises(InvalidRequest, match="5005 bytes") as big:
+        pack_code(tmp_path, max_bytes=4096)
+    assert big.value.field == "code"
+    (tmp_path / ".stokerignore").write_text("*.bin\n")
+    assert pack_code(tmp_path, max_bytes=4096)  # the ignored file no longer counts
+
+
 def test_typed_errors(broker: EmbeddedBroker, token: str) -> None:
     with stoker.Client(broker.url, token) as c:
         with pytest.raises(InvalidRequest) as bad:

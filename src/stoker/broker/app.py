@@ -428,4 +428,14 @@ def create_app(broker: Broker) -> FastAPI:
             raise ApiError(409, "conflict", f"body.{exc}", "body.name") from exc
         return TenantCreated(name=body.name, token=token)
 
+    @app.delete("/v1/tenants/{name}", status_code=204)
+    async def delete_tenant(name: str, who: Caller) -> Response:
+        admin_only(who)
+        try:
+            broker.auth.delete_tenant(name)
+        except StoreError as exc:
+            status, error = (404, "not_found") if "no tenant" in str(exc) else (409, "conflict")
+            raise ApiError(status, error, str(exc), "name") from exc
+        return Response(status_code=204)
+
     return app

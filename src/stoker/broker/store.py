@@ -150,6 +150,21 @@ class Store:
                 tenants.insert().values(name=name, token_hash=token_hash, created=time.time())
             )
 
+    def delete_tenant(self, name: str) -> None:
+        """Remove a tenant (its token stops working); refused while it has unfinished
+        jobs. Its finished jobs stay as history."""
+        with self.transaction() as conn:
+            if not conn.execute(sa.select(tenants.c.name).where(tenants.c.name == name)).first():
+                raise StoreError(f"name: no tenant {name!r}")
+            busy = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(jobs)
+                .where(jobs.c.tenant == name, jobs.c.state != "finished")
+            ).scalar()
+            if busy:
+                raise StoreError(f"name: tenant {name!r} has {busy} unfinished jobs; cancel them")
+            conn.execute(tenants.delete().where(tenants.c.name == name))
+
     def tenant_by_hash(self, token_hash: str) -> str | None:
         with self.engine.connect() as conn:
             row = conn.execute(

@@ -23,6 +23,7 @@ _COMMAND_MODULES = (
     "stoker.cli.forecast",
     "stoker.cli.traces",
     "stoker.cli.broker",
+    "stoker.cli.jobs",
 )
 
 for _name in _COMMAND_MODULES:

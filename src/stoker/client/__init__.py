@@ -101,28 +101,85 @@ class JobResult:
         return self.exit_code == 0 and self.failure is None
 
 
+_URL_SHAPE = "the broker's root, like http://127.0.0.1:8765 (no path, no /v1)"
+
+
+def _base_url(url: str) -> str:
+    """``url`` without a trailing slash; InvalidRequest (field ``url``) when it cannot be a
+    broker's root URL."""
+    parsed = httpx.URL(url)
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise InvalidRequest(f"url: {url!r} is not a URL; it should be {_URL_SHAPE}", field="url")
+    return url.rstrip("/")
+
+
 def _raise_for(resp: httpx.Response) -> None:
     if resp.status_code < 400:
         return
+    body: Any = None
     try:
         body = resp.json()
         message, field = str(body.get("message", body)), body.get("field")
     except (ValueError, AttributeError):
         message, field = resp.text, None
+    if resp.status_code in (404, 405) and not (isinstance(body, dict) and "error" in body):
+        # not one of the broker's own errors: nothing answers this path
+        raise InvalidRequest(
+            f"url: no stoker API at {resp.request.url}; the URL should be {_URL_SHAPE}",
+            resp.status_code,
+            "url",
+        )
     cls = {401: AuthenticationError, 403: PermissionDenied, 404: NotFound}.get(
         resp.status_code, InvalidRequest if resp.status_code < 500 else BrokerUnavailable
     )
     raise cls(message, resp.status_code, field)
 
 
-def pack_code(path: Path | str) -> bytes:
-    """A directory (or one file) as a reproducible gzipped tar: same tree, same digest."""
+def _unreachable(url: str, method: str, path: str, exc: Exception) -> BrokerUnavailable:
+    return BrokerUnavailable(
+        f"cannot reach the broker at {url} ({method} {path}: {exc or type(exc).__name__});"
+        " start one with `stoker up`, or set STOKER_URL / --url"
+    )
+
+
+MAX_CODE_BYTES = 64 * 1024 * 1024  # the broker's default cap on a code archive
+_IGNORE_FILES = (".gitignore", ".stokerignore")
+
+
+def code_files(root: Path) -> list[Path]:
+    """The files of a code directory, sorted, without those its top-level ``.gitignore``
+    and ``.stokerignore`` exclude (git's rules; ``.git/`` is always left out)."""
+    import pathspec
+
+    lines = [".git/"]
+    for name in _IGNORE_FILES:
+        if (root / name).is_file():
+            lines += (root / name).read_text().splitlines()
+    spec = pathspec.GitIgnoreSpec.from_lines(lines)
+    return sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file() and not spec.match_file(p.relative_to(root).as_posix())
+    )
+
+
+def pack_code(path: Path | str, max_bytes: int = MAX_CODE_BYTES) -> bytes:
+    """A directory (or one file) as a reproducible gzipped tar: same tree, same digest.
+    Files ignored by ``.gitignore``/``.stokerignore`` stay out; a tree over ``max_bytes``
+    (before compression) is refused before anything is packed."""
     root = Path(path)
     if not root.exists():
         raise InvalidRequest(f"code: {root} does not exist", field="code")
+    files = [root] if root.is_file() else code_files(root)
+    size = sum(f.stat().st_size for f in files)
+    if size > max_bytes:
+        raise InvalidRequest(
+            f"code: {root} holds {size} bytes of files, over the {max_bytes}-byte cap"
+            " (leave files out with .stokerignore)",
+            field="code",
+        )
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=6) as tar:
-        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
         for f in files:
             info = tar.gettarinfo(
                 str(f), arcname=f.name if root.is_file() else str(f.relative_to(root))
@@ -376,7 +433,7 @@ class Client:
             cfg = ClientConfig.load()
             url, token = url or cfg.url, token or cfg.token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.url = url.rstrip("/")
+        self.url = _base_url(url)
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
 
     def __enter__(self) -> Client:
@@ -394,7 +451,7 @@ class Client:
                 resp = self._http.request(method, path, **kw)
             except httpx.TransportError as exc:
                 if attempt == _RETRIES:
-                    raise BrokerUnavailable(f"{method} {path}: {exc}") from exc
+                    raise _unreachable(self.url, method, path, exc) from exc
             else:
                 if resp.status_code < 500 or attempt == _RETRIES:
                     _raise_for(resp)
@@ -482,6 +539,11 @@ class Client:
     def create_tenant(self, name: str) -> str:
         """(admin) Add a tenant; returns its token."""
         return str(self._request("POST", "/v1/tenants", json={"name": name})["token"])
+
+    def delete_tenant(self, name: str) -> None:
+        """(admin) Remove a tenant: its token stops working (refused while it has
+        unfinished jobs)."""
+        self._request("DELETE", f"/v1/tenants/{name}")
 
     def health(self) -> dict[str, Any]:
         return dict(self._request("GET", "/v1/health"))
@@ -571,7 +633,7 @@ class AsyncClient:
             cfg = ClientConfig.load()
             url, token = url or cfg.url, token or cfg.token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.url = url.rstrip("/")
+        self.url = _base_url(url)
         self._http = httpx.AsyncClient(
             base_url=self.url, headers=headers, timeout=timeout_s, transport=transport
         )
@@ -591,7 +653,7 @@ class AsyncClient:
                 resp = await self._http.request(method, path, **kw)
             except httpx.TransportError as exc:
                 if attempt == _RETRIES:
-                    raise BrokerUnavailable(f"{method} {path}: {exc}") from exc
+                    raise _unreachable(self.url, method, path, exc) from exc
             else:
                 if resp.status_code < 500 or attempt == _RETRIES:
                     _raise_for(resp)
@@ -670,6 +732,9 @@ class AsyncClient:
 
     async def create_tenant(self, name: str) -> str:
         return str((await self._request("POST", "/v1/tenants", json={"name": name}))["token"])
+
+    async def delete_tenant(self, name: str) -> None:
+        await self._request("DELETE", f"/v1/tenants/{name}")
 
     async def health(self) -> dict[str, Any]:
         return dict(await self._request("GET", "/v1/health"))
