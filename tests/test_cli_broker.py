@@ -192,3 +192,28 @@ def test_bench_local_writes_results(tmp_path: Path) -> None:
         assert key in plain
     assert plain["warm"]["n"] == 5 and plain["idle_rss_mb"] > 0
     assert plain["client"]["n"] == 5 and plain["client"]["call_ms_p50"] > 0
+
+
+def test_client_config_errors_name_the_key_and_file(env: dict[str, str], tmp_path: Path) -> None:
+    runner = CliRunner()
+    conf = tmp_path / "stoker" / "client.toml"
+    conf.parent.mkdir()
+    base = {"XDG_CONFIG_HOME": str(tmp_path), "STOKER_URL": "", "STOKER_TOKEN": ""}
+    cases = [
+        ("tokn = 'x'\n", "unknown key 'tokn'"),
+        ("token = 5\n", "token: Input should be a valid string"),
+        ("url = ['http://h']\n", "url: Input should be a valid string"),
+        ("url = \n", "client config"),
+    ]
+    for text, message in cases:
+        conf.write_text(text)
+        res = runner.invoke(app, ["ps"], env=base)
+        assert res.exit_code == 2, (text, res.output)
+        assert message in res.stderr and str(conf) in res.stderr, res.stderr
+        assert res.stderr.strip().count("\n") == 0
+    # a good file works, and the environment wins over it
+    conf.write_text(f"url = '{env['STOKER_URL']}'\ntoken = 'stk_from_file'\n")
+    res = runner.invoke(app, ["ps", "--json"], env={**base, "STOKER_TOKEN": env["STOKER_TOKEN"]})
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["ps"], env=base)
+    assert res.exit_code == 2 and "unknown token" in res.stderr  # the file's token was sent

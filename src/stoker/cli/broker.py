@@ -24,10 +24,13 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def _client(url: str | None, token: str | None) -> Any:
-    from stoker.api.config import ClientConfig
+    from stoker.api.config import ClientConfig, ConfigError
     from stoker.client import Client
 
-    cfg = ClientConfig.load()
+    try:
+        cfg = ClientConfig.load()
+    except ConfigError as exc:
+        _fail(str(exc))
     tok = token or cfg.token
     if not tok:
         _fail("no token: set STOKER_TOKEN or pass --token")
