@@ -13,6 +13,8 @@ from stoker.core import (
     Cluster,
     Core,
     Event,
+    JobEnded,
+    JobRequeued,
     JobSpec,
     JobSubmitted,
     PodGone,
@@ -65,6 +67,9 @@ class Driver:
                     self.stopping[pid] = None
                 case BindJob(job=jid):
                     self.binding[jid] = None
+                case JobRequeued(job=jid) | JobEnded(job=jid):
+                    self.binding.pop(jid, None)
+                    self.running.pop(jid, None)
         if isinstance(event, RankStarted):
             self.binding.pop(event.job, None)
             self.running[event.job] = None

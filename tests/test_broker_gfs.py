@@ -150,6 +150,7 @@ def test_hp_preempts_spot_which_checkpoints_and_runs_again(
             _wait_for(lambda: "run 1: started" in spot.logs())
             pool = _pool(a)
             assert (pool["capacity"], pool["spot_gpus"], pool["hp_gpus"]) == (1.0, 1.0, 0.0)
+            assert [p["job"] for p in a.pods()] == [spot.id] and b.pods() == []  # its own
             hp = b.run("plain", [PY, "-c", "print('hp ran')"], shape=JobShape("hp", gpus=1.0))
             with pytest.raises(JobPreempted) as preempted:
                 spot.wait(timeout_s=60, raise_preempted=True)

@@ -58,6 +58,7 @@ from stoker.core import (
     RankStarted,
     RecyclePod,
     StartPod,
+    StopPod,
     Tick,
 )
 from stoker.core.gfs import GFSConfig
@@ -232,17 +233,16 @@ class CoreMachine(RuleBasedStateMachine):
                     case JobEnded(job=jid):
                         assert jid not in self.ended, f"{jid} ended twice"
                         self.ended[jid] = None
-                        self.d.binding.pop(jid, None)
-                        self.d.running.pop(jid, None)
                     case JobRequeued(job=jid, reason=Failure.PREEMPTED):
                         job = core.jobs[jid]
                         assert job.job_class is JobClass.SPOT, f"{job.job_class} {jid} evicted"
-                        assert job.state is JobState.QUEUED and not job.pods
-                        self.d.binding.pop(jid, None)
-                        self.d.running.pop(jid, None)
-                    case JobRequeued(job=jid):
-                        self.d.binding.pop(jid, None)
-                        self.d.running.pop(jid, None)
+                        # evicted whole: every pod of the run stopped with it
+                        i = actions.index(a)
+                        killed = actions[actions.index(KillJob(jid, Failure.PREEMPTED)) : i]
+                        stopped = {b.pod for b in killed if isinstance(b, StopPod)}
+                        assert stopped and all(
+                            core.pods[p].history[-1][1] in ("stopping", "gone") for p in stopped
+                        )
                     case KillJob(job=jid, reason=Failure.PREEMPTED):
                         assert core.jobs[jid].job_class is JobClass.SPOT
         self.seen = len(self.d.log)

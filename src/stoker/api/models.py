@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from stoker.api.deps import check_deps
+
 JobClass = Literal["pool", "hp", "spot"]
 """``pool``: served from warm pools; ``hp``: guaranteed, never preempted; ``spot``:
 preemptible, admitted under the spot quota, promised ``guarantee_s`` of run time."""
@@ -77,6 +79,11 @@ class JobSubmit(BaseModel):
         if any("\x00" in a for a in v):
             raise ValueError("argv must not contain NUL bytes")
         return v
+
+    @field_validator("deps")
+    @classmethod
+    def _deps(cls, v: list[str]) -> list[str]:
+        return list(check_deps(v))  # PEP 508 requirements only: no option, path or URL
 
     @field_validator("env")
     @classmethod

@@ -456,7 +456,10 @@ class Scheduler:
         for pod in self.core.pods.values():
             if pod.state is PodState.GONE:
                 continue
-            if tenant is not None and (pod.owner is None or pod.owner[0] != tenant):
+            # a pool pod's owner is its (tenant, tag); an hp or spot pod's, its job's tenant
+            job = self.core.jobs.get(pod.job or pod.pending_job or "")
+            owner = pod.owner[0] if pod.owner else job.spec.tenant if job else None
+            if tenant is not None and owner != tenant:
                 continue
             out.append(
                 {
@@ -464,7 +467,7 @@ class Scheduler:
                     "profile": pod.profile,
                     "state": pod.state.value,
                     "gpus": list(pod.gpus),
-                    "tenant": pod.owner[0] if pod.owner else None,
+                    "tenant": owner,
                     "reuse_tag": pod.owner[1] if pod.owner else None,
                     "job": pod.job,
                     "jobs_run": pod.jobs_run,

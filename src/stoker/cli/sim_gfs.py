@@ -48,7 +48,7 @@ def sim_gfs(
         LOADS,
         Setup,
         SimGFSError,
-        SimResult,
+        TraceResult,
         policy_forecaster,
         prepare_trace,
         scale_spot_load,
@@ -79,7 +79,7 @@ def sim_gfs(
         setup = Setup(days, warm_days, burn_in_days, scale, seed)
         cadence = Cadence(refit_every_min=refit_every_min, query_every_min=query_every_min)
         base, window = prepare_trace(trace, trace_path, setup)
-        runs: dict[str, dict[str, SimResult]] = {}
+        runs: dict[str, dict[str, TraceResult]] = {}
         for level in loads:
             jobs = scale_spot_load(base.jobs, LOADS[level], seed)
             tr = Trace(base.name, base.nodes, jobs, base.source, dict(base.notes))

@@ -220,6 +220,7 @@ class Core:
         self.pods[pod.id] = pod
         for gid in pod.gpus:
             self.cluster.allocate(gid, pod.id, share)
+        self.warm.refresh_cards(pod.gpus)
         return pod
 
     def move_pod(self, pod: Pod, state: PodState, now: float) -> None:
@@ -386,6 +387,7 @@ class Core:
         elif failed is not None:
             if pool:
                 self.warm.pod_failed(pod_id, failed, now, out)
+                self.gangs.reclaimed(pod_id)  # gone all the same: its room is free
             else:
                 self.gangs.pod_failed(pod, failed, now, out)
                 self.warm.room_freed()

@@ -93,6 +93,12 @@ class WarmPools:
         self._drain(now, out)
         self._enforce_budget(now, out)
 
+    def refresh_cards(self, gpus: list[str]) -> None:
+        """Another part's pod took or left these cards: a standby there may no longer (or
+        may now) be promotable."""
+        for gid in gpus:
+            self._refresh_gpu(gid)
+
     def room_freed(self) -> None:
         """Another part's pod left the cluster: a waiting pool job may fit now."""
         self._dirty = True

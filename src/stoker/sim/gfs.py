@@ -59,7 +59,7 @@ class Window:
 
 
 @dataclass
-class SimResult:
+class TraceResult:
     """Per-policy metrics and the quota timeline."""
 
     policy: str
@@ -271,7 +271,7 @@ def simulate(
     timeline_every_s: float = 3600.0,
     progress: Callable[[str], None] | None = None,
     tail_limit_s: float = 400 * DAY_S,
-) -> SimResult:
+) -> TraceResult:
     """Run one preset over the trace's jobs submitted in ``[window.sim_start, window.end)``
     until every one has finished (nothing is dropped; a job still queued ``tail_limit_s``
     after the window is an error, not a silent loss).
@@ -350,7 +350,7 @@ def simulate(
     metrics["events"] = result.events
     metrics["wall_s"] = round(wall, 3)
     metrics["events_per_s"] = round(result.events / wall, 1) if wall > 0 else 0.0
-    return SimResult(spec.name, metrics, workload.timeline)
+    return TraceResult(spec.name, metrics, workload.timeline)
 
 
 def _metrics(

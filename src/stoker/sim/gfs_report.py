@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from stoker.sim.gfs import SimResult
+from stoker.sim.gfs import TraceResult
 
 TABLE_METRICS = (
     "spot.eviction_rate",
@@ -20,7 +20,7 @@ TABLE_METRICS = (
 
 
 def write_results(
-    out: Path, runs: dict[str, dict[str, SimResult]], meta: dict[str, object]
+    out: Path, runs: dict[str, dict[str, TraceResult]], meta: dict[str, object]
 ) -> Path:
     """``out/results.json``: per load, per policy, the metrics; plus the run's setup."""
     out.mkdir(parents=True, exist_ok=True)
@@ -36,7 +36,7 @@ def write_results(
     return path
 
 
-def render_table(load: str, by_policy: dict[str, SimResult]) -> object:
+def render_table(load: str, by_policy: dict[str, TraceResult]) -> object:
     """A rich table of one load level's metrics."""
     from rich.table import Table
 
@@ -53,7 +53,7 @@ def render_table(load: str, by_policy: dict[str, SimResult]) -> object:
     return table
 
 
-def plot(out: Path, runs: dict[str, dict[str, SimResult]]) -> list[Path]:
+def plot(out: Path, runs: dict[str, dict[str, TraceResult]]) -> list[Path]:
     """Eviction rate and spot queueing per policy and load; quota vs HP demand over time."""
     import matplotlib
 

@@ -575,6 +575,7 @@ class GangScheduler:
         self.host.move_pod(pod, PodState.GONE, now)
         for gid in pod.gpus:
             self.cluster.release(gid, pod.id)
+        self.host.warm.refresh_cards(pod.gpus)
         self._sync()
         self.reclaimed(pod.id)
 
