@@ -316,3 +316,32 @@ def test_restart_fails_a_lost_pod_with_a_typed_reason(tmp_path: Path) -> None:
         assert eb2.broker is not None and eb2.broker.recovery["lost"] == 1
         job = Api(eb2.url, token).wait(jid, 10)
         assert job["state"] == "finished" and job["failure"] == "pod_died"
+
+
+def test_a_just_finished_job_is_never_read_stale(broker: EmbeddedBroker) -> None:
+    # the loop writes what an event changed at its next turn (one transaction for all); a
+    # read in between (a wait or get handled in the same turn) must see the finished job
+    import asyncio
+
+    from stoker.broker.loop import JobRequest
+
+    a = _tenant(broker, "a")
+    a.run(["true"])  # a warm pod for the caller
+    assert broker.broker is not None and broker._loop is not None
+    sched = broker.broker.scheduler
+
+    async def race() -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
+        held = sched._schedule_flush
+        sched._schedule_flush = lambda: None  # hold the loop's own flush back: the window
+        try:
+            row, _ = sched.submit("a", JobRequest("plain", ("true",), "x"), None)
+            while row["id"] in sched._requests:  # until the core has finished it
+                await asyncio.sleep(0.001)
+            return row["id"], await sched.wait(row["id"], 0), sched.job(row["id"])
+        finally:
+            sched._schedule_flush = held
+
+    job, waited, got = asyncio.run_coroutine_threadsafe(race(), broker._loop).result(30)
+    assert waited is not None and waited["state"] == "finished", waited
+    assert got is not None and got["state"] == "finished", got
+    assert a.http.get(f"/v1/jobs/{job}").json()["exit_code"] == 0

@@ -7,6 +7,7 @@ The broker reads a TOML file (``stoker up --config FILE``)::
     gpu_slots = 2                   # virtual GPU slots where NVML finds none
     gpu_model = "any"               # the GPU pool this host's GPUs belong to
     max_code_bytes = 67108864
+    max_request_bytes = 1048576     # any other request body (a job, a secret)
     keepalive_s = 60                # a fixed keep-alive of 60 s (default: the preset's)
 
     [profiles.plain]
@@ -169,6 +170,7 @@ class BrokerConfig:
     profiles: list[BrokerProfile] = field(default_factory=lambda: [BrokerProfile.simple("plain")])
     gpu_slots: int = 2
     max_code_bytes: int = 64 * 1024 * 1024
+    max_request_bytes: int = 1024 * 1024
     max_timeout_s: float = 24 * 3600.0
     # a fixed keep-alive of this many seconds (unless [policies] keepalive names another
     # kind; then the fitted one's fallback); None: the preset's
@@ -189,6 +191,21 @@ class BrokerConfig:
         return self.data_dir / "admin.token"
 
     @property
+    def secret_key_path(self) -> Path:
+        """The key sealing secrets and env values in the store (mode 600, never in it)."""
+        return self.data_dir / "secret.key"
+
+    @property
+    def lock_path(self) -> Path:
+        """Held by the one broker that owns this data dir and its pods."""
+        return self.data_dir / "broker.lock"
+
+    @property
+    def pid_path(self) -> Path:
+        """The running broker's pid and URL (``stoker down`` reads it)."""
+        return self.data_dir / "broker.pid"
+
+    @property
     def runtime_dir(self) -> Path:
         return self.data_dir / "runtime"
 
@@ -200,7 +217,8 @@ class BrokerConfig:
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"config {path}: {exc}") from exc
         cfg = BrokerConfig()
-        kinds = {"gpu_slots": int, "max_code_bytes": int, "max_timeout_s": float}
+        kinds = {"gpu_slots": int, "max_code_bytes": int, "max_request_bytes": int}
+        kinds |= {"max_timeout_s": float}
         kinds |= {"gpu_model": str, "keepalive_s": float, "no_index": bool}
         tables = ("profiles", "policies", "forecast", "spot")
         known = {"data_dir", "find_links", *kinds, *tables}

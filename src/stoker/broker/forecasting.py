@@ -28,6 +28,12 @@ def minute_of(now_s: float) -> int:
     return int(now_s // 60) - _EPOCH_MIN  # the core's demand meter counts minutes so too
 
 
+def _end_of(now_s: float) -> int:
+    """Where the history the forecaster sees ends: after the minute under way, which counts
+    at its demand so far (a broker that just restarted has stored it, and nothing since)."""
+    return minute_of(now_s) + 1
+
+
 @dataclass(frozen=True, slots=True)
 class TenantForecast:
     """One tenant's forecast hourly HP peaks in one GPU pool, per hour ahead."""
@@ -66,7 +72,7 @@ class HPForecasts:
 
     def refit(self, now_s: float) -> int:
         """Refit on the stored history; returns the series fitted (0: nothing to fit on)."""
-        now_min = minute_of(now_s)
+        now_min = _end_of(now_s)
         hist = self.histories(now_min)
         if not hist:
             return 0
@@ -79,7 +85,7 @@ class HPForecasts:
         fit; a tenant first seen since the last fit is forecast with the unseen-tenant id)."""
         if not self.fitted:
             return []
-        now_min = minute_of(now_s)
+        now_min = _end_of(now_s)
         out = []
         for key, history in self.histories(now_min).items():
             fc = self.forecaster.predict(key, history, now_min, self.cfg.horizon_h)

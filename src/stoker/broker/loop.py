@@ -23,6 +23,7 @@ from typing import Any
 from stoker.broker.config import BrokerConfig, BrokerProfile
 from stoker.broker.forecasting import HPForecasts
 from stoker.broker.metrics import BrokerMetrics
+from stoker.broker.secrets import SecretBox
 from stoker.broker.store import Batch, Store, StoredEvent
 from stoker.core import (
     GPU,
@@ -55,6 +56,15 @@ from stoker.core import (
     StopPod,
     Tick,
 )
+from stoker.core.reconcile import (
+    AgentReport,
+    Await,
+    Finish,
+    Lost,
+    Outcome,
+    Rebind,
+    reconcile_job,
+)
 from stoker.forecast import DEFAULT_FORECASTER
 from stoker.runtime.base import (
     BindRefused,
@@ -85,6 +95,7 @@ class JobRequest:
     code_digest: str | None = None
     deps: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    secrets: tuple[str, ...] = ()  # tenant secrets injected as env at bind
     timeout_s: float = 3600.0
     job_class: str = "pool"
     workers: int = 1
@@ -200,9 +211,11 @@ class Scheduler:
         gpus: list[str],
         metrics: BrokerMetrics | None = None,
         clock: Callable[[], float] = time.time,
+        box: SecretBox | None = None,
     ) -> None:
         self.cfg = cfg
         self.store = store
+        self.box = box or SecretBox(cfg.secret_key_path)
         self.runtime = runtime
         self.metrics = metrics or BrokerMetrics()
         self.clock = clock
@@ -270,6 +283,7 @@ class Scheduler:
         info = getattr(self.runtime, "pod_info", None)
         report = {"adopted": 0, "lost": 0, "orphans_stopped": 0, "rebound": 0, "jobs_lost": 0}
         known: set[str] = set()
+        bound: set[str] = set()  # jobs on adopted active pods, settled once every pod is
         for pod in list(self.core.pods.values()):
             if pod.state is PodState.GONE:
                 continue
@@ -293,23 +307,42 @@ class Scheduler:
                 else:
                     self._feed(PodReady(pod.id))
             elif pod.state is PodState.ACTIVE and pod.job is not None:
-                running = info(pod.id).job if info else None
-                job = self.core.jobs[pod.job]
-                if running == job.id:
-                    pass  # still running: its ranks report as before
-                elif job.state is JobState.BINDING and len(job.pods) == 1:
-                    report["rebound"] += 1
-                    self._carry_out(BindJob(job.id, tuple(job.pods)))
-                elif job.state is not JobState.FINISHED:
-                    # it ran while no broker listened: its exit is lost with it
-                    report["jobs_lost"] += 1
-                    for rank in range(job.spec.workers):
-                        self._feed(RankExited(job.id, rank, -1, Failure.POD_DIED))
+                bound.add(pod.job)
         for pid in sorted(live - known):
             report["orphans_stopped"] += 1
             self._stop(pid)
+        for job_id in sorted(bound):
+            self._reconcile_job(job_id, report)
         self._flush()
         return report
+
+    def _reconcile_job(self, job_id: str, report: dict[str, int]) -> None:
+        """Carry out the core's answer (:func:`reconcile_job`) for a job bound to live pods."""
+        job = self.core.jobs[job_id]
+        if job.state not in (JobState.BINDING, JobState.RUNNING):
+            return  # a lost pod of its gang settled it already
+        info = getattr(self.runtime, "pod_info", None)
+        ranks = {p: _agent_report(info(p)) if info else AgentReport() for p in job.pods}
+        rank = {p: i for i, p in enumerate(job.pods)}
+        match reconcile_job(job_id, job.state, ranks):
+            case Await(settled):
+                # ranks still running, and ranks that ended while no broker listened
+                for p, r in ranks.items():
+                    if r.running == job_id or p in settled:
+                        self._feed(RankStarted(job_id, rank[p], p))
+                for p, outcome in settled.items():
+                    self._feed(RankExited(job_id, rank[p], outcome.exit_code, outcome.failure, p))
+            case Finish(exit_code, failure):
+                for p in job.pods:  # every rank ran and ended while no broker listened
+                    self._feed(RankStarted(job_id, rank[p], p))
+                    self._feed(RankExited(job_id, rank[p], exit_code, failure, p))
+            case Rebind():
+                report["rebound"] += 1
+                self._carry_out(BindJob(job_id, tuple(job.pods)))
+            case Lost(failure):
+                report["jobs_lost"] += 1
+                for p in job.pods:
+                    self._feed(RankExited(job_id, rank[p], -1, failure, p))
 
     async def close(self, stop_pods: bool = False) -> None:
         """Stop the loop; pods keep running for the next broker unless ``stop_pods``."""
@@ -332,9 +365,13 @@ class Scheduler:
 
     # ------------------------------------------------------------------ API calls
 
-    def submit(self, tenant: str, req: JobRequest, key: str | None) -> tuple[dict[str, Any], bool]:
+    def submit(
+        self, tenant: str, req: JobRequest, key: str | None, digest: str | None = None
+    ) -> tuple[dict[str, Any], bool]:
         """Store and submit a job; returns (row, created). A repeated idempotency key gives
-        the job it created the first time."""
+        the job it created the first time (``digest``, the request's keyed digest, is stored
+        so the caller can tell a retry from another job under the same key). Env values are
+        stored sealed."""
         if key is not None:
             row = self.store.job_by_key(tenant, key)
             if row is not None:
@@ -358,7 +395,9 @@ class Scheduler:
             "argv": list(req.argv),
             "code_digest": req.code_digest,
             "deps": list(req.deps),
-            "env": dict(req.env),
+            "env": self.box.seal_env(req.env),
+            "secrets": list(req.secrets),
+            "request_mac": digest,
             "labels": dict(req.labels),
             "timeout_s": req.timeout_s,
             "state": JobState.QUEUED.value,
@@ -372,16 +411,15 @@ class Scheduler:
         }
         self._batch.new_jobs.append(row)
         self._requests[job_id] = row
-        spec = JobSpec(
+        spec = JobSpec(  # the GPU pool is the profile's: this host's gpu_model
             job_id,
             tenant,
             req.profile,
             req.reuse_tag,
             JobClass(req.job_class),
-            req.workers,
-            req.gpus,
-            self.cfg.gpu_model if req.job_class != "pool" else None,
-            req.guarantee_s,
+            workers=req.workers,
+            gpus=req.gpus,
+            guarantee_s=req.guarantee_s,
         )
         self._feed(JobSubmitted(spec), now)
         row["gpus"] = self.core.jobs[job_id].per_worker  # written with the row, in the batch
@@ -398,6 +436,7 @@ class Scheduler:
         row = self._requests.get(job_id)
         if row is not None and not self._batch:
             return self._current(row)  # unfinished and nothing unwritten: memory is the store
+        self._flush()  # a job that just finished is written only at the next flush
         return self.store.get_job(job_id)
 
     def _current(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -420,7 +459,7 @@ class Scheduler:
         """The job's row once finished or re-queued (preempted), or as it is when
         ``timeout_s`` passes."""
         if job_id not in self._requests:
-            return self.store.get_job(job_id)  # finished (or unknown): the store has it all
+            return self.job(job_id)  # finished (or unknown): the store has it all
         done = self._done.setdefault(job_id, asyncio.Event())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(done.wait(), timeout_s)
@@ -448,7 +487,10 @@ class Scheduler:
                     yield chunk
         finally:
             if follow:
-                self._listeners.get(job_id, [queue]).remove(queue)
+                waiting = self._listeners.get(job_id, [queue])
+                waiting.remove(queue)
+                if not waiting:
+                    self._listeners.pop(job_id, None)  # an entry per job would pile up
 
     def pods(self, tenant: str | None) -> list[dict[str, Any]]:
         """Live pods; a tenant sees only the pods that run (or ran) its own jobs."""
@@ -685,19 +727,29 @@ class Scheduler:
         if world > 1:
             self._port = (self._port + 1) % 1000
             port = _MASTER_PORT_BASE + self._port
-        # STOKER_RUN: 1 on the first run, n + 1 after n preemptions (resume from a checkpoint)
-        env = {**row["env"], "STOKER_RUN": str(int(row.get("requeues") or 0) + 1)}
         for rank, pod in enumerate(pods):
-            binding = JobBinding(
-                job=job_id,
-                argv=tuple(row["argv"]),
-                code_digest=row["code_digest"],
-                deps=tuple(row["deps"]),
-                env=env,
-                timeout_s=float(row["timeout_s"]),
-                topology=Topology(rank, world, "127.0.0.1", port or _MASTER_PORT_BASE),
-            )
-            self._spawn(self._call(self.runtime.bind(pod, binding), job=job_id, pod=pod))
+            topology = Topology(rank, world, "127.0.0.1", port or _MASTER_PORT_BASE)
+            self._spawn(self._call(self._bind_rank(row, pod, topology), job=job_id, pod=pod))
+
+    async def _bind_rank(self, row: dict[str, Any], pod: str, topology: Topology) -> None:
+        """Bind one rank: the job's env and its tenant's secrets opened only now, in memory."""
+        env = self.box.open_env(row["env"])
+        names = list(row.get("secrets") or ())
+        sealed = self.store.sealed_secrets(row["tenant"], names)
+        if missing := [n for n in names if n not in sealed]:
+            raise BindRefused(f"secrets: {missing[0]!r} was deleted after the submit")
+        env.update({n: self.box.open(sealed[n]) for n in names})
+        binding = JobBinding(
+            job=row["id"],
+            argv=tuple(row["argv"]),
+            code_digest=row["code_digest"],
+            deps=tuple(row["deps"]),
+            env=env,
+            timeout_s=float(row["timeout_s"]),
+            topology=topology,
+            run=int(row.get("requeues") or 0) + 1,
+        )
+        await self.runtime.bind(pod, binding)
 
     async def _call(
         self,
@@ -841,3 +893,12 @@ class Scheduler:
                 await asyncio.wait_for(self._wake.wait(), delay)
                 continue
             self._feed(Tick())
+
+
+def _agent_report(info: Any) -> AgentReport:
+    """What a pod's agent said on its hello, in the core's terms."""
+    outcomes = {
+        job: Outcome(int(o["exit_code"]), Failure(o["failure"]) if o.get("failure") else None)
+        for job, o in (getattr(info, "ran", None) or {}).items()
+    }
+    return AgentReport(info.job, outcomes, frozenset(getattr(info, "held", ()) or ()))

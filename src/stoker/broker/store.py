@@ -8,6 +8,8 @@ owned by the Alembic migrations under ``stoker/broker/migrations``, run at open.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,7 +45,9 @@ jobs = sa.Table(
     sa.Column("argv", sa.JSON, nullable=False),
     sa.Column("code_digest", sa.String(64)),
     sa.Column("deps", sa.JSON, nullable=False),
-    sa.Column("env", sa.JSON, nullable=False),
+    sa.Column("env", sa.JSON, nullable=False),  # name -> sealed value (stoker.broker.secrets)
+    sa.Column("secrets", sa.JSON, nullable=False),
+    sa.Column("request_mac", sa.String(64)),
     sa.Column("timeout_s", sa.Float, nullable=False),
     sa.Column("state", sa.String(16), nullable=False),
     sa.Column("path", sa.String(16)),
@@ -90,10 +94,24 @@ code = sa.Table(
     sa.Column("size", sa.Integer, nullable=False),
     sa.Column("created", sa.Float, nullable=False),
 )
+code_tenants = sa.Table(
+    "code_tenants",
+    _META,
+    sa.Column("digest", sa.String(64), primary_key=True),
+    sa.Column("tenant", sa.String(64), primary_key=True),
+)
+secrets = sa.Table(
+    "secrets",
+    _META,
+    sa.Column("tenant", sa.String(64), primary_key=True),
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+    sa.Column("updated", sa.Float, nullable=False),
+)
 
 _MIGRATIONS = str(Path(__file__).resolve().parent / "migrations")
-# columns of a job row the API shows (everything but the idempotency key)
-JOB_FIELDS = tuple(c.name for c in jobs.columns if c.name != "idempotency_key")
+# columns of a job row the API shows (not the idempotency key and the request's digest)
+JOB_FIELDS = tuple(c.name for c in jobs.columns if c.name not in ("idempotency_key", "request_mac"))
 
 
 class StoreError(RuntimeError):
@@ -126,9 +144,15 @@ class Store:
 
     @staticmethod
     def sqlite(path: Path | str) -> Store:
-        """A store in an SQLite file (created with its parent directory if missing)."""
+        """A store in an SQLite file (created with its parent directory if missing), readable
+        by its owner only: it holds token hashes and every tenant's jobs."""
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
+        # SQLite makes the -wal and -shm files with the database's mode: create it 600 first
+        os.close(os.open(p, os.O_WRONLY | os.O_CREAT, 0o600))
+        for f in (p, p.with_name(p.name + "-wal"), p.with_name(p.name + "-shm")):
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(f, 0o600)
         return Store(f"sqlite:///{p}")
 
     def close(self) -> None:
@@ -235,20 +259,70 @@ class Store:
 
     # --- code ----------------------------------------------------------------
 
-    def has_code(self, digest: str) -> bool:
-        with self.engine.connect() as conn:
-            return (
-                conn.execute(sa.select(code.c.digest).where(code.c.digest == digest)).first()
-                is not None
+    def has_code(self, digest: str, tenant: str | None = None) -> bool:
+        """Whether archive ``digest`` is stored (and, with ``tenant``, was uploaded by it:
+        another tenant's archive is as absent)."""
+        if tenant is None:
+            q = sa.select(code.c.digest).where(code.c.digest == digest)
+        else:
+            q = sa.select(code_tenants.c.digest).where(
+                code_tenants.c.digest == digest, code_tenants.c.tenant == tenant
             )
+        with self.engine.connect() as conn:
+            return conn.execute(q).first() is not None
 
-    def add_code(self, digest: str, size: int) -> None:
+    def add_code(self, digest: str, size: int, tenant: str) -> None:
+        """Record archive ``digest`` as stored, and as ``tenant``'s."""
         with self.transaction() as conn:
             if (
                 conn.execute(sa.select(code.c.digest).where(code.c.digest == digest)).first()
                 is None
             ):
                 conn.execute(code.insert().values(digest=digest, size=size, created=time.time()))
+            owned = sa.select(code_tenants.c.digest).where(
+                code_tenants.c.digest == digest, code_tenants.c.tenant == tenant
+            )
+            if conn.execute(owned).first() is None:
+                conn.execute(code_tenants.insert().values(digest=digest, tenant=tenant))
+
+    # --- secrets (values arrive sealed: see stoker.broker.secrets) --------------
+
+    def set_secret(self, tenant: str, name: str, sealed: str) -> bool:
+        """Set a secret; True if it is new."""
+        key = (secrets.c.tenant == tenant) & (secrets.c.name == name)
+        with self.transaction() as conn:
+            if conn.execute(sa.select(secrets.c.name).where(key)).first() is None:
+                conn.execute(
+                    secrets.insert().values(
+                        tenant=tenant, name=name, value=sealed, updated=time.time()
+                    )
+                )
+                return True
+            conn.execute(secrets.update().where(key).values(value=sealed, updated=time.time()))
+            return False
+
+    def secret_names(self, tenant: str) -> list[tuple[str, float]]:
+        q = (
+            sa.select(secrets.c.name, secrets.c.updated)
+            .where(secrets.c.tenant == tenant)
+            .order_by(secrets.c.name)
+        )
+        with self.engine.connect() as conn:
+            return [(str(n), float(u)) for n, u in conn.execute(q)]
+
+    def sealed_secrets(self, tenant: str, names: list[str]) -> dict[str, str]:
+        """The sealed values of those of ``names`` the tenant has."""
+        q = sa.select(secrets.c.name, secrets.c.value).where(
+            secrets.c.tenant == tenant, secrets.c.name.in_(names)
+        )
+        with self.engine.connect() as conn:
+            return {str(n): str(v) for n, v in conn.execute(q)}
+
+    def delete_secret(self, tenant: str, name: str) -> bool:
+        """Delete a secret; False if there was none."""
+        key = (secrets.c.tenant == tenant) & (secrets.c.name == name)
+        with self.transaction() as conn:
+            return conn.execute(secrets.delete().where(key)).rowcount > 0
 
     # --- the core's event log -------------------------------------------------
 

@@ -7,6 +7,7 @@ and a nonzero exit; ``stoker run`` exits with the job's own exit code.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Callable
@@ -37,6 +38,17 @@ def _client(url: str | None, token: str | None) -> Any:
     return Client(url or cfg.url, tok)
 
 
+def _call(url: str | None, token: str | None, fn: Callable[[Any], Any]) -> Any:
+    """``fn(client)``; a refusal or an unreachable broker is a one-line error."""
+    from stoker.client import StokerError
+
+    try:
+        with _client(url, token) as c:
+            return fn(c)
+    except StokerError as exc:
+        _fail(str(exc))
+
+
 def _table(title: str, columns: list[str], rows: list[list[Any]], fit: bool = False) -> None:
     """A rich table; ``fit``: lighter borders for at most 80 columns (cells cut before)."""
     from rich import box
@@ -55,24 +67,6 @@ def _table(title: str, columns: list[str], rows: list[list[Any]], fit: bool = Fa
     Console().print(t)
 
 
-def _listing(
-    url: str | None, token: str | None, as_json: bool, fetch: Callable[[Any], list[Any]]
-) -> list[Any] | None:
-    """What ``fetch`` reads from the broker, or None once printed as JSON (``--json``);
-    a refusal is the one-line error."""
-    from stoker.client import StokerError
-
-    try:
-        with _client(url, token) as c:
-            items = fetch(c)
-    except StokerError as exc:
-        _fail(str(exc))
-    if as_json:
-        typer.echo(json.dumps(items))
-        return None
-    return items
-
-
 def _fmt_ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
@@ -82,16 +76,7 @@ TokenOpt = Annotated[str | None, typer.Option("--token", help="API token (defaul
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
 
 
-def up(
-    config: Annotated[Path | None, typer.Option(help="broker TOML configuration")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="where the store and pods live")] = None,
-    host: str = "127.0.0.1",
-    port: int = 8765,
-) -> None:
-    """Run the broker with the local runtime and the embedded SQLite store."""
-    import uvicorn
-
-    from stoker.broker.app import Broker
+def _broker_config(config: Path | None, data_dir: Path | None) -> Any:
     from stoker.broker.config import BrokerConfig, ConfigError
 
     try:
@@ -100,11 +85,143 @@ def up(
         _fail(str(exc))
     if data_dir is not None:
         cfg.data_dir = data_dir
-    broker = Broker(cfg)
+    return cfg
+
+
+ConfigOpt = Annotated[Path | None, typer.Option(help="broker TOML configuration")]
+DataDirOpt = Annotated[Path | None, typer.Option(help="where the store and pods live")]
+
+
+def up(
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    keep_pods: Annotated[
+        bool,
+        typer.Option(help="leave the pods running on exit, for a restart that re-adopts them"),
+    ] = False,
+    kubernetes: Annotated[
+        Path | None,
+        typer.Option(help="run pods on Kubernetes, with this runtime settings TOML"),
+    ] = None,
+) -> None:
+    """Run the broker with the local runtime (or Kubernetes) and the embedded SQLite store.
+
+    SIGTERM or Ctrl-C stops it: open requests get a few seconds, then every pod is stopped
+    (unless --keep-pods). One broker per data dir: a second one exits at once."""
+    import os
+
+    import uvicorn
+
+    from stoker.broker.app import Broker, BrokerLocked
+
+    cfg = _broker_config(config, data_dir)
+    try:
+        broker = Broker(cfg, _kube_runtime(kubernetes, cfg) if kubernetes else None)
+    except BrokerLocked as exc:
+        _fail(str(exc))
+    broker.stop_pods_on_close = not keep_pods
+    cfg.pid_path.write_text(f"{os.getpid()} http://{host}:{port}\n")
     typer.echo(
         f"stoker broker on http://{host}:{port}  (admin token: {cfg.admin_token_path})", err=True
     )
-    uvicorn.run(broker.app, host=host, port=port, log_level="warning")
+    try:
+        uvicorn.run(
+            broker.app,
+            host=host,
+            port=port,
+            log_level="warning",
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        )
+    finally:
+        with contextlib.suppress(OSError, IndexError):
+            if cfg.pid_path.read_text().split()[0] == str(os.getpid()):
+                cfg.pid_path.unlink()
+
+
+#: seconds open requests get to finish when the broker is told to stop
+SHUTDOWN_GRACE_S = 5
+
+
+def down(
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    timeout: Annotated[float, typer.Option(help="seconds to wait before SIGKILL")] = 30.0,
+) -> None:
+    """Stop the broker of a data dir and every pod it left (also after a crash)."""
+    import asyncio
+    import os
+    import signal
+
+    from filelock import FileLock, Timeout
+
+    cfg = _broker_config(config, data_dir)
+    if not cfg.data_dir.is_dir():
+        _fail(f"--data-dir: no data dir {cfg.data_dir}")
+    lock = FileLock(cfg.lock_path, thread_local=False)
+    pid = None
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        pid = int(cfg.pid_path.read_text().split()[0])
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        if pid is None:
+            _fail(f"a broker holds {cfg.data_dir} but left no pid file")
+        os.kill(pid, signal.SIGTERM)
+        try:
+            lock.acquire(timeout=timeout)
+        except Timeout:
+            os.kill(pid, signal.SIGKILL)
+            lock.acquire(timeout=10)
+        typer.echo(f"stoker: broker {pid} stopped", err=True)
+    try:
+        stopped = asyncio.run(_stop_pods(cfg))
+    finally:
+        lock.release()
+    if stopped:
+        typer.echo(f"stoker: stopped {stopped} pods it left", err=True)
+
+
+async def _stop_pods(cfg: Any) -> int:
+    """Adopt and stop every pod still alive under the data dir (caller holds its lock)."""
+    if not cfg.runtime_dir.is_dir():
+        return 0
+    from stoker.runtime.local import LocalRuntime
+
+    rt = LocalRuntime(cfg.runtime_dir, gpu_slots=cfg.gpu_slots)
+    try:
+        pods = await rt.live_pods()
+        await rt.stop_all()
+    finally:
+        await rt.close()
+    return len(pods)
+
+
+def _kube_runtime(path: Path, cfg: Any) -> Any:
+    """The Kubernetes runtime on the cluster this process runs in (or $KUBECONFIG's), its
+    GPUs read from the cluster's nodes before the broker builds its core."""
+    try:
+        from lightkube import ApiError, Client
+        from lightkube.core.exceptions import ConfigError as KubeConfigError
+        from lightkube.resources.core_v1 import Node
+
+        from stoker.runtime.kubernetes.runtime import KubernetesRuntime
+        from stoker.runtime.kubernetes.settings import KubeSettings
+    except ImportError as exc:
+        _fail(f"--kubernetes: {exc}; install stoker[kubernetes]")
+    try:
+        settings = KubeSettings.load(path)
+        rt = KubernetesRuntime(
+            settings, [p.core for p in cfg.profiles], code_dir=cfg.runtime_dir / "code"
+        )
+        with Client(namespace=settings.namespace) as client:
+            rt.use_nodes([n.to_dict() for n in client.list(Node)])
+    except (ValueError, ApiError, KubeConfigError, OSError) as exc:
+        _fail(f"--kubernetes: {exc}")
+    if not rt.devices:
+        _fail("--kubernetes: no ready node with allocatable GPUs in the cluster")
+    return rt
 
 
 def run(
@@ -114,6 +231,9 @@ def run(
     code: Annotated[Path | None, typer.Option(help="directory uploaded as the job's code")] = None,
     dep: Annotated[list[str], typer.Option("--dep", help="extra dependency (repeat)")] = [],  # noqa: B006
     env: Annotated[list[str], typer.Option("--env", help="K=V (repeat)")] = [],  # noqa: B006
+    secret: Annotated[
+        list[str], typer.Option("--secret", help="a secret's name, set as that env var (repeat)")
+    ] = [],  # noqa: B006
     timeout: Annotated[float | None, typer.Option(help="seconds the job may run")] = None,
     job_class: Annotated[
         str, typer.Option("--class", help="pool (warm pools), hp (guaranteed) or spot")
@@ -160,6 +280,7 @@ def run(
                 timeout_s=timeout,
                 shape=shape,
                 wait_s=0,  # streamed live from the start, every re-queue notice heard
+                secrets=secret,
             )
             job.on_requeue = preempted
             captured: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
@@ -207,8 +328,9 @@ def ps(
         except ValueError as exc:
             _fail(f"--label: {exc}")
         labels[key] = value
-    jobs = _listing(url, token, as_json, lambda c: c.jobs(state, limit, labels))
-    if jobs is None:
+    jobs = _call(url, token, lambda c: c.jobs(state, limit, labels))
+    if as_json:
+        typer.echo(json.dumps(jobs))
         return
     columns = ["id", "profile", "tag", "state", "path", "start ms", "exit", "failure"]
 
@@ -234,8 +356,9 @@ def ps(
 
 def pods(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
     """List live pods (a tenant sees its own; the admin sees all)."""
-    items = _listing(url, token, as_json, lambda c: c.pods())
-    if items is None:
+    items = _call(url, token, lambda c: c.pods())
+    if as_json:
+        typer.echo(json.dumps(items))
         return
     rows = [
         [
@@ -260,8 +383,9 @@ def _num(v: float) -> str:
 def pools(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
     """GPU pools: capacity, HP and spot GPUs in use, spot quota, eta, eviction rate (1 d),
     the HP forecast's g-quantile per hour ahead, and the queued hp/spot jobs."""
-    items = _listing(url, token, as_json, lambda c: c.pools())
-    if items is None:
+    items = _call(url, token, lambda c: c.pools())
+    if as_json:
+        typer.echo(json.dumps(items))
         return
     rows = []
     for p in items:
@@ -373,9 +497,50 @@ def bench_local(
     )
 
 
+secret_app = typer.Typer(
+    help="Write-only tenant secrets, injected by name into jobs (run --secret NAME).",
+    no_args_is_help=True,
+)
+
+
+@secret_app.command("set")
+def secret_set(
+    name: str,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Set secret NAME; its value is read from stdin (or a hidden prompt), never argv."""
+    if sys.stdin.isatty():
+        value = typer.prompt(f"value of {name}", hide_input=True)
+    else:
+        value = sys.stdin.read()
+        if value.endswith("\n"):
+            value = value[:-1]  # what `echo` and here-strings add
+    _call(url, token, lambda c: c.set_secret(name, value))
+    typer.echo(f"stoker: secret {name} set", err=True)
+
+
+@secret_app.command("list")
+def secret_list(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """Your secrets' names (values are never shown)."""
+    items = _call(url, token, lambda c: c.secrets())
+    if as_json:
+        typer.echo(json.dumps(items))
+        return
+    _table("secrets", ["name", "updated"], [[i["name"], i["updated"]] for i in items])
+
+
+@secret_app.command("delete")
+def secret_delete(name: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Delete secret NAME (jobs that name it and have not started fail at bind)."""
+    _call(url, token, lambda c: c.delete_secret(name))
+
+
 def register(app: typer.Typer, sim_app: typer.Typer) -> None:
     """Add the broker's commands to the ``stoker`` command."""
     app.command()(up)
+    app.command()(down)
+    app.add_typer(secret_app, name="secret")
     app.command(context_settings={"allow_interspersed_args": False})(run)
     app.command()(ps)
     app.command()(pods)

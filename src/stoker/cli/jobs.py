@@ -3,12 +3,13 @@ jobs from the command line. Job ids may be given shortened, as ``stoker ps`` pri
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Annotated, Any
 
 import typer
 
-from stoker.cli.broker import JsonOpt, TokenOpt, UrlOpt, _client, _fail, _listing, _table
+from stoker.cli.broker import JsonOpt, TokenOpt, UrlOpt, _call, _client, _fail, _table
 
 tenant_app = typer.Typer(help="Tenants (admin token): create, list, delete.", no_args_is_help=True)
 
@@ -36,33 +37,20 @@ def _resolve(c: Any, job_id: str) -> str:
 @tenant_app.command("create")
 def tenant_create(name: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Add a tenant and print its token (shown this once; the broker keeps only a hash)."""
-    from stoker.client import StokerError
-
-    try:
-        with _client(url, token) as c:
-            typer.echo(c.create_tenant(name))
-    except StokerError as exc:
-        _fail(str(exc))
+    typer.echo(_call(url, token, lambda c: c.create_tenant(name)))
 
 
 @tenant_app.command("list")
 def tenant_list(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
     """The tenants' names."""
-    names = _listing(url, token, as_json, lambda c: c.tenants())
-    if names is not None:
-        typer.echo("\n".join(names))
+    names = _call(url, token, lambda c: c.tenants())
+    typer.echo(json.dumps(names) if as_json else "\n".join(names))
 
 
 @tenant_app.command("delete")
 def tenant_delete(name: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Remove a tenant: its token stops working (refused while it has unfinished jobs)."""
-    from stoker.client import StokerError
-
-    try:
-        with _client(url, token) as c:
-            c.delete_tenant(name)
-    except StokerError as exc:
-        _fail(str(exc))
+    _call(url, token, lambda c: c.delete_tenant(name))
 
 
 def logs(
@@ -105,8 +93,9 @@ def cancel(
 
 def profiles(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
     """The broker's profiles: GPUs per pod, warm and standby shares, preloads, queue."""
-    items = _listing(url, token, as_json, lambda c: c.profiles())
-    if items is None:
+    items = _call(url, token, lambda c: c.profiles())
+    if as_json:
+        typer.echo(json.dumps(items))
         return
     rows = [
         [

@@ -122,8 +122,8 @@ def _raise_for(resp: httpx.Response) -> None:
         message, field = str(body.get("message", body)), body.get("field")
     except (ValueError, AttributeError):
         message, field = resp.text, None
-    if resp.status_code in (404, 405) and not (isinstance(body, dict) and "error" in body):
-        # not one of the broker's own errors: nothing answers this path
+    if resp.status_code in (404, 405) and not (isinstance(body, dict) and body.get("field")):
+        # the broker's own 404s name a field: nothing here answers this path
         raise InvalidRequest(
             f"url: no stoker API at {resp.request.url}; the URL should be {_URL_SHAPE}",
             resp.status_code,
@@ -221,6 +221,7 @@ def _job_body(
     timeout_s: float | None,
     shape: JobShape,
     labels: dict[str, str] | None = None,
+    secrets: list[str] | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "profile": profile,
@@ -232,6 +233,7 @@ def _job_body(
         "job_class": shape.job_class,
         "workers": shape.workers,
         "labels": dict(labels or {}),
+        "secrets": list(secrets or []),
     }
     optional = {
         "code_digest": digest,
@@ -272,6 +274,7 @@ def _submit(
     wait_s: float,
     idempotency_key: str | None,
     labels: dict[str, str] | None,
+    secrets: list[str] | None = None,
 ) -> _Submit:
     if isinstance(argv, str):
         raise TypeError(
@@ -280,7 +283,7 @@ def _submit(
         )
     data = _code_bytes(code)
     digest = None if data is None else hashlib.sha256(data).hexdigest()
-    body = _job_body(profile, argv, reuse_tag, digest, deps, env, timeout_s, shape, labels)
+    body = _job_body(profile, argv, reuse_tag, digest, deps, env, timeout_s, shape, labels, secrets)
     # the same key on every retry and on the resubmit after an upload: never two jobs
     headers = {"Idempotency-Key": idempotency_key or uuid.uuid4().hex}
     return _Submit(data, body, {"wait": wait_s} if wait_s > 0 else {}, headers)
@@ -482,12 +485,14 @@ class Client:
         wait_s: float = DEFAULT_WAIT_S,
         idempotency_key: str | None = None,
         labels: dict[str, str] | None = None,
+        secrets: list[str] | None = None,
     ) -> Job:
         """Submit a job (``argv`` a list: a string is a TypeError); returns its handle when
         it finishes or after ``wait_s`` (0: at once). ``shape``: its class, workers and GPUs
         (default: a one-worker pool job in the profile's shape). ``idempotency_key``: the
         same key gives the same job (default: a fresh key per call). ``labels``: your own
-        tags, returned with the job and filtered on by :meth:`jobs`."""
+        tags, returned with the job and filtered on by :meth:`jobs`. ``secrets`` names tenant
+        secrets (:meth:`set_secret`) the job gets as environment variables of the same names."""
         sub = _submit(
             profile,
             argv,
@@ -500,6 +505,7 @@ class Client:
             wait_s,
             idempotency_key,
             labels,
+            secrets,
         )
         try:
             row = self._request("POST", "/v1/jobs", **sub.kwargs())
@@ -547,6 +553,17 @@ class Client:
 
     def health(self) -> dict[str, Any]:
         return dict(self._request("GET", "/v1/health"))
+
+    def set_secret(self, name: str, value: str) -> None:
+        """Set a tenant secret (write-only: no call returns its value)."""
+        self._request("POST", "/v1/secrets", json={"name": name, "value": value})
+
+    def secrets(self) -> list[dict[str, Any]]:
+        """Your secrets' names and when each was set."""
+        return list(self._request("GET", "/v1/secrets"))
+
+    def delete_secret(self, name: str) -> None:
+        self._request("DELETE", f"/v1/secrets/{name}")
 
     def session(
         self,
@@ -683,6 +700,7 @@ class AsyncClient:
         wait_s: float = DEFAULT_WAIT_S,
         idempotency_key: str | None = None,
         labels: dict[str, str] | None = None,
+        secrets: list[str] | None = None,
     ) -> AsyncJob:
         sub = _submit(
             profile,
@@ -696,6 +714,7 @@ class AsyncClient:
             wait_s,
             idempotency_key,
             labels,
+            secrets,
         )
         try:
             row = await self._request("POST", "/v1/jobs", **sub.kwargs())
@@ -738,6 +757,15 @@ class AsyncClient:
 
     async def health(self) -> dict[str, Any]:
         return dict(await self._request("GET", "/v1/health"))
+
+    async def set_secret(self, name: str, value: str) -> None:
+        await self._request("POST", "/v1/secrets", json={"name": name, "value": value})
+
+    async def secrets(self) -> list[dict[str, Any]]:
+        return list(await self._request("GET", "/v1/secrets"))
+
+    async def delete_secret(self, name: str) -> None:
+        await self._request("DELETE", f"/v1/secrets/{name}")
 
     def session(
         self,

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0002_hp_demand"
-down_revision = "0001"
+down_revision = "0002_secrets"  # chained after main's 0002 (the lead may re-chain)
 branch_labels = None
 depends_on = None
 
