@@ -283,9 +283,13 @@ def _submit(
         )
     data = _code_bytes(code)
     digest = None if data is None else hashlib.sha256(data).hexdigest()
-    body = _job_body(profile, argv, reuse_tag, digest, deps, env, timeout_s, shape, labels, secrets)
     # the same key on every retry and on the resubmit after an upload: never two jobs
-    headers = {"Idempotency-Key": idempotency_key or uuid.uuid4().hex}
+    key = idempotency_key or uuid.uuid4().hex
+    # no tag: a fresh caller per job (never anyone's pod), named after the key so that the
+    # same key sends the same body
+    tag = reuse_tag or f"once-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+    body = _job_body(profile, argv, tag, digest, deps, env, timeout_s, shape, labels, secrets)
+    headers = {"Idempotency-Key": key}
     return _Submit(data, body, {"wait": wait_s} if wait_s > 0 else {}, headers)
 
 
