@@ -181,7 +181,7 @@ def test_cold_start_then_warm_hit_with_output_and_exit(broker: EmbeddedBroker) -
     assert second["pods"] == first["pods"]
     assert second["start_latency_ms"] < first["start_latency_ms"]
     metrics = Api(broker.url, None).http.get("/metrics").text
-    assert 'stoker_job_path_total{path="warm",profile="plain"} 1.0' in metrics
+    assert 'stoker_jobs_started_total{job_class="pool",path="warm",profile="plain"} 1.0' in metrics
 
 
 def test_standby_promotion(tmp_path: Path) -> None:

@@ -44,6 +44,10 @@ from stoker.api.models import (
 )
 from stoker.broker.auth import Authenticator, AuthError, Principal, check_tenant_name
 from stoker.broker.config import BrokerConfig
+from stoker.broker.dashboard import Dashboard
+from stoker.broker.dashboard import add_routes as add_dashboard_routes
+from stoker.broker.dashboard import gauges as dashboard_gauges
+from stoker.broker.events_log import DecisionLog
 from stoker.broker.loop import JobRequest, Scheduler
 from stoker.broker.metrics import BrokerMetrics
 from stoker.broker.secrets import SecretBox
@@ -104,6 +108,12 @@ class Broker:
         gpus = sorted(getattr(runtime, "devices", {}) or [f"vgpu{i}" for i in range(cfg.gpu_slots)])
         self.metrics = BrokerMetrics()
         self.scheduler = Scheduler(cfg, self.store, runtime, gpus, self.metrics, box=self.box)
+        self.decisions = DecisionLog(
+            lambda: self.scheduler.core, self.metrics, cfg.data_dir / "events.jsonl"
+        )
+        self.scheduler.on_decision.append(self.decisions.record)
+        self.metrics.watch(lambda: dashboard_gauges(self))
+        self.dashboard = Dashboard(self)
         self.started = False
         self.closed = False
         self.stop_pods_on_close = True  # nothing outlives its owner; `up --keep-pods` unsets it
@@ -118,6 +128,7 @@ class Broker:
         if not self.started:
             self.started = True
             self.recovery = await self.scheduler.start()
+            await self.dashboard.start()
 
     async def close(self, stop_pods: bool = False) -> None:
         """Stop the loop (and every pod with ``stop_pods``), close the store, free the lock."""
@@ -126,7 +137,9 @@ class Broker:
         self.closed = True
         if self.started:
             self.started = False
+            await self.dashboard.close()
             await self.scheduler.close(stop_pods=stop_pods)
+        self.decisions.close()
         self.store.close()
         self.lock.release()
 
@@ -341,7 +354,6 @@ def create_app(broker: Broker) -> FastAPI:
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
-        sched.refresh_metrics()
         return Response(broker.metrics.render(), media_type="text/plain; version=0.0.4")
 
     # --- code ----------------------------------------------------------------
@@ -630,4 +642,5 @@ def create_app(broker: Broker) -> FastAPI:
             raise ApiError(status, error, str(exc), "name") from exc
         return Response(status_code=204)
 
+    add_dashboard_routes(app, broker, broker.decisions, broker.dashboard)
     return app

@@ -244,6 +244,8 @@ class Scheduler:
         self.ready = False
         self._closing = False
         self.started_at = 0.0
+        # called with (event, actions, now) after each decision (the decision log)
+        self.on_decision: list[Callable[[Event, list[Any], float], None]] = []
 
     def _new_core(self) -> Core:
         """The core over this host's GPUs (one node, one GPU pool) with the configured
@@ -567,21 +569,6 @@ class Scheduler:
             )
         return out
 
-    def refresh_metrics(self) -> None:
-        m = self.metrics
-        for name in self.profiles:
-            m.queued.labels(name).set(len(self.core.queued(name)))
-        counts = {s.value: 0 for s in PodState}
-        held: dict[str, float] = {}
-        for pod in self.core.pods.values():
-            counts[pod.state.value] += 1
-            for state, secs in pod.held.items():
-                held[state] = held.get(state, 0.0) + secs
-        for state, n in counts.items():
-            m.pods.labels(state).set(n)
-        for state, secs in held.items():
-            m.held.labels(state).set(secs)
-
     # ------------------------------------------------------------------ the core
 
     def _tick_now(self) -> float:
@@ -593,6 +580,8 @@ class Scheduler:
         the actions. Synchronous on purpose: nothing else touches the core meanwhile."""
         at = self._tick_now() if now is None else now
         actions = self.core.handle(event, at)
+        for listener in self.on_decision:
+            listener(event, actions, at)
         kind, data = encode_event(event)
         self._batch.event(at, kind, data)
         for action in actions:
@@ -629,10 +618,6 @@ class Scheduler:
             row = self._requests[job_id]
             if job.started is not None and row.get("started") is None and job.path is not None:
                 row["started"] = job.started
-                latency = job.started - job.submitted
-                labels = (job.spec.profile, job.path.value)
-                self.metrics.start_latency.labels(*labels).observe(latency)
-                self.metrics.hits.labels(*labels).inc()
             if job.state is JobState.FINISHED:
                 values.update(
                     finished=job.finished,
@@ -646,9 +631,6 @@ class Scheduler:
         self._requests.pop(job_id, None)
         self._synced.pop(job_id, None)
         self._out_seq.pop(job_id, None)
-        self.metrics.finished.labels(
-            job.spec.profile, job.failure.value if job.failure else "none"
-        ).inc()
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:

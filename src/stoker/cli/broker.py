@@ -124,7 +124,9 @@ def up(
     broker.stop_pods_on_close = not keep_pods
     cfg.pid_path.write_text(f"{os.getpid()} http://{host}:{port}\n")
     typer.echo(
-        f"stoker broker on http://{host}:{port}  (admin token: {cfg.admin_token_path})", err=True
+        f"stoker broker on http://{host}:{port}  (admin token: {cfg.admin_token_path})\n"
+        f"dashboard: http://{host}:{port}/  (viewer token: {broker.dashboard.auth.token_path})",
+        err=True,
     )
     try:
         uvicorn.run(
@@ -376,6 +378,32 @@ def pods(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -
     _table("pods", ["id", "profile", "state", "gpus", "tenant", "tag", "job", "jobs run"], rows)
 
 
+def events(
+    job: Annotated[str | None, typer.Option("--job", help="only this job's events")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Why the broker did what it did: each decision with its reason (oldest first)."""
+    import datetime
+
+    items = _call(url, token, lambda c: c.events(job=job, limit=limit))
+    if as_json:
+        typer.echo(json.dumps(items))
+        return
+    rows = [
+        [
+            datetime.datetime.fromtimestamp(e["at"]).strftime("%H:%M:%S.%f")[:-3],
+            e["kind"],
+            e.get("job") or e.get("pod") or "",
+            e["message"],
+        ]
+        for e in items
+    ]
+    _table("events" + (f" of {job}" if job else ""), ["at", "kind", "job / pod", "why"], rows)
+
+
 def _num(v: float) -> str:
     return f"{v:g}"
 
@@ -544,6 +572,7 @@ def register(app: typer.Typer, sim_app: typer.Typer) -> None:
     app.command(context_settings={"allow_interspersed_args": False})(run)
     app.command()(ps)
     app.command()(pods)
+    app.command()(events)
     app.command()(pools)
     app.command()(demo)
     bench_app.command("local")(bench_local)

@@ -24,6 +24,7 @@ _COMMAND_MODULES = (
     "stoker.cli.traces",
     "stoker.cli.broker",
     "stoker.cli.jobs",
+    "stoker.cli.report",
     "stoker.cli.deploy",
 )
 

@@ -558,6 +558,16 @@ class Client:
     def health(self) -> dict[str, Any]:
         return dict(self._request("GET", "/v1/health"))
 
+    def events(
+        self, job: str | None = None, after: int = 0, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """The broker's decision log, oldest first (a tenant's own; the admin's all): why
+        each job took its path (warm, standby, cold) or waited, each pod's stop reason."""
+        params: dict[str, Any] = {"after": after, "limit": limit}
+        if job is not None:
+            params["job"] = job
+        return list(self._request("GET", "/v1/events", params=params))
+
     def set_secret(self, name: str, value: str) -> None:
         """Set a tenant secret (write-only: no call returns its value)."""
         self._request("POST", "/v1/secrets", json={"name": name, "value": value})
@@ -761,6 +771,15 @@ class AsyncClient:
 
     async def health(self) -> dict[str, Any]:
         return dict(await self._request("GET", "/v1/health"))
+
+    async def events(
+        self, job: str | None = None, after: int = 0, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """The broker's decision log (see :meth:`Client.events`)."""
+        params: dict[str, Any] = {"after": after, "limit": limit}
+        if job is not None:
+            params["job"] = job
+        return list(await self._request("GET", "/v1/events", params=params))
 
     async def set_secret(self, name: str, value: str) -> None:
         await self._request("POST", "/v1/secrets", json={"name": name, "value": value})

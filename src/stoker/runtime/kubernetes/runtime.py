@@ -582,12 +582,15 @@ class KubernetesRuntime:
         rec.codes[archive.name] = str(reply["path"])
         return rec.codes[archive.name]
 
-    async def kill_job(self, job: str, failure: Failure = Failure.CANCELLED) -> None:
-        """Kill a running job (a job that already ended is left alone)."""
+    async def kill_job(
+        self, job: str, failure: Failure = Failure.CANCELLED, grace_s: float = 0.0
+    ) -> None:
+        """Kill a running job in every pod it runs in (a job that already ended is left
+        alone): the agent sends SIGTERM, then SIGKILL once ``grace_s`` has passed."""
         for rec in self._pods.values():
             if rec.job == job and not rec.stopping and rec.writer is not None:
-                await self._send(rec, {"op": "kill", "job": job, "failure": failure.value})
-                return
+                msg = {"op": "kill", "job": job, "failure": failure.value, "grace_s": grace_s}
+                await self._send(rec, msg)
 
     async def ping(self, pod: str) -> protocol.Message:
         """The agent's own view of its pod."""
