@@ -90,7 +90,7 @@ def sim_gfs(
                     tr,
                     spec,
                     window,
-                    forecaster=policy_forecaster(spec.forecaster, cadence, forecaster),
+                    forecaster=policy_forecaster(spec.forecaster, cadence, forecaster, base.notes),
                     cadence=cadence,
                 )
                 runs[level][name] = result

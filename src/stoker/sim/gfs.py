@@ -35,7 +35,7 @@ from stoker.core.gfs.quota import guaranteed_hours
 from stoker.core.model import GPU, Cluster, Node
 from stoker.forecast.base import Cadence, Forecaster, ForecastError, SeriesKey
 from stoker.forecast.registry import DEFAULT_FORECASTER, make_forecaster
-from stoker.forecast.series import demand_series
+from stoker.forecast.series import Calendar, demand_series
 from stoker.traces.base import Trace, TraceJob, TraceNode
 
 LOADS: dict[str, float] = {"low": 0.5, "medium": 1.0, "high": 1.5}
@@ -180,6 +180,10 @@ class DemandRecorder:
     def history(self, key_index: int) -> np.ndarray:
         return self.data[key_index, : self.minutes]
 
+    def histories(self) -> np.ndarray:
+        """Every series' record so far, one row per key (a view, not a copy)."""
+        return self.data[:, : self.minutes]
+
 
 def simulate(
     trace: Trace,
@@ -295,19 +299,19 @@ def simulate(
                     push(at + step_fit, 1, "refit")
             else:
                 last_upper = 0.0
+                # one call for every series (the forecasters vectorise it); once every job
+                # is in, HP demand can only fall from here, so the future is known (today's
+                # demand, no spread), no guess needed
+                if subs_left > 0:
+                    f = forecaster.predict_many(recorder.keys, recorder.histories(), now_min, hours)
+                    f_mean, f_var = f.mean[:, :hours], f.std[:, :hours] ** 2
+                else:
+                    f_mean = np.repeat(recorder.current[:, None], hours, axis=1)
+                    f_var = np.zeros_like(f_mean)
                 for pool in pools:
-                    mean = np.zeros(hours)
-                    var = np.zeros(hours)
-                    for i in by_pool[pool]:
-                        if subs_left == 0:
-                            # every job is in: HP demand can only fall from here, so the
-                            # future is known (today's demand, no spread), no guess needed
-                            mean += recorder.current[i]
-                            continue
-                        key = recorder.keys[i]
-                        f = forecaster.predict(key, recorder.history(i), now_min, hours)
-                        mean += f.mean[:hours]
-                        var += f.std[:hours] ** 2
+                    rows = by_pool[pool]
+                    mean = f_mean[rows].sum(axis=0)
+                    var = f_var[rows].sum(axis=0)
                     last_upper += float(mean[0] + z_g * math.sqrt(var[0]))
                     sched.handle(ForecastUpdated(pool, tuple(mean), tuple(var)), at, schedule=False)
                 if active():
@@ -503,13 +507,21 @@ def prepare_trace(kind: str, path: str | None, setup: Setup) -> tuple[Trace, Win
 
 
 def policy_forecaster(
-    name: str | None, cadence: Cadence, default: str = DEFAULT_FORECASTER
+    name: str | None,
+    cadence: Cadence,
+    default: str = DEFAULT_FORECASTER,
+    notes: dict[str, str] | None = None,
 ) -> Forecaster | None:
     """The forecaster a policy asks for: ``default`` (``default``: ridge, numpy only, unless
-    told otherwise, e.g. ``orglinear``), a named one (the ablation's ``naive``), or none."""
+    told otherwise, e.g. ``orglinear``), a named one (the ablation's ``naive``), or none.
+    ``notes``: the trace's, whose epoch and holidays give the forecaster its calendar
+    (a trace without dates, such as openb, gets none)."""
     if name is None:
         return None
     try:
-        return make_forecaster(default if name == "default" else name, cadence=cadence)
+        calendar = Calendar.of_trace(notes) if notes and "epoch" in notes else None
+        return make_forecaster(
+            default if name == "default" else name, cadence=cadence, calendar=calendar
+        )
     except ForecastError as exc:
         raise SimGFSError(f"forecaster: {exc}") from exc
