@@ -71,7 +71,7 @@ class _Windows:
     Sample ``i`` is the forecast start ``starts[i]`` (a minute of the matrix, counted back
     from its end by ``stride``): its input the ``lookback`` hourly peaks before it (minutes
     before the matrix are zero), its labels the ``horizon`` peaks from it. Starts that share
-    a minute of the hour share one array of hourly peaks, and windows are views into it.
+    a minute of the hour share one array of hourly peaks, gathered from by batch.
     """
 
     def __init__(self, torch: Any, matrix: np.ndarray, lookback: int, horizon: int, stride: int):
@@ -82,12 +82,13 @@ class _Windows:
         padded = np.concatenate([np.zeros((c, lead)), matrix], axis=1)
         last = t - horizon * MINUTES_PER_HOUR  # the newest start whose labels are recorded
         self.starts = np.arange(last, -1, -stride)[::-1] if last >= 0 else np.zeros(0, np.int64)
-        self.views: dict[int, Any] = {}
+        self.peaks: dict[int, Any] = {}
         for phase in np.unique(self.starts % MINUTES_PER_HOUR).tolist():
             n = (padded.shape[1] - phase) // MINUTES_PER_HOUR
             block = padded[:, phase : phase + n * MINUTES_PER_HOUR]
-            peaks = torch.as_tensor(block.reshape(c, n, MINUTES_PER_HOUR).max(axis=2))
-            self.views[phase] = peaks.float().unfold(1, lookback + horizon, 1)
+            peaks = block.reshape(c, n, MINUTES_PER_HOUR).max(axis=2)
+            self.peaks[phase] = torch.as_tensor(peaks, dtype=torch.float32)
+        self.span = np.arange(lookback + horizon)
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -97,13 +98,13 @@ class _Windows:
         torch = self.torch
         starts = self.starts[idx]
         out = None
-        for phase, view in self.views.items():
+        for phase, peaks in self.peaks.items():
             sel = np.flatnonzero(starts % MINUTES_PER_HOUR == phase)
             if not len(sel):
                 continue
-            # start s of this phase reads hourly block s // 60 of the padded matrix onward
-            cols = torch.as_tensor(starts[sel] // MINUTES_PER_HOUR)
-            part = view.index_select(1, cols).transpose(0, 1)  # (b, C, L + H)
+            # start s of this phase reads hourly blocks s // 60 onward of the padded matrix
+            cols = torch.as_tensor((starts[sel] // MINUTES_PER_HOUR)[:, None] + self.span)
+            part = peaks[:, cols].transpose(0, 1)  # (b, C, L + H)
             if out is None:
                 out = torch.empty((len(idx), *part.shape[1:]))
             out[torch.as_tensor(sel)] = part
