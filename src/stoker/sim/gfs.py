@@ -37,6 +37,7 @@ from stoker.forecast.base import Cadence, Forecaster, ForecastError, SeriesKey
 from stoker.forecast.registry import DEFAULT_FORECASTER, make_forecaster
 from stoker.forecast.series import Calendar, demand_series
 from stoker.traces.base import Trace, TraceJob, TraceNode
+from stoker.traces.scale import capacity_scale, keep_nodes, time_scale
 
 LOADS: dict[str, float] = {"low": 0.5, "medium": 1.0, "high": 1.5}
 # a copied spot job (load above 1) is submitted this long after its original, at most
@@ -410,28 +411,20 @@ class Setup:
     burn_in_days: float = 2.0
     scale: float = 1.0
     seed: int = 0
+    capacity_scale: float = 1.0
+    time_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.window_days > 0:
             raise SimGFSError(f"days: must be > 0, got {self.window_days}")
         if not 0 < self.scale <= 1:
             raise SimGFSError(f"scale: must be in (0, 1], got {self.scale}")
+        if not 0 < self.capacity_scale <= 1:
+            raise SimGFSError(f"capacity_scale: must be in (0, 1], got {self.capacity_scale}")
+        if not self.time_scale > 0:
+            raise SimGFSError(f"time_scale: must be > 0, got {self.time_scale}")
         if self.warm_days < 0 or self.burn_in_days < 0:
             raise SimGFSError("warm_days and burn_in_days must be >= 0")
-
-
-def shrink_nodes(nodes: list[TraceNode], scale: float) -> list[TraceNode]:
-    """The first ``ceil(scale * n)`` nodes of each GPU model (at least one per model)."""
-    if scale >= 1.0:
-        return list(nodes)
-    per_model: dict[str, list[TraceNode]] = {}
-    for n in nodes:
-        per_model.setdefault(n.gpu_model, []).append(n)
-    keep: dict[str, None] = {}
-    for group in per_model.values():
-        for n in group[: max(1, math.ceil(scale * len(group)))]:
-            keep[n.name] = None
-    return [n for n in nodes if n.name in keep]
 
 
 def prepare_trace(kind: str, path: str | None, setup: Setup) -> tuple[Trace, Window]:
@@ -444,10 +437,16 @@ def prepare_trace(kind: str, path: str | None, setup: Setup) -> tuple[Trace, Win
     earlier than ``min(warm_days, 40 % of the span)``); what comes before is history.
     ``scale < 1`` keeps that share of each model's nodes and, for generated jobs,
     generates that share of the jobs (a real trace keeps a seeded sample).
+    ``capacity_scale`` keeps that share of each model's nodes and every job
+    (:func:`~stoker.traces.scale.capacity_scale`); ``time_scale`` compresses a real trace's
+    inter-arrival times (:func:`~stoker.traces.scale.time_scale`; generated jobs come at
+    the published rate, so there it is an error: raise ``--load`` instead).
     """
     from stoker.traces import load_trace  # heavy; on use
 
     if kind == "v2026" and path is None:
+        if setup.time_scale != 1.0:
+            raise SimGFSError("time_scale: generated v2026 jobs come at the published rate")
         warm = min(setup.warm_days, V2026_WINDOW_DAY)
         trace = load_trace(
             "v2026",
@@ -459,7 +458,7 @@ def prepare_trace(kind: str, path: str | None, setup: Setup) -> tuple[Trace, Win
         )
         start = warm * DAY_S
     else:
-        trace = load_trace(kind, path, setup.seed)
+        trace = time_scale(load_trace(kind, path, setup.seed), setup.time_scale)
         if setup.scale < 1.0:
             rng = np.random.default_rng(setup.seed)
             keep = rng.random(len(trace.jobs)) < setup.scale
@@ -477,7 +476,8 @@ def prepare_trace(kind: str, path: str | None, setup: Setup) -> tuple[Trace, Win
         span_days = trace.jobs[-1].submit_time / DAY_S
         start = max(span_days - setup.window_days, min(setup.warm_days, 0.4 * span_days))
         start = min(start, 0.9 * span_days) * DAY_S
-    nodes = shrink_nodes(trace.nodes, setup.scale)
+    trace = capacity_scale(trace, setup.capacity_scale)
+    nodes = keep_nodes(trace.nodes, setup.scale)
     # a job asking more than its (scaled) pool holds could never run: leave it out of the
     # trace, and say how many
     capacity: dict[str, int] = {}
