@@ -120,7 +120,8 @@ class OrgLinear(BatchPredictor):
     as the module says, with ``stride_min``, ``val_days``, ``epochs``, ``batch_size``,
     ``lr``, ``patience``; ``train_days``: only the last this many days of history train
     (None: all of it, as the authors); ``seed`` for initialisation and batches;
-    ``threads``: torch intra-op threads while training and predicting (None leaves torch's).
+    ``threads``: torch intra-op threads while training and predicting (default 1: the
+    model is small, and more threads on a shared machine mostly wait; None leaves torch's).
     """
 
     name = "orglinear"
@@ -142,7 +143,7 @@ class OrgLinear(BatchPredictor):
         lr: float = 4e-5,
         patience: int = 3,
         seed: int = 0,
-        threads: int | None = None,
+        threads: int | None = 1,
         cadence: Cadence | None = None,
     ) -> None:
         self._torch = _import_torch()
