@@ -48,14 +48,17 @@ class NaiveLastWeek(BatchPredictor):
     ) -> Forecasts:
         """Mean: the peaks of the hours one week before each hour ahead; std: past RMS error."""
         check_now(now_min, horizon_h)
-        histories = check_histories(keys, histories)
+        # only the blocks read are checked (a simulator passes the whole record)
+        record = np.asarray(histories).shape[-1]
+        need = (self.error_h + _WEEK_H) * MINUTES_PER_HOUR
+        histories = check_histories(keys, np.asarray(histories)[..., -need:])
         peaks = hourly_peaks_many(histories, self.error_h + _WEEK_H)
         # the last week's blocks; hour k ahead reads the same hour of the week, and past a
         # week ahead the latest one seen (k mod one week)
         last_week = peaks[:, peaks.shape[1] - _WEEK_H :]
         mean = last_week[:, np.arange(horizon_h) % _WEEK_H]
         errors = peaks[:, _WEEK_H:] - peaks[:, :-_WEEK_H]
-        in_record = min(errors.shape[1], histories.shape[1] // MINUTES_PER_HOUR)
+        in_record = min(errors.shape[1], record // MINUTES_PER_HOUR)
         errors = errors[:, errors.shape[1] - in_record :]
         rms = np.sqrt(np.mean(errors**2, axis=1)) if in_record else np.zeros(len(keys))
         std = np.repeat(np.maximum(rms, MIN_STD)[:, None], horizon_h, axis=1)

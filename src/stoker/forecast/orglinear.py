@@ -312,7 +312,8 @@ class OrgLinear(BatchPredictor):
             raise ForecastError(
                 f"horizon_h must be <= the fitted {self.horizon_h}, got {horizon_h}"
             )
-        x = hourly_peaks_many(check_histories(keys, histories), self.lookback_h)
+        tail = np.asarray(histories)[..., -self.lookback_h * MINUTES_PER_HOUR :]
+        x = hourly_peaks_many(check_histories(keys, tail), self.lookback_h)
         torch = self._torch
         vocab = self._vocab
 
