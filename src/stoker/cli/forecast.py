@@ -55,6 +55,10 @@ def eval_command(
     start_day: int = typer.Option(0, help="v2026: first day of the release's 184 used."),
     seed: int = typer.Option(0, help="Seed of the HP/spot split, the generator, OrgLinear."),
     threads: int = typer.Option(1, help="torch threads for OrgLinear."),
+    train_days: float | None = typer.Option(
+        None,
+        help="OrgLinear trains on the last this many days only (default: all, as the authors).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the results JSON to stdout."),
 ) -> None:
     """Walk-forward MAE and 0.9-quantile coverage per tenant and per GPU pool, for each
@@ -99,7 +103,9 @@ def eval_command(
     )
     scores = []
     for name in names:
-        options: dict[str, Any] = {"threads": threads} if name == "orglinear" else {}
+        options: dict[str, Any] = (
+            {"threads": threads, "train_days": train_days} if name == "orglinear" else {}
+        )
         if name != "naive":
             options["horizon_h"] = horizon
         try:
@@ -165,6 +171,7 @@ def eval_command(
             "origins": "every hour after the warm-up",
             "quantile": 0.9,
             "seed": seed,
+            "orglinear_train_days": train_days,
             **({"days": days, "start_day": start_day} if trace == "v2026" else {}),
         },
         "trace_notes": loaded.notes,
