@@ -97,6 +97,11 @@ def check_histories(
         raise ForecastError(f"{field_name} must be 2-D (one row per series), got {arr.ndim}-D")
     if arr.shape[0] != len(keys):
         raise ForecastError(f"{field_name} has {arr.shape[0]} rows for {len(keys)} keys")
+    return check_demand(arr, field_name)
+
+
+def check_demand(arr: np.ndarray, field_name: str) -> np.ndarray:
+    """``arr`` when every value is finite and >= 0 (GPUs demanded), else ForecastError."""
     if not np.all(np.isfinite(arr)):
         raise ForecastError(f"{field_name} must be finite (no NaN or inf)")
     if np.any(arr < 0):

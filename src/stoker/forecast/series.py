@@ -17,6 +17,7 @@ from stoker.forecast.base import (
     MINUTES_PER_HOUR,
     ForecastError,
     SeriesKey,
+    check_demand,
 )
 from stoker.traces.base import JobClass, TraceJob
 
@@ -103,11 +104,7 @@ def check_history(history: np.ndarray, field_name: str = "history") -> np.ndarra
     arr = np.asarray(history, dtype=float)
     if arr.ndim != 1:
         raise ForecastError(f"{field_name} must be 1-D (one value per minute), got {arr.ndim}-D")
-    if not np.all(np.isfinite(arr)):
-        raise ForecastError(f"{field_name} must be finite (no NaN or inf)")
-    if np.any(arr < 0):
-        raise ForecastError(f"{field_name} must be >= 0 (GPUs demanded)")
-    return arr
+    return check_demand(arr, field_name)
 
 
 def us_federal_holidays(years: Iterable[int]) -> frozenset[date]:
