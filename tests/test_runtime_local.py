@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import os
 import shutil
@@ -15,20 +16,18 @@ import time
 import uuid
 import zipfile
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from runtime_rig import Rig, procs_with
 from stoker.core.model import Failure
 from stoker.runtime.base import (
     JobBinding,
     JobExited,
-    JobOutput,
     JobRunning,
     PodDown,
     PodUp,
-    RuntimeEvent,
     RuntimeProfile,
     Topology,
 )
@@ -42,62 +41,10 @@ pytestmark = [
     pytest.mark.timeout(60),
 ]
 
-PLAIN = RuntimeProfile("plain")
-
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@dataclass
-class Result:
-    exit: JobExited
-    stdout: bytes = b""
-    stderr: bytes = b""
-    running: bool = False
-
-
-@dataclass
-class Rig:
-    """A runtime and one reader of its events."""
-
-    rt: LocalRuntime
-    events: AsyncIterator[RuntimeEvent]
-    seen: list[RuntimeEvent] = field(default_factory=list)
-
-    async def next(self, timeout: float = 20.0) -> RuntimeEvent:
-        ev = await asyncio.wait_for(anext(self.events), timeout)
-        self.seen.append(ev)
-        return ev
-
-    async def until(self, kind: type, timeout: float = 20.0) -> RuntimeEvent:
-        while True:
-            ev = await self.next(timeout)
-            if isinstance(ev, kind):
-                return ev
-
-    async def collect(self, job: str, timeout: float = 20.0) -> Result:
-        out, err, running = [], [], False
-        while True:
-            ev = await self.next(timeout)
-            if isinstance(ev, JobRunning) and ev.job == job:
-                running = True
-            elif isinstance(ev, JobOutput) and ev.job == job:
-                (out if ev.stream == "stdout" else err).append(ev.data)
-            elif isinstance(ev, JobExited) and ev.job == job:
-                return Result(ev, b"".join(out), b"".join(err), running)
-
-    async def run(self, pod: str, argv: list[str], **kw: object) -> Result:
-        job = f"job-{uuid.uuid4().hex[:8]}"
-        await self.rt.bind(pod, JobBinding(job=job, argv=tuple(argv), **kw))  # type: ignore[arg-type]
-        return await self.collect(job)
-
-    async def pod(self, profile: RuntimeProfile = PLAIN, standby: bool = False) -> str:
-        pod = f"p{uuid.uuid4().hex[:10]}"
-        await self.rt.start_pod(pod, profile, ("vgpu0",), standby)
-        assert await self.until(PodUp) == PodUp(pod)
-        return pod
 
 
 @pytest.fixture
@@ -105,19 +52,6 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     rt = LocalRuntime(tmp_path / "state", gpu_slots=2)
     yield Rig(rt, rt.events())
     await rt.stop_all()
-
-
-def _procs_with(marker: str) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                cmd = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ")
-            except OSError:
-                continue
-            if marker.encode() in cmd and b"pytest" not in cmd:
-                found.append(int(name))
-    return found
 
 
 async def test_runs_argv_streams_output_and_exit_code(rig: Rig) -> None:
@@ -214,28 +148,6 @@ async def test_network_is_off(rig: Rig) -> None:
         server.close()
 
 
-async def test_hidden_host_dirs(tmp_path: Path) -> None:
-    # outside /tmp (masked in every pod anyway), so only ``hide`` keeps it out of sight
-    base = Path(tempfile.mkdtemp(prefix="stoker-test-", dir="/var/tmp"))
-    try:
-        base.chmod(0o755)
-        for name in ("data", "control"):
-            (base / name).mkdir()
-            (base / name).chmod(0o755)
-            (base / name / "admin.token").write_text(f"{name}-token")
-            (base / name / "admin.token").chmod(0o644)
-        rt = LocalRuntime(tmp_path / "state", gpu_slots=1, hide=(base / "data",))
-        rig = Rig(rt, rt.events())
-        try:
-            pod = await rig.pod()
-            res = await rig.run(pod, ["sh", "-c", f"cat {base}/*/admin.token"])
-            assert res.stdout == b"control-token"  # readable where not hidden
-        finally:
-            await rt.stop_all()
-    finally:
-        shutil.rmtree(base)
-
-
 async def test_cannot_write_outside_workspace_or_see_others(rig: Rig, tmp_path: Path) -> None:
     pod = await rig.pod()
     other = await rig.pod()
@@ -265,15 +177,15 @@ async def test_stop_kills_the_whole_tree(rig: Rig) -> None:
     await rig.rt.bind(pod, JobBinding(job="tree", argv=("sh", "-c", script)))
     await rig.until(JobRunning)
     for _ in range(500):
-        if all(_procs_with(m) for m in markers):
+        if all(procs_with(m) for m in markers):
             break
         await asyncio.sleep(0.02)
-    assert [m for m in markers if not _procs_with(m)] == []
+    assert [m for m in markers if not procs_with(m)] == []
     await rig.rt.stop_pod(pod)
     exited = await rig.until(JobExited)
     assert isinstance(exited, JobExited) and exited.failure is Failure.PREEMPTED
     assert await rig.until(PodDown) == PodDown(pod, None)
-    left = [m for m in markers if _procs_with(m)]
+    left = [m for m in markers if procs_with(m)]
     assert left == [], "stop_pod returned with pod processes alive"
     assert not (rig.rt.pods_dir / pod).exists()
 
@@ -283,7 +195,7 @@ async def test_stray_processes_die_with_their_job(rig: Rig) -> None:
     marker = f"{uuid.uuid4().int % 900 + 100}.5"
     res = await rig.run(pod, ["sh", "-c", f"setsid sleep {marker} & echo started"])
     assert res.exit.exit_code == 0
-    assert _procs_with(f"sleep {marker}") == []
+    assert procs_with(f"sleep {marker}") == []
 
 
 @pytest.mark.parametrize("mode", ["scrub", "restart"])
@@ -299,9 +211,10 @@ async def test_workspace_persists_and_recycle_wipes(tmp_path: Path, mode: str) -
         res = await rig.run(pod, ["sh", "-c", leave])
         assert res.stdout == b"1\n"
         again = await rig.run(
-            pod, ["sh", "-c", "cat /workspace/state /tmp/t; ipcs -m | grep -c 0x"]
+            pod, ["sh", "-c", "cat /workspace/state /tmp/t /dev/shm/s; ipcs -m | grep -c 0x"]
         )
-        assert again.stdout == b"kept\nt\n1\n"  # the same pod keeps its state between jobs
+        # the same pod keeps its workspace between jobs, and nothing else
+        assert again.stdout == b"kept\n0\n"
         old_init = rt.pod_info(pod).init_pid
         new = f"{pod}-r"
         await rt.recycle(pod, new)
@@ -580,10 +493,7 @@ def test_exposed_paths_under_tmp_are_bound_back(tmp_path: Path) -> None:
             dirs[name] = tmp_path / name
             dirs[name].mkdir()
         spec = sandbox.SandboxSpec(
-            workspace=dirs["ws"],
-            sock_dir=dirs["sock"],
-            code_dir=dirs["code"],
-            overlay_dir=dirs["overlay"],
+            binds=sandbox.pod_binds(dirs["ws"], dirs["sock"], dirs["code"], dirs["overlay"]),
             argv=("sh", "-c", f"cat {tree}/lib/marker.txt; echo; ls {tree}"),
             drop_to=(65534, 65534) if os.geteuid() == 0 else None,
             expose=(tree / "lib",),
@@ -593,5 +503,20 @@ def test_exposed_paths_under_tmp_are_bound_back(tmp_path: Path) -> None:
         )
         assert out.returncode == 0, out.stderr
         assert out.stdout.split() == ["reachable", "lib"]  # only the exposed path shows
+        # a hidden dir inside an exposed one (a data dir inside a checkout) stays hidden,
+        # and an exposed path inside that is bound back
+        (tree / "lib" / "data" / "venv").mkdir(parents=True)
+        (tree / "lib" / "data" / "stoker.db").write_text("store")
+        (tree / "lib" / "data" / "venv" / "py").write_text("interpreter")
+        spec = dataclasses.replace(
+            spec,
+            argv=("sh", "-c", f"ls {tree}/lib/data; cat {tree}/lib/data/venv/py"),
+            hide=(tree / "lib" / "data",),
+            expose=(tree / "lib", tree / "lib" / "data" / "venv"),
+        )
+        out = subprocess.run(
+            sandbox.build_command(spec), capture_output=True, text=True, timeout=30, check=False
+        )
+        assert out.stdout.split() == ["venv", "interpreter"], out.stderr
     finally:
         shutil.rmtree(tree)

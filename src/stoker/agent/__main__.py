@@ -2,8 +2,14 @@
 
 It imports the profile's modules once (the zygote), listens on a Unix socket for its runtime,
 and runs one job at a time: binds it (code, overlay, env, topology), forks it from the zygote
-or execs it, streams its output, enforces its timeout, reports its exit with a typed failure,
-and kills whatever the job left running. Only the workspace outlives a job.
+or execs it, streams its output (capped per job), enforces its timeout, reports its exit with
+a typed failure, and kills whatever the job left running. Only the workspace outlives a job:
+after each one its files in /tmp, /dev/shm and /dev/mqueue and its System V IPC objects go.
+
+In a sandbox the agent is out of its jobs' reach: jobs run as another uid (``--job-uid``),
+the agent and its spare are not dumpable, the seccomp filter denies ptrace and
+process_vm_*, and the socket answers only peers outside the pod's pid namespace (the
+runtime), in a directory only the agent's uid may enter.
 """
 
 from __future__ import annotations
@@ -14,18 +20,31 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
+import struct
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from stoker.agent import protocol
-from stoker.agent.binding import check_env, classify, topology_env, unpack_code
+from stoker.agent.binding import Entry, check_env, classify, topology_env
 from stoker.agent.protocol import Message
-from stoker.agent.zygote import Spare, preload
+from stoker.agent.zygote import (
+    JobUser,
+    Spare,
+    Zygote,
+    clear_ambient_caps,
+    preload,
+    run_as,
+    set_dumpable,
+)
 
 CHUNK = 64 * 1024
 MAX_HELD = 4096  # output events kept while no runtime listens (~256 MiB at most)
+#: where a job may leave files besides its workspace (emptied after every job)
+SCRATCH = ("/tmp", "/dev/shm", "/dev/mqueue")
 
 
 @dataclass
@@ -35,6 +54,8 @@ class _Job:
     started: float
     kill_failure: str | None = None  # set when the runtime (or the timeout) killed it
     task: asyncio.Task[None] | None = None  # its watcher (held so it is not collected)
+    output_limit: int | None = None  # bytes of output forwarded, both streams together
+    output_sent: int = 0
 
 
 class Agent:
@@ -47,9 +68,11 @@ class Agent:
         workspace: Path,
         preloaded: dict[str, float],
         sweep: bool = False,
+        user: JobUser | None = None,
     ) -> None:
         self.socket_path = socket_path
         self.sweep = sweep  # only ever True inside the pod's own pid namespace
+        self.user = user  # the jobs' uid (None: the agent's own, outside a root sandbox)
         self.pod = pod
         self.workspace = workspace
         self.preloaded = preloaded
@@ -58,6 +81,11 @@ class Agent:
         self._held: list[Message] = []  # events while no runtime is connected
         self._stop = asyncio.Event()
         self._spare: Spare | None = None
+        # the spares' clean parent, forked now: before any runtime connects
+        self.zygote = Zygote(user, self._on_exit)
+        self._exits: dict[int, int] = {}  # spare pid -> wait status, until someone waits
+        self._waiters: dict[int, asyncio.Future[int]] = {}
+        self._discarded: set[int] = set()  # spares let go: their exit is nobody's business
 
     # --- connection ------------------------------------------------------
 
@@ -93,10 +121,28 @@ class Agent:
                     del self._held[i]
                     break
 
+    def _from_runtime(self, writer: asyncio.StreamWriter) -> bool:
+        """Whether the peer is outside this pod: SO_PEERCRED gives pid 0 for a process the
+        pod's pid namespace cannot see, and a real pid for any of the pod's own."""
+        if not self.sweep:
+            return True  # not in a pod of our own: the socket's file mode is the guard
+        sock = writer.get_extra_info("socket")
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid, _uid, _gid = struct.unpack("3i", creds)
+        return pid == 0
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self._from_runtime(writer):
+            print("agent: refused a connection from inside the pod", file=sys.stderr)
+            writer.close()
+            return
         old, self._writer = self._writer, writer
         if old is not None:
-            old.close()  # the newest runtime wins (a broker that restarted)
+            # the newest runtime wins (a broker that restarted); the old one is told so,
+            # since any other hang-up means the pod is broken and must be stopped
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                old.write(protocol.encode({"ev": "taken_over"}))
+            old.close()
         writer.write(protocol.encode({"ev": "hello", **self.state()}))
         held, self._held = self._held, []
         for msg in held:
@@ -105,7 +151,7 @@ class Agent:
         try:
             while (msg := await protocol.read_message(reader)) is not None:
                 await self._handle(msg)
-        except (ConnectionError, protocol.ProtocolError) as exc:
+        except (ConnectionError, ValueError) as exc:  # ProtocolError, or a line too long
             print(f"agent: connection dropped: {exc}", file=sys.stderr)
         finally:
             if self._writer is writer:
@@ -138,24 +184,22 @@ class Agent:
     async def _scrub(self, new_pod: str) -> None:
         """Make this pod a fresh one named ``new_pod``, keeping the zygote.
 
-        The zygote never ran user code, so it is as clean as a new one and costs nothing to
-        keep (a torch pod's agent takes seconds to start). Everything a job could have left
-        goes: every other process (the sweep), the files in /tmp, /dev/shm and the workspace,
-        and System V IPC objects; the runtime wipes the workspace again from outside.
+        The zygote never ran user code (jobs cannot reach it: another uid, not dumpable,
+        seccomp), so it is as clean as a new one and costs nothing to keep (a torch pod's
+        agent takes seconds to start). Everything a job could have left goes: every other
+        process (the sweep), the spare (re-forked from the zygote), the files in the scratch
+        dirs and the workspace, and every System V IPC object (the socket's directory is the
+        agent's alone); the runtime wipes the workspace again from outside.
         """
         if not self.sweep or self.job is not None:
             why = "not sandboxed" if not self.sweep else f"job {self.job.id} running"  # type: ignore[union-attr]
             await self.send({"ev": "error", "job": None, "message": f"scrub refused: {why}"})
             return
         self._kill_others()
-        for root in ("/tmp", "/dev/shm", str(self.workspace)):
-            _empty_dir(Path(root))
-        if ipcrm := shutil.which("ipcrm"):
-            proc = await asyncio.create_subprocess_exec(
-                ipcrm, "--all", stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
-            )
-            await proc.wait()
+        self._discard_spare()  # nothing at all is left but the agent
+        self._clear_scratch(str(self.workspace))
         self._held.clear()
+        self._ensure_spare()
         self.pod = new_pod
         os.environ["STOKER_POD"] = new_pod
         await self.send({"ev": "scrubbed", **self.state()})
@@ -173,8 +217,9 @@ class Agent:
             entry = classify(msg["argv"])
             user_env = dict(msg.get("env") or {})
             check_env(user_env)
-            if msg.get("code"):
-                unpack_code(Path(msg["code"]), Path(msg["code"]).name, self.workspace)
+            code = str(msg["code"]) if msg.get("code") else None  # unpacked by the job itself
+            limit = msg.get("output_limit")
+            output_limit = None if limit is None else int(limit)
             overlay = tuple(str(p) for p in msg.get("overlay") or ())
             topo = msg.get("topology") or {}
             env = dict(os.environ)
@@ -196,17 +241,81 @@ class Agent:
         except (KeyError, ValueError, TypeError, OSError) as exc:
             await self.send({"ev": "error", "job": job_id, "message": str(exc)})
             return
-        spare, self._spare = self._spare or Spare.fork(), None
-        spare.start(entry, env, str(self.workspace), overlay)
-        self.job = job = _Job(job_id, spare.pid, time.time())
+        spare = self._start(entry, env, overlay, code)
+        if spare is None:
+            await self.send({"ev": "error", "job": job_id, "message": "the job's fork died"})
+            return
+        self.job = job = _Job(job_id, spare.pid, time.time(), output_limit=output_limit)
         await self.send({"ev": "running", "job": job_id, "pid": spare.pid, "at": job.started})
         loop = asyncio.get_running_loop()
         job.task = loop.create_task(self._watch(job, spare.stdout, spare.stderr, timeout_s))
         loop.call_soon(self._ensure_spare)  # the next job's fork happens while this one runs
 
+    def _start(
+        self, entry: Entry, env: dict[str, str], overlay: tuple[str, ...], code: str | None
+    ) -> Spare | None:
+        """Hand the job to the spare; a spare that died meanwhile is replaced once."""
+        for _ in range(2):
+            spare, self._spare = self._spare or self.zygote.spare(), None
+            try:
+                spare.start(entry, env, str(self.workspace), overlay, code)
+                return spare
+            except OSError:  # BrokenPipeError: it was killed
+                for fd in (spare.stdout, spare.stderr):
+                    os.close(fd)
+                self._forget(spare.pid)
+        return None
+
     def _ensure_spare(self) -> None:
         if self._spare is None and not self._stop.is_set():
-            self._spare = Spare.fork()
+            self._spare = self.zygote.spare()
+
+    def _discard_spare(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.retire()
+            with contextlib.suppress(OSError):
+                os.kill(spare.pid, signal.SIGKILL)
+            self._forget(spare.pid)
+
+    def _forget(self, pid: int) -> None:
+        if self._exits.pop(pid, None) is None:
+            self._discarded.add(pid)
+
+    def _on_exit(self, pid: int, status: int) -> None:
+        """The zygote reaped a spare (a job, or a spare let go)."""
+        if pid in self._discarded:
+            self._discarded.discard(pid)
+        elif (fut := self._waiters.pop(pid, None)) is not None:
+            if not fut.done():
+                fut.set_result(status)
+        else:
+            self._exits[pid] = status
+
+    def _zygote_readable(self) -> None:
+        try:
+            self.zygote.readable()
+        except (ConnectionError, OSError) as exc:  # no zygote, no jobs: the pod is done
+            print(f"agent: {exc}", file=sys.stderr)
+            asyncio.get_running_loop().remove_reader(self.zygote.sock.fileno())
+            self._stop.set()
+
+    def _clear_scratch(self, *more: str) -> None:
+        """Empty the scratch dirs (and ``more``) and remove every System V IPC object, as the
+        jobs' user (whose files they are); a no-op outside a sandbox of our own."""
+        if not self.sweep:
+            return
+        roots = (*SCRATCH, *more)
+        if not more and _nothing_left(roots):
+            return  # the common case: no fork at all
+
+        def clear() -> None:
+            for root in roots:
+                _empty_dir(Path(root))
+            if ipcrm := shutil.which("ipcrm"):
+                subprocess.run([ipcrm, "--all"], capture_output=True, check=False)
+
+        run_as(self.user, clear)
 
     async def _pump(self, job: _Job, fd: int, stream: str) -> None:
         loop = asyncio.get_running_loop()
@@ -216,6 +325,16 @@ class Agent:
         )
         try:
             while data := await reader.read(CHUNK):
+                limit = job.output_limit
+                if limit is not None and job.output_sent + len(data) > limit:
+                    # past the cap the job's output is read and dropped, so it never blocks
+                    if job.output_sent > limit:
+                        continue
+                    data = data[: limit - job.output_sent]
+                    data += f"\n[stoker: output truncated at {limit} bytes]\n".encode()
+                    job.output_sent = limit + 1
+                else:
+                    job.output_sent += len(data)
                 await self.send(
                     {
                         "ev": "output",
@@ -228,17 +347,12 @@ class Agent:
             transport.close()
 
     async def _wait_exit(self, pid: int) -> int:
-        """Wait for ``pid`` without a thread (a pidfd turns readable when it exits)."""
-        loop = asyncio.get_running_loop()
-        fd = os.pidfd_open(pid)
-        exited = loop.create_future()
-        loop.add_reader(fd, exited.set_result, None)
-        try:
-            await exited
-        finally:
-            loop.remove_reader(fd)
-            os.close(fd)
-        return os.waitpid(pid, 0)[1]
+        """Wait for the job ``pid`` to end; its wait status (reported by the zygote)."""
+        if pid in self._exits:
+            return self._exits.pop(pid)
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._waiters[pid] = fut
+        return await fut
 
     async def _watch(self, job: _Job, out_r: int, err_r: int, timeout_s: float) -> None:
         pumps = [
@@ -256,6 +370,7 @@ class Agent:
         self._kill_others()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*pumps), 5.0)
+        self._clear_scratch()  # only the workspace is kept for the next job
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
         code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + sig
         failure: str | None = job.kill_failure
@@ -284,7 +399,7 @@ class Agent:
         job = self.job
         if not self.sweep and job is None:
             return
-        keep = {1, os.getpid()} | ({self._spare.pid} if self._spare else set())
+        keep = {1, os.getpid(), self.zygote.pid} | ({self._spare.pid} if self._spare else set())
         for _ in range(1000):
             alive = []
             for name in os.listdir("/proc"):
@@ -310,17 +425,22 @@ class Agent:
         """Serve until told to shut down."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
-        server = await asyncio.start_unix_server(
-            self._serve, self.socket_path, limit=protocol.MAX_LINE
-        )
+        old_umask = os.umask(0o077)  # the socket: the agent's uid only (and root outside)
+        try:
+            server = await asyncio.start_unix_server(
+                self._serve, self.socket_path, limit=protocol.MAX_LINE
+            )
+        finally:
+            os.umask(old_umask)
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self._stop.set)
+        loop.add_reader(self.zygote.sock.fileno(), self._zygote_readable)
         self._ensure_spare()
         async with server:
             await self._stop.wait()
-        if self._spare is not None:
-            self._spare.retire()
-            os.waitpid(self._spare.pid, 0)
+        loop.remove_reader(self.zygote.sock.fileno())
+        self._discard_spare()
+        self.zygote.close()
 
 
 def _empty_dir(root: Path) -> None:
@@ -332,6 +452,20 @@ def _empty_dir(root: Path) -> None:
             else:
                 with contextlib.suppress(OSError):
                     child.unlink()
+
+
+def _nothing_left(roots: tuple[str, ...]) -> bool:
+    """Whether ``roots`` are empty and the pod has no System V IPC object (the pod's own
+    ipc namespace lists them all in /proc/sysvipc, whoever made them)."""
+    try:
+        for root in roots:
+            with os.scandir(root) as it:
+                if next(it, None) is not None:
+                    return False
+        ipc = ("shm", "msg", "sem")
+        return all(len(Path(f"/proc/sysvipc/{k}").read_text().splitlines()) <= 1 for k in ipc)
+    except OSError:
+        return False  # cannot tell: clear
 
 
 def in_own_pid_namespace() -> bool:
@@ -356,7 +490,11 @@ def main(argv: list[str] | None = None) -> None:
         help="the agent is pid 2 of its own pid namespace under bwrap: kill every other "
         "process after each job (refused anywhere else)",
     )
+    parser.add_argument("--job-uid", type=int, help="run jobs as this uid (needs CAP_SETUID)")
+    parser.add_argument("--job-gid", type=int, help="... and this gid")
     args = parser.parse_args(argv)
+    set_dumpable(False)  # before anything else: no job may trace or read this process
+    clear_ambient_caps()
     if args.sandboxed and not in_own_pid_namespace():
         print("agent: --sandboxed outside a bwrap pid namespace; refusing", file=sys.stderr)
         raise SystemExit(2)
@@ -366,7 +504,8 @@ def main(argv: list[str] | None = None) -> None:
     except ImportError as exc:
         print(f"agent: preload failed: {exc}", file=sys.stderr)
         raise SystemExit(3) from exc
-    agent = Agent(args.socket, args.pod, Path(args.workspace), took, sweep=args.sandboxed)
+    user = None if args.job_uid is None else JobUser(args.job_uid, args.job_gid or args.job_uid)
+    agent = Agent(args.socket, args.pod, Path(args.workspace), took, args.sandboxed, user)
     asyncio.run(agent.run())
 
 

@@ -92,16 +92,45 @@ def check_env(env: dict[str, str]) -> None:
             raise ValueError(f"env: {key} is set by the runtime, not by the job")
 
 
+#: what one code archive may unpack to (a gzip bomb is refused before it fills a disk)
+MAX_UNPACKED_BYTES = 256 * 1024 * 1024
+MAX_MEMBERS = 20_000
+
+
+class ArchiveTooLarge(ValueError):
+    """A code archive holds more members, or unpacks to more bytes, than allowed."""
+
+
+def check_archive(
+    tar: tarfile.TarFile, max_bytes: int = MAX_UNPACKED_BYTES, max_members: int = MAX_MEMBERS
+) -> list[tarfile.TarInfo]:
+    """Read ``tar``'s member headers, refusing it as soon as it is over either cap (so a
+    bomb is never read to its end); its members."""
+    members: list[tarfile.TarInfo] = []
+    total = 0
+    for member in tar:
+        members.append(member)
+        total += member.size
+        if len(members) > max_members:
+            raise ArchiveTooLarge(f"code: more than {max_members} members")
+        if total > max_bytes:
+            raise ArchiveTooLarge(f"code: unpacks to more than {max_bytes} bytes")
+    return members
+
+
 def unpack_code(archive: Path, digest: str, workspace: Path) -> bool:
     """Unpack ``archive`` into the workspace unless this digest is already there.
 
     Returns True if it unpacked. Members are filtered as data (no absolute paths, no links
-    out of the workspace, no device files), so an archive cannot write outside the workspace.
+    out of the workspace, no device files or fifos: ``tarfile.FilterError``), and the archive
+    is capped in size and members (:class:`ArchiveTooLarge`), so an archive can neither
+    write outside the workspace nor fill it.
     """
     marker = workspace / CODE_MARKER
     if marker.exists() and marker.read_text() == digest:
         return False
     with tarfile.open(archive) as tar:
-        tar.extractall(workspace, filter="data")
+        members = check_archive(tar)
+        tar.extractall(workspace, members=members, filter="data")
     marker.write_text(digest)
     return True

@@ -1,24 +1,105 @@
-"""The zygote: the agent's own interpreter with the profile's modules imported once.
+"""The zygote: the agent's interpreter with the profile's modules imported once, forked off
+as its own process (:class:`Zygote`) before any runtime connects.
 
-Each job runs in a fork of it, made ahead of time (:class:`Spare`): the child inherits the
-warm imports (``torch`` costs seconds to import) and starts from the zygote's state, which
-never ran user code, so no job sees another's globals. A plain argv is exec'd from the same
-fork."""
+Each job runs in a fork of the zygote, made ahead of time (:class:`Spare`): the child
+inherits the warm imports (``torch`` costs seconds to import) and starts from the zygote's
+state, which never ran user code and never held a tenant's data (binds go to the agent, not
+to the zygote), so no job sees another's globals or finds another's env in its own memory.
+A plain argv is exec'd from the same fork. Each job first becomes the pod's job user
+(:class:`JobUser`)."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import gc
 import importlib
 import json
 import os
 import runpy
+import selectors
 import signal
+import socket
 import sys
+import tarfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-from stoker.agent.binding import Entry
+from stoker.agent.binding import Entry, unpack_code
+
+_PR_SET_DUMPABLE = 4
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+_CAP_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def set_dumpable(on: bool) -> None:
+    """PR_SET_DUMPABLE: off, no process of another uid (nor one without CAP_SYS_PTRACE)
+    may attach to this one or open its /proc/<pid>/mem, and its /proc files are root's."""
+    _check(_libc().prctl(_PR_SET_DUMPABLE, int(on), 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
+
+
+def clear_ambient_caps() -> None:
+    """Forget the ambient capabilities the agent was started with, so nothing it execs
+    inherits them (it keeps its own permitted ones)."""
+    _check(
+        _libc().prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0),
+        "prctl(PR_CAP_AMBIENT_CLEAR_ALL)",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class JobUser:
+    """The uid and gid a pod's jobs run as: never the agent's, so a job can neither signal,
+    trace nor read the agent or its spare."""
+
+    uid: int
+    gid: int
+
+    def become(self, dumpable: bool = True) -> None:
+        """Irrevocably switch this process to the job's uid, with no capability left;
+        ``dumpable`` for a job (its own processes may inspect each other), not for a helper
+        forked from the agent, which still holds the agent's memory."""
+        os.setgroups([])
+        os.setresgid(self.gid, self.gid, self.gid)
+        os.setresuid(self.uid, self.uid, self.uid)
+        # a change between two non-zero uids keeps the permitted set: empty it by hand
+        data = (ctypes.c_uint32 * 6)()  # two __user_cap_data_struct, all zero
+        hdr = _CapHeader(_CAP_VERSION_3, 0)
+        _check(_libc().capset(ctypes.byref(hdr), ctypes.byref(data)), "capset")
+        set_dumpable(dumpable)
+
+
+def run_as(user: JobUser | None, fn: Callable[[], None]) -> int:
+    """Run ``fn`` in a forked child that became ``user`` first; its exit status."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            if user is not None:
+                user.become(dumpable=False)
+            fn()
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        os._exit(code)
+    return os.waitpid(pid, 0)[1]
 
 
 def preload(modules: tuple[str, ...]) -> dict[str, float]:
@@ -66,8 +147,19 @@ def _run_entry(entry: Entry) -> int:
         return 1
 
 
-def _child(entry: Entry, env: dict[str, str], cwd: str, extra_path: tuple[str, ...]) -> int:
-    """The job, in a forked child whose fds 1 and 2 are its output pipes; its exit code."""
+def _child(
+    entry: Entry,
+    env: dict[str, str],
+    cwd: str,
+    extra_path: tuple[str, ...],
+    user: JobUser | None,
+    code: str | None,
+) -> int:
+    """The job, in a forked child whose fds 1 and 2 are its output pipes; its exit code.
+
+    It becomes the job's user before anything of the job's is touched: the code archive
+    is unpacked with the job's rights (a bad or oversized archive fails the job with a
+    message, never the agent)."""
     os.setsid()  # its own session and process group, so a kill reaches its children too
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -77,6 +169,14 @@ def _child(entry: Entry, env: dict[str, str], cwd: str, extra_path: tuple[str, .
             fh.write("1000")  # under memory pressure the job dies, not the agent
     except OSError:
         pass
+    if user is not None:
+        user.become()
+    if code:
+        try:
+            unpack_code(Path(code), Path(code).name, Path(cwd))
+        except (OSError, ValueError, tarfile.TarError, EOFError) as exc:
+            os.write(2, f"stoker: code archive refused: {type(exc).__name__}: {exc}\n".encode())
+            return 1
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -102,11 +202,11 @@ def _child(entry: Entry, env: dict[str, str], cwd: str, extra_path: tuple[str, .
 
 @dataclass
 class Spare:
-    """A child forked ahead of time, waiting for its job on a pipe.
+    """A child forked ahead of time (by the :class:`Zygote`), waiting for its job on a pipe.
 
     Forking an interpreter that holds torch costs ~10 ms (page tables) and would sit between
-    a bind and its job running; the agent forks the next spare while a job runs, so a bind
-    only writes the job to a pipe. A spare sees EOF (and exits) if the agent dies.
+    a bind and its job running; the agent has the next spare forked while a job runs, so a
+    bind only writes the job to a pipe. A spare sees EOF (and exits) if the agent dies.
     """
 
     pid: int
@@ -114,44 +214,15 @@ class Spare:
     stdout: int  # read ends of the job's output pipes
     stderr: int
 
-    @classmethod
-    def fork(cls) -> Spare:
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        ctl_r, ctl_w = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the spare
-            code = 1
-            try:
-                gc.freeze()  # the agent's objects are never collected (nor their fds closed)
-                os.dup2(ctl_r, 0)
-                os.dup2(out_w, 1)
-                os.dup2(err_w, 2)
-                os.closerange(3, 1 << 16)  # the agent's socket, loop and pipes stay its own
-                chunks = []
-                while chunk := os.read(0, 1 << 16):
-                    chunks.append(chunk)
-                if not chunks:
-                    os._exit(0)  # no job: the agent went away or retired this spare
-                spec = json.loads(b"".join(chunks))
-                entry = Entry(spec["kind"], spec["target"], tuple(spec["argv"]))
-                code = _child(entry, spec["env"], spec["cwd"], tuple(spec["path"]))
-            except BaseException:
-                try:
-                    traceback.print_exc()
-                finally:
-                    code = 1
-            os._exit(code)
-        for fd in (out_w, err_w, ctl_r):
-            os.close(fd)
-        return cls(pid, ctl_w, out_r, err_r)
-
     def start(
-        self, entry: Entry, env: dict[str, str], cwd: str, extra_path: tuple[str, ...]
+        self,
+        entry: Entry,
+        env: dict[str, str],
+        cwd: str,
+        extra_path: tuple[str, ...],
+        code: str | None = None,
     ) -> None:
-        """Hand the spare its job (it runs at once)."""
+        """Hand the spare its job (it runs at once); BrokenPipeError if the spare is gone."""
         spec = {
             "kind": entry.kind,
             "target": entry.target,
@@ -159,15 +230,129 @@ class Spare:
             "env": env,
             "cwd": cwd,
             "path": list(extra_path),
+            "code": code,
         }
         data = json.dumps(spec).encode()
         view = memoryview(data)
-        while view:
-            view = view[os.write(self.ctl, view) :]
-        os.close(self.ctl)
+        try:
+            while view:
+                view = view[os.write(self.ctl, view) :]
+        finally:
+            os.close(self.ctl)
 
     def retire(self) -> None:
-        """Let an unused spare go (it exits on EOF); the caller reaps it."""
+        """Let an unused spare go (it exits on EOF)."""
         os.close(self.ctl)
         os.close(self.stdout)
         os.close(self.stderr)
+
+
+def _spare_main(user: JobUser | None) -> int:
+    """The spare's life: fds 0, 1, 2 are its job pipe and output pipes; its exit code."""
+    gc.freeze()  # the zygote's objects are never collected (nor their fds closed)
+    chunks = []
+    while chunk := os.read(0, 1 << 16):
+        chunks.append(chunk)
+    if not chunks:
+        return 0  # no job: the agent went away or retired this spare
+    spec = json.loads(b"".join(chunks))
+    entry = Entry(spec["kind"], spec["target"], tuple(spec["argv"]))
+    return _child(entry, spec["env"], spec["cwd"], tuple(spec["path"]), user, spec.get("code"))
+
+
+def _zygote_main(sock: socket.socket, user: JobUser | None) -> None:
+    """The zygote's loop: fork a spare onto the three fds of each request, report its pid,
+    and report each spare's wait status when it exits (it is the spares' parent)."""
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ)
+    while True:
+        for key, _ in sel.select():
+            if key.fileobj is sock:
+                msg, fds, _flags, _addr = socket.recv_fds(sock, 64, 3)
+                if not msg:
+                    return  # the agent went away
+                pid = os.fork()
+                if pid == 0:  # the spare
+                    code = 1
+                    try:
+                        for i, fd in enumerate(fds):
+                            os.dup2(fd, i)
+                        os.closerange(3, 1 << 16)  # the zygote's socket and pidfds
+                        code = _spare_main(user)
+                    except BaseException:
+                        with contextlib.suppress(BaseException):
+                            traceback.print_exc()
+                    os._exit(code)
+                for fd in fds:
+                    os.close(fd)
+                sel.register(os.pidfd_open(pid), selectors.EVENT_READ, pid)
+                sock.send(f"forked {pid} 0".encode())
+            else:
+                sel.unregister(key.fileobj)
+                os.close(key.fd)
+                _, status = os.waitpid(key.data, 0)
+                sock.send(f"exit {key.data} {status}".encode())
+
+
+class Zygote:
+    """The clean parent of every spare.
+
+    Forked from the agent right after the preload, before any runtime connected, it never
+    holds a tenant's data: no bind message, env, secret or output ever passes through its
+    memory, so a job (which reads its own memory, inherited from its parent) finds nothing of
+    an earlier job there, whichever tenant ran it. It sees only "fork" requests carrying the
+    new spare's three pipe fds (SCM_RIGHTS over a SOCK_SEQPACKET pair), answers with the
+    spare's pid, and reports each spare's wait status (``on_exit``) when it ends.
+    """
+
+    def __init__(self, user: JobUser | None, on_exit: Callable[[int, int], None]) -> None:
+        self.on_exit = on_exit
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                self.sock.close()
+                _zygote_main(theirs, user)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            os._exit(code)
+        theirs.close()
+        self.pid = pid
+
+    def _next(self) -> tuple[str, int]:
+        """Read one report; exits go to ``on_exit``."""
+        data = self.sock.recv(64)
+        if not data:
+            raise ConnectionError("the zygote is gone")
+        kind, pid, status = data.decode().split()
+        if kind == "exit":
+            self.on_exit(int(pid), int(status))
+        return kind, int(pid)
+
+    def readable(self) -> None:
+        """For the event loop's reader: handle one report."""
+        self._next()
+
+    def spare(self) -> Spare:
+        """A new spare (forked at once by the zygote)."""
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        ctl_r, ctl_w = os.pipe()
+        try:
+            socket.send_fds(self.sock, [b"fork"], [ctl_r, out_w, err_w])
+        finally:
+            for fd in (ctl_r, out_w, err_w):
+                os.close(fd)
+        while True:
+            kind, pid = self._next()
+            if kind == "forked":
+                return Spare(pid, ctl_w, out_r, err_r)
+
+    def close(self) -> None:
+        """Let the zygote go (it exits when its socket closes) and reap it."""
+        self.sock.close()
+        os.waitpid(self.pid, 0)

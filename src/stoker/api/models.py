@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, field_validator
 
+from stoker.api.deps import check_deps
+
 _ENV_KEY_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
 
@@ -27,6 +29,11 @@ class JobSubmit(BaseModel):
         if any("\x00" in a for a in v):
             raise ValueError("argv must not contain NUL bytes")
         return v
+
+    @field_validator("deps")
+    @classmethod
+    def _deps(cls, v: list[str]) -> list[str]:
+        return list(check_deps(v))  # PEP 508 requirements only: no option, path or URL
 
     @field_validator("env")
     @classmethod

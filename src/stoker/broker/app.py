@@ -64,6 +64,7 @@ class Broker:
                 gpu_slots=cfg.gpu_slots,
                 find_links=cfg.find_links,
                 no_index=cfg.no_index,
+                hide=(cfg.data_dir,),  # the store and tokens: never in a pod, whatever the path
             )
         self.runtime = runtime
         gpus = sorted(getattr(runtime, "devices", {}) or [f"vgpu{i}" for i in range(cfg.gpu_slots)])

@@ -13,6 +13,12 @@ The broker reads a TOML file (``stoker up --config FILE``)::
     standby_share = 0.1
     preload = []
     packages = []
+    memory_mb = 2048                # limits: these are the defaults; 0 means no limit
+    pids_max = 256
+    cpus = 1.0
+    tmp_mb = 256                    # each of /tmp and /dev/shm
+    workspace_mb = 1024
+    output_mb = 16                  # per job, stdout and stderr together
 """
 
 from __future__ import annotations
@@ -53,10 +59,14 @@ class BrokerProfile:
         """A one-GPU profile whose active pods leave a tenth of the card for a standby."""
         share, standby_share = (0.9, 0.1) if standby and gpus == 1 else (1.0, 0.0)
         core = Profile(name, gpus=gpus, share=share, standby_share=standby_share, recyclable=True)
-        rt = RuntimeProfile(
-            name, packages=packages, preload=preload, network=network, memory_mb=memory_mb
-        )
+        # the runtime's safe default limits unless a memory limit is named
+        limits = {} if memory_mb is None else {"memory_mb": memory_mb}
+        rt = RuntimeProfile(name, packages=packages, preload=preload, network=network, **limits)
         return BrokerProfile(core, rt)
+
+
+#: a profile's limits a config may name (see :class:`stoker.runtime.base.RuntimeProfile`)
+PROFILE_LIMITS = ("memory_mb", "pids_max", "cpus", "tmp_mb", "workspace_mb", "output_mb")
 
 
 def default_data_dir() -> Path:
@@ -136,13 +146,14 @@ class BrokerConfig:
                     )
                 except (ValueError, TypeError) as exc:
                     raise ConfigError(f"config {path}: profiles.{name}: {exc}") from exc
+                # a limit not named keeps the runtime's safe default; 0 means none at all
+                limits = {k: p[k] or None for k in PROFILE_LIMITS if k in p}
                 rt = RuntimeProfile(
                     name,
                     packages=tuple(p.get("packages", ())),
                     preload=tuple(p.get("preload", ())),
                     network=bool(p.get("network", False)),
-                    memory_mb=p.get("memory_mb"),
-                    pids_max=p.get("pids_max"),
+                    **limits,
                 )
                 cfg.profiles.append(BrokerProfile(core, rt))
         return cfg

@@ -45,8 +45,14 @@ class RuntimeProfile:
     packages: tuple[str, ...] = ()  # installed once into the profile's shared environment
     preload: tuple[str, ...] = ()  # modules the agent imports once (e.g. "torch")
     network: bool = False
-    memory_mb: int | None = None
-    pids_max: int | None = None
+    # safe defaults: a profile names bigger ones (None: no limit; a broker's profiles never
+    # say None unless its config asks for 0)
+    memory_mb: int | None = 2048
+    pids_max: int | None = 256
+    cpus: float | None = 1.0  # CPU time per wall second (cgroup cpu quota)
+    tmp_mb: int | None = 256  # each of /tmp and /dev/shm (a size-capped tmpfs)
+    workspace_mb: int | None = 1024  # /workspace (a size-capped tmpfs, where root mounts one)
+    output_mb: int | None = 16  # a job's stdout and stderr together; past it: a marker
 
 
 # --- events a runtime reports ------------------------------------------------

@@ -1,6 +1,6 @@
 """Per-pod cgroups under this process's own cgroup, on cgroup v2 and on v1 (hybrid hosts).
 
-A pod gets one child group per controller it needs (memory, pids). On v1 each controller is
+A pod gets one child group per controller it needs (memory, pids, cpu). On v1 each controller is
 its own hierarchy (``/sys/fs/cgroup/memory/<own path>/<name>``); on v2 there is one group
 (``/sys/fs/cgroup/<own path>/<name>``) and the controllers must be enabled in the parent's
 ``cgroup.subtree_control``. Where a controller is missing or not writable the limit is simply
@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-CONTROLLERS = ("memory", "pids")
+CONTROLLERS = ("memory", "pids", "cpu")
+_CPU_PERIOD_US = 100_000
 
 
 class CgroupError(RuntimeError):
@@ -62,7 +63,9 @@ class PodCgroup:
     missing: dict[str, str] = field(default_factory=dict)  # controller -> why not applied
 
     @classmethod
-    def create(cls, name: str, memory_mb: int | None, pids_max: int | None) -> PodCgroup:
+    def create(
+        cls, name: str, memory_mb: int | None, pids_max: int | None, cpus: float | None = None
+    ) -> PodCgroup:
         """Create the pod's groups and write its limits (best effort per controller).
 
         ``name`` must be unique on the host (several runtimes may share it): a group that
@@ -70,7 +73,8 @@ class PodCgroup:
         """
         cg = cls(name)
         v2path, v1paths = _own_paths()
-        want = {"memory": memory_mb, "pids": pids_max}
+        quota = None if cpus is None else max(1000, int(cpus * _CPU_PERIOD_US))
+        want: dict[str, int | None] = {"memory": memory_mb, "pids": pids_max, "cpu": quota}
         v2base = _v2_base()
         for ctrl in CONTROLLERS:
             parent = _v1_dir(ctrl, v1paths[ctrl]) if ctrl in v1paths else None
@@ -91,7 +95,10 @@ class PodCgroup:
 
     @staticmethod
     def _write_v1_limit(ctrl: str, d: Path, value: int) -> None:
-        if ctrl == "memory":
+        if ctrl == "cpu":
+            (d / "cpu.cfs_period_us").write_text(str(_CPU_PERIOD_US))
+            (d / "cpu.cfs_quota_us").write_text(str(value))
+        elif ctrl == "memory":
             (d / "memory.limit_in_bytes").write_text(str(value * 1024 * 1024))
             # no swap beyond the limit either, where swap accounting exists
             with contextlib.suppress(OSError):
@@ -108,11 +115,11 @@ class PodCgroup:
                 (parent / "cgroup.subtree_control").write_text(f"+{ctrl}")
             d.mkdir()
             if value is not None:
-                fname, text = (
-                    ("memory.max", str(value * 1024 * 1024))
-                    if ctrl == "memory"
-                    else ("pids.max", str(value))
-                )
+                fname, text = {
+                    "memory": ("memory.max", str(value * 1024 * 1024)),
+                    "pids": ("pids.max", str(value)),
+                    "cpu": ("cpu.max", f"{value} {_CPU_PERIOD_US}"),
+                }[ctrl]
                 (d / fname).write_text(text)
                 if ctrl == "memory":
                     with contextlib.suppress(OSError):
@@ -121,6 +128,12 @@ class PodCgroup:
             self.dirs[ctrl] = d
         except OSError as exc:
             self.missing[ctrl] = f"v2 {ctrl} in {parent}: {exc.strerror}"
+
+    def view(self) -> tuple[tuple[Path, str], ...]:
+        """What the pod sees under /sys/fs/cgroup: its own groups only, (host dir, where)."""
+        if "v2" in self.dirs:
+            return ((self.dirs["v2"], ""),)
+        return tuple((d, ctrl) for ctrl, d in sorted(self.dirs.items()))
 
     def attach(self, pid: int = 0) -> None:
         """Move ``pid`` (0: the caller) into every group."""

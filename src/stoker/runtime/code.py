@@ -9,11 +9,14 @@ import re
 import tarfile
 from pathlib import Path
 
+from stoker.agent.binding import ArchiveTooLarge, check_archive
+
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
 class InvalidCode(ValueError):
-    """An uploaded code archive is not a readable tar archive."""
+    """An uploaded code archive is not a readable tar archive, or is over the caps of
+    :func:`stoker.agent.binding.check_archive` (size unpacked, member count)."""
 
 
 class CodeNotFound(KeyError):
@@ -32,7 +35,9 @@ class CodeStore:
         """Store ``data`` (once) and return its digest."""
         try:
             with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-                tar.getmembers()
+                check_archive(tar)
+        except ArchiveTooLarge as exc:
+            raise InvalidCode(str(exc)) from exc
         except (tarfile.TarError, EOFError) as exc:
             raise InvalidCode(f"code: not a tar archive ({exc})") from exc
         digest = hashlib.sha256(data).hexdigest()

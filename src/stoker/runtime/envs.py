@@ -6,6 +6,13 @@ profile with no packages runs on the base interpreter itself. A job's extra depe
 into an overlay directory (``uv pip install --target``) named by the digest of the sorted
 dependency list, so a second job with the same list reuses it; overlays are read-only in the
 pods and never touch the shared environment. All builds share one uv cache per host.
+
+A job's deps are PEP 508 requirements only (:func:`stoker.api.deps.check_deps`: no option,
+path or URL reaches uv) and install from wheels only (``--no-build``: no code of the
+tenant's runs at install time). Every uv run is sandboxed like a pod (the same system view
+and seccomp filter) and, under root, runs as an unprivileged build uid that can write only
+the uv cache and the directory being built; what it built becomes root's before any pod
+sees it.
 """
 
 from __future__ import annotations
@@ -21,6 +28,9 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from stoker.api.deps import InvalidDeps, check_deps
+from stoker.runtime import sandbox, seccomp
 
 
 class EnvBuildError(RuntimeError):
@@ -56,6 +66,14 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def _chown_tree(root: Path, owner: tuple[int, int]) -> None:
+    """``root`` and everything below it to ``owner`` (links themselves, never followed)."""
+    os.chown(root, *owner, follow_symlinks=False)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in (*dirnames, *filenames):
+            os.chown(os.path.join(dirpath, name), *owner, follow_symlinks=False)
+
+
 @dataclass(frozen=True, slots=True)
 class ProfileEnv:
     """A built environment: the interpreter pods run (``python``) and its root."""
@@ -76,12 +94,14 @@ class EnvBuilder:
         find_links: tuple[Path, ...] = (),
         no_index: bool = False,
         uv: str | None = None,
+        build_user: tuple[int, int] | None = None,
     ) -> None:
         self.root = Path(root)
         self.base_python = base_python
         self.find_links = tuple(Path(p) for p in find_links)
         self.no_index = no_index
         self._uv = uv
+        self.build_user = build_user  # (uid, gid) uv runs as, under root
         self.cache_dir = self.root / "uv-cache"
         self.overlay_root = self.root / "overlays"
         self.env_root = self.root / "envs"
@@ -90,6 +110,8 @@ class EnvBuilder:
         # pods (an unprivileged uid) read overlays and envs; they never write them
         for d in (self.root, self.overlay_root, self.env_root):
             d.chmod(0o755)
+        if build_user is not None and self.cache_dir.stat().st_uid != build_user[0]:
+            _chown_tree(self.cache_dir, build_user)
 
     @property
     def uv(self) -> str:
@@ -105,8 +127,48 @@ class EnvBuilder:
             args.append("--no-index")
         return args
 
-    def _run(self, cmd: list[str], what: str) -> None:
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    def _run(self, cmd: list[str], what: str, writable: tuple[Path, ...], python: str = "") -> None:
+        """Run uv in a sandbox that can write only the cache and ``writable``, and read the
+        system, uv, the interpreters and the find-links dirs."""
+        for path in writable:
+            if self.build_user is not None:
+                _chown_tree(path, self.build_user)
+        uv_dir = Path(self.uv).resolve().parent
+        readable = [uv_dir, Path(sys.base_prefix)]
+        for py in filter(None, (self.base_python, python)):
+            readable += [Path(py).parent.parent, Path(py).resolve().parent.parent]
+        binds = [sandbox.Bind(p, str(p), writable=True) for p in (self.cache_dir, *writable)]
+        binds += [sandbox.Bind(p, str(p)) for p in self.find_links]
+        spec = sandbox.SandboxSpec(
+            argv=tuple(cmd),
+            binds=tuple(binds),
+            env={
+                "PATH": f"{uv_dir}:/usr/local/bin:/usr/bin:/bin",
+                "HOME": "/tmp",
+                "UV_CACHE_DIR": str(self.cache_dir),
+                "UV_NO_CONFIG": "1",  # never a uv.toml or pip.conf of the host's
+                "UV_PYTHON_DOWNLOADS": "never",
+            },
+            expose=tuple(readable),
+            network=not self.no_index,
+            hostname="build",
+            drop_to=self.build_user,
+            seccomp_fd=(sc_fd := seccomp.program_fd()),
+            chdir="/tmp",
+        )
+        try:
+            proc = subprocess.run(
+                sandbox.build_command(spec),
+                capture_output=True,
+                text=True,
+                check=False,
+                pass_fds=(sc_fd,),
+            )
+        finally:
+            os.close(sc_fd)
+        for path in writable:
+            if self.build_user is not None:
+                _chown_tree(path, (0, 0))
         if proc.returncode != 0:
             raise EnvBuildError(
                 f"{what} failed (uv exit {proc.returncode}): {proc.stderr.strip()[-2000:]}",
@@ -128,8 +190,9 @@ class EnvBuilder:
                 # a venv is not relocatable, so it is built in place; an unfinished one
                 # (a crash mid-build) has no marker and is built again from scratch
                 shutil.rmtree(root, ignore_errors=True)
+                root.mkdir()
                 venv = [self.uv, "venv", "-q", "--python", self.base_python, str(root)]
-                self._run(venv, "uv venv")
+                self._run(venv, "uv venv", (root,))
                 self._run(
                     [
                         self.uv,
@@ -142,12 +205,19 @@ class EnvBuilder:
                         *sorted(packages),
                     ],
                     f"installing profile packages {sorted(packages)}",
+                    (root,),
                 )
                 done.write_text(json.dumps({"packages": sorted(packages)}))
         return ProfileEnv(digest, root, python)
 
     def overlay(self, deps: tuple[str, ...], python: str) -> str:
-        """Digest of the overlay holding ``deps`` for interpreter ``python`` (built once)."""
+        """Digest of the overlay holding ``deps`` for interpreter ``python`` (built once);
+        EnvBuildError for a dep that is not a plain requirement, or that uv cannot install
+        from a wheel."""
+        try:
+            deps = check_deps(deps)
+        except InvalidDeps as exc:
+            raise EnvBuildError(str(exc)) from exc
         digest = digest_of({"python": python, "deps": sorted(deps)})
         final = self.overlay_root / digest
         if final.exists():
@@ -157,12 +227,14 @@ class EnvBuilder:
                 return digest
             tmp = self.overlay_root / f".{digest}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
             self._run(
                 [
                     self.uv,
                     "pip",
                     "install",
                     "-q",
+                    "--no-build",
                     "--python",
                     python,
                     "--target",
@@ -171,6 +243,8 @@ class EnvBuilder:
                     *sorted(deps),
                 ],
                 f"installing deps {sorted(deps)}",
+                (tmp,),
+                python,
             )
             for dirpath, _dirnames, filenames in os.walk(tmp):
                 os.chmod(dirpath, 0o755)

@@ -8,7 +8,13 @@ session, detached from the broker: closing the runtime leaves them running, and 
 runtime on the same state dir finds them through :meth:`LocalRuntime.live_pods`.
 
 Limits go into per-pod cgroups (:mod:`stoker.runtime.cgroups`); a SIGKILLed job in a pod
-whose OOM counter rose is reported as ``out_of_memory``.
+whose OOM counter rose is reported as ``out_of_memory``. Run as root, the workspace is a
+size-capped tmpfs and the pod's agent and jobs run as two different unprivileged uids.
+
+Every pod the runtime starts is tracked or killed at every step: ``pod.json`` is written
+before the sandbox starts (a runtime that dies mid-start leaves a record a successor adopts
+or stops), and a pod whose agent hangs up without saying that a newer runtime took it over
+is stopped, never forgotten.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import stoker
 from stoker.agent import protocol
 from stoker.agent.binding import check_env
 from stoker.core.model import Failure
-from stoker.runtime import sandbox
+from stoker.runtime import sandbox, seccomp
 from stoker.runtime.base import (
     JobBinding,
     JobExited,
@@ -103,6 +109,7 @@ class _Pod:
     oom_at_bind: int = -1
     stopping: bool = False
     replies: dict[str, asyncio.Future[protocol.Message]] = field(default_factory=dict)
+    taken_over: bool = False  # the agent said a newer runtime connected
 
     @property
     def socket(self) -> Path:
@@ -119,6 +126,10 @@ class _Pod:
                 "network": p.network,
                 "memory_mb": p.memory_mb,
                 "pids_max": p.pids_max,
+                "cpus": p.cpus,
+                "tmp_mb": p.tmp_mb,
+                "workspace_mb": p.workspace_mb,
+                "output_mb": p.output_mb,
             },
             "gpus": list(self.gpus),
             "standby": self.standby,
@@ -167,6 +178,31 @@ def _empty_dir(root: Path) -> None:
             child.unlink()
 
 
+def _mount_tmpfs(path: Path, size_mb: int, owner: tuple[int, int]) -> None:
+    """A size-capped tmpfs on ``path`` (its pages count against the pod's memory group,
+    since the pod writes them)."""
+    opts = f"size={size_mb}m,mode=0755,uid={owner[0]},gid={owner[1]},nosuid,nodev"
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", opts, "stoker-workspace", str(path)],
+        check=True,
+        capture_output=True,
+    )
+
+
+def _unmount(path: Path) -> None:
+    if os.path.ismount(path):
+        # lazily: a process of the pod may still be on its way out
+        subprocess.run(["umount", "--lazy", str(path)], check=False, capture_output=True)
+
+
+def _clear_pod(rec: _Pod) -> None:
+    """Remove what is left of a killed pod on the host: its groups, its workspace's tmpfs,
+    its directory."""
+    rec.cgroup.remove()
+    _unmount(rec.dir / "workspace")
+    shutil.rmtree(rec.dir, ignore_errors=True)
+
+
 def _failure(name: object) -> Failure | None:
     return Failure(str(name)) if name else None
 
@@ -189,24 +225,33 @@ class LocalRuntime:
         hide: tuple[Path, ...] = (),
         uid: int = 65534,
         gid: int = 65534,
+        agent_uid: int = 65533,
+        agent_gid: int = 65533,
+        build_uid: int = 65532,
     ) -> None:
         self.state_dir = Path(state_dir).resolve()
         self.pods_dir = self.state_dir / "pods"
         self.pods_dir.mkdir(parents=True, exist_ok=True)
         self.code = CodeStore(Path(code_cache_dir or self.state_dir / "code"))
+        root = os.geteuid() == 0
         self.envs = EnvBuilder(
             Path(env_dir or self.state_dir / "env"),
             base_python=base_python,
             find_links=tuple(find_links),
             no_index=no_index,
+            build_user=(build_uid, build_uid) if root else None,
         )
         self.devices: dict[str, GpuDevice] = {d.id: d for d in discover(gpu_slots)}
         self.start_timeout_s = start_timeout_s
         if recycle not in ("scrub", "restart"):
             raise ValueError(f"recycle: 'scrub' or 'restart', not {recycle!r}")
         self.recycle_mode = recycle
-        # as root the pod drops to (uid, gid); otherwise it keeps the caller's uid
-        self.drop_to = (uid, gid) if os.geteuid() == 0 else None
+        # as root the pod's agent drops to (agent_uid, agent_gid) and each job to (uid, gid);
+        # otherwise everything in the pod keeps the caller's uid
+        if root and (uid == agent_uid or uid == 0 or agent_uid == 0):
+            raise ValueError("uid: jobs and the agent need two different non-root uids")
+        self.drop_to = (agent_uid, agent_gid) if root else None
+        self.job_user = (uid, gid) if root else None
         self._bwrap = sandbox.find_bwrap()
         self._pods: dict[str, _Pod] = {}
         self._events: asyncio.Queue[RuntimeEvent] = asyncio.Queue()
@@ -263,15 +308,15 @@ class LocalRuntime:
         d = self.pods_dir / pod
         for sub in ("workspace", "sock"):
             (d / sub).mkdir(parents=True)
-            if self.drop_to is not None:
-                os.chown(d / sub, *self.drop_to)
         d.chmod(0o700)
         # unique on the host: pod ids are only unique within one runtime's state dir
         cg_name = f"stoker-{pod}-{os.urandom(4).hex()}"
-        cg = PodCgroup.create(cg_name, profile.memory_mb, profile.pids_max)
+        cg = PodCgroup.create(cg_name, profile.memory_mb, profile.pids_max, profile.cpus)
         rec = _Pod(pod, profile, tuple(gpus), standby, d, cg, env.python)
         self._pods[pod] = rec
         try:
+            self._save(rec)  # from here on a successor finds it, whenever this one dies
+            self._prepare_dirs(rec)
             await self._spawn(rec, "" if standby else visible)
         except BaseException as exc:
             log = (d / "agent.log").read_text(errors="replace")[-2000:] if d.exists() else ""
@@ -280,7 +325,30 @@ class LocalRuntime:
             raise PodStartError(f"pod {pod} did not start: {exc}\n{log}") from exc
         await self._emit(PodUp(pod))
 
-    def _sandbox_command(self, rec: _Pod, visible: str, info_fd: int) -> list[str]:
+    def _save(self, rec: _Pod) -> None:
+        """Write the pod's record atomically (never a half-written pod.json)."""
+        tmp = rec.dir / "pod.json.tmp"
+        tmp.write_text(json.dumps(rec.to_json()))
+        tmp.rename(rec.dir / "pod.json")
+
+    def _prepare_dirs(self, rec: _Pod) -> None:
+        """The workspace (the jobs' uid's; a size-capped tmpfs where we may mount one) and
+        the socket's directory (the agent's uid's alone: no job may connect or leave files
+        there)."""
+        ws, sock = rec.dir / "workspace", rec.dir / "sock"
+        if self.job_user is not None and self.drop_to is not None:
+            if rec.profile.workspace_mb:
+                try:
+                    _mount_tmpfs(ws, rec.profile.workspace_mb, self.job_user)
+                except (OSError, subprocess.CalledProcessError) as exc:
+                    rec.cgroup.missing["workspace"] = f"tmpfs on the workspace: {exc}"
+            os.chown(ws, *self.job_user)
+            os.chown(sock, *self.drop_to)
+        elif rec.profile.workspace_mb:
+            rec.cgroup.missing["workspace"] = "no size cap: mounting a tmpfs needs root"
+        sock.chmod(0o700)
+
+    def _sandbox_command(self, rec: _Pod, visible: str, info_fd: int, sc_fd: int) -> list[str]:
         py_bin = os.path.dirname(rec.python)
         env = {
             "PATH": f"{py_bin}:/usr/local/bin:/usr/bin:/bin",
@@ -300,12 +368,13 @@ class LocalRuntime:
         argv = (rec.python, "-m", "stoker.agent", "--pod", rec.id, "--sandboxed")
         argv += ("--socket", f"{sandbox.SOCK_DIR}/{sandbox.SOCKET_NAME}")
         argv += ("--workspace", sandbox.WORKSPACE, "--preload", ",".join(rec.profile.preload))
+        if self.job_user is not None:
+            argv += ("--job-uid", str(self.job_user[0]), "--job-gid", str(self.job_user[1]))
         spec = sandbox.SandboxSpec(
-            workspace=rec.dir / "workspace",
-            sock_dir=rec.dir / "sock",
-            code_dir=self.code.root,
-            overlay_dir=self.envs.overlay_root,
             argv=argv,
+            binds=sandbox.pod_binds(
+                rec.dir / "workspace", rec.dir / "sock", self.code.root, self.envs.overlay_root
+            ),
             env=env,
             hide=self._hidden,
             expose=self._expose_for(rec.python),
@@ -313,7 +382,11 @@ class LocalRuntime:
             hostname="pod",  # not the pod id: a pod scrubbed in place gets a new one
             info_fd=info_fd,
             drop_to=self.drop_to,
+            agent_caps=self.drop_to is not None,
             devices=devices,
+            seccomp_fd=sc_fd,
+            tmp_mb=rec.profile.tmp_mb,
+            cgroups=rec.cgroup.view(),
         )
         return sandbox.build_command(spec, self._bwrap)
 
@@ -328,20 +401,25 @@ class LocalRuntime:
 
     async def _spawn(self, rec: _Pod, visible: str) -> None:
         info_path = rec.dir / "info.json"
-        with open(info_path, "wb") as info, open(rec.dir / "agent.log", "ab") as log:
-            cmd = self._sandbox_command(rec, visible, info.fileno())
-            rec.started_at = time.time()
-            # the sandbox is born inside the pod's cgroup: every process it makes is counted
-            rec.proc = subprocess.Popen(
-                rec.cgroup.exec_inside(cmd),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                pass_fds=(info.fileno(),),
-                start_new_session=True,  # detached: a broker's death does not reach it
-            )
+        sc_fd = seccomp.program_fd()  # one per sandbox: bwrap reads it from its offset
+        try:
+            with open(info_path, "wb") as info, open(rec.dir / "agent.log", "ab") as log:
+                cmd = self._sandbox_command(rec, visible, info.fileno(), sc_fd)
+                rec.started_at = time.time()
+                # the sandbox is born inside the pod's cgroup: every process it makes counts
+                rec.proc = subprocess.Popen(
+                    rec.cgroup.exec_inside(cmd),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(info.fileno(), sc_fd),
+                    start_new_session=True,  # detached: a broker's death does not reach it
+                )
+        finally:
+            os.close(sc_fd)
         rec.outer_pid = rec.proc.pid
         rec.outer_start = _start_time(rec.outer_pid)
+        self._save(rec)
         deadline = time.monotonic() + self.start_timeout_s
         while not rec.socket.exists():
             if rec.proc.poll() is not None:
@@ -352,8 +430,8 @@ class LocalRuntime:
         info_text = info_path.read_text()
         rec.init_pid = int(json.loads(info_text)["child-pid"])
         rec.init_start = _start_time(rec.init_pid)
+        self._save(rec)
         await self._connect(rec, deadline)
-        (rec.dir / "pod.json").write_text(json.dumps(rec.to_json()))
 
     async def _connect(self, rec: _Pod, deadline: float) -> protocol.Message:
         """Connect to the pod's agent and wait for its hello."""
@@ -398,12 +476,13 @@ class LocalRuntime:
             return
         rec.stopping = True
         job = rec.job
-        if _agent_alive(rec.init_pid, rec.init_start):
-            # the agent lives but hung up on us: a newer runtime (a restarted broker on the
-            # same state dir) took it over. The pod is that runtime's now: never kill it.
+        if rec.taken_over and _agent_alive(rec.init_pid, rec.init_start):
+            # a newer runtime (a restarted broker on the same state dir) connected and the
+            # agent told us so: the pod is that runtime's now, never kill it
             self._pods.pop(rec.id, None)
         else:
-            # the agent went away unasked: the pod is dead, and so is its job
+            # the agent died or hung up unasked: the pod is broken, and so is its job; it
+            # is stopped, never left running untracked
             await self._teardown(rec)
         if job is not None:
             await self._emit(JobExited(job, rec.id, 137, Failure.POD_DIED))
@@ -416,6 +495,8 @@ class LocalRuntime:
             await self._emit(JobOutput(msg["job"], rec.id, msg["stream"], data))
         elif ev == "running":
             await self._emit(JobRunning(msg["job"], rec.id))
+        elif ev == "taken_over":
+            rec.taken_over = True
         elif ev == "exited":
             failure = _failure(msg.get("failure"))
             if (
@@ -452,7 +533,7 @@ class LocalRuntime:
         msg = {"op": "promote", "cuda_visible_devices": visible, "gpus": list(rec.gpus)}
         await self._request(rec, msg, "promoted")
         rec.standby = False
-        (rec.dir / "pod.json").write_text(json.dumps(rec.to_json()))
+        self._save(rec)
         await self._emit(PodUp(pod))
 
     def pod_info(self, pod: str) -> PodInfo:
@@ -499,24 +580,31 @@ class LocalRuntime:
             overlay.append(f"{sandbox.OVERLAY_DIR}/{digest}")
         rec.oom_at_bind = rec.cgroup.oom_kills()
         topo = binding.topology
-        await self._send(
-            rec,
-            {
-                "op": "bind",
-                "job": binding.job,
-                "argv": list(binding.argv),
-                "code": code,
-                "overlay": overlay,
-                "env": dict(binding.env),
-                "timeout_s": binding.timeout_s,
-                "topology": {
-                    "rank": topo.rank,
-                    "world_size": topo.world_size,
-                    "master_addr": topo.master_addr,
-                    "master_port": topo.master_port,
-                },
+        out_mb = rec.profile.output_mb
+        msg = {
+            "op": "bind",
+            "job": binding.job,
+            "argv": list(binding.argv),
+            "code": code,
+            "overlay": overlay,
+            "env": dict(binding.env),
+            "timeout_s": binding.timeout_s,
+            "topology": {
+                "rank": topo.rank,
+                "world_size": topo.world_size,
+                "master_addr": topo.master_addr,
+                "master_port": topo.master_port,
             },
-        )
+            "output_limit": None if out_mb is None else out_mb * 1024 * 1024,
+        }
+        line = protocol.encode(msg)
+        if len(line) >= protocol.MAX_LINE:  # the agent would drop the connection
+            rec.job = None
+            text = f"stoker: argv and env too large ({len(line)} bytes encoded)\n".encode()
+            await self._emit(JobOutput(binding.job, pod, "stderr", text))
+            await self._emit(JobExited(binding.job, pod, 1, Failure.USER_ERROR))
+            return
+        await self._send(rec, msg)
 
     async def kill_job(self, job: str, failure: Failure = Failure.CANCELLED) -> None:
         """Kill a running job (a job that already ended is left alone)."""
@@ -537,12 +625,16 @@ class LocalRuntime:
             if pid and _start_time(pid) == start:  # never a reused pid
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
-        await asyncio.to_thread(rec.cgroup.kill_all)
-        if rec.proc is not None:
-            await asyncio.to_thread(rec.proc.wait)
-        rec.cgroup.remove()
-        await asyncio.to_thread(shutil.rmtree, rec.dir, True)
-        self._pods.pop(rec.id, None)
+        try:
+            await asyncio.to_thread(rec.cgroup.kill_all)
+            if rec.proc is not None:
+                await asyncio.to_thread(rec.proc.wait)
+            await asyncio.to_thread(_clear_pod, rec)
+        except BaseException:
+            _clear_pod(rec)  # cancelled midway: still no mount, group or directory left
+            raise
+        finally:
+            self._pods.pop(rec.id, None)
 
     async def stop_pod(self, pod: str) -> None:
         """Stop a pod and everything in it; emits PodDown(pod) (and PREEMPTED for its job)."""
@@ -578,7 +670,7 @@ class LocalRuntime:
                 del self._pods[pod]
                 rec.id, rec.dir = new_pod, new_dir
                 self._pods[new_pod] = rec
-                (rec.dir / "pod.json").write_text(json.dumps(rec.to_json()))
+                self._save(rec)
                 await self._emit(PodUp(new_pod))
                 return
         job = rec.job
@@ -590,16 +682,19 @@ class LocalRuntime:
     # --- re-adoption and shutdown ----------------------------------------
 
     async def live_pods(self) -> list[str]:
-        """Pods alive on this host; ones started by an earlier runtime are re-adopted."""
-        for pod_json in sorted(self.pods_dir.glob("*/pod.json")):
-            pod = pod_json.parent.name
-            if pod in self._pods:
+        """Pods alive on this host; ones started by an earlier runtime are re-adopted, and
+        what it left half-started is stopped and cleared."""
+        for d in sorted(self.pods_dir.iterdir()):
+            if d.name in self._pods or not d.is_dir():
                 continue
             try:
-                data = json.loads(pod_json.read_text())
+                data = json.loads((d / "pod.json").read_text())
             except (OSError, ValueError):
+                # died before its record: no process was started yet
+                await asyncio.to_thread(_unmount, d / "workspace")
+                await asyncio.to_thread(shutil.rmtree, d, True)
                 continue
-            await self._adopt(data, pod_json.parent)
+            await self._adopt(data, d)
         return sorted(p for p, rec in self._pods.items() if not rec.stopping)
 
     async def _adopt(self, data: dict[str, object], d: Path) -> None:
@@ -612,6 +707,10 @@ class LocalRuntime:
             network=bool(prof["network"]),
             memory_mb=prof["memory_mb"],
             pids_max=prof["pids_max"],
+            cpus=prof.get("cpus"),
+            tmp_mb=prof.get("tmp_mb"),
+            workspace_mb=prof.get("workspace_mb"),
+            output_mb=prof.get("output_mb"),
         )
         cg_data = data["cgroup"]
         assert isinstance(cg_data, dict)
@@ -632,7 +731,7 @@ class LocalRuntime:
             init_start=int(str(data["init_start"])),
         )
         self._pods[rec.id] = rec
-        alive = _start_time(rec.init_pid) == rec.init_start
+        alive = rec.init_pid > 0 and _start_time(rec.init_pid) == rec.init_start
         if alive:
             try:
                 await self._connect(rec, time.monotonic() + 5.0)
