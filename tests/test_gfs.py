@@ -42,6 +42,7 @@ from stoker.core.gfs.jobs import restart_overhead
 from stoker.core.gfs.placement import eviction_score, fragmentation
 from stoker.core.gfs.preemption import Candidate, GFSVictims, PreemptContext, protect
 from stoker.core.gfs.quota import EtaController, StaticQuota, forecast_quota
+from stoker.forecast.base import BatchPredictor
 from stoker.sim.gfs import Window, scale_spot_load, simulate
 from stoker.traces.base import Trace, TraceJob, TraceNode
 
@@ -485,7 +486,7 @@ def test_spot_load_scaling() -> None:
 # ---------------------------------------------------------------- sim and CLI
 
 
-class _FlatForecaster:
+class _FlatForecaster(BatchPredictor):
     """A test-only forecaster: every tenant's demand ahead is its last minute's, std 1."""
 
     name = "flat"
@@ -498,11 +499,12 @@ class _FlatForecaster:
     def fit(self, histories, now_min) -> None:
         return None
 
-    def predict(self, key, history, now_min, horizon_h):
-        from stoker.forecast.base import Forecast
+    def predict_many(self, keys, histories, now_min, horizon_h):
+        from stoker.forecast.base import Forecasts
 
-        last = float(history[-1]) if len(history) else 0.0
-        return Forecast(np.full(horizon_h, last), np.ones(horizon_h))
+        last = histories[:, -1] if histories.shape[1] else np.zeros(len(keys))
+        mean = np.repeat(last[:, None], horizon_h, axis=1)
+        return Forecasts(tuple(keys), mean, np.ones_like(mean))
 
 
 def _busy_trace() -> Trace:
