@@ -436,8 +436,8 @@ class _CheckingCore(Core):
     """The real core with its invariants checked after every event (a subclass that adds
     checks; the decisions are untouched)."""
 
-    def handle(self, event, now):
-        out = super().handle(event, now)
+    def handle_all(self, events, now):
+        out = super().handle_all(events, now)
         self.check()
         gangs = self.gangs
         for a in out:
@@ -535,6 +535,28 @@ def test_simulation_deterministic_with_forecast() -> None:
     strip = lambda m: {k: v for k, v in m.items() if k not in ("wall_s", "events_per_s")}  # noqa: E731
     assert strip(a.metrics) == strip(b.metrics)
     assert a.metrics["spot.jobs"] > 0 and a.timeline["t"]
+
+
+def test_forecasts_of_one_query_in_one_pass_decide_as_one_by_one(monkeypatch) -> None:
+    """The driver hands a query's forecasts to the core together (one scheduling pass);
+    on this trace the decisions are the ones of handing them over one by one (a pass
+    after each)."""
+    from stoker.sim.engine import Simulator
+
+    trace = _busy_trace()
+    window = Window(0.0, 86400.0, 3 * 86400.0)
+
+    def records(result):
+        return {k: v for k, v in result.metrics.items() if k not in ("wall_s", "events_per_s")}
+
+    batched = simulate(trace, preset("gfs"), window, forecaster=_FlatForecaster())
+    together = Simulator.deliver_all
+    monkeypatch.setattr(
+        Simulator, "deliver_all", lambda sim, events: [together(sim, (e,)) for e in events]
+    )
+    single = simulate(trace, preset("gfs"), window, forecaster=_FlatForecaster())
+    assert records(batched) == records(single)
+    assert batched.metrics["spot.mean_queue_s"] > 0  # the quota held spot jobs back
 
 
 def test_cli_tiny_trace(tmp_path) -> None:

@@ -243,10 +243,15 @@ class TraceWorkload:
                 self.hours,
             )
             means, stds = f.mean[:, : self.hours], f.std[:, : self.hours]
-            for i, (tenant, pool) in enumerate(keys):
-                mean = tuple(float(x) for x in means[i])
-                var = tuple(float(x) ** 2 for x in stds[i])
-                sim.deliver(ForecastUpdated(tenant, pool, mean, var))
+            # one query's answers reach the core together: the quota follows their sum
+            sim.deliver_all(
+                [
+                    ForecastUpdated(
+                        tenant, pool, tuple(means[i].tolist()), tuple((stds[i] ** 2).tolist())
+                    )
+                    for i, (tenant, pool) in enumerate(keys)
+                ]
+            )
         if self._active(sim):
             sim.after(self.cadence.query_every_min * 60.0, self._query, sim, prio=PRIO_CLOCK)
 
