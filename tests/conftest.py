@@ -1,12 +1,14 @@
-"""Shared fixtures for the core tests: a tiny driver that answers the core's actions the way a
-runtime would, and checks the core's invariants after every event."""
+"""Shared fixtures: for the core tests, a tiny driver that answers the core's actions the way a
+runtime would and checks the core's invariants after every event; for the whole suite, a
+check that it leaves no sandbox, process or cgroup of its own behind."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import pytest
 
+from leaks import leftovers
 from stoker.core import (
     Action,
     BindJob,
@@ -142,3 +144,13 @@ def make_core(
 def driver() -> Driver:
     """A driver over one node of two whole-GPU pods with the default (Firepool) policies."""
     return Driver(make_core())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _nothing_outlives_the_suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Fail the run if any test left a sandbox, process or pod cgroup under the session's
+    temporary directory (where every test's data dirs live)."""
+    yield
+    left = leftovers(tmp_path_factory.getbasetemp())
+    if left:
+        pytest.fail(f"the suite left {left}", pytrace=False)

@@ -178,8 +178,15 @@ def test_agent_process_over_its_socket(tmp_path: Path) -> None:
         reader, writer = await protocol.open_connection(str(sock))
         hello = await protocol.read_message(reader)
         assert hello is not None and hello["ev"] == "hello" and hello["job"] is None
+        # the hello says what it ran, and which exits follow (held while nobody listened)
+        assert hello["ran"]["j2"] == {"exit_code": 4, "failure": "user_error"}
+        assert hello["held"] == ["j6"] and hello["ran"]["j6"]["exit_code"] == 0
         held = await protocol.read_message(reader)
         assert held is not None and held["ev"] == "exited" and held["job"] == "j6"
+        # a bind is idempotent by job id: the recorded outcome again, never a second run
+        for jid in ("j1", "j2"):
+            out, again = await job(jid, ["sh", "-c", "echo ran twice; exit 9"])
+            assert out == b"" and again["exit_code"] == (0 if jid == "j1" else 4), again
         writer.write(protocol.encode({"op": "shutdown"}))
         await writer.drain()
         writer.close()

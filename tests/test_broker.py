@@ -130,7 +130,7 @@ def test_bad_input_names_the_field_and_writes_nothing(tmp_path: Path) -> None:
             ({"reuse_tag": ""}, "body.reuse_tag"),
             ({"env": {"1BAD": "x"}}, "body.env"),
             ({"code_digest": "0" * 64}, "body.code_digest"),
-            ({"replicas": 5}, "body.replicas"),
+            ({"workers": 5}, "body.workers"),
         ]
         for override, field in cases:
             body = {"profile": "plain", "argv": [PY, "-c", "pass"], "reuse_tag": "x", **override}
@@ -181,7 +181,7 @@ def test_cold_start_then_warm_hit_with_output_and_exit(broker: EmbeddedBroker) -
     assert second["pods"] == first["pods"]
     assert second["start_latency_ms"] < first["start_latency_ms"]
     metrics = Api(broker.url, None).http.get("/metrics").text
-    assert 'stoker_job_path_total{path="warm",profile="plain"} 1.0' in metrics
+    assert 'stoker_jobs_started_total{job_class="pool",path="warm",profile="plain"} 1.0' in metrics
 
 
 def test_standby_promotion(tmp_path: Path) -> None:
@@ -270,7 +270,7 @@ def test_multi_pod_job_gets_consistent_topology(broker: EmbeddedBroker) -> None:
         "print(os.environ['RANK'], os.environ['WORLD_SIZE'],"
         " os.environ['MASTER_ADDR'], os.environ['MASTER_PORT'])\n"
     )
-    job = a.run([PY, "-c", code], replicas=2)
+    job = a.run([PY, "-c", code], workers=2)
     assert job["exit_code"] == 0 and len(job["pods"]) == 2
     lines = sorted(a.output(job["id"]).split("\n"))[1:]
     ranks = [line.split() for line in lines]
@@ -316,3 +316,32 @@ def test_restart_fails_a_lost_pod_with_a_typed_reason(tmp_path: Path) -> None:
         assert eb2.broker is not None and eb2.broker.recovery["lost"] == 1
         job = Api(eb2.url, token).wait(jid, 10)
         assert job["state"] == "finished" and job["failure"] == "pod_died"
+
+
+def test_a_just_finished_job_is_never_read_stale(broker: EmbeddedBroker) -> None:
+    # the loop writes what an event changed at its next turn (one transaction for all); a
+    # read in between (a wait or get handled in the same turn) must see the finished job
+    import asyncio
+
+    from stoker.broker.loop import JobRequest
+
+    a = _tenant(broker, "a")
+    a.run(["true"])  # a warm pod for the caller
+    assert broker.broker is not None and broker._loop is not None
+    sched = broker.broker.scheduler
+
+    async def race() -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
+        held = sched._schedule_flush
+        sched._schedule_flush = lambda: None  # hold the loop's own flush back: the window
+        try:
+            row, _ = sched.submit("a", JobRequest("plain", ("true",), "x"), None)
+            while row["id"] in sched._requests:  # until the core has finished it
+                await asyncio.sleep(0.001)
+            return row["id"], await sched.wait(row["id"], 0), sched.job(row["id"])
+        finally:
+            sched._schedule_flush = held
+
+    job, waited, got = asyncio.run_coroutine_threadsafe(race(), broker._loop).result(30)
+    assert waited is not None and waited["state"] == "finished", waited
+    assert got is not None and got["state"] == "finished", got
+    assert a.http.get(f"/v1/jobs/{job}").json()["exit_code"] == 0

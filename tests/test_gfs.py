@@ -610,6 +610,9 @@ def test_cli_tiny_trace(tmp_path) -> None:
             ):
                 assert key in m
     assert (tmp_path / "out" / "eviction_queueing.png").is_file()
+    report = (tmp_path / "out" / "report.html").read_text()
+    pngs = list((tmp_path / "out").glob("*.png"))
+    assert report.count('src="data:image/png;base64,') == len(pngs)
     runner.invoke(app, args)  # again: the same seed gives the same results
     assert (
         json.loads((tmp_path / "out" / "results.json").read_text())["results"]["high"]["yarn-cs"][

@@ -23,8 +23,10 @@ import pytest
 from runtime_rig import Rig, procs_with
 from stoker.core.model import Failure
 from stoker.runtime.base import (
+    BindRefused,
     JobBinding,
     JobExited,
+    JobOutput,
     JobRunning,
     PodDown,
     PodUp,
@@ -94,6 +96,51 @@ async def test_kill_job_cancelled_and_preempted(rig: Rig) -> None:
         await rig.rt.kill_job(f"k-{failure}", failure)
         res = await rig.collect(f"k-{failure}")
         assert res.exit.failure is failure
+
+
+_ON_TERM = """
+import os, signal, sys, time
+def term(*_):
+    os.write(1, b"checkpointed\\n")  # not print: the signal may land inside print's flush
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term if sys.argv[1] == "checkpoint" else signal.SIG_IGN)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+_MARK = f"graceful-{uuid.uuid4().hex}"  # in every such job's argv: what this test started
+
+
+async def _bind_until_ready(rig: Rig, pod: str, job: str, mode: str) -> None:
+    argv = ("python", "-c", _ON_TERM, mode, _MARK)
+    await rig.rt.bind(pod, JobBinding(job=job, argv=argv))
+    while not (isinstance(ev := await rig.next(), JobOutput) and ev.data.startswith(b"ready")):
+        pass
+
+
+async def test_kill_with_grace_sends_sigterm_first_then_sigkill(rig: Rig) -> None:
+    pod = await rig.pod()
+    # a job that checkpoints on SIGTERM ends by itself within the grace
+    await _bind_until_ready(rig, pod, "ckpt", "checkpoint")
+    await rig.rt.kill_job("ckpt", Failure.PREEMPTED, grace_s=30.0)
+    res = await rig.collect("ckpt")
+    assert (res.stdout, res.stderr) == (b"checkpointed\n", b"")
+    assert (res.exit.exit_code, res.exit.failure) == (0, Failure.PREEMPTED)
+    # one that ignores SIGTERM is killed once the grace has passed
+    await _bind_until_ready(rig, pod, "stubborn", "ignore")
+    await rig.rt.kill_job("stubborn", Failure.PREEMPTED, grace_s=0.5)
+    res = await rig.collect("stubborn")
+    assert (res.exit.exit_code, res.exit.failure) == (128 + 9, Failure.PREEMPTED)
+    # a pod stopped right after its job's graceful kill waits for the job's checkpoint
+    await _bind_until_ready(rig, pod, "last", "checkpoint")
+    await rig.rt.kill_job("last", Failure.PREEMPTED, grace_s=30.0)
+    await rig.rt.stop_pod(pod)
+    res = await rig.collect("last")
+    assert res.stdout == b"checkpointed\n", res.stderr
+    assert res.exit.failure is Failure.PREEMPTED
+    assert await rig.until(PodDown) == PodDown(pod)
+    assert procs_with(_MARK) == []
 
 
 async def test_memory_limit_is_out_of_memory(rig: Rig) -> None:
@@ -259,8 +306,9 @@ async def test_code_upload_by_digest(rig: Rig) -> None:
     assert res.stdout == b"app ['x']\n"
     call = await rig.run(pod, ["app.main:__name__"], code_digest=digest)
     assert call.exit.failure is Failure.USER_ERROR  # a str attribute is not callable
-    with pytest.raises(CodeNotFound, match="code_digest"):
+    with pytest.raises(BindRefused, match="code_digest") as refused:
         await rig.rt.bind(pod, JobBinding(job="x", argv=("true",), code_digest="0" * 64))
+    assert isinstance(refused.value.__cause__, CodeNotFound)  # the job's fault, not ours
 
 
 def _wheel(where: Path, name: str, value: str) -> Path:

@@ -1,9 +1,11 @@
 """The agent inside a pod: ``python -m stoker.agent --socket PATH [--preload torch] ...``.
 
-It imports the profile's modules once (the zygote), listens on a Unix socket for its runtime,
-and runs one job at a time: binds it (code, overlay, env, topology), forks it from the zygote
-or execs it, streams its output (capped per job), enforces its timeout, reports its exit with
-a typed failure, and kills whatever the job left running. Only the workspace outlives a job:
+It imports the profile's modules once (the zygote), listens on a Unix socket for its runtime
+(locally) or dials the broker's agent gateway (``--dial HOST:PORT``, in a Kubernetes pod:
+outbound only, authenticated by the pod's token), and runs one job at a time: binds it
+(code, overlay, env, topology), forks it from the zygote or execs it, streams its output
+(capped per job), enforces its timeout, reports its exit with a typed failure, and kills
+whatever the job left running. Only the workspace outlives a job:
 after each one its files in /tmp, /dev/shm and /dev/mqueue and its System V IPC objects go.
 
 In a sandbox the agent is out of its jobs' reach: jobs run as another uid (``--job-uid``),
@@ -17,7 +19,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
+import hashlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -25,6 +30,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,8 +49,13 @@ from stoker.agent.zygote import (
 
 CHUNK = 64 * 1024
 MAX_HELD = 4096  # output events kept while no runtime listens (~256 MiB at most)
+TOKEN_ENV = "STOKER_AGENT_TOKEN"  # the pod's token (Kubernetes: from the pod's Secret)
+STANDBY_ENV = "STOKER_STANDBY"  # "1": no GPU, no CUDA, no job until promoted
+DIAL_MIN_S, DIAL_MAX_S = 0.1, 5.0  # redial backoff bounds
+CODE_DIR = "/tmp/stoker-code"  # where code archives sent over the connection land (dial mode)
 #: where a job may leave files besides its workspace (emptied after every job)
 SCRATCH = ("/tmp", "/dev/shm", "/dev/mqueue")
+MAX_RAN = 1024  # outcomes remembered (a restarted broker asks about its last jobs only)
 
 
 @dataclass
@@ -69,8 +80,12 @@ class Agent:
         preloaded: dict[str, float],
         sweep: bool = False,
         user: JobUser | None = None,
+        dial: tuple[str, int] | None = None,
+        token: str = "",
     ) -> None:
         self.socket_path = socket_path
+        self.dial = dial  # (host, port) of the broker's agent gateway, instead of listening
+        self.token = token
         self.sweep = sweep  # only ever True inside the pod's own pid namespace
         self.user = user  # the jobs' uid (None: the agent's own, outside a root sandbox)
         self.pod = pod
@@ -86,6 +101,9 @@ class Agent:
         self._exits: dict[int, int] = {}  # spare pid -> wait status, until someone waits
         self._waiters: dict[int, asyncio.Future[int]] = {}
         self._discarded: set[int] = set()  # spares let go: their exit is nobody's business
+        # job id -> its exit event: a bind is idempotent by job id, and a restarted broker
+        # learns from the hello what ended while no broker listened
+        self.ran: OrderedDict[str, Message] = OrderedDict()
 
     # --- connection ------------------------------------------------------
 
@@ -95,6 +113,7 @@ class Agent:
             "pid": os.getpid(),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
             "gpus": os.environ.get("STOKER_GPUS", ""),
+            "standby": os.environ.get(STANDBY_ENV) == "1",
             "preloaded": self.preloaded,
             "job": self.job.id if self.job else None,
         }
@@ -143,8 +162,14 @@ class Agent:
             with contextlib.suppress(ConnectionError, RuntimeError):
                 old.write(protocol.encode({"ev": "taken_over"}))
             old.close()
-        writer.write(protocol.encode({"ev": "hello", **self.state()}))
         held, self._held = self._held, []
+        hello = {
+            "ev": "hello",
+            **self.state(),
+            "ran": {j: {k: m[k] for k in ("exit_code", "failure")} for j, m in self.ran.items()},
+            "held": [m["job"] for m in held if m.get("ev") == "exited"],
+        }
+        writer.write(protocol.encode(hello))
         for msg in held:
             writer.write(protocol.encode(msg))
         await writer.drain()
@@ -164,22 +189,50 @@ class Agent:
             await self._bind(msg)
         elif op == "kill":
             job = self.job
-            if job is not None and job.id == msg.get("job"):
+            if job is not None and job.id == msg.get("job") and job.kill_failure is None:
                 job.kill_failure = str(msg.get("failure") or "cancelled")
-                self._kill_others()
+                self._terminate(job, float(msg.get("grace_s") or 0.0))
         elif op == "promote":
             os.environ["CUDA_VISIBLE_DEVICES"] = str(msg.get("cuda_visible_devices", ""))
             os.environ["STOKER_GPUS"] = ",".join(msg.get("gpus") or ())
+            os.environ.pop(STANDBY_ENV, None)
             await self.send({"ev": "promoted", **self.state()})
         elif op == "ping":
             await self.send({"ev": "pong", **self.state()})
         elif op == "scrub":
             await self._scrub(str(msg.get("pod") or self.pod))
+        elif op == "code":
+            await self._code_chunk(msg)
         elif op == "shutdown":
             self._kill_others()
             self._stop.set()
         else:
             await self.send({"ev": "error", "job": msg.get("job"), "message": f"op: {op!r}"})
+
+    async def _code_chunk(self, msg: Message) -> None:
+        """One chunk of a code archive the runtime sends (a pod that cannot see the
+        broker's code cache: Kubernetes); the last one is checked against its digest."""
+        digest = str(msg.get("digest", ""))
+        code_dir = Path(CODE_DIR)
+        part = code_dir / f".{digest}.part"
+        try:
+            if len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+                raise ValueError(f"code: bad digest {digest!r}")
+            code_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with open(part, "ab" if msg.get("offset") else "wb") as f:
+                f.write(protocol.unpack_bytes(str(msg.get("data", ""))))
+            if not msg.get("last"):
+                return
+            got = hashlib.sha256(part.read_bytes()).hexdigest()
+            if got != digest:
+                raise ValueError(f"code: archive's sha256 is {got}, not {digest}")
+            part.rename(code_dir / digest)
+        except (OSError, ValueError) as exc:
+            with contextlib.suppress(OSError):
+                part.unlink()
+            await self.send({"ev": "error", "job": None, "message": str(exc)})
+            return
+        await self.send({"ev": "code", "digest": digest, "path": str(code_dir / digest)})
 
     async def _scrub(self, new_pod: str) -> None:
         """Make this pod a fresh one named ``new_pod``, keeping the zygote.
@@ -199,6 +252,7 @@ class Agent:
         self._discard_spare()  # nothing at all is left but the agent
         self._clear_scratch(str(self.workspace))
         self._held.clear()
+        self.ran.clear()  # a fresh pod: the jobs of the old one are settled
         self._ensure_spare()
         self.pod = new_pod
         os.environ["STOKER_POD"] = new_pod
@@ -208,10 +262,21 @@ class Agent:
 
     async def _bind(self, msg: Message) -> None:
         job_id = str(msg.get("job"))
+        if self.job is not None and self.job.id == job_id:
+            # a repeated bind (a restarted broker): never run a job twice
+            job = self.job
+            await self.send({"ev": "running", "job": job_id, "pid": job.pid, "at": job.started})
+            return
+        if job_id in self.ran:
+            await self.send(self.ran[job_id])  # it ran already: the same answer again
+            return
         if self.job is not None:
             await self.send(
                 {"ev": "error", "job": job_id, "message": f"pod busy with {self.job.id}"}
             )
+            return
+        if os.environ.get(STANDBY_ENV) == "1":
+            await self.send({"ev": "error", "job": job_id, "message": "pod stands by"})
             return
         try:
             entry = classify(msg["argv"])
@@ -233,6 +298,7 @@ class Agent:
                 )
             )
             env["STOKER_JOB"] = job_id
+            env["STOKER_RUN"] = str(int(msg.get("run", 1)))  # > 1: it was preempted before
             if overlay:
                 env["PYTHONPATH"] = os.pathsep.join(
                     [*overlay, *filter(None, [env.get("PYTHONPATH")])]
@@ -377,16 +443,33 @@ class Agent:
         if failure is None and code != 0:
             failure = "user_error"
         self.job = None
-        await self.send(
-            {
-                "ev": "exited",
-                "job": job.id,
-                "exit_code": code,
-                "signal": sig,
-                "failure": failure,
-                "at": time.time(),
-            }
-        )
+        exited = {
+            "ev": "exited",
+            "job": job.id,
+            "exit_code": code,
+            "signal": sig,
+            "failure": failure,
+            "at": time.time(),
+        }
+        self.ran[job.id] = exited
+        while len(self.ran) > MAX_RAN:
+            self.ran.popitem(last=False)
+        await self.send(exited)
+
+    def _terminate(self, job: _Job, grace_s: float) -> None:
+        """Stop ``job``: SIGTERM to its process group first when there is a grace (so it may
+        checkpoint), SIGKILL to everything it runs once the grace has passed."""
+        if grace_s <= 0:
+            self._kill_others()
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(job.pid, signal.SIGTERM)  # the job called setsid: its group is its pid
+
+        def kill_if_running() -> None:
+            if self.job is job:
+                self._kill_others()
+
+        asyncio.get_running_loop().call_later(grace_s, kill_if_running)
 
     def _kill_others(self) -> None:
         """SIGKILL what the current job runs (and, in a sandbox, all it left behind).
@@ -421,26 +504,83 @@ class Agent:
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.001)
 
+    async def _dial_broker(self, host: str, port: int) -> None:
+        """Dial the broker's gateway and serve it; redial whenever the connection ends, so a
+        broker restart (or a new leader) only pauses the pod. Backoff grows while dials fail
+        or connections drop at once (a refused token), and resets after one that held."""
+        delay = DIAL_MIN_S
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            try:
+                reader, writer = await asyncio.open_connection(host, port, limit=protocol.MAX_LINE)
+            except OSError as exc:
+                print(f"agent: dial {host}:{port}: {exc}", file=sys.stderr)
+            else:
+                writer.write(protocol.encode({"ev": "auth", "pod": self.pod, "token": self.token}))
+                await self._serve(reader, writer)
+                if time.monotonic() - t0 > 10 * DIAL_MAX_S:
+                    delay = DIAL_MIN_S
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(DIAL_MAX_S, delay * 2)
+
     async def run(self) -> None:
-        """Serve until told to shut down."""
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.socket_path)
-        old_umask = os.umask(0o077)  # the socket: the agent's uid only (and root outside)
-        try:
-            server = await asyncio.start_unix_server(
-                self._serve, self.socket_path, limit=protocol.MAX_LINE
-            )
-        finally:
-            os.umask(old_umask)
+        """Serve until told to shut down: on the Unix socket, or dialing the broker."""
+        server = None if self.dial is not None else await self._listen()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self._stop.set)
         loop.add_reader(self.zygote.sock.fileno(), self._zygote_readable)
         self._ensure_spare()
-        async with server:
-            await self._stop.wait()
+        dialer = asyncio.ensure_future(self._dial_broker(*self.dial)) if self.dial else None
+        await self._stop.wait()
+        if dialer is not None:
+            dialer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await dialer
+        if server is not None:
+            server.close()
+            await server.wait_closed()
         loop.remove_reader(self.zygote.sock.fileno())
         self._discard_spare()
         self.zygote.close()
+
+    async def _listen(self) -> asyncio.Server:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+        old_umask = os.umask(0o077)  # the socket: the agent's uid only (and root outside)
+        try:
+            return await asyncio.start_unix_server(
+                self._serve, self.socket_path, limit=protocol.MAX_LINE
+            )
+        finally:
+            os.umask(old_umask)
+
+
+def take_token() -> str:
+    """Remove the pod's token from this process's environment, where a job could read it.
+
+    Popping it keeps it out of every child's environment; the bytes in the process's
+    original environment block (what ``/proc/PID/environ`` shows, and what a forked job
+    inherits in memory) are overwritten in place. (The agent is non-dumpable already: a job
+    of the same uid can neither ptrace it nor read its ``/proc/PID/environ``.)"""
+    token = os.environ.pop(TOKEN_ENV, "")
+    if not token:
+        return ""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        fields = Path("/proc/self/stat").read_text().rpartition(")")[2].split()
+        env_start = int(fields[47])  # field 50 of proc(5); the split starts at field 3
+        block = Path("/proc/self/environ").read_bytes()
+        key = f"{TOKEN_ENV}=".encode()
+        at = (b"\0" + block).find(b"\0" + key)  # the entry's offset in the block
+        if at >= 0:
+            ctypes.memset(env_start + at + len(key), ord("x"), len(token.encode()))
+    return token
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"--dial: HOST:PORT, not {text!r}")
+    return host, int(port)
 
 
 def _empty_dir(root: Path) -> None:
@@ -480,7 +620,13 @@ def in_own_pid_namespace() -> bool:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of ``python -m stoker.agent``."""
     parser = argparse.ArgumentParser(prog="python -m stoker.agent")
-    parser.add_argument("--socket", required=True, help="Unix socket to listen on")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--socket", help="Unix socket to listen on")
+    where.add_argument(
+        "--dial",
+        type=_host_port,
+        help=f"HOST:PORT of the broker's agent gateway to dial (token: ${TOKEN_ENV})",
+    )
     parser.add_argument("--pod", default=os.environ.get("STOKER_POD", "pod"))
     parser.add_argument("--workspace", default=os.getcwd())
     parser.add_argument("--preload", default="", help="comma-separated modules to import")
@@ -498,6 +644,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.sandboxed and not in_own_pid_namespace():
         print("agent: --sandboxed outside a bwrap pid namespace; refusing", file=sys.stderr)
         raise SystemExit(2)
+    token = take_token()
+    if args.dial is not None and not token:
+        print(f"agent: --dial needs the pod's token in ${TOKEN_ENV}", file=sys.stderr)
+        raise SystemExit(2)
+    if os.environ.get(STANDBY_ENV) == "1":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # never CUDA before promotion, whatever preloads
     modules = tuple(m for m in args.preload.split(",") if m)
     try:
         took = preload(modules)
@@ -505,7 +657,16 @@ def main(argv: list[str] | None = None) -> None:
         print(f"agent: preload failed: {exc}", file=sys.stderr)
         raise SystemExit(3) from exc
     user = None if args.job_uid is None else JobUser(args.job_uid, args.job_gid or args.job_uid)
-    agent = Agent(args.socket, args.pod, Path(args.workspace), took, args.sandboxed, user)
+    agent = Agent(
+        args.socket or "",
+        args.pod,
+        Path(args.workspace),
+        took,
+        args.sandboxed,
+        user,
+        dial=args.dial,
+        token=token,
+    )
     asyncio.run(agent.run())
 
 

@@ -19,22 +19,10 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from stoker.api.envnames import env_name_error
+
 _CALL = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _PYTHONS = ("python", "python3")
-
-#: variables the runtime sets; a job's own env may not override them
-RESERVED_ENV = (
-    "CUDA_VISIBLE_DEVICES",
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "STOKER_JOB",
-    "STOKER_POD",
-    "STOKER_GPUS",
-)
 
 CODE_MARKER = ".stoker-code-digest"
 
@@ -86,10 +74,11 @@ def topology_env(rank: int, world_size: int, master_addr: str, master_port: int)
 def check_env(env: dict[str, str]) -> None:
     """A job's own env: string keys and values, none of the reserved names."""
     for key, value in env.items():
-        if not isinstance(key, str) or not isinstance(value, str) or not key or "=" in key:
-            raise ValueError(f"env: bad entry {key!r}={value!r}")
-        if key in RESERVED_ENV:
-            raise ValueError(f"env: {key} is set by the runtime, not by the job")
+        # the value is never in the message: it may be a secret, and messages get logged
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise ValueError(f"env: bad entry {key!r}")
+        if (why := env_name_error(key)) is not None:
+            raise ValueError(f"env: {why}")
 
 
 #: what one code archive may unpack to (a gzip bomb is refused before it fills a disk)

@@ -9,11 +9,17 @@ carry ``ev``:
   ``{"ev": "running", "job", "pid"}``, then ``output`` events, then
   ``{"ev": "exited", "job", "exit_code", "signal", "failure"}`` (or ``{"ev": "error", "job",
   "message"}`` when the job cannot be bound);
+- ``{"op": "code", "digest", "offset", "data", "last"}``: chunks of a code archive, for a pod
+  that cannot see the broker's code cache (Kubernetes) -> ``{"ev": "code", "digest",
+  "path"}`` after the last one, whose sha256 must match;
 - ``{"op": "kill", "job", "failure"}``; ``{"op": "promote", "cuda_visible_devices", "gpus"}`` ->
   ``{"ev": "promoted"}``; ``{"op": "ping"}`` -> ``{"ev": "pong", ...state}``.
 
-On every connection the agent first sends ``{"ev": "hello", ...state}``, then any events it
-held while no runtime was connected (a job that ended during a broker restart).
+On every connection the agent first sends ``{"ev": "hello", ...state, "ran", "held"}``, then
+any events it held while no runtime was connected (a job that ended during a broker
+restart). ``ran`` maps each job id it ran to ``{"exit_code", "failure"}``; ``held`` lists the
+jobs whose ``exited`` follows. A ``bind`` is idempotent by job id: for a job it runs or ran,
+the agent answers ``running`` or the recorded ``exited`` again, and never runs it twice.
 """
 
 from __future__ import annotations

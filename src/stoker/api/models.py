@@ -2,11 +2,42 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 from pydantic import BaseModel, Field, field_validator
 
 from stoker.api.deps import check_deps
+from stoker.api.envnames import env_name_error
 
-_ENV_KEY_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+JobClass = Literal["pool", "hp", "spot"]
+"""``pool``: served from warm pools; ``hp``: guaranteed, never preempted; ``spot``:
+preemptible, admitted under the spot quota, promised ``guarantee_s`` of run time."""
+
+#: the longest secret value (a token, a key file), in characters
+MAX_SECRET_CHARS = 64 * 1024
+
+
+def _text(value: Any) -> None:
+    """Refuse what cannot travel as UTF-8 (a lone surrogate) or through a C string (NUL)."""
+    items = value.items() if isinstance(value, dict) else [value]
+    for item in items:
+        for s in item if isinstance(item, tuple | list) else (item,):
+            if not isinstance(s, str):
+                continue
+            try:
+                s.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ValueError(
+                    f"not valid UTF-8 text (a lone surrogate at {exc.start})"
+                ) from None
+            if "\x00" in s:
+                raise ValueError("contains a NUL byte")
+
+
+def _env_name(name: str) -> str:
+    if (why := env_name_error(name)) is not None:
+        raise ValueError(why)
+    return name
 
 
 class JobSubmit(BaseModel):
@@ -17,17 +48,35 @@ class JobSubmit(BaseModel):
     reuse_tag: str = Field(min_length=1, max_length=200)
     code_digest: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     deps: list[str] = Field(default_factory=list, max_length=256)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict, max_length=1024)
+    secrets: list[str] = Field(default_factory=list, max_length=256)  # tenant secret names
     timeout_s: float | None = Field(default=None, gt=0)  # None: an hour, or the cap
-    replicas: int = Field(default=1, ge=1, le=64)
+    job_class: JobClass = "pool"
+    workers: int = Field(default=1, ge=1, le=64)  # rank i runs in the job's i-th pod
+    # GPUs per worker: a fraction below 1 shares a card, whole cards above; None: the
+    # profile's own shape
+    gpus: float | None = Field(default=None, gt=0, le=64)
+    # spot only: the run time promised with probability g (None: the broker's default)
+    guarantee_s: float | None = Field(default=None, gt=0, le=7 * 86400)
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, v: float | None) -> float | None:
+        if v is not None and v > 1 and not float(v).is_integer():
+            raise ValueError("above 1, gpus per worker must be a whole number of cards")
+        return v
+
+    @field_validator("profile", "argv", "reuse_tag", "deps", "env", "secrets")
+    @classmethod
+    def _utf8(cls, v: Any) -> Any:
+        _text(v)
+        return v
 
     @field_validator("argv")
     @classmethod
     def _argv(cls, v: list[str]) -> list[str]:
         if not v[0]:
             raise ValueError("argv[0] must not be empty")
-        if any("\x00" in a for a in v):
-            raise ValueError("argv must not contain NUL bytes")
         return v
 
     @field_validator("deps")
@@ -38,11 +87,17 @@ class JobSubmit(BaseModel):
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        for key, value in v.items():
-            if not key or key[0].isdigit() or not set(key) <= _ENV_KEY_CHARS:
-                raise ValueError(f"bad variable name {key!r}")
-            if "\x00" in value:
-                raise ValueError(f"value of {key} contains a NUL byte")
+        for key in v:
+            _env_name(key)
+        return v
+
+    @field_validator("secrets")
+    @classmethod
+    def _secrets(cls, v: list[str]) -> list[str]:
+        for name in v:
+            _env_name(name)
+        if len(set(v)) != len(v):
+            raise ValueError("a secret is named twice")
         return v
 
 
@@ -53,11 +108,15 @@ class JobView(BaseModel):
     tenant: str
     profile: str
     reuse_tag: str
-    replicas: int
+    job_class: str
+    workers: int
+    gpus: float
+    guarantee_s: float | None
     argv: list[str]
     code_digest: str | None
     deps: list[str]
-    env: dict[str, str]
+    env: list[str]  # names only: values are never shown after submit
+    secrets: list[str]
     timeout_s: float
     state: str
     path: str | None
@@ -67,6 +126,13 @@ class JobView(BaseModel):
     finished: float | None
     exit_code: int | None
     failure: str | None
+    # times the job was taken off its pods and put back in its queue, and why the last time
+    # (``preempted``: evicted for HP work; it runs again, nothing lost)
+    requeues: int = 0
+    requeue_reason: str | None = None
+    # spot: guarantee periods succeeded (ran a whole guaranteed duration) and failed (evicted)
+    guarantee_succeeded: int = 0
+    guarantee_failed: int = 0
     start_latency_ms: float | None = None
 
 
@@ -93,6 +159,37 @@ class ProfileView(BaseModel):
     queued: int
 
 
+class PoolForecast(BaseModel):
+    """The summed HP demand forecast of a GPU pool: hourly peaks ahead as Normal(mean, var),
+    and their ``g``-quantile (what the spot quota reads)."""
+
+    hours: list[int]
+    mean: list[float]
+    var: list[float]
+    quantile: list[float]
+    g: float
+
+
+class QueuedCounts(BaseModel):
+    hp: int
+    spot: int
+
+
+class PoolView(BaseModel):
+    """One GPU pool (all GPUs of one model): what HP and spot hold, the spot quota and how it
+    was set, and the eviction rate over the last day."""
+
+    gpu_model: str
+    capacity: float
+    hp_gpus: float
+    spot_gpus: float
+    spot_quota: float
+    eta: float
+    eviction_rate_1d: float
+    forecast: PoolForecast | None
+    queued: QueuedCounts
+
+
 class TenantCreate(BaseModel):
     name: str = Field(min_length=1, max_length=63)
 
@@ -105,6 +202,32 @@ class TenantCreated(BaseModel):
 class CodeUploaded(BaseModel):
     digest: str
     size: int
+
+
+class SecretSet(BaseModel):
+    """A tenant secret: written once, never read back; jobs name it in ``secrets``."""
+
+    name: str = Field(min_length=1, max_length=128)
+    value: str = Field(max_length=MAX_SECRET_CHARS)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        _text(v)
+        return _env_name(v)
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, v: str) -> str:
+        _text(v)
+        return v
+
+
+class SecretView(BaseModel):
+    """A secret as listed: its name and when it was set, never its value."""
+
+    name: str
+    updated: float
 
 
 class ErrorBody(BaseModel):

@@ -11,14 +11,19 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from filelock import FileLock, Timeout
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import stoker
 from stoker.api.models import (
@@ -28,14 +33,22 @@ from stoker.api.models import (
     JobSubmit,
     JobView,
     PodView,
+    PoolView,
     ProfileView,
+    SecretSet,
+    SecretView,
     TenantCreate,
     TenantCreated,
 )
 from stoker.broker.auth import Authenticator, AuthError, Principal, check_tenant_name
 from stoker.broker.config import BrokerConfig
+from stoker.broker.dashboard import Dashboard
+from stoker.broker.dashboard import add_routes as add_dashboard_routes
+from stoker.broker.dashboard import gauges as dashboard_gauges
+from stoker.broker.events_log import DecisionLog
 from stoker.broker.loop import JobRequest, Scheduler
 from stoker.broker.metrics import BrokerMetrics
+from stoker.broker.secrets import SecretBox
 from stoker.broker.store import JOB_FIELDS, Store, StoreError
 from stoker.runtime.base import Runtime
 
@@ -48,14 +61,37 @@ class ApiError(Exception):
         self.status, self.error, self.message, self.field = status, error, message, field
 
 
+class BrokerLocked(RuntimeError):
+    """Another broker holds this data dir (and its pods)."""
+
+
 class Broker:
-    """One broker: store, authenticator, runtime and scheduling loop, and its HTTP app."""
+    """One broker: store, authenticator, runtime and scheduling loop, and its HTTP app.
+
+    It takes the data dir's lock before anything else, so a second broker on the same data
+    dir fails at once, before it opens the store or touches a pod."""
 
     def __init__(self, cfg: BrokerConfig, runtime: Runtime | None = None) -> None:
         self.cfg = cfg
         cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        self.lock = FileLock(cfg.lock_path, timeout=0, thread_local=False)
+        try:
+            self.lock.acquire()
+        except Timeout:
+            raise BrokerLocked(
+                f"data dir {cfg.data_dir} is in use by another broker"
+                f" ({_pid_note(cfg.pid_path)}); stop it first (stoker down)"
+            ) from None
+        try:
+            self._open(cfg, runtime)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _open(self, cfg: BrokerConfig, runtime: Runtime | None) -> None:
         self.store = Store.sqlite(cfg.db_path)
         self.auth = Authenticator(self.store, cfg.admin_token_path)
+        self.box = SecretBox(cfg.secret_key_path)
         if runtime is None:
             from stoker.runtime.local import LocalRuntime  # needs bubblewrap only when used
 
@@ -69,8 +105,16 @@ class Broker:
         self.runtime = runtime
         gpus = sorted(getattr(runtime, "devices", {}) or [f"vgpu{i}" for i in range(cfg.gpu_slots)])
         self.metrics = BrokerMetrics()
-        self.scheduler = Scheduler(cfg, self.store, runtime, gpus, self.metrics)
+        self.scheduler = Scheduler(cfg, self.store, runtime, gpus, self.metrics, box=self.box)
+        self.decisions = DecisionLog(
+            lambda: self.scheduler.core, self.metrics, cfg.data_dir / "events.jsonl"
+        )
+        self.scheduler.on_decision.append(self.decisions.record)
+        self.metrics.watch(lambda: dashboard_gauges(self))
+        self.dashboard = Dashboard(self)
         self.started = False
+        self.closed = False
+        self.stop_pods_on_close = True  # nothing outlives its owner; `up --keep-pods` unsets it
         self.recovery: dict[str, int] = {}
         self.app = create_app(self)
 
@@ -82,16 +126,56 @@ class Broker:
         if not self.started:
             self.started = True
             self.recovery = await self.scheduler.start()
+            await self.dashboard.start()
 
     async def close(self, stop_pods: bool = False) -> None:
+        """Stop the loop (and every pod with ``stop_pods``), close the store, free the lock."""
+        if self.closed:
+            return
+        self.closed = True
         if self.started:
             self.started = False
+            await self.dashboard.close()
             await self.scheduler.close(stop_pods=stop_pods)
+        self.decisions.close()
         self.store.close()
+        self.lock.release()
+
+
+def _pid_note(pid_path: Path) -> str:
+    try:
+        return "pid " + pid_path.read_text().split()[0]
+    except (OSError, IndexError):
+        return "pid unknown"
+
+
+def _invalid(field: str, message: str) -> ApiError:
+    return ApiError(422, "invalid", f"{field}: {message}", field)
+
+
+def _check_shape(body: JobSubmit, profile_gpus: int, capacity: int) -> None:
+    """A job's class, workers and GPUs against each other and against this broker's GPUs;
+    an impossible shape is refused here, never left to wait forever in a queue."""
+    if body.guarantee_s is not None and body.job_class != "spot":
+        raise _invalid("body.guarantee_s", "only spot jobs have a guaranteed duration")
+    if body.gpus is not None and body.job_class == "pool":
+        raise _invalid("body.gpus", "a pool job takes its profile's shape; leave gpus out")
+    per_worker = float(profile_gpus) if body.gpus is None else body.gpus
+    if per_worker > capacity:
+        raise _invalid("body.gpus", f"{per_worker:g} GPUs per worker; this broker has {capacity}")
+    # whole cards per worker; fractional workers may share cards (so at least this many)
+    need = math.ceil(body.workers * per_worker - 1e-9)
+    if need > capacity:
+        raise _invalid(
+            "body.workers",
+            f"{body.workers} workers of {per_worker:g} GPUs need {need:g}; this broker has"
+            f" {capacity}",
+        )
 
 
 def _job_view(row: dict[str, Any]) -> JobView:
     data = {k: row[k] for k in JOB_FIELDS}
+    data["env"] = sorted(row["env"])  # names only: a value never leaves after submit
     if row["started"] is not None:
         data["start_latency_ms"] = (row["started"] - row["submitted"]) * 1000.0
     return JobView(**data)
@@ -112,6 +196,72 @@ async def _principal(  # async: FastAPI would run a plain def in a worker thread
 Caller = Annotated[Principal, Depends(_principal)]
 
 
+class BodyCap:
+    """Refuses request bodies over ``cap`` bytes with a 413 before the app parses them
+    (``POST /v1/code`` streams under its own, larger cap)."""
+
+    def __init__(self, app: ASGIApp, cap: int, exempt: tuple[str, ...]) -> None:
+        self.app, self.cap, self.exempt = app, cap, exempt
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["method"] in ("GET", "HEAD", "OPTIONS")
+            or scope["path"] in self.exempt
+        ):
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or ())
+        declared = headers.get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.cap:
+            await _too_large(send, f"{int(declared)} bytes", self.cap)
+            return
+        body = bytearray()
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return
+            body += msg.get("body", b"")
+            if len(body) > self.cap:
+                await _too_large(send, "the body", self.cap)
+                return
+            if not msg.get("more_body"):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+async def _too_large(send: Send, what: str, cap: int) -> None:
+    body = ErrorBody(
+        error="too_large", field="body", message=f"body: {what} over the {cap}-byte cap"
+    )
+    await JSONResponse(body.model_dump(), status_code=413)({"type": "http"}, _no_receive, send)
+
+
+async def _no_receive() -> Message:
+    return {"type": "http.disconnect"}
+
+
+_ERR = {"model": ErrorBody}
+_HEAD_ERRORS = {
+    400: "bad request",
+    401: "no or unknown token",
+    403: "not allowed",
+    404: "absent, or another tenant's",
+    413: "too large",
+    422: "invalid",
+}
+_STATUS_ERRORS = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+
+
 def create_app(broker: Broker) -> FastAPI:
     """The FastAPI application of ``broker`` (its lifespan starts and stops the broker)."""
 
@@ -119,14 +269,15 @@ def create_app(broker: Broker) -> FastAPI:
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         await broker.start()
         yield
-        await broker.close()
+        await broker.close(stop_pods=broker.stop_pods_on_close)
 
     app = FastAPI(
         title="stoker broker",
         version=stoker.__version__ if hasattr(stoker, "__version__") else "0",
         lifespan=lifespan,
-        responses={400: {"model": ErrorBody}, 401: {"model": ErrorBody}, 404: {"model": ErrorBody}},
+        responses={400: _ERR, 401: _ERR, 403: _ERR, 404: _ERR, 413: _ERR, 422: _ERR},
     )
+    app.add_middleware(BodyCap, cap=broker.cfg.max_request_bytes, exempt=("/v1/code",))
     app.state.broker = broker
     sched = broker.scheduler
     cfg = broker.cfg
@@ -139,9 +290,22 @@ def create_app(broker: Broker) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
         err = exc.errors()[0]
+        if err.get("type") == "json_invalid":  # loc is ("body", offset): the body is at fault
+            body = ErrorBody(error="invalid", field="body", message=f"body: {err.get('msg')}")
+            return JSONResponse(body.model_dump(), status_code=422)
         loc = ".".join(str(p) for p in err.get("loc", ()))
-        body = ErrorBody(error="invalid", field=loc or None, message=f"{loc}: {err.get('msg')}")
+        msg = str(err.get("msg"))
+        body = ErrorBody(error="invalid", field=loc or None, message=f"{loc}: {msg}")
         return JSONResponse(body.model_dump(), status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_req: Request, exc: StarletteHTTPException) -> Response:
+        error = _STATUS_ERRORS.get(exc.status_code, "invalid")
+        if exc.status_code == 400:  # FastAPI could not parse the body (e.g. nested too deep)
+            body = ErrorBody(error=error, field="body", message=f"body: {exc.detail}")
+        else:
+            body = ErrorBody(error=error, field=None, message=str(exc.detail))
+        return JSONResponse(body.model_dump(), exc.status_code, headers=exc.headers)
 
     def tenant_of(who: Principal) -> str:
         if who.tenant is None:
@@ -180,17 +344,38 @@ def create_app(broker: Broker) -> FastAPI:
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
-        sched.refresh_metrics()
         return Response(broker.metrics.render(), media_type="text/plain; version=0.0.4")
 
     # --- code ----------------------------------------------------------------
 
-    @app.head("/v1/code/{digest}")
+    @app.head(
+        "/v1/code/{digest}",
+        responses={  # a HEAD answer has no body: statuses only
+            200: {"description": "stored, and yours"},
+            **{s: {"description": d} for s, d in _HEAD_ERRORS.items()},
+        },
+    )
     async def code_exists(digest: str, who: Caller) -> Response:
-        return Response(status_code=200 if broker.store.has_code(digest) else 404)
+        """200 if you uploaded archive ``digest``; another tenant's archive is a 404."""
+        scope = None if who.admin else who.tenant
+        return Response(status_code=200 if broker.store.has_code(digest, scope) else 404)
 
-    @app.post("/v1/code", response_model=CodeUploaded, status_code=201)
+    @app.post(
+        "/v1/code",
+        response_model=CodeUploaded,
+        status_code=201,
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "description": "a tar archive (any compression tarfile reads)",
+                "content": {
+                    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+                },
+            }
+        },
+    )
     async def upload_code(request: Request, who: Caller) -> CodeUploaded:
+        tenant = tenant_of(who)
         cap = cfg.max_code_bytes
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > cap:
@@ -207,11 +392,38 @@ def create_app(broker: Broker) -> FastAPI:
         digest = hashlib.sha256(data).hexdigest()
         if not broker.store.has_code(digest):
             try:
-                stored = await broker.runtime.put_code(data)
+                await broker.runtime.put_code(data)
             except ValueError as exc:  # InvalidCode: not an archive
                 raise ApiError(422, "invalid", str(exc), "code") from exc
-            broker.store.add_code(stored, size)
+        broker.store.add_code(digest, size, tenant)
         return CodeUploaded(digest=digest, size=size)
+
+    # --- secrets -------------------------------------------------------------
+
+    @app.post("/v1/secrets", response_model=SecretView, status_code=201)
+    async def set_secret(body: SecretSet, who: Caller, response: Response) -> SecretView:
+        """Set a secret (write-only: no call ever returns its value); 200 if it replaced one."""
+        tenant = tenant_of(who)
+        if not broker.store.set_secret(tenant, body.name, broker.box.seal(body.value)):
+            response.status_code = 200
+        return next(
+            SecretView(name=n, updated=u)
+            for n, u in broker.store.secret_names(tenant)
+            if n == body.name
+        )
+
+    @app.get("/v1/secrets", response_model=list[SecretView])
+    async def list_secrets(who: Caller) -> list[SecretView]:
+        """Your secrets' names (never their values)."""
+        tenant = tenant_of(who)
+        return [SecretView(name=n, updated=u) for n, u in broker.store.secret_names(tenant)]
+
+    @app.delete("/v1/secrets/{name}", status_code=204, response_class=Response)
+    async def delete_secret(name: str, who: Caller) -> Response:
+        tenant = tenant_of(who)
+        if not broker.store.delete_secret(tenant, name):
+            raise ApiError(404, "not_found", f"name: no secret {name!r}", "name")
+        return Response(status_code=204)
 
     # --- jobs ----------------------------------------------------------------
 
@@ -240,20 +452,20 @@ def create_app(broker: Broker) -> FastAPI:
                 f"body.timeout_s: {body.timeout_s} is over the {cfg.max_timeout_s} s cap",
                 "body.timeout_s",
             )
-        if body.replicas * prof.core.gpus > len(sched.gpus):
-            raise ApiError(
-                422,
-                "invalid",
-                f"body.replicas: {body.replicas} pods of {prof.name} need more GPUs"
-                f" than this broker has ({len(sched.gpus)})",
-                "body.replicas",
-            )
-        if body.code_digest is not None and not broker.store.has_code(body.code_digest):
-            raise ApiError(
+        _check_shape(body, prof.core.gpus, len(sched.gpus))
+        if body.code_digest is not None and not broker.store.has_code(body.code_digest, tenant):
+            raise ApiError(  # another tenant's archive is as absent as a never uploaded one
                 422,
                 "invalid",
                 f"body.code_digest: no code uploaded with digest {body.code_digest}",
                 "body.code_digest",
+            )
+        if both := sorted(set(body.secrets) & set(body.env)):
+            raise ApiError(422, "invalid", f"body.secrets: {both[0]} is in env too", "body.secrets")
+        have = broker.store.sealed_secrets(tenant, body.secrets)
+        if missing := [n for n in body.secrets if n not in have]:
+            raise ApiError(
+                422, "invalid", f"body.secrets: no secret {missing[0]!r}", "body.secrets"
             )
         req = JobRequest(
             profile=body.profile,
@@ -262,11 +474,23 @@ def create_app(broker: Broker) -> FastAPI:
             code_digest=body.code_digest,
             deps=tuple(body.deps),
             env=dict(body.env),
+            secrets=tuple(body.secrets),
             timeout_s=timeout_s,
-            replicas=body.replicas,
+            job_class=body.job_class,
+            workers=body.workers,
+            gpus=body.gpus,
+            guarantee_s=body.guarantee_s,
         )
-        row, created = sched.submit(tenant, req, idempotency_key)
+        digest = broker.box.digest(body.model_dump(mode="json"))
+        row, created = sched.submit(tenant, req, idempotency_key, digest)
         if not created:
+            if row.get("request_mac") not in (None, digest):
+                raise ApiError(
+                    422,
+                    "conflict",
+                    "idempotency-key: this key was used for a different job",
+                    "idempotency-key",
+                )
             response.status_code = 200
         return _job_view(row)
 
@@ -306,12 +530,18 @@ def create_app(broker: Broker) -> FastAPI:
 
     @app.get("/v1/jobs/{job_id}/output")
     async def job_output(job_id: str, who: Caller, follow: bool = True) -> StreamingResponse:
-        """Newline-delimited JSON: ``{"seq", "stream", "data"}`` (data base64), then
+        """Newline-delimited JSON: ``{"seq", "stream", "data"}`` (data base64), a
+        ``{"requeued": {"id", "requeues", "requeue_reason"}}`` notice each time the job is
+        preempted and re-queued (its output goes on with the next run), then
         ``{"end": job}`` once the job has finished."""
         own_job(who, job_id)
 
         async def lines() -> AsyncIterator[bytes]:
-            async for seq, stream, data in sched.output(job_id, follow):
+            async for item in sched.output(job_id, follow):
+                if isinstance(item, dict):
+                    yield (json.dumps(item) + "\n").encode()  # a notice: re-queued
+                    continue
+                seq, stream, data = item
                 msg = {"seq": seq, "stream": stream, "data": base64.b64encode(data).decode()}
                 yield (json.dumps(msg) + "\n").encode()
             row = sched.job(job_id)
@@ -326,7 +556,7 @@ def create_app(broker: Broker) -> FastAPI:
         sched.cancel(job_id)
         return _job_view(own_job(who, job_id))
 
-    # --- pools ---------------------------------------------------------------
+    # --- pods, profiles, GPU pools -------------------------------------------
 
     @app.get("/v1/pods", response_model=list[PodView])
     async def pods(who: Caller) -> list[PodView]:
@@ -351,12 +581,16 @@ def create_app(broker: Broker) -> FastAPI:
             )
         return out
 
+    @app.get("/v1/pools", response_model=list[PoolView])
+    async def gpu_pools(who: Caller) -> list[PoolView]:
+        return [PoolView(**p) for p in sched.gpu_pools()]
+
     @app.get("/v1/tenants", response_model=list[str])
     async def tenants(who: Caller) -> list[str]:
         admin_only(who)
         return broker.store.tenant_names()
 
-    @app.post("/v1/tenants", response_model=TenantCreated, status_code=201)
+    @app.post("/v1/tenants", response_model=TenantCreated, status_code=201, responses={409: _ERR})
     async def create_tenant(body: TenantCreate, who: Caller) -> TenantCreated:
         admin_only(who)
         try:
@@ -368,4 +602,5 @@ def create_app(broker: Broker) -> FastAPI:
             raise ApiError(409, "conflict", f"body.{exc}", "body.name") from exc
         return TenantCreated(name=body.name, token=token)
 
+    add_dashboard_routes(app, broker, broker.decisions, broker.dashboard)
     return app

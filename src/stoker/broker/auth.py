@@ -36,6 +36,18 @@ def new_token() -> str:
     return "stk_" + secrets.token_urlsafe(32)
 
 
+def token_file(path: Path) -> str:
+    """The token kept in ``path``; a new one, written readable only by its owner, if none."""
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = new_token()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -58,15 +70,7 @@ class Authenticator:
         self._cache: dict[str, str] = {}  # token hash -> tenant (tokens never move tenants)
 
     def _admin_token(self) -> str:
-        path = self.admin_token_path
-        if path.exists():
-            return path.read_text().strip()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        token = new_token()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(token + "\n")
-        return token
+        return token_file(self.admin_token_path)
 
     def principal(self, token: str | None) -> Principal:
         if not token:

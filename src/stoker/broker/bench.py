@@ -127,9 +127,11 @@ class BrokerProcess:
         profiles: list[dict[str, Any]],
         gpu_slots: int,
         keepalive_s: float = 300.0,
+        port: int = 0,
+        args: tuple[str, ...] = (),
     ) -> None:
         self.data_dir = data_dir
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         data_dir.mkdir(parents=True, exist_ok=True)
         lines = [
@@ -153,8 +155,9 @@ class BrokerProcess:
             str(self.config),
             "--port",
             str(self.port),
+            *args,
         ]
-        with open(data_dir / "broker.log", "wb") as log:  # the child keeps its own copy
+        with open(data_dir / "broker.log", "ab") as log:  # the child keeps its own copy
             self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + 60
         while True:
@@ -177,11 +180,17 @@ class BrokerProcess:
         raise RuntimeError("no VmRSS")
 
     def stop(self) -> None:
+        """SIGTERM: the broker stops its pods and exits (SIGKILL if it takes over a minute)."""
         self.proc.terminate()
         try:
             self.proc.wait(60)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: the pods keep running for the next broker on the data dir."""
+        self.proc.kill()
+        self.proc.wait()
 
 
 def _bench_profile(
@@ -298,10 +307,12 @@ def run_bench(
     handover_n: int = 10,
     throughput_s: float = 10.0,
     torch: bool = True,
+    work_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """Measure both profiles and write ``out_dir/results.json``."""
+    """Measure both profiles and write ``out_dir/results.json``; the brokers' data dirs go
+    under ``work_dir`` (a fresh temporary directory by default)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    base = Path(tempfile.mkdtemp(prefix="stoker-bench-"))
+    base = Path(work_dir or tempfile.mkdtemp(prefix="stoker-bench-"))
     profiles = {"plain": []}
     if torch:
         profiles["torch-cpu"] = ["torch"]

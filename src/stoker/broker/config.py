@@ -5,8 +5,10 @@ The broker reads a TOML file (``stoker up --config FILE``)::
 
     data_dir = "/var/lib/stoker"    # default: platformdirs' user data dir
     gpu_slots = 2                   # virtual GPU slots where NVML finds none
+    gpu_model = "any"               # the GPU pool this host's GPUs belong to
     max_code_bytes = 67108864
-    keepalive_s = 60
+    max_request_bytes = 1048576     # any other request body (a job, a secret)
+    keepalive_s = 60                # a fixed keep-alive of 60 s (default: the preset's)
 
     [profiles.plain]
     share = 0.9                     # leaves room beside an active pod for a standby
@@ -19,18 +21,39 @@ The broker reads a TOML file (``stoker up --config FILE``)::
     tmp_mb = 256                    # each of /tmp and /dev/shm
     workspace_mb = 1024
     output_mb = 16                  # per job, stdout and stderr together
+
+    [policies]                      # every decision by its name in the core's registry
+    preset = "firepool"             # the starting set; the keys below override one each
+    keepalive = "fitted"            # fixed | fitted | always-on
+    warm_budget = "queue-driven"
+    standby = "beside-active"       # or none
+    spot_quota = "forecast"         # or static
+
+    [forecast]                      # the HP demand forecaster (stoker.forecast's registry)
+    forecaster = "ridge"            # default: the preset's (ridge; naive for gfs-naive)
+    query_every_s = 300             # query and hand the core the answer (GFS: 5 min)
+    refit_every_s = 86400           # refit on the stored history (GFS: daily)
+    horizon_h = 4
+    history_days = 35               # history read from the store per refit
+
+    [spot]
+    grace_s = 30                    # SIGTERM, then SIGKILL this much later (checkpoint time)
 """
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 
 from stoker.api.config import ConfigError
 from stoker.core.model import Profile
+from stoker.core.policy_names import Knobs, apply
+from stoker.core.registry import FIXED_KEEPALIVE_S, Preset, preset
+from stoker.forecast.registry import FORECASTERS
 from stoker.runtime.base import RuntimeProfile
 
 
@@ -65,6 +88,72 @@ class BrokerProfile:
         return BrokerProfile(core, rt)
 
 
+DEFAULT_PRESET = "firepool"  # Firepool's warm pools with GFS's hp/spot defaults
+
+
+@dataclass
+class PolicyConfig:
+    """The core's policies by registry name: a preset, and per extension point an override
+    (None keeps the preset's). The core's registry checks the names when the broker starts."""
+
+    preset: str | None = None
+    keepalive: str | None = None
+    warm_budget: str | None = None
+    standby: str | None = None
+    spot_quota: str | None = None
+
+    def build(self, keepalive_s: float | None, grace_s: float) -> Preset:
+        """The core's preset (fresh policies) with the named policies swapped in; a fixed
+        keep-alive of ``keepalive_s`` when it is given and no other kind is named.
+        ValueError naming the key for an unknown name."""
+        chosen = preset(self.preset or DEFAULT_PRESET)  # ValueError "preset: ..."
+        overrides = self.overrides()
+        if keepalive_s is not None:
+            overrides.setdefault("keepalive", "fixed")
+        knobs = Knobs(keepalive_s=FIXED_KEEPALIVE_S if keepalive_s is None else keepalive_s)
+        apply(chosen.policies, overrides, knobs)
+        chosen.policies.gangs.grace_s = grace_s
+        return chosen
+
+    def overrides(self) -> dict[str, str]:
+        """The extension points set here, by name."""
+        points = (f.name for f in fields(self) if f.name != "preset")
+        return {k: v for k in points if (v := getattr(self, k)) is not None}
+
+
+@dataclass
+class ForecastConfig:
+    """How the broker runs the HP demand forecaster (off the scheduling loop)."""
+
+    forecaster: str | None = None  # None: the preset's (ridge, the default, for most)
+    query_every_s: float = 300.0
+    refit_every_s: float = 86400.0
+    horizon_h: int = 4
+    history_days: float = 35.0
+
+    def check(self) -> None:
+        """ValueError naming the first bad field."""
+        if self.forecaster is not None and self.forecaster not in FORECASTERS:
+            raise ValueError(
+                f"forecaster: one of {', '.join(FORECASTERS)}, not {self.forecaster!r}"
+            )
+        for name in ("query_every_s", "refit_every_s", "horizon_h", "history_days"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: must be > 0")
+
+
+@dataclass
+class SpotConfig:
+    """How an evicted spot job is stopped: SIGTERM, then SIGKILL ``grace_s`` later."""
+
+    grace_s: float = 30.0
+
+    def check(self) -> None:
+        """ValueError naming the first bad field."""
+        if not self.grace_s >= 0:
+            raise ValueError("grace_s: must be >= 0")
+
+
 #: a profile's limits a config may name (see :class:`stoker.runtime.base.RuntimeProfile`)
 PROFILE_LIMITS = ("memory_mb", "pids_max", "cpus", "tmp_mb", "workspace_mb", "output_mb")
 
@@ -81,10 +170,17 @@ class BrokerConfig:
     profiles: list[BrokerProfile] = field(default_factory=lambda: [BrokerProfile.simple("plain")])
     gpu_slots: int = 2
     max_code_bytes: int = 64 * 1024 * 1024
+    max_request_bytes: int = 1024 * 1024
     max_timeout_s: float = 24 * 3600.0
-    keepalive_s: float = 60.0
+    # a fixed keep-alive of this many seconds (unless [policies] keepalive names another
+    # kind; then the fitted one's fallback); None: the preset's
+    keepalive_s: float | None = None
+    gpu_model: str = "any"
     find_links: tuple[Path, ...] = ()
     no_index: bool = False
+    policies: PolicyConfig = field(default_factory=PolicyConfig)
+    forecast: ForecastConfig = field(default_factory=ForecastConfig)
+    spot: SpotConfig = field(default_factory=SpotConfig)
 
     @property
     def db_path(self) -> Path:
@@ -93,6 +189,21 @@ class BrokerConfig:
     @property
     def admin_token_path(self) -> Path:
         return self.data_dir / "admin.token"
+
+    @property
+    def secret_key_path(self) -> Path:
+        """The key sealing secrets and env values in the store (mode 600, never in it)."""
+        return self.data_dir / "secret.key"
+
+    @property
+    def lock_path(self) -> Path:
+        """Held by the one broker that owns this data dir and its pods."""
+        return self.data_dir / "broker.lock"
+
+    @property
+    def pid_path(self) -> Path:
+        """The running broker's pid and URL (``stoker down`` reads it)."""
+        return self.data_dir / "broker.pid"
 
     @property
     def runtime_dir(self) -> Path:
@@ -106,30 +217,29 @@ class BrokerConfig:
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"config {path}: {exc}") from exc
         cfg = BrokerConfig()
-        known = {
-            "data_dir",
-            "gpu_slots",
-            "max_code_bytes",
-            "max_timeout_s",
-            "keepalive_s",
-            "profiles",
-            "find_links",
-            "no_index",
-        }
+        kinds = {"gpu_slots": int, "max_code_bytes": int, "max_request_bytes": int}
+        kinds |= {"max_timeout_s": float}
+        kinds |= {"gpu_model": str, "keepalive_s": float, "no_index": bool}
+        tables = ("profiles", "policies", "forecast", "spot")
+        known = {"data_dir", "find_links", *kinds, *tables}
         for key in raw:
             if key not in known:
                 raise ConfigError(f"config {path}: unknown key {key!r}")
         if "data_dir" in raw:
             cfg.data_dir = Path(raw["data_dir"]).expanduser()
-        for key in (
-            "gpu_slots",
-            "max_code_bytes",
-            "max_timeout_s",
-            "keepalive_s",
-            "no_index",
-        ):
-            if key in raw:
-                setattr(cfg, key, type(getattr(cfg, key))(raw[key]))
+        _set(cfg, {k: raw[k] for k in kinds if k in raw}, path, "", tuple(kinds), kinds)
+        _table(cfg.policies, raw, "policies", path)
+        _table(cfg.forecast, raw, "forecast", path)
+        _table(cfg.spot, raw, "spot", path)
+        for name, table in (("forecast", cfg.forecast), ("spot", cfg.spot)):
+            try:
+                table.check()
+            except ValueError as exc:
+                raise ConfigError(f"config {path}: {name}.{exc}") from exc
+        try:  # every name checked now, not when the broker starts
+            cfg.policies.build(cfg.keepalive_s, cfg.spot.grace_s)
+        except ValueError as exc:
+            raise ConfigError(f"config {path}: policies.{exc}") from exc
         if "find_links" in raw:
             cfg.find_links = tuple(Path(p) for p in raw["find_links"])
         if "profiles" in raw:
@@ -157,3 +267,36 @@ class BrokerConfig:
                 )
                 cfg.profiles.append(BrokerProfile(core, rt))
         return cfg
+
+
+def _set(
+    obj: object,
+    raw: dict[str, Any],
+    path: object,
+    where: str,
+    keys: tuple[str, ...],
+    kinds: dict[str, type] | None = None,
+) -> None:
+    """Copy ``keys`` from a TOML table onto ``obj``, each converted to its type in ``kinds``
+    (default: its current value's, str for None); an unknown key or a value of the wrong
+    type is a ConfigError naming it."""
+    for key in raw:
+        if key not in keys:
+            raise ConfigError(f"config {path}: unknown key {where}{key!r}")
+    for key in keys:
+        if key not in raw:
+            continue
+        current = getattr(obj, key)
+        kind = (kinds or {}).get(key) or (str if current is None else type(current))
+        try:
+            setattr(obj, key, kind(raw[key]))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"config {path}: {where}{key}: {exc}") from exc
+
+
+def _table(obj: object, raw: dict[str, Any], name: str, path: object) -> None:
+    """A TOML table onto the dataclass ``obj`` (every field a key)."""
+    table = raw.get(name, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"config {path}: {name} must be a table")
+    _set(obj, table, path, f"{name}.", tuple(f.name for f in fields(obj)))  # type: ignore[arg-type]

@@ -50,12 +50,14 @@ class EmbeddedBroker:
             asyncio.set_event_loop(loop)
             try:
                 self.broker = Broker(self.cfg)
+                self.broker.stop_pods_on_close = self.stop_pods
                 config = uvicorn.Config(
                     self.broker.app,
                     host="127.0.0.1",
                     port=self.port,
                     log_level="warning",
                     lifespan="on",
+                    timeout_graceful_shutdown=5,
                 )
                 self._server = uvicorn.Server(config)
                 ready.set()
@@ -83,14 +85,9 @@ class EmbeddedBroker:
         (then a new broker on the same data dir re-adopts them)."""
         if self._server is None or self._thread is None or self._loop is None:
             return
-        if self.stop_pods if stop_pods is None else stop_pods:
-            broker = self.broker
-            assert broker is not None
-            fut = asyncio.run_coroutine_threadsafe(
-                broker.scheduler.close(stop_pods=True), self._loop
-            )
-            fut.result(60)
-        self._server.should_exit = True
+        if stop_pods is not None and self.broker is not None:
+            self.broker.stop_pods_on_close = stop_pods
+        self._server.should_exit = True  # the lifespan's end closes the broker (and its pods)
         self._thread.join(60)
         self._server = None
 

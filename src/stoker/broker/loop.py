@@ -12,14 +12,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from statistics import NormalDist
 from typing import Any
 
 from stoker.broker.config import BrokerConfig, BrokerProfile
+from stoker.broker.forecasting import HPForecasts
 from stoker.broker.metrics import BrokerMetrics
+from stoker.broker.secrets import SecretBox
 from stoker.broker.store import Batch, Store, StoredEvent
 from stoker.core import (
     GPU,
@@ -29,6 +33,7 @@ from stoker.core import (
     Core,
     Event,
     Failure,
+    ForecastUpdated,
     JobCancelled,
     JobClass,
     JobEnded,
@@ -43,7 +48,6 @@ from stoker.core import (
     PodReady,
     PodState,
     PodStopFailed,
-    Policies,
     PromoteStandby,
     RankExited,
     RankStarted,
@@ -52,8 +56,18 @@ from stoker.core import (
     StopPod,
     Tick,
 )
-from stoker.core.policies import FixedKeepAlive, QueueDrivenBudget
+from stoker.core.reconcile import (
+    AgentReport,
+    Await,
+    Finish,
+    Lost,
+    Outcome,
+    Rebind,
+    reconcile_job,
+)
+from stoker.forecast import DEFAULT_FORECASTER
 from stoker.runtime.base import (
+    BindRefused,
     JobBinding,
     JobExited,
     JobOutput,
@@ -65,6 +79,8 @@ from stoker.runtime.base import (
 )
 
 log = logging.getLogger("stoker.broker")
+# what an output listener receives: a chunk, a notice (re-queued), or None (finished)
+_Notice = tuple[int, str, bytes] | dict[str, Any] | None
 _NODE = "local"
 _MASTER_PORT_BASE = 29500
 
@@ -79,8 +95,12 @@ class JobRequest:
     code_digest: str | None = None
     deps: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    secrets: tuple[str, ...] = ()  # tenant secrets injected as env at bind
     timeout_s: float = 3600.0
-    replicas: int = 1
+    job_class: str = "pool"
+    workers: int = 1
+    gpus: float | None = None  # per worker; None: the profile's
+    guarantee_s: float | None = None  # spot only; None: the core's default
 
 
 def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
@@ -120,6 +140,13 @@ def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
             }
         case BindFailed(job, pod, reason, infra):
             return "bind_failed", {"job": job, "pod": pod, "reason": reason, "infra": infra}
+        case ForecastUpdated(tenant, gpu_model, mean, var):
+            return "forecast", {
+                "tenant": tenant,
+                "gpu_model": gpu_model,
+                "mean": list(mean),
+                "var": list(var),
+            }
         case Tick():
             return "tick", {}
     raise ValueError(f"cannot encode {event!r}")
@@ -160,6 +187,13 @@ def decode_event(ev: StoredEvent) -> Event:
             return RankExited(d["job"], int(d["rank"]), int(d["exit_code"]), failure, d.get("pod"))
         case "bind_failed":
             return BindFailed(d["job"], d["pod"], d["reason"], bool(d["infra"]))
+        case "forecast":
+            return ForecastUpdated(
+                d["tenant"],
+                d["gpu_model"],
+                tuple(float(x) for x in d["mean"]),
+                tuple(float(x) for x in d["var"]),
+            )
         case "tick":
             return Tick()
     raise ValueError(f"stored event {ev.seq}: unknown kind {ev.kind!r}")
@@ -176,14 +210,17 @@ class Scheduler:
         gpus: list[str],
         metrics: BrokerMetrics | None = None,
         clock: Callable[[], float] = time.time,
+        box: SecretBox | None = None,
     ) -> None:
         self.cfg = cfg
         self.store = store
+        self.box = box or SecretBox(cfg.secret_key_path)
         self.runtime = runtime
         self.metrics = metrics or BrokerMetrics()
         self.clock = clock
         self.profiles: dict[str, BrokerProfile] = {p.name: p for p in cfg.profiles}
         self.gpus = list(gpus)
+        self.preset = cfg.policies.build(cfg.keepalive_s, cfg.spot.grace_s)
         self.core = self._new_core()
         self._now = 0.0
         self._batch = Batch()
@@ -193,21 +230,30 @@ class Scheduler:
         self._synced: dict[str, tuple[Any, ...]] = {}  # job id -> last written core view
         self._stopping: set[str] = set()  # pods we asked to stop (their PodDown is a PodGone)
         self._done: dict[str, asyncio.Event] = {}
-        self._listeners: dict[str, list[asyncio.Queue[tuple[int, str, bytes] | None]]] = {}
+        self._listeners: dict[str, list[asyncio.Queue[_Notice]]] = {}
+        self._requeued: list[str] = []  # jobs re-queued since the last flush
         self._out_seq: dict[str, int] = {}
+        self._demand_stored = store.last_hp_demand_minute() + 1  # the core meter's next
+        # the forecaster: the configured one, else the preset's (None: it reads no forecast)
+        name = cfg.forecast.forecaster or self.preset.forecaster
+        name = DEFAULT_FORECASTER if name == "default" else name
+        self.forecasts = None if name is None else HPForecasts(cfg.forecast, store, name)
         self._wake = asyncio.Event()
         self._port = 0
         self.ready = False
         self._closing = False
         self.started_at = 0.0
+        # called with (event, actions, now) after each decision (the decision log)
+        self.on_decision: list[Callable[[Event, list[Any], float], None]] = []
 
     def _new_core(self) -> Core:
-        gpus = [GPU(g, _NODE, i, "any") for i, g in enumerate(self.gpus)]
-        cluster = Cluster([Node(_NODE, "any", gpus)])
-        policies = Policies(
-            keepalive=FixedKeepAlive(self.cfg.keepalive_s), budget=QueueDrivenBudget()
-        )
-        return Core(cluster, [p.core for p in self.profiles.values()], policies)
+        """The core over this host's GPUs (one node, one GPU pool) with the configured
+        policies: a preset from the core's registry, single policies swapped by name."""
+        model = self.cfg.gpu_model
+        gpus = [GPU(g, _NODE, i, model) for i, g in enumerate(self.gpus)]
+        cluster = Cluster([Node(_NODE, model, gpus)])
+        profiles = [replace(p.core, gpu_model=model) for p in self.profiles.values()]
+        return Core(cluster, profiles, self.preset.policies)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -226,6 +272,7 @@ class Scheduler:
         report["replayed"] = replayed
         self._spawn(self._read_runtime())
         self._spawn(self._timer())
+        self._spawn(self._forecast_loop())
         self.started_at = self.clock()
         self.ready = True
         return report
@@ -237,6 +284,7 @@ class Scheduler:
         info = getattr(self.runtime, "pod_info", None)
         report = {"adopted": 0, "lost": 0, "orphans_stopped": 0, "rebound": 0, "jobs_lost": 0}
         known: set[str] = set()
+        bound: set[str] = set()  # jobs on adopted active pods, settled once every pod is
         for pod in list(self.core.pods.values()):
             if pod.state is PodState.GONE:
                 continue
@@ -260,29 +308,50 @@ class Scheduler:
                 else:
                     self._feed(PodReady(pod.id))
             elif pod.state is PodState.ACTIVE and pod.job is not None:
-                running = info(pod.id).job if info else None
-                job = self.core.jobs[pod.job]
-                if running == job.id:
-                    pass  # still running: its ranks report as before
-                elif job.state is JobState.BINDING and len(job.pods) == 1:
-                    report["rebound"] += 1
-                    self._carry_out(BindJob(job.id, tuple(job.pods)))
-                elif job.state is not JobState.FINISHED:
-                    # it ran while no broker listened: its exit is lost with it
-                    report["jobs_lost"] += 1
-                    for rank in range(job.spec.workers):
-                        self._feed(RankExited(job.id, rank, -1, Failure.POD_DIED))
+                bound.add(pod.job)
         for pid in sorted(live - known):
             report["orphans_stopped"] += 1
             self._stop(pid)
+        for job_id in sorted(bound):
+            self._reconcile_job(job_id, report)
         self._flush()
         return report
+
+    def _reconcile_job(self, job_id: str, report: dict[str, int]) -> None:
+        """Carry out the core's answer (:func:`reconcile_job`) for a job bound to live pods."""
+        job = self.core.jobs[job_id]
+        if job.state not in (JobState.BINDING, JobState.RUNNING):
+            return  # a lost pod of its gang settled it already
+        info = getattr(self.runtime, "pod_info", None)
+        ranks = {p: _agent_report(info(p)) if info else AgentReport() for p in job.pods}
+        rank = {p: i for i, p in enumerate(job.pods)}
+        match reconcile_job(job_id, job.state, ranks):
+            case Await(settled):
+                # ranks still running, and ranks that ended while no broker listened
+                for p, r in ranks.items():
+                    if r.running == job_id or p in settled:
+                        self._feed(RankStarted(job_id, rank[p], p))
+                for p, outcome in settled.items():
+                    self._feed(RankExited(job_id, rank[p], outcome.exit_code, outcome.failure, p))
+            case Finish(exit_code, failure):
+                for p in job.pods:  # every rank ran and ended while no broker listened
+                    self._feed(RankStarted(job_id, rank[p], p))
+                    self._feed(RankExited(job_id, rank[p], exit_code, failure, p))
+            case Rebind():
+                report["rebound"] += 1
+                self._carry_out(BindJob(job_id, tuple(job.pods)))
+            case Lost(failure):
+                report["jobs_lost"] += 1
+                for p in job.pods:
+                    self._feed(RankExited(job_id, rank[p], -1, failure, p))
 
     async def close(self, stop_pods: bool = False) -> None:
         """Stop the loop; pods keep running for the next broker unless ``stop_pods``."""
         self.ready = False
         self._closing = True  # from here on no new runtime call starts (see _carry_out)
         self._flush()
+        # the HP demand so far, the open minute too (the next broker's peak there merges)
+        self.store.record_hp_demand(self._new_demand(open_minute=True))
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
@@ -297,9 +366,13 @@ class Scheduler:
 
     # ------------------------------------------------------------------ API calls
 
-    def submit(self, tenant: str, req: JobRequest, key: str | None) -> tuple[dict[str, Any], bool]:
+    def submit(
+        self, tenant: str, req: JobRequest, key: str | None, digest: str | None = None
+    ) -> tuple[dict[str, Any], bool]:
         """Store and submit a job; returns (row, created). A repeated idempotency key gives
-        the job it created the first time."""
+        the job it created the first time (``digest``, the request's keyed digest, is stored
+        so the caller can tell a retry from another job under the same key). Env values are
+        stored sealed."""
         if key is not None:
             row = self.store.job_by_key(tenant, key)
             if row is not None:
@@ -312,11 +385,20 @@ class Scheduler:
             "idempotency_key": key,
             "profile": req.profile,
             "reuse_tag": req.reuse_tag,
-            "replicas": req.replicas,
+            "job_class": req.job_class,
+            "workers": req.workers,
+            "gpus": req.gpus,  # the core resolves a profile's shape, below
+            "guarantee_s": req.guarantee_s,
+            "requeues": 0,
+            "requeue_reason": None,
+            "guarantee_succeeded": 0,
+            "guarantee_failed": 0,
             "argv": list(req.argv),
             "code_digest": req.code_digest,
             "deps": list(req.deps),
-            "env": dict(req.env),
+            "env": self.box.seal_env(req.env),
+            "secrets": list(req.secrets),
+            "request_mac": digest,
             "timeout_s": req.timeout_s,
             "state": JobState.QUEUED.value,
             "path": None,
@@ -329,8 +411,18 @@ class Scheduler:
         }
         self._batch.new_jobs.append(row)
         self._requests[job_id] = row
-        spec = JobSpec(job_id, tenant, req.profile, req.reuse_tag, workers=req.replicas)
+        spec = JobSpec(  # the GPU pool is the profile's: this host's gpu_model
+            job_id,
+            tenant,
+            req.profile,
+            req.reuse_tag,
+            JobClass(req.job_class),
+            workers=req.workers,
+            gpus=req.gpus,
+            guarantee_s=req.guarantee_s,
+        )
         self._feed(JobSubmitted(spec), now)
+        row["gpus"] = self.core.jobs[job_id].per_worker  # written with the row, in the batch
         self._flush()  # the caller hears of its job only once it is stored
         return self._current(row), True
 
@@ -344,6 +436,7 @@ class Scheduler:
         row = self._requests.get(job_id)
         if row is not None and not self._batch:
             return self._current(row)  # unfinished and nothing unwritten: memory is the store
+        self._flush()  # a job that just finished is written only at the next flush
         return self.store.get_job(job_id)
 
     def _current(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -358,20 +451,26 @@ class Scheduler:
             "finished": job.finished,
             "exit_code": job.exit_code,
             "failure": job.failure.value if job.failure else None,
+            "guarantee_succeeded": job.periods_ok,
+            "guarantee_failed": job.evictions,
         }
 
     async def wait(self, job_id: str, timeout_s: float) -> dict[str, Any] | None:
-        """The job's row once finished, or as it is when ``timeout_s`` passes."""
+        """The job's row once finished or re-queued (preempted), or as it is when
+        ``timeout_s`` passes."""
         if job_id not in self._requests:
-            return self.store.get_job(job_id)  # finished (or unknown): the store has it all
+            return self.job(job_id)  # finished (or unknown): the store has it all
         done = self._done.setdefault(job_id, asyncio.Event())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(done.wait(), timeout_s)
         return self.job(job_id)
 
-    async def output(self, job_id: str, follow: bool) -> AsyncIterator[tuple[int, str, bytes]]:
-        """The job's output from the start; with ``follow``, until the job finishes."""
-        queue: asyncio.Queue[tuple[int, str, bytes] | None] = asyncio.Queue()
+    async def output(
+        self, job_id: str, follow: bool
+    ) -> AsyncIterator[tuple[int, str, bytes] | dict[str, Any]]:
+        """The job's output from the start; with ``follow``, until the job finishes, with a
+        notice (``{"requeued": ...}``) each time it is preempted and re-queued meanwhile."""
+        queue: asyncio.Queue[_Notice] = asyncio.Queue()
         if follow:
             self._listeners.setdefault(job_id, []).append(queue)
         try:
@@ -384,11 +483,14 @@ class Scheduler:
             if not follow or row is None or row["state"] == JobState.FINISHED.value:
                 return
             while (chunk := await queue.get()) is not None:
-                if chunk[0] > last:
+                if isinstance(chunk, dict) or chunk[0] > last:
                     yield chunk
         finally:
             if follow:
-                self._listeners.get(job_id, [queue]).remove(queue)
+                waiting = self._listeners.get(job_id, [queue])
+                waiting.remove(queue)
+                if not waiting:
+                    self._listeners.pop(job_id, None)  # an entry per job would pile up
 
     def pods(self, tenant: str | None) -> list[dict[str, Any]]:
         """Live pods; a tenant sees only the pods that run (or ran) its own jobs."""
@@ -396,7 +498,10 @@ class Scheduler:
         for pod in self.core.pods.values():
             if pod.state is PodState.GONE:
                 continue
-            if tenant is not None and (pod.owner is None or pod.owner[0] != tenant):
+            # a pool pod's owner is its (tenant, tag); an hp or spot pod's, its job's tenant
+            job = self.core.jobs.get(pod.job or pod.pending_job or "")
+            owner = pod.owner[0] if pod.owner else job.spec.tenant if job else None
+            if tenant is not None and owner != tenant:
                 continue
             out.append(
                 {
@@ -404,7 +509,7 @@ class Scheduler:
                     "profile": pod.profile,
                     "state": pod.state.value,
                     "gpus": list(pod.gpus),
-                    "tenant": pod.owner[0] if pod.owner else None,
+                    "tenant": owner,
                     "reuse_tag": pod.owner[1] if pod.owner else None,
                     "job": pod.job,
                     "jobs_run": pod.jobs_run,
@@ -413,20 +518,54 @@ class Scheduler:
             )
         return out
 
-    def refresh_metrics(self) -> None:
-        m = self.metrics
-        for name in self.profiles:
-            m.queued.labels(name).set(len(self.core.queued(name)))
-        counts = {s.value: 0 for s in PodState}
-        held: dict[str, float] = {}
-        for pod in self.core.pods.values():
-            counts[pod.state.value] += 1
-            for state, secs in pod.held.items():
-                held[state] = held.get(state, 0.0) + secs
-        for state, n in counts.items():
-            m.pods.labels(state).set(n)
-        for state, secs in held.items():
-            m.held.labels(state).set(secs)
+    def gpu_pools(self) -> list[dict[str, Any]]:
+        """Per GPU pool, the core's view: capacity, what hp and spot jobs hold, the spot
+        quota and its eta, the eviction rate of the last day, the summed HP forecast (mean,
+        variance and g-quantile per hour ahead) and the queued hp and spot jobs."""
+        gangs = self.core.gangs
+        g = self.core.policies.gangs.g
+        z = NormalDist().inv_cdf(g)
+        now = self._tick_now()
+        out = []
+        for model in sorted(gangs.pools):
+            forecast = None
+            if model in self.core.forecast:
+                mean, var = self.core.forecast[model]
+                forecast = {
+                    "hours": list(range(len(mean))),
+                    "mean": [float(m) for m in mean],
+                    "var": [float(v) for v in var],
+                    "quantile": [
+                        float(m + z * math.sqrt(max(v, 0.0)))
+                        for m, v in zip(mean, var, strict=True)
+                    ],
+                    "g": g,
+                }
+            rate = gangs.ledgers[model].rate(since=now - 86400.0)
+            out.append(
+                {
+                    "gpu_model": model,
+                    "capacity": float(gangs.capacity[model]),
+                    "hp_gpus": round(gangs.used[model][JobClass.HP], 9),
+                    "spot_gpus": round(gangs.used[model][JobClass.SPOT], 9),
+                    "spot_quota": float(gangs.quota[model]),
+                    "eta": float(gangs.eta(model)),
+                    "eviction_rate_1d": 0.0 if rate is None else float(rate),
+                    "forecast": forecast,
+                    "queued": {
+                        cls.value: sum(
+                            1
+                            for j in self._requests
+                            if (job := self.core.jobs.get(j)) is not None
+                            and job.job_class is cls
+                            and job.state is JobState.QUEUED
+                            and gangs.pool_of(job) == model
+                        )
+                        for cls in (JobClass.HP, JobClass.SPOT)
+                    },
+                }
+            )
+        return out
 
     # ------------------------------------------------------------------ the core
 
@@ -439,6 +578,8 @@ class Scheduler:
         the actions. Synchronous on purpose: nothing else touches the core meanwhile."""
         at = self._tick_now() if now is None else now
         actions = self.core.handle(event, at)
+        for listener in self.on_decision:
+            listener(event, actions, at)
         kind, data = encode_event(event)
         self._batch.event(at, kind, data)
         for action in actions:
@@ -452,7 +593,15 @@ class Scheduler:
             job = self.core.jobs.get(job_id)
             if job is None:
                 continue
-            view = (job.state, job.path, tuple(job.pods), job.started, job.finished)
+            view = (
+                job.state,
+                job.path,
+                tuple(job.pods),
+                job.started,
+                job.finished,
+                job.periods_ok,
+                job.evictions,
+            )
             if self._synced.get(job_id) == view:
                 continue
             self._synced[job_id] = view
@@ -461,14 +610,12 @@ class Scheduler:
                 "path": job.path.value if job.path else None,
                 "pods": list(job.pods),
                 "started": job.started,
+                "guarantee_succeeded": job.periods_ok,
+                "guarantee_failed": job.evictions,
             }
             row = self._requests[job_id]
             if job.started is not None and row.get("started") is None and job.path is not None:
                 row["started"] = job.started
-                latency = job.started - job.submitted
-                labels = (job.spec.profile, job.path.value)
-                self.metrics.start_latency.labels(*labels).observe(latency)
-                self.metrics.hits.labels(*labels).inc()
             if job.state is JobState.FINISHED:
                 values.update(
                     finished=job.finished,
@@ -482,9 +629,6 @@ class Scheduler:
         self._requests.pop(job_id, None)
         self._synced.pop(job_id, None)
         self._out_seq.pop(job_id, None)
-        self.metrics.finished.labels(
-            job.spec.profile, job.failure.value if job.failure else "none"
-        ).inc()
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
@@ -496,10 +640,21 @@ class Scheduler:
         self._flush_scheduled = False
         finished = [j for j, v in self._batch.job_updates.items() if v.get("state") == "finished"]
         chunks = list(self._batch.output)
+        requeued, self._requeued = self._requeued, []
         self._batch.commit(self.store)
         for c in chunks:
             for q in self._listeners.get(c["job"], ()):
                 q.put_nowait((c["seq"], c["stream"], c["data"]))
+        for job_id in requeued:
+            row = self._requests.get(job_id)
+            if row is None:
+                continue
+            done = self._done.pop(job_id, None)
+            if done is not None:
+                done.set()  # a caller waiting on the job hears of its preemption at once
+            notice = {k: row[k] for k in ("id", "requeues", "requeue_reason")}
+            for q in self._listeners.get(job_id, ()):
+                q.put_nowait({"requeued": notice})
         for job_id in finished:
             done = self._done.pop(job_id, None)
             if done is not None:
@@ -526,10 +681,18 @@ class Scheduler:
                 self._stop(pod)
             case BindJob(job, pods):
                 self._bind(job, pods)
-            case KillJob(job, reason):
-                self._spawn(self._call(self.runtime.kill_job(job, reason)))
-            case JobEnded() | JobRequeued():
-                pass  # the core already changed the job; _sync_jobs writes it
+            case KillJob(job, reason, grace_s):
+                self._spawn(self._call(self.runtime.kill_job(job, reason, grace_s)))
+            case JobRequeued(job, reason):
+                row = self._requests[job]
+                row["requeues"] = int(row.get("requeues") or 0) + 1
+                row["requeue_reason"] = reason.value
+                self._batch.update_job(
+                    job, requeues=row["requeues"], requeue_reason=row["requeue_reason"]
+                )
+                self._requeued.append(job)
+            case JobEnded():
+                pass  # the core already finished the job; _sync_jobs writes it
             case _:
                 raise ValueError(f"unknown action {action!r}")
 
@@ -545,16 +708,28 @@ class Scheduler:
             self._port = (self._port + 1) % 1000
             port = _MASTER_PORT_BASE + self._port
         for rank, pod in enumerate(pods):
-            binding = JobBinding(
-                job=job_id,
-                argv=tuple(row["argv"]),
-                code_digest=row["code_digest"],
-                deps=tuple(row["deps"]),
-                env=dict(row["env"]),
-                timeout_s=float(row["timeout_s"]),
-                topology=Topology(rank, world, "127.0.0.1", port or _MASTER_PORT_BASE),
-            )
-            self._spawn(self._call(self.runtime.bind(pod, binding), job=job_id, pod=pod))
+            topology = Topology(rank, world, "127.0.0.1", port or _MASTER_PORT_BASE)
+            self._spawn(self._call(self._bind_rank(row, pod, topology), job=job_id, pod=pod))
+
+    async def _bind_rank(self, row: dict[str, Any], pod: str, topology: Topology) -> None:
+        """Bind one rank: the job's env and its tenant's secrets opened only now, in memory."""
+        env = self.box.open_env(row["env"])
+        names = list(row.get("secrets") or ())
+        sealed = self.store.sealed_secrets(row["tenant"], names)
+        if missing := [n for n in names if n not in sealed]:
+            raise BindRefused(f"secrets: {missing[0]!r} was deleted after the submit")
+        env.update({n: self.box.open(sealed[n]) for n in names})
+        binding = JobBinding(
+            job=row["id"],
+            argv=tuple(row["argv"]),
+            code_digest=row["code_digest"],
+            deps=tuple(row["deps"]),
+            env=env,
+            timeout_s=float(row["timeout_s"]),
+            topology=topology,
+            run=int(row.get("requeues") or 0) + 1,
+        )
+        await self.runtime.bind(pod, binding)
 
     async def _call(
         self,
@@ -573,7 +748,9 @@ class Scheduler:
                 text = f"stoker: could not bind: {exc}\n".encode()
                 self._on_runtime(JobOutput(job, pod, "stderr", text))
                 if job in self.core.jobs:
-                    self._feed(BindFailed(job, pod, str(exc), infra=False))
+                    # a fact for the core to type: the job's own fault, or the runtime's
+                    infra = not isinstance(exc, BindRefused)
+                    self._feed(BindFailed(job, pod, str(exc), infra=infra))
             elif pod is not None and pod in self.core.pods:
                 state = self.core.pods[pod].state
                 if state is PodState.GONE:
@@ -639,6 +816,53 @@ class Scheduler:
             return None
         return job.pods.index(pod) if pod in job.pods else None
 
+    def _new_demand(self, open_minute: bool = False) -> list[tuple[str, str, int, float]]:
+        """The core HP demand meter's minutes not stored yet, as store rows (GPU pool,
+        tenant, minute, GPUs); minutes without demand are left out. ``open_minute`` adds
+        the minute under way at its current demand (on close: the next broker's rows for
+        that minute merge with it, keeping the larger)."""
+        meter = self.core.demand
+        if meter.minutes is None:
+            return []
+        start = max(self._demand_stored, meter.origin)
+        rows = []
+        for tenant, pool in meter.keys:
+            values = meter.history((tenant, pool))[start - meter.origin :]
+            rows += [(pool, tenant, start + i, float(g)) for i, g in enumerate(values) if g > 0]
+            if open_minute and meter.current[(tenant, pool)] > 0:
+                rows.append((pool, tenant, meter.minutes, float(meter.current[(tenant, pool)])))
+        self._demand_stored = max(self._demand_stored, meter.minutes)
+        return rows
+
+    async def _forecast_loop(self) -> None:
+        """Every ``forecast.query_every_s``: bring the core's HP demand meter up to now (a
+        Tick), store the minutes it metered, refit the forecaster when ``refit_every_s`` has
+        passed (and until its first fit), query it, and hand each tenant's forecast to the
+        core. Store and forecaster work runs in worker threads, never on the scheduling
+        loop; a failed round is logged and the next one tries again."""
+        next_refit = 0.0
+        while True:
+            if self.core.demand.keys:  # an HP job was ever seen: meter up to now
+                self._feed(Tick())
+            try:
+                next_refit = await self._forecast_round(self._now, next_refit)
+            except Exception:  # the forecaster must never stop the broker
+                log.exception("HP demand forecast round failed")
+            await asyncio.sleep(self.cfg.forecast.query_every_s)
+
+    async def _forecast_round(self, now: float, next_refit: float) -> float:
+        """One round (see :meth:`_forecast_loop`); returns when the next refit is due."""
+        await asyncio.to_thread(self.store.record_hp_demand, self._new_demand())
+        forecasts = self.forecasts
+        if forecasts is None:  # the preset reads no forecast: only meter and store
+            return next_refit
+        if now >= next_refit or not forecasts.fitted:
+            await asyncio.to_thread(forecasts.refit, now)
+            next_refit = now + self.cfg.forecast.refit_every_s
+        for a in await asyncio.to_thread(forecasts.query, now):
+            self._feed(ForecastUpdated(a.tenant, a.gpu_model, a.mean, a.var))
+        return next_refit
+
     async def _timer(self) -> None:
         """Tick the core at its next keep-alive deadline (re-armed after every event)."""
         while True:
@@ -649,3 +873,12 @@ class Scheduler:
                 await asyncio.wait_for(self._wake.wait(), delay)
                 continue
             self._feed(Tick())
+
+
+def _agent_report(info: Any) -> AgentReport:
+    """What a pod's agent said on its hello, in the core's terms."""
+    outcomes = {
+        job: Outcome(int(o["exit_code"]), Failure(o["failure"]) if o.get("failure") else None)
+        for job, o in (getattr(info, "ran", None) or {}).items()
+    }
+    return AgentReport(info.job, outcomes, frozenset(getattr(info, "held", ()) or ()))

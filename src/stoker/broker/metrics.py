@@ -1,48 +1,188 @@
-"""Prometheus metrics of one broker: start latency and hit paths, GPU-seconds held, queues.
+"""Prometheus metrics of one broker: hit paths and outcomes, start latency, handover, queue
+wait, pods by state, GPUs held by idle pods against the warm budget, pod stops by reason,
+and per GPU pool the spot quota, usage, eta, eviction rate and the HP forecast.
 
 Each broker has its own registry (several brokers in one process, as in tests and the
-demo, never mix their counts); ``/metrics`` serves it.
+demo, never mix their counts); ``/metrics`` serves it. Counters and histograms are moved
+by the decision log (:mod:`stoker.broker.events_log`) as the core decides; gauges are read
+from the broker's state at scrape time through :meth:`BrokerMetrics.watch`, so a scrape
+always sees the present. Labels are bounded: profile, hit path, outcome, pod state, stop
+reason, GPU model; never a tenant, token or reuse tag.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 _LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_WAIT_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+
+
+@dataclass
+class BrokerGauges:
+    """What the broker holds now, read at each scrape."""
+
+    queued: dict[str, int] = field(default_factory=dict)  # profile -> queued jobs
+    pods: dict[tuple[str, str], int] = field(default_factory=dict)  # (profile, state) -> pods
+    held_seconds: dict[str, float] = field(default_factory=dict)  # pod state -> GPU-seconds
+    idle_gpus: dict[str, float] = field(default_factory=dict)  # warm | standby -> GPUs
+    budget_gpus: float = 0.0
+    capacity_gpus: float = 0.0
+    gpu_pools: list[dict[str, Any]] = field(default_factory=list)  # rows of GET /v1/pools
+
+
+# (metric name, help, the GPU-pool row's key); the forecast ones read the current hour
+_POOL_GAUGES = (
+    ("stoker_gpu_pool_capacity_gpus", "GPUs in the GPU pool", "capacity"),
+    ("stoker_gpu_pool_hp_gpus", "GPUs held by HP jobs (actual HP demand)", "hp_gpus"),
+    ("stoker_gpu_pool_spot_gpus", "GPUs held by spot jobs", "spot_gpus"),
+    ("stoker_spot_quota_gpus", "Spot quota of the GPU pool", "spot_quota"),
+    ("stoker_spot_eta_ratio", "eta: the spot quota's feedback factor", "eta"),
+    ("stoker_spot_eviction_rate_ratio", "Spot eviction rate over the last day", "eviction_rate_1d"),
+)
+
+
+class _Snapshot(Collector):
+    """Gauges from a callable that reads the broker's state at scrape time."""
+
+    def __init__(self, source: Callable[[], BrokerGauges]) -> None:
+        self.source = source
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families(BrokerGauges())
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families(self.source())
+
+    @staticmethod
+    def _families(g: BrokerGauges) -> Iterator[Metric]:
+        fam = GaugeMetricFamily(
+            "stoker_queue_length", "Jobs waiting, by profile", labels=["profile"]
+        )
+        for profile, n in sorted(g.queued.items()):
+            fam.add_metric([profile], n)
+        yield fam
+        fam = GaugeMetricFamily(
+            "stoker_pods", "Pods, by profile and state", labels=["profile", "state"]
+        )
+        for (profile, state), n in sorted(g.pods.items()):
+            fam.add_metric([profile, state], n)
+        yield fam
+        fam = GaugeMetricFamily(
+            "stoker_gpu_seconds_held",
+            "GPU-seconds held by pods, by pod state (accrued at each transition)",
+            labels=["state"],
+        )
+        for state, secs in sorted(g.held_seconds.items()):
+            fam.add_metric([state], secs)
+        yield fam
+        fam = GaugeMetricFamily(
+            "stoker_idle_gpus", "GPUs held by idle warm and standby pods", labels=["state"]
+        )
+        for state, gpus in sorted(g.idle_gpus.items()):
+            fam.add_metric([state], gpus)
+        yield fam
+        yield GaugeMetricFamily(
+            "stoker_warm_budget_gpus", "GPUs idle pods may hold now (warm budget)", g.budget_gpus
+        )
+        yield GaugeMetricFamily(
+            "stoker_capacity_gpus", "GPUs the broker schedules on", g.capacity_gpus
+        )
+        for name, doc, key in _POOL_GAUGES:
+            fam = GaugeMetricFamily(name, doc, labels=["gpu_model"])
+            for row in g.gpu_pools:
+                fam.add_metric([row["gpu_model"]], float(row[key]))
+            yield fam
+        mean = GaugeMetricFamily(
+            "stoker_hp_forecast_mean_gpus",
+            "Forecast HP demand for the current hour: mean",
+            labels=["gpu_model"],
+        )
+        quant = GaugeMetricFamily(
+            "stoker_hp_forecast_quantile_gpus",
+            "Forecast HP demand for the current hour: the g-quantile",
+            labels=["gpu_model"],
+        )
+        queued = GaugeMetricFamily(
+            "stoker_gpu_pool_queued_jobs",
+            "Jobs waiting in the GPU pool, by class",
+            labels=["gpu_model", "job_class"],
+        )
+        for row in g.gpu_pools:
+            fc = row.get("forecast")
+            if fc and fc.get("mean"):
+                mean.add_metric([row["gpu_model"]], float(fc["mean"][0]))
+                quant.add_metric([row["gpu_model"]], float(fc["quantile"][0]))
+            for cls, n in sorted((row.get("queued") or {}).items()):
+                queued.add_metric([row["gpu_model"], cls], float(n))
+        yield mean
+        yield quant
+        yield queued
 
 
 class BrokerMetrics:
-    """The broker's metrics; the loop updates them as the core's records change."""
+    """The broker's metrics: counters and histograms moved as the core decides, gauges read
+    through :meth:`watch`."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self.started = Counter(
+            "stoker_jobs_started_total",
+            "Jobs started, by class and hit path (warm, standby, cold; none: hp and spot)",
+            ["profile", "job_class", "path"],
+            registry=r,
+        )
+        self.finished = Counter(
+            "stoker_jobs_finished_total",
+            "Jobs finished, by class, hit path (none: no warm-pool path) and outcome"
+            " (ok or the typed failure)",
+            ["profile", "job_class", "path", "outcome"],
+            registry=r,
+        )
         self.start_latency = Histogram(
             "stoker_job_start_seconds",
-            "Submit to the job's process running, by hit path",
-            ["profile", "path"],
+            "Submit to the job's process first running, by class and hit path",
+            ["profile", "job_class", "path"],
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
-        self.hits = Counter(
-            "stoker_job_path_total", "Jobs started, by hit path", ["profile", "path"], registry=r
-        )
-        self.finished = Counter(
-            "stoker_job_finished_total",
-            "Jobs finished, by failure",
-            ["profile", "failure"],
+        self.queue_wait = Histogram(
+            "stoker_job_queue_wait_seconds",
+            "Time in the queue until the job's pods are chosen (each run of a requeued job)",
+            ["profile", "job_class"],
+            buckets=_WAIT_BUCKETS,
             registry=r,
         )
-        self.queued = Gauge(
-            "stoker_queue_length", "Jobs waiting, by profile", ["profile"], registry=r
-        )
-        self.pods = Gauge("stoker_pods", "Pods, by state", ["state"], registry=r)
-        self.held = Gauge(
-            "stoker_gpu_seconds_held",
-            "GPU-seconds held by pods, by pod state (accrued at each transition)",
-            ["state"],
+        self.handover = Histogram(
+            "stoker_handover_seconds",
+            "A job's end on a GPU to the next caller's waiting job running on that GPU",
+            ["profile"],
+            buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.pod_stops = Counter(
+            "stoker_pod_stops_total",
+            "Pods the core stopped, by reason (keepalive: keep-alive expiry; budget; reclaim; ...)",
+            ["profile", "reason"],
+            registry=r,
+        )
+        self.preemptions = Counter(
+            "stoker_spot_preemptions_total",
+            "Spot jobs evicted for HP demand, by GPU pool",
+            ["gpu_model"],
+            registry=r,
+        )
+
+    def watch(self, source: Callable[[], BrokerGauges]) -> None:
+        """Serve the gauges ``source`` reads at every scrape."""
+        self.registry.register(_Snapshot(source))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -8,6 +8,8 @@ owned by the Alembic migrations under ``stoker/broker/migrations``, run at open.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,11 +38,16 @@ jobs = sa.Table(
     sa.Column("idempotency_key", sa.String(200)),
     sa.Column("profile", sa.String(64), nullable=False),
     sa.Column("reuse_tag", sa.String(200), nullable=False),
-    sa.Column("replicas", sa.Integer, nullable=False),
+    sa.Column("job_class", sa.String(8), nullable=False),
+    sa.Column("workers", sa.Integer, nullable=False),
+    sa.Column("gpus", sa.Float, nullable=False),
+    sa.Column("guarantee_s", sa.Float),
     sa.Column("argv", sa.JSON, nullable=False),
     sa.Column("code_digest", sa.String(64)),
     sa.Column("deps", sa.JSON, nullable=False),
-    sa.Column("env", sa.JSON, nullable=False),
+    sa.Column("env", sa.JSON, nullable=False),  # name -> sealed value (stoker.broker.secrets)
+    sa.Column("secrets", sa.JSON, nullable=False),
+    sa.Column("request_mac", sa.String(64)),
     sa.Column("timeout_s", sa.Float, nullable=False),
     sa.Column("state", sa.String(16), nullable=False),
     sa.Column("path", sa.String(16)),
@@ -50,6 +57,10 @@ jobs = sa.Table(
     sa.Column("finished", sa.Float),
     sa.Column("exit_code", sa.Integer),
     sa.Column("failure", sa.String(32)),
+    sa.Column("requeues", sa.Integer, nullable=False, default=0),
+    sa.Column("requeue_reason", sa.String(32)),
+    sa.Column("guarantee_succeeded", sa.Integer, nullable=False, default=0),
+    sa.Column("guarantee_failed", sa.Integer, nullable=False, default=0),
 )
 job_output = sa.Table(
     "job_output",
@@ -67,6 +78,14 @@ core_events = sa.Table(
     sa.Column("kind", sa.String(16), nullable=False),
     sa.Column("data", sa.JSON, nullable=False),
 )
+hp_demand = sa.Table(
+    "hp_demand",
+    _META,
+    sa.Column("gpu_model", sa.String(64), primary_key=True),
+    sa.Column("tenant", sa.String(64), primary_key=True),
+    sa.Column("minute", sa.BigInteger, primary_key=True),
+    sa.Column("gpus", sa.Float, nullable=False),
+)
 code = sa.Table(
     "code",
     _META,
@@ -74,10 +93,24 @@ code = sa.Table(
     sa.Column("size", sa.Integer, nullable=False),
     sa.Column("created", sa.Float, nullable=False),
 )
+code_tenants = sa.Table(
+    "code_tenants",
+    _META,
+    sa.Column("digest", sa.String(64), primary_key=True),
+    sa.Column("tenant", sa.String(64), primary_key=True),
+)
+secrets = sa.Table(
+    "secrets",
+    _META,
+    sa.Column("tenant", sa.String(64), primary_key=True),
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+    sa.Column("updated", sa.Float, nullable=False),
+)
 
 _MIGRATIONS = str(Path(__file__).resolve().parent / "migrations")
-# columns of a job row the API shows (everything but the idempotency key)
-JOB_FIELDS = tuple(c.name for c in jobs.columns if c.name != "idempotency_key")
+# columns of a job row the API shows (not the idempotency key and the request's digest)
+JOB_FIELDS = tuple(c.name for c in jobs.columns if c.name not in ("idempotency_key", "request_mac"))
 
 
 class StoreError(RuntimeError):
@@ -110,9 +143,15 @@ class Store:
 
     @staticmethod
     def sqlite(path: Path | str) -> Store:
-        """A store in an SQLite file (created with its parent directory if missing)."""
+        """A store in an SQLite file (created with its parent directory if missing), readable
+        by its owner only: it holds token hashes and every tenant's jobs."""
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
+        # SQLite makes the -wal and -shm files with the database's mode: create it 600 first
+        os.close(os.open(p, os.O_WRONLY | os.O_CREAT, 0o600))
+        for f in (p, p.with_name(p.name + "-wal"), p.with_name(p.name + "-shm")):
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(f, 0o600)
         return Store(f"sqlite:///{p}")
 
     def close(self) -> None:
@@ -197,20 +236,70 @@ class Store:
 
     # --- code ----------------------------------------------------------------
 
-    def has_code(self, digest: str) -> bool:
-        with self.engine.connect() as conn:
-            return (
-                conn.execute(sa.select(code.c.digest).where(code.c.digest == digest)).first()
-                is not None
+    def has_code(self, digest: str, tenant: str | None = None) -> bool:
+        """Whether archive ``digest`` is stored (and, with ``tenant``, was uploaded by it:
+        another tenant's archive is as absent)."""
+        if tenant is None:
+            q = sa.select(code.c.digest).where(code.c.digest == digest)
+        else:
+            q = sa.select(code_tenants.c.digest).where(
+                code_tenants.c.digest == digest, code_tenants.c.tenant == tenant
             )
+        with self.engine.connect() as conn:
+            return conn.execute(q).first() is not None
 
-    def add_code(self, digest: str, size: int) -> None:
+    def add_code(self, digest: str, size: int, tenant: str) -> None:
+        """Record archive ``digest`` as stored, and as ``tenant``'s."""
         with self.transaction() as conn:
             if (
                 conn.execute(sa.select(code.c.digest).where(code.c.digest == digest)).first()
                 is None
             ):
                 conn.execute(code.insert().values(digest=digest, size=size, created=time.time()))
+            owned = sa.select(code_tenants.c.digest).where(
+                code_tenants.c.digest == digest, code_tenants.c.tenant == tenant
+            )
+            if conn.execute(owned).first() is None:
+                conn.execute(code_tenants.insert().values(digest=digest, tenant=tenant))
+
+    # --- secrets (values arrive sealed: see stoker.broker.secrets) --------------
+
+    def set_secret(self, tenant: str, name: str, sealed: str) -> bool:
+        """Set a secret; True if it is new."""
+        key = (secrets.c.tenant == tenant) & (secrets.c.name == name)
+        with self.transaction() as conn:
+            if conn.execute(sa.select(secrets.c.name).where(key)).first() is None:
+                conn.execute(
+                    secrets.insert().values(
+                        tenant=tenant, name=name, value=sealed, updated=time.time()
+                    )
+                )
+                return True
+            conn.execute(secrets.update().where(key).values(value=sealed, updated=time.time()))
+            return False
+
+    def secret_names(self, tenant: str) -> list[tuple[str, float]]:
+        q = (
+            sa.select(secrets.c.name, secrets.c.updated)
+            .where(secrets.c.tenant == tenant)
+            .order_by(secrets.c.name)
+        )
+        with self.engine.connect() as conn:
+            return [(str(n), float(u)) for n, u in conn.execute(q)]
+
+    def sealed_secrets(self, tenant: str, names: list[str]) -> dict[str, str]:
+        """The sealed values of those of ``names`` the tenant has."""
+        q = sa.select(secrets.c.name, secrets.c.value).where(
+            secrets.c.tenant == tenant, secrets.c.name.in_(names)
+        )
+        with self.engine.connect() as conn:
+            return {str(n): str(v) for n, v in conn.execute(q)}
+
+    def delete_secret(self, tenant: str, name: str) -> bool:
+        """Delete a secret; False if there was none."""
+        key = (secrets.c.tenant == tenant) & (secrets.c.name == name)
+        with self.transaction() as conn:
+            return conn.execute(secrets.delete().where(key)).rowcount > 0
 
     # --- the core's event log -------------------------------------------------
 
@@ -221,6 +310,48 @@ class Store:
                 sa.select(core_events).order_by(core_events.c.seq)
             ):
                 yield StoredEvent(int(seq), float(at), str(kind), dict(data))
+
+    # --- HP demand (what the forecaster is fitted on) ----------------------------
+
+    def record_hp_demand(self, samples: list[tuple[str, str, int, float]]) -> None:
+        """Store (gpu model, tenant, minute, peak GPUs) samples; a minute recorded twice
+        keeps the larger peak (the broker samples a minute again after a restart)."""
+        if not samples:
+            return
+        with self.transaction() as conn:
+            for model, tenant, minute, gpus in samples:
+                key = (
+                    (hp_demand.c.gpu_model == model)
+                    & (hp_demand.c.tenant == tenant)
+                    & (hp_demand.c.minute == minute)
+                )
+                old = conn.execute(sa.select(hp_demand.c.gpus).where(key)).scalar()
+                if old is None:
+                    conn.execute(
+                        hp_demand.insert().values(
+                            gpu_model=model, tenant=tenant, minute=minute, gpus=gpus
+                        )
+                    )
+                elif gpus > old:
+                    conn.execute(hp_demand.update().where(key).values(gpus=gpus))
+
+    def last_hp_demand_minute(self) -> int:
+        """The last minute with HP demand stored (-1 for none)."""
+        with self.engine.connect() as conn:
+            last = conn.execute(sa.select(sa.func.max(hp_demand.c.minute))).scalar()
+        return -1 if last is None else int(last)
+
+    def hp_demand(self, since_minute: int) -> list[tuple[str, str, int, float]]:
+        """Every recorded (gpu model, tenant, minute, peak GPUs) from ``since_minute`` on."""
+        q = (
+            sa.select(
+                hp_demand.c.gpu_model, hp_demand.c.tenant, hp_demand.c.minute, hp_demand.c.gpus
+            )
+            .where(hp_demand.c.minute >= since_minute)
+            .order_by(hp_demand.c.minute)
+        )
+        with self.engine.connect() as conn:
+            return [(str(m), str(t), int(mi), float(g)) for m, t, mi, g in conn.execute(q)]
 
 
 class Batch:

@@ -1,4 +1,5 @@
-"""``stoker up | run | ps | pods | demo | bench local``: the live broker from the command line.
+"""``stoker up | run | ps | pods | pools | demo | bench local``: the live broker, from
+the command line.
 
 Data commands print rich tables, or JSON with ``--json``. Errors are one line on stderr
 and a nonzero exit; ``stoker run`` exits with the job's own exit code.
@@ -6,8 +7,10 @@ and a nonzero exit; ``stoker run`` exits with the job's own exit code.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -32,6 +35,17 @@ def _client(url: str | None, token: str | None) -> Any:
     return Client(url or cfg.url, tok)
 
 
+def _call(url: str | None, token: str | None, fn: Callable[[Any], Any]) -> Any:
+    """``fn(client)``; a refusal or an unreachable broker is a one-line error."""
+    from stoker.client import StokerError
+
+    try:
+        with _client(url, token) as c:
+            return fn(c)
+    except StokerError as exc:
+        _fail(str(exc))
+
+
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -53,16 +67,7 @@ TokenOpt = Annotated[str | None, typer.Option("--token", help="API token (defaul
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
 
 
-def up(
-    config: Annotated[Path | None, typer.Option(help="broker TOML configuration")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="where the store and pods live")] = None,
-    host: str = "127.0.0.1",
-    port: int = 8765,
-) -> None:
-    """Run the broker with the local runtime and the embedded SQLite store."""
-    import uvicorn
-
-    from stoker.broker.app import Broker
+def _broker_config(config: Path | None, data_dir: Path | None) -> Any:
     from stoker.broker.config import BrokerConfig, ConfigError
 
     try:
@@ -71,11 +76,145 @@ def up(
         _fail(str(exc))
     if data_dir is not None:
         cfg.data_dir = data_dir
-    broker = Broker(cfg)
+    return cfg
+
+
+ConfigOpt = Annotated[Path | None, typer.Option(help="broker TOML configuration")]
+DataDirOpt = Annotated[Path | None, typer.Option(help="where the store and pods live")]
+
+
+def up(
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    keep_pods: Annotated[
+        bool,
+        typer.Option(help="leave the pods running on exit, for a restart that re-adopts them"),
+    ] = False,
+    kubernetes: Annotated[
+        Path | None,
+        typer.Option(help="run pods on Kubernetes, with this runtime settings TOML"),
+    ] = None,
+) -> None:
+    """Run the broker with the local runtime (or Kubernetes) and the embedded SQLite store.
+
+    SIGTERM or Ctrl-C stops it: open requests get a few seconds, then every pod is stopped
+    (unless --keep-pods). One broker per data dir: a second one exits at once."""
+    import os
+
+    import uvicorn
+
+    from stoker.broker.app import Broker, BrokerLocked
+
+    cfg = _broker_config(config, data_dir)
+    try:
+        broker = Broker(cfg, _kube_runtime(kubernetes, cfg) if kubernetes else None)
+    except BrokerLocked as exc:
+        _fail(str(exc))
+    broker.stop_pods_on_close = not keep_pods
+    cfg.pid_path.write_text(f"{os.getpid()} http://{host}:{port}\n")
     typer.echo(
-        f"stoker broker on http://{host}:{port}  (admin token: {cfg.admin_token_path})", err=True
+        f"stoker broker on http://{host}:{port}  (admin token: {cfg.admin_token_path})\n"
+        f"dashboard: http://{host}:{port}/  (viewer token: {broker.dashboard.auth.token_path})",
+        err=True,
     )
-    uvicorn.run(broker.app, host=host, port=port, log_level="warning")
+    try:
+        uvicorn.run(
+            broker.app,
+            host=host,
+            port=port,
+            log_level="warning",
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        )
+    finally:
+        with contextlib.suppress(OSError, IndexError):
+            if cfg.pid_path.read_text().split()[0] == str(os.getpid()):
+                cfg.pid_path.unlink()
+
+
+#: seconds open requests get to finish when the broker is told to stop
+SHUTDOWN_GRACE_S = 5
+
+
+def down(
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    timeout: Annotated[float, typer.Option(help="seconds to wait before SIGKILL")] = 30.0,
+) -> None:
+    """Stop the broker of a data dir and every pod it left (also after a crash)."""
+    import asyncio
+    import os
+    import signal
+
+    from filelock import FileLock, Timeout
+
+    cfg = _broker_config(config, data_dir)
+    if not cfg.data_dir.is_dir():
+        _fail(f"--data-dir: no data dir {cfg.data_dir}")
+    lock = FileLock(cfg.lock_path, thread_local=False)
+    pid = None
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        pid = int(cfg.pid_path.read_text().split()[0])
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        if pid is None:
+            _fail(f"a broker holds {cfg.data_dir} but left no pid file")
+        os.kill(pid, signal.SIGTERM)
+        try:
+            lock.acquire(timeout=timeout)
+        except Timeout:
+            os.kill(pid, signal.SIGKILL)
+            lock.acquire(timeout=10)
+        typer.echo(f"stoker: broker {pid} stopped", err=True)
+    try:
+        stopped = asyncio.run(_stop_pods(cfg))
+    finally:
+        lock.release()
+    if stopped:
+        typer.echo(f"stoker: stopped {stopped} pods it left", err=True)
+
+
+async def _stop_pods(cfg: Any) -> int:
+    """Adopt and stop every pod still alive under the data dir (caller holds its lock)."""
+    if not cfg.runtime_dir.is_dir():
+        return 0
+    from stoker.runtime.local import LocalRuntime
+
+    rt = LocalRuntime(cfg.runtime_dir, gpu_slots=cfg.gpu_slots)
+    try:
+        pods = await rt.live_pods()
+        await rt.stop_all()
+    finally:
+        await rt.close()
+    return len(pods)
+
+
+def _kube_runtime(path: Path, cfg: Any) -> Any:
+    """The Kubernetes runtime on the cluster this process runs in (or $KUBECONFIG's), its
+    GPUs read from the cluster's nodes before the broker builds its core."""
+    try:
+        from lightkube import ApiError, Client
+        from lightkube.core.exceptions import ConfigError as KubeConfigError
+        from lightkube.resources.core_v1 import Node
+
+        from stoker.runtime.kubernetes.runtime import KubernetesRuntime
+        from stoker.runtime.kubernetes.settings import KubeSettings
+    except ImportError as exc:
+        _fail(f"--kubernetes: {exc}; install stoker[kubernetes]")
+    try:
+        settings = KubeSettings.load(path)
+        rt = KubernetesRuntime(
+            settings, [p.core for p in cfg.profiles], code_dir=cfg.runtime_dir / "code"
+        )
+        with Client(namespace=settings.namespace) as client:
+            rt.use_nodes([n.to_dict() for n in client.list(Node)])
+    except (ValueError, ApiError, KubeConfigError, OSError) as exc:
+        _fail(f"--kubernetes: {exc}")
+    if not rt.devices:
+        _fail("--kubernetes: no ready node with allocatable GPUs in the cluster")
+    return rt
 
 
 def run(
@@ -85,13 +224,27 @@ def run(
     code: Annotated[Path | None, typer.Option(help="directory uploaded as the job's code")] = None,
     dep: Annotated[list[str], typer.Option("--dep", help="extra dependency (repeat)")] = [],  # noqa: B006
     env: Annotated[list[str], typer.Option("--env", help="K=V (repeat)")] = [],  # noqa: B006
+    secret: Annotated[
+        list[str], typer.Option("--secret", help="a secret's name, set as that env var (repeat)")
+    ] = [],  # noqa: B006
     timeout: Annotated[float | None, typer.Option(help="seconds the job may run")] = None,
+    job_class: Annotated[
+        str, typer.Option("--class", help="pool (warm pools), hp (guaranteed) or spot")
+    ] = "pool",
+    workers: Annotated[int, typer.Option(help="pods placed together; rank i in the i-th")] = 1,
+    gpus: Annotated[
+        float | None, typer.Option(help="GPUs per worker (below 1 shares a card)")
+    ] = None,
+    guarantee_s: Annotated[
+        float | None, typer.Option("--guarantee-s", help="spot: the guaranteed run time")
+    ] = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run a job, stream its output, and exit with its exit code."""
-    from stoker.client import StokerError
+    """Run a job, stream its output, and exit with its exit code. A spot job that is
+    preempted says so on stderr and runs again (its output goes on)."""
+    from stoker.client import JobShape, StokerError
 
     envs: dict[str, str] = {}
     for item in env:
@@ -99,11 +252,29 @@ def run(
         if not sep or not key:
             _fail(f"--env: expected K=V, got {item!r}")
         envs[key] = value
+    shape = JobShape(job_class, workers, gpus, guarantee_s)
+
+    def preempted(row: dict[str, Any]) -> None:
+        typer.echo(
+            f"stoker: job {row['id']} {row['requeue_reason']} (re-queued, run"
+            f" {row['requeues'] + 1} next)",
+            err=True,
+        )
+
     try:
         with _client(url, token) as c:
             job = c.run(
-                profile, list(argv), reuse_tag=tag, code=code, deps=dep, env=envs, timeout_s=timeout
+                profile,
+                list(argv),
+                reuse_tag=tag,
+                code=code,
+                deps=dep,
+                env=envs,
+                timeout_s=timeout,
+                shape=shape,
+                secrets=secret,
             )
+            job.on_requeue = preempted
             for stream, data in job.stream():
                 if not as_json:
                     out = sys.stdout if stream == "stdout" else sys.stderr
@@ -128,13 +299,7 @@ def ps(
     as_json: JsonOpt = False,
 ) -> None:
     """List your jobs (newest first)."""
-    from stoker.client import StokerError
-
-    try:
-        with _client(url, token) as c:
-            jobs = c.jobs(state, limit)
-    except StokerError as exc:
-        _fail(str(exc))
+    jobs = _call(url, token, lambda c: c.jobs(state, limit))
     if as_json:
         typer.echo(json.dumps(jobs))
         return
@@ -156,13 +321,7 @@ def ps(
 
 def pods(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
     """List live pods (a tenant sees its own; the admin sees all)."""
-    from stoker.client import StokerError
-
-    try:
-        with _client(url, token) as c:
-            items = c.pods()
-    except StokerError as exc:
-        _fail(str(exc))
+    items = _call(url, token, lambda c: c.pods())
     if as_json:
         typer.echo(json.dumps(items))
         return
@@ -180,6 +339,64 @@ def pods(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -
         for p in items
     ]
     _table("pods", ["id", "profile", "state", "gpus", "tenant", "tag", "job", "jobs run"], rows)
+
+
+def events(
+    job: Annotated[str | None, typer.Option("--job", help="only this job's events")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Why the broker did what it did: each decision with its reason (oldest first)."""
+    import datetime
+
+    items = _call(url, token, lambda c: c.events(job=job, limit=limit))
+    if as_json:
+        typer.echo(json.dumps(items))
+        return
+    rows = [
+        [
+            datetime.datetime.fromtimestamp(e["at"]).strftime("%H:%M:%S.%f")[:-3],
+            e["kind"],
+            e.get("job") or e.get("pod") or "",
+            e["message"],
+        ]
+        for e in items
+    ]
+    _table("events" + (f" of {job}" if job else ""), ["at", "kind", "job / pod", "why"], rows)
+
+
+def _num(v: float) -> str:
+    return f"{v:g}"
+
+
+def pools(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """GPU pools: capacity, HP and spot GPUs in use, spot quota, eta, eviction rate (1 d),
+    the HP forecast's g-quantile per hour ahead, and the queued hp/spot jobs."""
+    items = _call(url, token, lambda c: c.pools())
+    if as_json:
+        typer.echo(json.dumps(items))
+        return
+    rows = []
+    for p in items:
+        fc = p["forecast"]
+        quantiles = "-" if fc is None else " ".join(f"{q:.1f}" for q in fc["quantile"])
+        rows.append(
+            [
+                p["gpu_model"],
+                _num(p["capacity"]),
+                _num(round(p["hp_gpus"], 3)),
+                _num(round(p["spot_gpus"], 3)),
+                _num(round(p["spot_quota"], 3)),
+                f"{p['eta']:.2f}",
+                f"{p['eviction_rate_1d']:.3f}",
+                quantiles if fc is None else f"{quantiles} (g={fc['g']})",
+                f"{p['queued']['hp']}/{p['queued']['spot']}",
+            ]
+        )
+    columns = ["GPU pool", "capacity", "hp", "spot", "spot quota", "eta", "evictions 1d"]
+    _table("GPU pools", [*columns, "HP forecast by hour", "queued hp/spot"], rows)
 
 
 def demo(
@@ -269,12 +486,55 @@ def bench_local(
     )
 
 
+secret_app = typer.Typer(
+    help="Write-only tenant secrets, injected by name into jobs (run --secret NAME).",
+    no_args_is_help=True,
+)
+
+
+@secret_app.command("set")
+def secret_set(
+    name: str,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Set secret NAME; its value is read from stdin (or a hidden prompt), never argv."""
+    if sys.stdin.isatty():
+        value = typer.prompt(f"value of {name}", hide_input=True)
+    else:
+        value = sys.stdin.read()
+        if value.endswith("\n"):
+            value = value[:-1]  # what `echo` and here-strings add
+    _call(url, token, lambda c: c.set_secret(name, value))
+    typer.echo(f"stoker: secret {name} set", err=True)
+
+
+@secret_app.command("list")
+def secret_list(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """Your secrets' names (values are never shown)."""
+    items = _call(url, token, lambda c: c.secrets())
+    if as_json:
+        typer.echo(json.dumps(items))
+        return
+    _table("secrets", ["name", "updated"], [[i["name"], i["updated"]] for i in items])
+
+
+@secret_app.command("delete")
+def secret_delete(name: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Delete secret NAME (jobs that name it and have not started fail at bind)."""
+    _call(url, token, lambda c: c.delete_secret(name))
+
+
 def register(app: typer.Typer, sim_app: typer.Typer) -> None:
     """Add the broker's commands to the ``stoker`` command."""
     app.command()(up)
+    app.command()(down)
+    app.add_typer(secret_app, name="secret")
     app.command(context_settings={"allow_interspersed_args": False})(run)
     app.command()(ps)
     app.command()(pods)
+    app.command()(events)
+    app.command()(pools)
     app.command()(demo)
     bench_app.command("local")(bench_local)
     app.add_typer(bench_app, name="bench")

@@ -23,6 +23,8 @@ _COMMAND_MODULES = (
     "stoker.cli.forecast",
     "stoker.cli.traces",
     "stoker.cli.broker",
+    "stoker.cli.report",
+    "stoker.cli.deploy",
 )
 
 for _name in _COMMAND_MODULES:

@@ -40,9 +40,11 @@ def firepool(
     from rich.console import Console
     from rich.table import Table
 
+    from stoker.cli.progress import steps
     from stoker.sim import plots
-    from stoker.sim.firepool import FirepoolConfig, run_all
+    from stoker.sim.firepool import EXPERIMENTS, FirepoolConfig, run_all
     from stoker.sim.params import Dist
+    from stoker.sim.report_html import render
 
     console = Console()
     try:
@@ -79,7 +81,9 @@ def firepool(
             sweep_sessions=sweep_sessions,
         )
         t0 = time.perf_counter()
-        outcome = run_all(cfg)
+        with steps(console) as bar:
+            task = bar.add_task("firepool", total=len(EXPERIMENTS))
+            outcome = run_all(cfg, lambda name: bar.update(task, advance=1, description=name))
         elapsed = time.perf_counter() - t0
         out.mkdir(parents=True, exist_ok=True)
         results_path = out / "results.json"
@@ -90,11 +94,12 @@ def firepool(
             {"always_on": runs["always_on"], "fixed": runs["firepool"], "fitted": runs["fitted"]},
             out / "held_gpus.png",
         )
+        report = render(out)
     except (ValueError, OSError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from exc
     console.print(_table(outcome.results, Table))
-    console.print(f"wrote {results_path}, {cdf}, {held} ({elapsed:.1f} s simulated work)")
+    console.print(f"wrote {results_path}, {cdf}, {held}, {report} ({elapsed:.1f} s simulated work)")
 
 
 def _fmt(value: Any, unit: str = "") -> str:

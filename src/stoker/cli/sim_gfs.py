@@ -47,6 +47,7 @@ def sim_gfs(
     """Run every named policy on the same jobs; write results.json, a table and plots."""
     from rich.console import Console
 
+    from stoker.cli.progress import steps
     from stoker.core.registry import GANG_PRESETS
     from stoker.core.registry import preset as make_policy
     from stoker.forecast.base import Cadence
@@ -61,6 +62,7 @@ def sim_gfs(
         simulate,
     )
     from stoker.sim.gfs_report import plot, render_table, write_results
+    from stoker.sim.report_html import render
     from stoker.traces import TRACE_KINDS, Trace
 
     console = Console(width=200)
@@ -86,25 +88,32 @@ def sim_gfs(
         cadence = Cadence(refit_every_min=refit_every_min, query_every_min=query_every_min)
         base, window = prepare_trace(trace, trace_path, setup)
         runs: dict[str, dict[str, TraceResult]] = {}
-        for level in loads:
-            jobs = scale_spot_load(base.jobs, LOADS[level], seed)
-            tr = Trace(base.name, base.nodes, jobs, base.source, dict(base.notes))
-            runs[level] = {}
-            for name in names:
-                spec = make_policy(name)
-                result = simulate(
-                    tr,
-                    spec,
-                    window,
-                    forecaster=policy_forecaster(spec.forecaster, cadence, forecaster, base.notes),
-                    cadence=cadence,
-                )
-                runs[level][name] = result
-                m = result.metrics
-                console.print(
-                    f"{level}/{name}: {m['events']} events in {m['wall_s']} s "
-                    f"({m['events_per_s']} events/s)"
-                )
+        with steps(console) as bar:
+            task = bar.add_task("simulating", total=len(loads) * len(names))
+            for level in loads:
+                jobs = scale_spot_load(base.jobs, LOADS[level], seed)
+                tr = Trace(base.name, base.nodes, jobs, base.source, dict(base.notes))
+                runs[level] = {}
+                for name in names:
+                    spec = make_policy(name)
+                    bar.update(task, description=f"{level}/{name}")
+                    result = simulate(
+                        tr,
+                        spec,
+                        window,
+                        forecaster=policy_forecaster(
+                            spec.forecaster, cadence, forecaster, base.notes
+                        ),
+                        cadence=cadence,
+                        progress=lambda msg, lv=level: bar.update(task, description=f"{lv}/{msg}"),
+                    )
+                    runs[level][name] = result
+                    m = result.metrics
+                    bar.console.print(
+                        f"{level}/{name}: {m['events']} events in {m['wall_s']} s "
+                        f"({m['events_per_s']} events/s)"
+                    )
+                    bar.update(task, advance=1)
     except (SimGFSError, ValueError, OSError) as exc:
         fail(str(exc))
         return
@@ -135,4 +144,4 @@ def sim_gfs(
     if plots:
         for p in plot(out, runs):
             console.print(f"wrote {p}")
-    console.print(f"wrote {path}")
+    console.print(f"wrote {path}, {render(out)}")

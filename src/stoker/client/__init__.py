@@ -21,7 +21,7 @@ import json
 import tarfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,16 @@ class JobTimeout(StokerError):
     """``wait`` ran past its timeout before the job finished."""
 
 
+class JobPreempted(StokerError):
+    """A spot job was evicted for HP work (``wait(raise_preempted=True)``). It is back in its
+    queue and runs again by itself: ``requeues`` counts its evictions so far."""
+
+    def __init__(self, message: str, job: str, requeues: int) -> None:
+        super().__init__(message)
+        self.job = job
+        self.requeues = requeues
+
+
 @dataclass(frozen=True, slots=True)
 class JobResult:
     """How a job ended: exit code, typed failure (None when it exited 0), hit path, timings."""
@@ -76,6 +86,7 @@ class JobResult:
     start_latency_ms: float | None
     stdout: bytes
     stderr: bytes
+    requeues: int = 0  # times it was preempted (evicted and run again)
 
     @property
     def ok(self) -> bool:
@@ -123,6 +134,18 @@ def _code_bytes(code: bytes | str | Path | None) -> bytes | None:
     return pack_code(code)
 
 
+@dataclass(frozen=True, slots=True)
+class JobShape:
+    """What a job asks of the cluster besides its code: its class (``pool``, ``hp``,
+    ``spot``), ``workers`` placed together, ``gpus`` per worker (below 1 shares a card;
+    None: the profile's) and, for spot, ``guarantee_s`` (None: the broker's default)."""
+
+    job_class: str = "pool"
+    workers: int = 1
+    gpus: float | None = None
+    guarantee_s: float | None = None
+
+
 def _job_body(
     profile: str,
     argv: list[str],
@@ -131,7 +154,8 @@ def _job_body(
     deps: list[str] | None,
     env: dict[str, str] | None,
     timeout_s: float | None,
-    replicas: int,
+    shape: JobShape,
+    secrets: list[str] | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "profile": profile,
@@ -140,13 +164,36 @@ def _job_body(
         "reuse_tag": reuse_tag or f"once-{uuid.uuid4().hex}",
         "deps": list(deps or []),
         "env": dict(env or {}),
-        "replicas": replicas,
+        "job_class": shape.job_class,
+        "workers": shape.workers,
+        "secrets": list(secrets or []),
     }
-    if digest:
-        body["code_digest"] = digest
-    if timeout_s is not None:
-        body["timeout_s"] = timeout_s
+    optional = {
+        "code_digest": digest,
+        "timeout_s": timeout_s,
+        "gpus": shape.gpus,
+        "guarantee_s": shape.guarantee_s,
+    }
+    body.update({k: v for k, v in optional.items() if v is not None})
     return body
+
+
+def _check_wait(
+    row: dict[str, Any], seen: int, raise_preempted: bool, deadline: float | None, timeout_s: Any
+) -> bool:
+    """True when ``wait`` is done with ``row``; raises what the caller asked to hear of (a
+    preemption since the wait began, even if the job has run again and finished since)."""
+    if raise_preempted and row.get("requeues", 0) > seen:
+        raise JobPreempted(
+            f"job {row['id']} was {row.get('requeue_reason')} and re-queued to run again",
+            row["id"],
+            int(row["requeues"]),
+        )
+    if row["state"] == _FINISHED:
+        return True
+    if deadline is not None and time.monotonic() >= deadline:
+        raise JobTimeout(f"job {row['id']} still {row['state']} after {timeout_s} s")
+    return False
 
 
 def _result(row: dict[str, Any], out: list[tuple[str, bytes]]) -> JobResult:
@@ -158,16 +205,32 @@ def _result(row: dict[str, Any], out: list[tuple[str, bytes]]) -> JobResult:
         row["start_latency_ms"],
         b"".join(d for s, d in out if s == "stdout"),
         b"".join(d for s, d in out if s == "stderr"),
+        int(row.get("requeues", 0)),
     )
 
 
 def _chunk(line: str) -> tuple[str, bytes] | dict[str, Any] | None:
+    """One line of the output stream: a chunk, the final job row (``end``), or a notice
+    (``requeued``: the job was preempted and runs again; the output goes on)."""
     if not line.strip():
         return None
     msg = json.loads(line)
     if "end" in msg:
         return dict(msg["end"])
+    if "requeued" in msg:
+        return {"requeued": dict(msg["requeued"])}
     return str(msg["stream"]), base64.b64decode(msg["data"])
+
+
+def _take(job: Job | AsyncJob, item: dict[str, Any]) -> None:
+    """Apply a non-chunk stream line to the job handle: its final row, or a re-queue."""
+    requeued = item.get("requeued")
+    if requeued is None:
+        job.info = item
+        return
+    job.info = {**job.info, **requeued}
+    if job.on_requeue is not None:
+        job.on_requeue(job.info)
 
 
 # ----------------------------------------------------------------------------- sync
@@ -180,23 +243,25 @@ class Job:
         self.client = client
         self.id: str = row["id"]
         self.info = row
+        # called with the job's row when the stream says it was preempted and re-queued
+        self.on_requeue: Callable[[dict[str, Any]], None] | None = None
 
     def refresh(self) -> dict[str, Any]:
         self.info = self.client.get(self.id)
         return self.info
 
-    def wait(self, timeout_s: float | None = None) -> dict[str, Any]:
-        """Block until the job finishes (long-poll); JobTimeout past ``timeout_s``."""
+    def wait(self, timeout_s: float | None = None, raise_preempted: bool = False) -> dict[str, Any]:
+        """Block until the job finishes (long-poll); JobTimeout past ``timeout_s``. With
+        ``raise_preempted``, JobPreempted as soon as it is evicted (it still runs again)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        seen = int(self.info.get("requeues", 0))
         while True:
             left = 30.0 if deadline is None else max(0.0, min(30.0, deadline - time.monotonic()))
             self.info = self.client._request(
                 "GET", f"/v1/jobs/{self.id}/wait", params={"timeout_s": left}
             )
-            if self.info["state"] == _FINISHED:
+            if _check_wait(self.info, seen, raise_preempted, deadline, timeout_s):
                 return self.info
-            if deadline is not None and time.monotonic() >= deadline:
-                raise JobTimeout(f"job {self.id} still {self.info['state']} after {timeout_s} s")
 
     def stream(self, follow: bool = True) -> Iterator[tuple[str, bytes]]:
         """(stream, bytes) chunks of the job's output as they come."""
@@ -207,7 +272,7 @@ class Job:
             for line in resp.iter_lines():
                 item = _chunk(line)
                 if isinstance(item, dict):
-                    self.info = item
+                    _take(self, item)
                 elif item is not None:
                     yield item
 
@@ -282,12 +347,15 @@ class Client:
         deps: list[str] | None = None,
         env: dict[str, str] | None = None,
         timeout_s: float | None = None,
-        replicas: int = 1,
+        shape: JobShape = JobShape(),
+        secrets: list[str] | None = None,
     ) -> Job:
-        """Submit a job; returns at once with its handle."""
+        """Submit a job; returns at once with its handle. ``shape``: its class, workers and
+        GPUs (default: a one-worker pool job in the profile's shape). ``secrets`` names tenant
+        secrets (:meth:`set_secret`) the job gets as environment variables of the same names."""
         data = _code_bytes(code)
         digest = self.upload(data) if data is not None else None
-        body = _job_body(profile, argv, reuse_tag, digest, deps, env, timeout_s, replicas)
+        body = _job_body(profile, argv, reuse_tag, digest, deps, env, timeout_s, shape, secrets)
         key = uuid.uuid4().hex
         row = self._request("POST", "/v1/jobs", json=body, headers={"Idempotency-Key": key})
         return Job(self, row)
@@ -306,6 +374,11 @@ class Client:
     def profiles(self) -> list[dict[str, Any]]:
         return list(self._request("GET", "/v1/profiles"))
 
+    def pools(self) -> list[dict[str, Any]]:
+        """Per GPU pool: capacity, HP and spot GPUs in use, spot quota, eta, eviction rate
+        over the last day, the HP demand forecast, and the queued hp and spot jobs."""
+        return list(self._request("GET", "/v1/pools"))
+
     def tenants(self) -> list[str]:
         return list(self._request("GET", "/v1/tenants"))
 
@@ -315,6 +388,27 @@ class Client:
 
     def health(self) -> dict[str, Any]:
         return dict(self._request("GET", "/v1/health"))
+
+    def events(
+        self, job: str | None = None, after: int = 0, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """The broker's decision log, oldest first (a tenant's own; the admin's all): why
+        each job took its path (warm, standby, cold) or waited, each pod's stop reason."""
+        params: dict[str, Any] = {"after": after, "limit": limit}
+        if job is not None:
+            params["job"] = job
+        return list(self._request("GET", "/v1/events", params=params))
+
+    def set_secret(self, name: str, value: str) -> None:
+        """Set a tenant secret (write-only: no call returns its value)."""
+        self._request("POST", "/v1/secrets", json={"name": name, "value": value})
+
+    def secrets(self) -> list[dict[str, Any]]:
+        """Your secrets' names and when each was set."""
+        return list(self._request("GET", "/v1/secrets"))
+
+    def delete_secret(self, name: str) -> None:
+        self._request("DELETE", f"/v1/secrets/{name}")
 
 
 # ----------------------------------------------------------------------------- async
@@ -327,22 +421,24 @@ class AsyncJob:
         self.client = client
         self.id: str = row["id"]
         self.info = row
+        self.on_requeue: Callable[[dict[str, Any]], None] | None = None
 
     async def refresh(self) -> dict[str, Any]:
         self.info = await self.client.get(self.id)
         return self.info
 
-    async def wait(self, timeout_s: float | None = None) -> dict[str, Any]:
+    async def wait(
+        self, timeout_s: float | None = None, raise_preempted: bool = False
+    ) -> dict[str, Any]:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        seen = int(self.info.get("requeues", 0))
         while True:
             left = 30.0 if deadline is None else max(0.0, min(30.0, deadline - time.monotonic()))
             self.info = await self.client._request(
                 "GET", f"/v1/jobs/{self.id}/wait", params={"timeout_s": left}
             )
-            if self.info["state"] == _FINISHED:
+            if _check_wait(self.info, seen, raise_preempted, deadline, timeout_s):
                 return self.info
-            if deadline is not None and time.monotonic() >= deadline:
-                raise JobTimeout(f"job {self.id} still {self.info['state']} after {timeout_s} s")
 
     async def stream(self, follow: bool = True) -> AsyncIterator[tuple[str, bytes]]:
         async with self.client._http.stream(
@@ -354,7 +450,7 @@ class AsyncJob:
             async for line in resp.aiter_lines():
                 item = _chunk(line)
                 if isinstance(item, dict):
-                    self.info = item
+                    _take(self, item)
                 elif item is not None:
                     yield item
 
@@ -432,11 +528,12 @@ class AsyncClient:
         deps: list[str] | None = None,
         env: dict[str, str] | None = None,
         timeout_s: float | None = None,
-        replicas: int = 1,
+        shape: JobShape = JobShape(),
+        secrets: list[str] | None = None,
     ) -> AsyncJob:
         data = _code_bytes(code)
         digest = await self.upload(data) if data is not None else None
-        body = _job_body(profile, argv, reuse_tag, digest, deps, env, timeout_s, replicas)
+        body = _job_body(profile, argv, reuse_tag, digest, deps, env, timeout_s, shape, secrets)
         key = uuid.uuid4().hex
         row = await self._request("POST", "/v1/jobs", json=body, headers={"Idempotency-Key": key})
         return AsyncJob(self, row)
@@ -454,6 +551,9 @@ class AsyncClient:
     async def profiles(self) -> list[dict[str, Any]]:
         return list(await self._request("GET", "/v1/profiles"))
 
+    async def pools(self) -> list[dict[str, Any]]:
+        return list(await self._request("GET", "/v1/pools"))
+
     async def tenants(self) -> list[str]:
         return list(await self._request("GET", "/v1/tenants"))
 
@@ -462,6 +562,24 @@ class AsyncClient:
 
     async def health(self) -> dict[str, Any]:
         return dict(await self._request("GET", "/v1/health"))
+
+    async def events(
+        self, job: str | None = None, after: int = 0, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """The broker's decision log (see :meth:`Client.events`)."""
+        params: dict[str, Any] = {"after": after, "limit": limit}
+        if job is not None:
+            params["job"] = job
+        return list(await self._request("GET", "/v1/events", params=params))
+
+    async def set_secret(self, name: str, value: str) -> None:
+        await self._request("POST", "/v1/secrets", json={"name": name, "value": value})
+
+    async def secrets(self) -> list[dict[str, Any]]:
+        return list(await self._request("GET", "/v1/secrets"))
+
+    async def delete_secret(self, name: str) -> None:
+        await self._request("DELETE", f"/v1/secrets/{name}")
 
 
 __all__ = [
@@ -472,7 +590,9 @@ __all__ = [
     "Client",
     "InvalidRequest",
     "Job",
+    "JobPreempted",
     "JobResult",
+    "JobShape",
     "JobTimeout",
     "NotFound",
     "PermissionDenied",

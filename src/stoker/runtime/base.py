@@ -2,7 +2,8 @@
 
 Runtimes only do what they are told: the broker turns the core's actions into these calls
 and the runtime's events back into core events. Implementations: ``stoker.runtime.local``
-(sandboxed processes on this host); Kubernetes later; the simulator has a virtual one.
+(sandboxed processes on this host), ``stoker.runtime.kubernetes`` (Pods through the Kubernetes
+API); the simulator has a virtual one.
 """
 
 from __future__ import annotations
@@ -35,6 +36,35 @@ class JobBinding:
     env: dict[str, str] = field(default_factory=dict)
     timeout_s: float = 3600.0
     topology: Topology = Topology()
+    tenant: str | None = None  # who the job runs for (Kubernetes labels the pod with its hash)
+    run: int = (
+        1  # the job's STOKER_RUN: 1, then n + 1 after n preemptions (resume from a checkpoint)
+    )
+
+    def message(
+        self, code: str | None, overlay: list[str], output_mb: int | None
+    ) -> dict[str, object]:
+        """The agent protocol's ``bind`` request for this job (``code``: the archive's path
+        as the pod sees it; ``overlay``: dependency dirs to put on its path; ``output_mb``:
+        the profile's cap on the job's output, None for none)."""
+        topo = self.topology
+        return {
+            "op": "bind",
+            "job": self.job,
+            "argv": list(self.argv),
+            "code": code,
+            "overlay": overlay,
+            "env": dict(self.env),
+            "timeout_s": self.timeout_s,
+            "run": self.run,
+            "topology": {
+                "rank": topo.rank,
+                "world_size": topo.world_size,
+                "master_addr": topo.master_addr,
+                "master_port": topo.master_port,
+            },
+            "output_limit": None if output_mb is None else output_mb * 1024 * 1024,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +83,13 @@ class RuntimeProfile:
     tmp_mb: int | None = 256  # each of /tmp and /dev/shm (a size-capped tmpfs)
     workspace_mb: int | None = 1024  # /workspace (a size-capped tmpfs, where root mounts one)
     output_mb: int | None = 16  # a job's stdout and stderr together; past it: a marker
+    image: str | None = None  # Kubernetes: the profile's base image (None: the runtime's default)
+    runtime_class: str | None = None  # Kubernetes: a RuntimeClass such as gvisor or kata
+
+
+class BindRefused(ValueError):
+    """A bind the runtime will not carry out because of the job itself (its environment or
+    its code digest): the job's fault. Anything else a bind raises is the runtime's own."""
 
 
 # --- events a runtime reports ------------------------------------------------
@@ -119,8 +156,12 @@ class Runtime(Protocol):
 
     async def bind(self, pod: str, binding: JobBinding) -> None: ...
 
-    async def kill_job(self, job: str, failure: Failure = Failure.CANCELLED) -> None:
-        """Kill a running job; it exits with ``failure`` (CANCELLED, or PREEMPTED)."""
+    async def kill_job(
+        self, job: str, failure: Failure = Failure.CANCELLED, grace_s: float = 0.0
+    ) -> None:
+        """Kill a running job in every pod it runs in: SIGTERM, then SIGKILL once ``grace_s``
+        has passed (so it may checkpoint); it exits with ``failure`` (CANCELLED, PREEMPTED),
+        reported by ``JobExited`` per pod."""
         ...
 
     async def stop_pod(self, pod: str) -> None: ...

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import glob
+import hashlib
 import json
 import os
 import re
@@ -40,6 +41,7 @@ from stoker.agent.binding import check_env
 from stoker.core.model import Failure
 from stoker.runtime import sandbox, seccomp
 from stoker.runtime.base import (
+    BindRefused,
     JobBinding,
     JobExited,
     JobOutput,
@@ -54,6 +56,7 @@ from stoker.runtime.code import CodeStore
 from stoker.runtime.envs import EnvBuilder, EnvBuildError
 from stoker.runtime.gpus import GpuDevice, cuda_visible_devices, discover
 
+_EXIT_REPORT_S = 5.0  # how long a killed job's exit report may take to arrive
 _POD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")
 _SRC_ROOT = str(Path(stoker.__file__).resolve().parent.parent)
 
@@ -86,6 +89,10 @@ class PodInfo:
     init_pid: int  # the sandbox's pid 1 on the host: killing it kills the pod
     workspace: Path
     limits_missing: dict[str, str]  # controller -> why its limit is not applied here
+    # what the agent said when this runtime connected: job id -> {"exit_code", "failure"}
+    # of the jobs it ran, and the jobs whose exit it held (replayed after its hello)
+    ran: dict[str, dict[str, object]] = field(default_factory=dict)
+    held: tuple[str, ...] = ()
 
 
 @dataclass
@@ -106,6 +113,9 @@ class _Pod:
     writer: asyncio.StreamWriter | None = None
     reader_task: asyncio.Task[None] | None = None
     job: str | None = None
+    job_exited: asyncio.Event = field(default_factory=asyncio.Event)  # the bound job's end
+    grace_until: float = 0.0  # monotonic: a graceful kill of the job runs until then
+    hello: protocol.Message = field(default_factory=dict)  # the agent's, on our connect
     oom_at_bind: int = -1
     stopping: bool = False
     replies: dict[str, asyncio.Future[protocol.Message]] = field(default_factory=dict)
@@ -176,6 +186,28 @@ def _empty_dir(root: Path) -> None:
             shutil.rmtree(child)
         else:
             child.unlink()
+
+
+def cgroup_prefix(state_dir: Path) -> str:
+    """How the cgroups of this state dir's pods are named: ``stoker-<tag>-<pod>-<random>``,
+    the tag a digest of the state dir, so what one runtime made can be told from another's
+    (a test counts what it left)."""
+    tag = hashlib.sha256(str(Path(state_dir).resolve()).encode()).hexdigest()[:8]
+    return f"stoker-{tag}-"
+
+
+def _place_code(archive: Path | None, code_dir: Path) -> None:
+    """Leave exactly ``archive`` (a hard link, or a copy across filesystems) in the pod's
+    code dir, or nothing."""
+    code_dir.mkdir(exist_ok=True)
+    for old in code_dir.iterdir():
+        if archive is None or old.name != archive.name:
+            old.unlink()
+    if archive is not None and not (code_dir / archive.name).exists():
+        try:
+            os.link(archive, code_dir / archive.name)
+        except OSError:
+            shutil.copyfile(archive, code_dir / archive.name)
 
 
 def _mount_tmpfs(path: Path, size_mb: int, owner: tuple[int, int]) -> None:
@@ -306,11 +338,12 @@ class LocalRuntime:
             await self._emit(PodDown(pod, Failure.START_TIMEOUT))
             raise PodStartError(f"pod {pod}: profile {profile.name}: {exc}") from exc
         d = self.pods_dir / pod
+        (d / "code").mkdir(parents=True)  # only the bound job's archive, linked at bind
         for sub in ("workspace", "sock"):
             (d / sub).mkdir(parents=True)
         d.chmod(0o700)
         # unique on the host: pod ids are only unique within one runtime's state dir
-        cg_name = f"stoker-{pod}-{os.urandom(4).hex()}"
+        cg_name = f"{cgroup_prefix(self.state_dir)}{pod}-{os.urandom(4).hex()}"
         cg = PodCgroup.create(cg_name, profile.memory_mb, profile.pids_max, profile.cpus)
         rec = _Pod(pod, profile, tuple(gpus), standby, d, cg, env.python)
         self._pods[pod] = rec
@@ -373,7 +406,7 @@ class LocalRuntime:
         spec = sandbox.SandboxSpec(
             argv=argv,
             binds=sandbox.pod_binds(
-                rec.dir / "workspace", rec.dir / "sock", self.code.root, self.envs.overlay_root
+                rec.dir / "workspace", rec.dir / "sock", rec.dir / "code", self.envs.overlay_root
             ),
             env=env,
             hide=self._hidden,
@@ -449,6 +482,7 @@ class LocalRuntime:
         if hello is None or hello.get("ev") != "hello":
             raise PodStartError(f"agent said {hello!r} instead of hello")
         rec.writer = writer
+        rec.hello = hello
         rec.job = hello.get("job")
         rec.reader_task = asyncio.get_running_loop().create_task(self._read(rec, reader))
         return hello
@@ -507,6 +541,7 @@ class LocalRuntime:
                 failure = Failure.OUT_OF_MEMORY
             if rec.job == msg["job"]:
                 rec.job = None
+                rec.job_exited.set()
             await self._emit(JobExited(msg["job"], rec.id, int(msg["exit_code"]), failure))
         elif ev == "error":
             job = msg.get("job")
@@ -548,6 +583,8 @@ class LocalRuntime:
             rec.init_pid,
             rec.dir / "workspace",
             dict(rec.cgroup.missing),
+            dict(rec.hello.get("ran") or {}),
+            tuple(rec.hello.get("held") or ()),
         )
 
     async def ping(self, pod: str) -> protocol.Message:
@@ -555,18 +592,27 @@ class LocalRuntime:
         return await self._request(self._pod(pod), {"op": "ping"}, "pong")
 
     async def bind(self, pod: str, binding: JobBinding) -> None:
-        """Bind and start a job; JobRunning (or a JobExited for a bad binding) follows."""
+        """Bind and start a job; JobRunning (or a JobExited for a bad binding) follows.
+        BindRefused: the job's own env or code digest is bad (anything else raised here is
+        this runtime's fault)."""
         rec = self._pod(pod)
-        if rec.job is not None:
+        if rec.job is not None and rec.job != binding.job:  # the same job: the agent answers
             raise PodBusy(f"pod: {pod} is running job {rec.job}")
         if rec.standby:
             raise PodBusy(f"pod: {pod} stands by; promote it before binding")
-        check_env(dict(binding.env))
         code = None
-        if binding.code_digest:
-            self.code.path(binding.code_digest)  # CodeNotFound names the field
-            code = f"{sandbox.CODE_DIR}/{binding.code_digest}"
+        try:
+            check_env(dict(binding.env))
+            if binding.code_digest:
+                # CodeNotFound names the field; the pod sees this archive and no other
+                archive = self.code.path(binding.code_digest)
+                await asyncio.to_thread(_place_code, archive, rec.dir / "code")
+                code = f"{sandbox.CODE_DIR}/{binding.code_digest}"
+        except (ValueError, KeyError) as exc:
+            raise BindRefused(str(exc)) from exc
         rec.job = binding.job
+        rec.job_exited = asyncio.Event()
+        rec.grace_until = 0.0
         overlay: list[str] = []
         if binding.deps:
             try:
@@ -579,24 +625,7 @@ class LocalRuntime:
                 return
             overlay.append(f"{sandbox.OVERLAY_DIR}/{digest}")
         rec.oom_at_bind = rec.cgroup.oom_kills()
-        topo = binding.topology
-        out_mb = rec.profile.output_mb
-        msg = {
-            "op": "bind",
-            "job": binding.job,
-            "argv": list(binding.argv),
-            "code": code,
-            "overlay": overlay,
-            "env": dict(binding.env),
-            "timeout_s": binding.timeout_s,
-            "topology": {
-                "rank": topo.rank,
-                "world_size": topo.world_size,
-                "master_addr": topo.master_addr,
-                "master_port": topo.master_port,
-            },
-            "output_limit": None if out_mb is None else out_mb * 1024 * 1024,
-        }
+        msg = binding.message(code, overlay, rec.profile.output_mb)
         line = protocol.encode(msg)
         if len(line) >= protocol.MAX_LINE:  # the agent would drop the connection
             rec.job = None
@@ -606,12 +635,17 @@ class LocalRuntime:
             return
         await self._send(rec, msg)
 
-    async def kill_job(self, job: str, failure: Failure = Failure.CANCELLED) -> None:
-        """Kill a running job (a job that already ended is left alone)."""
+    async def kill_job(
+        self, job: str, failure: Failure = Failure.CANCELLED, grace_s: float = 0.0
+    ) -> None:
+        """Kill a running job (a job that already ended is left alone): SIGTERM, then SIGKILL
+        after ``grace_s`` (at once without one); its JobExited carries ``failure``."""
         for rec in self._pods.values():
             if rec.job == job and not rec.stopping:
-                await self._send(rec, {"op": "kill", "job": job, "failure": failure.value})
-                return
+                if grace_s > 0:
+                    rec.grace_until = time.monotonic() + grace_s
+                msg = {"op": "kill", "job": job, "failure": failure.value, "grace_s": grace_s}
+                await self._send(rec, msg)  # every rank: a multi-worker job has one per pod
 
     async def _teardown(self, rec: _Pod) -> None:
         """Kill the whole pod, reap it, and remove its cgroup and directory (workspace too)."""
@@ -637,8 +671,15 @@ class LocalRuntime:
             self._pods.pop(rec.id, None)
 
     async def stop_pod(self, pod: str) -> None:
-        """Stop a pod and everything in it; emits PodDown(pod) (and PREEMPTED for its job)."""
+        """Stop a pod and everything in it; emits PodDown(pod) (and PREEMPTED for its job).
+        A job being killed with a grace (``kill_job``) is given the rest of it first, so a
+        pod stopped right after its job's graceful kill does not cut the checkpoint short."""
         rec = self._pod(pod)
+        left = rec.grace_until - time.monotonic()
+        if rec.job is not None and left > 0:
+            # the agent SIGKILLs at the grace's end; its exit report follows within moments
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(rec.job_exited.wait(), left + _EXIT_REPORT_S)
         job = rec.job
         await self._teardown(rec)
         if job is not None:
@@ -665,6 +706,7 @@ class LocalRuntime:
             reply = await self._request(rec, {"op": "scrub", "pod": new_pod}, "scrubbed")
             if reply.get("pod") == new_pod:
                 await asyncio.to_thread(_empty_dir, rec.dir / "workspace")
+                await asyncio.to_thread(_place_code, None, rec.dir / "code")
                 new_dir = self.pods_dir / new_pod
                 rec.dir.rename(new_dir)  # the sandbox's binds follow the inodes
                 del self._pods[pod]
@@ -752,7 +794,9 @@ class LocalRuntime:
         self._pods.clear()
 
     async def stop_all(self) -> None:
-        """Stop every pod (PodDown for each)."""
+        """Stop every pod (PodDown for each), at once: no job's grace is waited for."""
+        for rec in self._pods.values():
+            rec.grace_until = 0.0
         for pod in sorted(self._pods):
             if not self._pods[pod].stopping:
                 await self.stop_pod(pod)

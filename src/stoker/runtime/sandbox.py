@@ -12,7 +12,8 @@ A pod adds:
 
 - ``/workspace``: the pod's private writable directory (host: ``<pod dir>/workspace``);
 - ``/stoker/sock``: the agent's Unix socket, in a directory only the agent's uid may enter;
-- ``/stoker/code`` and ``/stoker/overlays``: code archives and dependency overlays, read-only.
+- ``/stoker/code``: the pod's own code dir, holding only the bound job's archive (read-only);
+- ``/stoker/overlays``: dependency overlays, read-only and content-addressed.
 
 Namespaces: pid, ipc, uts, mount, cgroup, and network unless the profile allows it. Every
 process runs under the seccomp filter of :mod:`stoker.runtime.seccomp` (no ptrace, no

@@ -263,21 +263,35 @@ class Outcome:
     mix_runs: dict[str, Run]
 
 
-def run_all(cfg: FirepoolConfig) -> Outcome:
-    """Every experiment; the results contain no wall-clock figure (same seed, same file)."""
+EXPERIMENTS = ("mix", "agent loop", "RL loop", "handover", "sweep")
+
+
+def run_all(cfg: FirepoolConfig, progress: Callable[[str], None] | None = None) -> Outcome:
+    """Every experiment; the results contain no wall-clock figure (same seed, same file).
+    ``progress`` hears the name of each of :data:`EXPERIMENTS` as it is done."""
+    done = progress or (lambda _name: None)
     runs = mix_runs(cfg)
+    done("mix")
+    agent = agent_experiment(cfg)
+    done("agent loop")
+    rl = rl_experiment(cfg)
+    done("RL loop")
+    handover = handover_experiment(cfg)
+    done("handover")
+    swept = sweep(cfg)
+    done("sweep")
     results: dict[str, Any] = {
         "seed": cfg.seed,
-        "agent_loop": agent_experiment(cfg),
-        "rl_loop": rl_experiment(cfg),
+        "agent_loop": agent,
+        "rl_loop": rl,
         "start_latency_p90_s": {
             p: metrics.percentile(metrics.start_latencies(r.core), 90) for p, r in runs.items()
         },
         "start_latency": {p: metrics.summary(r.result) for p, r in runs.items()},
-        "handover_s": handover_experiment(cfg),
+        "handover_s": handover,
         "keepalive": keepalive_figures(runs),
         "mix": mix_figures(runs),
-        "sweep": sweep(cfg),
+        "sweep": swept,
         "assumptions": {
             "runtime": cfg.runtime.table(),
             "share": cfg.share,

@@ -1,0 +1,459 @@
+"""The decision log: one structured event per decision of the core, with its reason.
+
+The scheduling loop hands every (event, actions, now) of the core to :meth:`DecisionLog.record`.
+From the actions and the core's state right after, it writes what was decided and why: a
+job queued (no free GPU, room being reclaimed), placed (warm hit on its own pod; standby
+promoted; cold start because its reuse tag had no idle warm pod and no standby pod was
+ready, with what happened to its last pod), started, finished; a pod started, promoted,
+recycled or stopped (keep-alive, budget, reclaim, ...). The same pass moves the Prometheus
+counters and histograms, so the log and ``/metrics`` cannot disagree.
+
+Events go to a JSON-lines file in the data directory (the structured log; one object per
+line) and to a bounded ring in memory that ``GET /v1/events`` reads; a restarted broker
+reloads the ring from the file's tail. Explaining reads the core; it decides nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stoker.broker.metrics import BrokerMetrics
+from stoker.core import (
+    BindFailed,
+    BindJob,
+    Core,
+    Event,
+    Failure,
+    JobCancelled,
+    JobClass,
+    JobEnded,
+    JobRequeued,
+    JobState,
+    JobSubmitted,
+    KillJob,
+    PodFailed,
+    PodState,
+    PromoteStandby,
+    RankExited,
+    RankStarted,
+    RecyclePod,
+    StartPod,
+    StopPod,
+)
+
+_RING = 20_000  # events kept in memory for the API
+_ROTATE_BYTES = 64 * 1024 * 1024  # the file is renamed to .1 past this size
+_PAIRS = 50_000  # (tenant, tag) pairs whose last pod stop is remembered
+
+
+@dataclass(slots=True)
+class _Seen:
+    """What the log last said about a live job."""
+
+    state: str
+    path: str | None
+    started: bool
+    pods: tuple[str, ...]
+
+
+def outcome(exit_code: int | None, failure: str | None) -> str:
+    """A finished job's outcome label: ``ok`` or its typed failure."""
+    if failure:
+        return failure
+    return "ok" if exit_code == 0 else Failure.USER_ERROR.value
+
+
+class DecisionLog:
+    """Turns the core's decisions into events (file + ring) and metrics."""
+
+    def __init__(
+        self, core: Callable[[], Core], metrics: BrokerMetrics, path: Path | None = None
+    ) -> None:
+        self._core = core
+        self.metrics = metrics
+        self.path = path
+        self.ring: deque[dict[str, Any]] = deque(maxlen=_RING)
+        self.seq = 0
+        self._live: dict[str, _Seen] = {}
+        self._last_stop: dict[tuple[str, str], tuple[str, str, float]] = {}  # pair -> pod, why, at
+        self._gpu_end: dict[str, tuple[float, tuple[str, str]]] = {}  # gpu -> (job end, pair)
+        self._file: Any = None
+        if path is not None:
+            self._load(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held open, closed in close()
+
+    def _load(self, path: Path) -> None:
+        """Reload the ring (and the sequence) from the file's tail after a restart."""
+        if not path.exists():
+            return
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8 * 1024 * 1024))
+            tail = f.read().splitlines()[1:] if f.tell() > 8 * 1024 * 1024 else None
+        if tail is None:
+            tail = path.read_bytes().splitlines()
+        for line in tail:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue  # a line cut by a crash
+            self.ring.append(ev)
+            self.seq = max(self.seq, int(ev.get("seq", 0)))
+            if ev["kind"] in ("pod.stopped", "pod.failed") and ev.get("reuse_tag") is not None:
+                pair = (ev["tenant"], ev["reuse_tag"])
+                self._remember(pair, ev["pod"], ev["reason"], ev["at"])
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    # ------------------------------------------------------------------ reading
+
+    def query(
+        self,
+        tenant: str | None,
+        job: str | None = None,
+        after: int = 0,
+        limit: int = 100,
+        kind: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Events in order, oldest first: a tenant's own (``tenant`` None: all), after the
+        sequence number ``after``, of one job, the last ``limit`` of them."""
+
+        def keep(ev: dict[str, Any]) -> bool:
+            return (
+                ev["seq"] > after
+                and (tenant is None or ev.get("tenant") == tenant)
+                and (job is None or ev.get("job") == job)
+                and (kind is None or ev["kind"].startswith(kind))
+            )
+
+        out = [ev for ev in self.ring if keep(ev)]
+        if job is not None and not any(ev["kind"] == "job.submitted" for ev in out):
+            # an old job: its events have left the ring; read them back from the files
+            out = [ev for ev in self._from_files() if keep(ev)]
+        return out[-limit:]
+
+    def _from_files(self) -> Iterator[dict[str, Any]]:
+        if self.path is None:
+            return
+        if self._file is not None:
+            self._file.flush()
+        for p in (self.path.with_suffix(self.path.suffix + ".1"), self.path):
+            if not p.exists():
+                continue
+            with open(p, encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        yield json.loads(line)
+                    except ValueError:
+                        continue
+
+    # ------------------------------------------------------------------ writing
+
+    def _emit(self, at: float, kind: str, message: str, **fields: Any) -> None:
+        self.seq += 1
+        ev = {"seq": self.seq, "at": round(at, 6), "kind": kind, **fields, "message": message}
+        self.ring.append(ev)
+        if self._file is not None:
+            self._file.write(json.dumps(ev, separators=(",", ":")) + "\n")
+            self._file.flush()  # a crash loses no decision already carried out
+            if self._file.tell() > _ROTATE_BYTES and self.path is not None:
+                self._file.close()
+                os.replace(self.path, self.path.with_suffix(self.path.suffix + ".1"))
+                self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+
+    def record(self, event: Event, actions: list[Any], now: float) -> None:
+        """Log what the core decided on ``event`` (its ``actions``) and why."""
+        core = self._core()
+        touched: dict[str, None] = {}
+        match event:
+            case JobSubmitted(spec):
+                self._emit(
+                    now,
+                    "job.submitted",
+                    f"{spec.job_class} job: {spec.workers} worker(s) of {spec.profile} asked",
+                    job=spec.id,
+                    tenant=spec.tenant,
+                    profile=spec.profile,
+                    job_class=spec.job_class.value,
+                    reuse_tag=spec.reuse_tag,
+                )
+                touched[spec.id] = None
+            case (
+                RankStarted(job=job) | RankExited(job=job) | JobCancelled(job) | BindFailed(job=job)
+            ):
+                touched[job] = None
+            case PodFailed(pod, reason):
+                p = core.pods.get(pod)
+                if p is not None and p.owner is not None:
+                    self._remember(p.owner, pod, reason.value, now)
+                self._emit(
+                    now,
+                    "pod.failed",
+                    f"pod {pod} failed: {reason.value}",
+                    pod=pod,
+                    reason=reason.value,
+                    reuse_tag=p.owner[1] if p is not None and p.owner else None,
+                    **self._owner(p),
+                )
+                touched.update((j, None) for j, s in self._live.items() if pod in s.pods)
+        for action in actions:
+            match action:
+                case StartPod(pod, profile, _node, gpus, standby):
+                    p = core.pods[pod]
+                    if standby:
+                        self._emit(
+                            now,
+                            "pod.started",
+                            f"standby pod {pod} staged beside the active pod on {gpus[0]}",
+                            pod=pod,
+                            profile=profile,
+                            reason="standby",
+                            gpus=list(gpus),
+                        )
+                    elif p.pending_job is not None:
+                        touched[p.pending_job] = None
+                case PromoteStandby(pod) | RecyclePod(_, pod):
+                    if (job := core.pods[pod].pending_job) is not None:
+                        touched[job] = None
+                case BindJob(job=job) | JobEnded(job=job):
+                    touched[job] = None
+                case StopPod(pod, reason):
+                    self._stopped(core, pod, reason, now)
+                case KillJob(job, reason, grace_s):
+                    j = core.jobs[job]
+                    self._emit(
+                        now,
+                        "job.kill",
+                        f"its running ranks are stopped ({reason.value}; {grace_s:g} s grace)",
+                        job=job,
+                        tenant=j.spec.tenant,
+                        reason=reason.value,
+                    )
+                case JobRequeued(job, reason):
+                    self._requeued(core, job, reason, now)
+                    touched[job] = None
+        for job_id in touched:
+            self._job(core, job_id, actions, now)
+
+    @staticmethod
+    def _owner(pod: Any) -> dict[str, Any]:
+        if pod is None:
+            return {}
+        out: dict[str, Any] = {"profile": pod.profile}
+        if pod.owner is not None:
+            out["tenant"] = pod.owner[0]
+        return out
+
+    def _remember(self, pair: tuple[str, str], pod_id: str, reason: str, at: float) -> None:
+        """The last pod of a (tenant, tag) pair and why it went: a cold start's answer."""
+        self._last_stop.pop(pair, None)
+        self._last_stop[pair] = (pod_id, reason, at)
+        if len(self._last_stop) > _PAIRS:
+            del self._last_stop[next(iter(self._last_stop))]
+
+    def _stopped(self, core: Core, pod_id: str, reason: str, now: float) -> None:
+        pod = core.pods[pod_id]
+        self.metrics.pod_stops.labels(pod.profile, reason).inc()
+        why = {
+            "keepalive": "its keep-alive ran out",
+            "budget": "the warm budget is full",
+            "reclaim": "a queued job needs its GPU",
+            "handover": "a standby pod on its GPU was promoted",
+            "yield": "HP demand takes its GPU",
+        }.get(reason, reason)
+        if pod.owner is not None:
+            self._remember(pod.owner, pod_id, reason, now)
+        self._emit(
+            now,
+            "pod.stopped",
+            f"pod {pod_id} stopped: {why}",
+            pod=pod_id,
+            reason=reason,
+            reuse_tag=pod.owner[1] if pod.owner else None,
+            **self._owner(pod),
+        )
+
+    def _job(self, core: Core, job_id: str, actions: list[Any], now: float) -> None:
+        """What changed for one job since the log last looked: queued, placed (a run's pods
+        chosen), started (its first run, with the start latency; a later run after a
+        requeue), finished."""
+        job = core.jobs.get(job_id)
+        if job is None:
+            return
+        seen = self._live.get(job_id)
+        spec = job.spec
+        cls = spec.job_class.value
+        base = {"job": job_id, "tenant": spec.tenant, "profile": spec.profile}
+        path = job.path.value if job.path else None
+        if seen is None:
+            seen = _Seen(JobState.QUEUED.value, None, False, ())
+            self._live[job_id] = seen
+            if job.state is JobState.QUEUED:
+                reason, msg = self._why_queued(core, job, actions)
+                self._emit(now, "job.queued", msg, reason=reason, **base)
+        since = max(job.submitted, job.queued_since)  # this run's time in the queue
+        placed = job.placed is not None and job.placed >= since  # (not a cancel in the queue)
+        if seen.state == JobState.QUEUED.value and job.state is not JobState.QUEUED and placed:
+            wait = job.placed - since
+            self.metrics.queue_wait.labels(spec.profile, cls).observe(wait)
+            reasons, msg = self._why_path(core, job)
+            self._emit(
+                now,
+                "job.placed",
+                msg,
+                path=path,
+                reasons=reasons,
+                pods=list(job.pods),
+                wait_s=round(wait, 6),
+                **base,
+            )
+        if job.started is not None and not seen.started:
+            latency = job.started - job.submitted
+            labels = (spec.profile, cls, path or "none")
+            self.metrics.started.labels(*labels).inc()
+            self.metrics.start_latency.labels(*labels).observe(latency)
+            self._handover(core, job)
+            how = path or f"{cls} job"
+            self._emit(
+                now,
+                "job.started",
+                f"running {latency * 1000:.1f} ms after submit ({how})",
+                path=path,
+                latency_s=round(latency, 6),
+                **base,
+            )
+        elif job.state is JobState.RUNNING and seen.state != JobState.RUNNING.value:
+            # a run after a requeue: running again, its first start already counted
+            self._emit(now, "job.started", "running again after its requeue", **base)
+        if job.state is JobState.FINISHED:
+            out = outcome(job.exit_code, job.failure.value if job.failure else None)
+            self.metrics.finished.labels(spec.profile, cls, path or "none", out).inc()
+            if job.started is not None:
+                for pid in job.pods:
+                    for gid in core.pods[pid].gpus:
+                        self._gpu_end[gid] = (job.finished or now, job.pair)
+            warm = [p for p in job.pods if core.pods[p].state is PodState.WARM]
+            after = f"; pod {warm[0]} kept warm for its reuse tag" if warm else ""
+            self._emit(
+                now,
+                "job.finished",
+                f"{out} (exit {job.exit_code}){after}",
+                outcome=out,
+                exit_code=job.exit_code,
+                path=path,
+                **base,
+            )
+            del self._live[job_id]
+            return
+        self._live[job_id] = _Seen(job.state.value, path, job.started is not None, tuple(job.pods))
+
+    def _requeued(self, core: Core, job_id: str, reason: Failure, now: float) -> None:
+        job = core.jobs[job_id]
+        spec = job.spec
+        if reason is Failure.PREEMPTED:
+            model = spec.gpu_model or core.profiles[spec.profile].gpu_model
+            self.metrics.preemptions.labels(model).inc()
+            msg = "evicted for HP demand: back in the queue, runs again"
+        else:
+            msg = f"its pod failed before it ran ({reason.value}): back in the queue"
+        self._live[job_id] = _Seen(JobState.QUEUED.value, None, job.started is not None, ())
+        self._emit(
+            now,
+            "job.requeued",
+            msg,
+            reason=reason.value,
+            job=job_id,
+            tenant=spec.tenant,
+            profile=spec.profile,
+        )
+
+    def _handover(self, core: Core, job: Any) -> None:
+        """Observe a handover once per job: the GPU's previous job (another caller's) ended
+        while this one waited, and this one runs there now (as stoker.sim.metrics counts)."""
+        for pid in job.pods:
+            for gid in core.pods[pid].gpus:
+                prev = self._gpu_end.pop(gid, None)
+                if prev is None:
+                    continue
+                end, pair = prev
+                if pair != job.pair and job.submitted <= end <= job.started:
+                    self.metrics.handover.labels(job.spec.profile).observe(job.started - end)
+                    return
+
+    def _why_queued(self, core: Core, job: Any, actions: list[Any]) -> tuple[str, str]:
+        reclaim = sum(1 for a in actions if isinstance(a, StopPod) and a.reason == "reclaim")
+        ahead = len(core.queued(job.spec.profile)) - 1
+        total = core.cluster.total_gpus
+        if reclaim:
+            return "reclaim", f"no free GPU: {reclaim} idle pod(s) stopping to make room for it"
+        if ahead > 0:
+            return "behind_queue", f"waits behind {ahead} queued job(s) of {job.spec.profile}"
+        return "no_capacity", f"no free GPU of {total:g} and no idle pod to reclaim"
+
+    def _why_path(self, core: Core, job: Any) -> tuple[list[str], str]:
+        """Why the job took its path: for a cold start, what the warm and standby paths
+        lacked, and what became of its reuse tag's last pod."""
+        pods = ", ".join(job.pods)
+        if job.spec.job_class is not JobClass.POOL or job.path is None:
+            # hp and spot jobs do not take warm pools' paths: their pods are their own
+            cls = job.spec.job_class.value
+            return [f"{cls}_placed"], f"{cls} job placed on {pods}"
+        path = job.path.value
+        if path == "warm":
+            return ["warm_pod_of_tag"], f"warm hit: idle warm pod {pods} of its reuse tag"
+        reasons: list[str] = []
+        words: list[str] = []
+        busy = [
+            p.id
+            for p in core.pods.values()
+            if p.owner == job.pair and p.state is PodState.ACTIVE and p.job != job.id
+        ]
+        last = self._last_stop.get(job.pair)
+        if busy:
+            reasons.append("warm_pod_busy")
+            words.append(f"its reuse tag's pods are busy ({', '.join(busy[:3])})")
+        elif last is not None:
+            pod_id, why, at = last
+            reasons.append(f"last_pod_{why}")
+            ago = job.submitted - at
+            words.append(f"its last pod {pod_id} was stopped ({why}) {ago:.1f} s before")
+        else:
+            reasons.append("new_reuse_tag")
+            words.append("no pod has run its reuse tag yet")
+        if path == "standby":
+            return ["no_warm_pod", *reasons, "standby_promoted"], (
+                f"standby hit: no idle warm pod of its reuse tag ({words[0]}); "
+                f"promoted standby pod {pods}"
+            )
+        profile = core.profiles[job.spec.profile]
+        standby = [
+            p
+            for p in core.pods.values()
+            if p.profile == profile.name and p.state is PodState.STANDBY
+        ]
+        if not profile.standby_enabled:
+            reasons.append("standby_disabled")
+            words.append(f"profile {profile.name} stages no standby pods")
+        elif standby:
+            reasons.append("standby_not_promotable")
+            words.append(f"its {len(standby)} standby pod(s) share GPUs with busy pods")
+        elif core.idle_gpus + profile.standby_share > core.budget_limit():
+            reasons.append("budget_full")
+            words.append(
+                f"no standby pod: the warm budget is full ({core.idle_gpus:g} of "
+                f"{core.budget_limit():g} GPUs held idle)"
+            )
+        else:
+            reasons.append("no_standby")
+            words.append("no standby pod was ready")
+        return ["no_warm_pod", *reasons], f"cold start on {pods}: " + "; ".join(words)

@@ -1,0 +1,270 @@
+"""hp and spot jobs in the live broker, end to end: real HTTP, a real SQLite file, real
+bubblewrap sandboxes on virtual GPU slots, the SDK and the ``stoker`` command.
+
+An HP job preempts a running spot job, which gets SIGTERM (its own code checkpoints),
+is re-queued as ``preempted`` and runs again; HP jobs take GPUs from idle standby and warm
+pods; a broker restart in the middle keeps all of it; ``/v1/pools`` shows what ran.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+import stoker
+from stoker.broker.config import (
+    BrokerConfig,
+    BrokerProfile,
+    ForecastConfig,
+    PolicyConfig,
+    SpotConfig,
+)
+from stoker.broker.embedded import EmbeddedBroker
+from stoker.cli.main import app
+from stoker.client import Job, JobPreempted, JobShape
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) not installed"),
+    pytest.mark.timeout(120),
+]
+
+PY = "python"
+# a spot job that checkpoints on SIGTERM: its first run waits to be preempted, later runs end
+SPOT = """
+import os, signal, sys, time
+run = int(os.environ["STOKER_RUN"])
+def term(*_):
+    os.write(1, f"run {run}: SIGTERM, checkpointed\\n".encode())  # print is not reentrant
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+print(f"run {run}: started", flush=True)
+if run == 1:
+    time.sleep(90)
+print(f"run {run}: done", flush=True)
+"""
+SPOT_OUTPUT = "run 1: started\nrun 1: SIGTERM, checkpointed\nrun 2: started\nrun 2: done\n"
+
+
+def _cfg(tmp: Path, gpu_slots: int = 1, **kw: Any) -> BrokerConfig:
+    return BrokerConfig(
+        data_dir=tmp / "data",
+        profiles=[BrokerProfile.simple("plain")],
+        gpu_slots=gpu_slots,
+        gpu_model="vgpu",
+        forecast=ForecastConfig(query_every_s=0.2, refit_every_s=0.5),
+        spot=SpotConfig(grace_s=20.0),
+        **kw,
+    )
+
+
+def _tenant(eb: EmbeddedBroker, name: str) -> stoker.Client:
+    with stoker.Client(eb.url, eb.admin_token) as admin:
+        return stoker.Client(eb.url, admin.create_tenant(name))
+
+
+def _wait_for(pred: Callable[[], Any], timeout_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (value := pred()):
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+    return value
+
+
+def _pool(c: stoker.Client) -> dict[str, Any]:
+    (pool,) = c.pools()
+    return pool
+
+
+def _running_spot(c: stoker.Client) -> Job:
+    """Submit the checkpointing spot job on the whole GPU; return it once it runs."""
+    job = c.run("plain", [PY, "-c", SPOT], shape=JobShape("spot", gpus=1.0, guarantee_s=600))
+    _wait_for(lambda: "run 1: started" in job.logs())
+    return job
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker(_cfg(tmp_path)) as eb:
+        yield eb
+
+
+def test_bad_class_workers_gpus_get_4xx_naming_the_field(tmp_path: Path) -> None:
+    with EmbeddedBroker(_cfg(tmp_path, gpu_slots=2)) as eb, _tenant(eb, "a") as a:
+        cases = [
+            ({"job_class": "gold"}, "body.job_class"),
+            ({"workers": 0}, "body.workers"),
+            ({"job_class": "hp", "workers": 3, "gpus": 1}, "body.workers"),
+            ({"job_class": "hp", "gpus": 0}, "body.gpus"),
+            ({"job_class": "hp", "gpus": 1.5}, "body.gpus"),
+            ({"job_class": "spot", "gpus": 4}, "body.gpus"),
+            ({"job_class": "hp", "guarantee_s": 600}, "body.guarantee_s"),
+            ({"job_class": "spot", "guarantee_s": -1}, "body.guarantee_s"),
+            ({"gpus": 0.5}, "body.gpus"),  # a pool job takes its profile's shape
+        ]
+        for override, field in cases:
+            body = {"profile": "plain", "argv": [PY, "-c", "pass"], "reuse_tag": "x", **override}
+            r = a._http.post("/v1/jobs", json=body)
+            assert 400 <= r.status_code < 500, (override, r.text)
+            assert r.json()["field"] == field, (override, r.json())
+            assert field in r.json()["message"]
+        assert a.jobs() == []
+        db = eb.cfg.db_path
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("select count(*) from jobs").fetchone()[0] == 0
+
+
+def test_hp_preempts_spot_which_checkpoints_and_runs_again(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    a, b = _tenant(broker, "a"), _tenant(broker, "b")
+    with a, b:
+        # the spot job through the command line, which says when it is preempted
+        env = {
+            **os.environ,
+            "STOKER_URL": broker.url,
+            "STOKER_TOKEN": a._http.headers["Authorization"][7:],
+        }
+        args = ["run", "-p", "plain", "--class", "spot", "--gpus", "1", "--guarantee-s", "600"]
+        cli = subprocess.Popen(
+            [str(Path(sys.executable).parent / "stoker"), *args, "--json", "--", PY, "-c", SPOT],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            row = _wait_for(lambda: next(iter(a.jobs(["running"])), None))
+            spot = Job(a, row)
+            _wait_for(lambda: "run 1: started" in spot.logs())
+            pool = _pool(a)
+            assert (pool["capacity"], pool["spot_gpus"], pool["hp_gpus"]) == (1.0, 1.0, 0.0)
+            assert [p["job"] for p in a.pods()] == [spot.id] and b.pods() == []  # its own
+            hp = b.run("plain", [PY, "-c", "print('hp ran')"], shape=JobShape("hp", gpus=1.0))
+            with pytest.raises(JobPreempted) as preempted:
+                spot.wait(timeout_s=60, raise_preempted=True)
+            assert preempted.value.requeues == 1 and preempted.value.job == spot.id
+            assert hp.result(timeout_s=60).ok and b"hp ran" in hp.result().stdout
+            res = spot.result(timeout_s=60)
+            out, err = cli.communicate(timeout=60)
+        finally:
+            cli.kill()
+        assert res.ok and res.requeues == 1, res
+        assert res.stdout.decode() == SPOT_OUTPUT  # SIGTERM reached its code; nothing lost
+        final = a.get(spot.id)
+        assert (final["requeue_reason"], final["guarantee_failed"]) == ("preempted", 1)
+        assert cli.returncode == 0, err
+        assert f"stoker: job {spot.id} preempted" in err
+        assert json.loads(out)["requeues"] == 1
+        pool = _pool(a)
+        assert (pool["spot_gpus"], pool["hp_gpus"]) == (0.0, 0.0)
+        assert pool["eviction_rate_1d"] > 0 and pool["queued"] == {"hp": 0, "spot": 0}
+
+
+def test_hp_takes_the_gpu_of_idle_standby_then_warm_pods(broker: EmbeddedBroker) -> None:
+    with _tenant(broker, "a") as a, _tenant(broker, "b") as b:
+        warm = a.run("plain", [PY, "-c", "pass"], reuse_tag="loop").result(60)
+        assert warm.path == "cold"
+        with stoker.Client(broker.url, broker.admin_token) as admin:
+            pods = lambda: {p["id"]: p["state"] for p in admin.pods()}  # noqa: E731
+            standby = _wait_for(lambda: [p for p, s in pods().items() if s == "standby"])
+            (warm_pod,) = [p for p, s in pods().items() if s == "warm"]
+            # the one GPU is held by a warm pod (0.9) and a standby pod (0.1): a tenth of it
+            # for HP is taken from the standby pod first, the cheaper one
+            small = b.run("plain", [PY, "-c", "pass"], shape=JobShape("hp", gpus=0.1))
+            assert small.result(60).ok
+            assert standby[0] not in pods() and pods().get(warm_pod) == "warm"
+            # the whole card for HP: the idle warm pod gives it up
+            whole = b.run("plain", [PY, "-c", "pass"], shape=JobShape("hp", gpus=1.0))
+            assert whole.result(60).ok
+            assert warm_pod not in pods()
+        # the loop comes back to a fresh pod; nothing of it was lost
+        again = a.run("plain", [PY, "-c", "pass"], reuse_tag="loop").result(60)
+        assert again.ok and again.path != "warm"
+
+
+def test_restart_in_the_middle_keeps_spot_hp_and_demand_history(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, gpu_slots=2)
+    eb = EmbeddedBroker(cfg, stop_pods=False).start()
+    a, b = _tenant(eb, "a"), _tenant(eb, "b")
+    # an HP job and a spot job run, one GPU each, when the broker goes
+    hp_code = "import time; print('hp up', flush=True); time.sleep(4); print('hp done')"
+    first = b.run("plain", [PY, "-c", hp_code], shape=JobShape("hp", gpus=1.0))
+    _wait_for(lambda: "hp up" in first.logs())
+    spot = _running_spot(a)
+    tokens = [c._http.headers["Authorization"][7:] for c in (a, b)]
+    a.close(), b.close()
+    eb.stop(stop_pods=False)  # the broker goes; the pods and the processes in them stay
+    with sqlite3.connect(cfg.db_path) as conn:
+        demand = conn.execute("select tenant, gpu_model, gpus from hp_demand").fetchall()
+    assert ("b", "vgpu", 1.0) in demand and {row[0] for row in demand} == {"b"}
+
+    with EmbeddedBroker(cfg) as eb2:
+        assert eb2.broker is not None and eb2.broker.recovery["adopted"] >= 2
+        a2, b2 = stoker.Client(eb2.url, tokens[0]), stoker.Client(eb2.url, tokens[1])
+        with a2, b2:
+            assert a2.get(spot.id)["state"] == "running"  # adopted, still running
+            done = Job(b2, b2.get(first.id)).result(60)
+            assert done.ok and done.stdout == b"hp up\nhp done\n"
+            # the forecaster refits on the stored history and its answer reaches the core
+            pool = _wait_for(lambda: (p := _pool(a2))["forecast"] and p)
+            fc = pool["forecast"]
+            assert len(fc["hours"]) == len(fc["mean"]) == len(fc["quantile"]) == 4
+            assert all(q >= m for q, m in zip(fc["quantile"], fc["mean"], strict=True))
+            # an HP gang of two needs both GPUs: the spot job gives its own up
+            gang = b2.run("plain", [PY, "-c", "pass"], shape=JobShape("hp", workers=2, gpus=1))
+            assert gang.result(60).ok
+            res = Job(a2, a2.get(spot.id)).result(60)
+            assert res.ok and res.requeues == 1 and res.stdout.decode() == SPOT_OUTPUT
+
+
+def test_fitted_keepalive_runs_live(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, policies=PolicyConfig(keepalive="fitted"), keepalive_s=30.0)
+    with EmbeddedBroker(cfg) as eb, _tenant(eb, "a") as a:
+        assert eb.broker is not None
+        keepalive = eb.broker.scheduler.core.policies.keepalive
+        assert type(keepalive).__name__ == "FittedKeepAlive" and keepalive.fallback_s == 30.0
+        paths = [a.run("plain", [PY, "-c", "pass"], reuse_tag="loop").result(60).path]
+        paths += [a.run("plain", [PY, "-c", "pass"], reuse_tag="loop").result(60).path]
+        assert paths == ["cold", "warm"]
+        (pod,) = [p for p in a.pods() if p["state"] == "warm"]
+        assert pod["keepalive_deadline"] is not None  # the fallback until pauses are seen
+
+
+def test_cli_pools_table_and_json(broker: EmbeddedBroker) -> None:
+    with _tenant(broker, "cli") as c:
+        token = c._http.headers["Authorization"][7:]
+        env = {"STOKER_URL": broker.url, "STOKER_TOKEN": token, "COLUMNS": "200"}
+        assert c.run("plain", [PY, "-c", "pass"], shape=JobShape("hp", gpus=0.5)).result(60).ok
+    runner = CliRunner()
+    res = runner.invoke(app, ["pools", "--json"], env=env)
+    assert res.exit_code == 0, res.output
+    (pool,) = json.loads(res.stdout)
+    assert pool["gpu_model"] == "vgpu" and pool["capacity"] == 1.0
+    assert set(pool) == {
+        "gpu_model",
+        "capacity",
+        "hp_gpus",
+        "spot_gpus",
+        "spot_quota",
+        "eta",
+        "eviction_rate_1d",
+        "forecast",
+        "queued",
+    }
+    table = runner.invoke(app, ["pools"], env=env)
+    assert table.exit_code == 0 and "vgpu" in table.stdout and "spot quota" in table.stdout
+    bad = runner.invoke(app, ["pools"], env={**env, "STOKER_TOKEN": "stk_bad"})
+    assert bad.exit_code == 2 and "authorization" in bad.stderr
+    assert httpx.get(f"{broker.url}/v1/pools").status_code == 401

@@ -1,0 +1,405 @@
+"""The dashboard in a real headless browser: Debian's chromium driven by chromedriver
+(selenium), against a real broker (uvicorn, SQLite file, bubblewrap sandboxes) running
+real jobs. It signs in with the viewer token, shows what the API reports, updates after a
+new job, explains a job's path, and renders at desktop and phone width (screenshots are
+kept under ``$STOKER_ARTIFACTS``, default ``.artifacts/`` in the repository, and their paths
+printed in the test log even without ``-s``). The first paint with 1,000 jobs in the store
+is measured and printed, never asserted (a shared, noisy machine)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from stoker.broker.auth import hash_token, new_token
+from stoker.broker.config import BrokerConfig, BrokerProfile
+from stoker.broker.embedded import EmbeddedBroker
+from stoker.broker.store import Batch, Store
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) not installed"),
+    pytest.mark.skipif(
+        not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)),
+        reason="chromium and chromium-driver not installed (scripts/bootstrap.sh dev)",
+    ),
+    pytest.mark.timeout(240),
+]
+
+ARTIFACTS = Path(os.environ.get("STOKER_ARTIFACTS", Path(__file__).parent.parent / ".artifacts"))
+
+
+def _cfg(tmp: Path) -> BrokerConfig:
+    return BrokerConfig(
+        data_dir=tmp / "data", profiles=[BrokerProfile.simple("plain")], gpu_slots=2
+    )
+
+
+def _chrome_pids(profile_dir: Path) -> list[int]:
+    """Processes of the browser this test started (found by its own profile directory)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(profile_dir).encode() in cmd:
+            out.append(int(entry.name))
+    return out
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile_dir = tmp_path / "chromium-profile"
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",  # runs as root in CI containers; the page is our own
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,900",
+        f"--user-data-dir={profile_dir}",
+    ):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        deadline = time.monotonic() + 10
+        while _chrome_pids(profile_dir) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _chrome_pids(profile_dir) == [], "chromium outlived the test"
+
+
+def _api(eb: EmbeddedBroker, token: str) -> httpx.Client:
+    return httpx.Client(base_url=eb.url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+
+def _submit(api: httpx.Client, tag: str, code: str = "pass") -> str:
+    body = {"profile": "plain", "argv": ["python", "-c", code], "reuse_tag": tag}
+    r = api.post("/v1/jobs", json=body)
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+def _run(api: httpx.Client, tag: str, code: str = "pass") -> dict[str, Any]:
+    job = _submit(api, tag, code)
+    return dict(api.get(f"/v1/jobs/{job}/wait", params={"timeout_s": 60}).json())
+
+
+def _sign_in(driver: Any, eb: EmbeddedBroker) -> None:
+    from selenium.webdriver.common.by import By
+
+    viewer = (eb.cfg.data_dir / "viewer.token").read_text().strip()
+    driver.get(eb.url + "/")
+    field = driver.find_element(By.ID, "token")
+    field.send_keys(viewer)
+    field.submit()
+    _wait_ready(driver)
+
+
+def _wait_ready(driver: Any) -> None:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, 30).until(
+        lambda d: d.execute_script("return document.body.dataset.ready === '1'")
+    )
+
+
+def _say(capsys: pytest.CaptureFixture[str], message: str) -> None:
+    """Print to the test log even when pytest captures output (CI runs without -s)."""
+    with capsys.disabled():
+        print(f"\n{message}")
+
+
+def _screenshot(driver: Any, name: str, width: int, capsys: pytest.CaptureFixture[str]) -> Path:
+    """A full-page PNG at ``width`` CSS pixels, through the DevTools protocol."""
+    driver.set_window_size(width, 900)
+    time.sleep(0.3)  # let the layout settle at the new width
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600},
+    )
+    shot = driver.execute_cdp_cmd(
+        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}
+    )
+    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    path.write_bytes(base64.b64decode(shot["data"]))
+    _say(capsys, f"screenshot: {path}")
+    return path
+
+
+def _fmt_ms(v: float | None) -> str:
+    """As dashboard.js's fmtMs writes it."""
+    if v is None:
+        return "–"
+    return f"{v:.1f}" if v < 10 else str(round(v))
+
+
+def test_dashboard_shows_what_the_api_reports_and_updates(
+    tmp_path: Path, browser: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with EmbeddedBroker(_cfg(tmp_path)) as eb:
+        admin = _api(eb, eb.admin_token)
+        tenant = _api(eb, admin.post("/v1/tenants", json={"name": "alice"}).json()["token"])
+        for tag in ("loop-a", "loop-a", "loop-a", "loop-b"):
+            _run(tenant, tag)
+        _run(tenant, "loop-a", "raise SystemExit(3)")
+
+        _sign_in(browser, eb)
+        jobs = admin.get("/v1/jobs").json()
+        paths = Counter(j["path"] for j in jobs if j["started"] is not None)
+        kpi = browser.find_element(By.ID, "kpi-started")
+        assert kpi.text == str(sum(paths.values()))
+        for path in ("warm", "standby", "cold"):
+            assert browser.find_element(By.ID, f"path-{path}").text == str(paths[path])
+        rows = browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr[data-job-id]")
+        assert [r.get_attribute("data-job-id") for r in rows] == [j["id"] for j in jobs]
+        for row, job in zip(rows, jobs, strict=True):
+            latency = row.find_element(By.CSS_SELECTOR, ".latency").text
+            assert latency == _fmt_ms(job["start_latency_ms"])
+        failed = next(r for r in rows if r.get_attribute("data-job-id") == jobs[0]["id"])
+        assert "user_error (exit 3)" in failed.text
+        # the GPU pool of this host, as GET /v1/pools shows it
+        (pool,) = admin.get("/v1/pools").json()
+        card = browser.find_element(
+            By.CSS_SELECTOR, f'article.pool[data-gpu-model="{pool["gpu_model"]}"]'
+        )
+        assert card.find_element(By.TAG_NAME, "h3").text == f"{pool['gpu_model']} · 2 GPUs"
+        dd = [e.text for e in card.find_elements(By.TAG_NAME, "dd")]
+        assert dd[0] == f"{pool['hp_gpus']:g}" and dd[-2:] == ["0", "0"]
+        # one bar segment per live pod (pods may still be moving: read both until they agree)
+        WebDriverWait(browser, 15).until(
+            lambda d: (
+                len(d.find_elements(By.CSS_SELECTOR, "#gpus .seg"))
+                == len(admin.get("/v1/pods").json())
+            ),
+            message="GPU bars do not match /v1/pods",
+        )
+
+        # a new job appears without a reload
+        new = _run(tenant, "loop-c")
+        WebDriverWait(browser, 15).until(
+            lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-job-id="{new["id"]}"]'),
+            message="the new job did not appear",
+        )
+        WebDriverWait(browser, 15).until(
+            lambda d: d.find_element(By.ID, "kpi-started").text == str(sum(paths.values()) + 1),
+            message="jobs started did not count the new job",
+        )
+
+        # keyboard: the first Tab reaches the skip link; a job's "why" opens with Enter
+        browser.find_element(By.TAG_NAME, "body").send_keys(Keys.TAB)
+        active = browser.switch_to.active_element
+        assert active.text == "Skip to content"
+        # "why": the job's decisions with their reasons
+        browser.find_element(By.CSS_SELECTOR, f'tr[data-job-id="{new["id"]}"] button').send_keys(
+            Keys.ENTER
+        )
+        WebDriverWait(browser, 10).until(
+            lambda d: "job.placed" in d.find_element(By.ID, "why-events").text,
+            message="the job's events did not show",
+        )
+        why = browser.find_element(By.ID, "why-events").text
+        assert ("cold start" in why) == (new["path"] == "cold"), why
+
+        # busy: both GPUs run a job, a third waits; the queue shows it as the API does
+        busy = [_submit(tenant, f"busy-{i}", "import time; time.sleep(60)") for i in (1, 2)]
+        for j in busy:
+            WebDriverWait(browser, 30).until(
+                lambda _d, j=j: admin.get(f"/v1/jobs/{j}").json()["state"] == "running",
+                message=f"busy job not running: {admin.get('/v1/jobs').json()[:3]}",
+            )
+        waiting = _submit(tenant, "busy-3")
+        WebDriverWait(browser, 15).until(
+            lambda d: d.find_elements(By.XPATH, f'//table[@id="queue"]//td[text()="{waiting}"]'),
+            message=f"queued job not shown: {admin.get(f'/v1/jobs/{waiting}').json()}",
+        )
+        queued = sum(p["queued"] for p in admin.get("/v1/profiles").json())
+        assert queued == 1 and browser.find_element(By.ID, "kpi-queued").text == "1"
+        WebDriverWait(browser, 15).until(
+            lambda d: len(d.find_elements(By.CSS_SELECTOR, "#gpus .seg.active")) == 2,
+            message=f"two active pods not shown: {admin.get('/v1/pods').json()}",
+        )
+        desktop = _screenshot(browser, "dashboard-desktop", 1280, capsys)
+        phone = _screenshot(browser, "dashboard-phone", 390, capsys)
+        assert desktop.stat().st_size > 10_000 and phone.stat().st_size > 10_000
+        # nothing wider than the phone's screen: tables scroll inside their cards
+        browser.set_window_size(390, 900)
+        width = browser.execute_script("return document.documentElement.scrollWidth")
+        viewport = browser.execute_script("return window.innerWidth")
+        assert width <= viewport, (width, viewport)
+        for j in (waiting, *busy):
+            admin.post(f"/v1/jobs/{j}/cancel")
+
+
+def test_sign_in_refuses_tenant_tokens(tmp_path: Path, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    with EmbeddedBroker(_cfg(tmp_path)) as eb:
+        admin = _api(eb, eb.admin_token)
+        token = admin.post("/v1/tenants", json={"name": "bob"}).json()["token"]
+        browser.get(eb.url + "/")
+        browser.find_element(By.ID, "token").send_keys(token)
+        browser.find_element(By.ID, "token").submit()
+        assert "neither the admin nor the viewer" in browser.find_element(By.TAG_NAME, "body").text
+        assert browser.get_cookies() == []
+        # the admin token signs in too
+        browser.find_element(By.ID, "token").send_keys(eb.admin_token)
+        browser.find_element(By.ID, "token").submit()
+        _wait_ready(browser)
+        assert browser.get_cookie("stoker_session")["httpOnly"] is True
+
+
+def _fill_store(cfg: BrokerConfig, n: int) -> None:
+    """``n`` finished jobs of the last hour, written as the broker writes them."""
+    store = Store.sqlite(cfg.db_path)
+    for t in range(4):
+        store.add_tenant(f"t{t}", hash_token(new_token()))
+    now = time.time()
+    batch = Batch()
+    for i in range(n):
+        submitted = now - 3000 + i * 2.5
+        path = ("warm", "warm", "warm", "standby", "cold")[i % 5]
+        latency = {"warm": 0.004, "standby": 0.02, "cold": 0.25}[path] * (1 + (i % 7) / 10)
+        batch.new_jobs.append(
+            {
+                "id": "j-" + uuid.uuid4().hex[:20],
+                "tenant": f"t{i % 4}",
+                "idempotency_key": None,
+                "profile": "plain",
+                "reuse_tag": f"loop-{i % 40}",
+                "job_class": "pool",
+                "workers": 1,
+                "gpus": 0.9,
+                "guarantee_s": None,
+                "argv": ["python", "-c", "pass"],
+                "code_digest": None,
+                "deps": [],
+                "env": {},
+                "timeout_s": 60.0,
+                "state": "finished",
+                "path": path,
+                "pods": [f"pod-{i}"],
+                "submitted": submitted,
+                "started": submitted + latency,
+                "finished": submitted + latency + 0.5,
+                "exit_code": 0,
+                "failure": None,
+                "requeues": 0,
+                "requeue_reason": None,
+                "guarantee_succeeded": 0,
+                "guarantee_failed": 0,
+            }
+        )
+    batch.commit(store)
+    store.close()
+
+
+def test_first_paint_with_1000_jobs(
+    tmp_path: Path, browser: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = _cfg(tmp_path)
+    _fill_store(cfg, 1000)
+    with EmbeddedBroker(cfg) as eb:
+        _sign_in(browser, eb)
+        figures = []
+        for _ in range(3):
+            browser.get(eb.url + "/")
+            _wait_ready(browser)
+            figures.append(
+                browser.execute_script(
+                    "return [performance.getEntriesByName('first-contentful-paint')[0]"
+                    "?.startTime ?? null,"
+                    " performance.getEntriesByName('stoker-first-data')[0].startTime]"
+                )
+            )
+        started = browser.find_element("id", "kpi-started").text
+        assert started == "1000"
+        fcp = sorted(f[0] for f in figures if f[0] is not None)
+        data = sorted(f[1] for f in figures)
+        _say(
+            capsys,
+            f"first paint, 1,000 jobs in the store (3 loads, median): first contentful paint"
+            f" {fcp[len(fcp) // 2]:.0f} ms, numbers on screen {data[1]:.0f} ms"
+            f" (all: {[round(x) for x in data]})",
+        )
+
+
+def test_gpu_pool_panel_renders_the_pools_shape(
+    tmp_path: Path, browser: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The GPU-pool panel with a forecast, eta and evictions: a GPU pool row in
+    ``GET /v1/pools``' shape handed to the page's own renderer (a broker of a few seconds
+    has no HP history to forecast from)."""
+    from selenium.webdriver.common.by import By
+
+    with EmbeddedBroker(_cfg(tmp_path)) as eb:
+        _sign_in(browser, eb)
+        state = _api(eb, eb.admin_token).get("/dashboard/state").json()
+        now = state["now"]
+        hist_t = [now - 3600 + 60 * i for i in range(61)]
+        state["gpu_pools"] = [
+            {
+                "gpu_model": "H800",
+                "capacity": 64.0,
+                "hp_gpus": 30.0,
+                "spot_gpus": 12.5,
+                "spot_quota": 20.0,
+                "eta": 0.95,
+                "eviction_rate_1d": 0.0625,
+                "forecast": {
+                    "hours": [0, 1, 2, 3],
+                    "mean": [31.0, 35.0, 40.0, 36.0],
+                    "var": [4.0, 9.0, 16.0, 9.0],
+                    "quantile": [33.6, 38.8, 45.1, 39.8],
+                    "g": 0.9,
+                },
+                "queued": {"hp": 2, "spot": 7},
+                "history": {
+                    "t": hist_t,
+                    "hp": [28 + (i % 7) for i in range(61)],
+                    "spot": [10 + (i % 5) for i in range(61)],
+                    "quota": [20.0] * 61,
+                },
+            }
+        ]
+        browser.execute_script("clearTimeout(timer); render(arguments[0]);", state)
+        card = browser.find_element(By.CSS_SELECTOR, 'article.pool[data-gpu-model="H800"]')
+        text = card.text
+        for want in ("H800 · 64 GPUs", "HP use\n30\n", "12.5 / 20", "0.95", "6.3 %"):
+            assert want in text, (want, text)
+        dd = [e.text for e in card.find_elements(By.TAG_NAME, "dd")]
+        assert dd[-2:] == ["2", "7"]  # queued hp, spot
+        paths = card.find_elements(By.CSS_SELECTOR, "svg path")
+        assert len(paths) == 5 and all(p.get_attribute("d") for p in paths)
+        assert "spot 12.5 of a 20 spot quota" in card.find_element(
+            By.CSS_SELECTOR, ".bar.quota"
+        ).get_attribute("aria-label")
+        assert browser.find_elements(By.ID, "no-gpu-pools") == []
+        _screenshot(browser, "dashboard-gpu-pools", 1280, capsys)

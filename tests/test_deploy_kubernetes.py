@@ -1,0 +1,252 @@
+"""Every manifest stoker builds for Kubernetes, rendered and validated against the
+Kubernetes 1.30-1.34 schemas (kubernetes-validate, strict: no unknown field passes), and the
+committed ``deploy/kubernetes`` tree is exactly what the builders render."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from stoker.cli.main import app
+from stoker.core.model import Profile
+from stoker.runtime.base import RuntimeProfile
+from stoker.runtime.kubernetes import deploy, pods
+from stoker.runtime.kubernetes.settings import KubeSettings, ShareMechanism
+
+ROOT = Path(__file__).resolve().parent.parent
+VERSIONS = ("1.30", "1.31", "1.32", "1.33", "1.34")
+#: kinds that are not Kubernetes built-ins: no schema ships for them
+NOT_BUILT_IN = {"ServiceMonitor"}
+
+
+def _validate(obj: dict[str, Any]) -> None:
+    for version in VERSIONS:
+        assert kubernetes_validate.validate(obj, version, strict=True) == version, version
+
+
+def test_the_schemas_cover_every_version() -> None:
+    shipped = {".".join(v.split(".")[:2]) for v in kubernetes_validate.utils.all_versions()}
+    assert set(VERSIONS) <= shipped
+
+
+def test_a_typo_fails_validation() -> None:
+    pod = pods.pod_manifest(KubeSettings(), _shape(ShareMechanism.NONE, False, "pool"))
+    pod["spec"]["containers"][0]["securityContxt"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        _validate(pod)
+
+
+def _shape(
+    mech: ShareMechanism,
+    standby: bool,
+    job_class: str,
+    runtime_class: str | None = None,
+    mem: int | None = None,
+    network: bool = False,
+) -> pods.PodShape:
+    core = Profile("gpu", gpu_model="NVIDIA-H100-80GB-HBM3", share=0.9, standby_share=0.1)
+    if mech is ShareMechanism.NONE:
+        core = Profile("gpu", gpu_model="NVIDIA-H100-80GB-HBM3", gpus=2)
+    rt = RuntimeProfile("gpu", preload=("torch",), runtime_class=runtime_class, network=network)
+    gpus = ("node-1/0",) if core.gpus == 1 else ("node-1/0", "node-1/1")
+    return pods.PodShape("pod-7", core, rt, "node-1", gpus, standby, job_class, mem)
+
+
+# every share mechanism, role and class; a RuntimeClass and known GPU memory, or neither
+CASES = [
+    (mech, standby, job_class, rc, mem)
+    for mech, standby, job_class, (rc, mem) in itertools.product(
+        ShareMechanism, (False, True), ("pool", "hp", "spot"), ((None, None), ("gvisor", 81559))
+    )
+    if not (mech is ShareMechanism.NONE and standby)
+]
+
+
+@pytest.mark.parametrize(("mech", "standby", "job_class", "rc", "mem"), CASES)
+def test_every_pod_the_runtime_builds_is_valid(
+    mech: ShareMechanism, standby: bool, job_class: str, rc: str | None, mem: int | None
+) -> None:
+    s = KubeSettings(share=mech)
+    shape = _shape(mech, standby, job_class, rc, mem, network=job_class == "spot")
+    pod = pods.pod_manifest(s, shape)
+    _validate(pod)
+    _validate(pods.secret_manifest(s, shape.pod, "t0ken", "9b2d-uid"))
+    spec, c = pod["spec"], pod["spec"]["containers"][0]
+    limits, notes = c["resources"]["limits"], pod["metadata"]["annotations"]
+    # the same hardened pod whatever the shape
+    assert spec["securityContext"]["runAsNonRoot"] and spec["automountServiceAccountToken"] is False
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {m["mountPath"] for m in c["volumeMounts"]} == {"/workspace", "/tmp", "/dev/shm"}
+    assert spec["priorityClassName"] == f"stoker-{job_class}"
+    assert spec.get("runtimeClassName") == rc
+    assert c["command"][:5] == ["python", "-m", "stoker.agent", "--dial", s.gateway_addr]
+    assert json.loads(notes["stoker.dev/spec"])["standby"] is standby
+    env = {e["name"]: e for e in c["env"]}
+    assert env["STOKER_AGENT_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "stoker-pod-7-token"
+    assert ("STOKER_STANDBY" in env) is standby
+    share = "0.1" if standby else "0.9"
+    if mech is ShareMechanism.NONE:
+        assert limits["nvidia.com/gpu"] == "2" and "gpu-fraction" not in notes
+    elif mech is ShareMechanism.TIME_SLICING:
+        assert limits["nvidia.com/gpu"] == "1"
+    elif mech is ShareMechanism.KAI:
+        assert notes["gpu-fraction"] == share and "nvidia.com/gpu" not in limits
+        assert spec["schedulerName"] == "kai-scheduler"
+        assert pod["metadata"]["labels"]["kai.scheduler/queue"] == "default"
+    else:
+        want = (
+            {"nvidia.com/gpumem": str(int(float(share) * 81559))}
+            if mem
+            else {"nvidia.com/gpumem-percentage": str(round(float(share) * 100))}
+        )
+        assert limits["nvidia.com/gpu"] == "1" and want.items() <= limits.items()
+
+
+def test_impossible_pods_are_refused_with_a_reason() -> None:
+    with pytest.raises(pods.PodSpecError, match="share mechanism"):
+        shape = _shape(ShareMechanism.TIME_SLICING, True, "pool")
+        pods.pod_manifest(KubeSettings(share=ShareMechanism.NONE), shape)
+    multi = Profile("multi", gpus=2, share=0.5)
+    shape = pods.PodShape("p", multi, RuntimeProfile("multi"), None, ("n/0", "n/1"))
+    with pytest.raises(pods.PodSpecError, match="one-GPU"):
+        pods.pod_manifest(KubeSettings(share=ShareMechanism.KAI), shape)
+
+
+def test_pod_names_are_dns_labels_and_unique() -> None:
+    from stoker.runtime.kubernetes.settings import object_name
+
+    names = {object_name(p) for p in ("pod-1", "Pod-1", "pod_1", "x" * 90, "x" * 91)}
+    assert len(names) == 5
+    assert all(len(n) <= 63 and n.replace("-", "").isalnum() and n.islower() for n in names)
+
+
+def _tree_objects(tree: dict[str, str]) -> list[dict[str, Any]]:
+    return [
+        doc
+        for rel, text in tree.items()
+        if not rel.endswith("kustomization.yaml")
+        for doc in yaml.safe_load_all(text)
+    ]
+
+
+@pytest.mark.parametrize("namespace", ["stoker", "gpu-team"])
+def test_every_deploy_manifest_is_valid(namespace: str) -> None:
+    cfg = deploy.DeployConfig(settings=KubeSettings(namespace=namespace))
+    objs = _tree_objects(deploy.kustomize_tree(cfg))
+    kinds = sorted(o["kind"] for o in objs)
+    assert kinds == sorted(
+        ["Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole"]
+        + ["ClusterRoleBinding", "ConfigMap", "Deployment", "Service", "Service"]
+        + ["PodDisruptionBudget", "NetworkPolicy", "NetworkPolicy", "NetworkPolicy"]
+        + ["PriorityClass"] * 3
+        + ["ServiceMonitor", "Secret"]
+    )
+    for obj in objs:
+        if obj["kind"] in NOT_BUILT_IN:
+            # no schema ships for a CRD: its shape is checked here instead
+            assert obj["apiVersion"] == "monitoring.coreos.com/v1"
+            assert obj["spec"]["endpoints"] == [
+                {"port": "api", "path": "/metrics", "interval": "30s"}
+            ]
+            continue
+        _validate(obj)
+        if obj["kind"] not in ("Namespace", "PriorityClass", "ClusterRole", "ClusterRoleBinding"):
+            assert obj["metadata"]["namespace"] == namespace
+
+
+def test_the_committed_tree_is_what_the_builders_render() -> None:
+    tree = deploy.kustomize_tree(deploy.DeployConfig())
+    on_disk = {
+        str(p.relative_to(ROOT / "deploy/kubernetes")): p.read_text()
+        for p in sorted((ROOT / "deploy/kubernetes").rglob("*"))
+        if p.is_file()
+    }
+    assert on_disk == tree, (
+        "deploy/kubernetes is stale: run `stoker deploy render --out deploy/kubernetes`"
+    )
+    # every kustomization names files that exist, and nothing is left out of one
+    listed = set()
+    for rel, text in tree.items():
+        if rel.endswith("kustomization.yaml"):
+            base = Path(rel).parent
+            for res in yaml.safe_load(text)["resources"]:
+                path = (ROOT / "deploy/kubernetes" / base / res).resolve()
+                assert path.exists(), (rel, res)
+                listed.add(path)
+    for rel in tree:
+        if not rel.endswith("kustomization.yaml"):
+            assert (ROOT / "deploy/kubernetes" / rel).resolve() in listed, rel
+
+
+def test_rbac_networking_and_priorities() -> None:
+    cfg = deploy.DeployConfig()
+    by = {(o["kind"], o["metadata"]["name"]): o for o in deploy.manifests(cfg)}
+    role = by[("Role", "stoker-broker")]
+    assert {r for rule in role["rules"] for r in rule["resources"]} == {"pods", "secrets", "events"}
+    nodes = by[("ClusterRole", "stoker-broker-stoker-nodes")]
+    assert nodes["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+    ]
+    values = {o["metadata"]["name"]: o["value"] for o in deploy.priority_classes(cfg)}
+    assert values["stoker-spot"] < values["stoker-pool"] < values["stoker-hp"]
+    agents = by[("NetworkPolicy", "stoker-pods")]["spec"]
+    assert agents["ingress"] == [] and len(agents["egress"]) == 2
+    to_broker, dns = agents["egress"]
+    assert to_broker["ports"] == [{"protocol": "TCP", "port": 8766}]
+    assert (
+        to_broker["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "broker"
+    )
+    assert {p["port"] for p in dns["ports"]} == {53}
+    dep = by[("Deployment", "stoker-broker")]
+    assert dep["spec"]["replicas"] == 2
+    env = {e["name"]: e for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["STOKER_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {
+        "name": "stoker-database",
+        "key": "url",
+    }
+    gateway = by[("Service", "stoker-gateway")]
+    assert gateway["spec"]["selector"]["stoker.dev/leader"] == "true"
+    kube_toml = by[("ConfigMap", "stoker-config")]["data"]["kubernetes.toml"]
+    import tomllib
+
+    assert KubeSettings.from_dict(tomllib.loads(kube_toml)) == cfg.settings
+
+
+def test_deploy_render_cli(tmp_path: Path) -> None:
+    runner = CliRunner()
+    res = runner.invoke(app, ["deploy", "render"])
+    assert res.exit_code == 0, res.output
+    assert list(yaml.safe_load_all(res.stdout)) == deploy.manifests(deploy.DeployConfig())
+    (tmp_path / "broker.toml").write_text("keepalive_s = 30\n")
+    (tmp_path / "deploy.toml").write_text(
+        'replicas = 3\nbroker_config = "broker.toml"\n'
+        '[kubernetes]\nnamespace = "ml"\nshare = "hami"\n'
+    )
+    out = tmp_path / "tree"
+    res = runner.invoke(
+        app, ["deploy", "render", "--config", str(tmp_path / "deploy.toml"), "--out", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    dep = yaml.safe_load((out / "broker.yaml").read_text().split("---")[0].split("\n", 1)[1])
+    assert dep["spec"]["replicas"] == 3 and dep["metadata"]["namespace"] == "ml"
+    assert "keepalive_s = 30" in (out / "config.yaml").read_text()
+    # a bad value: one line naming it, exit 2, nothing written
+    (tmp_path / "bad.toml").write_text('[kubernetes]\nshare = "mig"\n')
+    res = runner.invoke(
+        app,
+        ["deploy", "render", "--config", str(tmp_path / "bad.toml"), "--out", str(tmp_path / "x")],
+    )
+    assert res.exit_code == 2 and "share" in res.output and not (tmp_path / "x").exists()
+    (tmp_path / "typo.toml").write_text("replica = 2\n")
+    res = runner.invoke(app, ["deploy", "render", "--config", str(tmp_path / "typo.toml")])
+    assert res.exit_code == 2 and "'replica'" in res.output

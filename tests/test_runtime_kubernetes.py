@@ -1,0 +1,487 @@
+"""The Kubernetes runtime against the in-memory API server of ``kube_api`` (real lightkube
+client, real JSON bodies, real agent processes dialing the gateway): what it creates, how
+it reads the cluster, and every error an API server answers."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import os
+import socket
+import tarfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kube_api import FakeApi, Kubelet, kube_client, procs_under
+from stoker.agent import protocol
+from stoker.core.model import Failure, Profile
+from stoker.runtime.base import (
+    JobBinding,
+    JobExited,
+    JobOutput,
+    JobRunning,
+    PodDown,
+    PodUp,
+    RuntimeEvent,
+    RuntimeProfile,
+)
+from stoker.runtime.code import CodeNotFound
+from stoker.runtime.kubernetes.runtime import (
+    CODE_CHUNK,
+    Backoff,
+    KubernetesRuntime,
+    NotCarried,
+    PodBusy,
+    PodStartError,
+)
+from stoker.runtime.kubernetes.settings import (
+    LABEL_LEADER,
+    LABEL_ROLE,
+    LABEL_TENANT,
+    KubeSettings,
+    object_name,
+    tenant_hash,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+CORE = Profile("gpu", gpu_model=H100, share=0.9, standby_share=0.1, cpu=2, memory_gb=8)
+GPU = RuntimeProfile("gpu", image="registry.test/stoker:1")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Kube:
+    api: FakeApi
+    kubelet: Kubelet
+    port: int
+    runtimes: list[KubernetesRuntime] = field(default_factory=list)
+    seen: list[RuntimeEvent] = field(default_factory=list)
+
+    def runtime(self, **kw: Any) -> KubernetesRuntime:
+        settings = KubeSettings(start_timeout_s=kw.pop("start_timeout_s", 30), stop_timeout_s=10)
+        rt = KubernetesRuntime(
+            settings,
+            [CORE],
+            client=kube_client(self.api),
+            listen=("127.0.0.1", self.port),
+            backoff=Backoff(base_s=0.01, cap_s=0.05),
+            **kw,
+        )
+        self.runtimes.append(rt)
+        return rt
+
+    async def until(self, rt: KubernetesRuntime, kind: type, timeout: float = 30.0) -> Any:
+        events = self._iters.setdefault(id(rt), rt.events())
+        while True:
+            ev = await asyncio.wait_for(anext(events), timeout)
+            self.seen.append(ev)
+            if isinstance(ev, kind):
+                return ev
+
+    async def collect(self, rt: KubernetesRuntime, job: str) -> tuple[bytes, JobExited]:
+        out = []
+        while True:
+            ev = await self.until(rt, JobRunning | JobOutput | JobExited)
+            if isinstance(ev, JobOutput) and ev.job == job and ev.stream == "stdout":
+                out.append(ev.data)
+            elif isinstance(ev, JobExited) and ev.job == job:
+                return b"".join(out), ev
+
+    _iters: dict[int, AsyncIterator[RuntimeEvent]] = field(default_factory=dict)
+
+
+@pytest.fixture
+async def kube(tmp_path: Path) -> AsyncIterator[Kube]:
+    api = FakeApi()
+    api.add_node("gpu-a", H100, 2, **{"nvidia.com/gpu.memory": "81559"})
+    port = _free_port()
+    kubelet = Kubelet(api, tmp_path / "node", lambda: f"127.0.0.1:{port}")
+    k = Kube(api, kubelet, port)
+    yield k
+    for rt in k.runtimes:
+        if rt._server is not None:
+            await rt.stop_all()
+            await rt.close()
+    await kubelet.close()
+    assert procs_under(tmp_path) == []  # no agent outlives its test
+
+
+async def _up(k: Kube, rt: KubernetesRuntime, pod: str, standby: bool = False, **kw: Any) -> None:
+    await rt.start_pod(pod, GPU, ("gpu-a/0",), standby, **kw)
+    assert await k.until(rt, PodUp) == PodUp(pod)
+
+
+async def test_nodes_and_gpus_come_from_the_cluster(kube: Kube) -> None:
+    kube.api.add_node("gpu-b", "NVIDIA-L4", 8, **{"nvidia.com/gpu.replicas": "4"})  # 2 cards
+    kube.api.add_node("cpu-only", "none", 0)
+    kube.api.add_node("cordoned", H100, 8)
+    cordoned = kube.api.objects[("nodes", "cordoned")]
+    cordoned["spec"]["unschedulable"] = True
+    rt = kube.runtime()
+    nodes = await rt.discover()
+    assert [(n.name, n.gpu_model, [g.id for g in n.gpus]) for n in nodes] == [
+        ("gpu-a", H100, ["gpu-a/0", "gpu-a/1"]),
+        ("gpu-b", "NVIDIA-L4", ["gpu-b/0", "gpu-b/1"]),
+    ]
+    assert nodes[0].cpu == 32.0 and sorted(rt.devices) == [
+        "gpu-a/0",
+        "gpu-a/1",
+        "gpu-b/0",
+        "gpu-b/1",
+    ]
+    # the broker's service-account token went with every request (the real client's auth)
+    assert kube.api.requests and kube.api.requests[0][1] == "/api/v1/nodes"
+
+
+async def test_pod_secret_and_labels_as_created(kube: Kube) -> None:
+    rt = kube.runtime()
+    await rt.discover()
+    await _up(kube, rt, "pod-1", job_class="hp")
+    pod = kube.api.pods()[object_name("pod-1")]
+    labels = pod["metadata"]["labels"]
+    assert labels["stoker.dev/pod"] == "pod-1" and labels[LABEL_ROLE] == "active"
+    assert labels["stoker.dev/class"] == "hp" and pod["spec"]["priorityClassName"] == "stoker-hp"
+    assert pod["spec"]["nodeSelector"] == {
+        "nvidia.com/gpu.product": H100,
+        "kubernetes.io/hostname": "gpu-a",
+    }
+    c = pod["spec"]["containers"][0]
+    assert c["image"] == "registry.test/stoker:1"
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    # the token: in a Secret owned by the Pod, never in the Pod spec itself
+    secret = kube.api.secrets()[f"{object_name('pod-1')}-token"]
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == pod["metadata"]["uid"]
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    assert token not in json.dumps(pod)
+    # a job of the pod's tenant labels the pod with the tenant's hash, never the name
+    await rt.bind("pod-1", JobBinding(job="t", argv=("true",), tenant="acme"))
+    await kube.collect(rt, "t")
+    labels = kube.api.pods()[object_name("pod-1")]["metadata"]["labels"]
+    assert labels[LABEL_TENANT] == tenant_hash("acme") and "acme" not in json.dumps(labels)
+    await rt.stop_pod("pod-1")
+    assert await kube.until(rt, PodDown) == PodDown("pod-1")
+    assert kube.api.pods() == {} and kube.api.secrets() == {}  # the Secret went with its Pod
+
+
+async def test_the_token_never_reaches_a_job(kube: Kube) -> None:
+    rt = kube.runtime()
+    await rt.discover()
+    await _up(kube, rt, "pod-t")
+    secret = kube.api.secrets()[f"{object_name('pod-t')}-token"]
+    token = base64.b64decode(secret["data"]["token"])
+    # a hostile job looks everywhere the token was: its env, its memory's env block (a forked
+    # job shares the agent's), and the agent's /proc environ
+    probe = (
+        "import os;"
+        "print(os.environ.get('STOKER_AGENT_TOKEN'));"
+        "print(open('/proc/self/environ','rb').read());"
+        "print(open(f'/proc/{os.getppid()}/environ','rb').read())"
+    )
+    for job, argv in (
+        ("py", ("python", "-c", probe)),
+        ("sh", ("sh", "-c", "env; cat /proc/$PPID/environ")),
+    ):
+        await rt.bind("pod-t", JobBinding(job=job, argv=argv))
+        out, exited = await kube.collect(rt, job)
+        assert token not in out, job
+        assert exited.exit_code in (0, 1), out
+    assert b"STOKER_POD" in out  # the probe did read environments
+
+
+async def test_a_wrong_token_is_refused(kube: Kube) -> None:
+    rt = kube.runtime(start_timeout_s=3)
+    await rt.discover()
+    kube.kubelet.auto_start = False  # the pod never runs: an impostor dials in its name
+    start = asyncio.ensure_future(rt.start_pod("pod-x", GPU, ("gpu-a/0",), False))
+    while object_name("pod-x") not in kube.api.pods():
+        await asyncio.sleep(0.01)
+    reader, writer = await asyncio.open_connection("127.0.0.1", kube.port)
+    writer.write(protocol.encode({"ev": "auth", "pod": "pod-x", "token": "guess"}))
+    writer.write(protocol.encode({"ev": "hello", "pod": "pod-x", "job": None}))
+    await writer.drain()
+    assert await reader.read() == b""  # hung up on, nothing said
+    writer.close()
+    with pytest.raises(PodStartError, match="no agent"):
+        await start
+    assert await kube.until(rt, PodDown) == PodDown("pod-x", Failure.START_TIMEOUT)
+    assert kube.api.pods() == {}  # the pod that never came up was deleted
+
+
+async def test_standby_pod_then_promotion(kube: Kube) -> None:
+    rt = kube.runtime()
+    await rt.discover()
+    await _up(kube, rt, "pod-s", standby=True)
+    pod = kube.api.pods()[object_name("pod-s")]
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["STOKER_STANDBY"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""
+    assert pod["metadata"]["labels"][LABEL_ROLE] == "standby"
+    assert (await rt.ping("pod-s"))["standby"] is True
+    with pytest.raises(PodBusy):
+        await rt.bind("pod-s", JobBinding(job="early", argv=("true",)))
+    await rt.promote("pod-s")
+    assert await kube.until(rt, PodUp) == PodUp("pod-s")
+    assert kube.api.pods()[object_name("pod-s")]["metadata"]["labels"][LABEL_ROLE] == "active"
+    await rt.bind("pod-s", JobBinding(job="cuda", argv=("sh", "-c", "echo $CUDA_VISIBLE_DEVICES")))
+    out, _ = await kube.collect(rt, "cuda")
+    assert out == b"0\n"  # the container's one device, once promoted
+
+
+async def test_code_is_sent_to_the_pod_deps_are_refused(kube: Kube, tmp_path: Path) -> None:
+    rt = kube.runtime(code_dir=tmp_path / "code")
+    await rt.discover()
+    await _up(kube, rt, "pod-c")
+    # an archive bigger than one chunk, so it travels in several messages
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in (
+            ("main.py", b"import os; print(len(open('blob','rb').read()))\n"),
+            ("blob", os.urandom(CODE_CHUNK + 1000)),
+        ):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    digest = await rt.put_code(buf.getvalue())
+    for job in ("c1", "c2"):  # the second bind reuses what the pod already has
+        await rt.bind("pod-c", JobBinding(job=job, argv=("python", "main.py"), code_digest=digest))
+        out, exited = await kube.collect(rt, job)
+        assert out == f"{CODE_CHUNK + 1000}\n".encode() and exited.exit_code == 0
+    with pytest.raises(CodeNotFound):
+        await rt.bind("pod-c", JobBinding(job="c3", argv=("true",), code_digest="ab" * 32))
+    with pytest.raises(NotCarried, match="deps"):
+        await rt.bind("pod-c", JobBinding(job="d", argv=("true",), deps=("six",)))
+    with pytest.raises(NotCarried, match="code_dir"):
+        await kube.runtime().put_code(buf.getvalue())
+
+
+async def test_vanished_pods_are_typed_failures(kube: Kube) -> None:
+    rt = kube.runtime()
+    await rt.discover()
+    # OOM-killed container
+    await _up(kube, rt, "pod-o")
+    await rt.bind("pod-o", JobBinding(job="o", argv=("sleep", "60")))
+    await kube.until(rt, JobRunning)
+    kube.kubelet.kill(object_name("pod-o"), oom=True)
+    assert (await kube.until(rt, JobExited)).failure is Failure.OUT_OF_MEMORY
+    assert await kube.until(rt, PodDown) == PodDown("pod-o", Failure.OUT_OF_MEMORY)
+    # evicted: the DisruptionTarget condition, then the pod is deleted
+    await _up(kube, rt, "pod-e")
+    name = object_name("pod-e")
+    status = dict(kube.api.pods()[name]["status"])
+    status["conditions"] = [
+        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+    ]
+    kube.api.set_status(name, status)
+    kube.api.remove("pods", name)
+    assert await kube.until(rt, PodDown) == PodDown("pod-e", Failure.PREEMPTED)
+    # deleted by someone else (kubectl delete): the pod died
+    await _up(kube, rt, "pod-d")
+    kube.api.remove("pods", object_name("pod-d"))
+    assert await kube.until(rt, PodDown) == PodDown("pod-d", Failure.POD_DIED)
+    assert await rt.live_pods() == []
+
+
+async def test_watch_relists_after_410_and_reports_what_vanished(kube: Kube) -> None:
+    rt = kube.runtime()
+    await rt.discover()
+    await _up(kube, rt, "pod-w")
+    await _up(kube, rt, "pod-k")
+    assert rt.relists == 1
+    # while the watch is cut off, pod-w goes and the server forgets the history
+    kube.api.remove("pods", object_name("pod-w"))
+    kube.api.compact()
+    kube.api.drop_watches()
+    assert await kube.until(rt, PodDown) == PodDown("pod-w", Failure.POD_DIED)
+    assert rt.relists == 2
+    watches = [q for m, p, q in kube.api.requests if m == "GET" and "watch=true" in q]
+    assert all("resourceVersion=" in q for q in watches)  # never a watch from "now"
+    # the new watch works: pod-k's end still arrives
+    kube.kubelet.kill(object_name("pod-k"))
+    assert await kube.until(rt, PodDown) == PodDown("pod-k", Failure.POD_DIED)
+
+
+async def test_429_and_5xx_are_retried_with_backoff(kube: Kube) -> None:
+    rt = kube.runtime()
+    kube.api.fail("GET", "/nodes", 503)
+    await rt.discover()
+    kube.api.fail("POST", "/pods", 429, times=2, retry_after=0.01)
+    kube.api.fail("POST", "/secrets", 500)
+    await _up(kube, rt, "pod-r")
+    assert rt.retries[429] == 2 and rt.retries[500] == 1 and rt.retries[503] == 1
+    # a watch that fails to reconnect is retried from where it was
+    kube.api.fail("GET", "/pods", 500, times=2)
+    kube.api.drop_watches()
+    kube.kubelet.kill(object_name("pod-r"))
+    assert await kube.until(rt, PodDown) == PodDown("pod-r", Failure.POD_DIED)
+    assert rt.retries[500] >= 2 and rt.relists == 1
+    # past its tries a call gives up
+    kube.api.fail("POST", "/pods", 500, times=10)
+    with pytest.raises(PodStartError, match="500"):
+        await rt.start_pod("pod-g", GPU, ("gpu-a/0",), False)
+
+
+async def test_409_and_422_are_errors_at_once(kube: Kube) -> None:
+    rt = kube.runtime()
+    await rt.discover()
+    # a stale Pod of the same name: refused (409), and that Pod is not ours to delete
+    kube.api._store(
+        "pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": object_name("pod-9")},
+            "spec": {"containers": []},
+        },
+        "ADDED",
+    )
+    with pytest.raises(PodStartError, match="409"):
+        await rt.start_pod("pod-9", GPU, ("gpu-a/0",), False)
+    assert await kube.until(rt, PodDown) == PodDown("pod-9", Failure.START_TIMEOUT)
+    assert object_name("pod-9") in kube.api.pods()
+    # a stale Secret of the same name (409) is replaced by the new pod's token
+    kube.api._store(
+        "secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": f"{object_name('pod-8')}-token"},
+        },
+        "ADDED",
+    )
+    await _up(kube, rt, "pod-8")
+    # 422: the API server refuses the manifest; the error says why
+    kube.api.fail("POST", "/pods", 422)
+    with pytest.raises(PodStartError, match="422"):
+        await rt.start_pod("pod-7", GPU, ("gpu-a/0",), False)
+    posts = [p for m, p, _ in kube.api.requests if m == "POST" and p.endswith("/pods")]
+    assert len(posts) == 3  # neither 409 nor 422 was retried
+
+
+async def test_a_new_broker_readopts_pods_and_collects_garbage(kube: Kube) -> None:
+    first = kube.runtime()
+    await first.discover()
+    await _up(kube, first, "pod-a")
+    await _up(kube, first, "pod-b")
+    await first.bind("pod-a", JobBinding(job="across", argv=("sh", "-c", "sleep 0.5; echo done")))
+    await kube.until(first, JobRunning)
+    await first.close()  # the broker goes; its pods and their jobs keep running
+    await asyncio.sleep(0.8)
+    # a pod of this install no broker can ever speak to (its Secret is gone): garbage
+    lost = {"name": "stoker-lost", "labels": {"stoker.dev/instance": "stoker"}}
+    spec = {"containers": [{"name": "agent", "image": "registry.test/stoker:1"}]}
+    kube.api._store(
+        "pods", {"apiVersion": "v1", "kind": "Pod", "metadata": lost, "spec": spec}, "ADDED"
+    )
+    second = kube.runtime()
+    await second.discover()
+    assert await second.live_pods() == ["pod-a", "pod-b"]
+    assert "stoker-lost" not in kube.api.pods()
+    out, exited = await kube.collect(second, "across")  # held by the agent meanwhile
+    assert out == b"done\n" and exited.exit_code == 0
+    # pod-b is not known to the new broker's core: collected by label, Secret and all
+    assert await second.collect_garbage(keep=["pod-a"]) == ["pod-b"]
+    assert sorted(kube.api.pods()) == [object_name("pod-a")]
+    assert sorted(kube.api.secrets()) == [f"{object_name('pod-a')}-token"]
+    await second.bind("pod-a", JobBinding(job="again", argv=("echo", "again")))
+    out, _ = await kube.collect(second, "again")
+    assert out == b"again\n"
+
+
+async def test_the_leader_labels_its_own_pod(kube: Kube) -> None:
+    rt = kube.runtime()
+    kube.api._store(
+        "pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "broker-0"},
+            "spec": {"containers": []},
+        },
+        "ADDED",
+    )
+    await rt.mark_leader("broker-0", True)
+    assert kube.api.pods()["broker-0"]["metadata"]["labels"] == {LABEL_LEADER: "true"}
+    await rt.mark_leader("broker-0", False)
+    assert kube.api.pods()["broker-0"]["metadata"]["labels"] == {}
+
+
+async def test_a_job_through_the_broker_runs_in_a_kubernetes_pod(
+    kube: Kube, tmp_path: Path
+) -> None:
+    """The broker's HTTP API, its core and store, with this runtime: a job becomes a Pod."""
+    import httpx
+
+    from stoker.broker.app import Broker
+    from stoker.broker.config import BrokerConfig, BrokerProfile
+
+    plain = BrokerProfile.simple("plain")
+    rt = KubernetesRuntime(
+        KubeSettings(start_timeout_s=30, stop_timeout_s=10),
+        [plain.core],
+        client=kube_client(kube.api),
+        listen=("127.0.0.1", kube.port),
+        backoff=Backoff(base_s=0.01, cap_s=0.05),
+    )
+    await rt.discover()
+    broker = Broker(BrokerConfig(data_dir=tmp_path / "data", profiles=[plain]), rt)
+    await broker.start()
+    transport = httpx.ASGITransport(app=broker.app)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://broker") as http:
+            admin = {"Authorization": f"Bearer {broker.admin_token}"}
+            r = await http.post("/v1/tenants", json={"name": "acme"}, headers=admin)
+            auth = {"Authorization": f"Bearer {r.json()['token']}"}
+            body = {
+                "profile": "plain",
+                "argv": ["sh", "-c", "echo hi from $STOKER_POD"],
+                "reuse_tag": "t",
+            }
+            r = await http.post("/v1/jobs", json=body, headers=auth)
+            assert r.status_code == 201, r.text
+            job = r.json()["id"]
+            r = await http.get(f"/v1/jobs/{job}/wait", params={"timeout_s": 60}, headers=auth)
+            done = r.json()
+            assert done["state"] == "finished" and done["exit_code"] == 0, done
+            pod = done["pods"][0]
+            r = await http.get(f"/v1/jobs/{job}/output", params={"follow": False}, headers=auth)
+            lines = [json.loads(x) for x in r.text.splitlines() if x.strip()]
+            out = b"".join(base64.b64decode(m["data"]) for m in lines if "data" in m)
+            assert out == f"hi from {pod}\n".encode()
+            assert object_name(pod) in kube.api.pods()  # a real Pod object, kept warm
+    finally:
+        await broker.close(stop_pods=True)
+    assert kube.api.pods() == {} and kube.api.secrets() == {}
+
+
+def test_the_agent_dials_only_with_a_token() -> None:
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "STOKER_AGENT_TOKEN"}
+    for args, why in ((["--dial", "127.0.0.1:1"], "token"), (["--dial", "nohost"], "HOST:PORT")):
+        res = subprocess.run(
+            [sys.executable, "-m", "stoker.agent", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert res.returncode == 2 and why in res.stderr, res.stderr
