@@ -20,6 +20,7 @@ import json
 import os
 import signal
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -348,7 +349,9 @@ class Kubelet:
         elif etype == "DELETED" and name in self.procs:
             proc = self.procs.pop(name)
             if proc.returncode is None:
-                proc.kill()
+                # the whole container goes, as on a node: the agent, its zygote and its jobs
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
             self._spawn(self._reap(proc))
 
     def _spawn(self, coro: Any) -> None:
@@ -453,16 +456,21 @@ class Kubelet:
         self.procs.clear()
 
 
-def procs_under(root: Path) -> list[int]:
-    """Processes whose command line names ``root`` (what a test's kubelet started there)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            with contextlib.suppress(OSError):
-                cmd = Path(f"/proc/{name}/cmdline").read_bytes()
-                if str(root).encode() in cmd and b"stoker.agent" in cmd:
-                    found.append(int(name))
-    return found
+def procs_under(root: Path, settle_s: float = 5.0) -> list[int]:
+    """Processes whose command line names ``root`` (what a test's kubelet started there),
+    after giving processes already SIGKILLed up to ``settle_s`` to be gone."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        found = []
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                with contextlib.suppress(OSError):
+                    cmd = Path(f"/proc/{name}/cmdline").read_bytes()
+                    if str(root).encode() in cmd and b"stoker.agent" in cmd:
+                        found.append(int(name))
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
 
 
 def kube_client(api: FakeApi) -> Any:

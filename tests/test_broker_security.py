@@ -121,7 +121,7 @@ def test_code_is_scoped_to_its_tenant(tmp_path: Path) -> None:
         # to b, a's archive does not exist: HEAD and a submit naming it answer as if absent
         assert b.http.head(f"/v1/code/{digest}").status_code == 404
         r = b.submit([PY, "main.py"], code_digest=digest)
-        assert r.status_code == 422 and r.json()["field"] == "body.code_digest"
+        assert r.status_code == 404 and r.json()["field"] == "body.code_digest"  # upload it
         # b uploads its own; its pod sees that archive and nothing of a's
         theirs = _tar({"main.py": "import os; print(sorted(os.listdir('/stoker/code')))\n"})
         b_digest = b.http.post("/v1/code", content=theirs).json()["digest"]

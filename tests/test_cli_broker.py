@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from typer.testing import CliRunner
 
 import stoker
 from stoker.broker.config import BrokerConfig, BrokerProfile
-from stoker.broker.embedded import EmbeddedBroker
+from stoker.broker.embedded import EmbeddedBroker, free_port
 from stoker.cli.main import app
 
 pytestmark = [
@@ -22,16 +23,21 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+def eb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
     cfg = BrokerConfig(
         data_dir=tmp_path_factory.mktemp("cli") / "data",
         profiles=[BrokerProfile.simple("plain")],
         gpu_slots=2,
     )
-    with EmbeddedBroker(cfg) as eb:
-        with stoker.Client(eb.url, eb.admin_token) as admin:
-            token = admin.create_tenant("cli")
-        yield {"STOKER_URL": eb.url, "STOKER_TOKEN": token}
+    with EmbeddedBroker(cfg) as broker:
+        yield broker
+
+
+@pytest.fixture(scope="module")
+def env(eb: EmbeddedBroker) -> dict[str, str]:
+    with stoker.Client(eb.url, eb.admin_token) as admin:
+        token = admin.create_tenant("cli")
+    return {"STOKER_URL": eb.url, "STOKER_TOKEN": token}
 
 
 def test_run_streams_and_exits_with_the_jobs_code(env: dict[str, str], tmp_path: Path) -> None:
@@ -45,6 +51,10 @@ def test_run_streams_and_exits_with_the_jobs_code(env: dict[str, str], tmp_path:
         app, ["run", "-p", "plain", "--json", "--", "python", "-c", "pass"], env=env
     )
     assert res.exit_code == 0 and json.loads(res.stdout)["state"] == "finished"
+    res = runner.invoke(
+        app, ["run", "-p", "plain", "--json", "--", "python", "-c", "print('x')"], env=env
+    )
+    assert (json.loads(res.stdout)["stdout"], json.loads(res.stdout)["stderr"]) == ("x\n", "")
 
 
 def test_ps_and_pods_json(env: dict[str, str]) -> None:
@@ -70,6 +80,96 @@ def test_bad_input_is_one_line_and_nonzero(env: dict[str, str]) -> None:
     assert res.exit_code == 2 and "authorization" in res.stderr
 
 
+def test_tenant_create_list_delete(eb: EmbeddedBroker, env: dict[str, str]) -> None:
+    runner = CliRunner()
+    admin = {**env, "STOKER_TOKEN": eb.admin_token}
+    made = runner.invoke(app, ["tenant", "create", "cli-tmp"], env=admin)
+    assert made.exit_code == 0, made.output
+    token = made.stdout.strip()
+    assert token.startswith("stk_") and made.stdout.count("\n") == 1  # the token, once
+    assert "cli-tmp" in runner.invoke(app, ["tenant", "list"], env=admin).stdout.split()
+    as_new = {**env, "STOKER_TOKEN": token}
+    assert runner.invoke(app, ["ps"], env=as_new).exit_code == 0
+    again = runner.invoke(app, ["tenant", "create", "cli-tmp"], env=admin)
+    assert again.exit_code == 2 and "exists" in again.stderr
+    assert runner.invoke(app, ["tenant", "delete", "cli-tmp"], env=admin).exit_code == 0
+    gone = runner.invoke(app, ["ps"], env=as_new)
+    assert gone.exit_code == 2 and "unknown token" in gone.stderr  # the token stopped working
+    missing = runner.invoke(app, ["tenant", "delete", "cli-tmp"], env=admin)
+    assert missing.exit_code == 2 and "no tenant" in missing.stderr
+    refused = runner.invoke(app, ["tenant", "list"], env=env)
+    assert refused.exit_code == 2 and "admin" in refused.stderr
+
+
+def test_logs_cancel_profiles_with_short_ids(env: dict[str, str]) -> None:
+    runner = CliRunner()
+    with stoker.Client(env["STOKER_URL"], env["STOKER_TOKEN"]) as c:
+        done = c.run("plain", ["python", "-c", "print('logged')"]).result(60)
+        slow = c.run("plain", ["python", "-c", "import time; time.sleep(60)"], wait_s=0)
+    short = done.id[:10]
+    res = runner.invoke(app, ["logs", short], env=env)
+    assert res.exit_code == 0 and res.stdout == "logged\n"
+    res = runner.invoke(app, ["logs", "-f", done.id], env=env)
+    assert res.exit_code == 0 and res.stdout == "logged\n"
+    res = runner.invoke(app, ["cancel", slow.id[:10]], env=env)
+    assert res.exit_code == 0 and res.stdout.split() == [slow.id, "finished", "cancelled"]
+    res = runner.invoke(app, ["logs", "j-nosuchjob"], env=env)
+    assert res.exit_code == 2 and "no job" in res.stderr
+    res = runner.invoke(app, ["profiles", "--json"], env=env)
+    assert [p["name"] for p in json.loads(res.stdout)] == ["plain"]
+    res = runner.invoke(app, ["profiles"], env=env)
+    assert res.exit_code == 0 and "plain" in res.stdout
+
+
+def test_ps_fits_80_columns_filters_and_checks_states(env: dict[str, str]) -> None:
+    runner = CliRunner()
+    with stoker.Client(env["STOKER_URL"], env["STOKER_TOKEN"]) as c:
+        job = c.run("plain", ["true"], reuse_tag="a-rather-long-reuse-tag-" + "x" * 40)
+        job.result(60)
+        c.run("plain", ["true"], labels={"exp": "ps-7"}).result(60)
+    wide_env = {**env, "COLUMNS": "200"}
+    table = runner.invoke(app, ["ps"], env=wide_env)
+    assert table.exit_code == 0 and job.id[:10] in table.stdout and job.id not in table.stdout
+    assert max(len(line) for line in table.stdout.splitlines()) <= 80
+    wide = runner.invoke(app, ["ps", "--wide"], env=wide_env)
+    assert job.id in wide.stdout and "exp=ps-7" in wide.stdout
+    only = json.loads(runner.invoke(app, ["ps", "--label", "exp=ps-7", "--json"], env=env).stdout)
+    assert [j["labels"] for j in only] == [{"exp": "ps-7"}]
+    bad = runner.invoke(app, ["ps", "--state", "done"], env=env)
+    assert bad.exit_code == 2 and "unknown state 'done'" in bad.stderr and "finished" in bad.stderr
+    bad = runner.invoke(app, ["ps", "--label", "novalue"], env=env)
+    assert bad.exit_code == 2 and "--label" in bad.stderr
+
+
+def test_errors_say_how_to_fix_the_url(env: dict[str, str]) -> None:
+    runner = CliRunner()
+    url = f"http://127.0.0.1:{free_port()}"
+    res = runner.invoke(app, ["ps"], env={**env, "STOKER_URL": url})
+    assert res.exit_code == 2 and url in res.stderr and "stoker up" in res.stderr
+    assert res.stderr.strip().count("\n") == 0
+    res = runner.invoke(app, ["ps"], env={**env, "STOKER_URL": env["STOKER_URL"] + "/api"})
+    assert res.exit_code == 2 and "no stoker API" in res.stderr and "no path" in res.stderr
+    res = runner.invoke(app, ["ps"], env={**env, "STOKER_URL": "127.0.0.1:8765"})
+    assert res.exit_code == 2 and "not a URL" in res.stderr
+
+
+def test_code_honours_ignore_files(env: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "main.py").write_text("import os; print(sorted(os.listdir('.')))\n")
+    (tmp_path / ".gitignore").write_text("*.log\nbuild/\n")
+    (tmp_path / ".stokerignore").write_text("data.bin\n")
+    (tmp_path / "run.log").write_text("noise")
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "x.o").write_text("obj")
+    (tmp_path / "data.bin").write_bytes(b"0" * 1000)
+    (tmp_path / "keep.txt").write_text("kept")
+    runner = CliRunner()
+    args = ["run", "-p", "plain", "--code", str(tmp_path), "--json", "--", "python", "main.py"]
+    out = json.loads(runner.invoke(app, args, env=env).stdout)["stdout"]
+    names = set(ast.literal_eval(out.strip()))
+    assert {"main.py", "keep.txt", ".gitignore", ".stokerignore"} <= names
+    assert not names & {"run.log", "build", "data.bin"}
+
+
 def test_demo_runs_the_loop_three_ways() -> None:
     res = CliRunner().invoke(app, ["demo", "--jobs", "3", "--json"])
     assert res.exit_code == 0, res.output
@@ -91,3 +191,29 @@ def test_bench_local_writes_results(tmp_path: Path) -> None:
     for key in ("warm", "cold", "standby", "throughput"):
         assert key in plain
     assert plain["warm"]["n"] == 5 and plain["idle_rss_mb"] > 0
+    assert plain["client"]["n"] == 5 and plain["client"]["call_ms_p50"] > 0
+
+
+def test_client_config_errors_name_the_key_and_file(env: dict[str, str], tmp_path: Path) -> None:
+    runner = CliRunner()
+    conf = tmp_path / "stoker" / "client.toml"
+    conf.parent.mkdir()
+    base = {"XDG_CONFIG_HOME": str(tmp_path), "STOKER_URL": "", "STOKER_TOKEN": ""}
+    cases = [
+        ("tokn = 'x'\n", "unknown key 'tokn'"),
+        ("token = 5\n", "token: Input should be a valid string"),
+        ("url = ['http://h']\n", "url: Input should be a valid string"),
+        ("url = \n", "client config"),
+    ]
+    for text, message in cases:
+        conf.write_text(text)
+        res = runner.invoke(app, ["ps"], env=base)
+        assert res.exit_code == 2, (text, res.output)
+        assert message in res.stderr and str(conf) in res.stderr, res.stderr
+        assert res.stderr.strip().count("\n") == 0
+    # a good file works, and the environment wins over it
+    conf.write_text(f"url = '{env['STOKER_URL']}'\ntoken = 'stk_from_file'\n")
+    res = runner.invoke(app, ["ps", "--json"], env={**base, "STOKER_TOKEN": env["STOKER_TOKEN"]})
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["ps"], env=base)
+    assert res.exit_code == 2 and "unknown token" in res.stderr  # the file's token was sent

@@ -88,6 +88,16 @@ def test_code_is_uploaded_once_by_digest(
         assert res.ok and res.stdout == b"from code\n"
 
 
+def test_pack_code_checks_the_size_first(tmp_path: Path) -> None:
+    (tmp_path / "big.bin").write_bytes(b"x" * 5000)
+    (tmp_path / "small.py").write_text("pass\n")
+    with pytest.raises(InvalidRequest, match="5005 bytes") as big:
+        pack_code(tmp_path, max_bytes=4096)
+    assert big.value.field == "code"
+    (tmp_path / ".stokerignore").write_text("*.bin\n")
+    assert pack_code(tmp_path, max_bytes=4096)  # the ignored file no longer counts
+
+
 def test_typed_errors(broker: EmbeddedBroker, token: str) -> None:
     with stoker.Client(broker.url, token) as c:
         with pytest.raises(InvalidRequest) as bad:
@@ -127,3 +137,108 @@ def test_async_client_same_methods(broker: EmbeddedBroker, token: str) -> None:
             assert bad.value.field == "body.timeout_s"
 
     asyncio.run(main())
+
+
+def _count_requests(c: stoker.Client) -> list[str]:
+    """The requests ``c`` sends from here on, as ``METHOD path``."""
+    sent: list[str] = []
+    c._http.event_hooks["request"].append(lambda r: sent.append(f"{r.method} {r.url.path}"))
+    return sent
+
+
+def test_short_call_is_one_round_trip_code_by_digest(
+    broker: EmbeddedBroker, token: str, tmp_path: Path
+) -> None:
+    (tmp_path / "main.py").write_text("import sys; print('one'); print('trip', file=sys.stderr)\n")
+    with stoker.Client(broker.url, token) as c:
+        sent = _count_requests(c)
+        # first: the broker lacks the code, so the submit is refused, the code uploaded and
+        # the job submitted again (with the same idempotency key)
+        res = c.run("plain", ["python", "main.py"], reuse_tag="rt", code=tmp_path, wait_s=60)
+        assert res.result().stdout == b"one\n" and res.result().stderr == b"trip\n"
+        assert sent == ["POST /v1/jobs", "POST /v1/code", "POST /v1/jobs"]
+        sent.clear()
+        res = c.run("plain", ["python", "main.py"], reuse_tag="rt", code=tmp_path, wait_s=60)
+        out = res.result()
+        assert (out.ok, out.stdout, out.path) == (True, b"one\n", "warm")
+        assert sent == ["POST /v1/jobs"]  # known code, finished within the wait: one call
+        # a job longer than the wait: its handle comes back unfinished, result() goes on
+        sent.clear()
+        slow = c.run("plain", ["python", "-c", "import time; time.sleep(1); print(2)"], wait_s=0.05)
+        assert slow.info["state"] != "finished" and slow.result(60).stdout == b"2\n"
+        assert sent[0] == "POST /v1/jobs" and len(sent) >= 3
+
+
+def test_argv_string_is_a_type_error_and_key_is_callers(broker: EmbeddedBroker, token: str) -> None:
+    with stoker.Client(broker.url, token) as c:
+        with pytest.raises(TypeError, match="list of strings"):
+            c.run("plain", "python -c pass")  # type: ignore[arg-type]
+        a = c.run("plain", ["python", "-c", "print(7)"], idempotency_key="call-7")
+        b = c.run("plain", ["python", "-c", "print(7)"], idempotency_key="call-7")
+        assert a.id == b.id and b.result(60).stdout == b"7\n"
+
+
+def test_labels_stored_returned_and_filtered(broker: EmbeddedBroker, token: str) -> None:
+    with stoker.Client(broker.url, token) as c:
+        a = c.run("plain", ["true"], labels={"exp": "e1", "run": "3"}).result(60)
+        b = c.run("plain", ["true"], labels={"exp": "e2"}).result(60)
+        assert c.get(a.id)["labels"] == {"exp": "e1", "run": "3"}
+        assert [j["id"] for j in c.jobs(labels={"exp": "e1"})] == [a.id]
+        assert [j["id"] for j in c.jobs(labels={"exp": "e2"})] == [b.id]
+        assert c.jobs(labels={"exp": "e1", "run": "4"}) == []
+        with pytest.raises(InvalidRequest) as bad:
+            c.run("plain", ["true"], labels={"bad key": "x"})
+        assert bad.value.field == "body.labels"
+        r = c._http.get("/v1/jobs", params={"label": "novalue"})
+        assert r.status_code == 422 and r.json()["field"] == "query.label"
+
+
+def test_session_files_and_runs_share_one_pod(broker: EmbeddedBroker, token: str) -> None:
+    big = bytes(range(256)) * 1200  # 300 KiB: written in several chunks
+    with stoker.Client(broker.url, token) as c, c.session("plain") as s:
+        s.files.write("data.bin", big)
+        res = s.run(["python", "-c", "print(len(open('data.bin', 'rb').read()))"])
+        assert res.stdout == b"307200\n" and not s.pod_lost
+        assert s.files.read("data.bin") == big
+        s.files.write("note.txt", "hé")
+        assert s.files.read("note.txt") == "hé".encode()
+        assert s.pod is not None and not s.lost
+        with pytest.raises(stoker.SessionFileError, match=r"missing\.txt"):
+            s.files.read("missing.txt")
+        with pytest.raises(TypeError):
+            s.run("ls")  # type: ignore[arg-type]
+    # another tenant's session cannot read this one's files: a tag is per tenant
+    with stoker.Client(broker.url, broker.admin_token) as admin:
+        other = admin.create_tenant("sdk-other")
+    with stoker.Client(broker.url, other) as c2, c2.session("plain", reuse_tag=s.reuse_tag) as s2:
+        with pytest.raises(stoker.SessionFileError):
+            s2.files.read("data.bin")
+        assert s2.pod != s.pod
+
+
+def test_session_says_when_its_pod_was_lost(tmp_path: Path) -> None:
+    cfg = BrokerConfig(
+        data_dir=tmp_path / "data",
+        profiles=[BrokerProfile.simple("plain")],
+        gpu_slots=1,
+        keepalive_s=0.5,
+    )
+    seen: list[stoker.PodLost] = []
+
+    async def main(url: str, token: str) -> None:
+        async with (
+            stoker.AsyncClient(url, token) as c,
+            c.session("plain", on_pod_lost=seen.append) as s,
+        ):
+            await s.files.write("state.txt", b"step 1")
+            first = s.pod
+            assert await s.files.read("state.txt") == b"step 1" and not s.pod_lost
+            await asyncio.sleep(3)  # past the keep-alive: the pod is stopped
+            res = await s.run(["python", "-c", "import os; print(os.path.exists('state.txt'))"])
+            assert res.stdout == b"False\n" and s.pod_lost
+            assert seen == [stoker.PodLost(first, s.pod)] and s.pod != first
+
+    with EmbeddedBroker(cfg) as eb:
+        with stoker.Client(eb.url, eb.admin_token) as admin:
+            token = admin.create_tenant("lost")
+        asyncio.run(main(eb.url, token))

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -311,3 +312,21 @@ CoreMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestCore = CoreMachine.TestCase
+
+
+@pytest.mark.parametrize(
+    ("cls", "gpus", "workers"),
+    [
+        (JobClass.SPOT, 1, 1),  # standby pods have no keep-alive: spot takes their cards
+        (JobClass.HP, 1, 2),  # both workers' cards come from idle pods on one node
+    ],
+)
+def test_jobs_behind_idle_pods_run(cls: JobClass, gpus: float, workers: int) -> None:
+    """Cases hypothesis found: two pool jobs leave warm and standby pods on both cards of
+    one node, then an hp or spot job needing whole cards must still run."""
+    m = CoreMachine()
+    m.setup(policy=0, nodes=1)
+    m.submit(profile="p", tag="a", tenant="t", workers=1)
+    m.submit(profile="p", tag="a", tenant="t", workers=1)
+    m.submit_gang(cls=cls, gpus=gpus, tenant="t", workers=workers)
+    m.teardown()  # asserts that every job finished

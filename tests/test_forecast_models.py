@@ -199,3 +199,24 @@ def test_training_samples_thin_to_max_samples() -> None:
     np.testing.assert_array_equal(thin.y[15], full.y[47])
     with pytest.raises(ForecastError, match="max_samples"):
         training_samples(series, now, max_samples=0, **kw)
+
+
+@pytest.mark.parametrize("name", ["naive", "ridge"])
+def test_predict_many_is_predict_of_each_series(name: str) -> None:
+    series = daily_pattern(noise=0.3, seed=5)
+    now = 4 * WEEK + 125
+    hist = {k: v[:now] for k, v in series.items()}
+    model = make_forecaster(name)
+    model.fit(hist, now)
+    keys = [*sorted(hist, key=lambda k: k.tenant), SeriesKey("unseen", "A100")]
+    rows = np.stack([hist.get(k, np.zeros(now)) for k in keys])
+    batch = model.predict_many(keys, rows, now, 4)
+    assert batch.keys == tuple(keys) and batch.mean.shape == batch.std.shape == (4, 4)
+    for i, key in enumerate(keys):
+        one = model.predict(key, rows[i], now, 4)
+        np.testing.assert_allclose(batch[i].mean, one.mean, rtol=1e-12)
+        np.testing.assert_allclose(batch[i].std, one.std, rtol=1e-12)
+    with pytest.raises(ForecastError, match="rows for"):
+        model.predict_many(keys, rows[:2], now, 4)
+    with pytest.raises(ForecastError, match="2-D"):
+        model.predict_many(keys, rows[0], now, 4)

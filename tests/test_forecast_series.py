@@ -103,16 +103,35 @@ def test_hourly_peaks_rejects_bad_history() -> None:
 
 
 def test_calendar_features_on_the_philly_epoch() -> None:
-    cal = Calendar.from_iso("2017-09-04T00:00:00+00:00")  # a Monday, Labor Day
+    cal = Calendar.from_iso("2017-09-04T00:00:00+00:00", holidays="us")  # Monday, Labor Day
     minutes = [0, 1440 + 61, 6 * 1440 + 23 * 60 + 59, 80 * 1440 + 12 * 60]
     hour, weekday, holiday = cal.features(minutes)
     assert hour.tolist() == [0, 1, 23, 12]
     assert weekday.tolist() == [0, 1, 6, 3]  # 2017-11-23: Thanksgiving, a Thursday
     assert holiday.tolist() == [1, 0, 0, 1]
+    assert cal.workday(minutes).tolist() == [0, 1, 0, 0]
+    assert Calendar.from_iso("2017-09-04T00:00:00+00:00").features([0])[2].tolist() == [0]
+
+
+def test_chinas_calendar_holidays_and_swapped_workdays_in_the_trace_local_time() -> None:
+    cal = Calendar.from_iso("2024-03-01T00:00:00+08:00", holidays="china")
+    days = np.arange(0, 75 * 1440, 1440)  # 2024-03-01 .. 05-14, at midnight Beijing time
+    hour, weekday, holiday = cal.features(days)
+    assert set(hour.tolist()) == {0} and weekday[0] == 4  # 03-01 is a Friday
+    off = {int(d) + 1 for d in np.flatnonzero(holiday)}  # days of March 2024 and on
+    # Qingming 04-04..06 and Labour Day 05-01..05 (the State Council's announcement)
+    assert off == {35, 36, 37, 62, 63, 64, 65, 66}
+    work = cal.workday(days)
+    assert work[37] == 1 and work[58] == 1 and work[71] == 1  # Sun 04-07, Sun 04-28, Sat 05-11
+    assert work[34] == 0 and work[9] == 0  # Thu 04-04 (Qingming), Sun 03-10
+    with pytest.raises(ForecastError, match="holidays must be"):
+        Calendar.from_iso("2024-03-01T00:00:00+08:00", holidays="mars")
 
 
 def test_calendar_with_an_offset_epoch() -> None:
-    cal = Calendar(epoch=datetime(2024, 1, 7, 22, 30, tzinfo=UTC))  # Sunday 22:30
+    cal = Calendar(
+        epoch=datetime(2024, 1, 7, 22, 30, tzinfo=UTC), holidays=frozenset({date(2024, 1, 15)})
+    )  # Sunday 22:30
     hour, weekday, holiday = cal.features([0, 90, 24 * 60 * 8])
     assert hour.tolist() == [22, 0, 22]
     assert weekday.tolist() == [6, 0, 0]

@@ -42,6 +42,7 @@ from stoker.core.gfs.jobs import restart_overhead
 from stoker.core.gfs.placement import eviction_score, fragmentation
 from stoker.core.gfs.preemption import Candidate, GFSVictims, PreemptContext, protect
 from stoker.core.gfs.quota import EtaController, StaticQuota, forecast_quota
+from stoker.forecast.base import BatchPredictor
 from stoker.sim.gfs import Window, scale_spot_load, simulate
 from stoker.traces.base import Trace, TraceJob, TraceNode
 
@@ -435,8 +436,8 @@ class _CheckingCore(Core):
     """The real core with its invariants checked after every event (a subclass that adds
     checks; the decisions are untouched)."""
 
-    def handle(self, event, now):
-        out = super().handle(event, now)
+    def handle_all(self, events, now):
+        out = super().handle_all(events, now)
         self.check()
         gangs = self.gangs
         for a in out:
@@ -485,7 +486,7 @@ def test_spot_load_scaling() -> None:
 # ---------------------------------------------------------------- sim and CLI
 
 
-class _FlatForecaster:
+class _FlatForecaster(BatchPredictor):
     """A test-only forecaster: every tenant's demand ahead is its last minute's, std 1."""
 
     name = "flat"
@@ -498,11 +499,12 @@ class _FlatForecaster:
     def fit(self, histories, now_min) -> None:
         return None
 
-    def predict(self, key, history, now_min, horizon_h):
-        from stoker.forecast.base import Forecast
+    def predict_many(self, keys, histories, now_min, horizon_h):
+        from stoker.forecast.base import Forecasts
 
-        last = float(history[-1]) if len(history) else 0.0
-        return Forecast(np.full(horizon_h, last), np.ones(horizon_h))
+        last = histories[:, -1] if histories.shape[1] else np.zeros(len(keys))
+        mean = np.repeat(last[:, None], horizon_h, axis=1)
+        return Forecasts(tuple(keys), mean, np.ones_like(mean))
 
 
 def _busy_trace() -> Trace:
@@ -533,6 +535,28 @@ def test_simulation_deterministic_with_forecast() -> None:
     strip = lambda m: {k: v for k, v in m.items() if k not in ("wall_s", "events_per_s")}  # noqa: E731
     assert strip(a.metrics) == strip(b.metrics)
     assert a.metrics["spot.jobs"] > 0 and a.timeline["t"]
+
+
+def test_forecasts_of_one_query_in_one_pass_decide_as_one_by_one(monkeypatch) -> None:
+    """The driver hands a query's forecasts to the core together (one scheduling pass);
+    on this trace the decisions are the ones of handing them over one by one (a pass
+    after each)."""
+    from stoker.sim.engine import Simulator
+
+    trace = _busy_trace()
+    window = Window(0.0, 86400.0, 3 * 86400.0)
+
+    def records(result):
+        return {k: v for k, v in result.metrics.items() if k not in ("wall_s", "events_per_s")}
+
+    batched = simulate(trace, preset("gfs"), window, forecaster=_FlatForecaster())
+    together = Simulator.deliver_all
+    monkeypatch.setattr(
+        Simulator, "deliver_all", lambda sim, events: [together(sim, (e,)) for e in events]
+    )
+    single = simulate(trace, preset("gfs"), window, forecaster=_FlatForecaster())
+    assert records(batched) == records(single)
+    assert batched.metrics["spot.mean_queue_s"] > 0  # the quota held spot jobs back
 
 
 def test_cli_tiny_trace(tmp_path) -> None:

@@ -148,12 +148,37 @@ def test_forecast_eval_command(tmp_path: Path) -> None:
     assert 0.0 <= naive["coverage_q90"] <= 1.0 and naive["mae"] >= 0
     assert len(naive["per_horizon_mae"]) == 4
     assert data["protocol"]["warmup_weeks"] == 4
+    # one GPU pool: its forecast sums both tenants', scored against their summed peaks
+    assert [p["pool"] for p in naive["per_pool"]] == [
+        data["forecasters"]["naive"]["per_tenant"][0]["pool"]
+    ]
+    assert naive["per_pool"][0]["mean_actual"] >= max(t["mean_actual"] for t in naive["per_tenant"])
+    assert data["trace_notes"]["holidays"] == "us"
+
+
+def test_forecast_eval_on_generated_v2026_jobs_prints_json(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            "forecast", "eval", "--trace", "v2026", "--days", "29", "-f", "naive", "-f",
+            "ridge", "--refit-hours", "168", "--out", str(tmp_path), "--json",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["trace_notes"]["holidays"] == "china"
+    assert data["trace_notes"]["epoch"].startswith("2024-03-01T00:00:00+08:00")
+    ridge = data["forecasters"]["ridge"]
+    pools = {p["pool"] for p in ridge["per_pool"]}
+    assert pools == {t["pool"] for t in ridge["per_tenant"]} and len(pools) >= 2
+    assert len({t["tenant"] for t in ridge["per_tenant"]}) > 20
+    assert json.loads((tmp_path / "results.json").read_text()) == data
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--trace", "openb"], "--trace must be one of philly"),
+        (["--trace", "openb"], "--trace must be one of philly, v2026"),
         (["-f", "prophet"], "--forecaster must be one of"),
         (["--warmup-weeks", "9"], "warmup_min must be in"),
     ],

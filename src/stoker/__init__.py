@@ -9,11 +9,12 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["AsyncClient", "Client", "__version__"]
+_SDK = ("AsyncClient", "Client", "PodLost", "SessionFileError")
+__all__ = [*_SDK, "__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Client", "AsyncClient"):
+    if name in _SDK:
         from stoker import client
 
         return getattr(client, name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
@@ -40,6 +41,27 @@ def _env_name(name: str) -> str:
     return name
 
 
+_LABEL_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}$")
+
+
+def check_label(key: str, value: str) -> None:
+    """A label key is 1-63 of ``A-Za-z0-9_.-/`` (first alphanumeric); a value at most 200
+    characters, no ``=`` in the key (``k=v`` is how labels are written on the CLI)."""
+    if not _LABEL_KEY.match(key):
+        raise ValueError(f"bad label key {key!r}: 1-63 of A-Za-z0-9_.-/, first alphanumeric")
+    if len(value) > 200 or "\x00" in value:
+        raise ValueError(f"label {key}: value over 200 characters or with a NUL byte")
+
+
+def parse_label(item: str) -> tuple[str, str]:
+    """``k=v`` as (k, v); ValueError naming what is wrong."""
+    key, sep, value = item.partition("=")
+    if not sep:
+        raise ValueError(f"expected k=v, got {item!r}")
+    check_label(key, value)
+    return key, value
+
+
 class JobSubmit(BaseModel):
     """A job: ``argv`` in a pod of ``profile``, reusing the pod of ``reuse_tag``."""
 
@@ -58,6 +80,15 @@ class JobSubmit(BaseModel):
     gpus: float | None = Field(default=None, gt=0, le=64)
     # spot only: the run time promised with probability g (None: the broker's default)
     guarantee_s: float | None = Field(default=None, gt=0, le=7 * 86400)
+    # the tenant's own tags, returned with the job and filtered on in ``GET /v1/jobs``
+    labels: dict[str, str] = Field(default_factory=dict, max_length=32)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            check_label(key, value)
+        return v
 
     @field_validator("gpus")
     @classmethod
@@ -101,6 +132,13 @@ class JobSubmit(BaseModel):
         return v
 
 
+class JobOutputView(BaseModel):
+    """A finished job's whole output, base64 (what ``/output`` streams, in one piece)."""
+
+    stdout: str
+    stderr: str
+
+
 class JobView(BaseModel):
     """A job as its tenant sees it: request, state, timeline and exit."""
 
@@ -134,6 +172,9 @@ class JobView(BaseModel):
     guarantee_succeeded: int = 0
     guarantee_failed: int = 0
     start_latency_ms: float | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    # only in a submit's reply that waited (``?wait=S``) for a job that finished meanwhile
+    output: JobOutputView | None = None
 
 
 class PodView(BaseModel):

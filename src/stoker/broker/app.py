@@ -35,6 +35,7 @@ from stoker.api.models import (
     CodeUploaded,
     ErrorBody,
     Health,
+    JobOutputView,
     JobSubmit,
     JobView,
     PodView,
@@ -44,6 +45,7 @@ from stoker.api.models import (
     SecretView,
     TenantCreate,
     TenantCreated,
+    parse_label,
 )
 from stoker.broker.auth import Authenticator, AuthError, Principal, check_tenant_name
 from stoker.broker.config import BrokerConfig
@@ -289,10 +291,18 @@ def _check_shape(body: JobSubmit, profile_gpus: int, capacity: int) -> None:
 
 def _job_view(row: dict[str, Any]) -> JobView:
     data = {k: row[k] for k in JOB_FIELDS}
+    data["labels"] = data["labels"] or {}
     data["env"] = sorted(row["env"])  # names only: a value never leaves after submit
     if row["started"] is not None:
         data["start_latency_ms"] = (row["started"] - row["submitted"]) * 1000.0
     return JobView(**data)
+
+
+def _output_view(chunks: list[tuple[int, str, bytes]]) -> JobOutputView:
+    def joined(stream: str) -> str:
+        return base64.b64encode(b"".join(d for _, s, d in chunks if s == stream)).decode()
+
+    return JobOutputView(stdout=joined("stdout"), stderr=joined("stderr"))
 
 
 async def _principal(  # async: FastAPI would run a plain def in a worker thread per call
@@ -572,7 +582,11 @@ def create_app(broker: Broker) -> FastAPI:
         sched: Leader,
         response: Response,
         idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+        wait: Annotated[float, Query(ge=0, le=300)] = 0.0,
     ) -> JobView:
+        """Submit a job. With ``wait=S``, the reply comes when the job finishes (with its
+        whole output) or after S seconds (the job as it is then): one round trip for a
+        short call."""
         tenant = tenant_of(who)
         prof = broker.profiles.get(body.profile)
         if prof is None:
@@ -593,9 +607,11 @@ def create_app(broker: Broker) -> FastAPI:
             )
         _check_shape(body, prof.core.gpus, len(sched.gpus))
         if body.code_digest is not None and not broker.store.has_code(body.code_digest, tenant):
-            raise ApiError(  # another tenant's archive is as absent as a never uploaded one
-                422,
-                "invalid",
+            # 404 naming the field: the client uploads the archive and submits again (another
+            # tenant's archive is as absent as a never uploaded one)
+            raise ApiError(
+                404,
+                "unknown_code",
                 f"body.code_digest: no code uploaded with digest {body.code_digest}",
                 "body.code_digest",
             )
@@ -619,6 +635,7 @@ def create_app(broker: Broker) -> FastAPI:
             workers=body.workers,
             gpus=body.gpus,
             guarantee_s=body.guarantee_s,
+            labels=dict(body.labels),
         )
         digest = broker.box.digest(body.model_dump(mode="json"))
         row, created = sched.submit(tenant, req, idempotency_key, digest)
@@ -631,7 +648,12 @@ def create_app(broker: Broker) -> FastAPI:
                     "idempotency-key",
                 )
             response.status_code = 200
-        return _job_view(row)
+        if wait > 0 and row["state"] != "finished":
+            row = await sched.wait(row["id"], wait) or row
+        view = _job_view(row)
+        if wait > 0 and row["state"] == "finished":
+            view.output = _output_view(broker.store.output(row["id"]))
+        return view
 
     @app.get("/v1/jobs", response_model=list[JobView])
     async def list_jobs(
@@ -639,7 +661,15 @@ def create_app(broker: Broker) -> FastAPI:
         state: Annotated[list[str], Query()] = [],  # noqa: B006 - FastAPI reads it, never mutates
         tenant: str | None = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        label: Annotated[list[str], Query()] = [],  # noqa: B006 - k=v, every one must match
     ) -> list[JobView]:
+        wanted: dict[str, str] = {}
+        for item in label:
+            try:
+                key, value = parse_label(item)
+            except ValueError as exc:
+                raise ApiError(422, "invalid", f"query.label: {exc}", "query.label") from exc
+            wanted[key] = value
         if who.admin:
             if tenant is not None and tenant not in broker.store.tenant_names():
                 raise ApiError(
@@ -652,7 +682,7 @@ def create_app(broker: Broker) -> FastAPI:
                     422, "invalid", f"query.tenant: unknown tenant {tenant!r}", "query.tenant"
                 )
             scope = who.tenant
-        return [_job_view(r) for r in broker.store.list_jobs(scope, tuple(state), limit)]
+        return [_job_view(r) for r in broker.store.list_jobs(scope, tuple(state), limit, wanted)]
 
     @app.get("/v1/jobs/{job_id}", response_model=JobView)
     async def get_job(job_id: str, who: Caller) -> JobView:
@@ -742,6 +772,16 @@ def create_app(broker: Broker) -> FastAPI:
         except StoreError as exc:
             raise ApiError(409, "conflict", f"body.{exc}", "body.name") from exc
         return TenantCreated(name=body.name, token=token)
+
+    @app.delete("/v1/tenants/{name}", status_code=204)
+    async def delete_tenant(name: str, who: Caller) -> Response:
+        admin_only(who)
+        try:
+            broker.auth.delete_tenant(name)
+        except StoreError as exc:
+            status, error = (404, "not_found") if "no tenant" in str(exc) else (409, "conflict")
+            raise ApiError(status, error, str(exc), "name") from exc
+        return Response(status_code=204)
 
     add_dashboard_routes(app, broker, broker.decisions, broker.dashboard)
     return app

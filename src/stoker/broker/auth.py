@@ -84,6 +84,11 @@ class Authenticator:
         self._cache[h] = tenant
         return Principal(tenant)
 
+    def delete_tenant(self, name: str) -> None:
+        """Remove a tenant and forget its cached token at once."""
+        self.store.delete_tenant(name)
+        self._cache = {h: t for h, t in self._cache.items() if t != name}
+
     def create_tenant(self, name: str) -> str:
         """Add a tenant; returns its token (shown once, stored only as a hash)."""
         check_tenant_name(name)

@@ -25,7 +25,7 @@ import httpx
 
 from stoker.broker.config import BrokerConfig, BrokerProfile
 from stoker.broker.embedded import EmbeddedBroker, free_port
-from stoker.client import Client
+from stoker.client import DEFAULT_WAIT_S, Client
 
 TRIVIAL = ["python", "-c", "pass"]
 SHORT = ["python", "-c", "import sys; sys.stdout.write('ok')"]
@@ -56,6 +56,20 @@ def _loop(
     for i in range(n):
         rows.append(client.run(profile, argv, reuse_tag=tag(i)).wait(120))
     return time.perf_counter() - t0, rows
+
+
+def _client_calls(client: Client, profile: str, n: int) -> dict[float, list[float]]:
+    """Client wall time (ms) of trivial calls ``run(...).result()`` into one warm pod (what
+    an agent's tool call costs end to end, beside the broker-measured start): ``n`` with the
+    submit waiting for the end (one round trip) and ``n`` with ``wait_s=0`` (submit,
+    long-poll, output: the three calls it replaced), interleaved so both see the same load."""
+    took: dict[float, list[float]] = {DEFAULT_WAIT_S: [], 0.0: []}
+    for _ in range(n):
+        for wait_s, out in took.items():
+            t0 = time.perf_counter()
+            client.run(profile, TRIVIAL, reuse_tag="warm", wait_s=wait_s).result(120)
+            out.append((time.perf_counter() - t0) * 1000.0)
+    return took
 
 
 def _until(pred: Callable[[], bool], timeout_s: float) -> None:
@@ -214,7 +228,15 @@ def _bench_profile(
         with _tenant_client(bp.url, bp.admin_token, "bench") as c:
             _, cold = _loop(c, name, cold_n, lambda i: f"cold-{uuid.uuid4().hex}", TRIVIAL)
             _, warm = _loop(c, name, warm_n + 1, lambda i: "warm", TRIVIAL)
+            calls = _client_calls(c, name, warm_n)
+        one, three = calls[DEFAULT_WAIT_S], calls[0.0]
         res["idle_rss_mb"] = bp.rss_mb()
+        res["client"] = {
+            "n": len(one),
+            "call_ms_p50": percentile(one, 0.5),
+            "call_ms_p99": percentile(one, 0.99),
+            "call_ms_p50_three_round_trips": percentile(three, 0.5),
+        }
     finally:
         bp.stop()
     warm_ms = _starts(warm[1:], "warm")  # the first of the loop starts its pod
@@ -246,10 +268,10 @@ def _bench_profile(
             hold = ["python", "-c", f"import time; time.sleep({hold_s:.2f})"]
             res["handover_job_s"] = hold_s
             hand = []
-            prev = c.run(name, hold, reuse_tag="hand-0")
+            prev = c.run(name, hold, reuse_tag="hand-0", wait_s=0)
             for i in range(1, handover_n + 1):
                 _until(lambda: any(p["state"] == "standby" for p in admin.pods()), 60)
-                nxt = c.run(name, hold, reuse_tag=f"hand-{i}")
+                nxt = c.run(name, hold, reuse_tag=f"hand-{i}", wait_s=0)
                 hand.append(prev.wait(120))
                 prev = nxt
             hand.append(prev.wait(120))
@@ -329,6 +351,7 @@ def run_bench(
         "goals": {
             "warm.start_ms_p50": 10,
             "warm.start_ms_p99": 50,
+            "client.call_ms_p50": 15,
             "standby.start_ms_p50": 50,
             "cold_over_warm(torch)": 50,
             "handover_ms_p50": 100,

@@ -101,6 +101,7 @@ class JobRequest:
     workers: int = 1
     gpus: float | None = None  # per worker; None: the profile's
     guarantee_s: float | None = None  # spot only; None: the core's default
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
@@ -404,6 +405,7 @@ class Scheduler:
             "env": self.box.seal_env(req.env),
             "secrets": list(req.secrets),
             "request_mac": digest,
+            "labels": dict(req.labels),
             "timeout_s": req.timeout_s,
             "state": JobState.QUEUED.value,
             "path": None,

@@ -65,6 +65,7 @@ jobs = sa.Table(
     sa.Column("requeue_reason", sa.String(32)),
     sa.Column("guarantee_succeeded", sa.Integer, nullable=False, default=0),
     sa.Column("guarantee_failed", sa.Integer, nullable=False, default=0),
+    sa.Column("labels", sa.JSON, nullable=False, default=dict),
 )
 job_output = sa.Table(
     "job_output",
@@ -193,6 +194,21 @@ class Store:
                 tenants.insert().values(name=name, token_hash=token_hash, created=time.time())
             )
 
+    def delete_tenant(self, name: str) -> None:
+        """Remove a tenant (its token stops working); refused while it has unfinished
+        jobs. Its finished jobs stay as history."""
+        with self.transaction() as conn:
+            if not conn.execute(sa.select(tenants.c.name).where(tenants.c.name == name)).first():
+                raise StoreError(f"name: no tenant {name!r}")
+            busy = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(jobs)
+                .where(jobs.c.tenant == name, jobs.c.state != "finished")
+            ).scalar()
+            if busy:
+                raise StoreError(f"name: tenant {name!r} has {busy} unfinished jobs; cancel them")
+            conn.execute(tenants.delete().where(tenants.c.name == name))
+
     def tenant_by_hash(self, token_hash: str) -> str | None:
         with self.engine.connect() as conn:
             row = conn.execute(
@@ -221,13 +237,20 @@ class Store:
         return None if row is None else dict(row._mapping)
 
     def list_jobs(
-        self, tenant: str | None, states: tuple[str, ...] = (), limit: int = 100
+        self,
+        tenant: str | None,
+        states: tuple[str, ...] = (),
+        limit: int = 100,
+        labels: dict[str, str] | None = None,
     ) -> list[dict[str, Any]]:
+        """Newest first; only jobs carrying every ``labels`` key with that value."""
         q = sa.select(jobs).order_by(jobs.c.submitted.desc()).limit(limit)
         if tenant is not None:
             q = q.where(jobs.c.tenant == tenant)
         if states:
             q = q.where(jobs.c.state.in_(states))
+        for key, value in (labels or {}).items():
+            q = q.where(jobs.c.labels[key].as_string() == value)
         with self.engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(q)]
 

@@ -25,10 +25,13 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def _client(url: str | None, token: str | None) -> Any:
-    from stoker.api.config import ClientConfig
+    from stoker.api.config import ClientConfig, ConfigError
     from stoker.client import Client
 
-    cfg = ClientConfig.load()
+    try:
+        cfg = ClientConfig.load()
+    except ConfigError as exc:
+        _fail(str(exc))
     tok = token or cfg.token
     if not tok:
         _fail("no token: set STOKER_TOKEN or pass --token")
@@ -46,13 +49,19 @@ def _call(url: str | None, token: str | None, fn: Callable[[Any], Any]) -> Any:
         _fail(str(exc))
 
 
-def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+def _table(title: str, columns: list[str], rows: list[list[Any]], fit: bool = False) -> None:
+    """A rich table; ``fit``: lighter borders for at most 80 columns (cells cut before)."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=title)
+    t = (
+        Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0))
+        if fit
+        else Table(title=title)
+    )
     for c in columns:
-        t.add_column(c)
+        t.add_column(c, no_wrap=fit)
     for r in rows:
         t.add_row(*["" if v is None else str(v) for v in r])
     Console().print(t)
@@ -298,11 +307,15 @@ def run(
                 env=envs,
                 timeout_s=timeout,
                 shape=shape,
+                wait_s=0,  # streamed live from the start, every re-queue notice heard
                 secrets=secret,
             )
             job.on_requeue = preempted
+            captured: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
             for stream, data in job.stream():
-                if not as_json:
+                if as_json:
+                    captured[stream].append(data)
+                else:
                     out = sys.stdout if stream == "stdout" else sys.stderr
                     out.buffer.write(data)
                     out.flush()
@@ -310,7 +323,8 @@ def run(
     except StokerError as exc:
         _fail(str(exc))
     if as_json:
-        typer.echo(json.dumps(row))
+        text = {k: b"".join(v).decode(errors="replace") for k, v in captured.items()}
+        typer.echo(json.dumps({**row, **text}))
     elif row["failure"] not in (None, "user_error"):
         typer.echo(f"stoker: job {row['id']} failed: {row['failure']}", err=True)
     code_ = row["exit_code"]
@@ -319,30 +333,53 @@ def run(
 
 def ps(
     state: Annotated[list[str], typer.Option("--state", help="only these states")] = [],  # noqa: B006
+    label: Annotated[list[str], typer.Option("--label", help="only jobs with k=v (repeat)")] = [],  # noqa: B006
     limit: int = 50,
+    wide: Annotated[bool, typer.Option("--wide", help="full ids and tags, labels")] = False,
     url: UrlOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List your jobs (newest first)."""
-    jobs = _call(url, token, lambda c: c.jobs(state, limit))
+    """List your jobs (newest first); the table fits 80 columns (``--wide``: everything)."""
+    from stoker.api.models import parse_label
+    from stoker.cli.jobs import short_id
+    from stoker.core import JobState
+
+    known = [s.value for s in JobState]
+    for s in state:
+        if s not in known:
+            _fail(f"--state: unknown state {s!r} (known: {', '.join(known)})")
+    labels: dict[str, str] = {}
+    for item in label:
+        try:
+            key, value = parse_label(item)
+        except ValueError as exc:
+            _fail(f"--label: {exc}")
+        labels[key] = value
+    jobs = _call(url, token, lambda c: c.jobs(state, limit, labels))
     if as_json:
         typer.echo(json.dumps(jobs))
         return
+    columns = ["id", "profile", "tag", "state", "path", "start ms", "exit", "failure"]
+
+    def cut(v: str | None, n: int) -> str | None:  # a long cell, shortened (unless --wide)
+        return v if wide or v is None or len(v) <= n else v[: n - 1] + "…"
+
     rows = [
         [
-            j["id"],
-            j["profile"],
-            j["reuse_tag"],
+            j["id"] if wide else short_id(j["id"]),
+            cut(j["profile"], 8),
+            cut(j["reuse_tag"], 10),
             j["state"],
             j["path"],
             _fmt_ms(j["start_latency_ms"]),
             j["exit_code"],
-            j["failure"],
+            cut(j["failure"], 10),
         ]
+        + ([",".join(f"{k}={v}" for k, v in j["labels"].items())] if wide else [])
         for j in jobs
     ]
-    _table("jobs", ["id", "profile", "tag", "state", "path", "start ms", "exit", "failure"], rows)
+    _table("jobs", columns + (["labels"] if wide else []), rows, fit=not wide)
 
 
 def pods(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
@@ -487,6 +524,7 @@ def bench_local(
                 name,
                 _fmt_ms(p["warm"]["start_ms_p50"]),
                 _fmt_ms(p["warm"]["start_ms_p99"]),
+                _fmt_ms(p["client"]["call_ms_p50"]),
                 _fmt_ms(p["standby"]["start_ms_p50"]),
                 _fmt_ms(p["cold"]["start_ms_p50"]),
                 f"{p.get('cold_over_warm', 0):.0f}",
@@ -501,6 +539,7 @@ def bench_local(
             "profile",
             "warm p50",
             "warm p99",
+            "call p50",
             "standby p50",
             "cold p50",
             "cold/warm",

@@ -23,6 +23,7 @@ _COMMAND_MODULES = (
     "stoker.cli.forecast",
     "stoker.cli.traces",
     "stoker.cli.broker",
+    "stoker.cli.jobs",
     "stoker.cli.report",
     "stoker.cli.deploy",
 )

@@ -31,6 +31,12 @@ def sim_gfs(
     burn_in_days: Annotated[float, typer.Option(help="simulated before the window")] = 2.0,
     scale: Annotated[float, typer.Option(help="share of nodes (and jobs) kept, (0, 1]")] = 1.0,
     seed: Annotated[int, typer.Option(help="seed (generator, load copies)")] = 0,
+    capacity_scale: Annotated[
+        float, typer.Option(help="share of each GPU model's nodes kept, every job kept")
+    ] = 1.0,
+    time_scale: Annotated[
+        float, typer.Option(help="inter-arrival times divided by this (real traces)")
+    ] = 1.0,
     query_every_min: Annotated[int, typer.Option(help="forecast query cadence")] = 5,
     refit_every_min: Annotated[int, typer.Option(help="forecaster refit cadence")] = 1440,
     forecaster: Annotated[
@@ -78,7 +84,7 @@ def sim_gfs(
     if forecaster not in ("ridge", "orglinear"):
         fail(f"--forecaster: expected ridge or orglinear, got {forecaster!r}")
     try:
-        setup = Setup(days, warm_days, burn_in_days, scale, seed)
+        setup = Setup(days, warm_days, burn_in_days, scale, seed, capacity_scale, time_scale)
         cadence = Cadence(refit_every_min=refit_every_min, query_every_min=query_every_min)
         base, window = prepare_trace(trace, trace_path, setup)
         runs: dict[str, dict[str, TraceResult]] = {}
@@ -95,7 +101,9 @@ def sim_gfs(
                         tr,
                         spec,
                         window,
-                        forecaster=policy_forecaster(spec.forecaster, cadence, forecaster),
+                        forecaster=policy_forecaster(
+                            spec.forecaster, cadence, forecaster, base.notes
+                        ),
                         cadence=cadence,
                         progress=lambda msg, lv=level: bar.update(task, description=f"{lv}/{msg}"),
                     )
@@ -122,6 +130,8 @@ def sim_gfs(
             "warm_days": warm_days,
             "burn_in_days": burn_in_days,
             "scale": scale,
+            "capacity_scale": capacity_scale,
+            "time_scale": time_scale,
             "seed": seed,
             "query_every_min": query_every_min,
             "refit_every_min": refit_every_min,

@@ -6,6 +6,11 @@
         job = c.run("plain", ["python", "-c", "print(1)"], reuse_tag="loop-7")
         print(job.result().exit_code, job.logs())
 
+A submit waits up to ``wait_s`` (default 1 s) for the job to finish: a short call is then
+one round trip, its reply carrying the exit and the whole output; a longer job returns its
+handle when ``wait_s`` passes, and ``result``/``stream`` go on from there. Code is sent by
+digest in the submit and uploaded only when the broker answers that it lacks it.
+
 Every call is retry-safe: a submit carries an idempotency key (the same key on every retry,
 so a lost reply never runs a job twice), reads are idempotent, and transport errors and 5xx
 replies are retried with backoff. Errors are typed (:class:`InvalidRequest` names the field).
@@ -30,6 +35,8 @@ import httpx
 
 _RETRIES = 4
 _FINISHED = "finished"
+DEFAULT_WAIT_S = 1.0
+_CODE_FIELD = "body.code_digest"
 
 
 class StokerError(Exception):
@@ -87,34 +94,92 @@ class JobResult:
     stdout: bytes
     stderr: bytes
     requeues: int = 0  # times it was preempted (evicted and run again)
+    pods: tuple[str, ...] = ()  # the pods it ran in (rank i in the i-th)
 
     @property
     def ok(self) -> bool:
         return self.exit_code == 0 and self.failure is None
 
 
+_URL_SHAPE = "the broker's root, like http://127.0.0.1:8765 (no path, no /v1)"
+
+
+def _base_url(url: str) -> str:
+    """``url`` without a trailing slash; InvalidRequest (field ``url``) when it cannot be a
+    broker's root URL."""
+    parsed = httpx.URL(url)
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise InvalidRequest(f"url: {url!r} is not a URL; it should be {_URL_SHAPE}", field="url")
+    return url.rstrip("/")
+
+
 def _raise_for(resp: httpx.Response) -> None:
     if resp.status_code < 400:
         return
+    body: Any = None
     try:
         body = resp.json()
         message, field = str(body.get("message", body)), body.get("field")
     except (ValueError, AttributeError):
         message, field = resp.text, None
+    if resp.status_code in (404, 405) and not (isinstance(body, dict) and body.get("field")):
+        # the broker's own 404s name a field: nothing here answers this path
+        raise InvalidRequest(
+            f"url: no stoker API at {resp.request.url}; the URL should be {_URL_SHAPE}",
+            resp.status_code,
+            "url",
+        )
     cls = {401: AuthenticationError, 403: PermissionDenied, 404: NotFound}.get(
         resp.status_code, InvalidRequest if resp.status_code < 500 else BrokerUnavailable
     )
     raise cls(message, resp.status_code, field)
 
 
-def pack_code(path: Path | str) -> bytes:
-    """A directory (or one file) as a reproducible gzipped tar: same tree, same digest."""
+def _unreachable(url: str, method: str, path: str, exc: Exception) -> BrokerUnavailable:
+    return BrokerUnavailable(
+        f"cannot reach the broker at {url} ({method} {path}: {exc or type(exc).__name__});"
+        " start one with `stoker up`, or set STOKER_URL / --url"
+    )
+
+
+MAX_CODE_BYTES = 64 * 1024 * 1024  # the broker's default cap on a code archive
+_IGNORE_FILES = (".gitignore", ".stokerignore")
+
+
+def code_files(root: Path) -> list[Path]:
+    """The files of a code directory, sorted, without those its top-level ``.gitignore``
+    and ``.stokerignore`` exclude (git's rules; ``.git/`` is always left out)."""
+    import pathspec
+
+    lines = [".git/"]
+    for name in _IGNORE_FILES:
+        if (root / name).is_file():
+            lines += (root / name).read_text().splitlines()
+    spec = pathspec.GitIgnoreSpec.from_lines(lines)
+    return sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file() and not spec.match_file(p.relative_to(root).as_posix())
+    )
+
+
+def pack_code(path: Path | str, max_bytes: int = MAX_CODE_BYTES) -> bytes:
+    """A directory (or one file) as a reproducible gzipped tar: same tree, same digest.
+    Files ignored by ``.gitignore``/``.stokerignore`` stay out; a tree over ``max_bytes``
+    (before compression) is refused before anything is packed."""
     root = Path(path)
     if not root.exists():
         raise InvalidRequest(f"code: {root} does not exist", field="code")
+    files = [root] if root.is_file() else code_files(root)
+    size = sum(f.stat().st_size for f in files)
+    if size > max_bytes:
+        raise InvalidRequest(
+            f"code: {root} holds {size} bytes of files, over the {max_bytes}-byte cap"
+            " (leave files out with .stokerignore)",
+            field="code",
+        )
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=6) as tar:
-        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
         for f in files:
             info = tar.gettarinfo(
                 str(f), arcname=f.name if root.is_file() else str(f.relative_to(root))
@@ -155,6 +220,7 @@ def _job_body(
     env: dict[str, str] | None,
     timeout_s: float | None,
     shape: JobShape,
+    labels: dict[str, str] | None = None,
     secrets: list[str] | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
@@ -166,6 +232,7 @@ def _job_body(
         "env": dict(env or {}),
         "job_class": shape.job_class,
         "workers": shape.workers,
+        "labels": dict(labels or {}),
         "secrets": list(secrets or []),
     }
     optional = {
@@ -176,6 +243,72 @@ def _job_body(
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     return body
+
+
+@dataclass(frozen=True, slots=True)
+class _Submit:
+    """One submit, ready to send (and to send again after a code upload)."""
+
+    code: bytes | None
+    body: dict[str, Any]
+    params: dict[str, float]
+    headers: dict[str, str]
+
+    def kwargs(self) -> dict[str, Any]:
+        return {"json": self.body, "params": self.params, "headers": self.headers}
+
+    def needs_upload(self, exc: StokerError) -> bool:
+        """The broker refused the submit because it lacks this code (upload, then again)."""
+        return self.code is not None and isinstance(exc, NotFound) and exc.field == _CODE_FIELD
+
+
+def _submit(
+    profile: str,
+    argv: list[str],
+    reuse_tag: str | None,
+    code: bytes | str | Path | None,
+    deps: list[str] | None,
+    env: dict[str, str] | None,
+    timeout_s: float | None,
+    shape: JobShape,
+    wait_s: float,
+    idempotency_key: str | None,
+    labels: dict[str, str] | None,
+    secrets: list[str] | None = None,
+) -> _Submit:
+    if isinstance(argv, str):
+        raise TypeError(
+            f"argv must be a list of strings, not a string: pass {argv.split()!r}"
+            " (or shlex.split(...) for a shell-quoted line)"
+        )
+    data = _code_bytes(code)
+    digest = None if data is None else hashlib.sha256(data).hexdigest()
+    # the same key on every retry and on the resubmit after an upload: never two jobs
+    key = idempotency_key or uuid.uuid4().hex
+    # no tag: a fresh caller per job (never anyone's pod), named after the key so that the
+    # same key sends the same body
+    tag = reuse_tag or f"once-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+    body = _job_body(profile, argv, tag, digest, deps, env, timeout_s, shape, labels, secrets)
+    headers = {"Idempotency-Key": key}
+    return _Submit(data, body, {"wait": wait_s} if wait_s > 0 else {}, headers)
+
+
+def _jobs_query(
+    states: list[str] | None, limit: int, labels: dict[str, str] | None
+) -> dict[str, Any]:
+    return {
+        "state": states or [],
+        "limit": limit,
+        "label": [f"{k}={v}" for k, v in (labels or {}).items()],
+    }
+
+
+def _inline_output(row: dict[str, Any]) -> list[tuple[str, bytes]] | None:
+    """The output a waited submit carried (None when the job had not finished)."""
+    out = row.pop("output", None)
+    if out is None:
+        return None
+    return [(s, base64.b64decode(out[s])) for s in ("stdout", "stderr")]
 
 
 def _check_wait(
@@ -206,6 +339,7 @@ def _result(row: dict[str, Any], out: list[tuple[str, bytes]]) -> JobResult:
         b"".join(d for s, d in out if s == "stdout"),
         b"".join(d for s, d in out if s == "stderr"),
         int(row.get("requeues", 0)),
+        tuple(row.get("pods") or ()),
     )
 
 
@@ -241,6 +375,7 @@ class Job:
 
     def __init__(self, client: Client, row: dict[str, Any]) -> None:
         self.client = client
+        self._output = _inline_output(row)  # set when the submit waited for the end
         self.id: str = row["id"]
         self.info = row
         # called with the job's row when the stream says it was preempted and re-queued
@@ -281,7 +416,10 @@ class Job:
         return b"".join(d for _, d in self.stream(follow=False)).decode(errors="replace")
 
     def result(self, timeout_s: float | None = None) -> JobResult:
-        """Wait for the job, then its exit and output."""
+        """Wait for the job, then its exit and output (no further call when the submit's
+        reply carried them)."""
+        if self._output is not None:
+            return _result(self.info, self._output)
         row = self.wait(timeout_s)
         return _result(row, list(self.stream(follow=False)))
 
@@ -302,7 +440,7 @@ class Client:
             cfg = ClientConfig.load()
             url, token = url or cfg.url, token or cfg.token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.url = url.rstrip("/")
+        self.url = _base_url(url)
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
 
     def __enter__(self) -> Client:
@@ -320,7 +458,7 @@ class Client:
                 resp = self._http.request(method, path, **kw)
             except httpx.TransportError as exc:
                 if attempt == _RETRIES:
-                    raise BrokerUnavailable(f"{method} {path}: {exc}") from exc
+                    raise _unreachable(self.url, method, path, exc) from exc
             else:
                 if resp.status_code < 500 or attempt == _RETRIES:
                     _raise_for(resp)
@@ -348,25 +486,51 @@ class Client:
         env: dict[str, str] | None = None,
         timeout_s: float | None = None,
         shape: JobShape = JobShape(),
+        wait_s: float = DEFAULT_WAIT_S,
+        idempotency_key: str | None = None,
+        labels: dict[str, str] | None = None,
         secrets: list[str] | None = None,
     ) -> Job:
-        """Submit a job; returns at once with its handle. ``shape``: its class, workers and
-        GPUs (default: a one-worker pool job in the profile's shape). ``secrets`` names tenant
+        """Submit a job (``argv`` a list: a string is a TypeError); returns its handle when
+        it finishes or after ``wait_s`` (0: at once). ``shape``: its class, workers and GPUs
+        (default: a one-worker pool job in the profile's shape). ``idempotency_key``: the
+        same key gives the same job (default: a fresh key per call). ``labels``: your own
+        tags, returned with the job and filtered on by :meth:`jobs`. ``secrets`` names tenant
         secrets (:meth:`set_secret`) the job gets as environment variables of the same names."""
-        data = _code_bytes(code)
-        digest = self.upload(data) if data is not None else None
-        body = _job_body(profile, argv, reuse_tag, digest, deps, env, timeout_s, shape, secrets)
-        key = uuid.uuid4().hex
-        row = self._request("POST", "/v1/jobs", json=body, headers={"Idempotency-Key": key})
+        sub = _submit(
+            profile,
+            argv,
+            reuse_tag,
+            code,
+            deps,
+            env,
+            timeout_s,
+            shape,
+            wait_s,
+            idempotency_key,
+            labels,
+            secrets,
+        )
+        try:
+            row = self._request("POST", "/v1/jobs", **sub.kwargs())
+        except StokerError as exc:
+            if not sub.needs_upload(exc):
+                raise
+            self._request("POST", "/v1/code", content=sub.code)
+            row = self._request("POST", "/v1/jobs", **sub.kwargs())
         return Job(self, row)
 
     def get(self, job_id: str) -> dict[str, Any]:
         return dict(self._request("GET", f"/v1/jobs/{job_id}"))
 
-    def jobs(self, states: list[str] | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        return list(
-            self._request("GET", "/v1/jobs", params={"state": states or [], "limit": limit})
-        )
+    def jobs(
+        self,
+        states: list[str] | None = None,
+        limit: int = 100,
+        labels: dict[str, str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Your jobs, newest first: only ``states``, only those with every label given."""
+        return list(self._request("GET", "/v1/jobs", params=_jobs_query(states, limit, labels)))
 
     def pods(self) -> list[dict[str, Any]]:
         return list(self._request("GET", "/v1/pods"))
@@ -385,6 +549,11 @@ class Client:
     def create_tenant(self, name: str) -> str:
         """(admin) Add a tenant; returns its token."""
         return str(self._request("POST", "/v1/tenants", json={"name": name})["token"])
+
+    def delete_tenant(self, name: str) -> None:
+        """(admin) Remove a tenant: its token stops working (refused while it has
+        unfinished jobs)."""
+        self._request("DELETE", f"/v1/tenants/{name}")
 
     def health(self) -> dict[str, Any]:
         return dict(self._request("GET", "/v1/health"))
@@ -410,6 +579,16 @@ class Client:
     def delete_secret(self, name: str) -> None:
         self._request("DELETE", f"/v1/secrets/{name}")
 
+    def session(
+        self,
+        profile: str,
+        reuse_tag: str | None = None,
+        on_pod_lost: Callable[[PodLost], None] | None = None,
+    ) -> Session:
+        """Calls sharing one warm pod: ``with client.session("plain") as s: s.run([...])``
+        (a fresh reuse tag unless ``reuse_tag`` is given)."""
+        return Session(self, profile, reuse_tag, on_pod_lost)
+
 
 # ----------------------------------------------------------------------------- async
 
@@ -419,6 +598,7 @@ class AsyncJob:
 
     def __init__(self, client: AsyncClient, row: dict[str, Any]) -> None:
         self.client = client
+        self._output = _inline_output(row)
         self.id: str = row["id"]
         self.info = row
         self.on_requeue: Callable[[dict[str, Any]], None] | None = None
@@ -458,6 +638,8 @@ class AsyncJob:
         return b"".join([d async for _, d in self.stream(follow=False)]).decode(errors="replace")
 
     async def result(self, timeout_s: float | None = None) -> JobResult:
+        if self._output is not None:
+            return _result(self.info, self._output)
         row = await self.wait(timeout_s)
         return _result(row, [c async for c in self.stream(follow=False)])
 
@@ -482,7 +664,7 @@ class AsyncClient:
             cfg = ClientConfig.load()
             url, token = url or cfg.url, token or cfg.token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.url = url.rstrip("/")
+        self.url = _base_url(url)
         self._http = httpx.AsyncClient(
             base_url=self.url, headers=headers, timeout=timeout_s, transport=transport
         )
@@ -502,7 +684,7 @@ class AsyncClient:
                 resp = await self._http.request(method, path, **kw)
             except httpx.TransportError as exc:
                 if attempt == _RETRIES:
-                    raise BrokerUnavailable(f"{method} {path}: {exc}") from exc
+                    raise _unreachable(self.url, method, path, exc) from exc
             else:
                 if resp.status_code < 500 or attempt == _RETRIES:
                     _raise_for(resp)
@@ -529,20 +711,44 @@ class AsyncClient:
         env: dict[str, str] | None = None,
         timeout_s: float | None = None,
         shape: JobShape = JobShape(),
+        wait_s: float = DEFAULT_WAIT_S,
+        idempotency_key: str | None = None,
+        labels: dict[str, str] | None = None,
         secrets: list[str] | None = None,
     ) -> AsyncJob:
-        data = _code_bytes(code)
-        digest = await self.upload(data) if data is not None else None
-        body = _job_body(profile, argv, reuse_tag, digest, deps, env, timeout_s, shape, secrets)
-        key = uuid.uuid4().hex
-        row = await self._request("POST", "/v1/jobs", json=body, headers={"Idempotency-Key": key})
+        sub = _submit(
+            profile,
+            argv,
+            reuse_tag,
+            code,
+            deps,
+            env,
+            timeout_s,
+            shape,
+            wait_s,
+            idempotency_key,
+            labels,
+            secrets,
+        )
+        try:
+            row = await self._request("POST", "/v1/jobs", **sub.kwargs())
+        except StokerError as exc:
+            if not sub.needs_upload(exc):
+                raise
+            await self._request("POST", "/v1/code", content=sub.code)
+            row = await self._request("POST", "/v1/jobs", **sub.kwargs())
         return AsyncJob(self, row)
 
     async def get(self, job_id: str) -> dict[str, Any]:
         return dict(await self._request("GET", f"/v1/jobs/{job_id}"))
 
-    async def jobs(self, states: list[str] | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        params = {"state": states or [], "limit": limit}
+    async def jobs(
+        self,
+        states: list[str] | None = None,
+        limit: int = 100,
+        labels: dict[str, str] | None = None,
+    ) -> list[dict[str, Any]]:
+        params = _jobs_query(states, limit, labels)
         return list(await self._request("GET", "/v1/jobs", params=params))
 
     async def pods(self) -> list[dict[str, Any]]:
@@ -559,6 +765,9 @@ class AsyncClient:
 
     async def create_tenant(self, name: str) -> str:
         return str((await self._request("POST", "/v1/tenants", json={"name": name}))["token"])
+
+    async def delete_tenant(self, name: str) -> None:
+        await self._request("DELETE", f"/v1/tenants/{name}")
 
     async def health(self) -> dict[str, Any]:
         return dict(await self._request("GET", "/v1/health"))
@@ -581,10 +790,180 @@ class AsyncClient:
     async def delete_secret(self, name: str) -> None:
         await self._request("DELETE", f"/v1/secrets/{name}")
 
+    def session(
+        self,
+        profile: str,
+        reuse_tag: str | None = None,
+        on_pod_lost: Callable[[PodLost], None] | None = None,
+    ) -> AsyncSession:
+        """``async with client.session("plain") as s: await s.run([...])``."""
+        return AsyncSession(self, profile, reuse_tag, on_pod_lost)
+
+
+# ----------------------------------------------------------------------------- sessions
+
+# files.write sends a file in chunks of argv (one argument may hold 128 KiB on Linux)
+_CHUNK = 96 * 1024
+_WRITE = (
+    "import base64, sys\n"
+    "with open(sys.argv[1], sys.argv[2]) as f: f.write(base64.b64decode(sys.argv[3]))"
+)
+_READ = (
+    "import base64, sys\n"
+    "try: data = open(sys.argv[1], 'rb').read()\n"
+    "except OSError as e: sys.exit(f'{e.strerror}: {sys.argv[1]}')\n"
+    "sys.stdout.write(base64.b64encode(data).decode())"
+)
+
+
+class SessionFileError(StokerError):
+    """``files.read``/``files.write`` failed in the pod (no such file, no permission)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodLost:
+    """A session's call ran in a pod other than the one before: the warm pod is gone (its
+    keep-alive ran out, it failed, or it was taken back) and its workspace with it."""
+
+    old_pod: str
+    new_pod: str
+
+
+def _write_argvs(path: str, data: bytes) -> list[list[str]]:
+    """The jobs that write ``data`` to ``path``: the first truncates, the rest append."""
+    chunks = [data[i : i + _CHUNK] for i in range(0, len(data), _CHUNK)] or [b""]
+    return [
+        ["python", "-c", _WRITE, path, "wb" if i == 0 else "ab", base64.b64encode(c).decode()]
+        for i, c in enumerate(chunks)
+    ]
+
+
+def _file_result(res: JobResult, what: str, path: str) -> JobResult:
+    if not res.ok:
+        reason = res.stderr.decode(errors="replace").strip().splitlines()[-1:] or [res.failure]
+        raise SessionFileError(f"files.{what} {path}: {reason[0]}")
+    return res
+
+
+class _SessionState:
+    """What sync and async sessions share: the reuse tag, the pod the last call ran in,
+    and the pod-lost check."""
+
+    def __init__(
+        self, profile: str, reuse_tag: str | None, on_pod_lost: Callable[[PodLost], None] | None
+    ) -> None:
+        self.profile = profile
+        self.reuse_tag = reuse_tag or f"session-{uuid.uuid4().hex}"
+        self.pod: str | None = None
+        self.pod_lost = False  # the latest call ran in a new pod (the workspace reset)
+        self.lost: list[PodLost] = []
+        self.on_pod_lost = on_pod_lost
+
+    def _landed(self, res: JobResult) -> JobResult:
+        new = res.pods[0] if res.pods else None
+        self.pod_lost = self.pod is not None and new is not None and new != self.pod
+        if self.pod_lost:
+            assert self.pod is not None and new is not None
+            event = PodLost(self.pod, new)
+            self.lost.append(event)
+            if self.on_pod_lost is not None:
+                self.on_pod_lost(event)
+        self.pod = new or self.pod
+        return res
+
+
+class Session(_SessionState):
+    """Calls that share one warm pod (``client.session(profile)``): ``run``, ``files``.
+    Each call is a job of the session's reuse tag, so it lands in the same pod while the
+    pod's keep-alive holds; ``pod_lost`` (and ``on_pod_lost``) says when it did not."""
+
+    def __init__(
+        self,
+        client: Client,
+        profile: str,
+        reuse_tag: str | None = None,
+        on_pod_lost: Callable[[PodLost], None] | None = None,
+    ) -> None:
+        super().__init__(profile, reuse_tag, on_pod_lost)
+        self.client = client
+        self.files = SessionFiles(self)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass  # the pod stays warm for its keep-alive: a later session of the tag reuses it
+
+    def run(self, argv: list[str], timeout_s: float | None = None, **kw: Any) -> JobResult:
+        """Run ``argv`` in the session's pod and return its result (what :meth:`Client.run`
+        takes, by keyword)."""
+        job = self.client.run(self.profile, argv, reuse_tag=self.reuse_tag, **kw)
+        return self._landed(job.result(timeout_s))
+
+
+class SessionFiles:
+    """Files in the session pod's workspace (the jobs' working directory), moved by jobs
+    in that pod."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def write(self, path: str, data: bytes | str) -> None:
+        raw = data.encode() if isinstance(data, str) else data
+        for argv in _write_argvs(path, raw):
+            _file_result(self.session.run(argv), "write", path)
+
+    def read(self, path: str) -> bytes:
+        res = _file_result(self.session.run(["python", "-c", _READ, path]), "read", path)
+        return base64.b64decode(res.stdout)
+
+
+class AsyncSession(_SessionState):
+    """The asynchronous twin of :class:`Session` (``async with client.session(...)``)."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        profile: str,
+        reuse_tag: str | None = None,
+        on_pod_lost: Callable[[PodLost], None] | None = None,
+    ) -> None:
+        super().__init__(profile, reuse_tag, on_pod_lost)
+        self.client = client
+        self.files = AsyncSessionFiles(self)
+
+    async def __aenter__(self) -> AsyncSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        pass
+
+    async def run(self, argv: list[str], timeout_s: float | None = None, **kw: Any) -> JobResult:
+        job = await self.client.run(self.profile, argv, reuse_tag=self.reuse_tag, **kw)
+        return self._landed(await job.result(timeout_s))
+
+
+class AsyncSessionFiles:
+    """The asynchronous twin of :class:`SessionFiles`."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def write(self, path: str, data: bytes | str) -> None:
+        raw = data.encode() if isinstance(data, str) else data
+        for argv in _write_argvs(path, raw):
+            _file_result(await self.session.run(argv), "write", path)
+
+    async def read(self, path: str) -> bytes:
+        res = await self.session.run(["python", "-c", _READ, path])
+        return base64.b64decode(_file_result(res, "read", path).stdout)
+
 
 __all__ = [
+    "DEFAULT_WAIT_S",
     "AsyncClient",
     "AsyncJob",
+    "AsyncSession",
     "AuthenticationError",
     "BrokerUnavailable",
     "Client",
@@ -596,6 +975,9 @@ __all__ = [
     "JobTimeout",
     "NotFound",
     "PermissionDenied",
+    "PodLost",
+    "Session",
+    "SessionFileError",
     "StokerError",
     "pack_code",
 ]

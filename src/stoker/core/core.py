@@ -118,11 +118,25 @@ class Core:
 
     def handle(self, event: Event, now: float) -> list[Action]:
         """Apply one event at time ``now`` and return the actions to carry out, in order."""
+        return self.handle_all((event,), now)
+
+    def handle_all(self, events: Iterable[Event], now: float) -> list[Action]:
+        """Apply events of one instant in order, then one scheduling pass (e.g. every
+        tenant's forecast of one query: the spot quota is set from their sum, not from
+        each partial sum on the way)."""
         if now + EPS < self.now:
             raise CoreError(f"time went backwards: {now} < {self.now}")
         self.now = now
         self.demand.record_until(now)
         out: list[Action] = []
+        for event in events:
+            self._apply(event, now, out)
+        # hp and spot first (guaranteed work before loop jobs take free room), then pools
+        self.gangs.schedule(now, out)
+        self.warm.after(now, out)
+        return out
+
+    def _apply(self, event: Event, now: float, out: list[Action]) -> None:
         match event:
             case JobSubmitted(spec):
                 self._submit(spec, now, out)
@@ -152,10 +166,6 @@ class Core:
                 self._retry_stops(now, out)
             case _:
                 raise CoreError(f"unknown event {event!r}")
-        # hp and spot first (guaranteed work before loop jobs take free room), then pools
-        self.gangs.schedule(now, out)
-        self.warm.after(now, out)
-        return out
 
     # ------------------------------------------------------------------ views
 

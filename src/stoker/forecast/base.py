@@ -6,8 +6,9 @@ How a caller (the simulator, the broker's quota loop) uses a forecaster:
   :func:`stoker.forecast.series.demand_series` for a trace's series).
 - Every ``cadence.refit_every_min`` minutes (daily) it calls ``fit(histories, now_min)``.
 - Every ``cadence.query_every_min`` minutes (5) it calls
-  ``predict(key, history, now_min, horizon_h)`` for each series and gets the peak demand of
-  each of the next ``horizon_h`` hours as a Normal (mean, std).
+  ``predict_many(keys, histories, now_min, horizon_h)`` once for all series (one row of
+  ``histories`` per key) and gets the peak demand of each of the next ``horizon_h`` hours of
+  each series as a Normal (mean, std). ``predict`` is the same for one series.
 
 Time is in whole minutes since the series' epoch (minute 0; its calendar date lives in the
 forecaster's :class:`~stoker.forecast.series.Calendar`). A ``history`` is a 1-D array with one
@@ -20,6 +21,7 @@ and its peak is the maximum per-minute demand inside it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -73,12 +75,65 @@ class Cadence:
             raise ForecastError(f"query_every_min must be >= 1, got {self.query_every_min}")
 
 
+@dataclass(frozen=True, slots=True)
+class Forecasts:
+    """One query's answer for many series: row ``i`` of ``mean`` and ``std`` (n, hours) is
+    the Normal of ``keys[i]``'s hourly peaks ahead."""
+
+    keys: tuple[SeriesKey, ...]
+    mean: np.ndarray
+    std: np.ndarray
+
+    def __getitem__(self, i: int) -> Forecast:
+        return Forecast(mean=self.mean[i], std=self.std[i])
+
+
+def check_histories(
+    keys: Sequence[SeriesKey], histories: np.ndarray, field_name: str = "histories"
+) -> np.ndarray:
+    """A 2-D float array, one row per key, of finite non-negative demand, or ForecastError."""
+    arr = np.asarray(histories, dtype=float)
+    if arr.ndim != 2:
+        raise ForecastError(f"{field_name} must be 2-D (one row per series), got {arr.ndim}-D")
+    if arr.shape[0] != len(keys):
+        raise ForecastError(f"{field_name} has {arr.shape[0]} rows for {len(keys)} keys")
+    return check_demand(arr, field_name)
+
+
+def check_demand(arr: np.ndarray, field_name: str) -> np.ndarray:
+    """``arr`` when every value is finite and >= 0 (GPUs demanded), else ForecastError."""
+    if not np.all(np.isfinite(arr)):
+        raise ForecastError(f"{field_name} must be finite (no NaN or inf)")
+    if np.any(arr < 0):
+        raise ForecastError(f"{field_name} must be >= 0 (GPUs demanded)")
+    return arr
+
+
+class BatchPredictor:
+    """Mixin: ``predict`` for one series is ``predict_many`` of a batch of one."""
+
+    def predict_many(
+        self, keys: Sequence[SeriesKey], histories: np.ndarray, now_min: int, horizon_h: int
+    ) -> Forecasts:
+        raise NotImplementedError
+
+    def predict(
+        self, key: SeriesKey, history: np.ndarray, now_min: int, horizon_h: int
+    ) -> Forecast:
+        """Hourly peak mean and std of one series (see :meth:`predict_many`)."""
+        arr = np.asarray(history, dtype=float)
+        if arr.ndim != 1:
+            raise ForecastError(f"history must be 1-D (one value per minute), got {arr.ndim}-D")
+        return self.predict_many((key,), arr[None, :], now_min, horizon_h)[0]
+
+
 class Forecaster(Protocol):
     """Fitted on minute-level history (GPUs per minute), queried for hourly peaks ahead.
 
     ``fit`` may be called any number of times (each call retrains from ``histories``, which
-    all end at ``now_min``); ``predict`` returns a :class:`Forecast` of ``horizon_h`` hours.
-    Same seed and same inputs give the same forecast.
+    all end at ``now_min``); ``predict_many`` answers a query for many series at once (one
+    call per query time, vectorised inside), ``predict`` for one. Same seed and same inputs
+    give the same forecast.
     """
 
     name: str
@@ -89,3 +144,7 @@ class Forecaster(Protocol):
     def predict(
         self, key: SeriesKey, history: np.ndarray, now_min: int, horizon_h: int
     ) -> Forecast: ...
+
+    def predict_many(
+        self, keys: Sequence[SeriesKey], histories: np.ndarray, now_min: int, horizon_h: int
+    ) -> Forecasts: ...

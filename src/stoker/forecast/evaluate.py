@@ -65,6 +65,7 @@ class ForecasterScore:
 
     name: str
     per_series: dict[SeriesKey, SeriesScore]
+    per_pool: dict[str, SeriesScore]
     overall: SeriesScore
     per_horizon_mae: list[float]
     fit_s: float
@@ -82,7 +83,12 @@ def walk_forward(
     horizon_h: int = 4,
     q: float = 0.9,
 ) -> ForecasterScore:
-    """Score ``forecaster`` on ``series`` (all of one length, minute 0 = their epoch)."""
+    """Score ``forecaster`` on ``series`` (all of one length, minute 0 = their epoch).
+
+    Per series, and per GPU pool: the pool's forecast is the sum of its series' (means
+    added, variances added, as the spot quota adds them), scored against the hourly peaks
+    of the pool's summed demand. Each origin is one ``predict_many`` call for all series.
+    """
     if not series:
         raise ForecastError("series is empty: nothing to evaluate")
     keys = sorted(series, key=lambda k: (k.tenant, k.pool, k.cluster))
@@ -99,33 +105,42 @@ def walk_forward(
     if refit_every_min < 1 or origin_every_min < 1:
         raise ForecastError("refit_every_min and origin_every_min must be >= 1")
     origins = np.arange(warmup_min, last_origin + 1, origin_every_min)
+    matrix = np.stack([np.asarray(series[k], dtype=float) for k in keys])
+    pools = sorted({k.pool for k in keys})
+    members = [[i for i, k in enumerate(keys) if k.pool == p] for p in pools]
+    pool_matrix = np.stack([matrix[rows].sum(axis=0) for rows in members])
     n = len(origins)
-    actual = np.zeros((len(keys), n, horizon_h))
-    means = np.zeros_like(actual)
-    stds = np.zeros_like(actual)
-    offsets = np.arange(horizon_h * MINUTES_PER_HOUR)
+    means = np.zeros((len(keys), n, horizon_h))
+    stds = np.zeros_like(means)
     fit_s = predict_s = 0.0
     next_refit = warmup_min
     for j, origin in enumerate(origins):
         if origin >= next_refit:
             t0 = time.perf_counter()
-            forecaster.fit({k: series[k][:origin] for k in keys}, int(origin))
+            forecaster.fit({k: matrix[i, :origin] for i, k in enumerate(keys)}, int(origin))
             fit_s += time.perf_counter() - t0
             next_refit = origin + refit_every_min
         t0 = time.perf_counter()
-        for i, key in enumerate(keys):
-            f = forecaster.predict(key, series[key][:origin], int(origin), horizon_h)
-            means[i, j] = f.mean
-            stds[i, j] = f.std
+        f = forecaster.predict_many(keys, matrix[:, :origin], int(origin), horizon_h)
         predict_s += time.perf_counter() - t0
-        for i, key in enumerate(keys):
-            window = series[key][origin + offsets]
-            actual[i, j] = window.reshape(horizon_h, MINUTES_PER_HOUR).max(axis=1)
+        means[:, j] = f.mean
+        stds[:, j] = f.std
+
+    def peaks_ahead(rows: np.ndarray) -> np.ndarray:
+        """(rows, origins, horizon) actual hourly peaks after each origin."""
+        idx = origins[:, None] + np.arange(horizon_h * MINUTES_PER_HOUR)[None, :]
+        return rows[:, idx].reshape(len(rows), n, horizon_h, MINUTES_PER_HOUR).max(axis=3)
+
+    actual = peaks_ahead(matrix)
+    pool_actual = peaks_ahead(pool_matrix)
+    pool_means = np.stack([means[rows].sum(axis=0) for rows in members])
+    pool_stds = np.stack([np.sqrt((stds[rows] ** 2).sum(axis=0)) for rows in members])
 
     def score(a: np.ndarray, m: np.ndarray, s: np.ndarray) -> SeriesScore:
         return SeriesScore(mae(a, m), coverage(a, m, s, q), float(a.mean()), int(a.size))
 
     per_series = {k: score(actual[i], means[i], stds[i]) for i, k in enumerate(keys)}
+    per_pool = {p: score(pool_actual[i], pool_means[i], pool_stds[i]) for i, p in enumerate(pools)}
     overall = score(actual, means, stds)
     per_h = [mae(actual[:, :, h], means[:, :, h]) for h in range(horizon_h)]
-    return ForecasterScore(forecaster.name, per_series, overall, per_h, fit_s, predict_s)
+    return ForecasterScore(forecaster.name, per_series, per_pool, overall, per_h, fit_s, predict_s)

@@ -9,13 +9,14 @@ day, weekday, holiday) are those of each target hour's first minute.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from stoker.forecast.base import MINUTES_PER_HOUR, ForecastError, SeriesKey
-from stoker.forecast.series import Calendar, check_history, hourly_peaks
+from stoker.forecast.base import MINUTES_PER_HOUR, ForecastError, SeriesKey, check_histories
+from stoker.forecast.series import Calendar, check_history, hourly_peaks, hourly_peaks_many
 
 MIN_STD = 1e-3  # GPUs: keeps every Normal proper when a series never moved
 
@@ -142,9 +143,9 @@ def training_samples(
     return Samples(x / scale[:, None], y / scale[:, None], scale, hour, weekday, holiday, ids)
 
 
-def query_sample(
-    key: SeriesKey,
-    history: np.ndarray,
+def query_samples(
+    keys: Sequence[SeriesKey],
+    histories: np.ndarray,
     now_min: int,
     *,
     calendar: Calendar,
@@ -152,10 +153,19 @@ def query_sample(
     lookback_h: int,
     horizon_h: int,
 ) -> Samples:
-    """The one sample a query at ``now_min`` feeds the model (targets are zeros)."""
+    """The samples a query at ``now_min`` feeds the model, one per key (targets are zeros).
+
+    ``histories``: one row per key, each ending at ``now_min`` (see
+    :func:`~stoker.forecast.base.check_histories`).
+    """
     check_now(now_min, horizon_h)
-    x = hourly_peaks(check_history(history), lookback_h)[None, :]
+    # only the input window is read, so only it is checked (a simulator passes the whole
+    # record at every query; checking all of it cost more than the forecast)
+    tail = np.asarray(histories)[..., -lookback_h * MINUTES_PER_HOUR :]
+    x = hourly_peaks_many(check_histories(keys, tail), lookback_h)
     scale = _normalise(x)
-    hour, weekday, holiday = _calendar_of(calendar, np.array([now_min]), horizon_h)
-    ids = np.array([vocab.ids(key)], dtype=np.int64)
-    return Samples(x / scale[:, None], np.zeros((1, horizon_h)), scale, hour, weekday, holiday, ids)
+    hour, weekday, holiday = _calendar_of(calendar, np.full(len(keys), now_min), horizon_h)
+    ids = np.array([vocab.ids(k) for k in keys], dtype=np.int64).reshape(len(keys), 3)
+    return Samples(
+        x / scale[:, None], np.zeros((len(keys), horizon_h)), scale, hour, weekday, holiday, ids
+    )

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from stoker.forecast.base import (
     MINUTES_PER_HOUR,
     MINUTES_PER_WEEK,
+    BatchPredictor,
     Cadence,
-    Forecast,
+    Forecasts,
     SeriesKey,
+    check_histories,
 )
 from stoker.forecast.features import MIN_STD, check_now
-from stoker.forecast.series import check_history, hourly_peaks
+from stoker.forecast.series import check_history, hourly_peaks_many
 
 _WEEK_H = MINUTES_PER_WEEK // MINUTES_PER_HOUR
 
 
-class NaiveLastWeek:
+class NaiveLastWeek(BatchPredictor):
     """ "Last week's peak": hour k ahead is forecast as the peak of that hour a week earlier.
 
     Its std is the root mean square of the same rule's errors over the last ``error_h``
@@ -39,19 +43,23 @@ class NaiveLastWeek:
         for key, history in histories.items():
             check_history(history, f"histories[{key}]")
 
-    def predict(
-        self, key: SeriesKey, history: np.ndarray, now_min: int, horizon_h: int
-    ) -> Forecast:
+    def predict_many(
+        self, keys: Sequence[SeriesKey], histories: np.ndarray, now_min: int, horizon_h: int
+    ) -> Forecasts:
         """Mean: the peaks of the hours one week before each hour ahead; std: past RMS error."""
         check_now(now_min, horizon_h)
-        history = check_history(history)
-        peaks = hourly_peaks(history, self.error_h + _WEEK_H)
+        # only the blocks read are checked (a simulator passes the whole record)
+        record = np.asarray(histories).shape[-1]
+        need = (self.error_h + _WEEK_H) * MINUTES_PER_HOUR
+        histories = check_histories(keys, np.asarray(histories)[..., -need:])
+        peaks = hourly_peaks_many(histories, self.error_h + _WEEK_H)
         # the last week's blocks; hour k ahead reads the same hour of the week, and past a
         # week ahead the latest one seen (k mod one week)
-        last_week = peaks[len(peaks) - _WEEK_H :]
-        mean = last_week[np.arange(horizon_h) % _WEEK_H]
-        errors = peaks[_WEEK_H:] - peaks[:-_WEEK_H]
-        in_record = min(len(errors), len(history) // MINUTES_PER_HOUR)
-        errors = errors[len(errors) - in_record :]
-        rms = float(np.sqrt(np.mean(errors**2))) if in_record else 0.0
-        return Forecast(mean=mean.astype(float), std=np.full(horizon_h, max(rms, MIN_STD)))
+        last_week = peaks[:, peaks.shape[1] - _WEEK_H :]
+        mean = last_week[:, np.arange(horizon_h) % _WEEK_H]
+        errors = peaks[:, _WEEK_H:] - peaks[:, :-_WEEK_H]
+        in_record = min(errors.shape[1], record // MINUTES_PER_HOUR)
+        errors = errors[:, errors.shape[1] - in_record :]
+        rms = np.sqrt(np.mean(errors**2, axis=1)) if in_record else np.zeros(len(keys))
+        std = np.repeat(np.maximum(rms, MIN_STD)[:, None], horizon_h, axis=1)
+        return Forecasts(keys=tuple(keys), mean=mean.astype(float), std=std)

@@ -1,42 +1,57 @@
-"""OrgLinear, the forecaster of the GFS paper (DLinear-style, Gaussian NLL), on PyTorch.
+"""OrgLinear, the GFS authors' forecaster (their ``estimator/``), on PyTorch.
 
 Needs the optional extra: ``pip install 'stoker[forecast]'``. torch is imported when an
 :class:`OrgLinear` is built, never at import of this module, so the base install works.
 
-Training: every ``fit`` retrains from scratch (seeded: the same data give the same model,
-whatever was fitted before) on the windows of :func:`stoker.forecast.features.training_samples`
-(one week of hourly peaks in, ``horizon_h`` hours out, origins over the last 4 weeks), with
-Adam on the Gaussian negative log-likelihood in normalised units, minibatches drawn by a
-seeded generator, deterministic algorithms on, on CPU.
+As the authors' estimator does (Xu-Sheng-lin/GFS-asplos-26, ``estimator/``; its defaults
+are ``simulator.py``'s arguments):
+
+- one model for all series, which are the channels of one input: a sample is every
+  series' window of the ``lookback_h`` (672) hourly peaks before a forecast start, its
+  labels the ``horizon_h`` (4) hourly peaks after it, in GPUs (no scaling);
+- samples every ``stride_min`` (5) minutes; the last ``val_days`` (7) of targets validate,
+  the samples before them train; the training set is the whole history so far;
+- time features of the forecast start: workday (the trace's calendar: China's for the GFS
+  trace), weekday, hour;
+- Adam at ``lr`` (4e-5), minibatches of ``batch_size`` (32) shuffled, ``epochs`` (10) with
+  the rate halved every 3 epochs after the first, early stopping on the validation loss
+  with ``patience`` (3), keeping the best epoch's weights; the loss is the Gaussian NLL over
+  the labels that are not zero; retrained from scratch at every ``fit`` (daily).
+
+Where ours differs (each is needed for a short or young record, or for determinism): the
+minutes before a series' record count as zero demand, so a history shorter than the input
+still trains (the authors' start 5 months before their window); sample starts are counted
+back from ``now_min`` (theirs forward from the trace's start); with fewer than a batch of
+validation samples the model trains on everything, without early stopping; a batch with
+every label zero is skipped (its loss is undefined); training is seeded and deterministic,
+on CPU. Means below zero are read as zero and deviations are held above
+:data:`~stoker.forecast.features.MIN_STD`.
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from stoker.forecast.base import (
+    MINUTES_PER_DAY,
     MINUTES_PER_HOUR,
-    MINUTES_PER_WEEK,
+    BatchPredictor,
     Cadence,
-    Forecast,
     ForecastDependencyError,
     ForecastError,
+    Forecasts,
     NotFittedError,
     SeriesKey,
+    check_histories,
 )
-from stoker.forecast.features import (
-    MIN_STD,
-    Samples,
-    Vocab,
-    check_now,
-    query_sample,
-    training_samples,
-)
-from stoker.forecast.series import Calendar
+from stoker.forecast.features import MIN_STD, Vocab, check_now
+from stoker.forecast.series import Calendar, check_history, hourly_peaks_many
 
-_WEEK_H = MINUTES_PER_WEEK // MINUTES_PER_HOUR
+FOUR_WEEKS_H = 672
 
 
 def _import_torch() -> Any:
@@ -50,15 +65,63 @@ def _import_torch() -> Any:
     return torch
 
 
-class OrgLinear:
-    """The paper's OrgLinear: trend/seasonal linear heads for mean and (softplus) std.
+class _Windows:
+    """Every sample of a (C, T) minute matrix, gathered by batch without copying it whole.
 
-    ``lookback_h`` hours in (default a week), ``horizon_h`` out (default 4), origins over the
-    last ``train_h`` hours (default 4 weeks, thinned past ``max_samples`` windows as in
-    :func:`~stoker.forecast.features.training_samples`); moving-average ``kernel`` 25; embeddings of
-    ``emb_dim``; ``epochs`` passes of minibatches of ``batch_size`` with Adam at ``lr``;
-    ``seed`` for initialisation and batches; ``threads``: torch intra-op threads while
-    training and predicting (None leaves torch's setting).
+    Sample ``i`` is the forecast start ``starts[i]`` (a minute of the matrix, counted back
+    from its end by ``stride``): its input the ``lookback`` hourly peaks before it (minutes
+    before the matrix are zero), its labels the ``horizon`` peaks from it. Starts that share
+    a minute of the hour share one array of hourly peaks, gathered from by batch.
+    """
+
+    def __init__(self, torch: Any, matrix: np.ndarray, lookback: int, horizon: int, stride: int):
+        c, t = matrix.shape
+        self.torch = torch
+        self.lookback = lookback
+        lead = lookback * MINUTES_PER_HOUR
+        padded = np.concatenate([np.zeros((c, lead)), matrix], axis=1)
+        last = t - horizon * MINUTES_PER_HOUR  # the newest start whose labels are recorded
+        self.starts = np.arange(last, -1, -stride)[::-1] if last >= 0 else np.zeros(0, np.int64)
+        self.peaks: dict[int, Any] = {}
+        for phase in np.unique(self.starts % MINUTES_PER_HOUR).tolist():
+            n = (padded.shape[1] - phase) // MINUTES_PER_HOUR
+            block = padded[:, phase : phase + n * MINUTES_PER_HOUR]
+            peaks = block.reshape(c, n, MINUTES_PER_HOUR).max(axis=2)
+            self.peaks[phase] = torch.as_tensor(peaks, dtype=torch.float32)
+        self.span = np.arange(lookback + horizon)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def batch(self, idx: np.ndarray) -> tuple[Any, Any]:
+        """Inputs (B, C, L) and labels (B, C, H) of samples ``idx``."""
+        torch = self.torch
+        starts = self.starts[idx]
+        out = None
+        for phase, peaks in self.peaks.items():
+            sel = np.flatnonzero(starts % MINUTES_PER_HOUR == phase)
+            if not len(sel):
+                continue
+            # start s of this phase reads hourly blocks s // 60 onward of the padded matrix
+            cols = torch.as_tensor((starts[sel] // MINUTES_PER_HOUR)[:, None] + self.span)
+            part = peaks[:, cols].transpose(0, 1)  # (b, C, L + H)
+            if out is None:
+                out = torch.empty((len(idx), *part.shape[1:]))
+            out[torch.as_tensor(sel)] = part
+        assert out is not None
+        return out[:, :, : self.lookback], out[:, :, self.lookback :]
+
+
+class OrgLinear(BatchPredictor):
+    """The GFS authors' OrgLinear (see the module's docstring for what and where it differs).
+
+    ``lookback_h`` (672) hours in, ``horizon_h`` (4) out; moving-average ``kernel`` (25);
+    class and time embeddings of ``emb_dim`` (8), attention of ``attn_dim`` (16); training
+    as the module says, with ``stride_min``, ``val_days``, ``epochs``, ``batch_size``,
+    ``lr``, ``patience``; ``train_days``: only the last this many days of history train
+    (None: all of it, as the authors); ``seed`` for initialisation and batches;
+    ``threads``: torch intra-op threads while training and predicting (default 1: the
+    model is small, and more threads on a shared machine mostly wait; None leaves torch's).
     """
 
     name = "orglinear"
@@ -67,59 +130,72 @@ class OrgLinear:
         self,
         *,
         calendar: Calendar | None = None,
-        lookback_h: int = _WEEK_H,
+        lookback_h: int = FOUR_WEEKS_H,
         horizon_h: int = 4,
-        train_h: int = 4 * _WEEK_H,
-        max_samples: int = 20_000,
         kernel: int = 25,
-        emb_dim: int = 4,
+        emb_dim: int = 8,
+        attn_dim: int = 16,
+        stride_min: int = 5,
+        val_days: float = 7.0,
+        train_days: float | None = None,
         epochs: int = 10,
-        batch_size: int = 256,
-        lr: float = 3e-3,
-        weight_decay: float = 1e-5,
+        batch_size: int = 32,
+        lr: float = 4e-5,
+        patience: int = 3,
         seed: int = 0,
-        threads: int | None = None,
+        threads: int | None = 1,
         cadence: Cadence | None = None,
     ) -> None:
         self._torch = _import_torch()
         for name, value in (
             ("lookback_h", lookback_h),
             ("horizon_h", horizon_h),
-            ("train_h", train_h),
+            ("emb_dim", emb_dim),
+            ("attn_dim", attn_dim),
+            ("stride_min", stride_min),
             ("epochs", epochs),
             ("batch_size", batch_size),
-            ("emb_dim", emb_dim),
+            ("patience", patience),
         ):
             if value < 1:
                 raise ForecastError(f"{name} must be >= 1, got {value}")
         if kernel < 1 or kernel % 2 == 0:
             raise ForecastError(f"kernel must be odd and >= 1, got {kernel}")
+        if val_days < 0 or (train_days is not None and train_days <= 0):
+            raise ForecastError("val_days must be >= 0 and train_days > 0")
+        if not lr > 0:
+            raise ForecastError(f"lr must be > 0, got {lr}")
         self.calendar = calendar or Calendar()
         self.lookback_h = lookback_h
         self.horizon_h = horizon_h
-        self.train_h = train_h
-        self.max_samples = max_samples
         self.kernel = kernel
         self.emb_dim = emb_dim
+        self.attn_dim = attn_dim
+        self.stride_min = stride_min
+        self.val_days = val_days
+        self.train_days = train_days
         self.epochs = epochs
         self.batch_size = batch_size
         self.lr = lr
-        self.weight_decay = weight_decay
+        self.patience = patience
         self.seed = seed
         self.threads = threads
         self.cadence = cadence or Cadence()
         self._vocab: Vocab | None = None
         self._net: Any = None
+        self.last_fit: dict[str, float] = {}  # epochs run, best validation loss, samples
 
-    def _tensors(self, s: Samples) -> tuple[Any, ...]:
-        torch = self._torch
-        return (
-            torch.as_tensor(s.x, dtype=torch.float32),
-            torch.as_tensor(s.ids, dtype=torch.long),
-            torch.as_tensor(s.hour, dtype=torch.long),
-            torch.as_tensor(s.weekday, dtype=torch.long),
-            torch.as_tensor(s.holiday, dtype=torch.long),
-        )
+    def _time(self, minutes: np.ndarray) -> Any:
+        """(n, 3) workday, weekday, hour of each absolute minute, as the net reads them."""
+        hour, weekday, _ = self.calendar.features(minutes)
+        workday = self.calendar.workday(minutes)
+        return self._torch.as_tensor(np.stack([workday, weekday, hour], axis=1))
+
+    def _ids(self, vocab: Vocab, keys: Sequence[SeriesKey]) -> Any:
+        # the authors' class order: GPU model, cluster, organisation
+        rows = [(vocab.pools.get(k.pool, 0), vocab.clusters.get(k.cluster, 0),
+                 vocab.tenants.get(k.tenant, 0)) for k in keys]  # fmt: skip
+        return self._torch.as_tensor(np.array(rows, dtype=np.int64).reshape(len(keys), 3))
 
     def _run(self, fn: Any) -> Any:
         """Call ``fn`` with the seed, deterministic algorithms and threads in force."""
@@ -140,55 +216,95 @@ class OrgLinear:
     def fit(self, histories: dict[SeriesKey, np.ndarray], now_min: int) -> None:
         """Retrain from scratch on the histories (all ending at ``now_min``)."""
         check_now(now_min)
-        vocab = Vocab.of(list(histories))
-        s = training_samples(
-            histories,
-            now_min,
-            calendar=self.calendar,
-            vocab=vocab,
-            lookback_h=self.lookback_h,
-            horizon_h=self.horizon_h,
-            train_h=self.train_h,
-            max_samples=self.max_samples,
-        )
-        self._net = self._run(lambda: self._train(s, vocab))
+        keys = sorted(histories, key=lambda k: (k.pool, k.cluster, k.tenant))
+        rows = [check_history(histories[k], f"histories[{k}]") for k in keys]
+        length = max((len(r) for r in rows), default=0)
+        if self.train_days is not None:
+            length = min(length, int(self.train_days * MINUTES_PER_DAY))
+        matrix = np.zeros((len(keys), length))
+        for i, r in enumerate(rows):
+            tail = r[len(r) - min(len(r), length) :]
+            matrix[i, length - len(tail) :] = tail
+        vocab = Vocab.of(keys)
+        self._net = self._run(lambda: self._train(matrix, keys, vocab, now_min))
         self._vocab = vocab
 
-    def _train(self, s: Samples, vocab: Vocab) -> Any:
-        from stoker.forecast._orglinear_net import OrgLinearNet
+    def _train(self, matrix: np.ndarray, keys: list[SeriesKey], vocab: Vocab, now_min: int) -> Any:
+        from stoker.forecast._orglinear_net import OrgLinearNet, nll_skipping_zeros
 
         torch = self._torch
         net = OrgLinearNet(
             self.lookback_h,
             self.horizon_h,
-            len(vocab.tenants) + 1,
-            len(vocab.pools) + 1,
-            len(vocab.clusters) + 1,
+            (len(vocab.pools) + 1, len(vocab.clusters) + 1, len(vocab.tenants) + 1),
             kernel=self.kernel,
             emb_dim=self.emb_dim,
+            attn_dim=self.attn_dim,
         )
-        if len(s) == 0:
+        windows = _Windows(torch, matrix, self.lookback_h, self.horizon_h, self.stride_min)
+        self.last_fit = {"samples": float(len(windows)), "epochs": 0.0, "val_loss": float("nan")}
+        if not keys or len(windows) == 0:
             return net.eval()
-        inputs = self._tensors(s)
-        target = torch.as_tensor(s.y, dtype=torch.float32)
-        opt = torch.optim.Adam(net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        ids = self._ids(vocab, keys)
+        time = self._time(now_min - matrix.shape[1] + windows.starts)
+        # validation: samples whose labels start in the last val_days; training: those whose
+        # labels end before them
+        split = matrix.shape[1] - int(self.val_days * MINUTES_PER_DAY)
+        val = np.flatnonzero(windows.starts >= split)
+        train = np.flatnonzero(windows.starts + self.horizon_h * MINUTES_PER_HOUR <= split)
+        if len(val) < self.batch_size or not len(train):
+            train, val = np.arange(len(windows)), np.zeros(0, np.int64)
+
+        def loss_of(idx: np.ndarray) -> Any:
+            x, y = windows.batch(idx)
+            if not bool((y != 0).any()):
+                return None
+            mean, sigma = net(x, time[idx], ids)
+            return nll_skipping_zeros(mean, sigma, y)
+
+        opt = torch.optim.Adam(net.parameters(), lr=self.lr)
         gen = torch.Generator().manual_seed(self.seed)
-        net.train()
-        for _ in range(self.epochs):
-            order = torch.randperm(len(s), generator=gen)
-            for start in range(0, len(s), self.batch_size):
-                idx = order[start : start + self.batch_size]
-                mean, std = net(*(t[idx] for t in inputs))
-                loss = torch.nn.functional.gaussian_nll_loss(mean, target[idx], std**2)
+        best, best_state, stale, epochs = float("inf"), None, 0, 0
+        for epoch in range(self.epochs):
+            # the authors' "type1" schedule: halved every 3 epochs after the first
+            for group in opt.param_groups:
+                group["lr"] = self.lr * 0.5 ** (max(epoch - 1, 0) // 3)
+            net.train()
+            order = train[torch.randperm(len(train), generator=gen).numpy()]
+            for start in range(0, len(order), self.batch_size):
+                loss = loss_of(order[start : start + self.batch_size])
+                if loss is None:
+                    continue
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
+            epochs = epoch + 1
+            if not len(val):
+                continue
+            net.eval()
+            with torch.no_grad():
+                losses = [
+                    float(v)
+                    for s in range(0, len(val), self.batch_size)
+                    if (v := loss_of(val[s : s + self.batch_size])) is not None
+                ]
+            score = float(np.mean(losses)) if losses else float("inf")
+            if score < best:
+                best, best_state, stale = score, copy.deepcopy(net.state_dict()), 0
+            else:
+                stale += 1
+                if stale >= self.patience:
+                    break
+        if best_state is not None:
+            net.load_state_dict(best_state)
+        self.last_fit.update({"epochs": float(epochs), "val_loss": best})
         return net.eval()
 
-    def predict(
-        self, key: SeriesKey, history: np.ndarray, now_min: int, horizon_h: int
-    ) -> Forecast:
-        """Hourly peak mean and std for the next ``horizon_h`` (<= the fitted horizon) hours."""
+    def predict_many(
+        self, keys: Sequence[SeriesKey], histories: np.ndarray, now_min: int, horizon_h: int
+    ) -> Forecasts:
+        """Hourly peak mean and std of every series for the next ``horizon_h`` (<= the
+        fitted horizon) hours: one forward pass for all of them."""
         check_now(now_min, horizon_h)
         if self._net is None or self._vocab is None:
             raise NotFittedError("OrgLinear.predict called before fit")
@@ -196,25 +312,23 @@ class OrgLinear:
             raise ForecastError(
                 f"horizon_h must be <= the fitted {self.horizon_h}, got {horizon_h}"
             )
-        s = query_sample(
-            key,
-            history,
-            now_min,
-            calendar=self.calendar,
-            vocab=self._vocab,
-            lookback_h=self.lookback_h,
-            horizon_h=self.horizon_h,
-        )
+        tail = np.asarray(histories)[..., -self.lookback_h * MINUTES_PER_HOUR :]
+        x = hourly_peaks_many(check_histories(keys, tail), self.lookback_h)
         torch = self._torch
+        vocab = self._vocab
 
         def forward() -> tuple[np.ndarray, np.ndarray]:
             with torch.no_grad():
-                mean, std = self._net(*self._tensors(s))
-            return mean[0].numpy().astype(float), std[0].numpy().astype(float)
+                mean, sigma = self._net(
+                    torch.as_tensor(x, dtype=torch.float32)[None],
+                    self._time(np.array([now_min])),
+                    self._ids(vocab, keys),
+                )
+            return mean[0].numpy().astype(float), sigma[0].numpy().astype(float)
 
-        mean, std = self._run(forward)
-        scale = float(s.scale[0])
-        return Forecast(
-            mean=np.maximum(mean[:horizon_h], 0.0) * scale,
-            std=np.maximum(std[:horizon_h] * scale, MIN_STD),
+        mean, sigma = self._run(forward)
+        return Forecasts(
+            keys=tuple(keys),
+            mean=np.maximum(mean[:, :horizon_h], 0.0),
+            std=np.maximum(sigma[:, :horizon_h], MIN_STD),
         )

@@ -16,6 +16,8 @@ the spot quota reads exactly that quantile.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 from scipy.stats import norm
@@ -23,9 +25,10 @@ from scipy.stats import norm
 from stoker.forecast.base import (
     MINUTES_PER_HOUR,
     MINUTES_PER_WEEK,
+    BatchPredictor,
     Cadence,
-    Forecast,
     ForecastError,
+    Forecasts,
     NotFittedError,
     SeriesKey,
 )
@@ -34,7 +37,7 @@ from stoker.forecast.features import (
     Samples,
     Vocab,
     check_now,
-    query_sample,
+    query_samples,
     training_samples,
 )
 from stoker.forecast.series import Calendar
@@ -43,7 +46,7 @@ _WEEK_H = MINUTES_PER_WEEK // MINUTES_PER_HOUR
 _SPREAD_FLOOR = 0.05  # normalised units, as OrgLinear's std floor: idle series stay finite
 
 
-class RidgeLinear:
+class RidgeLinear(BatchPredictor):
     """Closed-form ridge regression on the last week of hourly peaks plus calendar and ids.
 
     ``lookback_h``: input window (default one week, so it sees last week's same hour);
@@ -151,10 +154,11 @@ class RidgeLinear:
         self._w_abs = np.stack(w_abs)
         self._c = np.array(c)
 
-    def predict(
-        self, key: SeriesKey, history: np.ndarray, now_min: int, horizon_h: int
-    ) -> Forecast:
-        """Hourly peak mean and std for the next ``horizon_h`` (<= the fitted horizon) hours."""
+    def predict_many(
+        self, keys: Sequence[SeriesKey], histories: np.ndarray, now_min: int, horizon_h: int
+    ) -> Forecasts:
+        """Hourly peak mean and std of every series for the next ``horizon_h`` (<= the
+        fitted horizon) hours, in one pass of matrix products."""
         check_now(now_min, horizon_h)
         if self._vocab is None or self._w_mean is None or self._w_abs is None or self._c is None:
             raise NotFittedError("RidgeLinear.predict called before fit")
@@ -162,21 +166,25 @@ class RidgeLinear:
             raise ForecastError(
                 f"horizon_h must be <= the fitted {self.horizon_h}, got {horizon_h}"
             )
-        s = query_sample(
-            key,
-            history,
+        s = query_samples(
+            keys,
+            histories,
             now_min,
             calendar=self.calendar,
             vocab=self._vocab,
             lookback_h=self.lookback_h,
             horizon_h=horizon_h,
         )
-        mean = np.empty(horizon_h)
-        std = np.empty(horizon_h)
+        mean = np.empty((len(keys), horizon_h))
+        std = np.empty((len(keys), horizon_h))
         common = self._common(s, self._vocab)
         for k in range(horizon_h):
-            a = np.concatenate([common[0], self._calendar_columns(s, k)[0]])
-            mean[k] = a @ self._w_mean[k]
-            std[k] = self._c[k] * float(self._spread(a[None, :], self._w_abs[k])[0])
-        scale = float(s.scale[0])
-        return Forecast(mean=np.maximum(mean, 0.0) * scale, std=np.maximum(std * scale, MIN_STD))
+            a = np.concatenate([common, self._calendar_columns(s, k)], axis=1)
+            mean[:, k] = a @ self._w_mean[k]
+            std[:, k] = self._c[k] * self._spread(a, self._w_abs[k])
+        scale = s.scale[:, None]
+        return Forecasts(
+            keys=tuple(keys),
+            mean=np.maximum(mean, 0.0) * scale,
+            std=np.maximum(std * scale, MIN_STD),
+        )

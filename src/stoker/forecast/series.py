@@ -17,6 +17,7 @@ from stoker.forecast.base import (
     MINUTES_PER_HOUR,
     ForecastError,
     SeriesKey,
+    check_demand,
 )
 from stoker.traces.base import JobClass, TraceJob
 
@@ -82,15 +83,20 @@ def hourly_peaks(history: np.ndarray, n_hours: int | None = None) -> np.ndarray:
     every whole block the history holds is returned (a partial first block is dropped).
     """
     history = check_history(history)
+    return hourly_peaks_many(history[None, :], n_hours)[0]
+
+
+def hourly_peaks_many(histories: np.ndarray, n_hours: int | None = None) -> np.ndarray:
+    """:func:`hourly_peaks` of each row of a 2-D array (rows: series, columns: minutes)."""
     if n_hours is None:
-        n_hours = len(history) // MINUTES_PER_HOUR
+        n_hours = histories.shape[1] // MINUTES_PER_HOUR
     if n_hours < 0:
         raise ForecastError(f"n_hours must be >= 0, got {n_hours}")
     need = n_hours * MINUTES_PER_HOUR
-    tail = history[-need:] if need else history[:0]
-    if len(tail) < need:
-        tail = np.concatenate([np.zeros(need - len(tail)), tail])
-    return tail.reshape(n_hours, MINUTES_PER_HOUR).max(axis=1)
+    tail = histories[:, histories.shape[1] - min(need, histories.shape[1]) :]
+    if tail.shape[1] < need:
+        tail = np.concatenate([np.zeros((len(tail), need - tail.shape[1])), tail], axis=1)
+    return tail.reshape(len(tail), n_hours, MINUTES_PER_HOUR).max(axis=2)
 
 
 def check_history(history: np.ndarray, field_name: str = "history") -> np.ndarray:
@@ -98,11 +104,7 @@ def check_history(history: np.ndarray, field_name: str = "history") -> np.ndarra
     arr = np.asarray(history, dtype=float)
     if arr.ndim != 1:
         raise ForecastError(f"{field_name} must be 1-D (one value per minute), got {arr.ndim}-D")
-    if not np.all(np.isfinite(arr)):
-        raise ForecastError(f"{field_name} must be finite (no NaN or inf)")
-    if np.any(arr < 0):
-        raise ForecastError(f"{field_name} must be >= 0 (GPUs demanded)")
-    return arr
+    return check_demand(arr, field_name)
 
 
 def us_federal_holidays(years: Iterable[int]) -> frozenset[date]:
@@ -149,19 +151,47 @@ def us_federal_holidays(years: Iterable[int]) -> frozenset[date]:
     return frozenset(out)
 
 
+def china_days(years: Iterable[int]) -> tuple[frozenset[date], frozenset[date]]:
+    """China's official holidays and its weekend days made workdays (调休), per year.
+
+    From the ``chinese_calendar`` package (the State Council's announcements, as the GFS
+    authors' forecaster uses it); years it does not cover are left out, not invented.
+    """
+    import chinese_calendar
+
+    holidays: set[date] = set()
+    workdays: set[date] = set()
+    for y in years:
+        try:
+            start, end = date(y, 1, 1), date(y, 12, 31)
+            holidays.update(chinese_calendar.get_holidays(start, end, include_weekends=False))
+            workdays.update(
+                d
+                for d in chinese_calendar.get_workdays(start, end, include_weekends=True)
+                if d.weekday() >= 5
+            )
+        except NotImplementedError:  # a year the package has no announcement for
+            continue
+    return frozenset(holidays), frozenset(workdays)
+
+
+HOLIDAY_CALENDARS = ("none", "us", "china")
 _DEFAULT_EPOCH = datetime(2024, 1, 1, tzinfo=UTC)  # a Monday, 00:00 UTC
 
 
 @dataclass(frozen=True)
 class Calendar:
-    """Maps a minute since the series' epoch to hour of day, weekday and holiday.
+    """Maps a minute since the series' epoch to hour of day, weekday, holiday and workday.
 
-    ``epoch``: the UTC date and time of minute 0 (default: a Monday 00:00). ``holidays``:
-    the holiday dates (default: US federal holidays of the years around the epoch).
+    ``epoch``: the date and time of minute 0, timezone-aware; hours and dates are read in
+    the epoch's own time zone (the trace's local time: UTC for Philly, China for the GFS
+    trace). ``holidays``: holiday dates (default none); ``workdays``: weekend dates that are
+    working days (China's swapped days). Build one for a trace with :meth:`from_iso`.
     """
 
     epoch: datetime = _DEFAULT_EPOCH
     holidays: frozenset[date] = field(default_factory=frozenset)
+    workdays: frozenset[date] = field(default_factory=frozenset)
     _epoch_minute_of_week: int = field(init=False, repr=False, compare=False, default=0)
     _epoch_day: np.datetime64 = field(
         init=False, repr=False, compare=False, default=np.datetime64("1970-01-01", "D")
@@ -169,32 +199,59 @@ class Calendar:
     _holiday_days: np.ndarray = field(
         init=False, repr=False, compare=False, default_factory=lambda: np.array([], "M8[D]")
     )
+    _work_days: np.ndarray = field(
+        init=False, repr=False, compare=False, default_factory=lambda: np.array([], "M8[D]")
+    )
 
     def __post_init__(self) -> None:
         epoch = self.epoch
         if epoch.tzinfo is None:
-            raise ForecastError("Calendar.epoch must be timezone-aware (UTC)")
-        epoch = epoch.astimezone(UTC)
-        object.__setattr__(self, "epoch", epoch)
-        if not self.holidays:
-            years = range(epoch.year - 1, epoch.year + 3)
-            object.__setattr__(self, "holidays", us_federal_holidays(years))
+            raise ForecastError("Calendar.epoch must be timezone-aware")
         minute_of_week = epoch.weekday() * MINUTES_PER_DAY + epoch.hour * 60 + epoch.minute
         object.__setattr__(self, "_epoch_minute_of_week", minute_of_week)
         object.__setattr__(self, "_epoch_day", np.datetime64(epoch.date(), "D"))
         days = np.array(sorted(self.holidays), dtype="datetime64[D]")
         object.__setattr__(self, "_holiday_days", days)
+        work = np.array(sorted(self.workdays), dtype="datetime64[D]")
+        object.__setattr__(self, "_work_days", work)
 
     @classmethod
-    def from_iso(cls, epoch: str) -> Calendar:
-        """A calendar whose minute 0 is the given ISO-8601 time (UTC if no offset)."""
+    def from_iso(cls, epoch: str, holidays: str = "none") -> Calendar:
+        """A calendar whose minute 0 is the given ISO-8601 time (UTC if no offset).
+
+        ``holidays``: ``none``, ``us`` (US federal holidays) or ``china`` (China's holidays
+        and swapped workdays), for the years around the epoch.
+        """
         try:
             when = datetime.fromisoformat(epoch)
         except ValueError as exc:
             raise ForecastError(f"epoch is not an ISO-8601 time: {epoch!r}") from exc
         if when.tzinfo is None:
             when = when.replace(tzinfo=UTC)
-        return cls(epoch=when)
+        years = range(when.year - 1, when.year + 3)
+        if holidays == "none":
+            return cls(epoch=when)
+        if holidays == "us":
+            return cls(epoch=when, holidays=us_federal_holidays(years))
+        if holidays == "china":
+            off, on = china_days(years)
+            return cls(epoch=when, holidays=off, workdays=on)
+        raise ForecastError(
+            f"holidays must be one of {', '.join(HOLIDAY_CALENDARS)}, got {holidays!r}"
+        )
+
+    @classmethod
+    def of_trace(cls, notes: dict[str, str]) -> Calendar:
+        """The calendar a trace's notes name: ``epoch`` (ISO) and ``holidays`` (default none)."""
+        if "epoch" not in notes:
+            raise ForecastError("the trace's notes have no epoch: its calendar is unknown")
+        return cls.from_iso(notes["epoch"], notes.get("holidays", "none"))
+
+    def _days(self, m: np.ndarray) -> np.ndarray:
+        epoch_minute_of_day = self._epoch_minute_of_week % MINUTES_PER_DAY
+        return (self._epoch_day + (m + epoch_minute_of_day) // MINUTES_PER_DAY).astype(
+            "datetime64[D]"
+        )
 
     def features(self, minutes: Sequence[int] | np.ndarray) -> tuple[np.ndarray, ...]:
         """(hour of day 0-23, weekday 0-6 with Monday 0, holiday 0/1) of each minute."""
@@ -202,7 +259,13 @@ class Calendar:
         minute_of_week = (m + self._epoch_minute_of_week) % (7 * MINUTES_PER_DAY)
         hour = (minute_of_week % MINUTES_PER_DAY) // 60
         weekday = minute_of_week // MINUTES_PER_DAY
-        epoch_minute_of_day = self._epoch_minute_of_week % MINUTES_PER_DAY
-        day = self._epoch_day + (m + epoch_minute_of_day) // MINUTES_PER_DAY
-        holiday = np.isin(day.astype("datetime64[D]"), self._holiday_days).astype(np.int64)
+        holiday = np.isin(self._days(m), self._holiday_days).astype(np.int64)
         return hour, weekday, holiday
+
+    def workday(self, minutes: Sequence[int] | np.ndarray) -> np.ndarray:
+        """1 where the minute's date is a working day (a weekday and no holiday, or a
+        weekend date made a workday), else 0."""
+        m = np.asarray(minutes, dtype=np.int64)
+        _, weekday, holiday = self.features(m)
+        swapped = np.isin(self._days(m), self._work_days)
+        return (((weekday < 5) & (holiday == 0)) | swapped).astype(np.int64)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -98,8 +98,13 @@ class Simulator:
 
     def deliver(self, event: Event) -> None:
         """Hand one event to the core now and carry out its actions."""
-        self._events += 1
-        actions = self.core.handle(event, self.now)
+        self.deliver_all((event,))
+
+    def deliver_all(self, events: Sequence[Event]) -> None:
+        """Hand events of this instant to the core at once (one scheduling pass after them
+        all) and carry out the actions."""
+        self._events += len(events)
+        actions = self.core.handle_all(events, self.now)
         for action in actions:
             self.runtime.carry_out(action)
         for action in actions:

@@ -29,10 +29,11 @@ from stoker.core.model import GPU, Cluster, Node
 from stoker.core.registry import Preset
 from stoker.forecast.base import Cadence, Forecaster, ForecastError, SeriesKey
 from stoker.forecast.registry import DEFAULT_FORECASTER, make_forecaster
-from stoker.forecast.series import demand_series
+from stoker.forecast.series import Calendar, demand_series
 from stoker.sim.engine import Simulator
 from stoker.sim.virtual import VirtualRuntime
 from stoker.traces.base import Trace, TraceJob, TraceNode
+from stoker.traces.scale import capacity_scale, keep_nodes, time_scale
 
 LOADS: dict[str, float] = {"low": 0.5, "medium": 1.0, "high": 1.5}
 # a copied spot job (load above 1) is submitted this long after its original, at most
@@ -232,15 +233,25 @@ class TraceWorkload:
         meter.record_until(sim.now)
         now_min = int(sim.now // 60)
         pools = set(sim.core.gangs.pools)
-        for tenant, pool in sorted(meter.keys, key=lambda k: (k[1], k[0])):
-            if pool not in pools:
-                continue
-            f = self.forecaster.predict(
-                SeriesKey(tenant, pool), meter.history((tenant, pool)), now_min, self.hours
+        keys = [k for k in sorted(meter.keys, key=lambda k: (k[1], k[0])) if k[1] in pools]
+        if keys:
+            # one call for every series (the forecasters vectorise it)
+            f = self.forecaster.predict_many(
+                [SeriesKey(t, p) for t, p in keys],
+                np.stack([meter.history(k) for k in keys]),
+                now_min,
+                self.hours,
             )
-            mean = tuple(float(x) for x in f.mean[: self.hours])
-            var = tuple(float(x) ** 2 for x in f.std[: self.hours])
-            sim.deliver(ForecastUpdated(tenant, pool, mean, var))
+            means, stds = f.mean[:, : self.hours], f.std[:, : self.hours]
+            # one query's answers reach the core together: the quota follows their sum
+            sim.deliver_all(
+                [
+                    ForecastUpdated(
+                        tenant, pool, tuple(means[i].tolist()), tuple((stds[i] ** 2).tolist())
+                    )
+                    for i, (tenant, pool) in enumerate(keys)
+                ]
+            )
         if self._active(sim):
             sim.after(self.cadence.query_every_min * 60.0, self._query, sim, prio=PRIO_CLOCK)
 
@@ -259,6 +270,10 @@ class TraceWorkload:
         tl["capacity"].append(float(core.cluster.total_gpus))
         if self._active(sim):
             sim.after(self.timeline_every_s, self._sample, sim, prio=PRIO_SAMPLE)
+
+    def histories(self) -> np.ndarray:
+        """Every series' record so far, one row per key (a view, not a copy)."""
+        return self.data[:, : self.minutes]
 
 
 def simulate(
@@ -396,28 +411,20 @@ class Setup:
     burn_in_days: float = 2.0
     scale: float = 1.0
     seed: int = 0
+    capacity_scale: float = 1.0
+    time_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.window_days > 0:
             raise SimGFSError(f"days: must be > 0, got {self.window_days}")
         if not 0 < self.scale <= 1:
             raise SimGFSError(f"scale: must be in (0, 1], got {self.scale}")
+        if not 0 < self.capacity_scale <= 1:
+            raise SimGFSError(f"capacity_scale: must be in (0, 1], got {self.capacity_scale}")
+        if not self.time_scale > 0:
+            raise SimGFSError(f"time_scale: must be > 0, got {self.time_scale}")
         if self.warm_days < 0 or self.burn_in_days < 0:
             raise SimGFSError("warm_days and burn_in_days must be >= 0")
-
-
-def shrink_nodes(nodes: list[TraceNode], scale: float) -> list[TraceNode]:
-    """The first ``ceil(scale * n)`` nodes of each GPU model (at least one per model)."""
-    if scale >= 1.0:
-        return list(nodes)
-    per_model: dict[str, list[TraceNode]] = {}
-    for n in nodes:
-        per_model.setdefault(n.gpu_model, []).append(n)
-    keep: dict[str, None] = {}
-    for group in per_model.values():
-        for n in group[: max(1, math.ceil(scale * len(group)))]:
-            keep[n.name] = None
-    return [n for n in nodes if n.name in keep]
 
 
 def prepare_trace(kind: str, path: str | None, setup: Setup) -> tuple[Trace, Window]:
@@ -430,10 +437,16 @@ def prepare_trace(kind: str, path: str | None, setup: Setup) -> tuple[Trace, Win
     earlier than ``min(warm_days, 40 % of the span)``); what comes before is history.
     ``scale < 1`` keeps that share of each model's nodes and, for generated jobs,
     generates that share of the jobs (a real trace keeps a seeded sample).
+    ``capacity_scale`` keeps that share of each model's nodes and every job
+    (:func:`~stoker.traces.scale.capacity_scale`); ``time_scale`` compresses a real trace's
+    inter-arrival times (:func:`~stoker.traces.scale.time_scale`; generated jobs come at
+    the published rate, so there it is an error: raise ``--load`` instead).
     """
     from stoker.traces import load_trace  # heavy; on use
 
     if kind == "v2026" and path is None:
+        if setup.time_scale != 1.0:
+            raise SimGFSError("time_scale: generated v2026 jobs come at the published rate")
         warm = min(setup.warm_days, V2026_WINDOW_DAY)
         trace = load_trace(
             "v2026",
@@ -445,7 +458,7 @@ def prepare_trace(kind: str, path: str | None, setup: Setup) -> tuple[Trace, Win
         )
         start = warm * DAY_S
     else:
-        trace = load_trace(kind, path, setup.seed)
+        trace = time_scale(load_trace(kind, path, setup.seed), setup.time_scale)
         if setup.scale < 1.0:
             rng = np.random.default_rng(setup.seed)
             keep = rng.random(len(trace.jobs)) < setup.scale
@@ -463,7 +476,8 @@ def prepare_trace(kind: str, path: str | None, setup: Setup) -> tuple[Trace, Win
         span_days = trace.jobs[-1].submit_time / DAY_S
         start = max(span_days - setup.window_days, min(setup.warm_days, 0.4 * span_days))
         start = min(start, 0.9 * span_days) * DAY_S
-    nodes = shrink_nodes(trace.nodes, setup.scale)
+    trace = capacity_scale(trace, setup.capacity_scale)
+    nodes = keep_nodes(trace.nodes, setup.scale)
     # a job asking more than its (scaled) pool holds could never run: leave it out of the
     # trace, and say how many
     capacity: dict[str, int] = {}
@@ -493,13 +507,21 @@ def prepare_trace(kind: str, path: str | None, setup: Setup) -> tuple[Trace, Win
 
 
 def policy_forecaster(
-    name: str | None, cadence: Cadence, default: str = DEFAULT_FORECASTER
+    name: str | None,
+    cadence: Cadence,
+    default: str = DEFAULT_FORECASTER,
+    notes: dict[str, str] | None = None,
 ) -> Forecaster | None:
     """The forecaster a policy asks for: ``default`` (``default``: ridge, numpy only, unless
-    told otherwise, e.g. ``orglinear``), a named one (the ablation's ``naive``), or none."""
+    told otherwise, e.g. ``orglinear``), a named one (the ablation's ``naive``), or none.
+    ``notes``: the trace's, whose epoch and holidays give the forecaster its calendar
+    (a trace without dates, such as openb, gets none)."""
     if name is None:
         return None
     try:
-        return make_forecaster(default if name == "default" else name, cadence=cadence)
+        calendar = Calendar.of_trace(notes) if notes and "epoch" in notes else None
+        return make_forecaster(
+            default if name == "default" else name, cadence=cadence, calendar=calendar
+        )
     except ForecastError as exc:
         raise SimGFSError(f"forecaster: {exc}") from exc

@@ -23,6 +23,7 @@ import numpy as np
 
 from stoker.traces import calibration as cal
 from stoker.traces.base import Trace, TraceJob, TraceNode
+from stoker.traces.gfs_v2026 import v2026_calendar_notes
 
 DAY_S = 86_400.0
 
@@ -554,4 +555,5 @@ def generate_trace(cfg: GeneratorConfig, nodes: list[TraceNode] | None = None) -
         f"scale={cfg.scale})",
     )
     trace.notes["generator"] = "stoker.traces.generator (calibrated to GFS aggregates)"
+    trace.notes.update(v2026_calendar_notes(cfg.start_day))
     return trace

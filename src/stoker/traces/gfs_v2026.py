@@ -15,9 +15,24 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Iterable, Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from stoker.traces.base import JobClass, Trace, TraceFormatError, TraceJob, TraceNode
+
+# minute 0 of the release: its first submission, 2024-03-01 00:00 in China (the authors'
+# simulator.py: trace_range starts "2024-03-01 00:00:00"; the cluster runs on Beijing time)
+V2026_EPOCH = datetime(2024, 3, 1, tzinfo=timezone(timedelta(hours=8)))
+
+
+def v2026_calendar_notes(start_day: float = 0.0) -> dict[str, str]:
+    """The notes that give a v2026 trace its calendar: epoch (shifted by ``start_day``) and
+    China's holidays and swapped workdays (:meth:`stoker.forecast.series.Calendar.of_trace`)."""
+    return {
+        "epoch": (V2026_EPOCH + timedelta(days=start_day)).isoformat(),
+        "holidays": "china",
+    }
+
 
 NODE_FILE = "node_info_df.csv"
 JOB_FILE = "job_info_df.csv"
@@ -199,7 +214,9 @@ def load_v2026(path: str | Path, nodes: list[TraceNode] | None = None) -> Trace:
     elif nodes is None:
         raise TraceFormatError(f"{node_file}: no such file (and no node list given)")
     jobs = load_jobs(job_file)
-    return Trace(name="v2026", nodes=nodes, jobs=jobs, source=str(job_file))
+    return Trace(
+        name="v2026", nodes=nodes, jobs=jobs, source=str(job_file), notes=v2026_calendar_notes()
+    )
 
 
 def _fmt(value: float) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from stoker.traces import calibration as cal
@@ -50,6 +51,9 @@ def _window(trace: Trace, start_day: int, days: float | None) -> Trace:
     ]
     out = Trace(trace.name, trace.nodes, jobs, trace.source, dict(trace.notes))
     out.notes["window"] = f"days {start_day} to {start_day + days if days else 'end'}"
+    if "epoch" in out.notes:  # minute 0 moves with the window
+        when = datetime.fromisoformat(out.notes["epoch"]) + timedelta(days=start_day)
+        out.notes["epoch"] = when.isoformat()
     return out
 
 

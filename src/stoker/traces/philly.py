@@ -122,6 +122,7 @@ def load_philly(
         source=str(file),
         notes={
             "epoch": epoch_dt.isoformat(),
+            "holidays": "us",  # Philly ran at Microsoft in the US: US federal holidays
             "tenant": "cluster column (virtual cluster)",
             "split": f"hp with probability {hp_share} per job, numpy default_rng({seed})",
             "pool": f"one pool {POOL!r}",

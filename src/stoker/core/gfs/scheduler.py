@@ -414,7 +414,7 @@ class GangScheduler:
         pool = self.pool_of(job)
         if job.job_class is _SPOT:
             if any(self.pool_of(self.jobs[j]) == pool for j in self._awaiting):
-                return False  # room is being freed for an HP job: spot does not take it
+                return False  # room is being freed for a job: no other spot job takes it
             used = self.used[pool][_SPOT]
             quota = self.quota[pool]
             if used + job.gpus > quota + EPS and not (
@@ -424,6 +424,9 @@ class GangScheduler:
                 return False
             plan = self._plan_free(job, now)
             if plan is None:
+                # a card held only by standby pods is free for the asking: standby pods have
+                # no keep-alive, so without this a spot job could wait behind them forever
+                self._reclaim(job, now, out, standby_only=True)
                 return False
             self._start(job, plan, now, out)
             return True
@@ -596,13 +599,20 @@ class GangScheduler:
 
     # ------------------------------------------------------------ reclaim
 
-    def _reclaim(self, job: Job, now: float, out: list[Action]) -> None:
+    def _reclaim(
+        self, job: Job, now: float, out: list[Action], *, standby_only: bool = False
+    ) -> None:
         """The one chain for an HP job that fits nowhere: idle pods alone if they make the
-        room, else the cheapest mix of idle pods and spot victims. What is stopped is
-        awaited; the job starts on the pass after the last pod is gone."""
+        room, else the cheapest mix of idle pods and spot victims. A spot job (with
+        ``standby_only``) takes only cards held by idle standby pods, never a warm pod or
+        another spot job. What is stopped is awaited; the job starts on the pass after the
+        last pod is gone."""
         idle = self.host.warm.idle_cards(self.pool_of(job))
+        if standby_only:
+            idle = {n: [c for c in cards if c[0][0] == 0] for n, cards in idle.items()}
+            idle = {n: cards for n, cards in idle.items() if cards}
         plan = self._plan_victims(job, idle, now, spot=False)
-        if plan is None:
+        if plan is None and not standby_only:
             plan = self._plan_victims(job, idle, now, spot=True)
         if plan is None:
             return
@@ -711,7 +721,8 @@ class GangScheduler:
             else:
                 node = cand.node
                 info = self.nodes[node]
-                room = info.full_free - taken.get(node, 0) + freed.get(node, 0)
+                used_idle = sum(1 for _, gid in idle.get(node, ()) if gid in idle_used)
+                room = info.full_free - taken.get(node, 0) + freed.get(node, 0) + used_idle
                 short = int(need) - room
                 for _, gid in idle.get(node, ()):
                     if short <= 0:
@@ -750,7 +761,9 @@ class GangScheduler:
             if info.total < need:
                 continue
             cards = [(c, g) for c, g in idle.get(name, ()) if g not in idle_used]
-            free = info.full_free - taken.get(name, 0) + freed.get(name, 0)
+            # ``taken`` counts the idle cards earlier workers stop too: those are not free room
+            used_idle = len(idle.get(name, ())) - len(cards)
+            free = info.full_free - taken.get(name, 0) + freed.get(name, 0) + used_idle
             victims: list[tuple[Job, float]] = []
             # GFS keeps HP and spot apart: spot is evicted only on nodes without HP work
             if spot and info.used[_HP] <= EPS:

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0003_leader"
-down_revision = "0002_hp_demand"
+down_revision = "0003_labels"
 branch_labels = None
 depends_on = None
 

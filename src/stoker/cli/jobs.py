@@ -1,0 +1,122 @@
+"""``stoker tenant create|list|delete | logs | cancel | profiles``: managing tenants and
+jobs from the command line. Job ids may be given shortened, as ``stoker ps`` prints them."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from stoker.cli.broker import JsonOpt, TokenOpt, UrlOpt, _call, _client, _fail, _table
+
+tenant_app = typer.Typer(help="Tenants (admin token): create, list, delete.", no_args_is_help=True)
+
+SHORT_ID = 10  # "j-" and 8 hex digits: what ps prints and what logs/cancel accept
+
+
+def short_id(job_id: str) -> str:
+    return job_id[:SHORT_ID]
+
+
+def _resolve(c: Any, job_id: str) -> str:
+    """The full id of ``job_id`` (a full id, or a unique prefix of one of your jobs)."""
+    from stoker.client import NotFound
+
+    try:
+        return str(c.get(job_id)["id"])
+    except NotFound:
+        matches = [j["id"] for j in c.jobs(limit=1000) if j["id"].startswith(job_id)]
+        if len(matches) != 1:
+            why = "no job" if not matches else f"{len(matches)} jobs match"
+            raise NotFound(f"job_id: {why} {job_id!r}", 404, "job_id") from None
+        return str(matches[0])
+
+
+@tenant_app.command("create")
+def tenant_create(name: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Add a tenant and print its token (shown this once; the broker keeps only a hash)."""
+    typer.echo(_call(url, token, lambda c: c.create_tenant(name)))
+
+
+@tenant_app.command("list")
+def tenant_list(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """The tenants' names."""
+    names = _call(url, token, lambda c: c.tenants())
+    typer.echo(json.dumps(names) if as_json else "\n".join(names))
+
+
+@tenant_app.command("delete")
+def tenant_delete(name: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Remove a tenant: its token stops working (refused while it has unfinished jobs)."""
+    _call(url, token, lambda c: c.delete_tenant(name))
+
+
+def logs(
+    job_id: Annotated[str, typer.Argument(help="job id (or the short id ps prints)")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="until the job ends")] = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Print a job's output (stdout and stderr, in order); ``-f`` follows it live."""
+    from stoker.client import Job, StokerError
+
+    try:
+        with _client(url, token) as c:
+            job = Job(c, c.get(_resolve(c, job_id)))
+            for stream, data in job.stream(follow=follow):
+                out = sys.stdout if stream == "stdout" else sys.stderr
+                out.buffer.write(data)
+                out.flush()
+    except StokerError as exc:
+        _fail(str(exc))
+
+
+def cancel(
+    job_id: Annotated[str, typer.Argument(help="job id (or the short id ps prints)")],
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Cancel a job (it ends with failure ``cancelled``; a finished job stays as it was)."""
+    from stoker.client import Job, StokerError
+
+    try:
+        with _client(url, token) as c:
+            job = Job(c, c.get(_resolve(c, job_id)))
+            job.cancel()
+            row = job.wait(30)  # the cancel lands once its pod has stopped the job
+    except StokerError as exc:
+        _fail(str(exc))
+    typer.echo(f"{row['id']} {row['state']} {row['failure'] or ''}".rstrip())
+
+
+def profiles(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """The broker's profiles: GPUs per pod, warm and standby shares, preloads, queue."""
+    items = _call(url, token, lambda c: c.profiles())
+    if as_json:
+        typer.echo(json.dumps(items))
+        return
+    rows = [
+        [
+            p["name"],
+            p["gpus"],
+            f"{p['share']:g}",
+            f"{p['standby_share']:g}",
+            ",".join(p["preload"]) or "-",
+            "yes" if p["network"] else "no",
+            p["queued"],
+        ]
+        for p in items
+    ]
+    _table(
+        "profiles", ["profile", "gpus", "share", "standby", "preload", "network", "queued"], rows
+    )
+
+
+def register(app: typer.Typer, sim_app: typer.Typer) -> None:
+    """Add the tenant and job commands to the ``stoker`` command."""
+    app.add_typer(tenant_app, name="tenant")
+    app.command()(logs)
+    app.command()(cancel)
+    app.command()(profiles)
