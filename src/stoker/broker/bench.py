@@ -217,8 +217,10 @@ def _bench_profile(
     cold_n: int,
     handover_n: int,
     throughput_s: float,
+    phase: Callable[[str], None],
 ) -> dict[str, Any]:
     res: dict[str, Any] = {"preload": preload}
+    phase(f"{name}: warm and cold starts")
     prof = {"name": name, "preload": preload}
     # warm and cold: a free GPU for every cold job and no standby, so each fresh caller gets
     # a new sandbox (not a recycled pod, not a standby); keep-alive outlasts the run
@@ -251,6 +253,7 @@ def _bench_profile(
         res["cold_over_warm"] = res["cold"]["start_ms_p50"] / res["warm"]["start_ms_p50"]
     # standby and handover: one GPU, a fresh caller per job, so each job takes the GPU from
     # the one before it through a promoted standby pod
+    phase(f"{name}: standby and handover")
     bp = BrokerProcess(base / f"{name}-handover", [prof], gpu_slots=1)
     try:
         with (
@@ -293,6 +296,7 @@ def _bench_profile(
         "paths": {p: sum(1 for r in hand if r["path"] == p) for p in ("warm", "standby", "cold")},
     }
     # throughput: trivial jobs across warm pods, several callers in parallel
+    phase(f"{name}: throughput")
     slots = 4
     bp = BrokerProcess(base / f"{name}-throughput", [prof], gpu_slots=slots)
     try:
@@ -324,6 +328,13 @@ def _bench_profile(
     return res
 
 
+BENCH_PHASES = 3  # warm and cold, standby and handover, throughput
+
+
+def _quiet(_: str) -> None:
+    """No progress display."""
+
+
 def run_bench(
     out_dir: Path,
     warm_n: int = 100,
@@ -332,9 +343,11 @@ def run_bench(
     throughput_s: float = 10.0,
     torch: bool = True,
     work_dir: Path | None = None,
+    phase: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Measure both profiles and write ``out_dir/results.json``; the brokers' data dirs go
-    under ``work_dir`` (a fresh temporary directory by default)."""
+    under ``work_dir`` (a fresh temporary directory by default). ``phase`` hears the name of
+    each phase as it begins (BENCH_PHASES of them per profile), for a progress display."""
     out_dir.mkdir(parents=True, exist_ok=True)
     base = Path(work_dir or tempfile.mkdtemp(prefix="stoker-bench-"))
     profiles = {"plain": []}
@@ -362,7 +375,7 @@ def run_bench(
     }
     for name, preload in profiles.items():
         results["profiles"][name] = _bench_profile(
-            base, name, preload, warm_n, cold_n, handover_n, throughput_s
+            base, name, preload, warm_n, cold_n, handover_n, throughput_s, phase or _quiet
         )
         (out_dir / "results.json").write_text(json.dumps(results, indent=2))
     return results

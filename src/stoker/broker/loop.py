@@ -82,6 +82,7 @@ log = logging.getLogger("stoker.broker")
 # what an output listener receives: a chunk, a notice (re-queued), or None (finished)
 _Notice = tuple[int, str, bytes] | dict[str, Any] | None
 _NODE = "local"
+_CLOSE_CALLS_S = 10.0  # how long a closing loop waits for runtime calls in flight
 _MASTER_PORT_BASE = 29500
 
 
@@ -227,6 +228,7 @@ class Scheduler:
         self._batch = Batch()
         self._flush_scheduled = False
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._service: set[asyncio.Task[Any]] = set()  # the reader and timers, not calls
         self._requests: dict[str, dict[str, Any]] = {}  # unfinished job id -> its row
         self._synced: dict[str, tuple[Any, ...]] = {}  # job id -> last written core view
         self._stopping: set[str] = set()  # pods we asked to stop (their PodDown is a PodGone)
@@ -274,9 +276,8 @@ class Scheduler:
             self._out_seq[row["id"]] = self.store.last_output_seq(row["id"])
         report = await self._reconcile()
         report["replayed"] = replayed
-        self._spawn(self._read_runtime())
-        self._spawn(self._timer())
-        self._spawn(self._forecast_loop())
+        for service in (self._read_runtime(), self._timer(), self._forecast_loop()):
+            self._service.add(self._spawn(service))
         self.started_at = self.clock()
         self.ready = True
         return report
@@ -357,6 +358,13 @@ class Scheduler:
             self._flush()
             # the HP demand so far, the open minute too (the next broker's peak there merges)
             self.store.record_hp_demand(self._new_demand(open_minute=True))
+        # runtime calls in flight finish first (bounded): a start cancelled halfway leaves a
+        # sandbox the runtime never recorded, which no stop_all can find
+        calls = [t for t in self._tasks if t not in self._service]
+        for task in self._service:
+            task.cancel()
+        if calls:
+            await asyncio.wait(calls, timeout=_CLOSE_CALLS_S)
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
@@ -774,10 +782,11 @@ class Scheduler:
                 else:
                     self._feed(PodFailed(pod, Failure.START_TIMEOUT))
 
-    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     # ------------------------------------------------------------------ runtime events
 

@@ -506,14 +506,29 @@ def bench_local(
     as_json: JsonOpt = False,
 ) -> None:
     """Start latency (warm/standby/cold), handover, throughput and idle memory, per profile."""
-    from stoker.broker.bench import run_bench
+    from stoker.broker.bench import BENCH_PHASES, run_bench
 
     if torch:
         try:
             import torch as _torch  # noqa: F401 - only checks it is installed
         except ImportError:
             _fail("torch is not installed: pass --no-torch")
-    res = run_bench(out, warm_n, cold_n, handover_n, throughput_s, torch)
+    from rich.console import Console
+
+    from stoker.cli.progress import steps
+
+    with steps(Console(stderr=True)) as progress:
+        task = progress.add_task("bench", total=BENCH_PHASES * (2 if torch else 1))
+        seen: list[str] = []
+
+        def phase(name: str) -> None:
+            if seen:  # the phase before this one is done
+                progress.advance(task)
+            seen.append(name)
+            progress.update(task, description=name)
+
+        res = run_bench(out, warm_n, cold_n, handover_n, throughput_s, torch, phase=phase)
+        progress.advance(task)
     if as_json:
         typer.echo(json.dumps(res))
         return
