@@ -16,13 +16,14 @@ from stoker.core.actions import (
     StartPod,
     StopPod,
 )
-from stoker.core.core import Core, Policies
+from stoker.core.core import Core, Policies, ProfilePolicies
 from stoker.core.events import (
     BindFailed,
     Event,
     ForecastUpdated,
     JobCancelled,
     JobSubmitted,
+    KeepAliveRenewed,
     PodFailed,
     PodGone,
     PodReady,
@@ -70,6 +71,7 @@ __all__ = [
     "JobSpec",
     "JobState",
     "JobSubmitted",
+    "KeepAliveRenewed",
     "KillJob",
     "Node",
     "Pod",
@@ -81,6 +83,7 @@ __all__ = [
     "Policies",
     "Preset",
     "Profile",
+    "ProfilePolicies",
     "PromoteStandby",
     "RankExited",
     "RankStarted",

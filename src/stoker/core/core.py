@@ -28,6 +28,7 @@ from stoker.core.events import (
     ForecastUpdated,
     JobCancelled,
     JobSubmitted,
+    KeepAliveRenewed,
     PodFailed,
     PodGone,
     PodReady,
@@ -69,12 +70,27 @@ STOP_RETRY_S = 30.0
 
 
 @dataclass
+class ProfilePolicies:
+    """One profile's own warm-pool settings: its keep-alive (None: the core's) and its
+    minimum warm count, the spare pods kept ready for callers not yet seen (started by the
+    core, kept without a keep-alive, counted against the warm budget)."""
+
+    keepalive: KeepAlive | None = None
+    min_warm: int = 0
+
+    def __post_init__(self) -> None:
+        if self.min_warm < 0:
+            raise ValueError(f"min_warm: must be >= 0, got {self.min_warm}")
+
+
+@dataclass
 class Policies:
     """Every named extension point of the core; the defaults are Firepool's and GFS's.
 
     Warm pools: ``matching`` (warm and standby matching), ``keepalive``, ``budget`` (warm
     budget), ``standby`` (standby staging). hp/spot: ``gangs`` holds queue order, placement
-    scoring, spot quota and reclaim (victim choice) with their parameters. Presets by name:
+    scoring, spot quota and reclaim (victim choice) with their parameters. ``profiles``:
+    per profile name, its own keep-alive and minimum warm count. Presets by name:
     :mod:`stoker.core.registry`.
     """
 
@@ -83,6 +99,7 @@ class Policies:
     budget: WarmBudget = field(default_factory=QueueDrivenBudget)
     standby: StandbyPolicy = field(default_factory=BesideActive)
     gangs: GFSConfig = field(default_factory=GFSConfig)
+    profiles: dict[str, ProfilePolicies] = field(default_factory=dict)
 
 
 class Core:
@@ -160,6 +177,12 @@ class Core:
                 self._bind_failed(job, pod, infra, now, out)
             case ForecastUpdated(tenant, gpu_model, mean, var):
                 self._forecast(tenant, gpu_model, mean, var)
+            case KeepAliveRenewed(tenant, tag, profile, keepalive_s):
+                if profile not in self.profiles:
+                    raise CoreError(f"unknown profile {profile!r}")
+                if not (keepalive_s > 0 and math.isfinite(keepalive_s)):
+                    raise CoreError(f"keepalive_s: must be finite and > 0, got {keepalive_s}")
+                self.warm.renew((profile, tenant, tag), now + keepalive_s)
             case Tick():
                 self.warm.tick(now, out)
                 self.gangs.tick(now, out)
@@ -281,6 +304,11 @@ class Core:
             raise CoreError(f"unknown profile {spec.profile!r}")
         if spec.id in self.jobs:
             raise CoreError(f"duplicate job id {spec.id!r}")
+        if profile.cpu_only and spec.job_class is not JobClass.POOL:
+            raise CoreError(
+                f"job {spec.id}: job_class: profile {profile.name} has no GPUs; "
+                "hp and spot jobs need a GPU profile"
+            )
         if spec.job_class is JobClass.POOL:
             if spec.gpus is not None and abs(spec.gpus - profile.gpu_demand) > EPS:
                 raise CoreError(

@@ -107,6 +107,18 @@ class ForecastUpdated:
 
 
 @dataclass(frozen=True, slots=True)
+class KeepAliveRenewed:
+    """A caller asks that its warm pod of ``profile`` wait ``keepalive_s`` from now at least
+    (a session's ``renew``): a warm pod of (tenant, reuse tag) now, a busy one once its job
+    ends. The driver bounds ``keepalive_s`` by its configured maximum."""
+
+    tenant: str
+    reuse_tag: str
+    profile: str
+    keepalive_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """Time passed: keep-alive deadlines, budget, standby, eta feedback, Chronus rounds,
     the HP demand meter's samples. The only clock event."""
@@ -123,5 +135,6 @@ Event = (
     | RankExited
     | BindFailed
     | ForecastUpdated
+    | KeepAliveRenewed
     | Tick
 )

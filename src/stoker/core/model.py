@@ -103,8 +103,11 @@ class Profile:
     """A hardware shape and its base environment; all its pods are interchangeable.
 
     ``gpus`` whole GPUs per pod, each taken at ``share`` (below 1.0 leaves room beside an
-    active pod for a zero-VRAM standby pod of ``standby_share``). ``recyclable`` says a pod
-    may be scrubbed in place to change hands (local sandboxes); otherwise it is replaced.
+    active pod for a zero-VRAM standby pod of ``standby_share``). ``gpus = 0`` is a
+    CPU-only profile (verifiers, tool calls): its pods take ``cpu`` CPUs and ``memory_gb``
+    of a node's CPU slots (:attr:`Node.cpu`, :attr:`Node.memory_gb`) and no GPU; they
+    serve pool jobs only. ``recyclable`` says a pod may be scrubbed in place to change
+    hands (local sandboxes); otherwise it is replaced.
     """
 
     name: str
@@ -117,12 +120,19 @@ class Profile:
     recyclable: bool = False
 
     def __post_init__(self) -> None:
-        if self.gpus < 1:
-            raise ValueError(f"profile {self.name}: gpus must be >= 1")
+        if self.gpus < 0:
+            raise ValueError(f"profile {self.name}: gpus must be >= 0")
+        if self.cpu_only and not (self.cpu > 0 and self.memory_gb > 0):
+            raise ValueError(f"profile {self.name}: a CPU-only profile needs cpu and memory > 0")
         if not 0.0 < self.share <= 1.0:
             raise ValueError(f"profile {self.name}: share must be in (0, 1]")
         if not 0.0 <= self.standby_share < 1.0:
             raise ValueError(f"profile {self.name}: standby_share must be in [0, 1)")
+
+    @property
+    def cpu_only(self) -> bool:
+        """Its pods take CPU slots, no GPU."""
+        return self.gpus == 0
 
     @property
     def gpu_demand(self) -> float:
@@ -152,12 +162,15 @@ class GPU:
 
 @dataclass(slots=True)
 class Node:
-    """A host with GPUs of one model."""
+    """A host with GPUs of one model, and CPU slots for CPU-only pods: ``cpu`` CPUs and
+    ``memory_gb`` they may take together (none by default: GPU pods' own CPUs are not
+    counted here)."""
 
     name: str
     gpu_model: str
     gpus: list[GPU]
     cpu: float = 0.0
+    memory_gb: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +343,9 @@ class Cluster:
         # other part touched; only freed room can let a waiting job go)
         self.touched: dict[str, bool] = {}
         self.used_total = 0.0  # GPUs allocated over the whole cluster
+        # CPU slots: owner -> (node, cpu, memory_gb), and what each node has given out
+        self.cpu_allocs: dict[str, tuple[str, float, float]] = {}
+        self._cpu_used: dict[str, tuple[float, float]] = {}
         for node in nodes or []:
             self.add_node(node)
 
@@ -385,6 +401,41 @@ class Cluster:
             del buckets[old][gpu.id]
             buckets[new][gpu.id] = None
 
+    def allocate_cpu(self, node: str, owner: str, cpu: float, memory_gb: float) -> None:
+        """Give ``owner`` (a CPU-only pod) ``cpu`` CPUs and ``memory_gb`` of a node's CPU
+        slots; raises when they are not free."""
+        if owner in self.cpu_allocs:
+            raise ValueError(f"{owner} already holds CPU slots")
+        free_cpu, free_mem = self.cpu_free(node)
+        if cpu > free_cpu + EPS or memory_gb > free_mem + EPS:
+            raise ValueError(f"node {node} CPU slots over-allocated by {owner}")
+        used_cpu, used_mem = self._cpu_used.get(node, (0.0, 0.0))
+        self._cpu_used[node] = (used_cpu + cpu, used_mem + memory_gb)
+        self.cpu_allocs[owner] = (node, cpu, memory_gb)
+
+    def release_cpu(self, owner: str) -> None:
+        """Release the CPU slots ``owner`` holds (nothing when it holds none)."""
+        held = self.cpu_allocs.pop(owner, None)
+        if held is None:
+            return
+        node, cpu, mem = held
+        used_cpu, used_mem = self._cpu_used[node]
+        self._cpu_used[node] = (max(0.0, used_cpu - cpu), max(0.0, used_mem - mem))
+
+    def cpu_free(self, node: str) -> tuple[float, float]:
+        """CPUs and memory (GB) still free in a node's CPU slots."""
+        n = self.nodes[node]
+        used_cpu, used_mem = self._cpu_used.get(node, (0.0, 0.0))
+        return n.cpu - used_cpu, n.memory_gb - used_mem
+
+    def nodes_with_cpu(self, cpu: float, memory_gb: float) -> Iterator[str]:
+        """Nodes whose CPU slots have room for ``cpu`` CPUs and ``memory_gb``, in name
+        order (deterministic)."""
+        for name in sorted(self.nodes):
+            free_cpu, free_mem = self.cpu_free(name)
+            if free_cpu >= cpu - EPS and free_mem >= memory_gb - EPS:
+                yield name
+
     def gpus_with_room(self, model: str, share: float) -> Iterator[GPU]:
         """GPUs of a model with at least ``share`` free, tightest fit first (best-fit packing)."""
         buckets = self._free.get(model)
@@ -413,3 +464,11 @@ class Cluster:
                 raise AssertionError(f"GPU {gpu.id} used {gpu.used} != allocs {total}")
             if gpu.id not in self._free[gpu.model][_bucket(gpu.free)]:
                 raise AssertionError(f"GPU {gpu.id} missing from its free-share index")
+        for name, node in self.nodes.items():
+            held = [(c, m) for n, c, m in self.cpu_allocs.values() if n == name]
+            cpu, mem = sum(c for c, _ in held), sum(m for _, m in held)
+            if cpu > node.cpu + 1e-6 or mem > node.memory_gb + 1e-6:
+                raise AssertionError(f"node {name} CPU slots hold {cpu} CPUs, {mem} GB")
+            used = self._cpu_used.get(name, (0.0, 0.0))
+            if abs(used[0] - cpu) > 1e-6 or abs(used[1] - mem) > 1e-6:
+                raise AssertionError(f"node {name} CPU slots used {used} != allocs {cpu, mem}")

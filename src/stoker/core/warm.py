@@ -7,6 +7,12 @@ one (tenant, tag) never runs another: changing hands means a new pod (recycled i
 under a new id, or replaced). Idle warm and standby pods are also the first, free room an
 HP job reclaims (:meth:`WarmPools.idle_cards`, :meth:`WarmPools.reclaim`).
 
+Per profile (:class:`~stoker.core.core.ProfilePolicies`): its own keep-alive, and a
+minimum warm count: spare pods started ahead for callers not yet seen. A spare is a
+standby pod that holds its profile's whole share (so taking it never stops another pod); it
+has no keep-alive, counts against the warm budget, and is replaced when a job takes it.
+CPU-only profiles (``gpus = 0``) take a node's CPU slots instead of GPU shares.
+
 This is a part of :class:`stoker.core.Core`, called only from its ``handle``; pods and
 jobs live in the core's registries and move through its transition tables.
 """
@@ -29,6 +35,7 @@ from stoker.core.actions import (
 )
 from stoker.core.model import (
     EPS,
+    Cluster,
     Failure,
     HitPath,
     Job,
@@ -42,6 +49,7 @@ from stoker.core.model import (
 if TYPE_CHECKING:
     from stoker.core.core import Core as Host
     from stoker.core.core import Policies
+    from stoker.core.policies import KeepAlive
 
 _IDLE = (PodState.WARM, PodState.STANDBY)
 # fits looked at for a node with the profile's image cached before the tightest fit is taken
@@ -85,13 +93,50 @@ class WarmPools:
         # start on one of them skips the image pull
         self._image_nodes: dict[str, dict[str, None]] = {p: {} for p in self.profiles}
         self._heap_seq = 0  # deadline heap tie-break
+        # spare pods per profile (starting or standby): kept ready for its minimum warm count
+        self._spare: dict[str, dict[str, None]] = {p: {} for p in self.profiles}
+        # (profile, tenant, tag) -> time its keep-alive was renewed until (Renewed)
+        self._renewed: dict[tuple[str, str, str], float] = {}
 
     # ------------------------------------------------------------------ public API
 
     def after(self, now: float, out: list[Action]) -> None:
-        """After every event: place what can go, then hold the warm budget."""
+        """After every event: place what can go, hold the warm budget, then start the spare
+        pods a profile's minimum warm count asks for (within the budget)."""
         self._drain(now, out)
         self._enforce_budget(now, out)
+        self._replenish(now, out)
+
+    def keepalive(self, profile: str) -> KeepAlive:
+        """The keep-alive policy of a profile: its own, else the core's."""
+        own = self.policies.profiles.get(profile)
+        return (
+            own.keepalive
+            if own is not None and own.keepalive is not None
+            else (self.policies.keepalive)
+        )
+
+    def renew(self, key: tuple[str, str, str], until: float) -> None:
+        """Keep the pods of (profile, tenant, tag) until ``until`` at least: warm ones now,
+        a busy one when its job ends (:meth:`finish`)."""
+        self._renewed[key] = max(until, self._renewed.get(key, until))
+        for pid in self._warm.get(key, {}):
+            pod = self.pods[pid]
+            if until > pod.deadline:
+                pod.deadline = until
+                heapq.heappush(self._deadlines, (until, self._seq_next(), pid))
+
+    def held(self, key: tuple[str, str, str]) -> list[str]:
+        """The pods (profile, tenant, tag) holds now, warm or running its job."""
+        profile, *pair = key
+        return sorted(
+            pod.id
+            for pod in self.pods.values()
+            if pod.profile == profile
+            and pod.owner == tuple(pair)
+            and pod.state in (PodState.WARM, PodState.ACTIVE)
+            and pod.job_class is JobClass.POOL
+        )
 
     def refresh_cards(self, gpus: list[str]) -> None:
         """Another part's pod took or left these cards: a standby there may no longer (or
@@ -179,6 +224,7 @@ class WarmPools:
             self.pods[p].node
             for p in self._idle
             if self.pods[p].state in _IDLE
+            and self.pods[p].gpus
             and self.cluster.gpus[self.pods[p].gpus[0]].model == model
         }
         return sorted(nodes)
@@ -229,7 +275,10 @@ class WarmPools:
                 ):
                     raise AssertionError(f"warm index holds {pid} ({pod.state}, {pod.owner})")
         for pod in self.pods.values():
-            if pod.state is PodState.STANDBY:
+            if pod.state is PodState.STANDBY and pod.id in self._spare[pod.profile]:
+                if pod.id not in self._promotable[pod.profile]:
+                    raise AssertionError(f"spare {pod.id} not promotable")
+            elif pod.state is PodState.STANDBY:
                 # the promotable index must match the GPU: stale entries would stop busy pods
                 gpu = self.cluster.gpus[pod.gpus[0]]
                 ok = all(self._is_warm_pod(o) for o in gpu.allocs if o != pod.id)
@@ -247,7 +296,7 @@ class WarmPools:
     def submit(self, job: Job, now: float, out: list[Action]) -> None:
         """A new pool job (the core checked its fields and registered it)."""
         spec = job.spec
-        self.policies.keepalive.observe_submit(job.pair, now)
+        self.keepalive(spec.profile).observe_submit(job.pair, now)
         self._enqueue(job)
         # try at once, ahead of older queued jobs only if those are waiting on capacity
         # that this job would not take (a warm hit uses no new capacity)
@@ -281,7 +330,11 @@ class WarmPools:
             return
         job_id = pod.pending_job
         if job_id is None:
-            if pod.owner is None and pod.gpus and self._is_standby_slot(pod):
+            if pod.owner is None and pod.id in self._spare[pod.profile]:
+                self._set_state(pod, PodState.STANDBY, now)
+                self._standby[pod.profile][pod.id] = None
+                self._promotable[pod.profile][pod.id] = None  # it holds its whole share
+            elif pod.owner is None and pod.gpus and self._is_standby_slot(pod):
                 self._set_state(pod, PodState.STANDBY, now)
                 self._standby[pod.profile][pod.id] = None
                 self._refresh_gpu(pod.gpus[0])
@@ -344,9 +397,13 @@ class WarmPools:
         caller, or stop."""
         self.host.end_job(job, failure, exit_code, now, out)
         job_id = job.id
-        ttl = self.policies.keepalive.ttl(job.pair)
+        keepalive = self.keepalive(job.spec.profile)
+        ttl = keepalive.ttl(job.pair)
         # one end per job, as one submit per job: a gang's pods do not count as several pauses
-        self.policies.keepalive.observe_end(job.pair, now)
+        keepalive.observe_end(job.pair, now)
+        renewed = self._renewed.get((job.spec.profile, *job.pair))
+        if renewed is not None and ttl > 0:
+            ttl = max(ttl, renewed - now)
         for pid in job.pods:
             pod = self.pods[pid]
             if pod.state is not PodState.ACTIVE or pod.job != job_id:
@@ -361,7 +418,9 @@ class WarmPools:
             self._make_warm(pod, ttl, now)
 
     def tick(self, now: float, out: list[Action]) -> None:
-        """Stop warm pods whose keep-alive ran out."""
+        """Stop warm pods whose keep-alive ran out (and forget renewals that ran out)."""
+        for key in [k for k, until in self._renewed.items() if until <= now + EPS]:
+            del self._renewed[key]
         while self._deadlines and self._deadlines[0][0] <= now + EPS:
             at, _, pid = heapq.heappop(self._deadlines)
             pod = self.pods.get(pid)
@@ -390,7 +449,7 @@ class WarmPools:
             # promoting stops the warm pods on the standby's GPU: never one this job takes
             mine = {g for _, pid in picked for g in self.pods[pid].gpus}
             for pid in self._promotable[profile.name]:
-                if self.pods[pid].gpus[0] in mine:
+                if mine.intersection(self.pods[pid].gpus):
                     continue
                 standby.append(pid)
                 if len(picked) + len(standby) == need:
@@ -399,8 +458,12 @@ class WarmPools:
         taken = {pid for _, pid in picked} | set(standby)
         # a promoted standby grows to a full share on its GPU and the idle pods there go: a
         # cold pod of this plan may share that GPU only in what is left
-        busy = {self.pods[pid].gpus[0] for pid in standby}
-        growth = {gid: self._promotion_growth(gid, profile) for gid in busy}
+        busy = {gid for pid in standby for gid in self.pods[pid].gpus}
+        growth = {
+            gid: 0.0 if pid in self._spare[profile.name] else self._promotion_growth(gid, profile)
+            for pid in standby
+            for gid in self.pods[pid].gpus
+        }
         slots = self._find_capacity(profile, missing, set(), growth) if missing else []
         if len(slots) < missing:
             if job.id in self._reclaim:
@@ -466,6 +529,8 @@ class WarmPools:
         the GPUs in ``exclude``; fewer than ``count`` when the cluster is short."""
         extra: dict[str, float] = dict(planned or {})  # shares this plan takes per GPU
         slots: list[tuple[str, list[str]]] = []
+        if profile.cpu_only:
+            return self._find_cpu_slots(profile, count)
         if profile.gpus == 1:
             cached = self._image_nodes[profile.name]
             for _ in range(count):
@@ -506,11 +571,26 @@ class WarmPools:
             slots.append(found)
         return slots
 
+    def _find_cpu_slots(self, profile: Profile, count: int) -> list[tuple[str, list[str]]]:
+        """CPU slots for up to ``count`` pods of a CPU-only profile (node, no GPUs each),
+        filling one node before the next."""
+        slots: list[tuple[str, list[str]]] = []
+        taken: dict[str, int] = {}
+        for node in self.cluster.nodes_with_cpu(profile.cpu, profile.memory_gb):
+            free_cpu, free_mem = self.cluster.cpu_free(node)
+            fits = _cpu_fits(free_cpu, free_mem, profile)
+            while taken.get(node, 0) < fits and len(slots) < count:
+                taken[node] = taken.get(node, 0) + 1
+                slots.append((node, []))
+            if len(slots) == count:
+                break
+        return slots
+
     def _victims(
         self, profile: Profile, count: int, exclude: set[str], busy: set[str], now: float
     ) -> list[list[Pod]] | None:
         """Idle pods (not in ``exclude``) whose stopping frees ``count`` slots for ``profile``
-        on GPUs not in ``busy``, lowest value first."""
+        on GPUs not in ``busy`` (CPU slots for a CPU-only profile), lowest value first."""
         budget = self.policies.budget
         candidates = sorted(
             (
@@ -518,10 +598,12 @@ class WarmPools:
                 for p in self._idle
                 if p not in exclude
                 and self.pods[p].state in _IDLE
-                and self.cluster.gpus[self.pods[p].gpus[0]].model == profile.gpu_model
+                and _same_slots(self.cluster, self.pods[p], profile)
             ),
             key=lambda pod: (budget.value(pod, now), pod.id),
         )
+        if profile.cpu_only:
+            return self._cpu_victims(profile, count, candidates)
         freed: dict[str, float] = {}
         per_node: dict[str, list[Pod]] = {}
         groups: list[list[Pod]] = []
@@ -546,6 +628,26 @@ class WarmPools:
                 rest = [v for v in pending if not chosen.intersection(v.gpus)]
                 if rest:
                     per_node[victim.node] = rest
+                if len(groups) == count:
+                    return groups
+        return None
+
+    def _cpu_victims(
+        self, profile: Profile, count: int, candidates: list[Pod]
+    ) -> list[list[Pod]] | None:
+        """Idle CPU-only pods whose CPU slots, with what is free, make ``count`` slots for
+        ``profile``, in the order given."""
+        room: dict[str, tuple[float, float]] = {}  # per node: free + freed - promised
+        pending: dict[str, list[Pod]] = {}
+        groups: list[list[Pod]] = []
+        for victim in candidates:
+            node, cpu, mem = self.cluster.cpu_allocs[victim.id]
+            free_cpu, free_mem = room.get(node) or self.cluster.cpu_free(node)
+            room[node] = (free_cpu + cpu, free_mem + mem)
+            pending.setdefault(node, []).append(victim)
+            if _cpu_fits(*room[node], profile) >= 1:
+                groups.append(pending.pop(node))
+                room[node] = (room[node][0] - profile.cpu, room[node][1] - profile.memory_gb)
                 if len(groups) == count:
                     return groups
         return None
@@ -613,22 +715,27 @@ class WarmPools:
         return True
 
     def _promote(self, pod: Pod, job: Job, now: float, out: list[Action]) -> None:
-        """Give a standby pod its GPU: stop the idle pods there and take their share."""
+        """Give a standby pod its GPU: stop the idle pods there and take their share (a
+        spare holds its whole share already: it only leaves the spare set)."""
         profile = self.profiles[pod.profile]
-        gid = pod.gpus[0]
-        gpu = self.cluster.gpus[gid]
-        for other in list(gpu.allocs):
-            if other != pod.id:
-                victim = self.pods[other]
-                # its processes are killed before the promotion; the share moves at once
-                self._stop(victim, "handover", now, out)
-                self.cluster.release(gid, victim.id)
-        self._set_state(pod, PodState.STARTING, now)  # leaves the idle set first
-        self.cluster.release(gid, pod.id)
-        self.cluster.allocate(gid, pod.id, profile.share)
+        if pod.id in self._spare[pod.profile]:
+            del self._spare[pod.profile][pod.id]
+            self._set_state(pod, PodState.STARTING, now)
+        else:
+            gid = pod.gpus[0]
+            gpu = self.cluster.gpus[gid]
+            for other in list(gpu.allocs):
+                if other != pod.id:
+                    victim = self.pods[other]
+                    # its processes are killed before the promotion; the share moves at once
+                    self._stop(victim, "handover", now, out)
+                    self.cluster.release(gid, victim.id)
+            self._set_state(pod, PodState.STARTING, now)  # leaves the idle set first
+            self.cluster.release(gid, pod.id)
+            self.cluster.allocate(gid, pod.id, profile.share)
+            self._standby_on_gpu.pop(gid, None)
         self._standby[pod.profile].pop(pod.id, None)
         self._promotable[pod.profile].pop(pod.id, None)
-        self._standby_on_gpu.pop(gid, None)
         pod.pending_job = job.id
         job.pods.append(pod.id)
         out.append(PromoteStandby(pod.id))
@@ -690,6 +797,8 @@ class WarmPools:
         for gid in gpus:
             if share:
                 self.cluster.allocate(gid, pod.id, share)
+        if profile.cpu_only:
+            self.cluster.allocate_cpu(node, pod.id, profile.cpu, profile.memory_gb)
         return pod
 
     def _is_standby_slot(self, pod: Pod) -> bool:
@@ -760,24 +869,17 @@ class WarmPools:
     def _stop(self, pod: Pod, reason: str, now: float, out: list[Action]) -> None:
         if pod.state in (PodState.STOPPING, PodState.GONE):
             return
-        self._unwarm(pod)
-        if self._standby_on_gpu.get(pod.gpus[0]) == pod.id:
-            del self._standby_on_gpu[pod.gpus[0]]
-        self._standby[pod.profile].pop(pod.id, None)
-        self._promotable[pod.profile].pop(pod.id, None)
+        self._forget_standby(pod)
         self._set_state(pod, PodState.STOPPING, now)
         self._refresh_gpus(pod)
         out.append(StopPod(pod.id, reason))
 
     def _gone(self, pod: Pod, now: float) -> None:
-        self._unwarm(pod)
-        if self._standby_on_gpu.get(pod.gpus[0]) == pod.id:
-            del self._standby_on_gpu[pod.gpus[0]]
-        self._standby[pod.profile].pop(pod.id, None)
-        self._promotable[pod.profile].pop(pod.id, None)
+        self._forget_standby(pod)
         self._set_state(pod, PodState.GONE, now)
         for gid in pod.gpus:
             self.cluster.release(gid, pod.id)
+        self.cluster.release_cpu(pod.id)
         self._refresh_gpus(pod)
         # a reclaim victim ends by PodGone or PodFailed alike: either way its room is free
         job_id = self._reclaim_by_pod.pop(pod.id, None)
@@ -786,6 +888,15 @@ class WarmPools:
             pods.discard(pod.id)
             if not pods:
                 del self._reclaim[job_id]
+
+    def _forget_standby(self, pod: Pod) -> None:
+        """Take a pod out of the warm and standby indexes (it stops or is gone)."""
+        self._unwarm(pod)
+        if pod.gpus and self._standby_on_gpu.get(pod.gpus[0]) == pod.id:
+            del self._standby_on_gpu[pod.gpus[0]]
+        self._standby[pod.profile].pop(pod.id, None)
+        self._promotable[pod.profile].pop(pod.id, None)
+        self._spare[pod.profile].pop(pod.id, None)
 
     def _release_gang(self, job: Job, failed: str, now: float, out: list[Action]) -> None:
         """Stop the other pods of a gang whose pod failed (their state is half-bound)."""
@@ -860,12 +971,36 @@ class WarmPools:
         # over the queue-driven limit only: staged standby pods are not what stands in the
         # queue's way (see budget_limit); over the base cap, every idle pod may go
         keep = self._staged_standby() if self._idle_gpus <= self._budget_base() + EPS else {}
-        ready = [self.pods[p] for p in self._idle if p not in keep]
+        # CPU-only pods hold no GPU: stopping them frees nothing the budget counts
+        ready = [self.pods[p] for p in self._idle if p not in keep and self.pods[p].gpus]
         ready.sort(key=lambda pod: (budget.value(pod, now), pod.id))
         for pod in ready:
             if self._idle_gpus <= limit + EPS:
                 break
             self._stop(pod, "budget", now, out)
+
+    def _replenish(self, now: float, out: list[Action]) -> None:
+        """Start spare pods up to each profile's minimum warm count, while its queue is
+        empty (queued jobs take the room first), capacity is free and the warm budget has
+        room for them."""
+        for name, own in self.policies.profiles.items():
+            spare = self._spare.get(name)
+            if spare is None or len(spare) >= own.min_warm or self._queues[name]:
+                continue
+            profile = self.profiles[name]
+            while len(spare) < own.min_warm:
+                if self._idle_gpus + profile.gpu_demand > self.budget_limit() + EPS:
+                    break
+                slots = self._find_capacity(profile, 1, set())
+                if not slots:
+                    break
+                node, gpus = slots[0]
+                pod = self._new_pod(profile, node, gpus, profile.share, now)
+                spare[pod.id] = None
+                self._idle[pod.id] = None
+                self._idle_gpus += profile.gpu_demand
+                self._image_nodes[name][node] = None
+                out.append(StartPod(pod.id, name, node, tuple(gpus), standby=True))
 
     # ------------------------------------------------------------------ queues
 
@@ -922,3 +1057,16 @@ class WarmPools:
     def _seq_next(self) -> int:
         self._heap_seq += 1
         return self._heap_seq
+
+
+def _cpu_fits(free_cpu: float, free_mem: float, profile: Profile) -> int:
+    """How many pods of a CPU-only profile fit in this much free CPU and memory."""
+    return int(min((free_cpu + EPS) / profile.cpu, (free_mem + EPS) / profile.memory_gb))
+
+
+def _same_slots(cluster: Cluster, pod: Pod, profile: Profile) -> bool:
+    """Whether stopping ``pod`` frees room a pod of ``profile`` can take: CPU slots for a
+    CPU-only profile, else GPUs of its model."""
+    if profile.cpu_only:
+        return pod.id in cluster.cpu_allocs
+    return bool(pod.gpus) and cluster.gpus[pod.gpus[0]].model == profile.gpu_model

@@ -1,0 +1,217 @@
+"""Warm pools a user sizes: CPU-only profiles, a minimum warm count, a keep-alive per
+profile and a caller's renewal, through the core."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conftest import Driver
+from stoker.core import (
+    GPU,
+    Cluster,
+    Core,
+    CoreError,
+    HitPath,
+    JobClass,
+    JobSpec,
+    JobSubmitted,
+    KeepAliveRenewed,
+    Node,
+    PodState,
+    Policies,
+    Profile,
+    ProfilePolicies,
+    PromoteStandby,
+    StartPod,
+    StopPod,
+    Tick,
+)
+from stoker.core.policies import AlwaysOn, FixedKeepAlive, StaticBudget
+
+CPU = Profile("cpu", gpus=0, cpu=1.0, memory_gb=2.0, recyclable=True)
+GPU1 = Profile("p")
+
+
+def _core(
+    profiles: list[Profile],
+    policies: Policies | None = None,
+    gpus: int = 2,
+    cpu: float = 8.0,
+    memory_gb: float = 16.0,
+) -> Core:
+    node = Node("n", "any", [GPU(f"n/{i}", "n", i, "any") for i in range(gpus)], cpu, memory_gb)
+    return Core(Cluster([node]), profiles, policies)
+
+
+# ---------------------------------------------------------------- CPU-only profiles
+
+
+def test_cpu_only_pods_take_cpu_slots_and_no_gpu() -> None:
+    d = Driver(_core([CPU, GPU1]))
+    jobs = [d.submit("t", f"v{i}", "cpu") for i in range(8)]
+    d.settle()
+    starts = d.actions(StartPod)
+    assert len(starts) == 8 and all(s.gpus == () for s in starts)
+    assert all(d.core.jobs[j].path is HitPath.COLD for j in jobs)
+    assert d.core.cluster.cpu_free("n") == (0.0, 0.0)
+    assert all(g.used == 0.0 for g in d.core.cluster.gpus.values())
+    assert d.core.idle_gpus == 0.0
+    # a ninth verifier waits for a CPU slot; the GPUs stay free for GPU work
+    ninth = d.submit("t", "v8", "cpu")
+    assert d.core.queued("cpu") == [ninth]
+    gpu_job = d.run("t", "g", "p")
+    assert d.core.jobs[gpu_job].pods
+    # the round ends: every verifier's pod turns warm; the ninth takes one by reclaim
+    for j in jobs:
+        d.finish(j)
+    d.settle()
+    assert d.core.jobs[ninth].pods
+    # second round of the eight: warm hits for all but the one whose pod went to the ninth
+    d.finish(ninth)
+    second = [d.submit("t", f"v{i}", "cpu") for i in range(8)]
+    d.settle()
+    paths = [d.core.jobs[j].path for j in second]
+    assert paths.count(HitPath.WARM) == 7, paths
+
+
+def test_eight_parallel_verifiers_get_warm_hits_in_their_second_round() -> None:
+    d = Driver(_core([CPU]))
+    first = [d.submit("t", f"v{i}", "cpu") for i in range(8)]
+    d.settle()
+    for j in first:
+        d.finish(j)
+    second = [d.submit("t", f"v{i}", "cpu") for i in range(8)]
+    d.settle()
+    assert [d.core.jobs[j].path for j in second] == [HitPath.WARM] * 8
+    assert [d.core.jobs[j].pods for j in second] == [d.core.jobs[j].pods for j in first]
+
+
+def test_cpu_only_profile_rules() -> None:
+    with pytest.raises(ValueError, match="cpu and memory"):
+        Profile("c", gpus=0, cpu=0.0)
+    with pytest.raises(ValueError, match="gpus must be >= 0"):
+        Profile("c", gpus=-1)
+    d = Driver(_core([CPU]))
+    with pytest.raises(CoreError, match="job_class"):
+        d.send(JobSubmitted(JobSpec("h", "t", "cpu", job_class=JobClass.HP)))
+    # a node without CPU slots takes no CPU-only pod: the job waits
+    d = Driver(_core([CPU], cpu=0.0))
+    j = d.submit("t", "a", "cpu")
+    assert d.core.queued("cpu") == [j] and not d.actions(StartPod)
+
+
+# ---------------------------------------------------------------- minimum warm count
+
+
+def test_min_warm_starts_spare_pods_a_new_caller_takes() -> None:
+    policies = Policies(profiles={"p": ProfilePolicies(min_warm=1)})
+    d = Driver(_core([GPU1], policies, gpus=2))
+    d.send(Tick(), at=1.0)  # any event lets the core start what the minimum asks for
+    (spare,) = d.actions(StartPod)
+    assert spare.standby
+    d.ready()
+    assert d.core.pods[spare.pod].state is PodState.STANDBY
+    assert d.core.idle_gpus == 1.0  # it counts against the warm budget
+    # kept through keep-alive: a spare has no deadline
+    d.send(Tick(), at=1e6)
+    assert d.core.pods[spare.pod].state is PodState.STANDBY
+    j = d.submit("t", "new")
+    assert d.core.jobs[j].path is HitPath.STANDBY
+    assert d.core.jobs[j].pods == [spare.pod]
+    assert PromoteStandby(spare.pod) in d.log[-1][2]
+    # and replaced at once on the other GPU
+    refill = [s for s in d.actions(StartPod) if s.pod != spare.pod]
+    assert len(refill) == 1 and refill[0].gpus != spare.gpus
+
+
+def test_min_warm_is_bounded_by_the_warm_budget_and_yields_to_the_queue() -> None:
+    policies = Policies(budget=StaticBudget(gpus=1.0), profiles={"p": ProfilePolicies(min_warm=3)})
+    d = Driver(_core([GPU1], policies, gpus=4))
+    d.send(Tick(), at=1.0)
+    assert len(d.actions(StartPod)) == 1  # the budget holds one idle GPU
+    d.ready()
+    # jobs of new callers take the spare, then cold starts; no spare while they queue
+    jobs = [d.submit("t", f"c{i}") for i in range(5)]
+    d.settle()
+    assert d.core.jobs[jobs[0]].path is HitPath.STANDBY
+    assert len(d.core.queued("p")) == 1
+    assert not [p for p in d.core.warm._spare["p"]]
+
+
+def test_min_warm_for_a_cpu_only_profile() -> None:
+    policies = Policies(profiles={"cpu": ProfilePolicies(min_warm=2)})
+    d = Driver(_core([CPU], policies, cpu=4.0, memory_gb=8.0))
+    d.send(Tick(), at=1.0)
+    assert [s.gpus for s in d.actions(StartPod)] == [(), ()]
+    d.ready()
+    j = d.submit("t", "x", "cpu")
+    assert d.core.jobs[j].path is HitPath.STANDBY
+    d.settle()
+    assert d.core.cluster.cpu_free("n") == (1.0, 2.0)  # 1 running, 2 spares
+
+
+def test_min_warm_rejects_a_negative_count() -> None:
+    with pytest.raises(ValueError, match="min_warm"):
+        ProfilePolicies(min_warm=-1)
+
+
+# ---------------------------------------------------------------- keep-alive per profile
+
+
+def test_keepalive_per_profile() -> None:
+    other = Profile("q")
+    policies = Policies(
+        keepalive=FixedKeepAlive(60.0),
+        profiles={
+            "p": ProfilePolicies(keepalive=FixedKeepAlive(10.0)),
+            "q": ProfilePolicies(keepalive=AlwaysOn()),
+        },
+    )
+    d = Driver(_core([GPU1, other], policies))
+    a = d.run("t", "a", "p")
+    b = d.run("t", "b", "q")
+    d.finish(a, at=1.0)
+    d.finish(b, at=1.0)
+    assert d.core.next_deadline() == 11.0
+    d.send(Tick(), at=11.0)
+    assert d.log[-1][2] == [StopPod(d.core.jobs[a].pods[0], "keepalive")]
+    d.send(Tick(), at=1e9)
+    assert d.core.pods[d.core.jobs[b].pods[0]].state is PodState.WARM
+
+
+# ---------------------------------------------------------------- renewal
+
+
+def test_renew_extends_a_warm_pod_and_a_busy_one_after_its_job() -> None:
+    d = Driver(_core([GPU1], Policies(keepalive=FixedKeepAlive(10.0))))
+    a = d.run("t", "s")
+    pod = d.core.jobs[a].pods[0]
+    # renewed while its job runs: applies when the pod turns warm
+    d.send(KeepAliveRenewed("t", "s", "p", 100.0), at=1.0)
+    assert d.core.warm.held(("p", "t", "s")) == [pod]
+    d.finish(a, at=2.0)
+    assert d.core.pods[pod].deadline == 101.0
+    d.send(KeepAliveRenewed("t", "s", "p", 300.0), at=50.0)
+    assert d.core.next_deadline() == 350.0
+    d.send(Tick(), at=200.0)
+    assert d.core.pods[pod].state is PodState.WARM
+    d.send(Tick(), at=350.0)
+    assert d.core.pods[pod].state is PodState.STOPPING
+    # a renewal never shortens: a later short one leaves the deadline
+    b = d.run("t", "s")
+    d.send(KeepAliveRenewed("t", "s", "p", 1.0), at=360.0)
+    d.finish(b, at=361.0)
+    assert d.core.pods[d.core.jobs[b].pods[0]].deadline == 371.0
+    # another caller's renewal touches nothing of this one
+    assert d.core.warm.held(("p", "t", "other")) == []
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, math.inf, math.nan])
+def test_renew_rejects_a_bad_keepalive(value: float) -> None:
+    d = Driver(_core([GPU1]))
+    with pytest.raises(CoreError, match="keepalive_s"):
+        d.send(KeepAliveRenewed("t", "s", "p", value))
+    with pytest.raises(CoreError, match="profile"):
+        d.send(KeepAliveRenewed("t", "s", "nope", 5.0))
