@@ -56,10 +56,10 @@ def test_keepalive_s_alone_is_a_fixed_keepalive(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "named"),
     [
-        ("[policies]\nkeep_alive = 'fixed'\n", "policies.'keep_alive'"),
+        ("[policies]\nkeep_alive = 'fixed'\n", "unknown key 'policies.keep_alive'"),
         ("[forecast]\nquery_every_s = 'often'\n", "forecast.query_every_s"),
-        ("[spot]\ngrace = 3\n", "spot.'grace'"),
-        ("spot = 3\n", "spot must be a table"),
+        ("[spot]\ngrace = 3\n", "unknown key 'spot.grace'"),
+        ("spot = 3\n", "spot: must be a table"),
         ("[spot]\ngrace_s = -1\n", "spot.grace_s"),
         ("[forecast]\nforecaster = 'oracle'\n", "forecast.forecaster"),
         ("[forecast]\nquery_every_s = 0\n", "forecast.query_every_s"),
@@ -68,8 +68,51 @@ def test_keepalive_s_alone_is_a_fixed_keepalive(tmp_path: Path) -> None:
         ("[policies]\npreset = 'best'\n", "policies.preset: unknown 'best'"),
         ("[policies]\nkeepalive = 'forever'\n", "policies.keepalive: unknown 'forever'"),
         ("[policies]\nspot_quota = 'magic'\n", "policies.spot_quota: unknown 'magic'"),
+        # nothing is coerced: a string is not a list of modules, nor a number
+        ("[profiles.t]\npreload = 'torch'\n", "profiles.t.preload: Input should be a valid list"),
+        ("[profiles.t]\ngpus = '1'\n", "profiles.t.gpus: Input should be a valid integer"),
+        ("[profiles.t]\nnetwork = 1\n", "profiles.t.network: Input should be a valid boolean"),
+        ("[profiles.t]\nmin_warm = -1\n", "profiles.t.min_warm: Input should be greater"),
+        ("[profiles.t]\nkeepalive = 'forever'\n", "profiles.t.keepalive: unknown 'forever'"),
+        ("[profiles.t]\nwarm = 2\n", "unknown key 'profiles.t.warm'"),
+        ("[profiles.t]\ngpus = 0\ncpus = 0\n", "profiles.t.cpus: a CPU-only profile needs"),
+        ("[cpu_slots]\ncpus = '8'\n", "cpu_slots.cpus: Input should be a valid number"),
+        ("[cpu_slots]\ngpus = 8\n", "unknown key 'cpu_slots.gpus'"),
+        ("max_keepalive_s = 0\n", "max_keepalive_s: Input should be greater than 0"),
+        ("data_dir = 5\n", "data_dir: Input should be a valid string"),
     ],
 )
 def test_unknown_or_mistyped_keys_are_named(tmp_path: Path, text: str, named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         _load(tmp_path, text)
+
+
+def test_pools_a_user_sizes(tmp_path: Path) -> None:
+    cfg = _load(
+        tmp_path,
+        """
+keepalive_s = 20
+max_keepalive_s = 600
+[cpu_slots]
+cpus = 8
+memory_mb = 8192
+[profiles.verify]
+gpus = 0
+cpus = 0.5
+memory_mb = 1024
+min_warm = 2
+keepalive = "always-on"
+[profiles.gpu]
+min_warm = 1
+[profiles.fit]
+keepalive = "fitted"
+keepalive_s = 5
+""",
+    )
+    assert (cfg.cpu_slots.cpus, cfg.cpu_slots.memory_mb, cfg.max_keepalive_s) == (8.0, 8192, 600)
+    verify = cfg.profiles[0].core
+    assert (verify.gpus, verify.cpu, verify.memory_gb, verify.cpu_only) == (0, 0.5, 1.0, True)
+    own = cfg.build_policies().policies.profiles
+    assert type(own["verify"].keepalive).__name__ == "AlwaysOn" and own["verify"].min_warm == 2
+    assert own["gpu"].keepalive is None and own["gpu"].min_warm == 1  # the broker's keep-alive
+    assert own["fit"].keepalive.fallback_s == 5.0 and own["fit"].min_warm == 0

@@ -217,3 +217,24 @@ def test_client_config_errors_name_the_key_and_file(env: dict[str, str], tmp_pat
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["ps"], env=base)
     assert res.exit_code == 2 and "unknown token" in res.stderr  # the file's token was sent
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[profiles.t]\npreload = 'torch'\n", "profiles.t.preload: Input should be a valid list"),
+        ("gpu_slots = '2'\n", "gpu_slots: Input should be a valid integer"),
+        ("colour = 'red'\n", "unknown key 'colour'"),
+        ("[profiles.v]\ngpus = 0\nmin_warm = 'two'\n", "profiles.v.min_warm"),
+        ("[profiles.v]\nkeepalive = 'forever'\n", "profiles.v.keepalive: unknown 'forever'"),
+        ("[cpu_slots]\ncpus = -1\n", "cpu_slots.cpus: Input should be greater"),
+        ("gpu_slots = \n", "broker.toml"),
+    ],
+)
+def test_up_with_a_bad_config_is_one_line(tmp_path: Path, text: str, message: str) -> None:
+    conf = tmp_path / "broker.toml"
+    conf.write_text(text)
+    res = CliRunner().invoke(app, ["up", "--config", str(conf), "--data-dir", str(tmp_path)])
+    assert res.exit_code == 2, res.output
+    assert message in res.stderr and str(conf) in res.stderr, res.stderr
+    assert res.stderr.strip().count("\n") == 0 and "Traceback" not in res.stderr

@@ -1,7 +1,10 @@
 """Configuration: the broker's (profiles, limits, where its data lives) and the client's
 (``STOKER_URL``/``STOKER_TOKEN`` over a file).
 
-The broker reads a TOML file (``stoker up --config FILE``)::
+The broker reads a TOML file (``stoker up --config FILE``), parsed by pydantic models that
+forbid unknown keys and coerce nothing (``preload = "torch"`` is an error, not five
+modules): a wrong key or value is a one-line :class:`ConfigError` naming the file and the
+key::
 
     data_dir = "/var/lib/stoker"    # default: platformdirs' user data dir
     gpu_slots = 2                   # virtual GPU slots where NVML finds none
@@ -9,11 +12,17 @@ The broker reads a TOML file (``stoker up --config FILE``)::
     max_code_bytes = 67108864
     max_request_bytes = 1048576     # any other request body (a job, a secret)
     keepalive_s = 60                # a fixed keep-alive of 60 s (default: the preset's)
+    max_keepalive_s = 3600          # the longest keep-alive a session may renew for
     database_url = "postgresql://stoker@db/stoker"  # default: SQLite in data_dir
     advertise_url = "http://10.0.0.5:8765"   # where other replicas reach this one
     runtime_dir = "/var/lib/stoker-pods"     # default: data_dir/runtime
 
+    [cpu_slots]                     # room for CPU-only pods (profiles with gpus = 0)
+    cpus = 8.0                      # CPUs they take together (each its profile's cpus)
+    memory_mb = 16384               # memory they take together (each its memory_mb)
+
     [profiles.plain]
+    gpus = 1                        # 0: a CPU-only profile (verifiers, tool calls)
     share = 0.9                     # leaves room beside an active pod for a standby
     standby_share = 0.1
     preload = []
@@ -24,6 +33,9 @@ The broker reads a TOML file (``stoker up --config FILE``)::
     tmp_mb = 256                    # each of /tmp and /dev/shm
     workspace_mb = 1024
     output_mb = 16                  # per job, stdout and stderr together
+    min_warm = 0                    # spare pods kept ready for callers not yet seen
+    keepalive = "fitted"            # this profile's keep-alive (default: [policies]')
+    keepalive_s = 30                # its fixed keep-alive, or the fitted one's fallback
 
     [policies]                      # every decision by its name in the core's registry
     preset = "firepool"             # the starting set; the keys below override one each
@@ -46,26 +58,37 @@ The broker reads a TOML file (``stoker up --config FILE``)::
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import platformdirs
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stoker.api.config import ConfigError
+from stoker.core.core import ProfilePolicies
 from stoker.core.model import Profile
-from stoker.core.policy_names import Knobs, apply
+from stoker.core.policy_names import Knobs, apply, build
 from stoker.core.registry import FIXED_KEEPALIVE_S, Preset, preset
 from stoker.forecast.registry import FORECASTERS
 from stoker.runtime.base import RuntimeProfile
 
 
+class _Table(BaseModel):
+    """A TOML table: unknown keys are errors, and values are taken as they are typed."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerProfile:
-    """A profile as the broker knows it: the core's shape and the runtime's environment."""
+    """A profile as the broker knows it: the core's shape, the runtime's environment, and
+    its own warm-pool settings (keep-alive, minimum warm count)."""
 
     core: Profile
     runtime: RuntimeProfile
+    keepalive: str | None = None  # a keep-alive policy's name (None: the broker's)
+    keepalive_s: float | None = None
+    min_warm: int = 0
 
     @property
     def name(self) -> str:
@@ -81,23 +104,38 @@ class BrokerProfile:
         memory_mb: int | None = None,
         network: bool = False,
         gpus: int = 1,
+        min_warm: int = 0,
     ) -> BrokerProfile:
-        """A one-GPU profile whose active pods leave a tenth of the card for a standby."""
+        """A one-GPU profile whose active pods leave a tenth of the card for a standby (a
+        CPU-only one with ``gpus=0``: one CPU and the memory limit, 2 GB by default)."""
         share, standby_share = (0.9, 0.1) if standby and gpus == 1 else (1.0, 0.0)
-        core = Profile(name, gpus=gpus, share=share, standby_share=standby_share, recyclable=True)
         # the runtime's safe default limits unless a memory limit is named
         limits = {} if memory_mb is None else {"memory_mb": memory_mb}
         rt = RuntimeProfile(name, packages=packages, preload=preload, network=network, **limits)
-        return BrokerProfile(core, rt)
+        core = Profile(
+            name,
+            gpus=gpus,
+            share=share,
+            standby_share=standby_share,
+            recyclable=True,
+            **_cpu_shape(rt, gpus),
+        )
+        return BrokerProfile(core, rt, min_warm=min_warm)
+
+
+def _cpu_shape(rt: RuntimeProfile, gpus: int) -> dict[str, float]:
+    """A CPU-only profile takes its limits' CPUs and memory from the CPU slots."""
+    if gpus:
+        return {}
+    return {"cpu": rt.cpus or 0.0, "memory_gb": (rt.memory_mb or 0) / 1024}
 
 
 DEFAULT_PRESET = "firepool"  # Firepool's warm pools with GFS's hp/spot defaults
 
 
-@dataclass
-class PolicyConfig:
+class PolicyConfig(_Table):
     """The core's policies by registry name: a preset, and per extension point an override
-    (None keeps the preset's). The core's registry checks the names when the broker starts."""
+    (None keeps the preset's). The core's registry checks the names when the file is read."""
 
     preset: str | None = None
     keepalive: str | None = None
@@ -105,10 +143,16 @@ class PolicyConfig:
     standby: str | None = None
     spot_quota: str | None = None
 
-    def build(self, keepalive_s: float | None, grace_s: float) -> Preset:
+    def build(
+        self,
+        keepalive_s: float | None,
+        grace_s: float,
+        profiles: tuple[BrokerProfile, ...] | list[BrokerProfile] = (),
+    ) -> Preset:
         """The core's preset (fresh policies) with the named policies swapped in; a fixed
-        keep-alive of ``keepalive_s`` when it is given and no other kind is named.
-        ValueError naming the key for an unknown name."""
+        keep-alive of ``keepalive_s`` when it is given and no other kind is named; each
+        profile's own keep-alive and minimum warm count. ValueError naming the key for an
+        unknown name."""
         chosen = preset(self.preset or DEFAULT_PRESET)  # ValueError "preset: ..."
         overrides = self.overrides()
         if keepalive_s is not None:
@@ -116,49 +160,123 @@ class PolicyConfig:
         knobs = Knobs(keepalive_s=FIXED_KEEPALIVE_S if keepalive_s is None else keepalive_s)
         apply(chosen.policies, overrides, knobs)
         chosen.policies.gangs.grace_s = grace_s
+        for p in profiles:
+            own = None
+            if p.keepalive is not None or p.keepalive_s is not None:
+                own_knobs = knobs if p.keepalive_s is None else Knobs(keepalive_s=p.keepalive_s)
+                kind = p.keepalive or "fixed"
+                own = build("keepalive", kind, own_knobs)  # ValueError "keepalive: ..."
+            if own is not None or p.min_warm:
+                chosen.policies.profiles[p.name] = ProfilePolicies(own, p.min_warm)
         return chosen
 
     def overrides(self) -> dict[str, str]:
         """The extension points set here, by name."""
-        points = (f.name for f in fields(self) if f.name != "preset")
+        points = (k for k in type(self).model_fields if k != "preset")
         return {k: v for k in points if (v := getattr(self, k)) is not None}
 
 
-@dataclass
-class ForecastConfig:
+class ForecastConfig(_Table):
     """How the broker runs the HP demand forecaster (off the scheduling loop)."""
 
     forecaster: str | None = None  # None: the preset's (ridge, the default, for most)
-    query_every_s: float = 300.0
-    refit_every_s: float = 86400.0
-    horizon_h: int = 4
-    history_days: float = 35.0
+    query_every_s: float = Field(300.0, gt=0)
+    refit_every_s: float = Field(86400.0, gt=0)
+    horizon_h: int = Field(4, gt=0)
+    history_days: float = Field(35.0, gt=0)
 
     def check(self) -> None:
-        """ValueError naming the first bad field."""
+        """ValueError naming the forecaster when the registry does not know it."""
         if self.forecaster is not None and self.forecaster not in FORECASTERS:
             raise ValueError(
                 f"forecaster: one of {', '.join(FORECASTERS)}, not {self.forecaster!r}"
             )
-        for name in ("query_every_s", "refit_every_s", "horizon_h", "history_days"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name}: must be > 0")
 
 
-@dataclass
-class SpotConfig:
+class SpotConfig(_Table):
     """How an evicted spot job is stopped: SIGTERM, then SIGKILL ``grace_s`` later."""
 
-    grace_s: float = 30.0
+    grace_s: float = Field(30.0, ge=0)
 
-    def check(self) -> None:
-        """ValueError naming the first bad field."""
-        if not self.grace_s >= 0:
-            raise ValueError("grace_s: must be >= 0")
+
+class CpuSlots(_Table):
+    """Room on this host for CPU-only pods (profiles with ``gpus = 0``): each pod takes its
+    profile's ``cpus`` and ``memory_mb`` from these (cgroup limits: a pod's CPUs are a
+    quota, so more slots than cores oversubscribe, as I/O-bound verifiers allow)."""
+
+    cpus: float = Field(8.0, ge=0)
+    memory_mb: int = Field(16384, ge=0)
 
 
 #: a profile's limits a config may name (see :class:`stoker.runtime.base.RuntimeProfile`)
 PROFILE_LIMITS = ("memory_mb", "pids_max", "cpus", "tmp_mb", "workspace_mb", "output_mb")
+
+
+class _ProfileFile(_Table):
+    """``[profiles.NAME]``."""
+
+    gpus: int = Field(1, ge=0)
+    share: float = Field(0.9, gt=0, le=1)
+    standby_share: float = Field(0.1, ge=0, lt=1)
+    preload: list[str] = []
+    packages: list[str] = []
+    network: bool = False
+    memory_mb: int | None = Field(None, ge=0)
+    pids_max: int | None = Field(None, ge=0)
+    cpus: float | None = Field(None, ge=0)
+    tmp_mb: int | None = Field(None, ge=0)
+    workspace_mb: int | None = Field(None, ge=0)
+    output_mb: int | None = Field(None, ge=0)
+    min_warm: int = Field(0, ge=0)
+    keepalive: str | None = None
+    keepalive_s: float | None = Field(None, ge=0)
+
+    def profile(self, name: str) -> BrokerProfile:
+        """The broker's profile; ValueError naming the field for a shape the core refuses."""
+        # a limit not named keeps the runtime's safe default; 0 means none at all
+        limits = {k: v or None for k in PROFILE_LIMITS if (v := getattr(self, k)) is not None}
+        rt = RuntimeProfile(
+            name,
+            packages=tuple(self.packages),
+            preload=tuple(self.preload),
+            network=self.network,
+            **limits,
+        )
+        if self.gpus == 0 and not (rt.cpus and rt.memory_mb):
+            raise ValueError("cpus: a CPU-only profile needs cpus and memory_mb limits above 0")
+        cpu_only = self.gpus == 0
+        core = Profile(
+            name,
+            gpus=self.gpus,
+            share=1.0 if cpu_only else self.share,
+            standby_share=0.0 if cpu_only else self.standby_share,
+            recyclable=True,
+            **_cpu_shape(rt, self.gpus),
+        )
+        return BrokerProfile(core, rt, self.keepalive, self.keepalive_s, self.min_warm)
+
+
+class _BrokerFile(_Table):
+    """The whole file."""
+
+    data_dir: str | None = None
+    runtime_dir: str | None = None
+    find_links: list[str] = []
+    no_index: bool = False
+    gpu_slots: int = Field(2, ge=0)
+    gpu_model: str = "any"
+    max_code_bytes: int = Field(64 * 1024 * 1024, gt=0)
+    max_request_bytes: int = Field(1024 * 1024, gt=0)
+    max_timeout_s: float = Field(24 * 3600.0, gt=0)
+    keepalive_s: float | None = Field(None, ge=0)
+    max_keepalive_s: float = Field(3600.0, gt=0)
+    database_url: str | None = None
+    advertise_url: str | None = None
+    cpu_slots: CpuSlots = CpuSlots()
+    profiles: dict[str, _ProfileFile] | None = None
+    policies: PolicyConfig = PolicyConfig()
+    forecast: ForecastConfig = ForecastConfig()
+    spot: SpotConfig = SpotConfig()
 
 
 def default_data_dir() -> Path:
@@ -178,6 +296,8 @@ class BrokerConfig:
     # a fixed keep-alive of this many seconds (unless [policies] keepalive names another
     # kind; then the fitted one's fallback); None: the preset's
     keepalive_s: float | None = None
+    # the longest keep-alive a caller may renew its warm pod for (a session's renew)
+    max_keepalive_s: float = 3600.0
     gpu_model: str = "any"
     find_links: tuple[Path, ...] = ()
     no_index: bool = False
@@ -189,9 +309,14 @@ class BrokerConfig:
     # the local runtime's pods (None: data_dir/runtime); replicas on one host share it, so
     # whichever leads adopts the pods of the one before
     runtime_root: Path | None = None
+    cpu_slots: CpuSlots = field(default_factory=CpuSlots)
     policies: PolicyConfig = field(default_factory=PolicyConfig)
     forecast: ForecastConfig = field(default_factory=ForecastConfig)
     spot: SpotConfig = field(default_factory=SpotConfig)
+
+    def build_policies(self) -> Preset:
+        """The core's policies for this configuration (preset, overrides, per profile)."""
+        return self.policies.build(self.keepalive_s, self.spot.grace_s, self.profiles)
 
     @property
     def db_path(self) -> Path:
@@ -227,95 +352,67 @@ class BrokerConfig:
 
     @staticmethod
     def load(path: Path | str) -> BrokerConfig:
-        """Read a TOML configuration file; unknown keys are errors (a typo never passes)."""
+        """Read a TOML configuration file; a wrong key or value is a one-line ConfigError
+        naming the file and the key (a typo never passes, nothing is coerced)."""
+        where = f"config {path}"
         try:
             raw = tomllib.loads(Path(path).read_text())
         except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"config {path}: {exc}") from exc
-        cfg = BrokerConfig()
-        kinds = {"gpu_slots": int, "max_code_bytes": int, "max_request_bytes": int}
-        kinds |= {"max_timeout_s": float}
-        kinds |= {"gpu_model": str, "keepalive_s": float, "no_index": bool}
-        kinds |= {"database_url": str, "advertise_url": str}
-        tables = ("profiles", "policies", "forecast", "spot")
-        known = {"data_dir", "runtime_dir", "find_links", *kinds, *tables}
-        for key in raw:
-            if key not in known:
-                raise ConfigError(f"config {path}: unknown key {key!r}")
-        if "data_dir" in raw:
-            cfg.data_dir = Path(raw["data_dir"]).expanduser()
-        if "runtime_dir" in raw:
-            cfg.runtime_root = Path(raw["runtime_dir"]).expanduser()
-        _set(cfg, {k: raw[k] for k in kinds if k in raw}, path, "", tuple(kinds), kinds)
-        _table(cfg.policies, raw, "policies", path)
-        _table(cfg.forecast, raw, "forecast", path)
-        _table(cfg.spot, raw, "spot", path)
-        for name, table in (("forecast", cfg.forecast), ("spot", cfg.spot)):
-            try:
-                table.check()
-            except ValueError as exc:
-                raise ConfigError(f"config {path}: {name}.{exc}") from exc
+            raise ConfigError(f"{where}: {exc}") from exc
+        try:
+            f = _BrokerFile.model_validate(raw)
+        except ValidationError as exc:
+            raise ConfigError(f"{where}: {_first_error(exc)}") from exc
+        cfg = BrokerConfig(
+            gpu_slots=f.gpu_slots,
+            gpu_model=f.gpu_model,
+            max_code_bytes=f.max_code_bytes,
+            max_request_bytes=f.max_request_bytes,
+            max_timeout_s=f.max_timeout_s,
+            keepalive_s=f.keepalive_s,
+            max_keepalive_s=f.max_keepalive_s,
+            no_index=f.no_index,
+            database_url=f.database_url,
+            advertise_url=f.advertise_url,
+            find_links=tuple(Path(p) for p in f.find_links),
+            cpu_slots=f.cpu_slots,
+            policies=f.policies,
+            forecast=f.forecast,
+            spot=f.spot,
+        )
+        if f.data_dir is not None:
+            cfg.data_dir = Path(f.data_dir).expanduser()
+        if f.runtime_dir is not None:
+            cfg.runtime_root = Path(f.runtime_dir).expanduser()
+        try:
+            f.forecast.check()
+        except ValueError as exc:
+            raise ConfigError(f"{where}: forecast.{exc}") from exc
+        if f.profiles is not None:
+            cfg.profiles = []
+            for name, p in f.profiles.items():
+                try:
+                    cfg.profiles.append(p.profile(name))
+                except ValueError as exc:
+                    raise ConfigError(f"{where}: profiles.{name}.{exc}") from exc
         try:  # every name checked now, not when the broker starts
             cfg.policies.build(cfg.keepalive_s, cfg.spot.grace_s)
         except ValueError as exc:
-            raise ConfigError(f"config {path}: policies.{exc}") from exc
-        if "find_links" in raw:
-            cfg.find_links = tuple(Path(p) for p in raw["find_links"])
-        if "profiles" in raw:
-            cfg.profiles = []
-            for name, p in raw["profiles"].items():
-                try:
-                    share = float(p.get("share", 0.9))
-                    core = Profile(
-                        name,
-                        gpus=int(p.get("gpus", 1)),
-                        share=share,
-                        standby_share=float(p.get("standby_share", 0.1)),
-                        recyclable=True,
-                    )
-                except (ValueError, TypeError) as exc:
-                    raise ConfigError(f"config {path}: profiles.{name}: {exc}") from exc
-                # a limit not named keeps the runtime's safe default; 0 means none at all
-                limits = {k: p[k] or None for k in PROFILE_LIMITS if k in p}
-                rt = RuntimeProfile(
-                    name,
-                    packages=tuple(p.get("packages", ())),
-                    preload=tuple(p.get("preload", ())),
-                    network=bool(p.get("network", False)),
-                    **limits,
-                )
-                cfg.profiles.append(BrokerProfile(core, rt))
+            raise ConfigError(f"{where}: policies.{exc}") from exc
+        for p in cfg.profiles:
+            try:
+                cfg.policies.build(cfg.keepalive_s, cfg.spot.grace_s, [p])
+            except ValueError as exc:
+                raise ConfigError(f"{where}: profiles.{p.name}.{exc}") from exc
         return cfg
 
 
-def _set(
-    obj: object,
-    raw: dict[str, Any],
-    path: object,
-    where: str,
-    keys: tuple[str, ...],
-    kinds: dict[str, type] | None = None,
-) -> None:
-    """Copy ``keys`` from a TOML table onto ``obj``, each converted to its type in ``kinds``
-    (default: its current value's, str for None); an unknown key or a value of the wrong
-    type is a ConfigError naming it."""
-    for key in raw:
-        if key not in keys:
-            raise ConfigError(f"config {path}: unknown key {where}{key!r}")
-    for key in keys:
-        if key not in raw:
-            continue
-        current = getattr(obj, key)
-        kind = (kinds or {}).get(key) or (str if current is None else type(current))
-        try:
-            setattr(obj, key, kind(raw[key]))
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"config {path}: {where}{key}: {exc}") from exc
-
-
-def _table(obj: object, raw: dict[str, Any], name: str, path: object) -> None:
-    """A TOML table onto the dataclass ``obj`` (every field a key)."""
-    table = raw.get(name, {})
-    if not isinstance(table, dict):
-        raise ConfigError(f"config {path}: {name} must be a table")
-    _set(obj, table, path, f"{name}.", tuple(f.name for f in fields(obj)))  # type: ignore[arg-type]
+def _first_error(exc: ValidationError) -> str:
+    """The first of pydantic's errors as one line: ``KEY: what is wrong (got VALUE)``."""
+    err = exc.errors()[0]
+    key = ".".join(str(part) for part in err["loc"])
+    if err["type"] == "extra_forbidden":
+        return f"unknown key {key!r}"
+    if err["type"] in ("model_type", "dict_type"):
+        return f"{key}: must be a table (got {err.get('input')!r})"
+    return f"{key}: {err['msg']} (got {err.get('input')!r})"

@@ -222,7 +222,7 @@ class Scheduler:
         self.clock = clock
         self.profiles: dict[str, BrokerProfile] = {p.name: p for p in cfg.profiles}
         self.gpus = list(gpus)
-        self.preset = cfg.policies.build(cfg.keepalive_s, cfg.spot.grace_s)
+        self.preset = cfg.build_policies()
         self.core = self._new_core()
         self._now = 0.0
         self._batch = Batch()
@@ -257,7 +257,8 @@ class Scheduler:
         policies: a preset from the core's registry, single policies swapped by name."""
         model = self.cfg.gpu_model
         gpus = [GPU(g, _NODE, i, model) for i, g in enumerate(self.gpus)]
-        cluster = Cluster([Node(_NODE, model, gpus)])
+        slots = self.cfg.cpu_slots  # where CPU-only pods live
+        cluster = Cluster([Node(_NODE, model, gpus, slots.cpus, slots.memory_mb / 1024)])
         profiles = [replace(p.core, gpu_model=model) for p in self.profiles.values()]
         return Core(cluster, profiles, self.preset.policies)
 

@@ -72,19 +72,25 @@ def names(point: str) -> list[str]:
     return list(POINTS[point][1])
 
 
+def build(point: str, name: str, knobs: Knobs) -> Any:
+    """A fresh policy of one extension point by name; ValueError naming the point and the
+    known names for anything unknown."""
+    entry = POINTS.get(point)
+    if entry is None:
+        raise ValueError(f"{point}: not an extension point; known: {', '.join(POINTS)}")
+    builder = entry[1].get(name)
+    if builder is None:
+        raise ValueError(f"{point}: unknown {name!r}; known: {', '.join(entry[1])}")
+    return builder(knobs)
+
+
 def apply(policies: Any, overrides: dict[str, str], knobs: Knobs) -> None:
     """Swap the named policies into ``policies`` (a :class:`~stoker.core.core.Policies`);
     ValueError naming the point and the known names for anything unknown."""
     for point, name in overrides.items():
-        entry = POINTS.get(point)
-        if entry is None:
-            raise ValueError(f"{point}: not an extension point; known: {', '.join(POINTS)}")
-        where, builders = entry
-        build = builders.get(name)
-        if build is None:
-            raise ValueError(f"{point}: unknown {name!r}; known: {', '.join(builders)}")
-        *path, attr = where.split(".")
+        policy = build(point, name, knobs)
+        *path, attr = POINTS[point][0].split(".")
         owner = policies
         for part in path:
             owner = getattr(owner, part)
-        setattr(owner, attr, build(knobs))
+        setattr(owner, attr, policy)
