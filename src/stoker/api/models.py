@@ -132,6 +132,31 @@ class JobSubmit(BaseModel):
         return v
 
 
+class KeepAliveRenew(BaseModel):
+    """Keep the caller's warm pod of ``profile`` and ``reuse_tag`` ``keepalive_s`` seconds
+    from now at least (a session's ``renew``); the broker caps it (``max_keepalive_s``)."""
+
+    profile: str = Field(min_length=1, max_length=64)
+    reuse_tag: str = Field(min_length=1, max_length=200)
+    keepalive_s: float = Field(gt=0, allow_inf_nan=False)
+
+    @field_validator("profile", "reuse_tag")
+    @classmethod
+    def _utf8(cls, v: str) -> str:
+        _text(v)
+        return v
+
+
+class KeepAliveRenewed(BaseModel):
+    """What a renewal did: the pods (tenant, tag) holds now (warm, or running its job;
+    none when its pod is gone) and until when they are kept (Unix time)."""
+
+    profile: str
+    reuse_tag: str
+    until: float
+    pods: list[str]
+
+
 class JobOutputView(BaseModel):
     """A finished job's whole output, base64 (what ``/output`` streams, in one piece)."""
 
@@ -198,6 +223,7 @@ class ProfileView(BaseModel):
     packages: list[str]
     network: bool
     queued: int
+    min_warm: int = 0  # spare pods kept ready for callers not yet seen
 
 
 class PoolForecast(BaseModel):

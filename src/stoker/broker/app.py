@@ -38,6 +38,8 @@ from stoker.api.models import (
     JobOutputView,
     JobSubmit,
     JobView,
+    KeepAliveRenew,
+    KeepAliveRenewed,
     PodView,
     PoolView,
     ProfileView,
@@ -726,6 +728,32 @@ def create_app(broker: Broker) -> FastAPI:
         sched.cancel(job_id)
         return _job_view(own_job(who, job_id))
 
+    @app.post("/v1/keepalive", response_model=KeepAliveRenewed)
+    async def renew_keepalive(body: KeepAliveRenew, who: Caller, sched: Leader) -> Any:
+        """Keep the caller's warm pod of (profile, reuse tag) ``keepalive_s`` from now at
+        least (a busy one: once its job ends); up to the broker's ``max_keepalive_s``."""
+        tenant = tenant_of(who)
+        if body.profile not in broker.profiles:
+            known = ", ".join(sorted(broker.profiles))
+            raise ApiError(
+                422,
+                "invalid",
+                f"body.profile: unknown profile {body.profile!r} (known: {known})",
+                "body.profile",
+            )
+        if body.keepalive_s > cfg.max_keepalive_s:
+            raise ApiError(
+                422,
+                "invalid",
+                f"body.keepalive_s: {body.keepalive_s:g} is over the "
+                f"{cfg.max_keepalive_s:g} s cap (max_keepalive_s)",
+                "body.keepalive_s",
+            )
+        until, pods = sched.renew(tenant, body.reuse_tag, body.profile, body.keepalive_s)
+        return KeepAliveRenewed(
+            profile=body.profile, reuse_tag=body.reuse_tag, until=until, pods=pods
+        )
+
     # --- pods, profiles, GPU pools -------------------------------------------
 
     @app.get("/v1/pods", response_model=list[PodView])
@@ -748,6 +776,7 @@ def create_app(broker: Broker) -> FastAPI:
                     packages=list(r.packages),
                     network=r.network,
                     queued=queued.get(p.name, 0),
+                    min_warm=p.min_warm,
                 )
             )
         return out

@@ -36,6 +36,7 @@ from stoker.core import (
     JobRequeued,
     JobState,
     JobSubmitted,
+    KeepAliveRenewed,
     KillJob,
     PodFailed,
     PodState,
@@ -206,15 +207,29 @@ class DecisionLog:
                     **self._owner(p),
                 )
                 touched.update((j, None) for j, s in self._live.items() if pod in s.pods)
+            case KeepAliveRenewed(tenant, tag, profile, keepalive_s):
+                self._emit(
+                    now,
+                    "keepalive.renewed",
+                    f"its warm pod of {profile} is kept {keepalive_s:g} s from now at least",
+                    tenant=tenant,
+                    profile=profile,
+                    reuse_tag=tag,
+                )
         for action in actions:
             match action:
                 case StartPod(pod, profile, _node, gpus, standby):
                     p = core.pods[pod]
                     if standby:
+                        why = (
+                            f"spare pod {pod} started for {profile}'s minimum warm count"
+                            if core.warm.is_spare(pod)
+                            else f"standby pod {pod} staged beside the active pod on {gpus[0]}"
+                        )
                         self._emit(
                             now,
                             "pod.started",
-                            f"standby pod {pod} staged beside the active pod on {gpus[0]}",
+                            why,
                             pod=pod,
                             profile=profile,
                             reason="standby",

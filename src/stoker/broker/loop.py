@@ -41,6 +41,7 @@ from stoker.core import (
     JobSpec,
     JobState,
     JobSubmitted,
+    KeepAliveRenewed,
     KillJob,
     Node,
     PodFailed,
@@ -149,6 +150,13 @@ def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
                 "mean": list(mean),
                 "var": list(var),
             }
+        case KeepAliveRenewed(tenant, tag, profile, keepalive_s):
+            return "renewed", {
+                "tenant": tenant,
+                "reuse_tag": tag,
+                "profile": profile,
+                "keepalive_s": keepalive_s,
+            }
         case Tick():
             return "tick", {}
     raise ValueError(f"cannot encode {event!r}")
@@ -195,6 +203,10 @@ def decode_event(ev: StoredEvent) -> Event:
                 d["gpu_model"],
                 tuple(float(x) for x in d["mean"]),
                 tuple(float(x) for x in d["var"]),
+            )
+        case "renewed":
+            return KeepAliveRenewed(
+                d["tenant"], d["reuse_tag"], d["profile"], float(d["keepalive_s"])
             )
         case "tick":
             return Tick()
@@ -277,6 +289,9 @@ class Scheduler:
             self._out_seq[row["id"]] = self.store.last_output_seq(row["id"])
         report = await self._reconcile()
         report["replayed"] = replayed
+        if any(p.min_warm for p in self.preset.policies.profiles.values()):
+            self._feed(Tick())  # the core starts the spare pods the minimums ask for now
+            self._flush()
         for service in (self._read_runtime(), self._timer(), self._forecast_loop()):
             self._service.add(self._spawn(service))
         self.started_at = self.clock()
@@ -447,6 +462,16 @@ class Scheduler:
         if job is not None and job.state is not JobState.FINISHED:
             self._feed(JobCancelled(job_id))
             self._flush()
+
+    def renew(
+        self, tenant: str, reuse_tag: str, profile: str, keepalive_s: float
+    ) -> tuple[float, list[str]]:
+        """Keep (tenant, tag)'s pod of ``profile`` ``keepalive_s`` from now at least (the
+        caller checked the bound). Returns until when, and the pods it holds now."""
+        now = self._tick_now()
+        self._feed(KeepAliveRenewed(tenant, reuse_tag, profile, keepalive_s), now)
+        self._flush()
+        return now + keepalive_s, self.core.warm.held((profile, tenant, reuse_tag))
 
     def job(self, job_id: str) -> dict[str, Any] | None:
         row = self._requests.get(job_id)

@@ -538,6 +538,13 @@ class Client:
     def profiles(self) -> list[dict[str, Any]]:
         return list(self._request("GET", "/v1/profiles"))
 
+    def renew_keepalive(self, profile: str, reuse_tag: str, keepalive_s: float) -> dict[str, Any]:
+        """Keep this tenant's warm pod of (profile, reuse tag) ``keepalive_s`` seconds from
+        now at least; returns ``until`` and the ``pods`` the tag holds (empty: none is
+        left). Over the broker's cap: :class:`InvalidRequest` naming ``body.keepalive_s``."""
+        body = {"profile": profile, "reuse_tag": reuse_tag, "keepalive_s": keepalive_s}
+        return dict(self._request("POST", "/v1/keepalive", json=body))
+
     def pools(self) -> list[dict[str, Any]]:
         """Per GPU pool: capacity, HP and spot GPUs in use, spot quota, eta, eviction rate
         over the last day, the HP demand forecast, and the queued hp and spot jobs."""
@@ -757,6 +764,13 @@ class AsyncClient:
     async def profiles(self) -> list[dict[str, Any]]:
         return list(await self._request("GET", "/v1/profiles"))
 
+    async def renew_keepalive(
+        self, profile: str, reuse_tag: str, keepalive_s: float
+    ) -> dict[str, Any]:
+        """See :meth:`Client.renew_keepalive`."""
+        body = {"profile": profile, "reuse_tag": reuse_tag, "keepalive_s": keepalive_s}
+        return dict(await self._request("POST", "/v1/keepalive", json=body))
+
     async def pools(self) -> list[dict[str, Any]]:
         return list(await self._request("GET", "/v1/pools"))
 
@@ -900,6 +914,12 @@ class Session(_SessionState):
         job = self.client.run(self.profile, argv, reuse_tag=self.reuse_tag, **kw)
         return self._landed(job.result(timeout_s))
 
+    def renew(self, keepalive_s: float) -> dict[str, Any]:
+        """Keep the session's pod ``keepalive_s`` seconds from now at least (a running
+        call's pod once the call ends), up to the broker's cap; returns ``until`` and the
+        ``pods`` it holds (empty: the pod is gone, the next call starts in a fresh one)."""
+        return self.client.renew_keepalive(self.profile, self.reuse_tag, keepalive_s)
+
 
 class SessionFiles:
     """Files in the session pod's workspace (the jobs' working directory), moved by jobs
@@ -941,6 +961,10 @@ class AsyncSession(_SessionState):
     async def run(self, argv: list[str], timeout_s: float | None = None, **kw: Any) -> JobResult:
         job = await self.client.run(self.profile, argv, reuse_tag=self.reuse_tag, **kw)
         return self._landed(await job.result(timeout_s))
+
+    async def renew(self, keepalive_s: float) -> dict[str, Any]:
+        """See :meth:`Session.renew`."""
+        return await self.client.renew_keepalive(self.profile, self.reuse_tag, keepalive_s)
 
 
 class AsyncSessionFiles:

@@ -126,6 +126,11 @@ class WarmPools:
                 pod.deadline = until
                 heapq.heappush(self._deadlines, (until, self._seq_next(), pid))
 
+    def is_spare(self, pod_id: str) -> bool:
+        """Whether a pod was started for its profile's minimum warm count (and not yet taken)."""
+        pod = self.pods.get(pod_id)
+        return pod is not None and pod_id in self._spare.get(pod.profile, {})
+
     def held(self, key: tuple[str, str, str]) -> list[str]:
         """The pods (profile, tenant, tag) holds now, warm or running its job."""
         profile, *pair = key
