@@ -26,6 +26,7 @@ import httpx
 from stoker.broker.config import BrokerConfig, BrokerProfile
 from stoker.broker.embedded import EmbeddedBroker, free_port
 from stoker.client import DEFAULT_WAIT_S, Client
+from stoker.runtime.calibrate import calibrate
 
 TRIVIAL = ["python", "-c", "pass"]
 SHORT = ["python", "-c", "import sys; sys.stdout.write('ok')"]
@@ -345,9 +346,11 @@ def run_bench(
     work_dir: Path | None = None,
     phase: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Measure both profiles and write ``out_dir/results.json``; the brokers' data dirs go
+    """Measure both profiles and write ``out_dir/results.json``, then the step durations
+    the simulator draws from to ``out_dir/calibration.json``; the brokers' data dirs go
     under ``work_dir`` (a fresh temporary directory by default). ``phase`` hears the name of
-    each phase as it begins (BENCH_PHASES of them per profile), for a progress display."""
+    each phase as it begins (BENCH_PHASES of them per profile, then the calibration), for a
+    progress display."""
     out_dir.mkdir(parents=True, exist_ok=True)
     base = Path(work_dir or tempfile.mkdtemp(prefix="stoker-bench-"))
     profiles = {"plain": []}
@@ -378,4 +381,7 @@ def run_bench(
             base, name, preload, warm_n, cold_n, handover_n, throughput_s, phase or _quiet
         )
         (out_dir / "results.json").write_text(json.dumps(results, indent=2))
+    # the simulator's step durations on this host (stoker sim firepool --calibration)
+    (phase or _quiet)("calibration: bind, rebind, recycle, promote, stop")
+    calibrate(out_dir / "calibration.json", base / "calibration", repeats=max(3, 2 * cold_n))
     return results

@@ -505,7 +505,8 @@ def bench_local(
     torch: Annotated[bool, typer.Option(help="also the torch-preloading profile")] = True,
     as_json: JsonOpt = False,
 ) -> None:
-    """Start latency (warm/standby/cold), handover, throughput and idle memory, per profile."""
+    """Start latency (warm/standby/cold), handover, throughput and idle memory, per profile;
+    and OUT/calibration.json, the step durations `stoker sim firepool --calibration` uses."""
     from stoker.broker.bench import BENCH_PHASES, run_bench
 
     if torch:
@@ -518,7 +519,8 @@ def bench_local(
     from stoker.cli.progress import steps
 
     with steps(Console(stderr=True)) as progress:
-        task = progress.add_task("bench", total=BENCH_PHASES * (2 if torch else 1))
+        # the phases of each profile, then the calibration
+        task = progress.add_task("bench", total=BENCH_PHASES * (2 if torch else 1) + 1)
         seen: list[str] = []
 
         def phase(name: str) -> None:

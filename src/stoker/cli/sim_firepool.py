@@ -35,11 +35,17 @@ def firepool(
     handover_steps: int = typer.Option(25, help="Handover: jobs per agent."),
     sweep: bool = typer.Option(True, help="Run the pod-start x pause sensitivity sweep."),
     sweep_sessions: int = typer.Option(120, help="Sweep: mix sessions per point."),
+    calibration: Path | None = typer.Option(
+        None,
+        help="calibration.json from `stoker bench local`: bind, rebind, recycle, promotion "
+        "and stop drawn from its measurements (pod start stays the paper's)",
+    ),
 ) -> None:
     """Run the Firepool experiments on the simulator and write DIR/results.json and plots."""
     from rich.console import Console
     from rich.table import Table
 
+    from stoker.api.calibration import Calibration
     from stoker.cli.progress import steps
     from stoker.sim import plots
     from stoker.sim.firepool import EXPERIMENTS, FirepoolConfig, run_all
@@ -49,9 +55,13 @@ def firepool(
     console = Console()
     try:
         base = FirepoolConfig()
+        runtime = base.runtime
+        if calibration is not None:
+            runtime = runtime.calibrated(Calibration.load(calibration), str(calibration))
         cfg = replace(
             base,
             seed=seed,
+            runtime=runtime,
             agent=replace(
                 base.agent,
                 callers=agent_callers,
