@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -238,3 +239,20 @@ def test_up_with_a_bad_config_is_one_line(tmp_path: Path, text: str, message: st
     assert res.exit_code == 2, res.output
     assert message in res.stderr and str(conf) in res.stderr, res.stderr
     assert res.stderr.strip().count("\n") == 0 and "Traceback" not in res.stderr
+
+
+def test_a_large_code_upload_shows_progress(env: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "blob.bin").write_bytes(os.urandom(3 * 1024 * 1024))  # incompressible
+    (tmp_path / "main.py").write_text("import os; print(os.path.getsize('blob.bin'))\n")
+    args = ["run", "-p", "plain", "--code", str(tmp_path), "--", "python", "main.py"]
+    res = CliRunner().invoke(app, args, env=env)
+    assert res.exit_code == 0, res.output
+    assert res.stdout.strip() == str(3 * 1024 * 1024)
+    assert f"uploading {tmp_path.name}" in res.stderr and "100%" in res.stderr
+    # a small tree goes without a bar
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "main.py").write_text("print('hi')\n")
+    args = ["run", "-p", "plain", "--code", str(small), "--", "python", "main.py"]
+    res = CliRunner().invoke(app, args, env=env)
+    assert res.exit_code == 0 and res.stdout == "hi\n" and "uploading" not in res.stderr

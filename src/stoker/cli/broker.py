@@ -252,6 +252,29 @@ def _kube_runtime(path: Path, cfg: Any) -> Any:
     return rt
 
 
+#: code archives from this size up are uploaded with a progress bar
+UPLOAD_PROGRESS_BYTES = 1024 * 1024
+
+
+def _upload(client: Any, code: Path) -> bytes:
+    """Pack ``--code DIR`` and upload it (a progress bar on stderr when it is large);
+    returns the archive, which the broker then holds."""
+    from rich.console import Console
+    from rich.progress import DownloadColumn, Progress, TransferSpeedColumn
+
+    from stoker.client import pack_code
+
+    data = pack_code(code)
+    if len(data) < UPLOAD_PROGRESS_BYTES:
+        client.upload(data)
+        return data
+    columns = (*Progress.get_default_columns(), DownloadColumn(), TransferSpeedColumn())
+    with Progress(*columns, console=Console(stderr=True)) as bar:
+        task = bar.add_task(f"uploading {code.name}", total=len(data))
+        client.upload(data, progress=lambda sent, _total: bar.update(task, completed=sent))
+    return data
+
+
 def run(
     argv: Annotated[list[str], typer.Argument(help="the job's command, after --")],
     profile: Annotated[str, typer.Option("--profile", "-p")],
@@ -298,11 +321,12 @@ def run(
 
     try:
         with _client(url, token) as c:
+            packed = None if code is None else _upload(c, code)
             job = c.run(
                 profile,
                 list(argv),
                 reuse_tag=tag,
-                code=code,
+                code=packed,
                 deps=dep,
                 env=envs,
                 timeout_s=timeout,

@@ -193,6 +193,25 @@ def pack_code(path: Path | str, max_bytes: int = MAX_CODE_BYTES) -> bytes:
     return bytes(data)
 
 
+# an upload with a progress display is sent in pieces of this size
+_UPLOAD_CHUNK = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunks:
+    """``data`` in pieces, telling ``progress`` how much has gone; iterable again (a
+    retried request sends it from the start)."""
+
+    data: bytes
+    progress: Callable[[int, int], None]
+
+    def __iter__(self) -> Iterator[bytes]:
+        for start in range(0, len(self.data), _UPLOAD_CHUNK):
+            piece = self.data[start : start + _UPLOAD_CHUNK]
+            yield piece
+            self.progress(start + len(piece), len(self.data))
+
+
 def _code_bytes(code: bytes | str | Path | None) -> bytes | None:
     if code is None or isinstance(code, bytes):
         return code
@@ -466,15 +485,24 @@ class Client:
             time.sleep(0.05 * 2**attempt)
         raise AssertionError("unreachable")
 
-    def upload(self, code: bytes | str | Path) -> str:
-        """Upload a code archive (a directory is packed) once; returns its digest."""
+    def upload(
+        self, code: bytes | str | Path, progress: Callable[[int, int], None] | None = None
+    ) -> str:
+        """Upload a code archive (a directory is packed) once; returns its digest.
+        ``progress(sent, total)`` hears the bytes sent as they go (a progress bar)."""
         data = _code_bytes(code)
         assert data is not None
         digest = hashlib.sha256(data).hexdigest()
         resp = self._http.head(f"/v1/code/{digest}")
         if resp.status_code == 200:
+            if progress is not None:
+                progress(len(data), len(data))  # there already: nothing left to send
             return digest
-        return str(self._request("POST", "/v1/code", content=data)["digest"])
+        if progress is None:
+            return str(self._request("POST", "/v1/code", content=data)["digest"])
+        headers = {"Content-Length": str(len(data))}
+        body = _Chunks(data, progress)
+        return str(self._request("POST", "/v1/code", content=body, headers=headers)["digest"])
 
     def run(
         self,
