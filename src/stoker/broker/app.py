@@ -50,7 +50,7 @@ from stoker.api.models import (
     parse_label,
 )
 from stoker.broker.auth import Authenticator, AuthError, Principal, check_tenant_name
-from stoker.broker.config import BrokerConfig
+from stoker.broker.config import BrokerConfig, BrokerProfile
 from stoker.broker.dashboard import Dashboard
 from stoker.broker.dashboard import add_routes as add_dashboard_routes
 from stoker.broker.dashboard import gauges as dashboard_gauges
@@ -177,6 +177,14 @@ class Broker:
             no_index=cfg.no_index,
             hide=(cfg.data_dir,),  # the store and tokens: never in a pod, whatever the path
         )
+
+    def prepare_env(self, profile: BrokerProfile) -> None:
+        """Build a profile's environment now (uv, in the local runtime; cached by digest)
+        so that no pod start waits for it; EnvBuildError when uv cannot. Nothing to do on
+        a runtime without one (Kubernetes: the profile's image holds it)."""
+        envs = getattr(self._new_runtime(), "envs", None)
+        if envs is not None:
+            envs.profile_env(tuple(profile.runtime.packages))
 
     async def start(self) -> None:
         """Lead at once if no replica does (always, on SQLite), then keep campaigning."""

@@ -148,6 +148,8 @@ def up(
         first = str(exc).strip().splitlines()[0]
         _fail(f"database_url: cannot open {display_url(cfg.store_url)}: {first}")
     broker.stop_pods_on_close = not keep_pods
+    if not kubernetes:
+        _build_envs(broker)
     cfg.pid_path.write_text(f"{os.getpid()} http://{host}:{port}\n")
     typer.echo(
         f"stoker broker on http://{host}:{port}  (admin token: {cfg.admin_token_path})\n"
@@ -166,6 +168,30 @@ def up(
         with contextlib.suppress(OSError, IndexError):
             if cfg.pid_path.read_text().split()[0] == str(os.getpid()):
                 cfg.pid_path.unlink()
+
+
+def _build_envs(broker: Any) -> None:
+    """Build the profiles' environments before serving, with a progress bar on stderr
+    (uv's builds take seconds to minutes); a build that fails is a one-line error."""
+    from rich.console import Console
+
+    from stoker.cli.progress import steps
+    from stoker.runtime.envs import EnvBuildError
+
+    building = [p for p in broker.cfg.profiles if p.runtime.packages]
+    if not building:
+        return
+    with steps(Console(stderr=True)) as bar:
+        task = bar.add_task("environments", total=len(building))
+        for p in building:
+            bar.update(task, description=f"building {p.name}'s environment (uv)")
+            try:
+                broker.prepare_env(p)
+            except EnvBuildError as exc:
+                bar.stop()
+                _fail(f"profiles.{p.name}.packages: {str(exc).strip().splitlines()[0]}")
+            bar.advance(task)
+        bar.update(task, description="environments ready")
 
 
 #: seconds open requests get to finish when the broker is told to stop
