@@ -92,7 +92,8 @@ def cancel(
 
 
 def profiles(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
-    """The broker's profiles: GPUs per pod, warm and standby shares, preloads, queue."""
+    """The broker's profiles: GPUs per pod (0: CPU-only), warm and standby shares, preloads,
+    the spare pods kept ready (min warm), queue."""
     items = _call(url, token, lambda c: c.profiles())
     if as_json:
         typer.echo(json.dumps(items))
@@ -105,13 +106,13 @@ def profiles(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = Fals
             f"{p['standby_share']:g}",
             ",".join(p["preload"]) or "-",
             "yes" if p["network"] else "no",
+            p.get("min_warm", 0),
             p["queued"],
         ]
         for p in items
     ]
-    _table(
-        "profiles", ["profile", "gpus", "share", "standby", "preload", "network", "queued"], rows
-    )
+    columns = ["profile", "gpus", "share", "standby", "preload", "network", "min warm", "queued"]
+    _table("profiles", columns, rows)
 
 
 def register(app: typer.Typer, sim_app: typer.Typer) -> None:
