@@ -286,6 +286,10 @@ def _check_shape(body: JobSubmit, profile_gpus: int, capacity: int) -> None:
         raise _invalid("body.guarantee_s", "only spot jobs have a guaranteed duration")
     if body.gpus is not None and body.job_class == "pool":
         raise _invalid("body.gpus", "a pool job takes its profile's shape; leave gpus out")
+    if profile_gpus == 0 and body.job_class != "pool":
+        raise _invalid(
+            "body.job_class", f"profile {body.profile} is CPU-only; hp and spot jobs need GPUs"
+        )
     per_worker = float(profile_gpus) if body.gpus is None else body.gpus
     if per_worker > capacity:
         raise _invalid("body.gpus", f"{per_worker:g} GPUs per worker; this broker has {capacity}")
