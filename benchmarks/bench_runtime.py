@@ -40,6 +40,7 @@ from stoker.runtime.base import (
     RuntimeEvent,
     RuntimeProfile,
 )
+from stoker.runtime.calibrate import until_event
 from stoker.runtime.local import LocalRuntime
 
 
@@ -50,14 +51,6 @@ def _stats(samples: list[float]) -> dict[str, float]:
         "p90": round(float(np.percentile(arr, 90)), 3),
         "n": len(samples),
     }
-
-
-async def _wait(events: AsyncIterator[RuntimeEvent], kind: type, key: str) -> float:
-    """Wall time (perf_counter) at which an event of ``kind`` for ``key`` arrived."""
-    while True:
-        ev = await anext(events)
-        if isinstance(ev, kind) and key in (getattr(ev, "job", None), getattr(ev, "pod", None)):
-            return time.perf_counter()
 
 
 async def _throughput(
@@ -92,7 +85,7 @@ async def bench_profile(rt: LocalRuntime, profile: RuntimeProfile, repeats: int)
         pod = f"{profile.name}-c{i}"
         t0 = time.perf_counter()
         await rt.start_pod(pod, profile, ("vgpu0",), False)
-        cold.append((await _wait(events, PodUp, pod) - t0) * 1e3)
+        cold.append((await until_event(events, PodUp, pod) - t0) * 1e3)
         pods.append(pod)
     out["cold_start_ms"] = _stats(cold)
     pod = pods[0]
@@ -103,8 +96,8 @@ async def bench_profile(rt: LocalRuntime, profile: RuntimeProfile, repeats: int)
             job = f"{kind}-{i}"
             t0 = time.perf_counter()
             await rt.bind(pod, JobBinding(job=job, argv=argv))
-            running.append((await _wait(events, JobRunning, job) - t0) * 1e3)
-            exited.append((await _wait(events, JobExited, job) - t0) * 1e3)
+            running.append((await until_event(events, JobRunning, job) - t0) * 1e3)
+            exited.append((await until_event(events, JobExited, job) - t0) * 1e3)
         out[f"warm_bind_to_running_ms_{kind}"] = _stats(running)
         out[f"warm_bind_to_exit_ms_{kind}"] = _stats(exited)
     out["throughput"] = await _throughput(rt, events, pods, repeats * 10)
@@ -112,10 +105,10 @@ async def bench_profile(rt: LocalRuntime, profile: RuntimeProfile, repeats: int)
     for i in range(max(3, repeats // 10)):
         sb = f"{profile.name}-s{i}"
         await rt.start_pod(sb, profile, ("vgpu1",), True)
-        await _wait(events, PodUp, sb)
+        await until_event(events, PodUp, sb)
         t0 = time.perf_counter()
         await rt.promote(sb)
-        promote.append((await _wait(events, PodUp, sb) - t0) * 1e3)
+        promote.append((await until_event(events, PodUp, sb) - t0) * 1e3)
         await rt.stop_pod(sb)
     out["promote_ms"] = _stats(promote)
     current = pods[-1]
@@ -126,7 +119,7 @@ async def bench_profile(rt: LocalRuntime, profile: RuntimeProfile, repeats: int)
             new = f"{profile.name}-{mode}{i}"
             t0 = time.perf_counter()
             await rt.recycle(current, new)
-            recycle.append((await _wait(events, PodUp, new) - t0) * 1e3)
+            recycle.append((await until_event(events, PodUp, new) - t0) * 1e3)
             current = new
         out[f"recycle_ms_{mode}"] = _stats(recycle)
     await rt.stop_all()

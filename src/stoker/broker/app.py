@@ -483,6 +483,19 @@ def create_app(broker: Broker) -> FastAPI:
                 403, "forbidden", "authorization: this needs the admin token", "authorization"
             )
 
+    def profile_of(name: str) -> BrokerProfile:
+        """The profile a body names; a 422 naming body.profile (and the known ones) if none."""
+        prof = broker.profiles.get(name)
+        if prof is None:
+            known = ", ".join(sorted(broker.profiles))
+            raise ApiError(
+                422,
+                "invalid",
+                f"body.profile: unknown profile {name!r} (known: {known})",
+                "body.profile",
+            )
+        return prof
+
     def own_job(who: Principal, job_id: str) -> dict[str, Any]:
         row = broker.reads.job(job_id)
         if row is None or (not who.admin and row["tenant"] != who.tenant):
@@ -602,15 +615,7 @@ def create_app(broker: Broker) -> FastAPI:
         whole output) or after S seconds (the job as it is then): one round trip for a
         short call."""
         tenant = tenant_of(who)
-        prof = broker.profiles.get(body.profile)
-        if prof is None:
-            known = ", ".join(sorted(broker.profiles))
-            raise ApiError(
-                422,
-                "invalid",
-                f"body.profile: unknown profile {body.profile!r} (known: {known})",
-                "body.profile",
-            )
+        prof = profile_of(body.profile)
         timeout_s = min(3600.0, cfg.max_timeout_s) if body.timeout_s is None else body.timeout_s
         if timeout_s > cfg.max_timeout_s:
             raise ApiError(
@@ -745,14 +750,7 @@ def create_app(broker: Broker) -> FastAPI:
         """Keep the caller's warm pod of (profile, reuse tag) ``keepalive_s`` from now at
         least (a busy one: once its job ends); up to the broker's ``max_keepalive_s``."""
         tenant = tenant_of(who)
-        if body.profile not in broker.profiles:
-            known = ", ".join(sorted(broker.profiles))
-            raise ApiError(
-                422,
-                "invalid",
-                f"body.profile: unknown profile {body.profile!r} (known: {known})",
-                "body.profile",
-            )
+        profile_of(body.profile)
         if body.keepalive_s > cfg.max_keepalive_s:
             raise ApiError(
                 422,

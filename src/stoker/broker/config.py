@@ -363,22 +363,11 @@ class BrokerConfig:
             f = _BrokerFile.model_validate(raw)
         except ValidationError as exc:
             raise ConfigError(f"{where}: {_first_error(exc)}") from exc
+        # the keys the file and the broker share by name; the rest are converted below
+        same = set(_BrokerFile.model_fields) - {"data_dir", "runtime_dir", "find_links", "profiles"}
         cfg = BrokerConfig(
-            gpu_slots=f.gpu_slots,
-            gpu_model=f.gpu_model,
-            max_code_bytes=f.max_code_bytes,
-            max_request_bytes=f.max_request_bytes,
-            max_timeout_s=f.max_timeout_s,
-            keepalive_s=f.keepalive_s,
-            max_keepalive_s=f.max_keepalive_s,
-            no_index=f.no_index,
-            database_url=f.database_url,
-            advertise_url=f.advertise_url,
+            **{k: getattr(f, k) for k in sorted(same)},
             find_links=tuple(Path(p) for p in f.find_links),
-            cpu_slots=f.cpu_slots,
-            policies=f.policies,
-            forecast=f.forecast,
-            spot=f.spot,
         )
         if f.data_dir is not None:
             cfg.data_dir = Path(f.data_dir).expanduser()

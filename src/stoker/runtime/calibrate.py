@@ -46,7 +46,7 @@ def _archive() -> bytes:
     return buf.getvalue()
 
 
-async def _until(events: AsyncIterator[RuntimeEvent], kind: type, key: str) -> float:
+async def until_event(events: AsyncIterator[RuntimeEvent], kind: type, key: str) -> float:
     """Seconds (perf_counter) at which an event of ``kind`` for ``key`` arrives."""
     while True:
         ev = await anext(events)
@@ -69,28 +69,28 @@ async def measure(
     async def run(pod: str, job: str, key: str, **kw: object) -> None:
         t0 = time.perf_counter()
         await rt.bind(pod, JobBinding(job=job, argv=TRIVIAL, **kw))  # type: ignore[arg-type]
-        out[key].append(await _until(events, JobRunning, job) - t0)
-        await _until(events, JobExited, job)
+        out[key].append(await until_event(events, JobRunning, job) - t0)
+        await until_event(events, JobExited, job)
 
     for i in range(repeats):
         pod = f"cal-{i}"
         await rt.start_pod(pod, profile, ("vgpu0",), False)
-        await _until(events, PodUp, pod)
+        await until_event(events, PodUp, pod)
         await run(pod, f"cal-{i}-bind", "bind", code_digest=code)
         await run(pod, f"cal-{i}-rebind", "rebind", code_digest=code)
         t0 = time.perf_counter()
         await rt.recycle(pod, f"{pod}-r")
-        out["recycle"].append(await _until(events, PodUp, f"{pod}-r") - t0)
+        out["recycle"].append(await until_event(events, PodUp, f"{pod}-r") - t0)
         standby = f"{pod}-s"
         await rt.start_pod(standby, profile, ("vgpu1",), True)
-        await _until(events, PodUp, standby)
+        await until_event(events, PodUp, standby)
         t0 = time.perf_counter()
         await rt.promote(standby)
-        out["promote"].append(await _until(events, PodUp, standby) - t0)
+        out["promote"].append(await until_event(events, PodUp, standby) - t0)
         for gone in (f"{pod}-r", standby):
             t0 = time.perf_counter()
             await rt.stop_pod(gone)
-            out["stop"].append(await _until(events, PodDown, gone) - t0)
+            out["stop"].append(await until_event(events, PodDown, gone) - t0)
         if step is not None:
             step()
     return out
