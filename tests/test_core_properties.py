@@ -49,12 +49,15 @@ from stoker.core import (
     JobSpec,
     JobState,
     JobSubmitted,
+    KeepAliveRenewed,
     KillJob,
+    Node,
     PodFailed,
     PodGone,
     PodState,
     Policies,
     Profile,
+    ProfilePolicies,
     PromoteStandby,
     RankStarted,
     RecyclePod,
@@ -81,6 +84,7 @@ PROFILES = [
     Profile("g", gpus=2),
     Profile("h", share=0.45, standby_share=0.1),  # two pods and a standby share a GPU
     Profile("x"),  # hp and spot jobs' base environment
+    Profile("c", gpus=0, cpu=1.0, memory_gb=1.0),  # CPU-only: two fit a node's CPU slots
 ]
 POLICIES = [
     lambda: Policies(),
@@ -96,7 +100,22 @@ POLICIES = [
     lambda: Policies(gangs=GFSConfig(quota=StaticQuota(0.5))),
     lambda: Policies(gangs=GFSConfig(quota=StaticQuota(1.0), min_runtime_s=5.0, queue="fifo")),
     lambda: Policies(gangs=GFSConfig(quota=ForecastQuota())),
+    lambda: Policies(
+        profiles={
+            "p": ProfilePolicies(FixedKeepAlive(2.0), min_warm=1),
+            "c": ProfilePolicies(AlwaysOn(), min_warm=1),
+            "g": ProfilePolicies(min_warm=1),
+        }
+    ),
 ]
+
+
+def _cluster(nodes: int) -> Cluster:
+    """Nodes of 2 GPUs, each with CPU slots for two CPU-only pods."""
+    built = Cluster.uniform(nodes, 2)
+    return Cluster([Node(n.name, n.gpu_model, n.gpus, 2.0, 2.0) for n in built.nodes.values()])
+
+
 FAILURES = [None, Failure.USER_ERROR, Failure.POD_DIED, Failure.TIMEOUT]
 
 
@@ -115,7 +134,7 @@ class CoreMachine(RuleBasedStateMachine):
 
     @initialize(policy=st.integers(0, len(POLICIES) - 1), nodes=st.integers(1, 2))
     def setup(self, policy: int, nodes: int) -> None:
-        core = Core(Cluster.uniform(nodes, 2), PROFILES, POLICIES[policy]())
+        core = Core(_cluster(nodes), PROFILES, POLICIES[policy]())
         self.d = Driver(core)
         self.policy = policy
         self.nodes = nodes
@@ -125,7 +144,7 @@ class CoreMachine(RuleBasedStateMachine):
     @rule(
         tenant=st.sampled_from(["t", "u"]),
         tag=st.sampled_from(["a", "b"]),
-        profile=st.sampled_from(["p", "p", "q", "g", "h"]),
+        profile=st.sampled_from(["p", "p", "q", "g", "h", "c"]),
         workers=st.sampled_from([1, 1, 1, 2]),
     )
     def submit(self, tenant: str, tag: str, profile: str, workers: int) -> None:
@@ -197,6 +216,15 @@ class CoreMachine(RuleBasedStateMachine):
         self.d.starting.pop(pid, None)
         self.d.stopping.pop(pid, None)
         self.d.send(PodGone(pid) if lost else PodFailed(pid))
+
+    @rule(
+        tenant=st.sampled_from(["t", "u"]),
+        tag=st.sampled_from(["a", "b"]),
+        profile=st.sampled_from(["p", "c"]),
+        keepalive_s=st.sampled_from([1.0, 50.0]),
+    )
+    def renew(self, tenant: str, tag: str, profile: str, keepalive_s: float) -> None:
+        self.d.send(KeepAliveRenewed(tenant, tag, profile, keepalive_s))
 
     @rule(dt=st.sampled_from([0.5, 3.0, 30.0, 120.0]))
     def tick(self, dt: float) -> None:
@@ -300,7 +328,7 @@ class CoreMachine(RuleBasedStateMachine):
         stuck = [j for j in d.core.jobs.values() if j.state is not JobState.FINISHED]
         assert not stuck, stuck
         # determinism: the same events at the same times give the same actions
-        replay = Core(Cluster.uniform(self.nodes, 2), PROFILES, POLICIES[self.policy]())
+        replay = Core(_cluster(self.nodes), PROFILES, POLICIES[self.policy]())
         for now, event, actions in d.log:
             assert replay.handle(event, now) == actions
 

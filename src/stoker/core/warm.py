@@ -110,11 +110,9 @@ class WarmPools:
     def keepalive(self, profile: str) -> KeepAlive:
         """The keep-alive policy of a profile: its own, else the core's."""
         own = self.policies.profiles.get(profile)
-        return (
-            own.keepalive
-            if own is not None and own.keepalive is not None
-            else (self.policies.keepalive)
-        )
+        if own is None or own.keepalive is None:
+            return self.policies.keepalive
+        return own.keepalive
 
     def renew(self, key: tuple[str, str, str], until: float) -> None:
         """Keep the pods of (profile, tenant, tag) until ``until`` at least: warm ones now,
