@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import io
 import json
 import os
@@ -30,15 +31,18 @@ from stoker.runtime.base import (
     PodUp,
     RuntimeEvent,
     RuntimeProfile,
+    Topology,
 )
 from stoker.runtime.code import CodeNotFound
 from stoker.runtime.kubernetes.runtime import (
     CODE_CHUNK,
     Backoff,
     KubernetesRuntime,
+    KubeRuntimeError,
     NotCarried,
     PodBusy,
     PodStartError,
+    PodStopTimeout,
 )
 from stoker.runtime.kubernetes.settings import (
     LABEL_LEADER,
@@ -385,7 +389,7 @@ async def test_a_new_broker_readopts_pods_and_collects_garbage(kube: Kube) -> No
     await first.close()  # the broker goes; its pods and their jobs keep running
     await asyncio.sleep(0.8)
     # a pod of this install no broker can ever speak to (its Secret is gone): garbage
-    lost = {"name": "stoker-lost", "labels": {"stoker.dev/instance": "stoker"}}
+    lost = {"name": "stoker-lost", "labels": KubeSettings().base_labels("pod")}
     spec = {"containers": [{"name": "agent", "image": "registry.test/stoker:1"}]}
     kube.api._store(
         "pods", {"apiVersion": "v1", "kind": "Pod", "metadata": lost, "spec": spec}, "ADDED"
@@ -398,6 +402,8 @@ async def test_a_new_broker_readopts_pods_and_collects_garbage(kube: Kube) -> No
     assert out == b"done\n" and exited.exit_code == 0
     # pod-b is not known to the new broker's core: collected by label, Secret and all
     assert await second.collect_garbage(keep=["pod-a"]) == ["pod-b"]
+    while object_name("pod-b") in kube.api.pods():  # terminating: its grace is its own
+        await asyncio.sleep(0.05)
     assert sorted(kube.api.pods()) == [object_name("pod-a")]
     assert sorted(kube.api.secrets()) == [f"{object_name('pod-a')}-token"]
     await second.bind("pod-a", JobBinding(job="again", argv=("echo", "again")))
@@ -405,22 +411,30 @@ async def test_a_new_broker_readopts_pods_and_collects_garbage(kube: Kube) -> No
     assert out == b"again\n"
 
 
-async def test_the_leader_labels_its_own_pod(kube: Kube) -> None:
-    rt = kube.runtime()
-    kube.api._store(
-        "pods",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "broker-0"},
-            "spec": {"containers": []},
-        },
-        "ADDED",
-    )
-    await rt.mark_leader("broker-0", True)
-    assert kube.api.pods()["broker-0"]["metadata"]["labels"] == {LABEL_LEADER: "true"}
-    await rt.mark_leader("broker-0", False)
-    assert kube.api.pods()["broker-0"]["metadata"]["labels"] == {}
+async def test_the_runtime_labels_its_broker_pod_the_leader_while_it_runs(kube: Kube) -> None:
+    def broker_pod(name: str, **labels: str) -> None:
+        meta = {"name": name, "labels": {**KubeSettings().base_labels("broker"), **labels}}
+        spec = {"containers": []}
+        kube.api._store(
+            "pods", {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}, "ADDED"
+        )
+
+    broker_pod("broker-0")
+    broker_pod("broker-1", **{LABEL_LEADER: "true"})  # a leader deposed while cut off
+    rt = kube.runtime(own_pod="broker-0")
+
+    def leaders() -> list[str]:
+        return sorted(
+            n for n, o in kube.api.pods().items() if LABEL_LEADER in o["metadata"]["labels"]
+        )
+
+    await rt.start()  # what taking the lead does: the gateway listens, the label follows
+    assert leaders() == ["broker-0"]
+    await rt.close()  # stepping down
+    assert leaders() == []
+    await rt.start()  # leading again, on the same runtime
+    assert leaders() == ["broker-0"]
+    await rt.close()
 
 
 async def test_a_job_through_the_broker_runs_in_a_kubernetes_pod(
@@ -485,3 +499,87 @@ def test_the_agent_dials_only_with_a_token() -> None:
             timeout=60,
         )
         assert res.returncode == 2 and why in res.stderr, res.stderr
+
+
+async def test_the_ranks_of_a_gang_dial_rank_0s_pod_ip(kube: Kube) -> None:
+    rt = kube.runtime()
+    await rt.discover()
+    for pod in ("rank-0", "rank-1"):
+        await _up(kube, rt, pod)
+    ips = {p: kube.api.pods()[object_name(p)]["status"]["podIP"] for p in ("rank-0", "rank-1")}
+    assert len(set(ips.values())) == 2  # each pod its own address
+    rt._pods["rank-0"].ip = None  # the watch has not seen it yet: read from the API
+    argv = ("sh", "-c", "echo $RANK/$WORLD_SIZE $MASTER_ADDR:$MASTER_PORT")
+    for rank, pod in enumerate(("rank-0", "rank-1")):
+        topology = Topology(rank, 2, "127.0.0.1", 29511, master_pod="rank-0")
+        await rt.bind(pod, JobBinding(job="gang", argv=argv, topology=topology))
+    out: dict[str, bytes] = {}
+    exits = 0
+    while exits < 2:
+        ev = await kube.until(rt, JobOutput | JobExited)
+        if isinstance(ev, JobOutput):
+            out[ev.pod] = out.get(ev.pod, b"") + ev.data
+        else:
+            exits += 1
+    master = f"{ips['rank-0']}:29511"
+    assert out == {"rank-0": f"0/2 {master}\n".encode(), "rank-1": f"1/2 {master}\n".encode()}
+    # a gang whose rank 0 is not a pod of this runtime is not bound blind
+    with pytest.raises(KubeRuntimeError, match="no live pod"):
+        topology = Topology(1, 2, "127.0.0.1", 29512, master_pod="gone")
+        await rt.bind("rank-1", JobBinding(job="lost", argv=argv, topology=topology))
+
+
+async def test_stop_pod_gives_the_job_its_grace_and_waits_for_the_pod_to_go(
+    kube: Kube, tmp_path: Path
+) -> None:
+    rt = kube.runtime()
+    await rt.discover()
+    graceful = dataclasses.replace(GPU, grace_s=20)
+    await rt.start_pod("pod-g", graceful, ("gpu-a/0",), False)
+    await kube.until(rt, PodUp)
+    name = object_name("pod-g")
+    assert kube.api.pods()[name]["spec"]["terminationGracePeriodSeconds"] == 20
+    # a job that checkpoints on SIGTERM (into its workspace, which the test can read)
+    job = (
+        "import signal, sys, time\n"
+        "def save(*_):\n"
+        "    open('checkpoint', 'w').write('saved')\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, save)\n"
+        "print('up', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    await rt.bind("pod-g", JobBinding(job="ckpt", argv=("python", "-c", job)))
+    await kube.until(rt, JobOutput)
+    await rt.stop_pod("pod-g")
+    assert kube.kubelet.signals[name] == ["SIGTERM"]  # it ended within its grace
+    assert (tmp_path / "node" / name / "checkpoint").read_text() == "saved"
+    deletes = [q for m, p, q in kube.api.requests if m == "DELETE" and p.endswith(name)]
+    assert deletes == ["gracePeriodSeconds=20"]
+    assert await kube.until(rt, JobExited) == JobExited("ckpt", "pod-g", 137, Failure.PREEMPTED)
+    assert await kube.until(rt, PodDown) == PodDown("pod-g")
+    assert name not in kube.api.pods()
+
+
+async def test_a_pod_that_does_not_go_is_a_typed_stop_failure(kube: Kube) -> None:
+    settings = KubeSettings(start_timeout_s=30, stop_timeout_s=0.5, termination_grace_s=1)
+    rt = KubernetesRuntime(
+        settings,
+        [CORE],
+        client=kube_client(kube.api),
+        listen=("127.0.0.1", kube.port),
+        backoff=Backoff(base_s=0.01, cap_s=0.05),
+    )
+    kube.runtimes.append(rt)
+    await rt.discover()
+    await _up(kube, rt, "pod-n")
+    name = object_name("pod-n")
+    kube.kubelet.stuck.add(name)  # its node stopped answering: the pod stays Terminating
+    with pytest.raises(PodStopTimeout, match="still there"):
+        await rt.stop_pod("pod-n")
+    assert name in kube.api.pods() and kube.api.pods()[name]["metadata"]["deletionTimestamp"]
+    assert sorted(rt._pods) == ["pod-n"]  # kept, not reported gone
+    kube.kubelet.stuck.clear()
+    await rt.stop_pod("pod-n")  # asked again: now it goes
+    assert await kube.until(rt, PodDown) == PodDown("pod-n")
+    assert sorted(rt._pods) == [] and name not in kube.api.pods()

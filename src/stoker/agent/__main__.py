@@ -527,7 +527,7 @@ class Agent:
         """Serve until told to shut down: on the Unix socket, or dialing the broker."""
         server = None if self.dial is not None else await self._listen()
         loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, self._stop.set)
+        loop.add_signal_handler(signal.SIGTERM, self._on_sigterm)
         loop.add_reader(self.zygote.sock.fileno(), self._zygote_readable)
         self._ensure_spare()
         dialer = asyncio.ensure_future(self._dial_broker(*self.dial)) if self.dial else None
@@ -542,6 +542,19 @@ class Agent:
         loop.remove_reader(self.zygote.sock.fileno())
         self._discard_spare()
         self.zygote.close()
+
+    def _on_sigterm(self) -> None:
+        """The pod is being stopped (Kubernetes: its Pod deleted, with a grace period): the
+        running job gets SIGTERM, so it may checkpoint, and the agent stays until it exits
+        (the kubelet SIGKILLs what is left when the grace ends); with no job it stops now."""
+        job = self.job
+        if job is None or job.task is None:
+            self._stop.set()
+            return
+        job.kill_failure = job.kill_failure or "preempted"
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(job.pid, signal.SIGTERM)  # the job called setsid: its group is its pid
+        job.task.add_done_callback(lambda _task: self._stop.set())
 
     async def _listen(self) -> asyncio.Server:
         with contextlib.suppress(FileNotFoundError):

@@ -67,6 +67,8 @@ from stoker.core.reconcile import (
 )
 from stoker.forecast import DEFAULT_FORECASTER
 from stoker.runtime.base import (
+    MASTER_PORT_BASE,
+    MASTER_PORT_COUNT,
     BindRefused,
     JobBinding,
     JobExited,
@@ -83,7 +85,6 @@ log = logging.getLogger("stoker.broker")
 _Notice = tuple[int, str, bytes] | dict[str, Any] | None
 _NODE = "local"
 _CLOSE_CALLS_S = 10.0  # how long a closing loop waits for runtime calls in flight
-_MASTER_PORT_BASE = 29500
 
 
 @dataclass(frozen=True, slots=True)
@@ -689,9 +690,9 @@ class Scheduler:
         match action:
             case StartPod(pod, profile, _node, gpus, standby):
                 rt = self.profiles[profile].runtime
-                self._spawn(
-                    self._call(self.runtime.start_pod(pod, rt, tuple(gpus), standby), pod=pod)
-                )
+                cls = self.core.pods[pod].job_class.value  # a cluster ranks pods by it
+                start = self.runtime.start_pod(pod, rt, tuple(gpus), standby, job_class=cls)
+                self._spawn(self._call(start, pod=pod))
             case PromoteStandby(pod):
                 self._spawn(self._call(self.runtime.promote(pod), pod=pod))
             case RecyclePod(pod, new_pod):
@@ -724,10 +725,10 @@ class Scheduler:
         world = len(pods)
         port = 0
         if world > 1:
-            self._port = (self._port + 1) % 1000
-            port = _MASTER_PORT_BASE + self._port
+            self._port = (self._port + 1) % MASTER_PORT_COUNT
+            port = MASTER_PORT_BASE + self._port
         for rank, pod in enumerate(pods):
-            topology = Topology(rank, world, "127.0.0.1", port or _MASTER_PORT_BASE)
+            topology = Topology(rank, world, "127.0.0.1", port or MASTER_PORT_BASE, pods[0])
             self._spawn(self._call(self._bind_rank(row, pod, topology), job=job_id, pod=pod))
 
     async def _bind_rank(self, row: dict[str, Any], pod: str, topology: Topology) -> None:
@@ -746,6 +747,7 @@ class Scheduler:
             env=env,
             timeout_s=float(row["timeout_s"]),
             topology=topology,
+            tenant=row["tenant"],
             run=int(row.get("requeues") or 0) + 1,
         )
         await self.runtime.bind(pod, binding)

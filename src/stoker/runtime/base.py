@@ -14,15 +14,25 @@ from typing import Protocol
 
 from stoker.core.model import Failure
 
+#: the ports a multi-worker job's rank 0 listens on (torch.distributed's rendezvous): the
+#: broker gives each job one of them, and on Kubernetes the NetworkPolicy opens only these
+#: between pods
+MASTER_PORT_BASE = 29500
+MASTER_PORT_COUNT = 1000
+
 
 @dataclass(frozen=True, slots=True)
 class Topology:
-    """Where one replica of a multi-pod job sits (the variables torch.distributed reads)."""
+    """Where one replica of a multi-pod job sits (the variables torch.distributed reads).
+
+    ``master_pod`` is the pod rank 0 runs in: a runtime whose pods have addresses of their
+    own (Kubernetes: the pod IP) dials rank 0 there instead of ``master_addr``."""
 
     rank: int = 0
     world_size: int = 1
     master_addr: str = "127.0.0.1"
-    master_port: int = 29500
+    master_port: int = MASTER_PORT_BASE
+    master_pod: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +95,8 @@ class RuntimeProfile:
     output_mb: int | None = 16  # a job's stdout and stderr together; past it: a marker
     image: str | None = None  # Kubernetes: the profile's base image (None: the runtime's default)
     runtime_class: str | None = None  # Kubernetes: a RuntimeClass such as gvisor or kata
+    # Kubernetes: a stopped pod's SIGTERM-to-SIGKILL grace (None: the runtime's default)
+    grace_s: float | None = None
 
 
 class BindRefused(ValueError):
@@ -147,8 +159,17 @@ class Runtime(Protocol):
         ...
 
     async def start_pod(
-        self, pod: str, profile: RuntimeProfile, gpus: tuple[str, ...], standby: bool
-    ) -> None: ...
+        self,
+        pod: str,
+        profile: RuntimeProfile,
+        gpus: tuple[str, ...],
+        standby: bool,
+        *,
+        job_class: str = "pool",
+    ) -> None:
+        """Start a pod; ``job_class`` (pool, hp, spot) is the class of the jobs it serves,
+        which a cluster's own scheduler ranks pods by (Kubernetes: the PriorityClass)."""
+        ...
 
     async def promote(self, pod: str) -> None: ...
 
