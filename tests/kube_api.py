@@ -419,6 +419,8 @@ class Kubelet:
                 secret = self.api.secrets()[ref["name"]]
                 env[var["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
         env["HOME"] = str(workspace)
+        env["TMPDIR"] = str(workspace.parent / f"{workspace.name}.tmp")  # the pod's own /tmp
+        Path(env["TMPDIR"]).mkdir(exist_ok=True)
         return env
 
     async def run(self, name: str) -> None:

@@ -200,8 +200,12 @@ def test_rbac_networking_and_priorities() -> None:
     values = {o["metadata"]["name"]: o["value"] for o in deploy.priority_classes(cfg)}
     assert values["stoker-spot"] < values["stoker-pool"] < values["stoker-hp"]
     agents = by[("NetworkPolicy", "stoker-pods")]["spec"]
-    assert agents["ingress"] == [] and len(agents["egress"]) == 2
-    to_broker, dns = agents["egress"]
+    rendezvous = [{"protocol": "TCP", "port": 29500, "endPort": 30499}]
+    pods = {"podSelector": {"matchLabels": cfg.settings.base_labels("pod")}}
+    # a pod takes connections only from stoker pods (a gang's ranks), on the rendezvous ports
+    assert agents["ingress"] == [{"from": [pods], "ports": rendezvous}]
+    to_broker, to_ranks, dns = agents["egress"]
+    assert to_ranks == {"to": [pods], "ports": rendezvous}
     assert to_broker["ports"] == [{"protocol": "TCP", "port": 8766}]
     assert (
         to_broker["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "broker"

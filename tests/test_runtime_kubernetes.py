@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import tarfile
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +21,11 @@ from typing import Any
 import pytest
 
 from kube_api import FakeApi, Kubelet, kube_client, procs_under
+from runtime_rig import tiny_wheel
 from stoker.agent import protocol
 from stoker.core.model import Failure, Profile
 from stoker.runtime.base import (
+    BindRefused,
     JobBinding,
     JobExited,
     JobOutput,
@@ -80,7 +83,12 @@ class Kube:
     seen: list[RuntimeEvent] = field(default_factory=list)
 
     def runtime(self, **kw: Any) -> KubernetesRuntime:
-        settings = KubeSettings(start_timeout_s=kw.pop("start_timeout_s", 30), stop_timeout_s=10)
+        settings = KubeSettings(
+            start_timeout_s=kw.pop("start_timeout_s", 30),
+            stop_timeout_s=kw.pop("stop_timeout_s", 10),
+            termination_grace_s=kw.pop("termination_grace_s", 5),
+            **kw.pop("settings", {}),
+        )
         rt = KubernetesRuntime(
             settings,
             [CORE],
@@ -249,7 +257,7 @@ async def test_standby_pod_then_promotion(kube: Kube) -> None:
     assert out == b"0\n"  # the container's one device, once promoted
 
 
-async def test_code_is_sent_to_the_pod_deps_are_refused(kube: Kube, tmp_path: Path) -> None:
+async def test_code_is_sent_to_the_pod(kube: Kube, tmp_path: Path) -> None:
     rt = kube.runtime(code_dir=tmp_path / "code")
     await rt.discover()
     await _up(kube, rt, "pod-c")
@@ -270,10 +278,48 @@ async def test_code_is_sent_to_the_pod_deps_are_refused(kube: Kube, tmp_path: Pa
         assert out == f"{CODE_CHUNK + 1000}\n".encode() and exited.exit_code == 0
     with pytest.raises(CodeNotFound):
         await rt.bind("pod-c", JobBinding(job="c3", argv=("true",), code_digest="ab" * 32))
-    with pytest.raises(NotCarried, match="deps"):
-        await rt.bind("pod-c", JobBinding(job="d", argv=("true",), deps=("six",)))
     with pytest.raises(NotCarried, match="code_dir"):
         await kube.runtime().put_code(buf.getvalue())
+
+
+async def test_deps_are_installed_in_the_pod_by_its_agent(kube: Kube, tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    name = f"stokertiny{uuid.uuid4().hex[:6]}"
+    tiny_wheel(wheels, name, "from-overlay")
+    # the pods' index: these wheels only (uv reads it from the pod's environment)
+    rt = kube.runtime(settings={"deps_index_url": "", "deps_find_links": str(wheels)})
+    await rt.discover()
+    await _up(kube, rt, "pod-d")
+    env = {
+        e["name"]: e.get("value")
+        for e in kube.api.pods()[object_name("pod-d")]["spec"]["containers"][0]["env"]
+    }
+    assert env["STOKER_DEPS_INDEX_URL"] == "" and env["STOKER_DEPS_FIND_LINKS"] == str(wheels)
+    code = f"import {name}; print({name}.VALUE)"
+    for job, argv in (("d1", ("python", "-c", code)), ("d2", ("sh", "-c", f"python -c '{code}'"))):
+        await rt.bind("pod-d", JobBinding(job=job, argv=argv, deps=(name,)))
+        out, exited = await kube.collect(rt, job)
+        assert out == b"from-overlay\n" and exited.exit_code == 0, job
+    # built once, inside the pod (its own /tmp), and reused by the second job
+    overlays = tmp_path / "node" / f"{object_name('pod-d')}.tmp" / "stoker-deps"
+    assert len([p for p in overlays.iterdir() if not p.name.startswith(".")]) == 1
+    await rt.bind("pod-d", JobBinding(job="plain", argv=("python", "-c", code)))
+    assert (await kube.collect(rt, "plain"))[1].failure is Failure.USER_ERROR  # not for others
+    # a dep no index has: the job's own error, typed, and said on its stderr
+    await rt.bind("pod-d", JobBinding(job="missing", argv=("true",), deps=("nosuchpkg-stoker",)))
+    err = b""
+    while True:
+        ev = await kube.until(rt, JobOutput | JobExited)
+        if isinstance(ev, JobOutput):
+            err += ev.data
+        elif ev.job == "missing":
+            break
+    assert ev.failure is Failure.USER_ERROR and b"deps" in err, err
+    # an installer option is never a dep: refused before it reaches the pod
+    with pytest.raises(BindRefused, match="option or a path"):
+        await rt.bind("pod-d", JobBinding(job="opt", argv=("true",), deps=("-r/etc/passwd",)))
+    assert not (tmp_path / "node" / "stoker-deps").exists()
 
 
 async def test_vanished_pods_are_typed_failures(kube: Kube) -> None:

@@ -52,11 +52,17 @@ class JobBinding:
     )
 
     def message(
-        self, code: str | None, overlay: list[str], output_mb: int | None
+        self,
+        code: str | None,
+        overlay: list[str],
+        output_mb: int | None,
+        install: tuple[str, ...] = (),
     ) -> dict[str, object]:
         """The agent protocol's ``bind`` request for this job (``code``: the archive's path
-        as the pod sees it; ``overlay``: dependency dirs to put on its path; ``output_mb``:
-        the profile's cap on the job's output, None for none)."""
+        as the pod sees it; ``overlay``: dependency dirs to put on its path; ``install``:
+        deps the agent installs into an overlay of its own, in a pod that cannot see the
+        runtime's overlays; ``output_mb``: the profile's cap on the job's output, None for
+        none)."""
         topo = self.topology
         return {
             "op": "bind",
@@ -64,6 +70,7 @@ class JobBinding:
             "argv": list(self.argv),
             "code": code,
             "overlay": overlay,
+            "deps": list(install),
             "env": dict(self.env),
             "timeout_s": self.timeout_s,
             "run": self.run,

@@ -167,6 +167,7 @@ def pod_manifest(s: KubeSettings, shape: PodShape) -> dict[str, Any]:
         {"name": "TMPDIR", "value": "/tmp"},
         {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
+        *({"name": k, "value": v} for k, v in sorted(s.deps_env().items())),
         {
             "name": TOKEN_ENV,
             "valueFrom": {"secretKeyRef": {"name": secret_name(shape.pod), "key": TOKEN_KEY}},

@@ -54,9 +54,11 @@ from lightkube.types import PatchType
 
 from stoker.agent import protocol
 from stoker.agent.binding import check_env
+from stoker.api.deps import check_deps
 from stoker.core.model import Failure, Node, Profile
 from stoker.runtime.agent_link import AgentLink, AgentNotConnected
 from stoker.runtime.base import (
+    BindRefused,
     JobBinding,
     JobExited,
     JobOutput,
@@ -574,12 +576,12 @@ class KubernetesRuntime:
             raise PodBusy(f"pod: {pod} is running job {rec.job}")
         if rec.shape.standby:
             raise PodBusy(f"pod: {pod} stands by; promote it before binding")
-        if binding.deps:
-            raise NotCarried(
-                "deps: extra dependencies are not carried to Kubernetes pods yet; "
-                "bake them into the profile's image"
-            )
-        check_env(dict(binding.env))
+        try:
+            # checked here and again by the agent, which installs them in the pod
+            deps = check_deps(binding.deps)
+            check_env(dict(binding.env))
+        except ValueError as exc:
+            raise BindRefused(str(exc)) from exc
         if not rec.link.connected:
             raise AgentNotConnected(f"pod: {pod}'s agent is not connected")
         code = None
@@ -596,7 +598,7 @@ class KubernetesRuntime:
         if binding.tenant is not None:
             await self._label(rec.name, {LABEL_TENANT: tenant_hash(binding.tenant)})
         rec.job = binding.job
-        await rec.link.send(binding.message(code, [], rec.shape.runtime.output_mb))
+        await rec.link.send(binding.message(code, [], rec.shape.runtime.output_mb, deps))
 
     async def _pod_ip(self, pod: str) -> str:
         """The pod IP of a live pod (rank 0 of a gang, which the other ranks dial): as the
