@@ -30,6 +30,8 @@ from stoker.runtime.base import (
     JobExited,
     JobOutput,
     JobRunning,
+    NodeDown,
+    NodeUp,
     PodDown,
     PodUp,
     RuntimeEvent,
@@ -629,3 +631,31 @@ async def test_a_pod_that_does_not_go_is_a_typed_stop_failure(kube: Kube) -> Non
     await rt.stop_pod("pod-n")  # asked again: now it goes
     assert await kube.until(rt, PodDown) == PodDown("pod-n")
     assert sorted(rt._pods) == [] and name not in kube.api.pods()
+
+
+async def test_the_node_watch_reports_nodes_that_join_change_and_leave(kube: Kube) -> None:
+    rt = kube.runtime()
+    assert [n.name for n in await rt.discover()] == ["gpu-a"]
+    await rt.start()
+    kube.api.add_node("gpu-b", "NVIDIA-L4", 4)
+    up = await kube.until(rt, NodeUp)
+    assert (up.node.name, up.node.gpu_model, [g.id for g in up.node.gpus]) == (
+        "gpu-b",
+        "NVIDIA-L4",
+        ["gpu-b/0", "gpu-b/1", "gpu-b/2", "gpu-b/3"],
+    )
+    # a status update that changes nothing stoker sees says nothing; a cordon is a NodeDown
+    node = kube.api.objects[("nodes", "gpu-b")]
+    kube.api._store("nodes", {**node, "metadata": {**node["metadata"]}}, "MODIFIED")
+    cordoned = {**node, "spec": {"unschedulable": True}}
+    kube.api._store("nodes", cordoned, "MODIFIED")
+    assert await kube.until(rt, NodeUp | NodeDown) == NodeDown("gpu-b")
+    kube.api._store("nodes", {**node, "spec": {}}, "MODIFIED")  # uncordoned
+    assert (await kube.until(rt, NodeUp)).node.name == "gpu-b"
+    # while the watch is cut off, gpu-a is deleted and the history forgotten: the relist
+    # says so
+    kube.api.remove("nodes", "gpu-a")
+    kube.api.compact()
+    kube.api.drop_watches()
+    assert await kube.until(rt, NodeUp | NodeDown) == NodeDown("gpu-a")
+    assert sorted(rt.devices) == ["gpu-b/0", "gpu-b/1", "gpu-b/2", "gpu-b/3"]

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from stoker.core.model import Failure
+from stoker.core.model import Failure, Node
 
 #: the ports a multi-worker job's rank 0 listens on (torch.distributed's rendezvous): the
 #: broker gives each job one of them, and on Kubernetes the NetworkPolicy opens only these
@@ -147,7 +147,21 @@ class JobExited:
     failure: Failure | None = None
 
 
-RuntimeEvent = PodUp | PodDown | JobRunning | JobOutput | JobExited
+@dataclass(frozen=True, slots=True)
+class NodeUp:
+    """A node a runtime can place pods on joined (or came back, or changed shape)."""
+
+    node: Node
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDown:
+    """A node left (deleted, cordoned, not ready, or without GPUs any more)."""
+
+    node: str
+
+
+RuntimeEvent = PodUp | PodDown | JobRunning | JobOutput | JobExited | NodeUp | NodeDown
 
 
 class Runtime(Protocol):

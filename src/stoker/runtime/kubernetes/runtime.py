@@ -63,6 +63,8 @@ from stoker.runtime.base import (
     JobExited,
     JobOutput,
     JobRunning,
+    NodeDown,
+    NodeUp,
     PodDown,
     PodUp,
     RuntimeEvent,
@@ -260,14 +262,14 @@ class KubernetesRuntime:
         self.code = CodeStore(Path(code_dir)) if code_dir is not None else None
         self.retries: Counter[int | str] = Counter()  # API retries by status (for tests, metrics)
         self.relists = 0
-        self.cluster: list[Node] = []
-        self.devices: dict[str, Any] = {}  # GPU id -> core GPU, after discover()
+        self._nodes: dict[str, Node] = {}  # the ready GPU nodes, as the core sees them
         self._gpu_mem: dict[str, int] = {}
         self._pods: dict[str, _Pod] = {}  # by stoker pod id
         self._by_name: dict[str, _Pod] = {}  # by Kubernetes object name
         self._events: asyncio.Queue[RuntimeEvent] = asyncio.Queue()
         self._server: asyncio.Server | None = None
         self._watch: asyncio.Task[None] | None = None
+        self._node_watch: asyncio.Task[None] | None = None
         self._synced = asyncio.Event()
         self._conns: set[asyncio.StreamWriter] = set()  # every agent connection open
 
@@ -307,16 +309,26 @@ class KubernetesRuntime:
                 await asyncio.sleep(delay)
 
     async def discover(self) -> list[Node]:
-        """The cluster's GPU nodes as the core's nodes; also fills :attr:`devices`."""
+        """The cluster's GPU nodes as the core's nodes (after this, the node watch that
+        :meth:`start` runs reports only what changes: NodeUp, NodeDown)."""
         items, _ = await self._api("list nodes", lambda: self._list(KNode, None))
         return self.use_nodes([n.to_dict() for n in items])
 
     def use_nodes(self, nodes: list[dict[str, Any]]) -> list[Node]:
         """Take the cluster's Node objects (as the API returns them) as this runtime's."""
-        self.cluster = cluster_nodes(nodes, self.settings)
+        self._nodes = {n.name: n for n in cluster_nodes(nodes, self.settings)}
         self._gpu_mem = gpu_memory_mib(nodes, self.settings)
-        self.devices = {g.id: g for n in self.cluster for g in n.gpus}
         return self.cluster
+
+    @property
+    def cluster(self) -> list[Node]:
+        """The ready GPU nodes, sorted by name."""
+        return [self._nodes[n] for n in sorted(self._nodes)]
+
+    @property
+    def devices(self) -> dict[str, Any]:
+        """GPU id -> core GPU, of every ready node."""
+        return {g.id: g for n in self.cluster for g in n.gpus}
 
     async def _list(self, res: Any, labels: dict[str, Any] | None) -> tuple[list[Any], str]:
         """Every object (all pages) and the list's resourceVersion."""
@@ -339,8 +351,17 @@ class KubernetesRuntime:
                 self._accept, *self.listen, limit=protocol.MAX_LINE
             )
             await self._lead(True)
+        loop = asyncio.get_running_loop()
         if self._watch is None:
-            self._watch = asyncio.get_running_loop().create_task(self._watch_pods())
+            # stoker pods only: the broker's own pods carry the instance label too
+            pods_of = self.settings.base_labels("pod")
+            self._watch = loop.create_task(
+                self._watch_loop(KPod, pods_of, self._relist, self._on_pod, self._synced)
+            )
+        if self._node_watch is None:
+            self._node_watch = loop.create_task(
+                self._watch_loop(KNode, None, self._relist_nodes, self._on_node_event)
+            )
         try:
             await asyncio.wait_for(asyncio.shield(self._synced.wait()), self.sync_timeout_s)
         except TimeoutError as exc:
@@ -352,11 +373,12 @@ class KubernetesRuntime:
         if self._server is not None:
             with contextlib.suppress(httpx2.HTTPError):  # the next leader clears it anyway
                 await self._lead(False)
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
-            self._watch = None
+        for task in (self._watch, self._node_watch):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._watch = self._node_watch = None
         for rec in list(self._pods.values()):
             rec.stopping = True  # not a death: no PodDown
             rec.link.hang_up()
@@ -752,24 +774,35 @@ class KubernetesRuntime:
 
     # --- the watch -------------------------------------------------------------
 
-    async def _watch_pods(self) -> None:
-        """List, then watch from the list's resourceVersion; list again after 410 Gone."""
+    async def _watch_loop(
+        self,
+        res: Any,
+        selector: dict[str, str] | None,
+        relist: Callable[[dict[str, str] | None], Awaitable[str]],
+        on_event: Callable[[dict[str, Any], bool], Awaitable[None]],
+        synced: asyncio.Event | None = None,
+    ) -> None:
+        """List, then watch from the list's resourceVersion; list again after 410 Gone.
+        ``relist`` takes the full state (and returns its resourceVersion), ``on_event``
+        each change (the object, and whether it was deleted)."""
         rv: str | None = None
         attempt = 0
-        # stoker pods only: the broker's own pods carry the instance label too
-        selector = self.settings.base_labels("pod")
         while True:
             try:
                 if rv is None:
-                    rv = await self._relist(selector)
-                    self._synced.set()
-                async for etype, obj in self.client.watch(
-                    KPod, labels=selector, resource_version=rv
-                ):
+                    rv = await relist(selector)
+                    if synced is not None:
+                        synced.set()
+                watch = (
+                    self.client.watch(res, labels=selector, resource_version=rv)
+                    if selector
+                    else self.client.watch(res, resource_version=rv)
+                )
+                async for etype, obj in watch:
                     attempt = 0
                     rv = obj.metadata.resourceVersion or rv
                     if etype in ("ADDED", "MODIFIED", "DELETED"):
-                        await self._on_pod(obj.to_dict(), deleted=etype == "DELETED")
+                        await on_event(obj.to_dict(), etype == "DELETED")
             except asyncio.CancelledError:
                 raise
             except (httpx2.HTTPError, OSError) as exc:
@@ -792,7 +825,34 @@ class KubernetesRuntime:
                 log.exception("watch")
                 await asyncio.sleep(self.backoff.delay(attempt))
 
-    async def _relist(self, selector: dict[str, str]) -> str:
+    async def _relist_nodes(self, _selector: dict[str, str] | None) -> str:
+        """Every node as it is now; what changed while no watch ran is reported."""
+        items, rv = await self._api("list nodes", lambda: self._list(KNode, None))
+        seen = set()
+        for obj in items:
+            seen.add(obj.metadata.name)
+            await self._on_node_event(obj.to_dict(), False)
+        for name in sorted(set(self._nodes) - seen):
+            await self._on_node_event({"metadata": {"name": name}}, True)
+        return rv or "0"
+
+    async def _on_node_event(self, d: dict[str, Any], deleted: bool) -> None:
+        """A node changed: NodeUp when the core's view of it did (joined, came back, other
+        GPUs), NodeDown when it can take no pod any more."""
+        name = str((d.get("metadata") or {}).get("name"))
+        now = [] if deleted else cluster_nodes([d], self.settings)
+        old = self._nodes.get(name)
+        if not now:
+            self._gpu_mem.pop(name, None)
+            if self._nodes.pop(name, None) is not None:
+                await self._events.put(NodeDown(name))
+            return
+        self._gpu_mem.update(gpu_memory_mib([d], self.settings))
+        node = self._nodes[name] = now[0]
+        if old is None or (old.gpu_model, len(old.gpus)) != (node.gpu_model, len(node.gpus)):
+            await self._events.put(NodeUp(node))
+
+    async def _relist(self, selector: dict[str, str] | None) -> str:
         """The full state: every pod as it is now, and every known pod the list lacks
         (it vanished while no watch ran) reported gone."""
         self.relists += 1
