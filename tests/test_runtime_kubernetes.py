@@ -485,15 +485,28 @@ async def test_the_runtime_labels_its_broker_pod_the_leader_while_it_runs(kube: 
     await rt.close()
 
 
-async def test_a_job_through_the_broker_runs_in_a_kubernetes_pod(
+async def test_jobs_through_the_broker_run_in_kubernetes_pods_on_the_clusters_nodes(
     kube: Kube, tmp_path: Path
 ) -> None:
-    """The broker's HTTP API, its core and store, with this runtime: a job becomes a Pod."""
+    """The broker's HTTP API, its core and store, with this runtime: the core's cluster is
+    the cluster's nodes (and follows them), every class of job becomes Pods with its
+    PriorityClass and its tenant's hash, and a gang's ranks meet at rank 0's pod IP."""
     import httpx
 
     from stoker.broker.app import Broker
     from stoker.broker.config import BrokerConfig, BrokerProfile
 
+    created: dict[str, dict[str, Any]] = {}  # every Pod as the runtime created it
+    ips: dict[str, str] = {}
+
+    def seen(etype: str, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        if etype == "ADDED":
+            created[name] = obj
+        if (obj.get("status") or {}).get("podIP"):
+            ips[name] = obj["status"]["podIP"]
+
+    kube.api.hooks.append(seen)
     plain = BrokerProfile.simple("plain")
     rt = KubernetesRuntime(
         KubeSettings(start_timeout_s=30, stop_timeout_s=10),
@@ -502,32 +515,72 @@ async def test_a_job_through_the_broker_runs_in_a_kubernetes_pod(
         listen=("127.0.0.1", kube.port),
         backoff=Backoff(base_s=0.01, cap_s=0.05),
     )
-    await rt.discover()
-    broker = Broker(BrokerConfig(data_dir=tmp_path / "data", profiles=[plain]), rt)
+    cfg = BrokerConfig(data_dir=tmp_path / "data", profiles=[plain], gpu_model=H100)
+    broker = Broker(cfg, rt)
     await broker.start()
+    core = broker.scheduler.core  # type: ignore[union-attr]
+    assert {n: len(x.gpus) for n, x in core.cluster.nodes.items()} == {"gpu-a": 2}
     transport = httpx.ASGITransport(app=broker.app)
+
+    async def until(what: Any) -> None:
+        while not what():
+            await asyncio.sleep(0.05)
+
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://broker") as http:
             admin = {"Authorization": f"Bearer {broker.admin_token}"}
             r = await http.post("/v1/tenants", json={"name": "acme"}, headers=admin)
             auth = {"Authorization": f"Bearer {r.json()['token']}"}
-            body = {
-                "profile": "plain",
-                "argv": ["sh", "-c", "echo hi from $STOKER_POD"],
-                "reuse_tag": "t",
-            }
-            r = await http.post("/v1/jobs", json=body, headers=auth)
-            assert r.status_code == 201, r.text
-            job = r.json()["id"]
-            r = await http.get(f"/v1/jobs/{job}/wait", params={"timeout_s": 60}, headers=auth)
-            done = r.json()
+
+            async def run(argv: list[str], **extra: Any) -> tuple[dict[str, Any], bytes]:
+                body = {"profile": "plain", "argv": argv, "reuse_tag": "t", **extra}
+                r = await http.post("/v1/jobs", json=body, headers=auth)
+                assert r.status_code == 201, r.text
+                job = r.json()["id"]
+                r = await http.get(f"/v1/jobs/{job}/wait", params={"timeout_s": 60}, headers=auth)
+                done = r.json()
+                r = await http.get(f"/v1/jobs/{job}/output", params={"follow": False}, headers=auth)
+                lines = [json.loads(x) for x in r.text.splitlines() if x.strip()]
+                out = b"".join(base64.b64decode(m["data"]) for m in lines if "data" in m)
+                return done, out
+
+            done, out = await run(["sh", "-c", "echo hi from $STOKER_POD"])
             assert done["state"] == "finished" and done["exit_code"] == 0, done
             pod = done["pods"][0]
-            r = await http.get(f"/v1/jobs/{job}/output", params={"follow": False}, headers=auth)
-            lines = [json.loads(x) for x in r.text.splitlines() if x.strip()]
-            out = b"".join(base64.b64decode(m["data"]) for m in lines if "data" in m)
             assert out == f"hi from {pod}\n".encode()
             assert object_name(pod) in kube.api.pods()  # a real Pod object, kept warm
+            labels = kube.api.pods()[object_name(pod)]["metadata"]["labels"]
+            assert labels[LABEL_TENANT] == tenant_hash("acme")
+            # hp and spot: their PriorityClass, spot below hp, so the cluster's own
+            # scheduler never evicts hp for spot
+            for cls in ("hp", "spot"):
+                done, _ = await run(["true"], job_class=cls)
+                assert done["state"] == "finished" and done["exit_code"] == 0, done
+            priority = {
+                (o["metadata"]["labels"]["stoker.dev/class"], o["spec"]["priorityClassName"])
+                for o in created.values()
+            }
+            assert priority == {
+                ("pool", "stoker-pool"),
+                ("hp", "stoker-hp"),
+                ("spot", "stoker-spot"),
+            }
+            # a gang of two: each rank dials rank 0's pod, at its pod IP
+            before = set(created)
+            argv = ["sh", "-c", "echo $RANK $MASTER_ADDR"]
+            done, out = await run(argv, job_class="hp", workers=2)
+            assert done["state"] == "finished" and done["exit_code"] == 0, done
+            gang_ips = {ips[name] for name in set(created) - before}
+            (rank0, rank1) = sorted(out.decode().splitlines())
+            master = rank0.split()[1]
+            assert rank0 == f"0 {master}" and rank1 == f"1 {master}" and master in gang_ips
+            # a node joins: the core places on it; it leaves: the core's model follows
+            kube.api.add_node("gpu-b", H100, 4)
+            await until(lambda: "gpu-b" in core.cluster.nodes)
+            assert core.cluster.capacity[H100] == 6
+            kube.api.remove("nodes", "gpu-b")
+            await until(lambda: "gpu-b" not in core.cluster.nodes)
+            assert core.cluster.capacity[H100] == 2
     finally:
         await broker.close(stop_pods=True)
     assert kube.api.pods() == {} and kube.api.secrets() == {}
