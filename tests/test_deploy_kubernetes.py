@@ -54,7 +54,10 @@ def _shape(
     core = Profile("gpu", gpu_model="NVIDIA-H100-80GB-HBM3", share=0.9, standby_share=0.1)
     if mech is ShareMechanism.NONE:
         core = Profile("gpu", gpu_model="NVIDIA-H100-80GB-HBM3", gpus=2)
-    rt = RuntimeProfile("gpu", preload=("torch",), runtime_class=runtime_class, network=network)
+    grace = 30.0 if runtime_class else None  # a profile's own grace, or the settings'
+    rt = RuntimeProfile(
+        "gpu", preload=("torch",), runtime_class=runtime_class, network=network, grace_s=grace
+    )
     gpus = ("node-1/0",) if core.gpus == 1 else ("node-1/0", "node-1/1")
     return pods.PodShape("pod-7", core, rt, "node-1", gpus, standby, job_class, mem)
 
@@ -89,6 +92,8 @@ def test_every_pod_the_runtime_builds_is_valid(
     assert {m["mountPath"] for m in c["volumeMounts"]} == {"/workspace", "/tmp", "/dev/shm"}
     assert spec["priorityClassName"] == f"stoker-{job_class}"
     assert spec.get("runtimeClassName") == rc
+    assert spec["terminationGracePeriodSeconds"] == (30 if rc else s.termination_grace_s)
+    assert {e["name"] for e in c["env"]} >= {"STOKER_DEPS_INDEX_URL", "STOKER_DEPS_FIND_LINKS"}
     assert c["command"][:5] == ["python", "-m", "stoker.agent", "--dial", s.gateway_addr]
     assert json.loads(notes["stoker.dev/spec"])["standby"] is standby
     env = {e["name"]: e for e in c["env"]}
