@@ -93,7 +93,7 @@ class Kube:
         )
         rt = KubernetesRuntime(
             settings,
-            [CORE],
+            kw.pop("profiles", [CORE]),
             client=kube_client(self.api),
             listen=("127.0.0.1", self.port),
             backoff=Backoff(base_s=0.01, cap_s=0.05),
@@ -508,13 +508,7 @@ async def test_jobs_through_the_broker_run_in_kubernetes_pods_on_the_clusters_no
 
     kube.api.hooks.append(seen)
     plain = BrokerProfile.simple("plain")
-    rt = KubernetesRuntime(
-        KubeSettings(start_timeout_s=30, stop_timeout_s=10),
-        [plain.core],
-        client=kube_client(kube.api),
-        listen=("127.0.0.1", kube.port),
-        backoff=Backoff(base_s=0.01, cap_s=0.05),
-    )
+    rt = kube.runtime(profiles=[plain.core])
     cfg = BrokerConfig(data_dir=tmp_path / "data", profiles=[plain], gpu_model=H100)
     broker = Broker(cfg, rt)
     await broker.start()
@@ -663,15 +657,7 @@ async def test_stop_pod_gives_the_job_its_grace_and_waits_for_the_pod_to_go(
 
 
 async def test_a_pod_that_does_not_go_is_a_typed_stop_failure(kube: Kube) -> None:
-    settings = KubeSettings(start_timeout_s=30, stop_timeout_s=0.5, termination_grace_s=1)
-    rt = KubernetesRuntime(
-        settings,
-        [CORE],
-        client=kube_client(kube.api),
-        listen=("127.0.0.1", kube.port),
-        backoff=Backoff(base_s=0.01, cap_s=0.05),
-    )
-    kube.runtimes.append(rt)
+    rt = kube.runtime(stop_timeout_s=0.5, termination_grace_s=1)
     await rt.discover()
     await _up(kube, rt, "pod-n")
     name = object_name("pod-n")
