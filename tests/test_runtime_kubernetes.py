@@ -576,6 +576,17 @@ async def test_jobs_through_the_broker_run_in_kubernetes_pods_on_the_clusters_no
             await until(lambda: "gpu-b" not in core.cluster.nodes)
             assert core.cluster.capacity[H100] == 2
     finally:
+        await broker.close(stop_pods=False)
+    # a restarted broker replays the cluster its decisions saw (the node events are in its
+    # log), then meets the cluster as it is now: gpu-c joined while no broker ran
+    kube.api.add_node("gpu-c", H100, 1)
+    broker = Broker(cfg, kube.runtime(profiles=[plain.core]))
+    await broker.start()
+    try:
+        nodes = broker.scheduler.core.cluster.nodes  # type: ignore[union-attr]
+        assert {n: len(x.gpus) for n, x in nodes.items()} == {"gpu-a": 2, "gpu-c": 1}
+        assert broker.recovery["replayed"] > 0
+    finally:
         await broker.close(stop_pods=True)
     assert kube.api.pods() == {} and kube.api.secrets() == {}
 
