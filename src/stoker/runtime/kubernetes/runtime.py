@@ -692,7 +692,10 @@ class KubernetesRuntime:
             items, _ = await self._api("list leaders", lambda: self._list(KPod, selector))
             others = [o.metadata.name for o in items if o.metadata.name != self.own_pod]
         for name, on in [(n, False) for n in others] + [(self.own_pod, leading)]:
-            await self._label(name, {LABEL_LEADER: "true" if on else None})
+            try:
+                await self._label(name, {LABEL_LEADER: "true" if on else None})
+            except ApiError as exc:  # e.g. POD_NAME names no pod: say so, keep scheduling
+                log.error("leader label on pod %s: %s", name, exc)
 
     # --- re-adoption and garbage -----------------------------------------------
 
