@@ -36,7 +36,6 @@ from pathlib import Path
 
 from stoker.agent import protocol
 from stoker.agent.binding import Entry, check_env, classify, topology_env
-from stoker.agent.deps import EnvBuildError, install_in_pod
 from stoker.agent.protocol import Message
 from stoker.agent.zygote import (
     JobUser,
@@ -341,6 +340,10 @@ class Agent:
         """Install a job's deps into an overlay in this pod (a pod that cannot see the
         runtime's: Kubernetes), as the agent's own unprivileged user; its path, or None
         when the install failed or the job was killed meanwhile (both reported)."""
+        # here, not at the top: a local pod's interpreter (a profile env) never installs
+        # deps and need not have the installer's imports (packaging)
+        from stoker.agent.deps import EnvBuildError, install_in_pod
+
         self._installing, self._install_killed = job_id, None
         try:
             path = await asyncio.to_thread(install_in_pod, _scratch(DEPS_DIR), deps, timeout_s)
