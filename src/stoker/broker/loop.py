@@ -44,6 +44,8 @@ from stoker.core import (
     KeepAliveRenewed,
     KillJob,
     Node,
+    NodeAdded,
+    NodeRemoved,
     PodFailed,
     PodGone,
     PodReady,
@@ -68,11 +70,15 @@ from stoker.core.reconcile import (
 )
 from stoker.forecast import DEFAULT_FORECASTER
 from stoker.runtime.base import (
+    MASTER_PORT_BASE,
+    MASTER_PORT_COUNT,
     BindRefused,
     JobBinding,
     JobExited,
     JobOutput,
     JobRunning,
+    NodeDown,
+    NodeUp,
     PodDown,
     PodUp,
     Runtime,
@@ -84,7 +90,6 @@ log = logging.getLogger("stoker.broker")
 _Notice = tuple[int, str, bytes] | dict[str, Any] | None
 _NODE = "local"
 _CLOSE_CALLS_S = 10.0  # how long a closing loop waits for runtime calls in flight
-_MASTER_PORT_BASE = 29500
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +162,10 @@ def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
                 "profile": profile,
                 "keepalive_s": keepalive_s,
             }
+        case NodeAdded(name, gpu_model, gpus, cpu):
+            return "node_added", {"name": name, "gpu_model": gpu_model, "gpus": gpus, "cpu": cpu}
+        case NodeRemoved(name):
+            return "node_removed", {"name": name}
         case Tick():
             return "tick", {}
     raise ValueError(f"cannot encode {event!r}")
@@ -208,6 +217,10 @@ def decode_event(ev: StoredEvent) -> Event:
             return KeepAliveRenewed(
                 d["tenant"], d["reuse_tag"], d["profile"], float(d["keepalive_s"])
             )
+        case "node_added":
+            return NodeAdded(d["name"], d["gpu_model"], int(d["gpus"]), float(d["cpu"]))
+        case "node_removed":
+            return NodeRemoved(d["name"])
         case "tick":
             return Tick()
     raise ValueError(f"stored event {ev.seq}: unknown kind {ev.kind!r}")
@@ -265,12 +278,18 @@ class Scheduler:
         self.on_decision: list[Callable[[Event, list[Any], float], None]] = []
 
     def _new_core(self) -> Core:
-        """The core over this host's GPUs (one node, one GPU pool) with the configured
-        policies: a preset from the core's registry, single policies swapped by name."""
+        """The core with the configured policies (a preset from the core's registry, single
+        policies swapped by name) over this host's GPUs (one node, one GPU pool), or, on a
+        runtime with a cluster of its own (Kubernetes: ``discover``), over no node yet: the
+        cluster's nodes come as logged events (see :meth:`_sync_nodes`), so a replay
+        rebuilds the cluster each past event saw."""
         model = self.cfg.gpu_model
-        gpus = [GPU(g, _NODE, i, model) for i, g in enumerate(self.gpus)]
-        slots = self.cfg.cpu_slots  # where CPU-only pods live
-        cluster = Cluster([Node(_NODE, model, gpus, slots.cpus, slots.memory_mb / 1024)])
+        if hasattr(self.runtime, "discover"):
+            cluster = Cluster()
+        else:
+            gpus = [GPU(g, _NODE, i, model) for i, g in enumerate(self.gpus)]
+            slots = self.cfg.cpu_slots  # where CPU-only pods live
+            cluster = Cluster([Node(_NODE, model, gpus, slots.cpus, slots.memory_mb / 1024)])
         profiles = [replace(p.core, gpu_model=model) for p in self.profiles.values()]
         return Core(cluster, profiles, self.preset.policies)
 
@@ -287,6 +306,9 @@ class Scheduler:
         for row in self.store.unfinished_jobs():
             self._requests[row["id"]] = row
             self._out_seq[row["id"]] = self.store.last_output_seq(row["id"])
+        discover = getattr(self.runtime, "discover", None)
+        if discover is not None:
+            self._sync_nodes(await discover())
         report = await self._reconcile()
         report["replayed"] = replayed
         if any(p.min_warm for p in self.preset.policies.profiles.values()):
@@ -337,6 +359,17 @@ class Scheduler:
             self._reconcile_job(job_id, report)
         self._flush()
         return report
+
+    def _sync_nodes(self, nodes: list[Node]) -> None:
+        """Bring the core's nodes to the cluster's: NodeAdded for a node it lacks (or has
+        with another shape), NodeRemoved for one the cluster no longer has."""
+        known = self.core.cluster.nodes
+        for node in nodes:
+            old = known.get(node.name)
+            if old is None or (old.gpu_model, len(old.gpus)) != (node.gpu_model, len(node.gpus)):
+                self._feed(_node_added(node))
+        for name in sorted(set(known) - {n.name for n in nodes}):
+            self._feed(NodeRemoved(name))
 
     def _reconcile_job(self, job_id: str, report: dict[str, int]) -> None:
         """Carry out the core's answer (:func:`reconcile_job`) for a job bound to live pods."""
@@ -723,9 +756,9 @@ class Scheduler:
         match action:
             case StartPod(pod, profile, _node, gpus, standby):
                 rt = self.profiles[profile].runtime
-                self._spawn(
-                    self._call(self.runtime.start_pod(pod, rt, tuple(gpus), standby), pod=pod)
-                )
+                cls = self.core.pods[pod].job_class.value  # a cluster ranks pods by it
+                start = self.runtime.start_pod(pod, rt, tuple(gpus), standby, job_class=cls)
+                self._spawn(self._call(start, pod=pod))
             case PromoteStandby(pod):
                 self._spawn(self._call(self.runtime.promote(pod), pod=pod))
             case RecyclePod(pod, new_pod):
@@ -758,10 +791,10 @@ class Scheduler:
         world = len(pods)
         port = 0
         if world > 1:
-            self._port = (self._port + 1) % 1000
-            port = _MASTER_PORT_BASE + self._port
+            self._port = (self._port + 1) % MASTER_PORT_COUNT
+            port = MASTER_PORT_BASE + self._port
         for rank, pod in enumerate(pods):
-            topology = Topology(rank, world, "127.0.0.1", port or _MASTER_PORT_BASE)
+            topology = Topology(rank, world, "127.0.0.1", port or MASTER_PORT_BASE, pods[0])
             self._spawn(self._call(self._bind_rank(row, pod, topology), job=job_id, pod=pod))
 
     async def _bind_rank(self, row: dict[str, Any], pod: str, topology: Topology) -> None:
@@ -780,6 +813,7 @@ class Scheduler:
             env=env,
             timeout_s=float(row["timeout_s"]),
             topology=topology,
+            tenant=row["tenant"],
             run=int(row.get("requeues") or 0) + 1,
         )
         await self.runtime.bind(pod, binding)
@@ -857,6 +891,10 @@ class Scheduler:
                 self._schedule_flush()
             case JobExited(job, pod, exit_code, failure):
                 self._job_exited(job, pod, exit_code, failure)
+            case NodeUp(node):
+                self._feed(_node_added(node))
+            case NodeDown(name):
+                self._feed(NodeRemoved(name))
 
     def _job_exited(self, job_id: str, pod: str, exit_code: int, failure: Failure | None) -> None:
         rank = self._rank(job_id, pod)
@@ -929,6 +967,11 @@ class Scheduler:
                 await asyncio.wait_for(self._wake.wait(), delay)
                 continue
             self._feed(Tick())
+
+
+def _node_added(node: Node) -> NodeAdded:
+    """A runtime's node as the core's event."""
+    return NodeAdded(node.name, node.gpu_model, len(node.gpus), node.cpu)
 
 
 def _agent_report(info: Any) -> AgentReport:
