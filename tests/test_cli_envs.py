@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from runtime_rig import tiny_wheel
 from stoker.broker.embedded import free_port
-from test_runtime_local import _wheel
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) not installed"),
@@ -46,7 +46,7 @@ def _up(tmp_path: Path, package: str) -> tuple[subprocess.Popen[bytes], Path, st
 def test_up_builds_the_profile_environments_with_progress(tmp_path: Path) -> None:
     name = f"stokerenv{uuid.uuid4().hex[:6]}"
     (tmp_path / "wheels").mkdir()
-    _wheel(tmp_path / "wheels", name, "x")
+    tiny_wheel(tmp_path / "wheels", name, "x")
     proc, log, url = _up(tmp_path, name)
     try:
         deadline = time.monotonic() + 180
