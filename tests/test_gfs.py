@@ -490,6 +490,8 @@ class _FlatForecaster(BatchPredictor):
     """A test-only forecaster: every tenant's demand ahead is its last minute's, std 1."""
 
     name = "flat"
+    query_minutes = 1  # reads the last minute alone
+    fit_minutes = 1
 
     def __init__(self) -> None:
         from stoker.forecast.base import Cadence

@@ -70,6 +70,9 @@ class WarmPools:
         self._standby_on_gpu: dict[str, str] = {}
         self._idle: dict[str, None] = {}  # idle warm + standby (+ starting standby) pods
         self._idle_gpus = 0.0
+        # bumped on every pool pod's state change: what an HP reclaim finds among idle pods
+        # may differ (the gang scheduler searches again only after a change)
+        self.epoch = 0
         self._queued_gpus = 0.0
         self._deadlines: list[tuple[float, int, str]] = []
         self._reclaim: dict[str, set[str]] = {}  # job -> pods stopping to make room for it
@@ -833,6 +836,7 @@ class WarmPools:
         pod.held[key] = pod.held.get(key, 0.0) + share * (now - pod.since)
         was_idle = pod.id in self._idle
         is_idle = state in _IDLE
+        self.epoch += 1
         if was_idle and not is_idle:
             del self._idle[pod.id]
             self._idle_gpus -= share

@@ -221,8 +221,9 @@ class TraceWorkload:
         meter = sim.core.demand
         meter.record_until(sim.now)
         keys = sorted(meter.keys, key=lambda k: (k[1], k[0]))
+        last = self.forecaster.fit_minutes
         self.forecaster.fit(
-            {SeriesKey(t, p): meter.history((t, p)) for t, p in keys}, int(sim.now // 60)
+            {SeriesKey(t, p): meter.history((t, p), last) for t, p in keys}, int(sim.now // 60)
         )
         if self._active(sim):
             sim.after(self.cadence.refit_every_min * 60.0, self._refit, sim, prio=PRIO_CLOCK)
@@ -232,15 +233,16 @@ class TraceWorkload:
         meter = sim.core.demand
         meter.record_until(sim.now)
         now_min = int(sim.now // 60)
-        pools = set(sim.core.gangs.pools)
-        keys = [k for k in sorted(meter.keys, key=lambda k: (k[1], k[0])) if k[1] in pools]
+        pools = sim.core.gangs.pools
+        # only the minutes the forecaster reads, from the meter's ring (no copy)
+        keys, recent = meter.recent(self.forecaster.query_minutes)
+        rows = [i for i, k in enumerate(keys) if k[1] in pools]
+        if len(rows) < len(keys):
+            keys, recent = [keys[i] for i in rows], recent[rows]
         if keys:
             # one call for every series (the forecasters vectorise it)
             f = self.forecaster.predict_many(
-                [SeriesKey(t, p) for t, p in keys],
-                np.stack([meter.history(k) for k in keys]),
-                now_min,
-                self.hours,
+                [SeriesKey(t, p) for t, p in keys], recent, now_min, self.hours
             )
             means, stds = f.mean[:, : self.hours], f.std[:, : self.hours]
             # one query's answers reach the core together: the quota follows their sum
@@ -270,10 +272,6 @@ class TraceWorkload:
         tl["capacity"].append(float(core.cluster.total_gpus))
         if self._active(sim):
             sim.after(self.timeline_every_s, self._sample, sim, prio=PRIO_SAMPLE)
-
-    def histories(self) -> np.ndarray:
-        """Every series' record so far, one row per key (a view, not a copy)."""
-        return self.data[:, : self.minutes]
 
 
 def simulate(

@@ -93,16 +93,22 @@ class NodeScorer(Protocol):
 def _candidates(index: PoolIndex, need: int, taken: dict[str, int], order: range):
     """(free count, up to SCAN_CAP nodes) per nonempty bucket in ``order``; nodes already in
     the plan count with their GPUs left after it."""
+    # the planned nodes by what they have left, once per call (a many-worker gang asks once
+    # per worker: a scan of the plan per bucket made its planning quadratic in workers)
+    rest: dict[int, list[str]] = {}
+    for name, t in taken.items():
+        rest.setdefault(index.nodes[name].full_free - t, []).append(name)
+    by_free = index.by_free
     for f in order:
         bucket: list[str] = []
-        for name in index.by_free[f]:
+        for name in by_free[f]:
             if name not in taken:
                 bucket.append(name)
                 if len(bucket) >= SCAN_CAP:
                     break
-        for name, t in taken.items():
-            if index.nodes[name].full_free - t == f:
-                bucket.append(name)
+        planned = rest.get(f)
+        if planned:
+            bucket.extend(planned)
         if bucket:
             yield f, bucket
 

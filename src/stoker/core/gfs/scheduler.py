@@ -18,7 +18,7 @@ import bisect
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -162,6 +162,11 @@ class GangScheduler:
         self.placement: dict[str, list[tuple[str, str, float]]] = {}  # job -> (node, gpu, share)
         self.settled: dict[str, int] = {}  # guarantee periods already counted, current run
         self._dirty: dict[str, None] = {}
+        # per pool, bumped whenever what a start or a reclaim can find there changes (a
+        # node's shares or books, a pod turning ready); a job whose search failed is not
+        # searched again until its pool's state moves on (see :meth:`_unchanged`)
+        self._epoch: dict[str, int] = dict.fromkeys(self.pools, 0)
+        self._failed: dict[str, tuple[int, int, float | None]] = {}
         # HP jobs waiting for the pods stopped to make their room, and the reverse index
         self._awaiting: dict[str, set[str]] = {}
         self._awaiting_by_pod: dict[str, str] = {}
@@ -205,6 +210,7 @@ class GangScheduler:
     def cancel(self, job: Job, now: float, out: list[Action]) -> None:
         if job.state is JobState.QUEUED:
             self._awaiting_clear(job.id)
+            self._failed.pop(job.id, None)
             self.host.end_job(job, Failure.CANCELLED, None, now, out)
             self._dirty[self.pool_of(job)] = None  # its queue entry is dropped on the pass
         elif job.state is JobState.PLACED:
@@ -220,6 +226,7 @@ class GangScheduler:
         job = self.jobs[pod.pending_job]
         pod.pending_job = None
         pod.job = job.id
+        self._epoch[self.pool_of(job)] += 1  # a ready pod's job may be a victim now
         self.host.move_pod(pod, PodState.ACTIVE, now)
         if job.state is JobState.PLACED and all(
             self.pods[p].state is PodState.ACTIVE for p in job.pods
@@ -253,6 +260,7 @@ class GangScheduler:
     def started(self, job: Job, now: float) -> None:
         """Every rank runs: the run's clock starts (guarantee periods, lost work)."""
         job.run_start = now
+        self._epoch[self.pool_of(job)] += 1
         job.lease_start = now
 
     def finish(
@@ -422,22 +430,46 @@ class GangScheduler:
                 self.config.oversize_alone and used < EPS and job.gpus > quota
             ):
                 return False
+            state = self._state(pool, now)
+            if self._failed.get(job.id) == state:
+                return False
             plan = self._plan_free(job, now)
             if plan is None:
                 # a card held only by standby pods is free for the asking: standby pods have
                 # no keep-alive, so without this a spot job could wait behind them forever
                 self._reclaim(job, now, out, standby_only=True)
+                self._remember_failure(job, pool, state, now)
                 return False
             self._start(job, plan, now, out)
             return True
         if job.id in self._awaiting:
             return False  # pods are stopping for it: nothing more goes meanwhile
+        state = self._state(pool, now)
+        if self._failed.get(job.id) == state:
+            return False
         plan = self._plan_free(job, now)
         if plan is not None:
             self._start(job, plan, now, out)
             return True
         self._reclaim(job, now, out)
+        self._remember_failure(job, pool, state, now)
         return False
+
+    def _state(self, pool: str, now: float) -> tuple[int, int, float | None]:
+        """What a search for room in ``pool`` reads: the pool's epoch, the warm pools' (idle
+        pods anywhere), and the time where spot younger than ``min_runtime_s`` is spared
+        (its victims then change with the clock alone)."""
+        timed = now if self.config.min_runtime_s > 0 else None
+        return (self._epoch[pool], self.host.warm.epoch, timed)
+
+    def _remember_failure(
+        self, job: Job, pool: str, state: tuple[int, int, float | None], now: float
+    ) -> None:
+        """A search that found neither free room nor anything to reclaim changed nothing:
+        until ``state`` moves on the same search fails alike (an HP job that fits nowhere
+        is otherwise searched again on every event of its pool)."""
+        if job.id not in self._awaiting and self._state(pool, now) == state:
+            self._failed[job.id] = state
 
     # ------------------------------------------------------------ placement
 
@@ -494,6 +526,7 @@ class GangScheduler:
         pool = self.pool_of(job)
         cls = job.job_class
         self.host.move_job(job, JobState.PLACED, now)
+        self._failed.pop(job.id, None)
         job.placed = now
         job.queue_s += now - job.queued_since
         job.run_start = now
@@ -553,6 +586,7 @@ class GangScheduler:
             touched.clear()
 
     def _refresh(self, info: NodeInfo) -> None:
+        self._epoch[info.pool] += 1
         free = sum(1 for g in self.cluster.nodes[info.name].gpus if g.used < EPS)
         self.pools[info.pool].move(info, free)
 
@@ -675,7 +709,9 @@ class GangScheduler:
                     taken[gpu.id] = taken.get(gpu.id, 0.0) + need
                     continue
             else:
-                whole = {n: int(t) for n, t in taken.items()}
+                # a whole-GPU plan holds whole card counts (no copy per worker: a gang of
+                # many workers made it quadratic)
+                whole = cast("dict[str, int]", taken)
                 node = self.config.scorer.choose(index, _HP, int(need), whole, now)
                 if node is not None and node not in freed:
                     taken[node] = taken.get(node, 0) + int(need)
