@@ -43,7 +43,7 @@ from stoker.core.gfs.placement import eviction_score, fragmentation
 from stoker.core.gfs.preemption import Candidate, GFSVictims, PreemptContext, protect
 from stoker.core.gfs.quota import EtaController, StaticQuota, forecast_quota
 from stoker.forecast.base import BatchPredictor
-from stoker.sim.gfs import Window, scale_spot_load, simulate
+from stoker.sim.gfs import TraceResult, Window, scale_spot_load, simulate
 from stoker.traces.base import Trace, TraceJob, TraceNode
 
 # ---------------------------------------------------------------- formulas
@@ -691,3 +691,101 @@ def test_cli_on_the_shared_philly_trace(tmp_path) -> None:
     assert res.exit_code == 0, res.output
     doc = json.loads((tmp_path / "results.json").read_text())
     assert doc["results"]["medium"]["lyra"]["hp.jobs"] > 0
+
+
+def test_allocation_value_prices_gfs_gain_over_each_baseline() -> None:
+    from stoker.sim.gfs_report import HOURS_PER_MONTH, allocation_value
+
+    def run(name: str, rate: float) -> TraceResult:
+        return TraceResult(name, {"gpu_allocation_rate": rate})
+
+    runs = {
+        "medium": {"gfs": run("gfs", 0.8), "yarn-cs": run("yarn-cs", 0.7), "fgd": run("fgd", 0.9)},
+        "high": {"yarn-cs": run("yarn-cs", 0.5)},  # no gfs at this load: nothing to value
+    }
+    value = allocation_value(runs, 10_000, 2.5)
+    assert value["per_month"] == {
+        "medium": {
+            "yarn-cs": pytest.approx(0.1 * 10_000 * HOURS_PER_MONTH * 2.5),
+            "fgd": pytest.approx(-0.1 * 10_000 * HOURS_PER_MONTH * 2.5),  # a loss
+        }
+    }
+    assert value["gpu_hour_price"] == 2.5 and "gpu_hour_price" in str(value["formula"])
+    with pytest.raises(ValueError, match="gpu_hour_price"):
+        allocation_value(runs, 10_000, -1.0)
+
+
+def test_cli_gpu_hour_price_writes_the_value_with_price_and_formula(tmp_path) -> None:
+    from stoker.sim.gfs_report import HOURS_PER_MONTH
+    from stoker.traces.gfs_v2026 import write_jobs, write_nodes
+
+    trace = _busy_trace()
+    folder = tmp_path / "trace"
+    folder.mkdir()
+    write_nodes(folder / "node_info_df.csv", trace.nodes)
+    write_jobs(folder / "job_info_df.csv", trace.jobs)
+    base = ["sim", "gfs", "--trace", "v2026", "--trace-path", str(folder), "--days", "1"]
+    base += ["--warm-days", "1", "--burn-in-days", "0.5", "--no-plots", "--policy", "yarn-cs"]
+    runner = CliRunner()
+    out = tmp_path / "o"
+    res = runner.invoke(
+        app, [*base, "--policy", "gfs", "--gpu-hour-price", "1.5", "--out", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "results.json").read_text())
+    value = doc["allocation_value"]
+    gpus = doc["meta"]["gpus"]
+    m = doc["results"]["medium"]
+    gain = m["gfs"]["gpu_allocation_rate"] - m["yarn-cs"]["gpu_allocation_rate"]
+    assert value["per_month"]["medium"]["yarn-cs"] == pytest.approx(
+        gain * gpus * HOURS_PER_MONTH * 1.5, abs=0.01
+    )
+    assert value["gpu_hour_price"] == 1.5 and value["hours_per_month"] == HOURS_PER_MONTH
+    assert "per GPU-hour" in res.output
+    # without gfs among the policies there is no gain to value; a negative price is refused
+    bad = runner.invoke(app, [*base, "--gpu-hour-price", "1.5", "--out", str(tmp_path / "b")])
+    assert bad.exit_code != 0 and "--gpu-hour-price" in bad.output
+    bad = runner.invoke(
+        app, [*base, "--policy", "gfs", "--gpu-hour-price", "-1", "--out", str(tmp_path / "c")]
+    )
+    assert bad.exit_code != 0 and "--gpu-hour-price" in bad.output
+
+
+@pytest.mark.parametrize("name", ["gfs", "yarn-cs", "chronus", "lyra", "fgd", "min-runtime"])
+def test_a_failed_search_is_not_repeated_and_decides_the_same(monkeypatch, name) -> None:
+    """A job whose search for room (free, then reclaim) failed is searched again only once
+    its GPU pool changed: the same actions, in the same order, as searching on every
+    event, with fewer searches."""
+    from stoker.core.gfs.scheduler import GangScheduler
+    from stoker.sim.virtual import VirtualRuntime
+
+    trace = _busy_trace()
+    window = Window(0.0, 86400.0, 3 * 86400.0)
+    plan_free = GangScheduler._plan_free
+
+    def run() -> tuple[list[str], int]:
+        log: list[str] = []
+        searches = [0]
+        carry_out = VirtualRuntime.carry_out
+
+        def logged(runtime, action):
+            log.append(f"{runtime.sim.now:.3f} {action!r}")
+            return carry_out(runtime, action)
+
+        def counted(sched, job, now):
+            searches[0] += 1
+            return plan_free(sched, job, now)
+
+        with monkeypatch.context() as m:
+            m.setattr(VirtualRuntime, "carry_out", logged)
+            m.setattr(GangScheduler, "_plan_free", counted)
+            simulate(trace, preset(name), window, forecaster=_FlatForecaster())
+        return log, searches[0]
+
+    remembered, fewer = run()
+    # every search's state looks new: nothing is remembered
+    monkeypatch.setattr(GangScheduler, "_state", lambda self, pool, now: object())
+    searched, every = run()
+    assert remembered == searched
+    assert len(remembered) > 1000
+    assert fewer < every

@@ -17,20 +17,69 @@ TABLE_METRICS = (
     "useful_gpu_time_rate",
     "preemptions_per_spot_job",
 )
+# a month's hours (365 * 24 / 12) for the value of an allocation gain
+HOURS_PER_MONTH = 730.0
+VALUE_FORMULA = (
+    "(gpu_allocation_rate[gfs] - gpu_allocation_rate[baseline]) * gpus * hours_per_month "
+    "* gpu_hour_price"
+)
+
+
+def allocation_value(
+    runs: dict[str, dict[str, TraceResult]], gpus: int, price: float, policy: str = "gfs"
+) -> dict[str, object]:
+    """What ``policy``'s allocation gain over each other policy is worth a month, at
+    ``price`` per GPU-hour: :data:`VALUE_FORMULA` (the GFS paper's money figure: GPUs
+    allocated that would otherwise stand idle, priced as rented). Per load, per baseline,
+    in the price's currency; a negative value is a loss."""
+    if not price >= 0:
+        raise ValueError(f"gpu_hour_price: must be >= 0, got {price}")
+    per_load: dict[str, dict[str, float]] = {}
+    for load, by_policy in runs.items():
+        mine = by_policy.get(policy)
+        if mine is None:
+            continue
+        rate = float(mine.metrics["gpu_allocation_rate"])  # type: ignore[arg-type]
+        per_load[load] = {
+            name: round(
+                (rate - float(r.metrics["gpu_allocation_rate"]))  # type: ignore[arg-type]
+                * gpus
+                * HOURS_PER_MONTH
+                * price,
+                2,
+            )
+            for name, r in by_policy.items()
+            if name != policy
+        }
+    return {
+        "policy": policy,
+        "gpu_hour_price": price,
+        "gpus": gpus,
+        "hours_per_month": HOURS_PER_MONTH,
+        "formula": VALUE_FORMULA,
+        "per_month": per_load,
+    }
 
 
 def write_results(
-    out: Path, runs: dict[str, dict[str, TraceResult]], meta: dict[str, object]
+    out: Path,
+    runs: dict[str, dict[str, TraceResult]],
+    meta: dict[str, object],
+    value: dict[str, object] | None = None,
 ) -> Path:
-    """``out/results.json``: per load, per policy, the metrics; plus the run's setup."""
+    """``out/results.json``: per load, per policy, the metrics; plus the run's setup and,
+    when a GPU-hour price was given, the allocation gain's value (:func:`allocation_value`)
+    under ``allocation_value``."""
     out.mkdir(parents=True, exist_ok=True)
-    doc = {
+    doc: dict[str, object] = {
         "meta": meta,
         "results": {
             load: {name: r.metrics for name, r in by_policy.items()}
             for load, by_policy in runs.items()
         },
     }
+    if value is not None:
+        doc["allocation_value"] = value
     path = out / "results.json"
     path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     return path
@@ -50,6 +99,26 @@ def render_table(load: str, by_policy: dict[str, TraceResult]) -> object:
             v = float(r.metrics[m])  # type: ignore[arg-type]
             row.append(f"{v:.3f}" if abs(v) < 10 else f"{v:,.0f}")
         table.add_row(name, *row)
+    return table
+
+
+def render_value(value: dict[str, object]) -> object:
+    """A rich table of :func:`allocation_value`: per load, what gfs's gain over each
+    baseline is worth a month, with the price and the formula."""
+    from rich.table import Table
+
+    per_month: dict[str, dict[str, float]] = value["per_month"]  # type: ignore[assignment]
+    table = Table(
+        title=f"value of {value['policy']}'s allocation gain a month at "
+        f"{value['gpu_hour_price']:g} per GPU-hour ({value['gpus']} GPUs)",
+        caption=str(value["formula"]),
+    )
+    table.add_column("load")
+    baselines = list(dict.fromkeys(b for by in per_month.values() for b in by))
+    for name in baselines:
+        table.add_column(f"vs {name}", justify="right")
+    for load, by_baseline in per_month.items():
+        table.add_row(load, *(f"{by_baseline.get(b, 0.0):,.0f}" for b in baselines))
     return table
 
 
