@@ -112,6 +112,18 @@ def test_victim_cost_authors_and_paper() -> None:
         GFSVictims("nope")
 
 
+def test_fractional_hp_prefers_cards_with_hp() -> None:
+    g = Gangs(cluster(1, 1), "gfs")
+    g.submit(spec("h", "hp", 0.25, dur=1e5), 0.0)  # n0/0
+    g.submit(spec("a", "spot", 0.5, dur=1e5), 0.0)  # beside it on n0/0 (the fullest card)
+    g.submit(spec("b", "spot", 0.75, dur=1e5), 0.0)  # n1/0
+    assert g.cards("a") == ["n0/0"] and g.cards("b") == ["n1/0"]
+    # frag_preempt: a card already carrying HP with room comes first (before: only cards
+    # on nodes without HP, so b went)
+    out = g.submit(spec("h2", "hp", 0.5, dur=10), 5.0)
+    assert evicted(out) == ["a"] and g.cards("h2") == ["n0/0"]
+
+
 # ---------------------------------------------------------------- 5. queue order
 
 

@@ -944,11 +944,18 @@ class GangScheduler:
             names.update(self.pools[pool].spot_nodes)
         gone = {p for v in evicted.values() for p in v.pods} | set(stop)
         out = []
+        with_hp: list[Candidate] = []  # cards already carrying HP (the authors' first choice)
         for name in names:
             info = self.nodes[name]
             for gpu in self.cluster.nodes[name].gpus:
                 victims: list[tuple[Job, float]] = []
-                if spot and info.used[_HP] <= EPS:
+                hp_share = sum(
+                    share
+                    for owner, share in gpu.allocs.items()
+                    if (pod := self.pods.get(owner)) is not None and pod.job_class is _HP
+                )
+                # spot goes only where the HP request fits beside the HP already there
+                if spot and hp_share < 1.0 - need - EPS:
                     seen: dict[str, float] = {}
                     for owner, share in gpu.allocs.items():
                         pod = self.pods.get(owner)
@@ -968,10 +975,12 @@ class GangScheduler:
                 if free + idle_share + sum(u for _, u in victims) < need - EPS:
                     continue
                 cost = (0 if free >= need - EPS else 1, 0.0)
-                out.append(
-                    Candidate(name, info.ordinal, free + idle_share, victims, gpu=gpu.id, cost=cost)
+                cand = Candidate(
+                    name, info.ordinal, free + idle_share, victims, gpu=gpu.id, cost=cost
                 )
-        return out
+                (with_hp if spot and hp_share > EPS and victims else out).append(cand)
+        # ``frag_preempt``: a card with HP and room first; only if none, cards without HP
+        return with_hp or out
 
     def _evict(self, job: Job, now: float, out: list[Action]) -> None:
         """Evict a spot job whole and re-queue it: work since the last checkpoint and a
