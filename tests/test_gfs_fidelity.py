@@ -216,6 +216,19 @@ def test_yarn_cs_preempts_as_fifo_spot() -> None:
     assert evicted(out) == ["s1"]
 
 
+@pytest.mark.parametrize(("name", "evicts"), [("yarn-cs", True), ("fgd", True), ("gfs", False)])
+def test_hp_goes_straight_to_preemption_in_yarn_cs_and_fgd(name: str, evicts: bool) -> None:
+    g = Gangs(cluster(8, 4), name)
+    g.submit(spec("s", "spot", 2, dur=1e5), 0.0)
+    assert g.nodes("s") == {"n1"}
+    # n0 has 8 free GPUs, but fifo_spot.py and fgd.py send HP straight to
+    # place_with_preemption: n1's 4 no-HP cards are the best fit (and FGD's least
+    # fragmenting), so s goes; GFS places first (before: every baseline placed first)
+    out = g.submit(spec("h", "hp", 4, dur=10), 5.0)
+    assert (evicted(out) == ["s"]) is evicts
+    assert g.nodes("h") == ({"n1"} if evicts else {"n0"})
+
+
 # ---------------------------------------------------------------- 9. Lyra and FGD victims
 
 

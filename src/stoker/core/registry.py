@@ -109,6 +109,7 @@ _YARN: dict[str, object] = {
     "scorer": lambda p: BestFitScorer(),
     "victims": lambda p: FifoVictims(),
     "queue": "fifo",
+    "hp_preempt_first": True,
 }
 _LYRA: dict[str, object] = {
     "scorer": lambda p: GFSScorer(),
@@ -119,6 +120,7 @@ _FGD: dict[str, object] = {
     "scorer": lambda p: FGDScorer(),
     "victims": lambda p: FGDVictims(),
     "queue": "fifo",
+    "hp_preempt_first": True,
 }
 
 

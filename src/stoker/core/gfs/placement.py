@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -90,7 +91,9 @@ class NodeScorer(Protocol):
     ) -> str | None: ...
 
 
-def _candidates(index: PoolIndex, need: int, taken: dict[str, int], order: range):
+def free_buckets(
+    index: PoolIndex, need: int, taken: dict[str, int], order: range
+) -> Iterator[tuple[int, list[str]]]:
     """(free count, up to SCAN_CAP nodes) per nonempty bucket in ``order``; nodes already in
     the plan count with their GPUs left after it."""
     for f in order:
@@ -116,7 +119,7 @@ class GFSScorer:
     def choose(
         self, index: PoolIndex, job_class: JobClass, need: int, taken: dict[str, int], now: float
     ) -> str | None:
-        for _, bucket in _candidates(index, need, taken, range(need, index.max_gpus + 1)):
+        for _, bucket in free_buckets(index, need, taken, range(need, index.max_gpus + 1)):
             best = None
             best_key = None
             for name in bucket:
@@ -155,7 +158,7 @@ class FGDScorer:
     ) -> str | None:
         best = None
         best_key = None
-        for f, bucket in _candidates(index, need, taken, range(need, index.max_gpus + 1)):
+        for f, bucket in free_buckets(index, need, taken, range(need, index.max_gpus + 1)):
             node = min(bucket, key=lambda n: index.nodes[n].ordinal)
             key = (fgd_frag_delta(f, need), index.nodes[node].ordinal)
             if best_key is None or key < best_key:
@@ -172,6 +175,6 @@ class BestFitScorer:
     def choose(
         self, index: PoolIndex, job_class: JobClass, need: int, taken: dict[str, int], now: float
     ) -> str | None:
-        for _, bucket in _candidates(index, need, taken, range(need, index.max_gpus + 1)):
+        for _, bucket in free_buckets(index, need, taken, range(need, index.max_gpus + 1)):
             return min(bucket, key=lambda n: index.nodes[n].ordinal)
         return None

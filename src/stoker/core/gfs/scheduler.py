@@ -23,7 +23,7 @@ import numpy as np
 
 from stoker.core.actions import Action, BindJob, JobRequeued, KillJob, StartPod, StopPod
 from stoker.core.gfs.jobs import CHECKPOINT_S, GuaranteeLedger, restart_overhead
-from stoker.core.gfs.placement import GFSScorer, NodeInfo, NodeScorer, PoolIndex
+from stoker.core.gfs.placement import GFSScorer, NodeInfo, NodeScorer, PoolIndex, free_buckets
 from stoker.core.gfs.preemption import Candidate, GFSVictims, PreemptContext, VictimChooser
 from stoker.core.gfs.quota import ForecastQuota, QuotaPolicy
 from stoker.core.model import EPS, CoreError, Failure, Job, JobClass, JobState, Pod, PodState
@@ -71,6 +71,9 @@ class GFSConfig:
     eta_every_s: float = 3600.0  # eta feedback cadence; e is measured since the last step
     min_runtime_s: float = 0.0
     preempt: bool = True  # HP may evict spot (Chronus's HP waits for the next lease instead)
+    # HP goes straight to the victim chooser, free nodes among the candidates
+    # (``fifo_spot.py``, ``fgd.py``: ``place_with_preemption`` without placing first)
+    hp_preempt_first: bool = False
     round_s: float = 0.0
     lease_s: float = 0.0
     lease_restart_s: float = 120.0
@@ -555,6 +558,13 @@ class GangScheduler:
             return _STARTED
         if job.id in self._awaiting:
             return _NO_ROOM  # pods are stopping for it: nothing more goes meanwhile
+        if (
+            self.config.hp_preempt_first
+            and not job.fractional
+            and job.spec.workers == 1
+            and self._reclaim(job, now, out, free_first=False)
+        ):
+            return _NO_ROOM
         plan = self._plan_free(job, now)
         if plan is not None:
             self._start(job, plan, now, out)
@@ -728,24 +738,36 @@ class GangScheduler:
     # ------------------------------------------------------------ reclaim
 
     def _reclaim(
-        self, job: Job, now: float, out: list[Action], *, standby_only: bool = False
-    ) -> None:
+        self,
+        job: Job,
+        now: float,
+        out: list[Action],
+        *,
+        standby_only: bool = False,
+        free_first: bool = True,
+    ) -> bool:
         """The one chain for an HP job that fits nowhere: idle pods alone if they make the
         room, else the cheapest mix of idle pods and spot victims. A spot job (with
         ``standby_only``) takes only cards held by idle standby pods, never a warm pod or
-        another spot job. What is stopped is awaited; the job starts on the pass after the
-        last pod is gone."""
+        another spot job. Without ``free_first`` (``hp_preempt_first``) free nodes and spot
+        nodes are one set of candidates for the victim chooser. What is stopped is awaited;
+        the job starts on the pass after the last pod is gone. True when something stops."""
         idle = self.host.warm.idle_cards(self.pool_of(job))
         if standby_only:
             idle = {n: [c for c in cards if c[0][0] == 0] for n, cards in idle.items()}
             idle = {n: cards for n, cards in idle.items() if cards}
-        plan = self._plan_victims(job, idle, now, spot=False)
         gate = self.config.window
         preempt = self.config.preempt and (gate is None or now >= gate[0])
-        if plan is None and not standby_only and preempt:
-            plan = self._plan_victims(job, idle, now, spot=True)
+        if free_first:
+            plan = self._plan_victims(job, idle, now, spot=False)
+            if plan is None and not standby_only and preempt:
+                plan = self._plan_victims(job, idle, now, spot=True)
+        else:
+            plan = self._plan_victims(job, idle, now, spot=True, free_first=False)
+            if plan is not None and not any(plan):
+                return False  # the chooser took free room: place as usual
         if plan is None:
-            return
+            return False
         idle_pods, victims = plan
         stopping: set[str] = set()
         for victim in sorted(victims.values(), key=lambda j: j.id):
@@ -760,10 +782,11 @@ class GangScheduler:
         stopping = {p for p in stopping if self.pods[p].state is not PodState.GONE}
         if not stopping:
             self._dirty[self.pool_of(job)] = None
-            return
+            return False
         self._awaiting[job.id] = stopping
         for pid in stopping:
             self._awaiting_by_pod[pid] = job.id
+        return True
 
     def _plan_victims(
         self,
@@ -772,10 +795,13 @@ class GangScheduler:
         now: float,
         *,
         spot: bool,
+        free_first: bool = True,
     ) -> tuple[list[Pod], dict[str, Job]] | None:
         """Idle pods and (with ``spot``) spot jobs to stop so every worker of ``job`` fits,
         or None. Whole-GPU workers: per worker a node whose free cards, idle-only cards and
-        (with ``spot``) spot work cover the request. Fractional: one card per worker."""
+        (with ``spot``) spot work cover the request; ``free_first``: a worker that fits on
+        free room takes it, else free nodes are candidates like the rest (the chooser
+        decides). Fractional: one card per worker."""
         pool = self.pool_of(job)
         ledger = self.ledgers[pool]
         since = now - self.config.rate_window_s
@@ -807,7 +833,7 @@ class GangScheduler:
                 if gpu is not None:
                     taken[gpu.id] = taken.get(gpu.id, 0.0) + need
                     continue
-            else:
+            elif free_first:
                 whole = {n: int(t) for n, t in taken.items()}
                 node = self.config.scorer.choose(index, _HP, int(need), whole, now)
                 if node is not None and node not in freed:
@@ -817,7 +843,7 @@ class GangScheduler:
                 cands = self._card_candidates(job, evicted, taken, stop, now, spot)
             else:
                 cands = self._node_candidates(
-                    job, evicted, taken, freed, idle, idle_used, now, spot
+                    job, evicted, taken, freed, idle, idle_used, now, spot, not free_first
                 )
             if not cands:
                 return None
@@ -882,12 +908,20 @@ class GangScheduler:
         idle_used: dict[str, None],
         now: float,
         spot: bool,
+        free_nodes: bool = False,
     ) -> list[Candidate]:
         need = job.per_worker
         pool = self.pools[self.pool_of(job)]
         names = dict.fromkeys(idle)
         if spot:
             names.update(pool.spot_nodes)
+        if free_nodes:
+            # nodes with free room only, a bounded scan per free count as placement does
+            whole = {n: int(t) for n, t in taken.items()}
+            for _, bucket in free_buckets(
+                pool, int(need), whole, range(int(need), pool.max_gpus + 1)
+            ):
+                names.update(dict.fromkeys(bucket))
         out = []
         for name in names:
             info = self.nodes[name]
@@ -908,7 +942,7 @@ class GangScheduler:
                     mine = [g for n, g, _ in self.placement[jid] if n == name]
                     holder.update(dict.fromkeys(mine, jid))
                     victims.append((v, float(len(mine))))
-            if not victims and not cards:
+            if not victims and not cards and not (free_nodes and free >= need - EPS):
                 continue
             if free + len(cards) + sum(u for _, u in victims) < need - EPS:
                 continue
