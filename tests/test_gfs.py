@@ -735,6 +735,10 @@ def test_cli_gpu_hour_price_writes_the_value_with_price_and_formula(tmp_path) ->
     assert value["per_month"]["medium"]["yarn-cs"] == pytest.approx(
         gain * gpus * HOURS_PER_MONTH * 1.5, abs=0.01
     )
+    authors = m["gfs"]["authors.gpu_allocation_rate"] - m["yarn-cs"]["authors.gpu_allocation_rate"]
+    assert value["per_month_authors"]["medium"]["yarn-cs"] == pytest.approx(
+        authors * gpus * HOURS_PER_MONTH * 1.5, abs=0.01
+    )
     assert value["gpu_hour_price"] == 1.5 and value["hours_per_month"] == HOURS_PER_MONTH
     assert "per GPU-hour" in res.output
     # without gfs among the policies there is no gain to value; a negative price is refused

@@ -33,34 +33,41 @@ def allocation_value(
     """What ``policy``'s allocation gain over each other policy is worth a month, at
     ``price`` per GPU-hour: :data:`VALUE_FORMULA` (the GFS paper's money figure: GPUs
     allocated that would otherwise stand idle, priced as rented). Per load, per baseline,
-    in the price's currency; a negative value is a loss."""
+    in the price's currency; a negative value is a loss. ``per_month`` takes stoker's
+    allocation rate (GPU shares held); ``per_month_authors`` the authors' (cards carrying
+    any job), where the runs measured it."""
     if not price >= 0:
         raise ValueError(f"gpu_hour_price: must be >= 0, got {price}")
-    per_load: dict[str, dict[str, float]] = {}
-    for load, by_policy in runs.items():
-        mine = by_policy.get(policy)
-        if mine is None:
-            continue
-        rate = float(mine.metrics["gpu_allocation_rate"])  # type: ignore[arg-type]
-        per_load[load] = {
-            name: round(
-                (rate - float(r.metrics["gpu_allocation_rate"]))  # type: ignore[arg-type]
-                * gpus
-                * HOURS_PER_MONTH
-                * price,
-                2,
-            )
-            for name, r in by_policy.items()
-            if name != policy
-        }
-    return {
+
+    def per_load(metric: str) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for load, by_policy in runs.items():
+            mine = by_policy.get(policy)
+            if mine is None or metric not in mine.metrics:
+                continue
+            rate = float(mine.metrics[metric])  # type: ignore[arg-type]
+            out[load] = {
+                name: round(
+                    (rate - float(r.metrics[metric])) * gpus * HOURS_PER_MONTH * price,  # type: ignore[arg-type]
+                    2,
+                )
+                for name, r in by_policy.items()
+                if name != policy and metric in r.metrics
+            }
+        return out
+
+    value: dict[str, object] = {
         "policy": policy,
         "gpu_hour_price": price,
         "gpus": gpus,
         "hours_per_month": HOURS_PER_MONTH,
         "formula": VALUE_FORMULA,
-        "per_month": per_load,
+        "per_month": per_load("gpu_allocation_rate"),
     }
+    authors = per_load("authors.gpu_allocation_rate")
+    if authors:
+        value["per_month_authors"] = authors
+    return value
 
 
 def write_results(
@@ -105,22 +112,25 @@ def render_table(load: str, by_policy: dict[str, TraceResult]) -> object:
 
 
 def render_value(value: dict[str, object]) -> object:
-    """A rich table of :func:`allocation_value`: per load, what gfs's gain over each
-    baseline is worth a month, with the price and the formula."""
+    """A rich table of :func:`allocation_value`: per load (and allocation rate), what
+    gfs's gain over each baseline is worth a month, with the price and the formula."""
     from rich.table import Table
 
-    per_month: dict[str, dict[str, float]] = value["per_month"]  # type: ignore[assignment]
+    rows: dict[str, dict[str, float]] = {}
+    for field, label in (("per_month", ""), ("per_month_authors", " (authors' rate)")):
+        for load, by_baseline in value.get(field, {}).items():  # type: ignore[attr-defined]
+            rows[load + label] = by_baseline
     table = Table(
         title=f"value of {value['policy']}'s allocation gain a month at "
         f"{value['gpu_hour_price']:g} per GPU-hour ({value['gpus']} GPUs)",
         caption=str(value["formula"]),
     )
     table.add_column("load")
-    baselines = list(dict.fromkeys(b for by in per_month.values() for b in by))
+    baselines = list(dict.fromkeys(b for by in rows.values() for b in by))
     for name in baselines:
         table.add_column(f"vs {name}", justify="right")
-    for load, by_baseline in per_month.items():
-        table.add_row(load, *(f"{by_baseline.get(b, 0.0):,.0f}" for b in baselines))
+    for label, by_baseline in rows.items():
+        table.add_row(label, *(f"{by_baseline.get(b, 0.0):,.0f}" for b in baselines))
     return table
 
 
