@@ -788,3 +788,20 @@ def test_a_failed_search_is_not_repeated_and_decides_the_same(monkeypatch, name)
     assert remembered == searched
     assert len(remembered) > 1000
     assert fewer < every
+
+
+def test_forecasters_run_on_one_blas_thread_in_the_simulator() -> None:
+    """A ridge fit's bits changed with BLAS's thread count (so with the machine's cores):
+    the simulator runs the forecaster on one thread, the same on every machine."""
+    from threadpoolctl import threadpool_info
+
+    seen: list[int] = []
+
+    class Recording(_FlatForecaster):
+        def fit(self, histories, now_min) -> None:
+            seen.extend(p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas")
+
+    simulate(
+        _busy_trace(), preset("gfs"), Window(0.0, 86400.0, 2 * 86400.0), forecaster=Recording()
+    )
+    assert seen and set(seen) == {1}

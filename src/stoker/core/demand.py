@@ -45,7 +45,7 @@ class DemandMeter:
             self._at[key] = [start]
             self._value[key] = [0.0]
             if self._ring is not None and self.minutes is not None:
-                self._ring.add(key, self._ring_rows(key), self.minutes)
+                self._ring.add(key, self._ring_rows(key), self.minutes, 0.0)
 
     def prefill(self, series: dict[tuple[str, str], np.ndarray], end_min: int) -> None:
         """History before the meter runs: each series holds the minutes from 0 up to
@@ -68,6 +68,8 @@ class DemandMeter:
         key = (tenant, pool)
         self._key(key)
         self.current[key] += gpus
+        if self._ring is not None:
+            self._ring.values[self._ring.row[key]] = max(self.current[key], 0.0)
         minute = self.minutes if self.minutes is not None else self.origin
         at, value = self._at[key], self._value[key]
         if at[-1] == minute:
@@ -87,7 +89,7 @@ class DemandMeter:
             if self._ring is not None:
                 # the minutes passed since hold the values as they are now (they change
                 # only at events, and every event records first)
-                self._ring.advance(self.minutes, minute, self.current)
+                self._ring.advance(self.minutes, minute)
             self.minutes = minute
 
     def history(self, key: tuple[str, str], last: int | None = None) -> np.ndarray:
@@ -127,7 +129,7 @@ class DemandMeter:
         if self._ring is None or self._ring.size < minutes:
             self._ring = _Ring(minutes)
             for key in self.keys:
-                self._ring.add(key, self._ring_rows(key), self.minutes)
+                self._ring.add(key, self._ring_rows(key), self.minutes, self.current[key])
         have = min(minutes, self.minutes - self.origin)
         return list(self._ring.keys), self._ring.last(self.minutes, have)
 
@@ -147,21 +149,26 @@ class _Ring:
             raise ValueError(f"minutes must be >= 1, got {size}")
         self.size = size
         self.keys: list[tuple[str, str]] = []
+        self.row: dict[tuple[str, str], int] = {}
         self.data = np.zeros((0, 2 * size))
+        self.values = np.zeros(0)  # each series' value now (at least 0), kept by the meter
 
-    def add(self, key: tuple[str, str], minutes: np.ndarray, end: int) -> None:
-        """A new series whose minutes ``[end - len(minutes), end)`` are ``minutes``."""
+    def add(self, key: tuple[str, str], minutes: np.ndarray, end: int, value: float) -> None:
+        """A new series whose minutes ``[end - len(minutes), end)`` are ``minutes`` and
+        whose value now is ``value``."""
         # rare (a tenant's first HP job in a pool): the rows stay in order at a copy's cost
         at = bisect.bisect_left([(p, t) for t, p in self.keys], (key[1], key[0]))
         self.keys.insert(at, key)
+        self.row = {k: i for i, k in enumerate(self.keys)}
         self.data = np.insert(self.data, at, 0.0, axis=0)
+        self.values = np.insert(self.values, at, max(value, 0.0))
         slots = np.arange(end - len(minutes), end) % self.size
         self.data[at, slots] = minutes
         self.data[at, slots + self.size] = minutes
 
-    def advance(self, start: int, end: int, current: dict[tuple[str, str], float]) -> None:
-        """Minutes ``[start, end)`` hold each series' ``current`` value (at least 0)."""
-        values = np.fromiter((max(current[k], 0.0) for k in self.keys), float, len(self.keys))
+    def advance(self, start: int, end: int) -> None:
+        """Minutes ``[start, end)`` hold each series' value now."""
+        values = self.values
         if end - start == 1:
             slot = start % self.size
             self.data[:, slot] = values

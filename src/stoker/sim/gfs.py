@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from stoker.core import Core, ForecastUpdated, Job, JobClass, JobSpec, JobSubmitted, Profile
 from stoker.core.gfs.quota import guaranteed_hours
@@ -373,7 +374,11 @@ def simulate(
         tick_prio=PRIO_TICK,
         on_advance=advance,
     )
-    result = sim.run(max_time=window.end + tail_limit_s)
+    # BLAS on one thread: a forecaster's fit gives the same bits on every machine (its
+    # results changed with the core count), and on a busy 2-core machine a Cholesky of a
+    # few hundred features took 1 s on two threads against 4 ms on one
+    with threadpool_limits(limits=1, user_api="blas"):
+        result = sim.run(max_time=window.end + tail_limit_s)
     if workload.remaining:
         raise SimGFSError(f"{spec.name}: {workload.remaining} jobs never finished")
     wall = time.perf_counter() - wall0
