@@ -9,7 +9,7 @@ its own), one after another. Prints one JSON line per policy (wall time, events/
 RSS, the machine's load average at its start and end) and writes them all to ``--out``
 with the commit measured. With ``--profile`` each run is under cProfile and
 its time is split into what the forecaster costs (refits, queries), what the core costs
-(``handle`` and ``schedule``) and the driver's rest; the ``.prof`` files go beside
+(``Core.handle_all``) and the driver's rest; the ``.prof`` files go beside
 ``--out``.
 """
 
@@ -45,7 +45,7 @@ def breakdown(stats: pstats.Stats) -> dict[str, float]:
                 parts["forecast_fit_s"] += ct
             elif func == "predict_many" and cfunc == "_query" and cfile.endswith("sim/gfs.py"):
                 parts["forecast_query_s"] += ct
-            elif func == "handle" and file.endswith("core/core.py") and "sim/" in cfile:
+            elif func == "handle_all" and file.endswith("core/core.py") and "sim/" in cfile:
                 parts["core_s"] += ct
     for (file, _line, func), (_cc, _nc, _tt, ct, _callers) in raw.items():
         if file.endswith("sim/gfs.py") and func == "simulate":
