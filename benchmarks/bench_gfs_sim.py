@@ -78,6 +78,9 @@ def run_policy(name: str) -> dict[str, Any]:
         "events": r.metrics["events"],
         "wall_s": r.metrics["wall_s"],
         "events_per_s": r.metrics["events_per_s"],
+        # CPU seconds of this process (the run and its setup): on a shared machine the
+        # wall time also counts other processes' turns
+        "cpu_s": round(sum(resource.getrusage(resource.RUSAGE_SELF)[:2]), 1),
         # this process's peak: the trace it inherited plus this policy's run
         "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         # the machine is shared: the 1-minute load average at the run's start and end
