@@ -121,6 +121,7 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="cProfile each run")
     ap.add_argument("--out", default="benchmarks/results/gfs_sim.json")
     args = ap.parse_args()
+    tree = _tree()  # now: the code imported is this commit's, whatever HEAD is later
     setup = Setup(
         window_days=args.days,
         warm_days=args.warm_days,
@@ -153,7 +154,7 @@ def main() -> None:
         "forecaster": args.forecaster,
     }
     doc = {
-        "tree": _tree(),
+        "tree": tree,
         "cpus": os.cpu_count(),
         "prepare_s": round(prep, 2),
         "setup": setup_doc,
