@@ -569,7 +569,8 @@ def test_forecasts_of_one_query_reach_the_pass_together(monkeypatch) -> None:
     assert runs() == {1}
 
 
-def test_cli_tiny_trace(tmp_path) -> None:
+def _busy_trace_folder(tmp_path):
+    """The busy tiny trace written as upstream v2026 files, for the CLI."""
     from stoker.traces.gfs_v2026 import write_jobs, write_nodes
 
     trace = _busy_trace()
@@ -577,6 +578,11 @@ def test_cli_tiny_trace(tmp_path) -> None:
     folder.mkdir()
     write_nodes(folder / "node_info_df.csv", trace.nodes)
     write_jobs(folder / "job_info_df.csv", trace.jobs)
+    return folder
+
+
+def test_cli_tiny_trace(tmp_path) -> None:
+    folder = _busy_trace_folder(tmp_path)
     runner = CliRunner()
     args = [
         "sim",
@@ -637,13 +643,7 @@ def test_cli_tiny_trace(tmp_path) -> None:
 @pytest.mark.torch
 def test_cli_gfs_with_orglinear(tmp_path) -> None:
     pytest.importorskip("torch")
-    from stoker.traces.gfs_v2026 import write_jobs, write_nodes
-
-    trace = _busy_trace()
-    folder = tmp_path / "trace"
-    folder.mkdir()
-    write_nodes(folder / "node_info_df.csv", trace.nodes)
-    write_jobs(folder / "job_info_df.csv", trace.jobs)
+    folder = _busy_trace_folder(tmp_path)
     base = ["sim", "gfs", "--trace", "v2026", "--trace-path", str(folder), "--days", "1"]
     base += ["--warm-days", "1", "--burn-in-days", "0.5", "--policy", "gfs", "--no-plots"]
     runner = CliRunner()
@@ -712,13 +712,8 @@ def test_allocation_value_prices_gfs_gain_over_each_baseline() -> None:
 
 def test_cli_gpu_hour_price_writes_the_value_with_price_and_formula(tmp_path) -> None:
     from stoker.sim.gfs_report import HOURS_PER_MONTH
-    from stoker.traces.gfs_v2026 import write_jobs, write_nodes
 
-    trace = _busy_trace()
-    folder = tmp_path / "trace"
-    folder.mkdir()
-    write_nodes(folder / "node_info_df.csv", trace.nodes)
-    write_jobs(folder / "job_info_df.csv", trace.jobs)
+    folder = _busy_trace_folder(tmp_path)
     base = ["sim", "gfs", "--trace", "v2026", "--trace-path", str(folder), "--days", "1"]
     base += ["--warm-days", "1", "--burn-in-days", "0.5", "--no-plots", "--policy", "yarn-cs"]
     runner = CliRunner()
