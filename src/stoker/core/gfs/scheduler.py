@@ -117,6 +117,17 @@ class _Queue:
             del self.heaps[k]
             self.keys.remove(k)
 
+    def remove(self, job: Job) -> None:
+        """Take a job out wherever it waits (a cancel: O(its class's length))."""
+        k = self.key(job)
+        heap = [e for e in self.heaps[k] if e[1] != job.id]
+        heapq.heapify(heap)
+        self.heaps[k] = heap
+        self.size -= 1
+        if not heap:
+            del self.heaps[k]
+            self.keys.remove(k)
+
     def heads(self) -> list[tuple[tuple[float, int], str]]:
         return [(k, self.heaps[k][0][1]) for k in list(self.keys)]
 
@@ -205,8 +216,10 @@ class GangScheduler:
     def cancel(self, job: Job, now: float, out: list[Action]) -> None:
         if job.state is JobState.QUEUED:
             self._awaiting_clear(job.id)
+            # out of its queue now: a finished job may be forgotten, so none may wait there
+            self.queues[self.pool_of(job)][job.job_class].remove(job)
             self.host.end_job(job, Failure.CANCELLED, None, now, out)
-            self._dirty[self.pool_of(job)] = None  # its queue entry is dropped on the pass
+            self._dirty[self.pool_of(job)] = None
         elif job.state is JobState.PLACED:
             self._release(job)
             self._stop_pods(job, "cancelled", now, out)
@@ -393,18 +406,15 @@ class GangScheduler:
             for k, jid in queue.heads():
                 while True:
                     job = self.jobs[jid]
-                    if job.state is not JobState.QUEUED:
-                        queue.pop(k)  # cancelled while queued
-                    else:
-                        size = (job.per_worker, job.spec.workers)
-                        if any(size[0] >= f - EPS and size[1] >= w for f, w in failed):
-                            break
-                        if not self._try_start(job, now, out):
-                            failed.append(size)
-                            if hol:
-                                return
-                            break
-                        queue.pop(k)
+                    size = (job.per_worker, job.spec.workers)
+                    if any(size[0] >= f - EPS and size[1] >= w for f, w in failed):
+                        break
+                    if not self._try_start(job, now, out):
+                        failed.append(size)
+                        if hol:
+                            return
+                        break
+                    queue.pop(k)
                     heap = queue.heaps.get(k)
                     if not heap:
                         break
