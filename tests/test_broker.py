@@ -348,3 +348,68 @@ def test_a_just_finished_job_is_never_read_stale(broker: EmbeddedBroker) -> None
     assert waited is not None and waited["state"] == "finished", waited
     assert got is not None and got["state"] == "finished", got
     assert a.http.get(f"/v1/jobs/{job}").json()["exit_code"] == 0
+
+
+def _held(eb: EmbeddedBroker) -> dict[str, int]:
+    """What the broker's loop holds per job or pod, read on its own event loop."""
+    import asyncio
+
+    assert eb.broker is not None and eb._loop is not None
+    broker, sched = eb.broker, eb.broker.scheduler
+    assert sched is not None
+
+    async def sizes() -> dict[str, int]:
+        core = sched.core
+        return {
+            "core.jobs": len(core.jobs),
+            "core.pods": len(core.pods),
+            "requests": len(sched._requests),
+            "synced": len(sched._synced),
+            "done": len(sched._done),
+            "listeners": len(sched._listeners),
+            "out_seq": len(sched._out_seq),
+            "stopping": len(sched._stopping),
+            "decision_log.live": len(broker.decisions._live),
+            "runtime.pods": len(getattr(sched.runtime, "_pods", {})),
+        }
+
+    return asyncio.run_coroutine_threadsafe(sizes(), eb._loop).result(10)
+
+
+def test_finished_jobs_and_gone_pods_leave_the_brokers_memory(tmp_path: Path) -> None:
+    """A long-running broker holds what is live, not what ran: once its jobs finished and its
+    pods went (keep-alive), the core and the loop's per-job and per-pod maps are empty, and
+    every finished job still reads in full from the store, also after a restart."""
+    profiles = [BrokerProfile.simple("plain", standby=False)]  # no pod outlives its keep-alive
+    cfg = _cfg(tmp_path, keepalive_s=0.5, profiles=profiles)
+    jobs: dict[str, Api] = {}
+    with EmbeddedBroker(cfg) as eb:
+        a, b = _tenant(eb, "a"), _tenant(eb, "b")
+        for i in range(3):
+            for api, tag in ((a, "x"), (b, "y"), (b, f"tag{i}")):
+                r = api.submit([PY, "-c", f"print({i})"], tag)
+                assert r.status_code == 201, r.text
+                jobs[r.json()["id"]] = api
+        slow = a.submit([PY, "-c", "import time; time.sleep(30)"], "x").json()["id"]
+        a.http.post(f"/v1/jobs/{slow}/cancel").raise_for_status()
+        jobs[slow] = a
+        for jid, api in jobs.items():
+            assert api.wait(jid)["state"] == "finished"
+            assert api.http.get(f"/v1/jobs/{jid}/output", params={"follow": True}).is_success
+        _wait_for(lambda: not a.pods() and not b.pods(), 30)
+        try:
+            _wait_for(lambda: not any(_held(eb).values()), 10)
+        except AssertionError:
+            raise AssertionError(f"still held: {_held(eb)}") from None
+        for jid, api in jobs.items():
+            row = api.http.get(f"/v1/jobs/{jid}").json()
+            assert row["state"] == "finished", row
+            assert row["failure"] == "cancelled" if jid == slow else row["exit_code"] == 0, row
+    with EmbeddedBroker(cfg) as eb:  # the replayed core forgets as the live one did
+        assert eb.broker is not None and eb.broker.recovery["replayed"] > 0
+        held = _held(eb)
+        assert not any(held.values()), held
+        for jid, api in jobs.items():
+            again = Api(eb.url, api.http.headers["Authorization"].split()[1])
+            assert again.wait(jid)["state"] == "finished"
+            assert jid == slow or again.output(jid).strip() in {"0", "1", "2"}

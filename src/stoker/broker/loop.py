@@ -15,7 +15,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 from typing import Any
@@ -37,6 +37,7 @@ from stoker.core import (
     JobCancelled,
     JobClass,
     JobEnded,
+    JobForgotten,
     JobRequeued,
     JobSpec,
     JobState,
@@ -44,6 +45,7 @@ from stoker.core import (
     KillJob,
     Node,
     PodFailed,
+    PodForgotten,
     PodGone,
     PodReady,
     PodState,
@@ -149,6 +151,10 @@ def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
                 "mean": list(mean),
                 "var": list(var),
             }
+        case JobForgotten(job):
+            return "job_forgotten", {"job": job}
+        case PodForgotten(pod):
+            return "pod_forgotten", {"pod": pod}
         case Tick():
             return "tick", {}
     raise ValueError(f"cannot encode {event!r}")
@@ -196,6 +202,10 @@ def decode_event(ev: StoredEvent) -> Event:
                 tuple(float(x) for x in d["mean"]),
                 tuple(float(x) for x in d["var"]),
             )
+        case "job_forgotten":
+            return JobForgotten(d["job"])
+        case "pod_forgotten":
+            return PodForgotten(d["pod"])
         case "tick":
             return Tick()
     raise ValueError(f"stored event {ev.seq}: unknown kind {ev.kind!r}")
@@ -271,6 +281,10 @@ class Scheduler:
             self.core.handle(decode_event(ev), max(ev.at, self._now))  # actions done before
             self._now = max(self._now, ev.at)
             replayed += 1
+        if forget := self._forgettable(self.core.jobs):
+            # what a broker that stopped before its next flush had not forgotten yet: as
+            # the replay, no action is carried out (none follows from forgetting)
+            self.core.handle_all(forget, self._now)
         for row in self.store.unfinished_jobs():
             self._requests[row["id"]] = row
             self._out_seq[row["id"]] = self.store.last_output_seq(row["id"])
@@ -680,6 +694,22 @@ class Scheduler:
                 done.set()
             for q in self._listeners.get(job_id, ()):
                 q.put_nowait(None)
+        for event in self._forgettable(finished):
+            if isinstance(event, PodForgotten):
+                self._stopping.discard(event.pod)  # a stop that failed as "no such pod"
+            self._feed(event)  # logged at the next flush
+
+    def _forgettable(self, finished: Iterable[str]) -> list[Event]:
+        """The core may drop these finished jobs (their final rows are committed: reads go
+        to the store) and every gone pod (no unfinished job points at one)."""
+        jobs, pods = self.core.jobs, self.core.pods
+        out: list[Event] = [
+            JobForgotten(j)
+            for j in finished
+            if (job := jobs.get(j)) and job.state is JobState.FINISHED
+        ]
+        out += [PodForgotten(p.id) for p in pods.values() if p.state is PodState.GONE]
+        return out
 
     # ------------------------------------------------------------------ actions
 
@@ -803,10 +833,11 @@ class Scheduler:
             case PodUp(pod):
                 self._feed(PodReady(pod))
             case PodDown(pod, failure):
+                asked = pod in self._stopping
+                self._stopping.discard(pod)  # also for an orphan's stop (not in the core)
                 if pod not in core.pods or core.pods[pod].state is PodState.GONE:
                     return
-                if failure is None or pod in self._stopping:
-                    self._stopping.discard(pod)
+                if failure is None or asked:
                     self._feed(PodGone(pod))
                 else:
                     self._feed(PodFailed(pod, failure))
