@@ -225,3 +225,24 @@ def test_only_finished_jobs_and_gone_pods_are_forgotten() -> None:
     # the next job of the same caller starts cold on the freed GPU, under a new pod id
     start = c.handle(JobSubmitted(JobSpec("b", "t", "p", "tag")), 50.0)
     assert start == [StartPod("pod-2", "p", "node-0", ("node-0/0",))]
+
+
+def test_keepalive_deadlines_stay_bounded_under_a_long_keepalive() -> None:
+    """Each job's end re-arms its warm pod's keep-alive; the old deadlines must not pile up
+    (one per job ended within the keep-alive), while the live one still stops the pod."""
+    policies = Policies(keepalive=FixedKeepAlive(3600.0))
+    c = Core(Cluster.uniform(1, 1), [Profile("p")], policies)
+    c.handle(JobSubmitted(JobSpec("j0", "t", "p", "tag")), 0.0)
+    c.handle(PodReady("pod-1"), 0.0)
+    for i in range(1000):
+        at = float(i)
+        if i:
+            assert c.handle(JobSubmitted(JobSpec(f"j{i}", "t", "p", "tag")), at) == [
+                BindJob(f"j{i}", ("pod-1",))
+            ]
+        c.handle(RankStarted(f"j{i}"), at)
+        c.handle(RankExited(f"j{i}"), at + 0.5)
+        c.handle(JobForgotten(f"j{i}"), at + 0.5)
+    assert len(c.warm._deadlines) <= 2 * 1 + 64
+    assert c.next_deadline() == 999.5 + 3600.0
+    assert c.handle(Tick(), 999.5 + 3600.0) == [StopPod("pod-1", "keepalive")]
