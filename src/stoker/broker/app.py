@@ -638,7 +638,7 @@ def create_app(broker: Broker) -> FastAPI:
             labels=dict(body.labels),
         )
         digest = broker.box.digest(body.model_dump(mode="json"))
-        row, created = sched.submit(tenant, req, idempotency_key, digest)
+        row, created = await sched.submit(tenant, req, idempotency_key, digest)
         if not created:
             if row.get("request_mac") not in (None, digest):
                 raise ApiError(
