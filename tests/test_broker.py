@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -399,3 +400,24 @@ def test_submits_of_one_turn_share_one_commit_and_run_only_once_stored(
         assert a.wait(jid, 30)["exit_code"] == 0
     sched.runtime.bind = bind
     assert bound_unstored == []
+
+
+def test_a_warm_pod_imports_a_callers_deps_once(tmp_path: Path) -> None:
+    # the first job of a caller's deps imports them itself; the pod then keeps them imported
+    # (its deps layer), so the caller's later jobs of those deps never import them again;
+    # another caller's pod never has them before its own first job
+    from runtime_rig import IMPORT_COUNTER, import_count, wheel
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    name = f"stokercount{uuid.uuid4().hex[:6]}"
+    wheel(wheels, name, IMPORT_COUNTER)
+    count = [PY, "-c", import_count(name)]
+    with EmbeddedBroker(_cfg(tmp_path, find_links=(wheels,), no_index=True)) as eb:
+        a, b = _tenant(eb, "a"), _tenant(eb, "b")
+        jobs = [a.run(count, deps=[name]) for _ in range(4)]
+        assert [j["exit_code"] for j in jobs] == [0] * 4
+        assert len({tuple(j["pods"]) for j in jobs}) == 1  # one warm pod
+        assert [a.output(j["id"]) for j in jobs] == ["1\n", "2\n", "2\n", "2\n"]
+        other = b.run(count, deps=[name], tag="y")
+        assert other["pods"] != jobs[0]["pods"] and b.output(other["id"]) == "1\n"

@@ -42,11 +42,16 @@ class JobBinding:
     )
 
     def message(
-        self, code: str | None, overlay: list[str], output_mb: int | None
+        self,
+        code: str | None,
+        overlay: list[str],
+        output_mb: int | None,
+        imports: tuple[str, ...] = (),
     ) -> dict[str, object]:
         """The agent protocol's ``bind`` request for this job (``code``: the archive's path
         as the pod sees it; ``overlay``: dependency dirs to put on its path; ``output_mb``:
-        the profile's cap on the job's output, None for none)."""
+        the profile's cap on the job's output, None for none; ``imports``: the modules the
+        overlay provides, which the pod preloads for its next jobs of the same deps)."""
         topo = self.topology
         return {
             "op": "bind",
@@ -54,6 +59,7 @@ class JobBinding:
             "argv": list(self.argv),
             "code": code,
             "overlay": overlay,
+            "imports": list(imports),
             "env": dict(self.env),
             "timeout_s": self.timeout_s,
             "run": self.run,
