@@ -302,7 +302,7 @@ def _bench_profile(
         with Client(bp.url, bp.admin_token) as admin:
             tokens = [admin.create_tenant(f"t{i}") for i in range(THROUGHPUT_PODS)]
         res["throughput"] = {
-            str(n): _throughput(bp.url, tokens, name, n, throughput_s) for n in THROUGHPUT_CALLERS
+            str(n): _throughput(bp, tokens, name, n, throughput_s) for n in THROUGHPUT_CALLERS
         }
     finally:
         bp.stop()
@@ -313,16 +313,23 @@ THROUGHPUT_PODS = 4  # warm pods the callers share (caller i runs in pod i % 4)
 THROUGHPUT_CALLERS = (4, 16)
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _throughput(
-    url: str, tokens: list[str], profile: str, callers: int, seconds: float
+    bp: BrokerProcess, tokens: list[str], profile: str, callers: int, seconds: float
 ) -> dict[str, Any]:
     """Trivial jobs for ``seconds`` from ``callers`` threads, each a loop of one-round-trip
     calls (``run(...).result()``) into its tenant's warm pod (one tenant, and pod, per
     token); with more callers than pods several share a pod (a job waits in the queue for
     it). Jobs per second end to end as the callers saw them, with the client call time and
-    the calls that failed or did not exit 0."""
+    the calls that failed or did not exit 0, and the CPU the broker process and the callers
+    spent per job (what a shared host's load does not change)."""
     pods = min(callers, len(tokens))
-    clients = [Client(url, tokens[i % pods]) for i in range(callers)]
+    clients = [Client(bp.url, tokens[i % pods]) for i in range(callers)]
     try:
         for i, c in enumerate(clients[:pods]):
             c.run(profile, TRIVIAL, reuse_tag=f"w{i}").result(120)  # warm each pod
@@ -341,10 +348,11 @@ def _throughput(
                 errors += not ok
             return took, errors
 
-        t0 = time.perf_counter()
+        t0, cpu0, own0 = time.perf_counter(), cpu_seconds(bp.proc.pid), time.process_time()
         with ThreadPoolExecutor(callers) as ex:
             done = list(ex.map(worker, range(callers)))
         wall = time.perf_counter() - t0
+        cpu, own = cpu_seconds(bp.proc.pid) - cpu0, time.process_time() - own0
     finally:
         for c in clients:
             c.close()
@@ -358,6 +366,8 @@ def _throughput(
         "jobs_per_s": len(calls) / wall,
         "call_ms_p50": percentile(calls, 0.5),
         "call_ms_p99": percentile(calls, 0.99),
+        "broker_cpu_ms_per_job": cpu * 1000.0 / max(len(calls), 1),
+        "client_cpu_ms_per_job": own * 1000.0 / max(len(calls), 1),
     }
 
 
