@@ -26,6 +26,26 @@ from stoker.runtime.local import LocalRuntime
 PLAIN = RuntimeProfile("plain")
 
 
+def tiny_wheel(where: Path, name: str, value: str, init: str | None = None) -> Path:
+    """A tiny pure-Python wheel, built by hand so no build backend or network is needed: its
+    package sets ``VALUE = value`` (or its ``__init__.py`` is ``init``)."""
+    dist = f"{name}-0.1.dist-info"
+    path = where / f"{name}-0.1-py3-none-any.whl"
+    files = {
+        f"{name}/__init__.py": f"VALUE = {value!r}\n" if init is None else init,
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
+        f"{dist}/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = "".join(f"{n},,\n" for n in files) + f"{dist}/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as zf:
+        for n, text in files.items():
+            zf.writestr(n, text)
+        zf.writestr(f"{dist}/RECORD", record)
+    return path
+
+
 @dataclass
 class Result:
     exit: JobExited
@@ -97,26 +117,6 @@ def procs_with(marker: str) -> list[int]:
             if marker.encode() in cmd and b"pytest" not in cmd:
                 found.append(int(name))
     return found
-
-
-def wheel(where: Path, name: str, init: str) -> Path:
-    """A tiny pure-Python wheel of package ``name`` (``init``: its ``__init__.py``), built
-    by hand so no build backend or network is needed."""
-    dist = f"{name}-0.1.dist-info"
-    path = where / f"{name}-0.1-py3-none-any.whl"
-    files = {
-        f"{name}/__init__.py": init,
-        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
-        f"{dist}/WHEEL": (
-            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-        ),
-    }
-    record = "".join(f"{n},,\n" for n in files) + f"{dist}/RECORD,,\n"
-    with zipfile.ZipFile(path, "w") as zf:
-        for n, text in files.items():
-            zf.writestr(n, text)
-        zf.writestr(f"{dist}/RECORD", record)
-    return path
 
 
 # the __init__.py of a package whose every import leaves a line in the pod's workspace

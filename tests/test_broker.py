@@ -406,12 +406,12 @@ def test_a_warm_pod_imports_a_callers_deps_once(tmp_path: Path) -> None:
     # the first job of a caller's deps imports them itself; the pod then keeps them imported
     # (its deps layer), so the caller's later jobs of those deps never import them again;
     # another caller's pod never has them before its own first job
-    from runtime_rig import IMPORT_COUNTER, import_count, wheel
+    from runtime_rig import IMPORT_COUNTER, import_count, tiny_wheel
 
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     name = f"stokercount{uuid.uuid4().hex[:6]}"
-    wheel(wheels, name, IMPORT_COUNTER)
+    tiny_wheel(wheels, name, "", init=IMPORT_COUNTER)
     count = [PY, "-c", import_count(name)]
     with EmbeddedBroker(_cfg(tmp_path, find_links=(wheels,), no_index=True)) as eb:
         a, b = _tenant(eb, "a"), _tenant(eb, "b")

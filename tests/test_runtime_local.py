@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime_rig import IMPORT_COUNTER, Rig, import_count, procs_with, wheel
+from runtime_rig import IMPORT_COUNTER, Rig, import_count, procs_with, tiny_wheel
 from stoker.core.model import Failure
 from stoker.runtime.base import (
     BindRefused,
@@ -314,7 +314,7 @@ async def test_deps_go_into_an_overlay(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     name = f"stokertiny{uuid.uuid4().hex[:6]}"
-    wheel(wheels, name, "VALUE = 'from-overlay'\n")
+    tiny_wheel(wheels, name, "from-overlay")
     rt = LocalRuntime(tmp_path / "state", gpu_slots=1, find_links=(wheels,), no_index=True)
     rig = Rig(rt, rt.events())
     try:
@@ -338,7 +338,7 @@ async def test_deps_are_imported_once_per_pod_in_a_layer(tmp_path: Path) -> None
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     name = f"stokercount{uuid.uuid4().hex[:6]}"
-    wheel(wheels, name, IMPORT_COUNTER)
+    tiny_wheel(wheels, name, "", init=IMPORT_COUNTER)
     count = import_count(name)
     async with Rig.open(
         tmp_path / "state", gpu_slots=1, find_links=(wheels,), no_index=True
@@ -481,7 +481,7 @@ async def test_profile_env_is_built_once_and_shared_read_only(tmp_path: Path) ->
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     name = f"stokerbase{uuid.uuid4().hex[:6]}"
-    wheel(wheels, name, "VALUE = 'in-profile-env'\n")
+    tiny_wheel(wheels, name, "in-profile-env")
     rt = LocalRuntime(tmp_path / "state", gpu_slots=2, find_links=(wheels,), no_index=True)
     rig = Rig(rt, rt.events())
     profile = RuntimeProfile("with-pkg", packages=(name,), preload=(name,))
