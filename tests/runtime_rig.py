@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import uuid
+import zipfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,26 @@ from stoker.runtime.base import (
 from stoker.runtime.local import LocalRuntime
 
 PLAIN = RuntimeProfile("plain")
+
+
+def tiny_wheel(where: Path, name: str, value: str, init: str | None = None) -> Path:
+    """A tiny pure-Python wheel, built by hand so no build backend or network is needed: its
+    package sets ``VALUE = value`` (or its ``__init__.py`` is ``init``)."""
+    dist = f"{name}-0.1.dist-info"
+    path = where / f"{name}-0.1-py3-none-any.whl"
+    files = {
+        f"{name}/__init__.py": f"VALUE = {value!r}\n" if init is None else init,
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
+        f"{dist}/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = "".join(f"{n},,\n" for n in files) + f"{dist}/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as zf:
+        for n, text in files.items():
+            zf.writestr(n, text)
+        zf.writestr(f"{dist}/RECORD", record)
+    return path
 
 
 @dataclass
@@ -96,3 +117,18 @@ def procs_with(marker: str) -> list[int]:
             if marker.encode() in cmd and b"pytest" not in cmd:
                 found.append(int(name))
     return found
+
+
+# the __init__.py of a package whose every import leaves a line in the pod's workspace
+IMPORT_COUNTER = (
+    "import os\n"
+    "with open(os.path.join(os.environ['HOME'], 'imports.log'), 'a') as f:\n"
+    "    f.write(str(os.getpid()) + '\\n')\n"
+)
+
+
+def import_count(name: str) -> str:
+    """A job's code: import ``name`` (an IMPORT_COUNTER package), print how often it has
+    been imported in this pod."""
+    log = "os.path.expanduser('~/imports.log')"
+    return f"import {name}, os; print(len(open({log}).read().split()))"

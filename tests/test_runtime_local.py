@@ -14,13 +14,12 @@ import tarfile
 import tempfile
 import time
 import uuid
-import zipfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from runtime_rig import Rig, procs_with
+from runtime_rig import IMPORT_COUNTER, Rig, import_count, procs_with, tiny_wheel
 from stoker.core.model import Failure
 from stoker.runtime.base import (
     BindRefused,
@@ -311,30 +310,11 @@ async def test_code_upload_by_digest(rig: Rig) -> None:
     assert isinstance(refused.value.__cause__, CodeNotFound)  # the job's fault, not ours
 
 
-def _wheel(where: Path, name: str, value: str) -> Path:
-    """A tiny pure-Python wheel, built by hand so no build backend or network is needed."""
-    dist = f"{name}-0.1.dist-info"
-    path = where / f"{name}-0.1-py3-none-any.whl"
-    files = {
-        f"{name}/__init__.py": f"VALUE = {value!r}\n",
-        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
-        f"{dist}/WHEEL": (
-            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-        ),
-    }
-    record = "".join(f"{n},,\n" for n in files) + f"{dist}/RECORD,,\n"
-    with zipfile.ZipFile(path, "w") as zf:
-        for n, text in files.items():
-            zf.writestr(n, text)
-        zf.writestr(f"{dist}/RECORD", record)
-    return path
-
-
 async def test_deps_go_into_an_overlay(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     name = f"stokertiny{uuid.uuid4().hex[:6]}"
-    _wheel(wheels, name, "from-overlay")
+    tiny_wheel(wheels, name, "from-overlay")
     rt = LocalRuntime(tmp_path / "state", gpu_slots=1, find_links=(wheels,), no_index=True)
     rig = Rig(rt, rt.events())
     try:
@@ -352,6 +332,43 @@ async def test_deps_go_into_an_overlay(tmp_path: Path) -> None:
         await rt.stop_all()
     check = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True)
     assert check.returncode != 0
+
+
+async def test_deps_are_imported_once_per_pod_in_a_layer(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    name = f"stokercount{uuid.uuid4().hex[:6]}"
+    tiny_wheel(wheels, name, "", init=IMPORT_COUNTER)
+    count = import_count(name)
+    async with Rig.open(
+        tmp_path / "state", gpu_slots=1, find_links=(wheels,), no_index=True
+    ) as rig:
+        pod = await rig.pod()
+
+        async def counted() -> bytes:
+            res = await rig.run(pod, ["python", "-c", count], deps=(name,))
+            assert res.exit.exit_code == 0, res.stderr
+            return res.stdout
+
+        # the first job imports its deps itself; then the pod's layer imports them once, and
+        # every later job of those deps forks from it with the import done
+        assert [await counted() for _ in range(3)] == [b"1\n", b"2\n", b"2\n"]
+        assert (await rig.rt.ping(pod))["layer"] == {"modules": [name], "ready": True}
+        # a job without them forks from the clean zygote: it never sees them
+        probe = f"import sys; print({name!r} in sys.modules)"
+        assert (await rig.run(pod, ["python", "-c", probe])).stdout == b"False\n"
+        # a job that kills its layer (its parent, of its own uid) ends as killed, and the
+        # pod goes on: a new layer imports them again for the next job
+        kill = f"import os, signal, time, {name}; os.kill(os.getppid(), 9); time.sleep(60)"
+        killed = await rig.run(pod, ["python", "-c", kill], deps=(name,))
+        assert killed.exit.exit_code == 137
+        assert await counted() == b"3\n"
+        assert await counted() == b"3\n"
+        # a pod that changes hands drops its layer (its imports were the old owner's)
+        new = f"{pod}-r"
+        await rig.rt.recycle(pod, new)
+        assert await rig.until(PodUp) == PodUp(new)
+        assert (await rig.rt.ping(new))["layer"] is None
 
 
 async def test_zygote_forks_with_warm_imports_and_clean_state(rig: Rig) -> None:
@@ -464,7 +481,7 @@ async def test_profile_env_is_built_once_and_shared_read_only(tmp_path: Path) ->
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     name = f"stokerbase{uuid.uuid4().hex[:6]}"
-    _wheel(wheels, name, "in-profile-env")
+    tiny_wheel(wheels, name, "in-profile-env")
     rt = LocalRuntime(tmp_path / "state", gpu_slots=2, find_links=(wheels,), no_index=True)
     rig = Rig(rt, rt.events())
     profile = RuntimeProfile("with-pkg", packages=(name,), preload=(name,))

@@ -44,6 +44,8 @@ from stoker.core import (
     JobSubmitted,
     KillJob,
     Node,
+    NodeAdded,
+    NodeRemoved,
     PodFailed,
     PodForgotten,
     PodGone,
@@ -69,11 +71,15 @@ from stoker.core.reconcile import (
 )
 from stoker.forecast import DEFAULT_FORECASTER
 from stoker.runtime.base import (
+    MASTER_PORT_BASE,
+    MASTER_PORT_COUNT,
     BindRefused,
     JobBinding,
     JobExited,
     JobOutput,
     JobRunning,
+    NodeDown,
+    NodeUp,
     PodDown,
     PodUp,
     Runtime,
@@ -85,7 +91,6 @@ log = logging.getLogger("stoker.broker")
 _Notice = tuple[int, str, bytes] | dict[str, Any] | None
 _NODE = "local"
 _CLOSE_CALLS_S = 10.0  # how long a closing loop waits for runtime calls in flight
-_MASTER_PORT_BASE = 29500
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +160,10 @@ def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
             return "job_forgotten", {"job": job}
         case PodForgotten(pod):
             return "pod_forgotten", {"pod": pod}
+        case NodeAdded(name, gpu_model, gpus, cpu):
+            return "node_added", {"name": name, "gpu_model": gpu_model, "gpus": gpus, "cpu": cpu}
+        case NodeRemoved(name):
+            return "node_removed", {"name": name}
         case Tick():
             return "tick", {}
     raise ValueError(f"cannot encode {event!r}")
@@ -206,6 +215,10 @@ def decode_event(ev: StoredEvent) -> Event:
             return JobForgotten(d["job"])
         case "pod_forgotten":
             return PodForgotten(d["pod"])
+        case "node_added":
+            return NodeAdded(d["name"], d["gpu_model"], int(d["gpus"]), float(d["cpu"]))
+        case "node_removed":
+            return NodeRemoved(d["name"])
         case "tick":
             return Tick()
     raise ValueError(f"stored event {ev.seq}: unknown kind {ev.kind!r}")
@@ -237,6 +250,12 @@ class Scheduler:
         self._now = 0.0
         self._batch = Batch()
         self._flush_scheduled = False
+        # group commit: runtime calls the last events asked for, carried out only once the
+        # batch that logged those events is committed (write-ahead: a crash never leaves a
+        # pod doing what the store does not know of), and the submits waiting for it
+        self._after_commit: list[Callable[[], Coroutine[Any, Any, None]]] = []
+        self._committed: list[asyncio.Future[None]] = []
+        self._new_keys: dict[tuple[str, str], dict[str, Any]] = {}  # (tenant, key) -> row
         self._tasks: set[asyncio.Task[Any]] = set()
         self._service: set[asyncio.Task[Any]] = set()  # the reader and timers, not calls
         self._requests: dict[str, dict[str, Any]] = {}  # unfinished job id -> its row
@@ -263,11 +282,17 @@ class Scheduler:
         self.on_decision: list[Callable[[Event, list[Any], float], None]] = []
 
     def _new_core(self) -> Core:
-        """The core over this host's GPUs (one node, one GPU pool) with the configured
-        policies: a preset from the core's registry, single policies swapped by name."""
+        """The core with the configured policies (a preset from the core's registry, single
+        policies swapped by name) over this host's GPUs (one node, one GPU pool), or, on a
+        runtime with a cluster of its own (Kubernetes: ``discover``), over no node yet: the
+        cluster's nodes come as logged events (see :meth:`_sync_nodes`), so a replay
+        rebuilds the cluster each past event saw."""
         model = self.cfg.gpu_model
-        gpus = [GPU(g, _NODE, i, model) for i, g in enumerate(self.gpus)]
-        cluster = Cluster([Node(_NODE, model, gpus)])
+        if hasattr(self.runtime, "discover"):
+            cluster = Cluster()
+        else:
+            gpus = [GPU(g, _NODE, i, model) for i, g in enumerate(self.gpus)]
+            cluster = Cluster([Node(_NODE, model, gpus)])
         profiles = [replace(p.core, gpu_model=model) for p in self.profiles.values()]
         return Core(cluster, profiles, self.preset.policies)
 
@@ -288,6 +313,9 @@ class Scheduler:
         for row in self.store.unfinished_jobs():
             self._requests[row["id"]] = row
             self._out_seq[row["id"]] = self.store.last_output_seq(row["id"])
+        discover = getattr(self.runtime, "discover", None)
+        if discover is not None:
+            self._sync_nodes(await discover())
         report = await self._reconcile()
         report["replayed"] = replayed
         for service in (self._read_runtime(), self._timer(), self._forecast_loop()):
@@ -323,7 +351,7 @@ class Scheduler:
             elif pod.state in (PodState.STARTING, PodState.RECYCLING):
                 standby = info(pod.id).standby if info else False
                 if pod.pending_job is not None and standby:
-                    self._spawn(self._call(self.runtime.promote(pod.id), pod=pod.id))
+                    self._later(lambda pod=pod.id: self._call(self.runtime.promote(pod), pod=pod))
                 else:
                     self._feed(PodReady(pod.id))
             elif pod.state is PodState.ACTIVE and pod.job is not None:
@@ -335,6 +363,17 @@ class Scheduler:
             self._reconcile_job(job_id, report)
         self._flush()
         return report
+
+    def _sync_nodes(self, nodes: list[Node]) -> None:
+        """Bring the core's nodes to the cluster's: NodeAdded for a node it lacks (or has
+        with another shape), NodeRemoved for one the cluster no longer has."""
+        known = self.core.cluster.nodes
+        for node in nodes:
+            old = known.get(node.name)
+            if old is None or (old.gpu_model, len(old.gpus)) != (node.gpu_model, len(node.gpus)):
+                self._feed(_node_added(node))
+        for name in sorted(set(known) - {n.name for n in nodes}):
+            self._feed(NodeRemoved(name))
 
     def _reconcile_job(self, job_id: str, report: dict[str, int]) -> None:
         """Carry out the core's answer (:func:`reconcile_job`) for a job bound to live pods."""
@@ -394,14 +433,19 @@ class Scheduler:
 
     # ------------------------------------------------------------------ API calls
 
-    def submit(
+    async def submit(
         self, tenant: str, req: JobRequest, key: str | None, digest: str | None = None
     ) -> tuple[dict[str, Any], bool]:
-        """Store and submit a job; returns (row, created). A repeated idempotency key gives
-        the job it created the first time (``digest``, the request's keyed digest, is stored
-        so the caller can tell a retry from another job under the same key). Env values are
-        stored sealed."""
+        """Store and submit a job; returns (row, created) once the job is committed (with
+        whatever else the loop wrote in the same turn: one transaction for them all). A
+        repeated idempotency key gives the job it created the first time (``digest``, the
+        request's keyed digest, is stored so the caller can tell a retry from another job
+        under the same key). Env values are stored sealed."""
         if key is not None:
+            row = self._new_keys.get((tenant, key))
+            if row is not None:  # submitted in this very turn: answered once it is stored
+                await self._commit()
+                return self._current(row) if row["id"] in self._requests else row, False
             row = self.store.job_by_key(tenant, key)
             if row is not None:
                 return row, False
@@ -440,6 +484,8 @@ class Scheduler:
         }
         self._batch.new_jobs.append(row)
         self._requests[job_id] = row
+        if key is not None:
+            self._new_keys[(tenant, key)] = row
         spec = JobSpec(  # the GPU pool is the profile's: this host's gpu_model
             job_id,
             tenant,
@@ -452,8 +498,16 @@ class Scheduler:
         )
         self._feed(JobSubmitted(spec), now)
         row["gpus"] = self.core.jobs[job_id].per_worker  # written with the row, in the batch
-        self._flush()  # the caller hears of its job only once it is stored
-        return self._current(row), True
+        await self._commit()  # the caller hears of its job only once it is stored
+        return self._current(row) if job_id in self._requests else self.job(job_id), True
+
+    def _commit(self) -> asyncio.Future[None]:
+        """Done when everything written so far is committed (by this turn's flush); the
+        flush's error (Deposed: the lead is lost) if it failed."""
+        fut = asyncio.get_running_loop().create_future()
+        self._committed.append(fut)
+        self._schedule_flush()
+        return fut
 
     def cancel(self, job_id: str) -> None:
         job = self.core.jobs.get(job_id)
@@ -677,12 +731,32 @@ class Scheduler:
             self._flush()
 
     def _flush(self) -> None:
-        """Commit what the last events wrote, then wake who waits on it."""
+        """Commit what the last events wrote (one transaction), then carry out the runtime
+        calls they asked for and wake who waits on them. A deposed leader's flush does
+        neither: nothing of it was stored, and the pods are the next leader's."""
         self._flush_scheduled = False
         finished = [j for j, v in self._batch.job_updates.items() if v.get("state") == "finished"]
         chunks = list(self._batch.output)
         requeued, self._requeued = self._requeued, []
-        self._batch.commit(self.store)
+        waiting, self._committed = self._committed, []
+        try:
+            self._batch.commit(self.store)
+        except Exception as exc:
+            if isinstance(exc, Deposed):
+                self._after_commit.clear()
+            else:  # the batch stays for the next flush: its calls wait with it
+                self._requeued[:0] = requeued
+            for fut in waiting:
+                if not fut.done():
+                    fut.set_exception(exc)
+            raise
+        self._new_keys.clear()
+        calls, self._after_commit = self._after_commit, []
+        for call in calls:
+            self._spawn(call())
+        for fut in waiting:
+            if not fut.done():
+                fut.set_result(None)
         for c in chunks:
             for q in self._listeners.get(c["job"], ()):
                 q.put_nowait((c["seq"], c["stream"], c["data"]))
@@ -724,22 +798,26 @@ class Scheduler:
     def _carry_out(self, action: Any) -> None:
         if self._closing or not self.may_act():
             return  # shutting down or deposed: what the core asks is the next leader's
+        rt = self.runtime
         match action:
             case StartPod(pod, profile, _node, gpus, standby):
-                rt = self.profiles[profile].runtime
-                self._spawn(
-                    self._call(self.runtime.start_pod(pod, rt, tuple(gpus), standby), pod=pod)
+                shape = self.profiles[profile].runtime
+                cls = self.core.pods[pod].job_class.value  # a cluster ranks pods by it
+                self._later(
+                    lambda: self._call(
+                        rt.start_pod(pod, shape, tuple(gpus), standby, job_class=cls), pod=pod
+                    )
                 )
             case PromoteStandby(pod):
-                self._spawn(self._call(self.runtime.promote(pod), pod=pod))
+                self._later(lambda: self._call(rt.promote(pod), pod=pod))
             case RecyclePod(pod, new_pod):
-                self._spawn(self._call(self.runtime.recycle(pod, new_pod), pod=new_pod))
+                self._later(lambda: self._call(rt.recycle(pod, new_pod), pod=new_pod))
             case StopPod(pod, _reason):
                 self._stop(pod)
             case BindJob(job, pods):
                 self._bind(job, pods)
             case KillJob(job, reason, grace_s):
-                self._spawn(self._call(self.runtime.kill_job(job, reason, grace_s)))
+                self._later(lambda: self._call(rt.kill_job(job, reason, grace_s)))
             case JobRequeued(job, reason):
                 row = self._requests[job]
                 row["requeues"] = int(row.get("requeues") or 0) + 1
@@ -753,26 +831,35 @@ class Scheduler:
             case _:
                 raise ValueError(f"unknown action {action!r}")
 
+    def _later(self, call: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Carry out a runtime call once the events that asked for it are committed."""
+        self._after_commit.append(call)
+        self._schedule_flush()
+
     def _stop(self, pod: str) -> None:
         self._stopping.add(pod)
-        self._spawn(self._call(self.runtime.stop_pod(pod), pod=pod, gone_on_error=True))
+        self._later(lambda: self._call(self.runtime.stop_pod(pod), pod=pod, gone_on_error=True))
 
     def _bind(self, job_id: str, pods: tuple[str, ...]) -> None:
         row = self._requests[job_id]
         world = len(pods)
         port = 0
         if world > 1:
-            self._port = (self._port + 1) % 1000
-            port = _MASTER_PORT_BASE + self._port
+            self._port = (self._port + 1) % MASTER_PORT_COUNT
+            port = MASTER_PORT_BASE + self._port
         for rank, pod in enumerate(pods):
-            topology = Topology(rank, world, "127.0.0.1", port or _MASTER_PORT_BASE)
-            self._spawn(self._call(self._bind_rank(row, pod, topology), job=job_id, pod=pod))
+            topology = Topology(rank, world, "127.0.0.1", port or MASTER_PORT_BASE, pods[0])
+            self._later(
+                lambda pod=pod, topology=topology: self._call(
+                    self._bind_rank(row, pod, topology), job=job_id, pod=pod
+                )
+            )
 
     async def _bind_rank(self, row: dict[str, Any], pod: str, topology: Topology) -> None:
         """Bind one rank: the job's env and its tenant's secrets opened only now, in memory."""
         env = self.box.open_env(row["env"])
         names = list(row.get("secrets") or ())
-        sealed = self.store.sealed_secrets(row["tenant"], names)
+        sealed = self.store.sealed_secrets(row["tenant"], names) if names else {}
         if missing := [n for n in names if n not in sealed]:
             raise BindRefused(f"secrets: {missing[0]!r} was deleted after the submit")
         env.update({n: self.box.open(sealed[n]) for n in names})
@@ -784,6 +871,7 @@ class Scheduler:
             env=env,
             timeout_s=float(row["timeout_s"]),
             topology=topology,
+            tenant=row["tenant"],
             run=int(row.get("requeues") or 0) + 1,
         )
         await self.runtime.bind(pod, binding)
@@ -862,6 +950,10 @@ class Scheduler:
                 self._schedule_flush()
             case JobExited(job, pod, exit_code, failure):
                 self._job_exited(job, pod, exit_code, failure)
+            case NodeUp(node):
+                self._feed(_node_added(node))
+            case NodeDown(name):
+                self._feed(NodeRemoved(name))
 
     def _job_exited(self, job_id: str, pod: str, exit_code: int, failure: Failure | None) -> None:
         rank = self._rank(job_id, pod)
@@ -934,6 +1026,11 @@ class Scheduler:
                 await asyncio.wait_for(self._wake.wait(), delay)
                 continue
             self._feed(Tick())
+
+
+def _node_added(node: Node) -> NodeAdded:
+    """A runtime's node as the core's event."""
+    return NodeAdded(node.name, node.gpu_model, len(node.gpus), node.cpu)
 
 
 def _agent_report(info: Any) -> AgentReport:

@@ -227,8 +227,10 @@ async def _stop_pods(cfg: Any) -> int:
 
 
 def _kube_runtime(path: Path, cfg: Any) -> Any:
-    """The Kubernetes runtime on the cluster this process runs in (or $KUBECONFIG's), its
-    GPUs read from the cluster's nodes before the broker builds its core."""
+    """The Kubernetes runtime on the cluster this process runs in (or $KUBECONFIG's); a
+    cluster without one ready GPU node is refused here, with a one-line message."""
+    import os
+
     try:
         from lightkube import ApiError, Client
         from lightkube.core.exceptions import ConfigError as KubeConfigError
@@ -241,7 +243,10 @@ def _kube_runtime(path: Path, cfg: Any) -> Any:
     try:
         settings = KubeSettings.load(path)
         rt = KubernetesRuntime(
-            settings, [p.core for p in cfg.profiles], code_dir=cfg.runtime_dir / "code"
+            settings,
+            [p.core for p in cfg.profiles],
+            code_dir=cfg.runtime_dir / "code",
+            own_pod=os.environ.get("POD_NAME"),  # the Deployment's downward API: the leader label
         )
         with Client(namespace=settings.namespace) as client:
             rt.use_nodes([n.to_dict() for n in client.list(Node)])
@@ -506,7 +511,7 @@ def bench_local(
     as_json: JsonOpt = False,
 ) -> None:
     """Start latency (warm/standby/cold), handover, throughput and idle memory, per profile."""
-    from stoker.broker.bench import BENCH_PHASES, run_bench
+    from stoker.broker.bench import BENCH_PHASES, THROUGHPUT_CALLERS, run_bench
 
     if torch:
         try:
@@ -544,12 +549,14 @@ def bench_local(
                 _fmt_ms(p["cold"]["start_ms_p50"]),
                 f"{p.get('cold_over_warm', 0):.0f}",
                 _fmt_ms(p["handover_ms_p50"]),
-                f"{p['throughput']['jobs_per_s']:.0f}",
+                *(f"{t['jobs_per_s']:.0f}" for t in p["throughput"].values()),
                 f"{p['idle_rss_mb']:.0f}",
             ]
         )
+    load = res["host"]["loadavg_1m_start"], res["host"].get("loadavg_1m_end", 0.0)
     _table(
-        f"stoker bench local -> {out / 'results.json'}",
+        f"stoker bench local -> {out / 'results.json'} (load average {load[0]:.1f} ->"
+        f" {load[1]:.1f} on {res['host']['cpus']} CPUs)",
         [
             "profile",
             "warm p50",
@@ -559,7 +566,7 @@ def bench_local(
             "cold p50",
             "cold/warm",
             "handover p50",
-            "jobs/s",
+            *(f"jobs/s {n} callers" for n in THROUGHPUT_CALLERS),
             "idle RSS MB",
         ],
         rows,

@@ -123,6 +123,26 @@ class PodForgotten:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeAdded:
+    """A node joined the cluster (or came back, or changed shape): ``gpus`` cards of
+    ``gpu_model``, named ``<name>/<index>``, free for any part to place on."""
+
+    name: str
+    gpu_model: str
+    gpus: int
+    cpu: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRemoved:
+    """A node left the cluster (deleted, cordoned, not ready, or without GPUs): nothing is
+    placed there any more, and every pod on it is taken as failed (``pod_died``, its job
+    typed so) and stopped, in case it still runs."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """Time passed: keep-alive deadlines, budget, standby, eta feedback, Chronus rounds,
     the HP demand meter's samples. The only clock event."""
@@ -141,5 +161,7 @@ Event = (
     | ForecastUpdated
     | JobForgotten
     | PodForgotten
+    | NodeAdded
+    | NodeRemoved
     | Tick
 )
