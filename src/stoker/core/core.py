@@ -251,12 +251,14 @@ class Core:
         """The one way a pod's state changes (raises on an illegal move, with history)."""
         self.pod_moves.transition(pod, state, now)
 
-    def move_job(self, job: Job, state: JobState, now: float) -> None:
-        """The one way a job's state changes (raises on an illegal move, with history)."""
+    def move_job(self, job: Job, state: JobState, now: float, *, lease: bool = False) -> None:
+        """The one way a job's state changes (raises on an illegal move, with history).
+        ``lease``: a lease handed back (Chronus), the one way an HP job is re-queued."""
         if (
             job.state is JobState.RUNNING
             and state is JobState.QUEUED
             and job.job_class is not JobClass.SPOT
+            and not lease
         ):
             raise CoreError(f"job {job.id}: only a spot job goes back to the queue once running")
         self.job_moves.transition(job, state, now)
@@ -274,8 +276,6 @@ class Core:
         job.finished = now
         job.failure = failure
         job.exit_code = exit_code
-        if job.job_class is JobClass.HP:
-            self.demand.add(job.spec.tenant, self.gangs.pool_of(job), -job.gpus)
         out.append(JobEnded(job.id, failure, exit_code))
 
     def _part(self, job_class: JobClass) -> WarmPools | GangScheduler:
@@ -311,8 +311,6 @@ class Core:
             return
         self.gangs.submit(job, now)  # checks the GPU pool first: nothing half-registered
         self.jobs[spec.id] = job
-        if spec.job_class is JobClass.HP:
-            self.demand.add(spec.tenant, self.gangs.pool_of(job), job.gpus)
 
     def _cancel(self, job_id: str, now: float, out: list[Action]) -> None:
         job = self._job(job_id)
