@@ -27,10 +27,12 @@ from stoker.core.events import (
     Event,
     ForecastUpdated,
     JobCancelled,
+    JobForgotten,
     JobSubmitted,
     NodeAdded,
     NodeRemoved,
     PodFailed,
+    PodForgotten,
     PodGone,
     PodReady,
     PodStopFailed,
@@ -104,8 +106,8 @@ class Core:
         self.policies = policies or Policies()
         self.jobs: dict[str, Job] = {}
         self.pods: dict[str, Pod] = {}
-        self.pod_moves = Transitions("pod", POD_MOVES)
-        self.job_moves = Transitions("job", JOB_MOVES)
+        self.pod_moves = Transitions("pod", POD_MOVES, PodState.GONE)
+        self.job_moves = Transitions("job", JOB_MOVES, JobState.FINISHED)
         self.now = start
         self._seq = 0  # pod ids
         self.warm = WarmPools(self, self.policies)
@@ -164,6 +166,10 @@ class Core:
                 self._bind_failed(job, pod, infra, now, out)
             case ForecastUpdated(tenant, gpu_model, mean, var):
                 self._forecast(tenant, gpu_model, mean, var)
+            case JobForgotten(job):
+                self._forget_job(job)
+            case PodForgotten(pod):
+                self._forget_pod(pod)
             case NodeAdded(name, gpu_model, gpus, cpu):
                 self._node_added(Node(name, gpu_model, [], cpu), gpus, now, out)
             case NodeRemoved(name):
@@ -310,6 +316,21 @@ class Core:
         job = self._job(job_id)
         if job.state is not JobState.FINISHED:
             self._part(job.job_class).cancel(job, now, out)
+
+    def _forget_job(self, job_id: str) -> None:
+        """Drop a finished job (the driver keeps its record); nothing else names it by
+        then (its part let go of it when it finished)."""
+        self.job_moves.forget(self._job(job_id))
+        del self.jobs[job_id]
+
+    def _forget_pod(self, pod_id: str) -> None:
+        """Drop a gone pod: its share is free and no unfinished job points at it (a job
+        whose pod goes is re-queued or ended on that event)."""
+        pod = self.pods.get(pod_id)
+        if pod is None:
+            raise CoreError(f"unknown pod {pod_id!r}")
+        self.pod_moves.forget(pod)
+        del self.pods[pod_id]
 
     def _current(self, job_id: str, pod: str | None) -> bool:
         """Whether rank news is of the job's current run (unknown pod: assumed so)."""

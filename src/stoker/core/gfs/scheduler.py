@@ -188,6 +188,12 @@ class _Queue:
             del self.buckets[k]
             self.keys.remove(k)
 
+    def drop(self, job: Job) -> None:
+        """Take a cancelled job out (O(its bucket)): a finished job may be forgotten, so
+        none may wait here for a pass to drop it."""
+        k = self.bucket(job)
+        self.remove(k, next(e for e in self.buckets[k] if e[1] == job.id))
+
     def heads(self) -> list[str]:
         return [self.buckets[k][0][1] for k in self.keys]
 
@@ -280,12 +286,12 @@ class GangScheduler:
         """A node left the cluster (nothing of hp or spot is placed there any more: the core
         failed its pods first)."""
         info = self.nodes.pop(name)
+        self.busy_cards -= info.total - info.full_free
         index = self.pools[info.pool]
         del index.nodes[name]
         del index.by_free[info.full_free][name]
         index.spot_nodes.pop(name, None)
         del self.node_jobs[name]
-        self.busy_cards -= info.total - info.full_free
         self._resize(info.pool)
         self._epoch[info.pool] += 1
 
@@ -329,8 +335,9 @@ class GangScheduler:
         if job.state is JobState.QUEUED:
             self._awaiting_clear(job.id)
             self._failed.pop(job.id, None)
+            self.queues[self.pool_of(job)][job.job_class].drop(job)
             self.host.end_job(job, Failure.CANCELLED, None, now, out)
-            self._dirty[self.pool_of(job)] = None  # its queue entry is dropped on the pass
+            self._dirty[self.pool_of(job)] = None
         elif job.state is JobState.PLACED:
             self._release(job)
             self._stop_pods(job, "cancelled", now, out)
