@@ -299,35 +299,11 @@ def simulate(
     cluster = build_cluster(trace.nodes)
     profiles = trace_profiles(trace.nodes)
     core = Core(cluster, profiles, spec.policies, start=t0)
-    pools = set(core.gangs.pools)
-    jobs = [j for j in trace.jobs if t0 <= j.submit_time < window.end]
-    carried = [
-        TraceJob(
-            name=f"{j.name}@carry",
-            tenant=j.tenant,
-            gpu_model=j.gpu_model,
-            gpu_request=j.gpu_request,
-            worker_num=j.worker_num,
-            submit_time=t0,
-            duration=j.submit_time + j.duration - t0,
-            job_class=j.job_class,
-        )
-        for j in trace.jobs
-        if j.submit_time < t0 < j.submit_time + j.duration and j.job_class == "hp"
-    ]
-    jobs = carried + jobs
-    if not jobs:
-        raise SimGFSError("the window holds no jobs")
-    unknown = sorted({j.gpu_model for j in jobs} - pools)
-    if unknown:
-        raise SimGFSError(f"gpu_model {unknown[0]!r}: no node of that model in the trace")
+    jobs = simulated_jobs(trace, window, set(core.gangs.pools))
     config = spec.policies.gangs
     cadence = cadence or (forecaster.cadence if forecaster else Cadence())
-    if forecaster is not None and t0 >= 60:
-        # the trace's HP history before the span: what the meter would hold had it run
-        start_min = int(t0 // 60)
-        warm = demand_series(trace.jobs, end_min=start_min)
-        core.demand.prefill({(k.tenant, k.pool): v for k, v in warm.items()}, start_min)
+    if forecaster is not None:
+        prefill_meter(core, trace, t0)
     workload = TraceWorkload(
         jobs,
         forecaster,
@@ -366,6 +342,46 @@ def simulate(
     metrics["wall_s"] = round(wall, 3)
     metrics["events_per_s"] = round(result.events / wall, 1) if wall > 0 else 0.0
     return TraceResult(spec.name, metrics, workload.timeline)
+
+
+def simulated_jobs(trace: Trace, window: Window, pools: set[str]) -> list[TraceJob]:
+    """The trace's jobs submitted in ``[window.sim_start, window.end)``, after the HP jobs
+    submitted earlier and still running at ``sim_start``, carried in (submitted then, with
+    the rest of their duration; named ``NAME@carry``). Raises when there are none, or a job
+    names a GPU model outside ``pools``."""
+    t0 = window.sim_start
+    jobs = [j for j in trace.jobs if t0 <= j.submit_time < window.end]
+    carried = [
+        TraceJob(
+            name=f"{j.name}@carry",
+            tenant=j.tenant,
+            gpu_model=j.gpu_model,
+            gpu_request=j.gpu_request,
+            worker_num=j.worker_num,
+            submit_time=t0,
+            duration=j.submit_time + j.duration - t0,
+            job_class=j.job_class,
+        )
+        for j in trace.jobs
+        if j.submit_time < t0 < j.submit_time + j.duration and j.job_class == "hp"
+    ]
+    jobs = carried + jobs
+    if not jobs:
+        raise SimGFSError("the window holds no jobs")
+    unknown = sorted({j.gpu_model for j in jobs} - pools)
+    if unknown:
+        raise SimGFSError(f"gpu_model {unknown[0]!r}: no node of that model in the trace")
+    return jobs
+
+
+def prefill_meter(core: Core, trace: Trace, t0: float) -> None:
+    """Fill the core's HP demand meter with the trace's HP history before ``t0``: what the
+    meter would hold had it run (the forecaster's first fit reads it)."""
+    if t0 < 60:
+        return
+    start_min = int(t0 // 60)
+    warm = demand_series(trace.jobs, end_min=start_min)
+    core.demand.prefill({(k.tenant, k.pool): v for k, v in warm.items()}, start_min)
 
 
 def _metrics(
