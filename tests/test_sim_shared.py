@@ -12,9 +12,9 @@ from stoker.cli.main import app
 
 SMALL = [
     "--scale",
-    "0.02",
+    "0.03",
     "--days",
-    "0.1",
+    "0.2",
     "--warm-days",
     "2",
     "--burn-in-days",

@@ -51,7 +51,7 @@ def sim_shared(
 
     from stoker.cli.progress import steps
     from stoker.sim.report_html import render
-    from stoker.sim.shared import STEPS, SharedConfig, run_all
+    from stoker.sim.shared import STEPS, SharedConfig, prepare, run_all
 
     console = Console(width=160)
 
@@ -79,6 +79,7 @@ def sim_shared(
             refit_every_min=refit_every_min,
             forecaster=forecaster,
         )
+        prep = prepare(cfg)  # bad input fails here, before any progress is drawn
         with steps(console) as bar:
             # each step's clock starts with its first news
             tasks = {s: bar.add_task(s, total=100, start=False) for s in STEPS}
@@ -90,7 +91,7 @@ def sim_shared(
                     bar.start_task(tasks[step])
                 bar.update(tasks[step], completed=round(100 * done, 1))
 
-            doc = run_all(cfg, tell)
+            doc = run_all(cfg, prep, tell)
         out.mkdir(parents=True, exist_ok=True)
         path = out / "results.json"
         path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")

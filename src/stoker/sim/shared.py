@@ -458,13 +458,15 @@ STEPS = ("sizing", *MODES)
 
 
 def run_all(
-    cfg: SharedConfig, progress: Callable[[str, float], None] | None = None
+    cfg: SharedConfig,
+    prep: Prepared,
+    progress: Callable[[str, float], None] | None = None,
 ) -> dict[str, Any]:
-    """The sizing run (loops alone on the pool model's nodes), then both modes; the
-    results document (no wall-clock figure in it: same seed, same file). ``progress``
-    hears (step of :data:`STEPS`, fraction of its simulated span done)."""
+    """The sizing run (loops alone on the pool model's nodes), then every mode on the
+    input :func:`prepare` made; the results document (no wall-clock figure in it: same
+    seed, same file). ``progress`` hears (step of :data:`STEPS`, fraction of its
+    simulated span done)."""
     tell = progress or (lambda _s, _f: None)
-    prep = prepare(cfg)
     alone = run_mode(
         cfg, prep, slice_nodes=None, with_trace=False, progress=lambda f: tell("sizing", f)
     )
