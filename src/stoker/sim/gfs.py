@@ -30,7 +30,7 @@ from stoker.core.registry import Preset
 from stoker.forecast.base import Cadence, Forecaster, ForecastError, SeriesKey
 from stoker.forecast.registry import DEFAULT_FORECASTER, make_forecaster
 from stoker.forecast.series import Calendar, demand_series
-from stoker.sim.engine import Simulator
+from stoker.sim.engine import Simulator, Workload
 from stoker.sim.virtual import VirtualRuntime
 from stoker.traces.base import Trace, TraceJob, TraceNode
 from stoker.traces.scale import capacity_scale, keep_nodes, time_scale
@@ -324,15 +324,7 @@ def simulate(
             alloc["window"] += held * (hi - lo)
 
     runtime = VirtualRuntime(instant=[p.name for p in profiles])
-    sim = Simulator(
-        core,
-        workload,
-        runtime,
-        start=t0,
-        record_held=False,
-        tick_prio=PRIO_TICK,
-        on_advance=advance,
-    )
+    sim = trace_simulator(core, workload, runtime, t0, advance)
     result = sim.run(max_time=window.end + tail_limit_s)
     if workload.remaining:
         raise SimGFSError(f"{spec.name}: {workload.remaining} jobs never finished")
@@ -342,6 +334,26 @@ def simulate(
     metrics["wall_s"] = round(wall, 3)
     metrics["events_per_s"] = round(result.events / wall, 1) if wall > 0 else 0.0
     return TraceResult(spec.name, metrics, workload.timeline)
+
+
+def trace_simulator(
+    core: Core,
+    workload: Workload,
+    runtime: VirtualRuntime,
+    start: float,
+    on_advance: Callable[[float, float], None],
+) -> Simulator:
+    """The engine as a trace run drives it: no GPUs-held timeline (a long run), the core's
+    Tick after the submissions of an instant, ``on_advance`` told of every clock step."""
+    return Simulator(
+        core,
+        workload,
+        runtime,
+        start=start,
+        record_held=False,
+        tick_prio=PRIO_TICK,
+        on_advance=on_advance,
+    )
 
 
 def simulated_jobs(trace: Trace, window: Window, pools: set[str]) -> list[TraceJob]:

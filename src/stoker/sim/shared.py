@@ -35,7 +35,6 @@ from stoker.forecast.base import Cadence
 from stoker.sim.engine import Simulator
 from stoker.sim.gfs import (
     DAY_S,
-    PRIO_TICK,
     Setup,
     SimGFSError,
     TraceWorkload,
@@ -46,6 +45,7 @@ from stoker.sim.gfs import (
     scale_spot_load,
     simulated_jobs,
     trace_profiles,
+    trace_simulator,
 )
 from stoker.sim.metrics import json_safe, percentile
 from stoker.sim.params import RuntimeParams
@@ -342,15 +342,7 @@ def run_mode(
     runtime = VirtualRuntime(
         cfg.runtime, cfg.seed, prepulled, instant=[p.name for p in trace_profs]
     )
-    sim = Simulator(
-        core,
-        workload,
-        runtime,
-        start=t0,
-        record_held=False,
-        tick_prio=PRIO_TICK,
-        on_advance=advance,
-    )
+    sim = trace_simulator(core, workload, runtime, t0, advance)
     result = sim.run(max_time=limit)
     if progress is not None:
         progress(1.0)
