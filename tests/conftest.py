@@ -147,10 +147,23 @@ def driver() -> Driver:
     return Driver(make_core())
 
 
+@pytest.fixture(autouse=True)
+def _nothing_outlives_the_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail the test that left a sandbox, process, pod cgroup or workspace mount under its
+    own ``tmp_path`` (checked after every other fixture of it has been torn down)."""
+    if "tmp_path" not in request.fixturenames:
+        yield
+        return
+    root = request.getfixturevalue("tmp_path")  # set up before (so torn down after) ours
+    yield
+    if left := leftovers(root):
+        pytest.fail(f"{request.node.nodeid} left {left}", pytrace=False)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _nothing_outlives_the_suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Fail the run if any test left a sandbox, process or pod cgroup under the session's
-    temporary directory (where every test's data dirs live)."""
+    """Fail the run if any test left a sandbox, process, pod cgroup or mount under the
+    session's temporary directory (where every test's data dirs live)."""
     yield
     left = leftovers(tmp_path_factory.getbasetemp())
     if left:

@@ -1,5 +1,6 @@
 """What a test left behind under a directory of its own: sandboxes and other processes whose
-command line names it, and pod cgroups of the runtimes whose state dirs lie in it.
+command line names it, pod cgroups of the runtimes whose state dirs lie in it, and mounts
+(a pod's workspace tmpfs) below it.
 
 Only what lives under ``root`` is counted, so tests running beside ours (other checkouts,
 other suites) never count."""
@@ -18,17 +19,18 @@ from stoker.runtime.local import cgroup_prefix
 class Leftovers:
     processes: tuple[str, ...]  # "pid cmdline"
     cgroups: tuple[str, ...]
+    mounts: tuple[str, ...] = ()
 
     @property
     def sandboxes(self) -> int:
         return sum(1 for p in self.processes if "bwrap" in p.split(" ", 2)[1])
 
     def __bool__(self) -> bool:
-        return bool(self.processes or self.cgroups)
+        return bool(self.processes or self.cgroups or self.mounts)
 
 
 def leftovers(root: Path) -> Leftovers:
-    """Live processes and pod cgroups that belong to ``root``."""
+    """Live processes, pod cgroups and mounts that belong to ``root``."""
     root = Path(root).resolve()
     me = os.getpid()
     procs = []
@@ -49,4 +51,15 @@ def leftovers(root: Path) -> Leftovers:
             for name in dirnames:
                 if name.startswith(prefixes):
                     cgroups.append(os.path.join(dirpath, name))
-    return Leftovers(tuple(sorted(procs)), tuple(sorted(cgroups)))
+    return Leftovers(tuple(sorted(procs)), tuple(sorted(cgroups)), _mounts_below(root))
+
+
+def _mounts_below(root: Path) -> tuple[str, ...]:
+    """Mount points under ``root`` in this mount namespace (/proc/self/mountinfo's fifth
+    field, octal escapes undone)."""
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split(" ")[4].encode().decode("unicode_escape")
+        if point.startswith(f"{root}/"):
+            found.append(point)
+    return tuple(sorted(found))

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from stoker.broker.auth import hash_token, new_token
-from stoker.broker.config import BrokerConfig, BrokerProfile
+from stoker.broker.config import BrokerConfig, BrokerProfile, ForecastConfig, SpotConfig
 from stoker.broker.embedded import EmbeddedBroker
 from stoker.broker.store import Batch, Store
 
@@ -100,9 +100,18 @@ def _submit(api: httpx.Client, tag: str, code: str = "pass") -> str:
     return str(r.json()["id"])
 
 
+def _wait(api: httpx.Client, job: str, timeout_s: float = 60.0) -> dict[str, Any]:
+    """The job once finished (a wait also returns when the job is re-queued: wait again)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = max(0.0, deadline - time.monotonic())
+        row = dict(api.get(f"/v1/jobs/{job}/wait", params={"timeout_s": left}).json())
+        if row["state"] == "finished" or left == 0.0:
+            return row
+
+
 def _run(api: httpx.Client, tag: str, code: str = "pass") -> dict[str, Any]:
-    job = _submit(api, tag, code)
-    return dict(api.get(f"/v1/jobs/{job}/wait", params={"timeout_s": 60}).json())
+    return _wait(api, _submit(api, tag, code))
 
 
 def _sign_in(driver: Any, eb: EmbeddedBroker) -> None:
@@ -351,55 +360,109 @@ def test_first_paint_with_1000_jobs(
         )
 
 
-def test_gpu_pool_panel_renders_the_pools_shape(
+# a spot job that checkpoints on SIGTERM: its first run waits to be preempted
+_SPOT = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+if os.environ["STOKER_RUN"] == "1":
+    time.sleep(90)
+"""
+
+
+def _fmt_n(v: float, digits: int = 1) -> str:
+    """As dashboard.js's fmtN writes it (String(Number(v.toFixed(d))))."""
+    return f"{round(v, digits):g}"
+
+
+def test_gpu_pool_panel_shows_a_live_preemption_and_forecast(
     tmp_path: Path, browser: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The GPU-pool panel with a forecast, eta and evictions: a GPU pool row in
-    ``GET /v1/pools``' shape handed to the page's own renderer (a broker of a few seconds
-    has no HP history to forecast from)."""
+    """The GPU-pool panel against a broker that ran it for real: an HP job preempted a spot
+    job (an eviction in the last day), the forecaster fitted on the HP demand the broker
+    metered and answered (a forecast band), and every figure on the card is the one
+    ``GET /v1/pools`` reports."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
-    with EmbeddedBroker(_cfg(tmp_path)) as eb:
+    cfg = BrokerConfig(
+        data_dir=tmp_path / "data",
+        profiles=[BrokerProfile.simple("plain")],
+        gpu_slots=1,
+        gpu_model="vgpu",
+        forecast=ForecastConfig(query_every_s=0.2, refit_every_s=0.5),
+        spot=SpotConfig(grace_s=20.0),
+    )
+    # two days of tenant b's HP demand, as an earlier broker stored it (the meter stores a
+    # minute once it has passed: a broker's own first minutes give the forecaster nothing)
+    cfg.data_dir.mkdir(parents=True)
+    store = Store.sqlite(cfg.db_path)
+    now_min = int(time.time() // 60)
+    store.record_hp_demand(
+        [("vgpu", "b", m, float(m // 60 % 24 >= 9)) for m in range(now_min - 2880, now_min)]
+    )
+    store.close()
+    with EmbeddedBroker(cfg) as eb:
+        admin = _api(eb, eb.admin_token)
+        a, b = (
+            _api(eb, admin.post("/v1/tenants", json={"name": n}).json()["token"])
+            for n in ("a", "b")
+        )
+        body = {"profile": "plain", "reuse_tag": "t", "gpus": 1.0}
+        spot = a.post(
+            "/v1/jobs",
+            json={**body, "argv": ["python", "-c", _SPOT], "job_class": "spot", "guarantee_s": 600},
+        ).json()["id"]
+        deadline = time.monotonic() + 60
+        while admin.get(f"/v1/jobs/{spot}").json()["state"] != "running":
+            assert time.monotonic() < deadline, "the spot job did not start"
+            time.sleep(0.05)
+        hp_code = "import time; time.sleep(2)"  # long enough for the meter to see it
+        hp = b.post(
+            "/v1/jobs", json={**body, "argv": ["python", "-c", hp_code], "job_class": "hp"}
+        ).json()["id"]
+        for job in (hp, spot):  # the spot job runs again after the HP job and ends
+            row = _wait(admin, job)
+            assert row["state"] == "finished" and row["exit_code"] == 0, row
+        assert admin.get(f"/v1/jobs/{spot}").json()["requeues"] == 1
+
+        def live_pool() -> dict[str, Any] | None:
+            (p,) = admin.get("/v1/pools").json()
+            return p if p["forecast"] and p["eviction_rate_1d"] > 0 else None
+
+        WebDriverWait(admin, 30, poll_frequency=0.2).until(lambda _: live_pool())
         _sign_in(browser, eb)
-        state = _api(eb, eb.admin_token).get("/dashboard/state").json()
-        now = state["now"]
-        hist_t = [now - 3600 + 60 * i for i in range(61)]
-        state["gpu_pools"] = [
-            {
-                "gpu_model": "H800",
-                "capacity": 64.0,
-                "hp_gpus": 30.0,
-                "spot_gpus": 12.5,
-                "spot_quota": 20.0,
-                "eta": 0.95,
-                "eviction_rate_1d": 0.0625,
-                "forecast": {
-                    "hours": [0, 1, 2, 3],
-                    "mean": [31.0, 35.0, 40.0, 36.0],
-                    "var": [4.0, 9.0, 16.0, 9.0],
-                    "quantile": [33.6, 38.8, 45.1, 39.8],
-                    "g": 0.9,
-                },
-                "queued": {"hp": 2, "spot": 7},
-                "history": {
-                    "t": hist_t,
-                    "hp": [28 + (i % 7) for i in range(61)],
-                    "spot": [10 + (i % 5) for i in range(61)],
-                    "quota": [20.0] * 61,
-                },
-            }
-        ]
-        browser.execute_script("clearTimeout(timer); render(arguments[0]);", state)
-        card = browser.find_element(By.CSS_SELECTOR, 'article.pool[data-gpu-model="H800"]')
-        text = card.text
-        for want in ("H800 · 64 GPUs", "HP use\n30\n", "12.5 / 20", "0.95", "6.3 %"):
-            assert want in text, (want, text)
-        dd = [e.text for e in card.find_elements(By.TAG_NAME, "dd")]
-        assert dd[-2:] == ["2", "7"]  # queued hp, spot
-        paths = card.find_elements(By.CSS_SELECTOR, "svg path")
-        assert len(paths) == 5 and all(p.get_attribute("d") for p in paths)
-        assert "spot 12.5 of a 20 spot quota" in card.find_element(
-            By.CSS_SELECTOR, ".bar.quota"
-        ).get_attribute("aria-label")
+
+        def card() -> dict[str, Any]:
+            # in one script: the page re-renders the card at every poll
+            return dict(
+                browser.execute_script(
+                    """const c = document.querySelector('article.pool[data-gpu-model="vgpu"]');
+                    const all = (q, f) => [...c.querySelectorAll(q)].map(f);
+                    return c && {h3: c.querySelector("h3").textContent,
+                      dd: all("dd", (e) => e.textContent),
+                      paths: all("svg path", (e) => e.getAttribute("d"))};"""
+                )
+                or {}
+            )
+
+        def card_matches_api(_: Any) -> dict[str, Any] | None:
+            # the page polls every 2 s and the forecast is queried again meanwhile: read
+            # the API and the card until one poll shows the same figures
+            (pool,) = admin.get("/v1/pools").json()
+            shown = card()
+            want = [
+                _fmt_n(pool["hp_gpus"], 2),
+                f"{_fmt_n(pool['spot_gpus'], 2)} / {_fmt_n(pool['spot_quota'], 2)}",
+                _fmt_n(pool["eta"], 3),
+                f"{100 * pool['eviction_rate_1d']:.1f} %",
+                str(pool["queued"]["hp"]),
+                str(pool["queued"]["spot"]),
+            ]
+            return shown if shown.get("h3") == "vgpu · 1 GPUs" and shown["dd"] == want else None
+
+        shown = WebDriverWait(browser, 20, poll_frequency=0.5).until(card_matches_api)
+        assert shown["dd"][3] != "0.0 %"  # the eviction is on the card
+        # HP actual, the forecast band, its mean, spot use and the quota: each one drawn
+        assert len(shown["paths"]) == 5 and all(shown["paths"]), shown["paths"]
         assert browser.find_elements(By.ID, "no-gpu-pools") == []
         _screenshot(browser, "dashboard-gpu-pools", 1280, capsys)

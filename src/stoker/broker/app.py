@@ -682,7 +682,8 @@ def create_app(broker: Broker) -> FastAPI:
                     422, "invalid", f"query.tenant: unknown tenant {tenant!r}", "query.tenant"
                 )
             scope = who.tenant
-        return [_job_view(r) for r in broker.store.list_jobs(scope, tuple(state), limit, wanted)]
+        rows = broker.reads.list_jobs(scope, tuple(state), limit, wanted)
+        return [_job_view(r) for r in rows]
 
     @app.get("/v1/jobs/{job_id}", response_model=JobView)
     async def get_job(job_id: str, who: Caller) -> JobView:

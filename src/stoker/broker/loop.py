@@ -454,6 +454,14 @@ class Scheduler:
         self._flush()  # a job that just finished is written only at the next flush
         return self.store.get_job(job_id)
 
+    def list_jobs(
+        self, tenant: str | None, states: tuple[str, ...], limit: int, labels: dict[str, str]
+    ) -> list[dict[str, Any]]:
+        """Jobs from the store, after what the last events changed is written (a list read
+        right after a job's wait returned shows that job as finished)."""
+        self._flush()
+        return self.store.list_jobs(tenant, states, limit, labels)
+
     def _current(self, row: dict[str, Any]) -> dict[str, Any]:
         """An unfinished job's row with the core's view of it (what the store holds)."""
         job = self.core.jobs[row["id"]]

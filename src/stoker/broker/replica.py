@@ -42,6 +42,11 @@ class StoreReads:
     def job(self, job_id: str) -> dict[str, Any] | None:
         return self.store.get_job(job_id)
 
+    def list_jobs(
+        self, tenant: str | None, states: tuple[str, ...], limit: int, labels: dict[str, str]
+    ) -> list[dict[str, Any]]:
+        return self.store.list_jobs(tenant, states, limit, labels)
+
     async def wait(self, job_id: str, timeout_s: float) -> dict[str, Any] | None:
         """The job's row once finished or re-queued (preempted), or as it is when
         ``timeout_s`` passes."""
