@@ -51,7 +51,7 @@ from stoker.sim.metrics import json_safe, percentile
 from stoker.sim.params import RuntimeParams
 from stoker.sim.virtual import VirtualRuntime
 from stoker.sim.workloads import CallerPlan, LoopWorkload, MixSpec, mix
-from stoker.traces.base import Trace, TraceNode
+from stoker.traces.base import Trace, TraceJob, TraceNode
 
 LOOP_PROFILE = "loop"
 LOOP_PREFIX = "loop-"
@@ -254,7 +254,6 @@ class Prepared:
     """The trace, its window, the loops' plans and the pool model: the same for every run."""
 
     trace: Trace
-    jobs: list[Any]
     window: Window
     plans: list[CallerPlan]
     model: str
@@ -269,7 +268,7 @@ def prepare(cfg: SharedConfig) -> Prepared:
     jobs = scale_spot_load(trace.jobs, cfg.spot_load, cfg.seed)
     trace = Trace(trace.name, trace.nodes, jobs, trace.source, dict(trace.notes))
     model = pick_model(trace.nodes, cfg.pool_model)
-    return Prepared(trace, jobs, window, loop_plans(cfg, window), model)
+    return Prepared(trace, window, loop_plans(cfg, window), model)
 
 
 @dataclass
@@ -277,9 +276,7 @@ class RunResult:
     """One mode's figures and what the run saw."""
 
     metrics: dict[str, Any]
-    records: dict[str, Record]
     accounting: Accounting
-    events: int
 
 
 def run_mode(
@@ -307,7 +304,7 @@ def run_mode(
     t0 = window.sim_start
     core = Core(cluster, [*trace_profs, loop], spec.policies, start=t0)
     trace_wl = None
-    jobs: list[Any] = []
+    jobs: list[TraceJob] = []
     if with_trace:
         jobs = simulated_jobs(prep.trace, window, set(cluster.capacity))
         cadence = Cadence(refit_every_min=cfg.refit_every_min, query_every_min=cfg.query_every_min)
@@ -348,7 +345,7 @@ def run_mode(
         progress(1.0)
     metrics = _metrics(core, workload, jobs, loops, window, acct, result.end)
     metrics["events"] = result.events
-    return RunResult(metrics, workload.records, acct, result.events)
+    return RunResult(metrics, acct)
 
 
 def _mean(values: list[float]) -> float | None:
@@ -358,7 +355,7 @@ def _mean(values: list[float]) -> float | None:
 def _metrics(
     core: Core,
     workload: SharedWorkload,
-    jobs: list[Any],
+    jobs: list[TraceJob],
     loops: LoopWorkload,
     window: Window,
     acct: Accounting,
