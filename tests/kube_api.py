@@ -93,6 +93,9 @@ class FakeApi:
     faults: list[Fault] = field(default_factory=list)
     requests: list[tuple[str, str, str]] = field(default_factory=list)  # method, path, query
     hooks: list[Callable[[str, dict[str, Any]], None]] = field(default_factory=list)
+    # a kubelet running the pod: True if it takes a graceful deletion over (it removes the
+    # pod itself once its container is gone); without one a pod goes at once
+    terminator: Callable[[str, int], bool] | None = None
     validate: bool = True
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _watch_gen: int = 0
@@ -230,6 +233,17 @@ class FakeApi:
             return self._json(200, self.objects[key])
         if method == "DELETE":
             obj = self.objects[key]
+            grace = int(query.get("gracePeriodSeconds", "30"))
+            graceful = kind == "pods" and grace > 0 and self.terminator is not None
+            if graceful and self.terminator(str(name), grace):  # type: ignore[misc]
+                # Terminating: the kubelet sends SIGTERM, SIGKILL after the grace, and the
+                # pod object goes once its containers have
+                if not obj["metadata"].get("deletionTimestamp"):
+                    obj = copy.deepcopy(obj)
+                    obj["metadata"]["deletionTimestamp"] = "2026-12-03T08:00:01Z"
+                    obj["metadata"]["deletionGracePeriodSeconds"] = grace
+                    self._store(kind, obj, "MODIFIED")
+                return self._json(200, obj)
             self.remove(kind, str(name))
             return self._json(200, obj)
         if method == "PATCH":
@@ -340,7 +354,12 @@ class Kubelet:
         self.oom: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.auto_start = True
+        self.signals: dict[str, list[str]] = {}  # pod -> what it was sent, in order
+        self.stuck: set[str] = set()  # pods whose node stopped answering: never removed
+        self._terminating: set[str] = set()
+        self._ips = iter(range(7, 255))  # each pod its own IP, as a CNI gives them
         api.hooks.append(self._on_change)
+        api.terminator = self.terminate
 
     def _on_change(self, etype: str, obj: dict[str, Any]) -> None:
         name = obj["metadata"]["name"]
@@ -362,6 +381,34 @@ class Kubelet:
     async def _reap(self, proc: asyncio.subprocess.Process) -> None:
         await proc.wait()
 
+    def terminate(self, name: str, grace: int) -> bool:
+        """A graceful delete: SIGTERM to the container's first process, SIGKILL to all of
+        it once ``grace`` has passed, then the pod object goes (never, while ``stuck``)."""
+        proc = self.procs.get(name)
+        if proc is None or proc.returncode is not None:
+            return False  # nothing runs it: the API server deletes it at once
+        if name not in self._terminating:
+            self._terminating.add(name)
+            self._spawn(self._terminate(name, proc, grace))
+        return True
+
+    async def _terminate(self, name: str, proc: asyncio.subprocess.Process, grace: int) -> None:
+        self.signals.setdefault(name, []).append("SIGTERM")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(proc.wait()), grace)
+        except TimeoutError:
+            self.signals[name].append("SIGKILL")
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+        while name in self.stuck:
+            await asyncio.sleep(0.05)
+        self._terminating.discard(name)
+        if name in self.api.pods():
+            self.api.remove("pods", name)
+
     def _env(self, pod: dict[str, Any], workspace: Path) -> dict[str, str]:
         env = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8"}
         for var in pod["spec"]["containers"][0].get("env") or []:
@@ -372,6 +419,8 @@ class Kubelet:
                 secret = self.api.secrets()[ref["name"]]
                 env[var["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
         env["HOME"] = str(workspace)
+        env["TMPDIR"] = str(workspace.parent / f"{workspace.name}.tmp")  # the pod's own /tmp
+        Path(env["TMPDIR"]).mkdir(exist_ok=True)
         return env
 
     async def run(self, name: str) -> None:
@@ -405,7 +454,7 @@ class Kubelet:
         self.procs[name] = proc
         running = {
             "phase": "Running",
-            "podIP": "10.0.0.7",
+            "podIP": f"10.0.0.{next(self._ips)}",
             "containerStatuses": [
                 {**self._image(pod), "ready": True, "restartCount": 0, "state": {"running": {}}}
             ],
@@ -415,6 +464,8 @@ class Kubelet:
         code = await proc.wait()
         if self.procs.get(name) is not proc or name not in self.api.pods():
             return  # deleted: the API server already said so
+        if name in self._terminating:
+            return  # deleted gracefully: the pod object goes next
         reason = "OOMKilled" if name in self.oom else ("Completed" if code == 0 else "Error")
         exit_code = 137 if code < 0 else code
         self.api.set_status(

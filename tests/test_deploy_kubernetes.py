@@ -54,7 +54,10 @@ def _shape(
     core = Profile("gpu", gpu_model="NVIDIA-H100-80GB-HBM3", share=0.9, standby_share=0.1)
     if mech is ShareMechanism.NONE:
         core = Profile("gpu", gpu_model="NVIDIA-H100-80GB-HBM3", gpus=2)
-    rt = RuntimeProfile("gpu", preload=("torch",), runtime_class=runtime_class, network=network)
+    grace = 30.0 if runtime_class else None  # a profile's own grace, or the settings'
+    rt = RuntimeProfile(
+        "gpu", preload=("torch",), runtime_class=runtime_class, network=network, grace_s=grace
+    )
     gpus = ("node-1/0",) if core.gpus == 1 else ("node-1/0", "node-1/1")
     return pods.PodShape("pod-7", core, rt, "node-1", gpus, standby, job_class, mem)
 
@@ -89,6 +92,8 @@ def test_every_pod_the_runtime_builds_is_valid(
     assert {m["mountPath"] for m in c["volumeMounts"]} == {"/workspace", "/tmp", "/dev/shm"}
     assert spec["priorityClassName"] == f"stoker-{job_class}"
     assert spec.get("runtimeClassName") == rc
+    assert spec["terminationGracePeriodSeconds"] == (30 if rc else s.termination_grace_s)
+    assert {e["name"] for e in c["env"]} >= {"STOKER_DEPS_INDEX_URL", "STOKER_DEPS_FIND_LINKS"}
     assert c["command"][:5] == ["python", "-m", "stoker.agent", "--dial", s.gateway_addr]
     assert json.loads(notes["stoker.dev/spec"])["standby"] is standby
     env = {e["name"]: e for e in c["env"]}
@@ -200,8 +205,12 @@ def test_rbac_networking_and_priorities() -> None:
     values = {o["metadata"]["name"]: o["value"] for o in deploy.priority_classes(cfg)}
     assert values["stoker-spot"] < values["stoker-pool"] < values["stoker-hp"]
     agents = by[("NetworkPolicy", "stoker-pods")]["spec"]
-    assert agents["ingress"] == [] and len(agents["egress"]) == 2
-    to_broker, dns = agents["egress"]
+    rendezvous = [{"protocol": "TCP", "port": 29500, "endPort": 30499}]
+    pods = {"podSelector": {"matchLabels": cfg.settings.base_labels("pod")}}
+    # a pod takes connections only from stoker pods (a gang's ranks), on the rendezvous ports
+    assert agents["ingress"] == [{"from": [pods], "ports": rendezvous}]
+    to_broker, to_ranks, dns = agents["egress"]
+    assert to_ranks == {"to": [pods], "ports": rendezvous}
     assert to_broker["ports"] == [{"protocol": "TCP", "port": 8766}]
     assert (
         to_broker["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "broker"

@@ -659,8 +659,8 @@ async def test_an_agent_that_hangs_up_unasked_is_stopped_not_forgotten(rig: Rig)
     pod = await rig.pod()
     init = rig.rt.pod_info(pod).init_pid
     rec = rig.rt._pods[pod]
-    assert rec.writer is not None
-    rec.writer.write(b"not a message\n")  # the agent drops this connection, without a word
+    assert rec.link.writer is not None
+    rec.link.writer.write(b"not a message\n")  # the agent drops this connection, without a word
     assert await rig.until(PodDown) == PodDown(pod, Failure.POD_DIED)
     # killed, not left running untracked (at most a zombie a moment, until it is reaped)
     stat = Path(f"/proc/{init}/stat")

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import io
 import json
 import os
 import socket
 import tarfile
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,26 +21,33 @@ from typing import Any
 import pytest
 
 from kube_api import FakeApi, Kubelet, kube_client, procs_under
+from runtime_rig import tiny_wheel
 from stoker.agent import protocol
 from stoker.core.model import Failure, Profile
 from stoker.runtime.base import (
+    BindRefused,
     JobBinding,
     JobExited,
     JobOutput,
     JobRunning,
+    NodeDown,
+    NodeUp,
     PodDown,
     PodUp,
     RuntimeEvent,
     RuntimeProfile,
+    Topology,
 )
 from stoker.runtime.code import CodeNotFound
 from stoker.runtime.kubernetes.runtime import (
     CODE_CHUNK,
     Backoff,
     KubernetesRuntime,
+    KubeRuntimeError,
     NotCarried,
     PodBusy,
     PodStartError,
+    PodStopTimeout,
 )
 from stoker.runtime.kubernetes.settings import (
     LABEL_LEADER,
@@ -76,10 +85,15 @@ class Kube:
     seen: list[RuntimeEvent] = field(default_factory=list)
 
     def runtime(self, **kw: Any) -> KubernetesRuntime:
-        settings = KubeSettings(start_timeout_s=kw.pop("start_timeout_s", 30), stop_timeout_s=10)
+        settings = KubeSettings(
+            start_timeout_s=kw.pop("start_timeout_s", 30),
+            stop_timeout_s=kw.pop("stop_timeout_s", 10),
+            termination_grace_s=kw.pop("termination_grace_s", 5),
+            **kw.pop("settings", {}),
+        )
         rt = KubernetesRuntime(
             settings,
-            [CORE],
+            kw.pop("profiles", [CORE]),
             client=kube_client(self.api),
             listen=("127.0.0.1", self.port),
             backoff=Backoff(base_s=0.01, cap_s=0.05),
@@ -245,7 +259,7 @@ async def test_standby_pod_then_promotion(kube: Kube) -> None:
     assert out == b"0\n"  # the container's one device, once promoted
 
 
-async def test_code_is_sent_to_the_pod_deps_are_refused(kube: Kube, tmp_path: Path) -> None:
+async def test_code_is_sent_to_the_pod(kube: Kube, tmp_path: Path) -> None:
     rt = kube.runtime(code_dir=tmp_path / "code")
     await rt.discover()
     await _up(kube, rt, "pod-c")
@@ -266,10 +280,48 @@ async def test_code_is_sent_to_the_pod_deps_are_refused(kube: Kube, tmp_path: Pa
         assert out == f"{CODE_CHUNK + 1000}\n".encode() and exited.exit_code == 0
     with pytest.raises(CodeNotFound):
         await rt.bind("pod-c", JobBinding(job="c3", argv=("true",), code_digest="ab" * 32))
-    with pytest.raises(NotCarried, match="deps"):
-        await rt.bind("pod-c", JobBinding(job="d", argv=("true",), deps=("six",)))
     with pytest.raises(NotCarried, match="code_dir"):
         await kube.runtime().put_code(buf.getvalue())
+
+
+async def test_deps_are_installed_in_the_pod_by_its_agent(kube: Kube, tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    name = f"stokertiny{uuid.uuid4().hex[:6]}"
+    tiny_wheel(wheels, name, "from-overlay")
+    # the pods' index: these wheels only (uv reads it from the pod's environment)
+    rt = kube.runtime(settings={"deps_index_url": "", "deps_find_links": str(wheels)})
+    await rt.discover()
+    await _up(kube, rt, "pod-d")
+    env = {
+        e["name"]: e.get("value")
+        for e in kube.api.pods()[object_name("pod-d")]["spec"]["containers"][0]["env"]
+    }
+    assert env["STOKER_DEPS_INDEX_URL"] == "" and env["STOKER_DEPS_FIND_LINKS"] == str(wheels)
+    code = f"import {name}; print({name}.VALUE)"
+    for job, argv in (("d1", ("python", "-c", code)), ("d2", ("sh", "-c", f"python -c '{code}'"))):
+        await rt.bind("pod-d", JobBinding(job=job, argv=argv, deps=(name,)))
+        out, exited = await kube.collect(rt, job)
+        assert out == b"from-overlay\n" and exited.exit_code == 0, job
+    # built once, inside the pod (its own /tmp), and reused by the second job
+    overlays = tmp_path / "node" / f"{object_name('pod-d')}.tmp" / "stoker-deps"
+    assert len([p for p in overlays.iterdir() if not p.name.startswith(".")]) == 1
+    await rt.bind("pod-d", JobBinding(job="plain", argv=("python", "-c", code)))
+    assert (await kube.collect(rt, "plain"))[1].failure is Failure.USER_ERROR  # not for others
+    # a dep no index has: the job's own error, typed, and said on its stderr
+    await rt.bind("pod-d", JobBinding(job="missing", argv=("true",), deps=("nosuchpkg-stoker",)))
+    err = b""
+    while True:
+        ev = await kube.until(rt, JobOutput | JobExited)
+        if isinstance(ev, JobOutput):
+            err += ev.data
+        elif ev.job == "missing":
+            break
+    assert ev.failure is Failure.USER_ERROR and b"deps" in err, err
+    # an installer option is never a dep: refused before it reaches the pod
+    with pytest.raises(BindRefused, match="option or a path"):
+        await rt.bind("pod-d", JobBinding(job="opt", argv=("true",), deps=("-r/etc/passwd",)))
+    assert not (tmp_path / "node" / "stoker-deps").exists()
 
 
 async def test_vanished_pods_are_typed_failures(kube: Kube) -> None:
@@ -385,7 +437,7 @@ async def test_a_new_broker_readopts_pods_and_collects_garbage(kube: Kube) -> No
     await first.close()  # the broker goes; its pods and their jobs keep running
     await asyncio.sleep(0.8)
     # a pod of this install no broker can ever speak to (its Secret is gone): garbage
-    lost = {"name": "stoker-lost", "labels": {"stoker.dev/instance": "stoker"}}
+    lost = {"name": "stoker-lost", "labels": KubeSettings().base_labels("pod")}
     spec = {"containers": [{"name": "agent", "image": "registry.test/stoker:1"}]}
     kube.api._store(
         "pods", {"apiVersion": "v1", "kind": "Pod", "metadata": lost, "spec": spec}, "ADDED"
@@ -398,6 +450,8 @@ async def test_a_new_broker_readopts_pods_and_collects_garbage(kube: Kube) -> No
     assert out == b"done\n" and exited.exit_code == 0
     # pod-b is not known to the new broker's core: collected by label, Secret and all
     assert await second.collect_garbage(keep=["pod-a"]) == ["pod-b"]
+    while object_name("pod-b") in kube.api.pods():  # terminating: its grace is its own
+        await asyncio.sleep(0.05)
     assert sorted(kube.api.pods()) == [object_name("pod-a")]
     assert sorted(kube.api.secrets()) == [f"{object_name('pod-a')}-token"]
     await second.bind("pod-a", JobBinding(job="again", argv=("echo", "again")))
@@ -405,67 +459,133 @@ async def test_a_new_broker_readopts_pods_and_collects_garbage(kube: Kube) -> No
     assert out == b"again\n"
 
 
-async def test_the_leader_labels_its_own_pod(kube: Kube) -> None:
-    rt = kube.runtime()
-    kube.api._store(
-        "pods",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "broker-0"},
-            "spec": {"containers": []},
-        },
-        "ADDED",
-    )
-    await rt.mark_leader("broker-0", True)
-    assert kube.api.pods()["broker-0"]["metadata"]["labels"] == {LABEL_LEADER: "true"}
-    await rt.mark_leader("broker-0", False)
-    assert kube.api.pods()["broker-0"]["metadata"]["labels"] == {}
+async def test_the_runtime_labels_its_broker_pod_the_leader_while_it_runs(kube: Kube) -> None:
+    def broker_pod(name: str, **labels: str) -> None:
+        meta = {"name": name, "labels": {**KubeSettings().base_labels("broker"), **labels}}
+        spec = {"containers": []}
+        kube.api._store(
+            "pods", {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}, "ADDED"
+        )
+
+    broker_pod("broker-0")
+    broker_pod("broker-1", **{LABEL_LEADER: "true"})  # a leader deposed while cut off
+    rt = kube.runtime(own_pod="broker-0")
+
+    def leaders() -> list[str]:
+        return sorted(
+            n for n, o in kube.api.pods().items() if LABEL_LEADER in o["metadata"]["labels"]
+        )
+
+    await rt.start()  # what taking the lead does: the gateway listens, the label follows
+    assert leaders() == ["broker-0"]
+    await rt.close()  # stepping down
+    assert leaders() == []
+    await rt.start()  # leading again, on the same runtime
+    assert leaders() == ["broker-0"]
+    await rt.close()
 
 
-async def test_a_job_through_the_broker_runs_in_a_kubernetes_pod(
+async def test_jobs_through_the_broker_run_in_kubernetes_pods_on_the_clusters_nodes(
     kube: Kube, tmp_path: Path
 ) -> None:
-    """The broker's HTTP API, its core and store, with this runtime: a job becomes a Pod."""
+    """The broker's HTTP API, its core and store, with this runtime: the core's cluster is
+    the cluster's nodes (and follows them), every class of job becomes Pods with its
+    PriorityClass and its tenant's hash, and a gang's ranks meet at rank 0's pod IP."""
     import httpx
 
     from stoker.broker.app import Broker
     from stoker.broker.config import BrokerConfig, BrokerProfile
 
+    created: dict[str, dict[str, Any]] = {}  # every Pod as the runtime created it
+    ips: dict[str, str] = {}
+
+    def seen(etype: str, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        if etype == "ADDED":
+            created[name] = obj
+        if (obj.get("status") or {}).get("podIP"):
+            ips[name] = obj["status"]["podIP"]
+
+    kube.api.hooks.append(seen)
     plain = BrokerProfile.simple("plain")
-    rt = KubernetesRuntime(
-        KubeSettings(start_timeout_s=30, stop_timeout_s=10),
-        [plain.core],
-        client=kube_client(kube.api),
-        listen=("127.0.0.1", kube.port),
-        backoff=Backoff(base_s=0.01, cap_s=0.05),
-    )
-    await rt.discover()
-    broker = Broker(BrokerConfig(data_dir=tmp_path / "data", profiles=[plain]), rt)
+    rt = kube.runtime(profiles=[plain.core])
+    cfg = BrokerConfig(data_dir=tmp_path / "data", profiles=[plain], gpu_model=H100)
+    broker = Broker(cfg, rt)
     await broker.start()
+    core = broker.scheduler.core  # type: ignore[union-attr]
+    assert {n: len(x.gpus) for n, x in core.cluster.nodes.items()} == {"gpu-a": 2}
     transport = httpx.ASGITransport(app=broker.app)
+
+    async def until(what: Any) -> None:
+        while not what():
+            await asyncio.sleep(0.05)
+
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://broker") as http:
             admin = {"Authorization": f"Bearer {broker.admin_token}"}
             r = await http.post("/v1/tenants", json={"name": "acme"}, headers=admin)
             auth = {"Authorization": f"Bearer {r.json()['token']}"}
-            body = {
-                "profile": "plain",
-                "argv": ["sh", "-c", "echo hi from $STOKER_POD"],
-                "reuse_tag": "t",
-            }
-            r = await http.post("/v1/jobs", json=body, headers=auth)
-            assert r.status_code == 201, r.text
-            job = r.json()["id"]
-            r = await http.get(f"/v1/jobs/{job}/wait", params={"timeout_s": 60}, headers=auth)
-            done = r.json()
+
+            async def run(argv: list[str], **extra: Any) -> tuple[dict[str, Any], bytes]:
+                body = {"profile": "plain", "argv": argv, "reuse_tag": "t", **extra}
+                r = await http.post("/v1/jobs", json=body, headers=auth)
+                assert r.status_code == 201, r.text
+                job = r.json()["id"]
+                r = await http.get(f"/v1/jobs/{job}/wait", params={"timeout_s": 60}, headers=auth)
+                done = r.json()
+                r = await http.get(f"/v1/jobs/{job}/output", params={"follow": False}, headers=auth)
+                lines = [json.loads(x) for x in r.text.splitlines() if x.strip()]
+                out = b"".join(base64.b64decode(m["data"]) for m in lines if "data" in m)
+                return done, out
+
+            done, out = await run(["sh", "-c", "echo hi from $STOKER_POD"])
             assert done["state"] == "finished" and done["exit_code"] == 0, done
             pod = done["pods"][0]
-            r = await http.get(f"/v1/jobs/{job}/output", params={"follow": False}, headers=auth)
-            lines = [json.loads(x) for x in r.text.splitlines() if x.strip()]
-            out = b"".join(base64.b64decode(m["data"]) for m in lines if "data" in m)
             assert out == f"hi from {pod}\n".encode()
             assert object_name(pod) in kube.api.pods()  # a real Pod object, kept warm
+            labels = kube.api.pods()[object_name(pod)]["metadata"]["labels"]
+            assert labels[LABEL_TENANT] == tenant_hash("acme")
+            # hp and spot: their PriorityClass, spot below hp, so the cluster's own
+            # scheduler never evicts hp for spot
+            for cls in ("hp", "spot"):
+                done, _ = await run(["true"], job_class=cls)
+                assert done["state"] == "finished" and done["exit_code"] == 0, done
+            priority = {
+                (o["metadata"]["labels"]["stoker.dev/class"], o["spec"]["priorityClassName"])
+                for o in created.values()
+            }
+            assert priority == {
+                ("pool", "stoker-pool"),
+                ("hp", "stoker-hp"),
+                ("spot", "stoker-spot"),
+            }
+            # a gang of two: each rank dials rank 0's pod, at its pod IP
+            before = set(created)
+            argv = ["sh", "-c", "echo $RANK $MASTER_ADDR"]
+            done, out = await run(argv, job_class="hp", workers=2)
+            assert done["state"] == "finished" and done["exit_code"] == 0, done
+            gang_ips = {ips[name] for name in set(created) - before}
+            (rank0, rank1) = sorted(out.decode().splitlines())
+            master = rank0.split()[1]
+            assert rank0 == f"0 {master}" and rank1 == f"1 {master}" and master in gang_ips
+            # a node joins: the core places on it; it leaves: the core's model follows
+            kube.api.add_node("gpu-b", H100, 4)
+            await until(lambda: "gpu-b" in core.cluster.nodes)
+            assert core.cluster.capacity[H100] == 6
+            kube.api.remove("nodes", "gpu-b")
+            await until(lambda: "gpu-b" not in core.cluster.nodes)
+            assert core.cluster.capacity[H100] == 2
+    finally:
+        await broker.close(stop_pods=False)
+    # a restarted broker replays the cluster its decisions saw (the node events are in its
+    # log), then meets the cluster as it is now: gpu-c joined while no broker ran
+    kube.api.add_node("gpu-c", H100, 1)
+    broker = Broker(cfg, kube.runtime(profiles=[plain.core]))
+    await broker.start()
+    try:
+        nodes = broker.scheduler.core.cluster.nodes  # type: ignore[union-attr]
+        assert {n: len(x.gpus) for n, x in nodes.items()} == {"gpu-a": 2, "gpu-c": 1}
+        assert broker.recovery["replayed"] > 0
     finally:
         await broker.close(stop_pods=True)
     assert kube.api.pods() == {} and kube.api.secrets() == {}
@@ -485,3 +605,107 @@ def test_the_agent_dials_only_with_a_token() -> None:
             timeout=60,
         )
         assert res.returncode == 2 and why in res.stderr, res.stderr
+
+
+async def test_the_ranks_of_a_gang_dial_rank_0s_pod_ip(kube: Kube) -> None:
+    rt = kube.runtime()
+    await rt.discover()
+    for pod in ("rank-0", "rank-1"):
+        await _up(kube, rt, pod)
+    ips = {p: kube.api.pods()[object_name(p)]["status"]["podIP"] for p in ("rank-0", "rank-1")}
+    assert len(set(ips.values())) == 2  # each pod its own address
+    rt._pods["rank-0"].ip = None  # the watch has not seen it yet: read from the API
+    argv = ("sh", "-c", "echo $RANK/$WORLD_SIZE $MASTER_ADDR:$MASTER_PORT")
+    for rank, pod in enumerate(("rank-0", "rank-1")):
+        topology = Topology(rank, 2, "127.0.0.1", 29511, master_pod="rank-0")
+        await rt.bind(pod, JobBinding(job="gang", argv=argv, topology=topology))
+    out: dict[str, bytes] = {}
+    exits = 0
+    while exits < 2:
+        ev = await kube.until(rt, JobOutput | JobExited)
+        if isinstance(ev, JobOutput):
+            out[ev.pod] = out.get(ev.pod, b"") + ev.data
+        else:
+            exits += 1
+    master = f"{ips['rank-0']}:29511"
+    assert out == {"rank-0": f"0/2 {master}\n".encode(), "rank-1": f"1/2 {master}\n".encode()}
+    # a gang whose rank 0 is not a pod of this runtime is not bound blind
+    with pytest.raises(KubeRuntimeError, match="no live pod"):
+        topology = Topology(1, 2, "127.0.0.1", 29512, master_pod="gone")
+        await rt.bind("rank-1", JobBinding(job="lost", argv=argv, topology=topology))
+
+
+async def test_stop_pod_gives_the_job_its_grace_and_waits_for_the_pod_to_go(
+    kube: Kube, tmp_path: Path
+) -> None:
+    rt = kube.runtime()
+    await rt.discover()
+    graceful = dataclasses.replace(GPU, grace_s=20)
+    await rt.start_pod("pod-g", graceful, ("gpu-a/0",), False)
+    await kube.until(rt, PodUp)
+    name = object_name("pod-g")
+    assert kube.api.pods()[name]["spec"]["terminationGracePeriodSeconds"] == 20
+    # a job that checkpoints on SIGTERM (into its workspace, which the test can read)
+    job = (
+        "import signal, sys, time\n"
+        "def save(*_):\n"
+        "    open('checkpoint', 'w').write('saved')\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, save)\n"
+        "print('up', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    await rt.bind("pod-g", JobBinding(job="ckpt", argv=("python", "-c", job)))
+    await kube.until(rt, JobOutput)
+    await rt.stop_pod("pod-g")
+    assert kube.kubelet.signals[name] == ["SIGTERM"]  # it ended within its grace
+    assert (tmp_path / "node" / name / "checkpoint").read_text() == "saved"
+    deletes = [q for m, p, q in kube.api.requests if m == "DELETE" and p.endswith(name)]
+    assert deletes == ["gracePeriodSeconds=20"]
+    assert await kube.until(rt, JobExited) == JobExited("ckpt", "pod-g", 137, Failure.PREEMPTED)
+    assert await kube.until(rt, PodDown) == PodDown("pod-g")
+    assert name not in kube.api.pods()
+
+
+async def test_a_pod_that_does_not_go_is_a_typed_stop_failure(kube: Kube) -> None:
+    rt = kube.runtime(stop_timeout_s=0.5, termination_grace_s=1)
+    await rt.discover()
+    await _up(kube, rt, "pod-n")
+    name = object_name("pod-n")
+    kube.kubelet.stuck.add(name)  # its node stopped answering: the pod stays Terminating
+    with pytest.raises(PodStopTimeout, match="still there"):
+        await rt.stop_pod("pod-n")
+    assert name in kube.api.pods() and kube.api.pods()[name]["metadata"]["deletionTimestamp"]
+    assert sorted(rt._pods) == ["pod-n"]  # kept, not reported gone
+    kube.kubelet.stuck.clear()
+    await rt.stop_pod("pod-n")  # asked again: now it goes
+    assert await kube.until(rt, PodDown) == PodDown("pod-n")
+    assert sorted(rt._pods) == [] and name not in kube.api.pods()
+
+
+async def test_the_node_watch_reports_nodes_that_join_change_and_leave(kube: Kube) -> None:
+    rt = kube.runtime()
+    assert [n.name for n in await rt.discover()] == ["gpu-a"]
+    await rt.start()
+    kube.api.add_node("gpu-b", "NVIDIA-L4", 4)
+    up = await kube.until(rt, NodeUp)
+    assert (up.node.name, up.node.gpu_model, [g.id for g in up.node.gpus]) == (
+        "gpu-b",
+        "NVIDIA-L4",
+        ["gpu-b/0", "gpu-b/1", "gpu-b/2", "gpu-b/3"],
+    )
+    # a status update that changes nothing stoker sees says nothing; a cordon is a NodeDown
+    node = kube.api.objects[("nodes", "gpu-b")]
+    kube.api._store("nodes", {**node, "metadata": {**node["metadata"]}}, "MODIFIED")
+    cordoned = {**node, "spec": {"unschedulable": True}}
+    kube.api._store("nodes", cordoned, "MODIFIED")
+    assert await kube.until(rt, NodeUp | NodeDown) == NodeDown("gpu-b")
+    kube.api._store("nodes", {**node, "spec": {}}, "MODIFIED")  # uncordoned
+    assert (await kube.until(rt, NodeUp)).node.name == "gpu-b"
+    # while the watch is cut off, gpu-a is deleted and the history forgotten: the relist
+    # says so
+    kube.api.remove("nodes", "gpu-a")
+    kube.api.compact()
+    kube.api.drop_watches()
+    assert await kube.until(rt, NodeUp | NodeDown) == NodeDown("gpu-a")
+    assert sorted(rt.devices) == ["gpu-b/0", "gpu-b/1", "gpu-b/2", "gpu-b/3"]

@@ -14,13 +14,12 @@ import tarfile
 import tempfile
 import time
 import uuid
-import zipfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from runtime_rig import Rig, procs_with
+from runtime_rig import Rig, procs_with, tiny_wheel
 from stoker.core.model import Failure
 from stoker.runtime.base import (
     BindRefused,
@@ -311,30 +310,11 @@ async def test_code_upload_by_digest(rig: Rig) -> None:
     assert isinstance(refused.value.__cause__, CodeNotFound)  # the job's fault, not ours
 
 
-def _wheel(where: Path, name: str, value: str) -> Path:
-    """A tiny pure-Python wheel, built by hand so no build backend or network is needed."""
-    dist = f"{name}-0.1.dist-info"
-    path = where / f"{name}-0.1-py3-none-any.whl"
-    files = {
-        f"{name}/__init__.py": f"VALUE = {value!r}\n",
-        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
-        f"{dist}/WHEEL": (
-            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-        ),
-    }
-    record = "".join(f"{n},,\n" for n in files) + f"{dist}/RECORD,,\n"
-    with zipfile.ZipFile(path, "w") as zf:
-        for n, text in files.items():
-            zf.writestr(n, text)
-        zf.writestr(f"{dist}/RECORD", record)
-    return path
-
-
 async def test_deps_go_into_an_overlay(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     name = f"stokertiny{uuid.uuid4().hex[:6]}"
-    _wheel(wheels, name, "from-overlay")
+    tiny_wheel(wheels, name, "from-overlay")
     rt = LocalRuntime(tmp_path / "state", gpu_slots=1, find_links=(wheels,), no_index=True)
     rig = Rig(rt, rt.events())
     try:
@@ -464,7 +444,7 @@ async def test_profile_env_is_built_once_and_shared_read_only(tmp_path: Path) ->
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     name = f"stokerbase{uuid.uuid4().hex[:6]}"
-    _wheel(wheels, name, "in-profile-env")
+    tiny_wheel(wheels, name, "in-profile-env")
     rt = LocalRuntime(tmp_path / "state", gpu_slots=2, find_links=(wheels,), no_index=True)
     rig = Rig(rt, rt.events())
     profile = RuntimeProfile("with-pkg", packages=(name,), preload=(name,))

@@ -52,7 +52,10 @@ MAX_HELD = 4096  # output events kept while no runtime listens (~256 MiB at most
 TOKEN_ENV = "STOKER_AGENT_TOKEN"  # the pod's token (Kubernetes: from the pod's Secret)
 STANDBY_ENV = "STOKER_STANDBY"  # "1": no GPU, no CUDA, no job until promoted
 DIAL_MIN_S, DIAL_MAX_S = 0.1, 5.0  # redial backoff bounds
-CODE_DIR = "/tmp/stoker-code"  # where code archives sent over the connection land (dial mode)
+# under $TMPDIR (/tmp in a pod), what a pod that cannot see the runtime's disk (dial mode)
+# gets over its connection: code archives, and the deps its agent installs
+CODE_DIR = "stoker-code"
+DEPS_DIR = "stoker-deps"
 #: where a job may leave files besides its workspace (emptied after every job)
 SCRATCH = ("/tmp", "/dev/shm", "/dev/mqueue")
 MAX_RAN = 1024  # outcomes remembered (a restarted broker asks about its last jobs only)
@@ -104,6 +107,10 @@ class Agent:
         # job id -> its exit event: a bind is idempotent by job id, and a restarted broker
         # learns from the hello what ended while no broker listened
         self.ran: OrderedDict[str, Message] = OrderedDict()
+        # the job whose deps are being installed (before it runs), and a kill meanwhile
+        self._installing: str | None = None
+        self._install_killed: str | None = None
+        self._binds: set[asyncio.Task[None]] = set()
 
     # --- connection ------------------------------------------------------
 
@@ -186,12 +193,19 @@ class Agent:
     async def _handle(self, msg: Message) -> None:
         op = msg.get("op")
         if op == "bind":
-            await self._bind(msg)
+            if msg.get("deps"):  # an install takes a while: the connection keeps serving
+                task = asyncio.get_running_loop().create_task(self._bind(msg))
+                self._binds.add(task)
+                task.add_done_callback(self._binds.discard)
+            else:
+                await self._bind(msg)
         elif op == "kill":
             job = self.job
             if job is not None and job.id == msg.get("job") and job.kill_failure is None:
                 job.kill_failure = str(msg.get("failure") or "cancelled")
                 self._terminate(job, float(msg.get("grace_s") or 0.0))
+            elif self._installing is not None and self._installing == msg.get("job"):
+                self._install_killed = str(msg.get("failure") or "cancelled")
         elif op == "promote":
             os.environ["CUDA_VISIBLE_DEVICES"] = str(msg.get("cuda_visible_devices", ""))
             os.environ["STOKER_GPUS"] = ",".join(msg.get("gpus") or ())
@@ -213,7 +227,7 @@ class Agent:
         """One chunk of a code archive the runtime sends (a pod that cannot see the
         broker's code cache: Kubernetes); the last one is checked against its digest."""
         digest = str(msg.get("digest", ""))
-        code_dir = Path(CODE_DIR)
+        code_dir = _scratch(CODE_DIR)
         part = code_dir / f".{digest}.part"
         try:
             if len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
@@ -270,10 +284,11 @@ class Agent:
         if job_id in self.ran:
             await self.send(self.ran[job_id])  # it ran already: the same answer again
             return
-        if self.job is not None:
-            await self.send(
-                {"ev": "error", "job": job_id, "message": f"pod busy with {self.job.id}"}
-            )
+        if self._installing == job_id:
+            return  # a repeated bind while its deps install: it runs once they are in
+        busy = self.job.id if self.job is not None else self._installing
+        if busy is not None:
+            await self.send({"ev": "error", "job": job_id, "message": f"pod busy with {busy}"})
             return
         if os.environ.get(STANDBY_ENV) == "1":
             await self.send({"ev": "error", "job": job_id, "message": "pod stands by"})
@@ -299,14 +314,18 @@ class Agent:
             )
             env["STOKER_JOB"] = job_id
             env["STOKER_RUN"] = str(int(msg.get("run", 1)))  # > 1: it was preempted before
-            if overlay:
-                env["PYTHONPATH"] = os.pathsep.join(
-                    [*overlay, *filter(None, [env.get("PYTHONPATH")])]
-                )
             timeout_s = float(msg.get("timeout_s", 3600.0))
+            deps = tuple(str(d) for d in msg.get("deps") or ())
         except (KeyError, ValueError, TypeError, OSError) as exc:
             await self.send({"ev": "error", "job": job_id, "message": str(exc)})
             return
+        if deps:
+            built = await self._install(job_id, deps, timeout_s)
+            if built is None:
+                return
+            overlay = (*overlay, built)
+        if overlay:
+            env["PYTHONPATH"] = os.pathsep.join([*overlay, *filter(None, [env.get("PYTHONPATH")])])
         spare = self._start(entry, env, overlay, code)
         if spare is None:
             await self.send({"ev": "error", "job": job_id, "message": "the job's fork died"})
@@ -316,6 +335,28 @@ class Agent:
         loop = asyncio.get_running_loop()
         job.task = loop.create_task(self._watch(job, spare.stdout, spare.stderr, timeout_s))
         loop.call_soon(self._ensure_spare)  # the next job's fork happens while this one runs
+
+    async def _install(self, job_id: str, deps: tuple[str, ...], timeout_s: float) -> str | None:
+        """Install a job's deps into an overlay in this pod (a pod that cannot see the
+        runtime's: Kubernetes), as the agent's own unprivileged user; its path, or None
+        when the install failed or the job was killed meanwhile (both reported)."""
+        # here, not at the top: a local pod's interpreter (a profile env) never installs
+        # deps and need not have the installer's imports (packaging)
+        from stoker.agent.deps import EnvBuildError, install_in_pod
+
+        self._installing, self._install_killed = job_id, None
+        try:
+            path = await asyncio.to_thread(install_in_pod, _scratch(DEPS_DIR), deps, timeout_s)
+        except EnvBuildError as exc:
+            await self.send({"ev": "error", "job": job_id, "message": f"deps {list(deps)}: {exc}"})
+            return None
+        finally:
+            self._installing = None
+        if self._install_killed is not None:
+            self._record_exit(job_id, 128 + signal.SIGKILL, signal.SIGKILL, self._install_killed)
+            await self.send(self.ran[job_id])
+            return None
+        return str(path)
 
     def _start(
         self, entry: Entry, env: dict[str, str], overlay: tuple[str, ...], code: str | None
@@ -443,18 +484,21 @@ class Agent:
         if failure is None and code != 0:
             failure = "user_error"
         self.job = None
-        exited = {
+        self._record_exit(job.id, code, sig, failure)
+        await self.send(self.ran[job.id])
+
+    def _record_exit(self, job_id: str, code: int, sig: int, failure: str | None) -> None:
+        """Remember how a job ended (a repeated bind is answered with it)."""
+        self.ran[job_id] = {
             "ev": "exited",
-            "job": job.id,
+            "job": job_id,
             "exit_code": code,
             "signal": sig,
             "failure": failure,
             "at": time.time(),
         }
-        self.ran[job.id] = exited
         while len(self.ran) > MAX_RAN:
             self.ran.popitem(last=False)
-        await self.send(exited)
 
     def _terminate(self, job: _Job, grace_s: float) -> None:
         """Stop ``job``: SIGTERM to its process group first when there is a grace (so it may
@@ -527,7 +571,7 @@ class Agent:
         """Serve until told to shut down: on the Unix socket, or dialing the broker."""
         server = None if self.dial is not None else await self._listen()
         loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, self._stop.set)
+        loop.add_signal_handler(signal.SIGTERM, self._on_sigterm)
         loop.add_reader(self.zygote.sock.fileno(), self._zygote_readable)
         self._ensure_spare()
         dialer = asyncio.ensure_future(self._dial_broker(*self.dial)) if self.dial else None
@@ -542,6 +586,19 @@ class Agent:
         loop.remove_reader(self.zygote.sock.fileno())
         self._discard_spare()
         self.zygote.close()
+
+    def _on_sigterm(self) -> None:
+        """The pod is being stopped (Kubernetes: its Pod deleted, with a grace period): the
+        running job gets SIGTERM, so it may checkpoint, and the agent stays until it exits
+        (the kubelet SIGKILLs what is left when the grace ends); with no job it stops now."""
+        job = self.job
+        if job is None or job.task is None:
+            self._stop.set()
+            return
+        job.kill_failure = job.kill_failure or "preempted"
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(job.pid, signal.SIGTERM)  # the job called setsid: its group is its pid
+        job.task.add_done_callback(lambda _task: self._stop.set())
 
     async def _listen(self) -> asyncio.Server:
         with contextlib.suppress(FileNotFoundError):
@@ -574,6 +631,11 @@ def take_token() -> str:
         if at >= 0:
             ctypes.memset(env_start + at + len(key), ord("x"), len(token.encode()))
     return token
+
+
+def _scratch(name: str) -> Path:
+    """A directory of the agent's own under the pod's temporary directory."""
+    return Path(os.environ.get("TMPDIR") or "/tmp") / name
 
 
 def _host_port(text: str) -> tuple[str, int]:

@@ -605,7 +605,7 @@ def create_app(broker: Broker) -> FastAPI:
                 f"body.timeout_s: {body.timeout_s} is over the {cfg.max_timeout_s} s cap",
                 "body.timeout_s",
             )
-        _check_shape(body, prof.core.gpus, len(sched.gpus))
+        _check_shape(body, prof.core.gpus, sched.core.cluster.total_gpus)
         if body.code_digest is not None and not broker.store.has_code(body.code_digest, tenant):
             # 404 naming the field: the client uploads the archive and submits again (another
             # tenant's archive is as absent as a never uploaded one)

@@ -43,6 +43,8 @@ from stoker.core import (
     JobSubmitted,
     KillJob,
     Node,
+    NodeAdded,
+    NodeRemoved,
     PodFailed,
     PodGone,
     PodReady,
@@ -67,11 +69,15 @@ from stoker.core.reconcile import (
 )
 from stoker.forecast import DEFAULT_FORECASTER
 from stoker.runtime.base import (
+    MASTER_PORT_BASE,
+    MASTER_PORT_COUNT,
     BindRefused,
     JobBinding,
     JobExited,
     JobOutput,
     JobRunning,
+    NodeDown,
+    NodeUp,
     PodDown,
     PodUp,
     Runtime,
@@ -83,7 +89,6 @@ log = logging.getLogger("stoker.broker")
 _Notice = tuple[int, str, bytes] | dict[str, Any] | None
 _NODE = "local"
 _CLOSE_CALLS_S = 10.0  # how long a closing loop waits for runtime calls in flight
-_MASTER_PORT_BASE = 29500
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +154,10 @@ def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
                 "mean": list(mean),
                 "var": list(var),
             }
+        case NodeAdded(name, gpu_model, gpus, cpu):
+            return "node_added", {"name": name, "gpu_model": gpu_model, "gpus": gpus, "cpu": cpu}
+        case NodeRemoved(name):
+            return "node_removed", {"name": name}
         case Tick():
             return "tick", {}
     raise ValueError(f"cannot encode {event!r}")
@@ -196,6 +205,10 @@ def decode_event(ev: StoredEvent) -> Event:
                 tuple(float(x) for x in d["mean"]),
                 tuple(float(x) for x in d["var"]),
             )
+        case "node_added":
+            return NodeAdded(d["name"], d["gpu_model"], int(d["gpus"]), float(d["cpu"]))
+        case "node_removed":
+            return NodeRemoved(d["name"])
         case "tick":
             return Tick()
     raise ValueError(f"stored event {ev.seq}: unknown kind {ev.kind!r}")
@@ -253,11 +266,17 @@ class Scheduler:
         self.on_decision: list[Callable[[Event, list[Any], float], None]] = []
 
     def _new_core(self) -> Core:
-        """The core over this host's GPUs (one node, one GPU pool) with the configured
-        policies: a preset from the core's registry, single policies swapped by name."""
+        """The core with the configured policies (a preset from the core's registry, single
+        policies swapped by name) over this host's GPUs (one node, one GPU pool), or, on a
+        runtime with a cluster of its own (Kubernetes: ``discover``), over no node yet: the
+        cluster's nodes come as logged events (see :meth:`_sync_nodes`), so a replay
+        rebuilds the cluster each past event saw."""
         model = self.cfg.gpu_model
-        gpus = [GPU(g, _NODE, i, model) for i, g in enumerate(self.gpus)]
-        cluster = Cluster([Node(_NODE, model, gpus)])
+        if hasattr(self.runtime, "discover"):
+            cluster = Cluster()
+        else:
+            gpus = [GPU(g, _NODE, i, model) for i, g in enumerate(self.gpus)]
+            cluster = Cluster([Node(_NODE, model, gpus)])
         profiles = [replace(p.core, gpu_model=model) for p in self.profiles.values()]
         return Core(cluster, profiles, self.preset.policies)
 
@@ -274,6 +293,9 @@ class Scheduler:
         for row in self.store.unfinished_jobs():
             self._requests[row["id"]] = row
             self._out_seq[row["id"]] = self.store.last_output_seq(row["id"])
+        discover = getattr(self.runtime, "discover", None)
+        if discover is not None:
+            self._sync_nodes(await discover())
         report = await self._reconcile()
         report["replayed"] = replayed
         for service in (self._read_runtime(), self._timer(), self._forecast_loop()):
@@ -321,6 +343,17 @@ class Scheduler:
             self._reconcile_job(job_id, report)
         self._flush()
         return report
+
+    def _sync_nodes(self, nodes: list[Node]) -> None:
+        """Bring the core's nodes to the cluster's: NodeAdded for a node it lacks (or has
+        with another shape), NodeRemoved for one the cluster no longer has."""
+        known = self.core.cluster.nodes
+        for node in nodes:
+            old = known.get(node.name)
+            if old is None or (old.gpu_model, len(old.gpus)) != (node.gpu_model, len(node.gpus)):
+                self._feed(_node_added(node))
+        for name in sorted(set(known) - {n.name for n in nodes}):
+            self._feed(NodeRemoved(name))
 
     def _reconcile_job(self, job_id: str, report: dict[str, int]) -> None:
         """Carry out the core's answer (:func:`reconcile_job`) for a job bound to live pods."""
@@ -697,9 +730,9 @@ class Scheduler:
         match action:
             case StartPod(pod, profile, _node, gpus, standby):
                 rt = self.profiles[profile].runtime
-                self._spawn(
-                    self._call(self.runtime.start_pod(pod, rt, tuple(gpus), standby), pod=pod)
-                )
+                cls = self.core.pods[pod].job_class.value  # a cluster ranks pods by it
+                start = self.runtime.start_pod(pod, rt, tuple(gpus), standby, job_class=cls)
+                self._spawn(self._call(start, pod=pod))
             case PromoteStandby(pod):
                 self._spawn(self._call(self.runtime.promote(pod), pod=pod))
             case RecyclePod(pod, new_pod):
@@ -732,10 +765,10 @@ class Scheduler:
         world = len(pods)
         port = 0
         if world > 1:
-            self._port = (self._port + 1) % 1000
-            port = _MASTER_PORT_BASE + self._port
+            self._port = (self._port + 1) % MASTER_PORT_COUNT
+            port = MASTER_PORT_BASE + self._port
         for rank, pod in enumerate(pods):
-            topology = Topology(rank, world, "127.0.0.1", port or _MASTER_PORT_BASE)
+            topology = Topology(rank, world, "127.0.0.1", port or MASTER_PORT_BASE, pods[0])
             self._spawn(self._call(self._bind_rank(row, pod, topology), job=job_id, pod=pod))
 
     async def _bind_rank(self, row: dict[str, Any], pod: str, topology: Topology) -> None:
@@ -754,6 +787,7 @@ class Scheduler:
             env=env,
             timeout_s=float(row["timeout_s"]),
             topology=topology,
+            tenant=row["tenant"],
             run=int(row.get("requeues") or 0) + 1,
         )
         await self.runtime.bind(pod, binding)
@@ -831,6 +865,10 @@ class Scheduler:
                 self._schedule_flush()
             case JobExited(job, pod, exit_code, failure):
                 self._job_exited(job, pod, exit_code, failure)
+            case NodeUp(node):
+                self._feed(_node_added(node))
+            case NodeDown(name):
+                self._feed(NodeRemoved(name))
 
     def _job_exited(self, job_id: str, pod: str, exit_code: int, failure: Failure | None) -> None:
         rank = self._rank(job_id, pod)
@@ -903,6 +941,11 @@ class Scheduler:
                 await asyncio.wait_for(self._wake.wait(), delay)
                 continue
             self._feed(Tick())
+
+
+def _node_added(node: Node) -> NodeAdded:
+    """A runtime's node as the core's event."""
+    return NodeAdded(node.name, node.gpu_model, len(node.gpus), node.cpu)
 
 
 def _agent_report(info: Any) -> AgentReport:

@@ -227,8 +227,10 @@ async def _stop_pods(cfg: Any) -> int:
 
 
 def _kube_runtime(path: Path, cfg: Any) -> Any:
-    """The Kubernetes runtime on the cluster this process runs in (or $KUBECONFIG's), its
-    GPUs read from the cluster's nodes before the broker builds its core."""
+    """The Kubernetes runtime on the cluster this process runs in (or $KUBECONFIG's); a
+    cluster without one ready GPU node is refused here, with a one-line message."""
+    import os
+
     try:
         from lightkube import ApiError, Client
         from lightkube.core.exceptions import ConfigError as KubeConfigError
@@ -241,7 +243,10 @@ def _kube_runtime(path: Path, cfg: Any) -> Any:
     try:
         settings = KubeSettings.load(path)
         rt = KubernetesRuntime(
-            settings, [p.core for p in cfg.profiles], code_dir=cfg.runtime_dir / "code"
+            settings,
+            [p.core for p in cfg.profiles],
+            code_dir=cfg.runtime_dir / "code",
+            own_pod=os.environ.get("POD_NAME"),  # the Deployment's downward API: the leader label
         )
         with Client(namespace=settings.namespace) as client:
             rt.use_nodes([n.to_dict() for n in client.list(Node)])

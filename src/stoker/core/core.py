@@ -28,6 +28,8 @@ from stoker.core.events import (
     ForecastUpdated,
     JobCancelled,
     JobSubmitted,
+    NodeAdded,
+    NodeRemoved,
     PodFailed,
     PodGone,
     PodReady,
@@ -39,6 +41,7 @@ from stoker.core.events import (
 from stoker.core.gfs.scheduler import GangScheduler, GFSConfig
 from stoker.core.model import (
     EPS,
+    GPU,
     Cluster,
     CoreError,
     Failure,
@@ -46,6 +49,7 @@ from stoker.core.model import (
     JobClass,
     JobSpec,
     JobState,
+    Node,
     Pod,
     PodState,
     Profile,
@@ -164,6 +168,10 @@ class Core:
                 self._bind_failed(job, pod, infra, now, out)
             case ForecastUpdated(tenant, gpu_model, mean, var):
                 self._forecast(tenant, gpu_model, mean, var)
+            case NodeAdded(name, gpu_model, gpus, cpu):
+                self._node_added(Node(name, gpu_model, [], cpu), gpus, now, out)
+            case NodeRemoved(name):
+                self._node_removed(name, now, out)
             case Tick():
                 self.warm.tick(now, out)
                 self.gangs.tick(now, out)
@@ -436,6 +444,38 @@ class Core:
             del self._stop_retry[pid]
             if self.pods[pid].state is PodState.STOPPING:
                 out.append(StopPod(pid, "retry"))
+
+    # ------------------------------------------------------------------ nodes
+
+    def _node_added(self, node: Node, gpus: int, now: float, out: list[Action]) -> None:
+        """A node joined (or changed shape: the old one goes first, as if removed)."""
+        old = self.cluster.nodes.get(node.name)
+        if old is not None:
+            if old.gpu_model == node.gpu_model and len(old.gpus) == gpus:
+                return  # the same node, said again
+            self._node_removed(node.name, now, out)
+        node.gpus = [GPU(f"{node.name}/{i}", node.name, i, node.gpu_model) for i in range(gpus)]
+        self.cluster.add_node(node)
+        self.gangs.add_node(node)
+        self.warm.room_freed()
+        self.warm.hp_cap = self._hp_cap()
+
+    def _node_removed(self, name: str, now: float, out: list[Action]) -> None:
+        """A node left: each pod on it fails (its job typed ``pod_died``: re-queued if it
+        never ran) and is stopped, in case it still runs; then its cards leave the model."""
+        if name not in self.cluster.nodes:
+            return
+        on_node = [
+            p.id for p in self.pods.values() if p.node == name and p.state is not PodState.GONE
+        ]
+        for pid in on_node:
+            if self.pods[pid].state is not PodState.GONE:
+                self._pod_event(pid, now, out, failed=Failure.POD_DIED)
+        stopping = {a.pod for a in out if isinstance(a, StopPod)}
+        out.extend(StopPod(pid, "node_removed") for pid in on_node if pid not in stopping)
+        self.gangs.remove_node(name)
+        self.cluster.remove_node(name)
+        self.warm.hp_cap = self._hp_cap()
 
     # ------------------------------------------------------------------ forecasts
 

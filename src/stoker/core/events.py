@@ -107,6 +107,26 @@ class ForecastUpdated:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeAdded:
+    """A node joined the cluster (or came back, or changed shape): ``gpus`` cards of
+    ``gpu_model``, named ``<name>/<index>``, free for any part to place on."""
+
+    name: str
+    gpu_model: str
+    gpus: int
+    cpu: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRemoved:
+    """A node left the cluster (deleted, cordoned, not ready, or without GPUs): nothing is
+    placed there any more, and every pod on it is taken as failed (``pod_died``, its job
+    typed so) and stopped, in case it still runs."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """Time passed: keep-alive deadlines, budget, standby, eta feedback, Chronus rounds,
     the HP demand meter's samples. The only clock event."""
@@ -123,5 +143,7 @@ Event = (
     | RankExited
     | BindFailed
     | ForecastUpdated
+    | NodeAdded
+    | NodeRemoved
     | Tick
 )

@@ -353,6 +353,21 @@ class Cluster:
             buckets[_bucket(gpu.free)][gpu.id] = None
         self.capacity[node.gpu_model] = self.capacity.get(node.gpu_model, 0) + len(node.gpus)
 
+    def remove_node(self, name: str) -> Node:
+        """Take a node out of the cluster; every share on it must be released first."""
+        node = self.nodes[name]
+        held = [g.id for g in node.gpus if g.allocs]
+        if held:
+            raise ValueError(f"node {name}: GPUs {held} still hold shares")
+        del self.nodes[name]
+        buckets = self._free[node.gpu_model]
+        for gpu in node.gpus:
+            del self.gpus[gpu.id]
+            del buckets[_bucket(gpu.free)][gpu.id]
+        self.capacity[node.gpu_model] -= len(node.gpus)
+        self.touched.pop(name, None)
+        return node
+
     @property
     def total_gpus(self) -> int:
         return len(self.gpus)

@@ -12,17 +12,27 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from stoker.core.model import Failure
+from stoker.core.model import Failure, Node
+
+#: the ports a multi-worker job's rank 0 listens on (torch.distributed's rendezvous): the
+#: broker gives each job one of them, and on Kubernetes the NetworkPolicy opens only these
+#: between pods
+MASTER_PORT_BASE = 29500
+MASTER_PORT_COUNT = 1000
 
 
 @dataclass(frozen=True, slots=True)
 class Topology:
-    """Where one replica of a multi-pod job sits (the variables torch.distributed reads)."""
+    """Where one replica of a multi-pod job sits (the variables torch.distributed reads).
+
+    ``master_pod`` is the pod rank 0 runs in: a runtime whose pods have addresses of their
+    own (Kubernetes: the pod IP) dials rank 0 there instead of ``master_addr``."""
 
     rank: int = 0
     world_size: int = 1
     master_addr: str = "127.0.0.1"
-    master_port: int = 29500
+    master_port: int = MASTER_PORT_BASE
+    master_pod: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,11 +52,17 @@ class JobBinding:
     )
 
     def message(
-        self, code: str | None, overlay: list[str], output_mb: int | None
+        self,
+        code: str | None,
+        overlay: list[str],
+        output_mb: int | None,
+        install: tuple[str, ...] = (),
     ) -> dict[str, object]:
         """The agent protocol's ``bind`` request for this job (``code``: the archive's path
-        as the pod sees it; ``overlay``: dependency dirs to put on its path; ``output_mb``:
-        the profile's cap on the job's output, None for none)."""
+        as the pod sees it; ``overlay``: dependency dirs to put on its path; ``install``:
+        deps the agent installs into an overlay of its own, in a pod that cannot see the
+        runtime's overlays; ``output_mb``: the profile's cap on the job's output, None for
+        none)."""
         topo = self.topology
         return {
             "op": "bind",
@@ -54,6 +70,7 @@ class JobBinding:
             "argv": list(self.argv),
             "code": code,
             "overlay": overlay,
+            "deps": list(install),
             "env": dict(self.env),
             "timeout_s": self.timeout_s,
             "run": self.run,
@@ -85,6 +102,8 @@ class RuntimeProfile:
     output_mb: int | None = 16  # a job's stdout and stderr together; past it: a marker
     image: str | None = None  # Kubernetes: the profile's base image (None: the runtime's default)
     runtime_class: str | None = None  # Kubernetes: a RuntimeClass such as gvisor or kata
+    # Kubernetes: a stopped pod's SIGTERM-to-SIGKILL grace (None: the runtime's default)
+    grace_s: float | None = None
 
 
 class BindRefused(ValueError):
@@ -128,7 +147,21 @@ class JobExited:
     failure: Failure | None = None
 
 
-RuntimeEvent = PodUp | PodDown | JobRunning | JobOutput | JobExited
+@dataclass(frozen=True, slots=True)
+class NodeUp:
+    """A node a runtime can place pods on joined (or came back, or changed shape)."""
+
+    node: Node
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDown:
+    """A node left (deleted, cordoned, not ready, or without GPUs any more)."""
+
+    node: str
+
+
+RuntimeEvent = PodUp | PodDown | JobRunning | JobOutput | JobExited | NodeUp | NodeDown
 
 
 class Runtime(Protocol):
@@ -147,8 +180,17 @@ class Runtime(Protocol):
         ...
 
     async def start_pod(
-        self, pod: str, profile: RuntimeProfile, gpus: tuple[str, ...], standby: bool
-    ) -> None: ...
+        self,
+        pod: str,
+        profile: RuntimeProfile,
+        gpus: tuple[str, ...],
+        standby: bool,
+        *,
+        job_class: str = "pool",
+    ) -> None:
+        """Start a pod; ``job_class`` (pool, hp, spot) is the class of the jobs it serves,
+        which a cluster's own scheduler ranks pods by (Kubernetes: the PriorityClass)."""
+        ...
 
     async def promote(self, pod: str) -> None: ...
 

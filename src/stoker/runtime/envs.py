@@ -3,67 +3,28 @@
 A profile's environment is built once per host (a venv with the profile's packages) and shared
 read-only by all its pods: the local counterpart of one base image per hardware profile. A
 profile with no packages runs on the base interpreter itself. A job's extra dependencies go
-into an overlay directory (``uv pip install --target``) named by the digest of the sorted
-dependency list, so a second job with the same list reuses it; overlays are read-only in the
-pods and never touch the shared environment. All builds share one uv cache per host.
-
-A job's deps are PEP 508 requirements only (:func:`stoker.api.deps.check_deps`: no option,
-path or URL reaches uv) and install from wheels only (``--no-build``: no code of the
-tenant's runs at install time). Every uv run is sandboxed like a pod (the same system view
-and seccomp filter) and, under root, runs as an unprivileged build uid that can write only
-the uv cache and the directory being built; what it built becomes root's before any pod
-sees it.
+into an overlay directory (:mod:`stoker.agent.deps`, the same builder a Kubernetes pod's
+agent uses); here overlays are read-only in the pods and never touch the shared
+environment. All builds share one uv cache per host. Every uv run is sandboxed like a pod
+(the same system view and seccomp filter) and, under root, runs as an unprivileged build
+uid that can write only the uv cache and the directory being built; what it built becomes
+root's before any pod sees it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from stoker.api.deps import InvalidDeps, check_deps
+from stoker.agent.deps import EnvBuildError, build_overlay, digest_of, find_uv, locked
 from stoker.runtime import sandbox, seccomp
 
-
-class EnvBuildError(RuntimeError):
-    """uv could not build an environment or an overlay; ``output`` holds what it said."""
-
-    def __init__(self, message: str, output: str = "") -> None:
-        super().__init__(message)
-        self.output = output
-
-
-def digest_of(items: object) -> str:
-    """sha256 of a JSON-serialisable description (the cache key of an env or overlay)."""
-    return hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()
-
-
-def find_uv() -> str:
-    """The uv binary: on PATH, or beside this interpreter (a venv that installed uv)."""
-    path = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
-    if not os.access(path, os.X_OK):
-        raise EnvBuildError("uv not found: install it (`pip install uv`)")
-    return path
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock across processes (two brokers or pods building the same digest)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+__all__ = ["EnvBuildError", "EnvBuilder", "ProfileEnv"]
 
 
 def _chown_tree(root: Path, owner: tuple[int, int]) -> None:
@@ -185,7 +146,7 @@ class EnvBuilder:
         done = root / ".stoker-complete"
         if done.exists():
             return ProfileEnv(digest, root, python)
-        with _locked(self.env_root / f"{digest}.lock"):
+        with locked(self.env_root / f"{digest}.lock"):
             if not done.exists():
                 # a venv is not relocatable, so it is built in place; an unfinished one
                 # (a crash mid-build) has no marker and is built again from scratch
@@ -211,46 +172,10 @@ class EnvBuilder:
         return ProfileEnv(digest, root, python)
 
     def overlay(self, deps: tuple[str, ...], python: str) -> str:
-        """Digest of the overlay holding ``deps`` for interpreter ``python`` (built once);
-        EnvBuildError for a dep that is not a plain requirement, or that uv cannot install
-        from a wheel."""
-        try:
-            deps = check_deps(deps)
-        except InvalidDeps as exc:
-            raise EnvBuildError(str(exc)) from exc
-        digest = digest_of({"python": python, "deps": sorted(deps)})
-        final = self.overlay_root / digest
-        if final.exists():
-            return digest
-        with _locked(self.overlay_root / f".{digest}.lock"):
-            if final.exists():
-                return digest
-            tmp = self.overlay_root / f".{digest}.tmp"
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir()
-            self._run(
-                [
-                    self.uv,
-                    "pip",
-                    "install",
-                    "-q",
-                    "--no-build",
-                    "--python",
-                    python,
-                    "--target",
-                    str(tmp),
-                    *self._index_args(),
-                    *sorted(deps),
-                ],
-                f"installing deps {sorted(deps)}",
-                (tmp,),
-                python,
-            )
-            for dirpath, _dirnames, filenames in os.walk(tmp):
-                os.chmod(dirpath, 0o755)
-                for name in filenames:
-                    p = os.path.join(dirpath, name)
-                    if not os.path.islink(p):
-                        os.chmod(p, 0o644 | (os.stat(p).st_mode & 0o111))
-            tmp.rename(final)  # atomic: a pod sees the whole overlay or none
-        return digest
+        """Digest of the overlay holding ``deps`` for interpreter ``python`` (built once,
+        see :func:`stoker.agent.deps.build_overlay`; uv runs sandboxed here)."""
+
+        def run(cmd: list[str], writable: Path) -> None:
+            self._run(cmd, f"installing deps {sorted(deps)}", (writable,), python)
+
+        return build_overlay(self.overlay_root, deps, python, self.uv, self._index_args(), run)

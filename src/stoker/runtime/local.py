@@ -40,6 +40,7 @@ from stoker.agent import protocol
 from stoker.agent.binding import check_env
 from stoker.core.model import Failure
 from stoker.runtime import sandbox, seccomp
+from stoker.runtime.agent_link import AgentLink
 from stoker.runtime.base import (
     BindRefused,
     JobBinding,
@@ -110,7 +111,7 @@ class _Pod:
     init_start: int = -1
     started_at: float = 0.0
     proc: subprocess.Popen[bytes] | None = None  # None when re-adopted from another broker
-    writer: asyncio.StreamWriter | None = None
+    link: AgentLink = field(init=False)
     reader_task: asyncio.Task[None] | None = None
     job: str | None = None
     job_exited: asyncio.Event = field(default_factory=asyncio.Event)  # the bound job's end
@@ -118,8 +119,10 @@ class _Pod:
     hello: protocol.Message = field(default_factory=dict)  # the agent's, on our connect
     oom_at_bind: int = -1
     stopping: bool = False
-    replies: dict[str, asyncio.Future[protocol.Message]] = field(default_factory=dict)
     taken_over: bool = False  # the agent said a newer runtime connected
+
+    def __post_init__(self) -> None:
+        self.link = AgentLink(self.id)
 
     @property
     def socket(self) -> Path:
@@ -324,9 +327,16 @@ class LocalRuntime:
         return rec
 
     async def start_pod(
-        self, pod: str, profile: RuntimeProfile, gpus: tuple[str, ...], standby: bool
+        self,
+        pod: str,
+        profile: RuntimeProfile,
+        gpus: tuple[str, ...],
+        standby: bool,
+        *,
+        job_class: str = "pool",
     ) -> None:
-        """Start a sandbox running the agent; returns once it is up (PodUp emitted)."""
+        """Start a sandbox running the agent; returns once it is up (PodUp emitted).
+        ``job_class`` changes nothing on one host: the core alone decides who runs here."""
         if not _POD_ID.match(pod):
             raise ValueError(f"pod: bad pod id {pod!r} (letters, digits, _ . -)")
         if pod in self._pods or (self.pods_dir / pod).exists():
@@ -481,23 +491,11 @@ class LocalRuntime:
         )
         if hello is None or hello.get("ev") != "hello":
             raise PodStartError(f"agent said {hello!r} instead of hello")
-        rec.writer = writer
+        rec.link.attach(writer)
         rec.hello = hello
         rec.job = hello.get("job")
         rec.reader_task = asyncio.get_running_loop().create_task(self._read(rec, reader))
         return hello
-
-    async def _send(self, rec: _Pod, msg: protocol.Message) -> None:
-        if rec.writer is None:
-            raise UnknownPod(f"pod: {rec.id} is not connected")
-        rec.writer.write(protocol.encode(msg))
-        await rec.writer.drain()
-
-    async def _request(self, rec: _Pod, msg: protocol.Message, reply: str) -> protocol.Message:
-        fut: asyncio.Future[protocol.Message] = asyncio.get_running_loop().create_future()
-        rec.replies[reply] = fut
-        await self._send(rec, msg)
-        return await asyncio.wait_for(fut, 10.0)
 
     async def _read(self, rec: _Pod, reader: asyncio.StreamReader) -> None:
         """Turn the agent's events into runtime events until the connection ends."""
@@ -543,30 +541,22 @@ class LocalRuntime:
                 rec.job = None
                 rec.job_exited.set()
             await self._emit(JobExited(msg["job"], rec.id, int(msg["exit_code"]), failure))
-        elif ev == "error":
-            job = msg.get("job")
-            if not job:  # a refused request: whoever waits gets the refusal
-                for fut in rec.replies.values():
-                    if not fut.done():
-                        fut.set_result(msg)
-                rec.replies.clear()
-            else:
-                if rec.job == job:
-                    rec.job = None
-                text = f"stoker: job could not be bound: {msg.get('message')}\n".encode()
-                await self._emit(JobOutput(job, rec.id, "stderr", text))
-                await self._emit(JobExited(job, rec.id, 1, Failure.USER_ERROR))
-        else:
-            fut = rec.replies.pop(str(ev), None)
-            if fut is not None and not fut.done():
-                fut.set_result(msg)
+        elif ev == "error" and msg.get("job"):
+            job = msg["job"]
+            if rec.job == job:
+                rec.job = None
+            text = f"stoker: job could not be bound: {msg.get('message')}\n".encode()
+            await self._emit(JobOutput(job, rec.id, "stderr", text))
+            await self._emit(JobExited(job, rec.id, 1, Failure.USER_ERROR))
+        else:  # a reply, or a refused request: whoever waits gets it
+            rec.link.answer(msg)
 
     async def promote(self, pod: str) -> None:
         """Give a standby pod its GPUs (CUDA_VISIBLE_DEVICES for its jobs); emits PodUp."""
         rec = self._pod(pod)
         visible = cuda_visible_devices(self.devices, rec.gpus)
         msg = {"op": "promote", "cuda_visible_devices": visible, "gpus": list(rec.gpus)}
-        await self._request(rec, msg, "promoted")
+        await rec.link.request(msg, "promoted")
         rec.standby = False
         self._save(rec)
         await self._emit(PodUp(pod))
@@ -589,7 +579,7 @@ class LocalRuntime:
 
     async def ping(self, pod: str) -> protocol.Message:
         """The agent's own view of its pod (pid, CUDA_VISIBLE_DEVICES, preload times, job)."""
-        return await self._request(self._pod(pod), {"op": "ping"}, "pong")
+        return await self._pod(pod).link.request({"op": "ping"}, "pong")
 
     async def bind(self, pod: str, binding: JobBinding) -> None:
         """Bind and start a job; JobRunning (or a JobExited for a bad binding) follows.
@@ -633,7 +623,7 @@ class LocalRuntime:
             await self._emit(JobOutput(binding.job, pod, "stderr", text))
             await self._emit(JobExited(binding.job, pod, 1, Failure.USER_ERROR))
             return
-        await self._send(rec, msg)
+        await rec.link.send(msg)
 
     async def kill_job(
         self, job: str, failure: Failure = Failure.CANCELLED, grace_s: float = 0.0
@@ -645,13 +635,12 @@ class LocalRuntime:
                 if grace_s > 0:
                     rec.grace_until = time.monotonic() + grace_s
                 msg = {"op": "kill", "job": job, "failure": failure.value, "grace_s": grace_s}
-                await self._send(rec, msg)  # every rank: a multi-worker job has one per pod
+                await rec.link.send(msg)  # every rank: a multi-worker job has one per pod
 
     async def _teardown(self, rec: _Pod) -> None:
         """Kill the whole pod, reap it, and remove its cgroup and directory (workspace too)."""
         rec.stopping = True
-        if rec.writer is not None:
-            rec.writer.close()
+        rec.link.hang_up()
         if rec.reader_task is not None and rec.reader_task is not asyncio.current_task():
             rec.reader_task.cancel()
         # the pid namespace's init: when it dies the kernel kills everything inside
@@ -703,7 +692,7 @@ class LocalRuntime:
         ):
             raise ValueError(f"new_pod: bad or existing pod id {new_pod!r}")
         if self.recycle_mode == "scrub" and rec.job is None:
-            reply = await self._request(rec, {"op": "scrub", "pod": new_pod}, "scrubbed")
+            reply = await rec.link.request({"op": "scrub", "pod": new_pod}, "scrubbed")
             if reply.get("pod") == new_pod:
                 await asyncio.to_thread(_empty_dir, rec.dir / "workspace")
                 await asyncio.to_thread(_place_code, None, rec.dir / "code")
@@ -711,6 +700,7 @@ class LocalRuntime:
                 rec.dir.rename(new_dir)  # the sandbox's binds follow the inodes
                 del self._pods[pod]
                 rec.id, rec.dir = new_pod, new_dir
+                rec.link.pod = new_pod
                 self._pods[new_pod] = rec
                 self._save(rec)
                 await self._emit(PodUp(new_pod))
@@ -787,8 +777,7 @@ class LocalRuntime:
         """Disconnect from every agent; the pods keep running for the next runtime."""
         for rec in list(self._pods.values()):
             rec.stopping = True  # not a death: do not report PodDown
-            if rec.writer is not None:
-                rec.writer.close()
+            rec.link.hang_up()
             if rec.reader_task is not None:
                 rec.reader_task.cancel()
         self._pods.clear()

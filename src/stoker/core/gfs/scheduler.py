@@ -27,7 +27,17 @@ from stoker.core.gfs.jobs import CHECKPOINT_S, GuaranteeLedger, restart_overhead
 from stoker.core.gfs.placement import GFSScorer, NodeInfo, NodeScorer, PoolIndex
 from stoker.core.gfs.preemption import Candidate, GFSVictims, PreemptContext, VictimChooser
 from stoker.core.gfs.quota import ForecastQuota, QuotaPolicy
-from stoker.core.model import EPS, CoreError, Failure, Job, JobClass, JobState, Pod, PodState
+from stoker.core.model import (
+    EPS,
+    CoreError,
+    Failure,
+    Job,
+    JobClass,
+    JobState,
+    Node,
+    Pod,
+    PodState,
+)
 
 if TYPE_CHECKING:
     from stoker.core.core import Core as Host
@@ -135,30 +145,15 @@ class GangScheduler:
         self.pods = host.pods
         self.nodes: dict[str, NodeInfo] = {}
         self.pools: dict[str, PoolIndex] = {}
-        for ordinal, node in enumerate(self.cluster.nodes.values()):
-            if node.gpu_model not in self.pools:
-                self.pools[node.gpu_model] = PoolIndex(node.gpu_model, 0)
-            info = NodeInfo(node.name, node.gpu_model, ordinal, len(node.gpus))
-            info.full_free = sum(1 for g in node.gpus if g.used < EPS)
-            self.nodes[node.name] = info
-        for model, index in self.pools.items():
-            index.max_gpus = max(i.total for i in self.nodes.values() if i.pool == model)
-            index.by_free = [{} for _ in range(index.max_gpus + 1)]
-        for info in self.nodes.values():
-            self.pools[info.pool].add(info)
-        self.capacity: dict[str, int] = dict(self.cluster.capacity)
-        fifo = self.config.queue == "fifo"
-        self.queues: dict[str, dict[str, _Queue]] = {
-            p: {_HP: _Queue(fifo), _SPOT: _Queue(fifo)} for p in self.pools
-        }
-        self.used: dict[str, dict[str, float]] = {p: {_HP: 0.0, _SPOT: 0.0} for p in self.pools}
-        self.ledgers: dict[str, GuaranteeLedger] = {p: GuaranteeLedger() for p in self.pools}
-        zero = np.zeros(max(1, math.ceil(self.config.guarantee_s / HOUR_S)))
-        self.quota: dict[str, float] = {
-            p: self.config.quota.quota(p, zero, zero, self.capacity[p]) for p in self.pools
-        }
-        self.node_jobs: dict[str, dict[str, None]] = {n: {} for n in self.nodes}  # spot there
-        self.running_spot: dict[str, dict[str, None]] = {p: {} for p in self.pools}
+        self.capacity: dict[str, int] = {}
+        self.queues: dict[str, dict[str, _Queue]] = {}
+        self.used: dict[str, dict[str, float]] = {}
+        self.ledgers: dict[str, GuaranteeLedger] = {}
+        self.quota: dict[str, float] = {}
+        self.node_jobs: dict[str, dict[str, None]] = {}  # spot jobs on each node
+        self.running_spot: dict[str, dict[str, None]] = {}
+        self._forecast: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # per pool, summed
+        self._ordinals = 0
         self.placement: dict[str, list[tuple[str, str, float]]] = {}  # job -> (node, gpu, share)
         self.settled: dict[str, int] = {}  # guarantee periods already counted, current run
         self._dirty: dict[str, None] = {}
@@ -173,6 +168,57 @@ class GangScheduler:
         self._active = False  # an hp or spot job was ever submitted: the clocks run
         self.preemptions = 0
         self.allocated = 0.0  # GPUs held by hp and spot jobs now
+        for node in self.cluster.nodes.values():
+            self._add(node)
+        for pool in self.pools:
+            self._resize(pool)
+
+    # ------------------------------------------------------------ the cluster
+
+    def add_node(self, node: Node) -> None:
+        """A node joined the cluster: its GPU pool gets its cards, and a pool seen for the
+        first time its queues and spot quota."""
+        self._add(node)
+        self._resize(node.gpu_model)
+
+    def _add(self, node: Node) -> None:
+        pool = node.gpu_model
+        if pool not in self.pools:
+            fifo = self.config.queue == "fifo"
+            self.pools[pool] = PoolIndex(pool, 0)
+            self.queues[pool] = {_HP: _Queue(fifo), _SPOT: _Queue(fifo)}
+            self.used[pool] = {_HP: 0.0, _SPOT: 0.0}
+            self.ledgers[pool] = GuaranteeLedger()
+            self.running_spot[pool] = {}
+        index = self.pools[pool]
+        info = NodeInfo(node.name, pool, self._ordinals, len(node.gpus))
+        self._ordinals += 1
+        info.full_free = sum(1 for g in node.gpus if g.used < EPS)
+        if info.total > index.max_gpus:
+            index.by_free += [{} for _ in range(info.total - index.max_gpus)]
+            index.max_gpus = info.total
+        self.nodes[node.name] = info
+        index.add(info)
+        self.node_jobs[node.name] = {}
+
+    def remove_node(self, name: str) -> None:
+        """A node left the cluster (nothing of hp or spot is placed there any more: the core
+        failed its pods first)."""
+        info = self.nodes.pop(name)
+        index = self.pools[info.pool]
+        del index.nodes[name]
+        del index.by_free[info.full_free][name]
+        index.spot_nodes.pop(name, None)
+        del self.node_jobs[name]
+        self._resize(info.pool)
+
+    def _resize(self, pool: str) -> None:
+        """The pool's capacity changed: its spot quota follows (from its forecast, if any)."""
+        self.capacity[pool] = self.cluster.capacity.get(pool, 0)
+        zero = np.zeros(max(1, math.ceil(self.config.guarantee_s / HOUR_S)))
+        mean, var = self._forecast.get(pool, (zero, zero))
+        self.quota[pool] = self.config.quota.quota(pool, mean, var, self.capacity[pool])
+        self._dirty[pool] = None
 
     # ------------------------------------------------------------ called by the core
 
@@ -274,9 +320,9 @@ class GangScheduler:
 
     def set_forecast(self, pool: str, mean: np.ndarray, var: np.ndarray) -> None:
         """The summed HP forecast of a GPU pool changed: a new spot quota."""
+        self._forecast[pool] = (mean, var)
         if pool in self.pools:
-            self.quota[pool] = self.config.quota.quota(pool, mean, var, self.capacity[pool])
-            self._dirty[pool] = None
+            self._resize(pool)
 
     def tick(self, now: float, out: list[Action]) -> None:
         if now + EPS >= self._next_eta:

@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from stoker.runtime.base import MASTER_PORT_BASE, MASTER_PORT_COUNT
 from stoker.runtime.kubernetes.pods import container_security, pod_security
 from stoker.runtime.kubernetes.settings import (
     LABEL_APP,
@@ -365,20 +366,33 @@ def network_policies(cfg: DeployConfig) -> list[dict[str, Any]]:
         ],
         "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
     }
+    # the ranks of a multi-worker job dial rank 0's pod on its rendezvous port, and only there
+    ranks = {
+        "podSelector": {"matchLabels": _pod_selector(cfg)},
+    }
+    rendezvous = [
+        {
+            "protocol": "TCP",
+            "port": MASTER_PORT_BASE,
+            "endPort": MASTER_PORT_BASE + MASTER_PORT_COUNT - 1,
+        }
+    ]
     agents_in = {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": _meta(cfg, "stoker-pods", "pod"),
         "spec": {
-            # agent pods take no connection and reach the broker's gateway (and DNS) only
+            # agent pods reach the broker's gateway (and DNS), and take connections only
+            # from each other's ranks on the rendezvous ports
             "podSelector": {"matchLabels": _pod_selector(cfg)},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [],
+            "ingress": [{"from": [ranks], "ports": rendezvous}],
             "egress": [
                 {
                     "to": [{"podSelector": {"matchLabels": _broker_selector(cfg)}}],
                     "ports": [{"protocol": "TCP", "port": s.gateway_port}],
                 },
+                {"to": [ranks], "ports": rendezvous},
                 dns,
             ],
         },

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,7 +62,13 @@ def runtime_profile(note: dict[str, Any]) -> RuntimeProfile:
         memory_mb=rt["memory_mb"],
         image=rt["image"],
         runtime_class=rt["runtime_class"],
+        grace_s=rt.get("grace_s"),
     )
+
+
+def grace_period(s: KubeSettings, rt: RuntimeProfile) -> int:
+    """A pod's termination grace in whole seconds: the profile's, else the settings'."""
+    return s.termination_grace_s if rt.grace_s is None else math.ceil(rt.grace_s)
 
 
 def secret_name(pod: str) -> str:
@@ -150,6 +157,7 @@ def pod_manifest(s: KubeSettings, shape: PodShape) -> dict[str, Any]:
             "runtime_class": rt.runtime_class,
             "network": rt.network,
             "memory_mb": rt.memory_mb,
+            "grace_s": rt.grace_s,
         },
     }
     env = [
@@ -159,6 +167,7 @@ def pod_manifest(s: KubeSettings, shape: PodShape) -> dict[str, Any]:
         {"name": "TMPDIR", "value": "/tmp"},
         {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
+        *({"name": k, "value": v} for k, v in sorted(s.deps_env().items())),
         {
             "name": TOKEN_ENV,
             "valueFrom": {"secretKeyRef": {"name": secret_name(shape.pod), "key": TOKEN_KEY}},
@@ -181,7 +190,7 @@ def pod_manifest(s: KubeSettings, shape: PodShape) -> dict[str, Any]:
         "restartPolicy": "Never",  # a pod that dies is reported to the core, never restarted
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": s.termination_grace_s,
+        "terminationGracePeriodSeconds": grace_period(s, rt),
         "priorityClassName": s.priority.name(shape.job_class),
         "securityContext": pod_security(s),
         "containers": [

@@ -34,8 +34,10 @@ import dataclasses
 import hmac
 import json
 import logging
+import math
 import random
 import secrets
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -52,12 +54,17 @@ from lightkube.types import PatchType
 
 from stoker.agent import protocol
 from stoker.agent.binding import check_env
+from stoker.api.deps import check_deps
 from stoker.core.model import Failure, Node, Profile
+from stoker.runtime.agent_link import AgentLink, AgentNotConnected
 from stoker.runtime.base import (
+    BindRefused,
     JobBinding,
     JobExited,
     JobOutput,
     JobRunning,
+    NodeDown,
+    NodeUp,
     PodDown,
     PodUp,
     RuntimeEvent,
@@ -68,7 +75,6 @@ from stoker.runtime.kubernetes import pods
 from stoker.runtime.kubernetes.nodes import cluster_nodes, gpu_memory_mib, node_of
 from stoker.runtime.kubernetes.settings import (
     ANNOTATION_SPEC,
-    LABEL_INSTANCE,
     LABEL_LEADER,
     LABEL_ROLE,
     LABEL_TENANT,
@@ -102,6 +108,11 @@ class UnknownPod(KubeRuntimeError, KeyError):
 
 class PodBusy(KubeRuntimeError):
     """The pod is running a job, or stands by (promote it first)."""
+
+
+class PodStopTimeout(KubeRuntimeError):
+    """A deleted pod was still there when its grace and ``stop_timeout_s`` had passed (a
+    node that stopped answering): it is kept, and a later ``stop_pod`` asks again."""
 
 
 class NotCarried(KubeRuntimeError):
@@ -141,15 +152,19 @@ class _Pod:
     shape: pods.PodShape
     token: str
     uid: str | None = None
+    ip: str | None = None  # status.podIP, once the pod runs
     job: str | None = None
+    grace_until: float = 0.0  # monotonic: a graceful kill of the job runs until then
     stopping: bool = False
-    writer: asyncio.StreamWriter | None = None
+    link: AgentLink = field(init=False)
     up: asyncio.Future[None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     gone: asyncio.Event = field(default_factory=asyncio.Event)
     codes: dict[str, str] = field(default_factory=dict)  # digest -> path in the pod
-    replies: dict[str, asyncio.Future[protocol.Message]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.link = AgentLink(self.shape.pod)
 
     @property
     def id(self) -> str:
@@ -210,7 +225,9 @@ class KubernetesRuntime:
     ``profiles`` are the core's profiles (their GPU model, GPUs, shares, CPU and memory
     shape the pods); ``listen`` is where the agent gateway listens (port 0: any free port,
     read back from :attr:`gateway_port`). ``client`` defaults to lightkube's own choice:
-    in-cluster config, else ``$KUBECONFIG`` or ``~/.kube/config``.
+    in-cluster config, else ``$KUBECONFIG`` or ``~/.kube/config``. ``own_pod`` is the
+    broker's own Pod (the Deployment passes its name as ``POD_NAME``): while the runtime
+    runs (the replica leads) that Pod carries the leader label the gateway Service selects.
     """
 
     def __init__(
@@ -223,11 +240,18 @@ class KubernetesRuntime:
         backoff: Backoff = Backoff(),
         adopt_wait_s: float = 15.0,
         code_dir: Path | str | None = None,
+        own_pod: str | None = None,
     ) -> None:
         self.settings = settings
         self.profiles = {p.name: p for p in profiles}
-        self._own_client = client is None
-        self.client = client or AsyncClient(namespace=settings.namespace)
+        self.own_pod = own_pod
+        # a client of our own is closed with the runtime and made anew by the next start()
+        # (a replica that leads again); a client passed in is the caller's
+        self._new_client: Callable[[], AsyncClient] | None = None
+        if client is None:
+            self._new_client = lambda: AsyncClient(namespace=settings.namespace)
+        self.client = client or self._new_client()  # type: ignore[misc]
+        self._client_closed = False
         self.listen = listen or ("0.0.0.0", settings.gateway_port)
         self.backoff = backoff
         self.adopt_wait_s = adopt_wait_s
@@ -238,14 +262,14 @@ class KubernetesRuntime:
         self.code = CodeStore(Path(code_dir)) if code_dir is not None else None
         self.retries: Counter[int | str] = Counter()  # API retries by status (for tests, metrics)
         self.relists = 0
-        self.cluster: list[Node] = []
-        self.devices: dict[str, Any] = {}  # GPU id -> core GPU, after discover()
+        self._nodes: dict[str, Node] = {}  # the ready GPU nodes, as the core sees them
         self._gpu_mem: dict[str, int] = {}
         self._pods: dict[str, _Pod] = {}  # by stoker pod id
         self._by_name: dict[str, _Pod] = {}  # by Kubernetes object name
         self._events: asyncio.Queue[RuntimeEvent] = asyncio.Queue()
         self._server: asyncio.Server | None = None
         self._watch: asyncio.Task[None] | None = None
+        self._node_watch: asyncio.Task[None] | None = None
         self._synced = asyncio.Event()
         self._conns: set[asyncio.StreamWriter] = set()  # every agent connection open
 
@@ -254,9 +278,9 @@ class KubernetesRuntime:
         cls, path: str, settings: KubeSettings, profiles: Iterable[Profile], **kw: Any
     ) -> KubernetesRuntime:
         """A runtime on the cluster a kubeconfig file names (its current context)."""
-        client = AsyncClient(KubeConfig.from_file(path), namespace=settings.namespace)
-        rt = cls(settings, profiles, client=client, **kw)
-        rt._own_client = True
+        config = KubeConfig.from_file(path)
+        rt = cls(settings, profiles, client=AsyncClient(config, namespace=settings.namespace), **kw)
+        rt._new_client = lambda: AsyncClient(config, namespace=settings.namespace)
         return rt
 
     @property
@@ -285,16 +309,26 @@ class KubernetesRuntime:
                 await asyncio.sleep(delay)
 
     async def discover(self) -> list[Node]:
-        """The cluster's GPU nodes as the core's nodes; also fills :attr:`devices`."""
+        """The cluster's GPU nodes as the core's nodes (after this, the node watch that
+        :meth:`start` runs reports only what changes: NodeUp, NodeDown)."""
         items, _ = await self._api("list nodes", lambda: self._list(KNode, None))
         return self.use_nodes([n.to_dict() for n in items])
 
     def use_nodes(self, nodes: list[dict[str, Any]]) -> list[Node]:
         """Take the cluster's Node objects (as the API returns them) as this runtime's."""
-        self.cluster = cluster_nodes(nodes, self.settings)
+        self._nodes = {n.name: n for n in cluster_nodes(nodes, self.settings)}
         self._gpu_mem = gpu_memory_mib(nodes, self.settings)
-        self.devices = {g.id: g for n in self.cluster for g in n.gpus}
         return self.cluster
+
+    @property
+    def cluster(self) -> list[Node]:
+        """The ready GPU nodes, sorted by name."""
+        return [self._nodes[n] for n in sorted(self._nodes)]
+
+    @property
+    def devices(self) -> dict[str, Any]:
+        """GPU id -> core GPU, of every ready node."""
+        return {g.id: g for n in self.cluster for g in n.gpus}
 
     async def _list(self, res: Any, labels: dict[str, Any] | None) -> tuple[list[Any], str]:
         """Every object (all pages) and the list's resourceVersion."""
@@ -308,28 +342,46 @@ class KubernetesRuntime:
     # --- lifecycle -----------------------------------------------------------
 
     async def start(self) -> None:
-        """Listen for agents and start watching this install's pods (idempotent)."""
+        """Listen for agents, start watching this install's pods, and label this broker's
+        Pod the leader, so the gateway Service sends the agents here (idempotent)."""
+        if self._client_closed and self._new_client is not None:
+            self.client, self._client_closed = self._new_client(), False
         if self._server is None:
             self._server = await asyncio.start_server(
                 self._accept, *self.listen, limit=protocol.MAX_LINE
             )
+            await self._lead(True)
+        loop = asyncio.get_running_loop()
         if self._watch is None:
-            self._watch = asyncio.get_running_loop().create_task(self._watch_pods())
+            # stoker pods only: the broker's own pods carry the instance label too
+            pods_of = self.settings.base_labels("pod")
+            self._watch = loop.create_task(
+                self._watch_loop(KPod, pods_of, self._relist, self._on_pod, self._synced)
+            )
+        if self._node_watch is None:
+            self._node_watch = loop.create_task(
+                self._watch_loop(KNode, None, self._relist_nodes, self._on_node_event)
+            )
         try:
             await asyncio.wait_for(asyncio.shield(self._synced.wait()), self.sync_timeout_s)
         except TimeoutError as exc:
             raise KubeRuntimeError(f"cannot list this install's pods: {self._watch_error}") from exc
 
     async def close(self) -> None:
-        """Stop listening and watching; the pods keep running for the next broker."""
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
-            self._watch = None
+        """Stop listening and watching, and take the leader label off this broker's Pod;
+        the pods keep running for the next broker."""
+        if self._server is not None:
+            with contextlib.suppress(httpx2.HTTPError):  # the next leader clears it anyway
+                await self._lead(False)
+        for task in (self._watch, self._node_watch):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._watch = self._node_watch = None
         for rec in list(self._pods.values()):
             rec.stopping = True  # not a death: no PodDown
-            self._hang_up(rec)
+            rec.link.hang_up()
         self._pods.clear()
         self._by_name.clear()
         for writer in list(self._conns):
@@ -338,8 +390,10 @@ class KubernetesRuntime:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
-        if self._own_client:
+        self._synced = asyncio.Event()
+        if self._new_client is not None:
             await self.client.close()
+            self._client_closed = True
 
     async def events(self) -> AsyncIterator[RuntimeEvent]:
         """Every event of every pod, in the order they happened."""
@@ -364,7 +418,7 @@ class KubernetesRuntime:
         rec = self._pod(pod)
         s = rec.shape
         return PodInfo(
-            rec.id, s.profile.name, s.node, s.gpu_ids, s.standby, rec.job, rec.writer is not None
+            rec.id, s.profile.name, s.node, s.gpu_ids, s.standby, rec.job, rec.link.connected
         )
 
     def shape(
@@ -450,21 +504,25 @@ class KubernetesRuntime:
                 lambda: self.client.replace(KSecret.from_dict(secret), namespace=ns),
             )
 
-    async def _delete(self, rec: _Pod) -> None:
-        """Delete the pod object (its Secret goes with it); a pod already gone is fine."""
+    async def _delete(self, rec: _Pod) -> int:
+        """Delete the pod object (its Secret goes with it); a pod already gone is fine.
+        The kubelet sends SIGTERM, then SIGKILL after the grace returned here: the
+        profile's, or what is left of a graceful kill of the pod's job, if longer."""
         rec.stopping = True
-        self._hang_up(rec)
-        if not await self._delete_pod(rec.name):
+        rec.link.hang_up()
+        grace = pods.grace_period(self.settings, rec.shape.runtime)
+        grace = max(grace, math.ceil(rec.grace_until - time.monotonic()))
+        if not await self._delete_pod(rec.name, grace):
             rec.gone.set()
+        return grace
 
-    async def _delete_pod(self, name: str) -> bool:
+    async def _delete_pod(self, name: str, grace: int | None = None) -> bool:
         """Delete a Pod object (with retries); False if it was gone already."""
+        grace = self.settings.termination_grace_s if grace is None else grace
         try:
             await self._api(
                 f"delete pod {name}",
-                lambda: self.client.delete(
-                    KPod, name, grace_period=self.settings.termination_grace_s
-                ),
+                lambda: self.client.delete(KPod, name, grace_period=grace),
             )
         except ApiError as exc:
             if status_code(exc) != 404:
@@ -478,27 +536,26 @@ class KubernetesRuntime:
         if self._by_name.get(rec.name) is rec:
             del self._by_name[rec.name]
 
-    def _hang_up(self, rec: _Pod) -> None:
-        """Close the pod's connection (its reader sees the end and returns)."""
-        if rec.writer is not None:
-            rec.writer.close()
-            rec.writer = None
-
-    async def _await_gone(self, rec: _Pod) -> None:
+    async def _await_gone(self, rec: _Pod, grace: int) -> None:
+        """Wait until the watch saw the pod go (PodStopTimeout past its grace and
+        ``stop_timeout_s``: it is kept, for a later stop to ask again)."""
+        wait_s = grace + self.settings.stop_timeout_s
         try:
-            await asyncio.wait_for(rec.gone.wait(), self.settings.stop_timeout_s)
-        except TimeoutError:
-            log.warning(
-                "pod %s: still not gone %s s after delete", rec.name, self.settings.stop_timeout_s
-            )
+            await asyncio.wait_for(rec.gone.wait(), wait_s)
+        except TimeoutError as exc:
+            raise PodStopTimeout(f"pod {rec.id}: still there {wait_s:g} s after delete") from exc
         self._forget(rec)
 
     async def stop_pod(self, pod: str) -> None:
-        """Delete the pod; emits PodDown(pod) once it is gone (PREEMPTED for its job)."""
-        rec = self._pod(pod)
+        """Delete the pod: its agent and its job get SIGTERM, then SIGKILL once the grace
+        has passed (see :meth:`_delete`). Returns once the pod is gone, and emits
+        PodDown(pod) (PREEMPTED for its job); PodStopTimeout if it does not go. A pod whose
+        stop timed out may be stopped again."""
+        rec = self._pods.get(pod)
+        if rec is None:
+            raise UnknownPod(f"pod: no live pod {pod!r}")
         job = rec.job
-        await self._delete(rec)
-        await self._await_gone(rec)
+        await self._await_gone(rec, await self._delete(rec))
         if job is not None:
             await self._events.put(JobExited(job, pod, 137, Failure.PREEMPTED))
         await self._events.put(PodDown(pod))
@@ -516,8 +573,7 @@ class KubernetesRuntime:
         if new_pod in self._pods:
             raise ValueError(f"new_pod: {new_pod!r} exists already")
         job = rec.job
-        await self._delete(rec)
-        await self._await_gone(rec)
+        await self._await_gone(rec, await self._delete(rec))
         if job is not None:
             await self._events.put(JobExited(job, pod, 137, Failure.PREEMPTED))
         s = rec.shape
@@ -528,11 +584,11 @@ class KubernetesRuntime:
         rec = self._pod(pod)
         visible = ",".join(str(i) for i in range(len(rec.shape.gpu_ids)))
         msg = {"op": "promote", "cuda_visible_devices": visible, "gpus": list(rec.shape.gpu_ids)}
-        reply = await self._request(rec, msg, "promoted")
+        reply = await rec.link.request(msg, "promoted")
         if reply.get("ev") != "promoted":
             raise KubeRuntimeError(f"pod {pod}: promote refused: {reply.get('message')}")
         rec.shape = dataclasses.replace(rec.shape, standby=False)
-        await self._label(rec, {LABEL_ROLE: "active"})
+        await self._label(rec.name, {LABEL_ROLE: "active"})
         await self._events.put(PodUp(pod))
 
     async def bind(self, pod: str, binding: JobBinding) -> None:
@@ -542,24 +598,41 @@ class KubernetesRuntime:
             raise PodBusy(f"pod: {pod} is running job {rec.job}")
         if rec.shape.standby:
             raise PodBusy(f"pod: {pod} stands by; promote it before binding")
-        if binding.deps:
-            raise NotCarried(
-                "deps: extra dependencies are not carried to Kubernetes pods yet; "
-                "bake them into the profile's image"
-            )
-        check_env(dict(binding.env))
-        if rec.writer is None:
-            raise KubeRuntimeError(f"pod: {pod}'s agent is not connected")
+        try:
+            # checked here and again by the agent, which installs them in the pod
+            deps = check_deps(binding.deps)
+            check_env(dict(binding.env))
+        except ValueError as exc:
+            raise BindRefused(str(exc)) from exc
+        if not rec.link.connected:
+            raise AgentNotConnected(f"pod: {pod}'s agent is not connected")
         code = None
         if binding.code_digest:
             if self.code is None:
                 raise NotCarried("code: this runtime keeps no code archives (no code_dir)")
             archive = self.code.path(binding.code_digest)  # CodeNotFound names the field
             code = rec.codes.get(binding.code_digest) or await self._send_code(rec, archive)
+        if binding.topology.master_pod is not None:
+            addr = await self._pod_ip(binding.topology.master_pod)
+            binding = dataclasses.replace(
+                binding, topology=dataclasses.replace(binding.topology, master_addr=addr)
+            )
         if binding.tenant is not None:
-            await self._label(rec, {LABEL_TENANT: tenant_hash(binding.tenant)})
+            await self._label(rec.name, {LABEL_TENANT: tenant_hash(binding.tenant)})
         rec.job = binding.job
-        await self._send(rec, binding.message(code, [], rec.shape.runtime.output_mb))
+        await rec.link.send(binding.message(code, [], rec.shape.runtime.output_mb, deps))
+
+    async def _pod_ip(self, pod: str) -> str:
+        """The pod IP of a live pod (rank 0 of a gang, which the other ranks dial): as the
+        watch saw it, else read from the API (its agent may dial in before the watch says
+        the pod runs)."""
+        rec = self._pod(pod)
+        if rec.ip is None:
+            obj = await self._api(f"read pod {rec.name}", lambda: self.client.get(KPod, rec.name))
+            rec.ip = obj.status.podIP if obj.status is not None else None
+        if not rec.ip:
+            raise KubeRuntimeError(f"pod {pod}: no pod IP yet (rank 0 of a gang runs there)")
+        return rec.ip
 
     async def _send_code(self, rec: _Pod, archive: Path) -> str:
         """Send a code archive to the pod in chunks; its path there once it checked out."""
@@ -574,9 +647,9 @@ class KubernetesRuntime:
                 "last": offset + CODE_CHUNK >= len(data),
             }
             if msg["last"]:
-                reply = await self._request(rec, msg, "code")
+                reply = await rec.link.request(msg, "code")
             else:
-                await self._send(rec, msg)
+                await rec.link.send(msg)
         if reply.get("ev") != "code":
             raise KubeRuntimeError(f"pod {rec.id}: code refused: {reply.get('message')}")
         rec.codes[archive.name] = str(reply["path"])
@@ -588,29 +661,41 @@ class KubernetesRuntime:
         """Kill a running job in every pod it runs in (a job that already ended is left
         alone): the agent sends SIGTERM, then SIGKILL once ``grace_s`` has passed."""
         for rec in self._pods.values():
-            if rec.job == job and not rec.stopping and rec.writer is not None:
+            if rec.job == job and not rec.stopping and rec.link.connected:
+                if grace_s > 0:  # a stop_pod meanwhile lets the pod's grace cover it
+                    rec.grace_until = time.monotonic() + grace_s
                 msg = {"op": "kill", "job": job, "failure": failure.value, "grace_s": grace_s}
-                await self._send(rec, msg)
+                await rec.link.send(msg)
 
     async def ping(self, pod: str) -> protocol.Message:
         """The agent's own view of its pod."""
-        return await self._request(self._pod(pod), {"op": "ping"}, "pong")
+        return await self._pod(pod).link.request({"op": "ping"}, "pong")
 
-    async def _label(self, rec: _Pod, labels: dict[str, str]) -> None:
+    async def _label(self, name: str, labels: dict[str, str | None]) -> None:
+        """Set (None: remove) labels of the Pod ``name``: a merge patch."""
         patch = {"metadata": {"labels": labels}}
         await self._api(
-            f"label pod {rec.name}",
-            lambda: self.client.patch(KPod, rec.name, patch, patch_type=PatchType.MERGE),
+            f"label pod {name}",
+            lambda: self.client.patch(KPod, name, patch, patch_type=PatchType.MERGE),
         )
 
-    async def mark_leader(self, own_pod: str, leader: bool) -> None:
-        """Label this broker's own Pod as the leader (or not): the gateway Service selects
-        only the leader, so agents always dial the replica that schedules."""
-        patch = {"metadata": {"labels": {LABEL_LEADER: "true" if leader else None}}}
-        await self._api(
-            f"label broker {own_pod}",
-            lambda: self.client.patch(KPod, own_pod, patch, patch_type=PatchType.MERGE),
-        )
+    async def _lead(self, leading: bool) -> None:
+        """Label this broker's own Pod the leader (or take the label off): the gateway
+        Service selects only the leader, so agents always dial the replica that schedules.
+        Taking the lead also takes the label off any other broker Pod still carrying it (a
+        leader deposed while cut off from the API). Nothing to do outside a Pod."""
+        if not self.own_pod:
+            return
+        others: list[str] = []
+        if leading:
+            selector = {**self.settings.base_labels("broker"), LABEL_LEADER: "true"}
+            items, _ = await self._api("list leaders", lambda: self._list(KPod, selector))
+            others = [o.metadata.name for o in items if o.metadata.name != self.own_pod]
+        for name, on in [(n, False) for n in others] + [(self.own_pod, leading)]:
+            try:
+                await self._label(name, {LABEL_LEADER: "true" if on else None})
+            except ApiError as exc:  # e.g. POD_NAME names no pod: say so, keep scheduling
+                log.error("leader label on pod %s: %s", name, exc)
 
     # --- re-adoption and garbage -----------------------------------------------
 
@@ -621,7 +706,7 @@ class KubernetesRuntime:
         await self.start()
         items, _ = await self._api(
             "list pods",
-            lambda: self._list(KPod, {LABEL_INSTANCE: self.settings.instance}),
+            lambda: self._list(KPod, self.settings.base_labels("pod")),
         )
         adopted = []
         for obj in items:
@@ -669,7 +754,7 @@ class KubernetesRuntime:
         created and no longer knows); their Secrets go with them. Returns their ids."""
         keep = set(keep)
         items, _ = await self._api(
-            "list pods", lambda: self._list(KPod, {LABEL_INSTANCE: self.settings.instance})
+            "list pods", lambda: self._list(KPod, self.settings.base_labels("pod"))
         )
         deleted = []
         for obj in items:
@@ -683,7 +768,7 @@ class KubernetesRuntime:
             rec = self._by_name.get(obj.metadata.name)
             if rec is not None:
                 rec.stopping = True
-                self._hang_up(rec)
+                rec.link.hang_up()
                 self._forget(rec)
             with contextlib.suppress(ApiError):
                 await self._delete_pod(obj.metadata.name)
@@ -692,23 +777,35 @@ class KubernetesRuntime:
 
     # --- the watch -------------------------------------------------------------
 
-    async def _watch_pods(self) -> None:
-        """List, then watch from the list's resourceVersion; list again after 410 Gone."""
+    async def _watch_loop(
+        self,
+        res: Any,
+        selector: dict[str, str] | None,
+        relist: Callable[[dict[str, str] | None], Awaitable[str]],
+        on_event: Callable[[dict[str, Any], bool], Awaitable[None]],
+        synced: asyncio.Event | None = None,
+    ) -> None:
+        """List, then watch from the list's resourceVersion; list again after 410 Gone.
+        ``relist`` takes the full state (and returns its resourceVersion), ``on_event``
+        each change (the object, and whether it was deleted)."""
         rv: str | None = None
         attempt = 0
-        selector = {LABEL_INSTANCE: self.settings.instance}
         while True:
             try:
                 if rv is None:
-                    rv = await self._relist(selector)
-                    self._synced.set()
-                async for etype, obj in self.client.watch(
-                    KPod, labels=selector, resource_version=rv
-                ):
+                    rv = await relist(selector)
+                    if synced is not None:
+                        synced.set()
+                watch = (
+                    self.client.watch(res, labels=selector, resource_version=rv)
+                    if selector
+                    else self.client.watch(res, resource_version=rv)
+                )
+                async for etype, obj in watch:
                     attempt = 0
                     rv = obj.metadata.resourceVersion or rv
                     if etype in ("ADDED", "MODIFIED", "DELETED"):
-                        await self._on_pod(obj.to_dict(), deleted=etype == "DELETED")
+                        await on_event(obj.to_dict(), etype == "DELETED")
             except asyncio.CancelledError:
                 raise
             except (httpx2.HTTPError, OSError) as exc:
@@ -731,7 +828,34 @@ class KubernetesRuntime:
                 log.exception("watch")
                 await asyncio.sleep(self.backoff.delay(attempt))
 
-    async def _relist(self, selector: dict[str, str]) -> str:
+    async def _relist_nodes(self, _selector: dict[str, str] | None) -> str:
+        """Every node as it is now; what changed while no watch ran is reported."""
+        items, rv = await self._api("list nodes", lambda: self._list(KNode, None))
+        seen = set()
+        for obj in items:
+            seen.add(obj.metadata.name)
+            await self._on_node_event(obj.to_dict(), False)
+        for name in sorted(set(self._nodes) - seen):
+            await self._on_node_event({"metadata": {"name": name}}, True)
+        return rv or "0"
+
+    async def _on_node_event(self, d: dict[str, Any], deleted: bool) -> None:
+        """A node changed: NodeUp when the core's view of it did (joined, came back, other
+        GPUs), NodeDown when it can take no pod any more."""
+        name = str((d.get("metadata") or {}).get("name"))
+        now = [] if deleted else cluster_nodes([d], self.settings)
+        old = self._nodes.get(name)
+        if not now:
+            self._gpu_mem.pop(name, None)
+            if self._nodes.pop(name, None) is not None:
+                await self._events.put(NodeDown(name))
+            return
+        self._gpu_mem.update(gpu_memory_mib([d], self.settings))
+        node = self._nodes[name] = now[0]
+        if old is None or (old.gpu_model, len(old.gpus)) != (node.gpu_model, len(node.gpus)):
+            await self._events.put(NodeUp(node))
+
+    async def _relist(self, selector: dict[str, str] | None) -> str:
         """The full state: every pod as it is now, and every known pod the list lacks
         (it vanished while no watch ran) reported gone."""
         self.relists += 1
@@ -750,6 +874,7 @@ class KubernetesRuntime:
         rec = self._by_name.get(str(meta.get("name")))
         if rec is None or (rec.uid is not None and meta.get("uid") not in (None, rec.uid)):
             return  # not ours, or an earlier pod of the same name
+        rec.ip = (d.get("status") or {}).get("podIP") or rec.ip
         if deleted:
             rec.gone.set()
         if rec.stopping:
@@ -768,7 +893,7 @@ class KubernetesRuntime:
             return
         # it ended without being asked: its job ends with it, with the same typed reason
         rec.stopping = True
-        self._hang_up(rec)
+        rec.link.hang_up()
         self._forget(rec)
         if rec.job is not None:
             await self._events.put(JobExited(rec.job, rec.id, 137, failure))
@@ -797,8 +922,7 @@ class KubernetesRuntime:
             hello = await asyncio.wait_for(protocol.read_message(reader), 10.0)
             if hello is None or hello.get("ev") != "hello":
                 return
-            self._hang_up(rec)  # the newest connection of a pod wins (its agent redialed)
-            rec.writer = writer
+            rec.link.attach(writer)  # the newest connection of a pod wins (its agent redialed)
             rec.job = hello.get("job")
             if not rec.up.done():
                 rec.up.set_result(None)
@@ -810,8 +934,7 @@ class KubernetesRuntime:
             self._conns.discard(writer)
             writer.close()
             for rec in self._pods.values():
-                if rec.writer is writer:
-                    rec.writer = None  # disconnected, not dead: the agent redials
+                rec.link.detach(writer)  # disconnected, not dead: the agent redials
 
     async def _on_message(self, rec: _Pod, msg: protocol.Message) -> None:
         ev = msg.get("ev")
@@ -832,19 +955,4 @@ class KubernetesRuntime:
             await self._events.put(JobOutput(msg["job"], rec.id, "stderr", text))
             await self._events.put(JobExited(msg["job"], rec.id, 1, Failure.USER_ERROR))
         else:  # a reply (or a refusal, an error without a job) to whoever waits
-            key = str(ev) if ev != "error" else next(iter(rec.replies), "")
-            fut = rec.replies.pop(key, None)
-            if fut is not None and not fut.done():
-                fut.set_result(msg)
-
-    async def _send(self, rec: _Pod, msg: protocol.Message) -> None:
-        if rec.writer is None:
-            raise KubeRuntimeError(f"pod: {rec.id}'s agent is not connected")
-        rec.writer.write(protocol.encode(msg))
-        await rec.writer.drain()
-
-    async def _request(self, rec: _Pod, msg: protocol.Message, reply: str) -> protocol.Message:
-        fut: asyncio.Future[protocol.Message] = asyncio.get_running_loop().create_future()
-        rec.replies[reply] = fut
-        await self._send(rec, msg)
-        return await asyncio.wait_for(fut, 10.0)
+            rec.link.answer(msg)

@@ -15,6 +15,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from stoker.agent.deps import FIND_LINKS_ENV, INDEX_ENV
+
 #: every label and annotation stoker sets lives under this prefix
 PREFIX = "stoker.dev"
 LABEL_APP = "app.kubernetes.io/name"
@@ -95,6 +97,11 @@ class KubeSettings:
     start_timeout_s: float = 600.0  # image pulls take minutes on a fresh node
     stop_timeout_s: float = 120.0
     termination_grace_s: int = 5
+    #: where a pod's agent installs a job's deps from (uv's index; "" for none, then only
+    #: ``deps_find_links``): the pods must be let reach it (a profile with network = true,
+    #: or an in-cluster mirror a NetworkPolicy of yours opens)
+    deps_index_url: str = "https://pypi.org/simple"
+    deps_find_links: str = ""  # a URL of wheels besides (or instead of) the index
 
     def __post_init__(self) -> None:
         if not _LABEL_VALUE.match(self.instance) or len(self.instance) > 63:
@@ -132,6 +139,10 @@ class KubeSettings:
     def gateway_addr(self) -> str:
         """HOST:PORT the agent in a pod dials: the gateway Service's cluster DNS name."""
         return self.dial or f"{self.gateway_service}.{self.namespace}.svc:{self.gateway_port}"
+
+    def deps_env(self) -> dict[str, str]:
+        """A pod's environment saying where its agent installs a job's deps from."""
+        return {INDEX_ENV: self.deps_index_url, FIND_LINKS_ENV: self.deps_find_links}
 
     def base_labels(self, part: str) -> dict[str, str]:
         """Labels every object of this install carries; ``part`` is broker or pod."""

@@ -1,0 +1,102 @@
+"""Nodes joining and leaving the core's cluster model (what a Kubernetes node watch reports):
+GPU pools appear with their first node, placements follow the nodes there are, and a node
+that leaves takes its pods with it, typed, never a job lost."""
+
+from __future__ import annotations
+
+import pytest
+
+from stoker.core import (
+    BindJob,
+    Cluster,
+    Core,
+    CoreError,
+    Failure,
+    JobEnded,
+    JobRequeued,
+    JobSpec,
+    JobSubmitted,
+    NodeAdded,
+    NodeRemoved,
+    PodReady,
+    Profile,
+    RankStarted,
+    StartPod,
+    StopPod,
+)
+from stoker.core.model import JobClass, JobState, PodState
+
+A100, H100 = "A100", "H100"
+
+
+def _core() -> Core:
+    """A core that starts with no node at all (a broker on a cluster it has not listed)."""
+    return Core(Cluster(), [Profile("gpu", gpu_model=A100, share=0.9, standby_share=0.1)])
+
+
+def _starts(actions: list[object]) -> list[StartPod]:
+    return [a for a in actions if isinstance(a, StartPod)]
+
+
+def test_gpu_pools_and_placements_follow_the_nodes_that_join() -> None:
+    core = _core()
+    hp = JobSpec("hp-1", "acme", "gpu", job_class=JobClass.HP, gpus=2, gpu_model=H100)
+    # no H100 node yet: the job's GPU pool does not exist (the API: a 4xx naming it)
+    with pytest.raises(CoreError, match="H100"):
+        core.handle(JobSubmitted(hp), 1.0)
+    out = core.handle(NodeAdded("h1", H100, 4, cpu=64.0), 2.0)
+    assert out == [] and core.cluster.capacity == {H100: 4}
+    assert [g.id for g in core.cluster.nodes["h1"].gpus] == ["h1/0", "h1/1", "h1/2", "h1/3"]
+    out = core.handle(JobSubmitted(hp), 3.0)
+    assert [(s.node, len(s.gpus)) for s in _starts(out)] == [("h1", 2)]
+    # a pool job's profile names A100: it places once an A100 node joins
+    out = core.handle(JobSubmitted(JobSpec("p-1", "acme", "gpu", reuse_tag="t")), 4.0)
+    assert _starts(out) == []
+    out = core.handle(NodeAdded("a1", A100, 1), 5.0)
+    assert [(s.node, s.gpus) for s in _starts(out)] == [("a1", ("a1/0",))]
+    # said again with the same shape: nothing happens
+    assert core.handle(NodeAdded("a1", A100, 1), 6.0) == []
+    core.check()
+
+
+def test_a_node_that_leaves_takes_its_pods_typed_and_requeues_what_never_ran() -> None:
+    core = _core()
+    core.handle(NodeAdded("a1", A100, 1), 0.0)
+    core.handle(NodeAdded("h1", H100, 2), 0.0)
+    # a pool job running on a1, an hp job still starting on h1
+    (start,) = _starts(core.handle(JobSubmitted(JobSpec("p-1", "acme", "gpu", "t")), 1.0))
+    binds = core.handle(PodReady(start.pod), 2.0)
+    assert BindJob("p-1", (start.pod,)) in binds
+    core.handle(RankStarted("p-1", 0, start.pod), 3.0)
+    hp = JobSpec("hp-1", "acme", "gpu", job_class=JobClass.HP, gpus=1, gpu_model=H100)
+    (hp_start,) = _starts(core.handle(JobSubmitted(hp), 4.0))
+    out = core.handle(NodeRemoved("a1"), 5.0)
+    # the running job ends typed (an infrastructure failure), its pod is stopped
+    ended = [a for a in out if isinstance(a, JobEnded)]
+    assert [(a.job, a.failure) for a in ended] == [("p-1", Failure.POD_DIED)]
+    assert StopPod(start.pod, "node_removed") in out
+    assert core.pods[start.pod].state is PodState.GONE and "a1" not in core.cluster.nodes
+    assert core.cluster.capacity[A100] == 0
+    # the hp job never ran: back to the queue, and it starts again on a node that joins
+    out = core.handle(NodeRemoved("h1"), 6.0)
+    assert JobRequeued("hp-1", Failure.POD_DIED) in out
+    assert StopPod(hp_start.pod, "node_removed") in out
+    assert core.jobs["hp-1"].state is JobState.QUEUED
+    out = core.handle(NodeAdded("h2", H100, 2), 7.0)
+    assert [(s.node, len(s.gpus)) for s in _starts(out)] == [("h2", 1)]
+    # a node removed twice, or one never seen: nothing
+    assert core.handle(NodeRemoved("h1"), 8.0) == []
+    core.check()
+
+
+def test_a_node_back_with_another_shape_replaces_the_old() -> None:
+    core = _core()
+    core.handle(NodeAdded("n", A100, 2), 0.0)
+    (start,) = _starts(core.handle(JobSubmitted(JobSpec("p-1", "acme", "gpu", "t")), 1.0))
+    out = core.handle(NodeAdded("n", A100, 4), 2.0)
+    # the old node's pod went with it (the job never ran: re-queued and placed again)
+    assert StopPod(start.pod, "node_removed") in out
+    assert JobRequeued("p-1", Failure.POD_DIED) in out
+    assert [s.node for s in _starts(out)] == ["n"]
+    assert core.cluster.capacity == {A100: 4}
+    core.check()
