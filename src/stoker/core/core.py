@@ -458,7 +458,7 @@ class Core:
         self.cluster.add_node(node)
         self.gangs.add_node(node)
         self.warm.room_freed()
-        self.warm.hp_cap = self._hp_cap()
+        self._cap_warm()
 
     def _node_removed(self, name: str, now: float, out: list[Action]) -> None:
         """A node left: each pod on it fails (its job typed ``pod_died``: re-queued if it
@@ -475,7 +475,7 @@ class Core:
         out.extend(StopPod(pid, "node_removed") for pid in on_node if pid not in stopping)
         self.gangs.remove_node(name)
         self.cluster.remove_node(name)
-        self.warm.hp_cap = self._hp_cap()
+        self._cap_warm()
 
     # ------------------------------------------------------------------ forecasts
 
@@ -507,6 +507,10 @@ class Core:
             per[tenant] = new
         self.forecast[gpu_model] = (total_mean, total_var)
         self.gangs.set_forecast(gpu_model, total_mean, total_var)
+        self._cap_warm()
+
+    def _cap_warm(self) -> None:
+        """Hand the warm pools their per-GPU-pool HP cap (unless the policies say no)."""
         if self.policies.forecast_caps_warm:
             self.warm.hp_cap = self._hp_cap()
 
