@@ -42,6 +42,13 @@ def sim_gfs(
     forecaster: Annotated[
         str, typer.Option(help="forecaster of the GFS policies: ridge | orglinear (torch)")
     ] = "ridge",
+    gate: Annotated[
+        str,
+        typer.Option(
+            help="window: spot quota and preemption only inside the measured window, no spot "
+            "before it (the authors'); always: from the simulated start to the end"
+        ),
+    ] = "window",
     plots: Annotated[bool, typer.Option(help="write PNG plots")] = True,
 ) -> None:
     """Run every named policy on the same jobs; write results.json, a table and plots."""
@@ -52,6 +59,7 @@ def sim_gfs(
     from stoker.core.registry import preset as make_policy
     from stoker.forecast.base import Cadence
     from stoker.sim.gfs import (
+        GATES,
         LOADS,
         Setup,
         SimGFSError,
@@ -81,6 +89,8 @@ def sim_gfs(
     for name in names:
         if name not in GANG_PRESETS:
             fail(f"--policy: unknown {name!r}; known: {', '.join(GANG_PRESETS)}")
+    if gate not in GATES:
+        fail(f"--gate: expected one of {', '.join(GATES)}, got {gate!r}")
     if forecaster not in ("ridge", "orglinear"):
         fail(f"--forecaster: expected ridge or orglinear, got {forecaster!r}")
     try:
@@ -105,6 +115,7 @@ def sim_gfs(
                             spec.forecaster, cadence, forecaster, base.notes
                         ),
                         cadence=cadence,
+                        gate=gate,
                         progress=lambda msg, lv=level: bar.update(task, description=f"{lv}/{msg}"),
                     )
                     runs[level][name] = result
@@ -135,6 +146,7 @@ def sim_gfs(
             "seed": seed,
             "query_every_min": query_every_min,
             "refit_every_min": refit_every_min,
+            "gate": gate,
         },
         "loads": {name: LOADS[name] for name in loads},
     }

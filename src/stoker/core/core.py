@@ -27,10 +27,12 @@ from stoker.core.events import (
     Event,
     ForecastUpdated,
     JobCancelled,
+    JobForgotten,
     JobSubmitted,
     NodeAdded,
     NodeRemoved,
     PodFailed,
+    PodForgotten,
     PodGone,
     PodReady,
     PodStopFailed,
@@ -108,8 +110,8 @@ class Core:
         self.policies = policies or Policies()
         self.jobs: dict[str, Job] = {}
         self.pods: dict[str, Pod] = {}
-        self.pod_moves = Transitions("pod", POD_MOVES)
-        self.job_moves = Transitions("job", JOB_MOVES)
+        self.pod_moves = Transitions("pod", POD_MOVES, PodState.GONE)
+        self.job_moves = Transitions("job", JOB_MOVES, JobState.FINISHED)
         self.now = start
         self._seq = 0  # pod ids
         self.warm = WarmPools(self, self.policies)
@@ -168,6 +170,10 @@ class Core:
                 self._bind_failed(job, pod, infra, now, out)
             case ForecastUpdated(tenant, gpu_model, mean, var):
                 self._forecast(tenant, gpu_model, mean, var)
+            case JobForgotten(job):
+                self._forget_job(job)
+            case PodForgotten(pod):
+                self._forget_pod(pod)
             case NodeAdded(name, gpu_model, gpus, cpu):
                 self._node_added(Node(name, gpu_model, [], cpu), gpus, now, out)
             case NodeRemoved(name):
@@ -249,12 +255,14 @@ class Core:
         """The one way a pod's state changes (raises on an illegal move, with history)."""
         self.pod_moves.transition(pod, state, now)
 
-    def move_job(self, job: Job, state: JobState, now: float) -> None:
-        """The one way a job's state changes (raises on an illegal move, with history)."""
+    def move_job(self, job: Job, state: JobState, now: float, *, lease: bool = False) -> None:
+        """The one way a job's state changes (raises on an illegal move, with history).
+        ``lease``: a lease handed back (Chronus), the one way an HP job is re-queued."""
         if (
             job.state is JobState.RUNNING
             and state is JobState.QUEUED
             and job.job_class is not JobClass.SPOT
+            and not lease
         ):
             raise CoreError(f"job {job.id}: only a spot job goes back to the queue once running")
         self.job_moves.transition(job, state, now)
@@ -272,8 +280,6 @@ class Core:
         job.finished = now
         job.failure = failure
         job.exit_code = exit_code
-        if job.job_class is JobClass.HP:
-            self.demand.add(job.spec.tenant, self.gangs.pool_of(job), -job.gpus)
         out.append(JobEnded(job.id, failure, exit_code))
 
     def _part(self, job_class: JobClass) -> WarmPools | GangScheduler:
@@ -309,13 +315,26 @@ class Core:
             return
         self.gangs.submit(job, now)  # checks the GPU pool first: nothing half-registered
         self.jobs[spec.id] = job
-        if spec.job_class is JobClass.HP:
-            self.demand.add(spec.tenant, self.gangs.pool_of(job), job.gpus)
 
     def _cancel(self, job_id: str, now: float, out: list[Action]) -> None:
         job = self._job(job_id)
         if job.state is not JobState.FINISHED:
             self._part(job.job_class).cancel(job, now, out)
+
+    def _forget_job(self, job_id: str) -> None:
+        """Drop a finished job (the driver keeps its record); nothing else names it by
+        then (its part let go of it when it finished)."""
+        self.job_moves.forget(self._job(job_id))
+        del self.jobs[job_id]
+
+    def _forget_pod(self, pod_id: str) -> None:
+        """Drop a gone pod: its share is free and no unfinished job points at it (a job
+        whose pod goes is re-queued or ended on that event)."""
+        pod = self.pods.get(pod_id)
+        if pod is None:
+            raise CoreError(f"unknown pod {pod_id!r}")
+        self.pod_moves.forget(pod)
+        del self.pods[pod_id]
 
     def _current(self, job_id: str, pod: str | None) -> bool:
         """Whether rank news is of the job's current run (unknown pod: assumed so)."""

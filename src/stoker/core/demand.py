@@ -1,10 +1,10 @@
-"""The HP demand meter: HP GPUs asked (queued + running) per tenant and GPU pool, one value
+"""The HP demand meter: HP GPUs running per tenant and GPU pool, one value
 per minute, kept by the core from its own events.
 
 The driver reads a tenant's history from here to fit and query its forecaster and hands the
 answer back as ``ForecastUpdated``; the forecaster itself stays in :mod:`stoker.forecast`.
-Queued demand counts as well as running (what was asked, not what was granted), so a
-forecast sees demand the cluster could not serve. The history is kept as change points
+The scheduler adds a job's GPUs when it is placed and takes them off when it is released,
+as the authors' recorder does (queued HP demand is not seen). The history is kept as change points
 (the minute a value starts) and laid out per minute only when read, so a meter no one
 reads costs nothing per minute.
 """

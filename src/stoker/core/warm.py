@@ -108,12 +108,15 @@ class WarmPools:
     def next_deadline(self) -> float | None:
         """The earliest keep-alive deadline (when a Tick would stop a warm pod)."""
         while self._deadlines:
-            at, _, pid = self._deadlines[0]
-            pod = self.pods.get(pid)
-            if pod is not None and pod.state is PodState.WARM and pod.deadline == at:
-                return at
+            if self._armed(self._deadlines[0]):
+                return self._deadlines[0][0]
             heapq.heappop(self._deadlines)
         return None
+
+    def _armed(self, entry: tuple[float, int, str]) -> bool:
+        """Whether a keep-alive deadline still holds (its pod waits warm until then)."""
+        pod = self.pods.get(entry[2])
+        return pod is not None and pod.state is PodState.WARM and pod.deadline == entry[0]
 
     @property
     def idle_gpus(self) -> float:
@@ -385,10 +388,9 @@ class WarmPools:
     def tick(self, now: float, out: list[Action]) -> None:
         """Stop warm pods whose keep-alive ran out."""
         while self._deadlines and self._deadlines[0][0] <= now + EPS:
-            at, _, pid = heapq.heappop(self._deadlines)
-            pod = self.pods.get(pid)
-            if pod is not None and pod.state is PodState.WARM and pod.deadline == at:
-                self._stop(pod, "keepalive", now, out)
+            entry = heapq.heappop(self._deadlines)
+            if self._armed(entry):
+                self._stop(self.pods[entry[2]], "keepalive", now, out)
 
     # ------------------------------------------------------------------ placement
 
@@ -754,6 +756,11 @@ class WarmPools:
             self._fresh[key] = None
         if not math.isinf(pod.deadline):
             heapq.heappush(self._deadlines, (pod.deadline, self._seq_next(), pod.id))
+            if len(self._deadlines) > 2 * len(self._idle) + 64:
+                # a deadline that no longer holds leaves lazily, from the top: under a long
+                # keep-alive one per job ended within it would pile up (amortised O(1))
+                self._deadlines = [e for e in self._deadlines if self._armed(e)]
+                heapq.heapify(self._deadlines)
         self._refresh_gpus(pod)
 
     def _unwarm(self, pod: Pod) -> None:

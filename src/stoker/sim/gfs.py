@@ -36,6 +36,9 @@ from stoker.traces.base import Trace, TraceJob, TraceNode
 from stoker.traces.scale import capacity_scale, keep_nodes, time_scale
 
 LOADS: dict[str, float] = {"low": 0.5, "medium": 1.0, "high": 1.5}
+# when the spot quota and preemption apply: ``window`` (the authors': only inside the
+# measured window, no spot before it, no quota after it) or ``always`` (stoker's)
+GATES = ("window", "always")
 # a copied spot job (load above 1) is submitted this long after its original, at most
 LOAD_JITTER_S = 3600.0
 DAY_S = 86400.0
@@ -286,6 +289,7 @@ def simulate(
     timeline_every_s: float = 3600.0,
     progress: Callable[[str], None] | None = None,
     tail_limit_s: float = 400 * DAY_S,
+    gate: str = "window",
 ) -> TraceResult:
     """Run one preset over the trace's jobs submitted in ``[window.sim_start, window.end)``
     until every one has finished (nothing is dropped; a job still queued ``tail_limit_s``
@@ -293,7 +297,10 @@ def simulate(
 
     HP jobs submitted before the span and still running at its start are carried in: they
     are submitted at the span's start with the rest of their duration (not measured).
+    ``gate``: one of :data:`GATES`.
     """
+    if gate not in GATES:
+        raise SimGFSError(f"gate: expected one of {', '.join(GATES)}, got {gate!r}")
     wall0 = time.perf_counter()
     t0 = window.sim_start
     cluster = build_cluster(trace.nodes)
@@ -301,6 +308,9 @@ def simulate(
     core = Core(cluster, profiles, spec.policies, start=t0)
     jobs = simulated_jobs(trace, window, set(core.gangs.pools))
     config = spec.policies.gangs
+    # the node cost's lost-work term is over the evaluation window (the authors' timespan)
+    config.cost_window_s = window.end - window.start + 1.0
+    config.window = (window.start, window.end) if gate == "window" else None
     cadence = cadence or (forecaster.cadence if forecaster else Cadence())
     if forecaster is not None:
         prefill_meter(core, trace, t0)
@@ -314,14 +324,22 @@ def simulate(
         progress,
         spec.name,
     )
-    alloc = {"window": 0.0, "total": 0.0}
+    alloc = {"window": 0.0, "total": 0.0, "cards": 0.0, "hp": 0.0}
+    # the spot GPU-seconds of succeeded periods when the window opened and closed
+    ok_at: dict[str, float] = {}
 
     def advance(a: float, b: float) -> None:
-        held = core.gangs.allocated
+        gangs = core.gangs
+        held = gangs.allocated
         alloc["total"] += held * (b - a)
         lo, hi = max(a, window.start), min(b, window.end)
         if hi > lo:
             alloc["window"] += held * (hi - lo)
+            alloc["cards"] += gangs.busy_cards * (hi - lo)
+            alloc["hp"] += sum(u[JobClass.HP] for u in gangs.used.values()) * (hi - lo)
+        for edge, at in (("start", window.start), ("end", window.end)):
+            if edge not in ok_at and a <= at <= b:
+                ok_at[edge] = gangs.spot_ok_gpu_s
 
     runtime = VirtualRuntime(instant=[p.name for p in profiles])
     sim = trace_simulator(core, workload, runtime, t0, advance)
@@ -330,6 +348,11 @@ def simulate(
         raise SimGFSError(f"{spec.name}: {workload.remaining} jobs never finished")
     wall = time.perf_counter() - wall0
     metrics = _metrics(core, jobs, window, alloc["window"], alloc["total"], cluster.total_gpus)
+    # the authors' definitions (``Recorder.log_output``), beside ours
+    capacity_s = cluster.total_gpus * (window.end - window.start)
+    spot_ok = ok_at.get("end", core.gangs.spot_ok_gpu_s) - ok_at.get("start", 0.0)
+    metrics["authors.gpu_allocation_rate"] = alloc["cards"] / capacity_s
+    metrics["authors.useful_gpu_time_rate"] = (alloc["hp"] + spot_ok) / capacity_s
     metrics["events"] = result.events
     metrics["wall_s"] = round(wall, 3)
     metrics["events_per_s"] = round(result.events / wall, 1) if wall > 0 else 0.0

@@ -15,6 +15,8 @@ TABLE_METRICS = (
     "hp.p99_jct_s",
     "gpu_allocation_rate",
     "useful_gpu_time_rate",
+    "authors.gpu_allocation_rate",
+    "authors.useful_gpu_time_rate",
     "preemptions_per_spot_job",
 )
 
