@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from stoker.cli.main import app
 from stoker.core import (
+    GPU,
     Action,
     BindJob,
     Cluster,
@@ -26,6 +27,7 @@ from stoker.core import (
     JobState,
     JobSubmitted,
     KillJob,
+    Node,
     PodGone,
     PodReady,
     Profile,
@@ -394,6 +396,23 @@ def test_forecast_caps_the_warm_budget() -> None:
     out = g.send(ForecastUpdated("t", "A", (2.0,), (0.0,)), 5.0)
     assert g.core.budget_limit() == 0.0
     assert StopPod(pod, "budget") in out
+
+
+def test_the_warm_budget_is_capped_per_gpu_pool() -> None:
+    # the warm pod is on pool A; pool B has room to spare: B's slack must not let idle
+    # pods keep the room A's HP forecast asks for, and B's forecast alone stops nothing
+    cl = cluster(2)
+    cl.add_node(Node("m0", "B", [GPU(f"m0/{i}", "m0", i, "B") for i in range(4)]))
+    g = Gangs(cl, "gfs")
+    g.stop = False
+    pod = _warm_pod(g, "pj", 0.0)
+    out = g.send(ForecastUpdated("t", "B", (4.0,), (0.0,)), 5.0)
+    assert not any(isinstance(a, StopPod) for a in out)
+    out = g.send(ForecastUpdated("t", "B", (0.0,), (0.0,)), 6.0)
+    assert not any(isinstance(a, StopPod) for a in out)
+    out = g.send(ForecastUpdated("t", "A", (2.0,), (0.0,)), 7.0)
+    assert StopPod(pod, "budget") in out
+    assert g.core.budget_limit() == 4.0  # B's slack alone
 
 
 # ---------------------------------------------------------------- properties

@@ -79,7 +79,8 @@ class Policies:
     """Every named extension point of the core; the defaults are Firepool's and GFS's.
 
     Warm pools: ``matching`` (warm and standby matching), ``keepalive``, ``budget`` (warm
-    budget), ``standby`` (standby staging). hp/spot: ``gangs`` holds queue order, placement
+    budget, capped per GPU pool by the HP forecast unless ``forecast_caps_warm`` is off),
+    ``standby`` (standby staging). hp/spot: ``gangs`` holds queue order, placement
     scoring, spot quota and reclaim (victim choice) with their parameters. Presets by name:
     :mod:`stoker.core.registry`.
     """
@@ -89,6 +90,9 @@ class Policies:
     budget: WarmBudget = field(default_factory=QueueDrivenBudget)
     standby: StandbyPolicy = field(default_factory=BesideActive)
     gangs: GFSConfig = field(default_factory=GFSConfig)
+    # the HP forecast caps the warm budget per GPU pool (the one capacity model); off, idle
+    # pods give way to HP only when an HP job reclaims them (an ablation)
+    forecast_caps_warm: bool = True
 
 
 class Core:
@@ -473,7 +477,7 @@ class Core:
         self.cluster.add_node(node)
         self.gangs.add_node(node)
         self.warm.room_freed()
-        self.warm.hp_cap = self._hp_cap()
+        self._cap_warm()
 
     def _node_removed(self, name: str, now: float, out: list[Action]) -> None:
         """A node left: each pod on it fails (its job typed ``pod_died``: re-queued if it
@@ -490,7 +494,7 @@ class Core:
         out.extend(StopPod(pid, "node_removed") for pid in on_node if pid not in stopping)
         self.gangs.remove_node(name)
         self.cluster.remove_node(name)
-        self.warm.hp_cap = self._hp_cap()
+        self._cap_warm()
 
     # ------------------------------------------------------------------ forecasts
 
@@ -522,19 +526,24 @@ class Core:
             per[tenant] = new
         self.forecast[gpu_model] = (total_mean, total_var)
         self.gangs.set_forecast(gpu_model, total_mean, total_var)
-        self.warm.hp_cap = self._hp_cap()
+        self._cap_warm()
 
-    def _hp_cap(self) -> float:
-        """GPUs idle pods may hold so that HP finds its room: per GPU pool with a forecast,
-        capacity minus the g-quantile of HP demand over the next hour (a keep-alive is far
-        shorter); a pool without one is not capped."""
+    def _cap_warm(self) -> None:
+        """Hand the warm pools their per-GPU-pool HP cap (unless the policies say no)."""
+        if self.policies.forecast_caps_warm:
+            self.warm.hp_cap = self._hp_cap()
+
+    def _hp_cap(self) -> dict[str, float]:
+        """Per GPU pool with a forecast, the GPUs idle pods there may hold so that HP
+        finds its room: capacity minus the g-quantile of HP demand over the next hour (a
+        keep-alive is far shorter). A pool without a forecast is not capped; one pool's
+        slack never lets idle pods hold another pool's HP room."""
         z = NormalDist().inv_cdf(self.policies.gangs.g)
-        cap = 0.0
+        cap: dict[str, float] = {}
         for model, gpus in self.cluster.capacity.items():
             fc = self.forecast.get(model)
             if fc is None:
-                cap += gpus
                 continue
             upper = float(fc[0][0] + z * math.sqrt(max(float(fc[1][0]), 0.0)))
-            cap += max(0.0, gpus - upper)
+            cap[model] = max(0.0, gpus - upper)
         return cap

@@ -7,10 +7,12 @@ builds fresh, unshared policy objects.
 
 Warm-pool presets (the Firepool paper's comparisons; GFS's hp/spot defaults):
 ``firepool`` (default), ``fixed`` (the same: fixed keep-alive), ``fitted``, ``always_on``,
-``warm_reuse`` (no standby), ``fresh_tag``, ``fresh_pod``. hp/spot presets (GFS's paper
-and ablations; Firepool's warm defaults): ``gfs`` (default), ``yarn-cs``, ``chronus``,
-``lyra``, ``fgd`` (each gated by GFS's forecast quota, as the authors' simulator runs them;
-``yarn-cs-noquota``, ``lyra-noquota``, ``fgd-noquota``: ungated), ``static-quota``,
+``warm_reuse`` (no standby), ``fresh_tag``, ``fresh_pod``, ``warm-uncapped`` (the HP
+forecast does not cap the warm budget: an ablation of the one capacity model). hp/spot
+presets (GFS's paper and ablations; Firepool's warm defaults): ``gfs`` (default),
+``yarn-cs``, ``chronus``, ``lyra``, ``fgd`` (each gated by GFS's forecast quota, as the
+authors' simulator runs them; ``yarn-cs-noquota``, ``lyra-noquota``, ``fgd-noquota``:
+ungated), ``static-quota``,
 ``min-runtime``, ``gfs-naive``, ``gfs-fixed-eta``.
 """
 
@@ -139,6 +141,9 @@ _PRESETS: dict[str, _Entry] = {
     "fixed": (_firepool, "default"),
     "fitted": (_warm(keepalive=FittedKeepAlive), "default"),
     "always_on": (_warm(keepalive=AlwaysOn), "default"),
+    # ablation of the one capacity model: the HP forecast does not cap the warm budget
+    # (idle pods give way to HP only when an HP job reclaims them)
+    "warm-uncapped": (_warm(forecast_caps_warm=False), "default"),
     "warm_reuse": (
         _warm(matching=lambda: ReuseMatching(reuse=True, standby=False), standby=NoStandby),
         "default",
@@ -209,7 +214,16 @@ _PRESETS: dict[str, _Entry] = {
     ),
 }
 
-WARM_PRESETS = ("fresh_pod", "fresh_tag", "warm_reuse", "firepool", "fixed", "always_on", "fitted")
+WARM_PRESETS = (
+    "fresh_pod",
+    "fresh_tag",
+    "warm_reuse",
+    "firepool",
+    "fixed",
+    "always_on",
+    "fitted",
+    "warm-uncapped",
+)
 """The warm-pool presets (Firepool's comparisons)."""
 GANG_PRESETS = tuple(name for name in _PRESETS if name not in WARM_PRESETS)
 """The hp/spot presets (GFS's comparisons and ablations)."""

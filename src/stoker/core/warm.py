@@ -60,9 +60,10 @@ class WarmPools:
         self.policies = policies
         self.jobs = host.jobs
         self.pods = host.pods
-        # GPUs idle pods may hold at most so HP demand finds its room (the core sets it from
-        # the HP forecast: what HP is not forecast to need)
-        self.hp_cap = math.inf
+        # per GPU model, the GPUs idle pods there may hold at most so HP demand finds its
+        # room (the core sets it from that GPU pool's HP forecast: what HP is not forecast
+        # to need); a model without an entry is not capped
+        self.hp_cap: dict[str, float] = {}
         self._queues: dict[str, dict[str, None]] = {p: {} for p in self.profiles}
         self._warm: dict[tuple[str, str, str], dict[str, None]] = {}
         self._standby: dict[str, dict[str, None]] = {p: {} for p in self.profiles}
@@ -70,6 +71,7 @@ class WarmPools:
         self._standby_on_gpu: dict[str, str] = {}
         self._idle: dict[str, None] = {}  # idle warm + standby (+ starting standby) pods
         self._idle_gpus = 0.0
+        self._idle_by_model: dict[str, float] = {}  # the same, per GPU model
         # bumped on every pool pod's state change: what an HP reclaim finds among idle pods
         # may differ (the gang scheduler searches again only after a change)
         self.epoch = 0
@@ -134,14 +136,26 @@ class WarmPools:
         """
         base = self._budget_base()
         limit = min(
-            self.hp_cap, self.policies.budget.limit(self.cluster.total_gpus, self._queued_gpus)
+            self._hp_total(),
+            self.policies.budget.limit(self.cluster.total_gpus, self._queued_gpus),
         )
         if self._idle_gpus <= limit + EPS or limit >= base:
             return limit
         return min(base, limit + sum(self._staged_standby().values()))
 
     def _budget_base(self) -> float:
-        return min(self.hp_cap, self.policies.budget.limit(self.cluster.total_gpus, 0.0))
+        return min(self._hp_total(), self.policies.budget.limit(self.cluster.total_gpus, 0.0))
+
+    def _hp_total(self) -> float:
+        """GPUs idle pods may hold under the HP forecast, every GPU model together (each
+        model is held to its own cap: :meth:`_enforce_hp_cap`)."""
+        caps = self.hp_cap
+        if not caps:
+            return math.inf
+        return sum(min(caps.get(m, math.inf), c) for m, c in self.cluster.capacity.items())
+
+    def _model_of(self, pod: Pod) -> str:
+        return self.cluster.gpus[pod.gpus[0]].model
 
     def _staged_standby(self) -> dict[str, float]:
         """Standby pods (ready or starting) sharing their GPU with a pod that is not idle,
@@ -213,13 +227,21 @@ class WarmPools:
         """Raise if an invariant does not hold (used by tests after every event)."""
         self.cluster.check()
         idle = 0.0
+        by_model: dict[str, float] = {}
         for pod in self.pods.values():
             if pod.state is PodState.GONE or pod.job_class is not JobClass.POOL:
                 continue
             if pod.id in self._idle:
-                idle += self._pod_share(pod)
+                share = self._pod_share(pod)
+                idle += share
+                model = self._model_of(pod)
+                by_model[model] = by_model.get(model, 0.0) + share
         if abs(idle - self._idle_gpus) > 1e-6:
             raise AssertionError(f"idle GPUs {self._idle_gpus} != {idle}")
+        for model in by_model.keys() | self._idle_by_model.keys():
+            held = self._idle_by_model.get(model, 0.0)
+            if abs(held - by_model.get(model, 0.0)) > 1e-6:
+                raise AssertionError(f"idle GPUs of {model}: {held} != {by_model.get(model)}")
         for job in self.jobs.values():
             if job.job_class is not JobClass.POOL:
                 continue
@@ -715,10 +737,13 @@ class WarmPools:
             return
         if self._idle_gpus + profile.standby_share > self._budget_base() + EPS:
             return  # a standby beside a busy pod is bounded by the base cap (budget_limit)
+        held = self._idle_by_model.get(gpu.model, 0.0)
+        if held + profile.standby_share > self.hp_cap.get(gpu.model, math.inf) + EPS:
+            return  # its GPU pool's HP forecast leaves idle pods no more room
         pod = self._new_pod(profile, active.node, [gid], profile.standby_share, now)
         self._standby_on_gpu[gid] = pod.id
         self._idle[pod.id] = None
-        self._idle_gpus += profile.standby_share
+        self._add_idle(pod, profile.standby_share)
         self._standby[profile.name][pod.id] = None
         self._image_nodes[profile.name][active.node] = None
         out.append(StartPod(pod.id, profile.name, active.node, (gid,), standby=True))
@@ -846,16 +871,23 @@ class WarmPools:
         self.epoch += 1
         if was_idle and not is_idle:
             del self._idle[pod.id]
-            self._idle_gpus -= share
+            self._add_idle(pod, -share)
         elif is_idle and not was_idle:
             self._idle[pod.id] = None
-            self._idle_gpus += share
-        if abs(self._idle_gpus) < 1e-9:
-            self._idle_gpus = 0.0
+            self._add_idle(pod, share)
         if state in _ROOM:
             self._dirty = True
         self.host.move_pod(pod, state, now)
         pod.since = now
+
+    def _add_idle(self, pod: Pod, share: float) -> None:
+        """The idle totals (all, and per GPU model) move by ``share``."""
+        model = self._model_of(pod)
+        self._idle_gpus += share
+        held = self._idle_by_model.get(model, 0.0) + share
+        self._idle_by_model[model] = 0.0 if abs(held) < 1e-9 else held
+        if abs(self._idle_gpus) < 1e-9:
+            self._idle_gpus = 0.0
 
     def _pod_share(self, pod: Pod) -> float:
         gpus = self.cluster.gpus
@@ -864,6 +896,7 @@ class WarmPools:
     # ------------------------------------------------------------------ budget
 
     def _enforce_budget(self, now: float, out: list[Action]) -> None:
+        self._enforce_hp_cap(now, out)
         limit = self.budget_limit()
         if self._idle_gpus <= limit + EPS:
             return
@@ -877,6 +910,20 @@ class WarmPools:
             if self._idle_gpus <= limit + EPS:
                 break
             self._stop(pod, "budget", now, out)
+
+    def _enforce_hp_cap(self, now: float, out: list[Action]) -> None:
+        """Per GPU model: idle pods over what its HP forecast leaves them go, least
+        valuable first."""
+        budget = self.policies.budget
+        for model, cap in self.hp_cap.items():
+            if self._idle_by_model.get(model, 0.0) <= cap + EPS:
+                continue
+            ready = [self.pods[p] for p in self._idle if self._model_of(self.pods[p]) == model]
+            ready.sort(key=lambda pod: (budget.value(pod, now), pod.id))
+            for pod in ready:
+                if self._idle_by_model.get(model, 0.0) <= cap + EPS:
+                    break
+                self._stop(pod, "budget", now, out)
 
     # ------------------------------------------------------------------ queues
 

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from stoker.core import Core, ForecastUpdated, Job, JobClass, JobSpec, JobSubmitted, Profile
 from stoker.core.gfs.quota import guaranteed_hours
@@ -31,7 +30,7 @@ from stoker.core.registry import Preset
 from stoker.forecast.base import Cadence, Forecaster, ForecastError, SeriesKey
 from stoker.forecast.registry import DEFAULT_FORECASTER, make_forecaster
 from stoker.forecast.series import Calendar, demand_series
-from stoker.sim.engine import Simulator
+from stoker.sim.engine import Simulator, Workload
 from stoker.sim.virtual import VirtualRuntime
 from stoker.traces.base import Trace, TraceJob, TraceNode
 from stoker.traces.scale import capacity_scale, keep_nodes, time_scale
@@ -305,38 +304,14 @@ def simulate(
     cluster = build_cluster(trace.nodes)
     profiles = trace_profiles(trace.nodes)
     core = Core(cluster, profiles, spec.policies, start=t0)
-    pools = set(core.gangs.pools)
-    jobs = [j for j in trace.jobs if t0 <= j.submit_time < window.end]
-    carried = [
-        TraceJob(
-            name=f"{j.name}@carry",
-            tenant=j.tenant,
-            gpu_model=j.gpu_model,
-            gpu_request=j.gpu_request,
-            worker_num=j.worker_num,
-            submit_time=t0,
-            duration=j.submit_time + j.duration - t0,
-            job_class=j.job_class,
-        )
-        for j in trace.jobs
-        if j.submit_time < t0 < j.submit_time + j.duration and j.job_class == "hp"
-    ]
-    jobs = carried + jobs
-    if not jobs:
-        raise SimGFSError("the window holds no jobs")
-    unknown = sorted({j.gpu_model for j in jobs} - pools)
-    if unknown:
-        raise SimGFSError(f"gpu_model {unknown[0]!r}: no node of that model in the trace")
+    jobs = simulated_jobs(trace, window, set(core.gangs.pools))
     config = spec.policies.gangs
     # the node cost's lost-work term is over the evaluation window (the authors' timespan)
     config.cost_window_s = window.end - window.start + 1.0
     config.window = (window.start, window.end) if gate == "window" else None
     cadence = cadence or (forecaster.cadence if forecaster else Cadence())
-    if forecaster is not None and t0 >= 60:
-        # the trace's HP history before the span: what the meter would hold had it run
-        start_min = int(t0 // 60)
-        warm = demand_series(trace.jobs, end_min=start_min)
-        core.demand.prefill({(k.tenant, k.pool): v for k, v in warm.items()}, start_min)
+    if forecaster is not None:
+        prefill_meter(core, trace, t0)
     workload = TraceWorkload(
         jobs,
         forecaster,
@@ -365,20 +340,8 @@ def simulate(
                 ok_at[edge] = gangs.spot_ok_gpu_s
 
     runtime = VirtualRuntime(instant=[p.name for p in profiles])
-    sim = Simulator(
-        core,
-        workload,
-        runtime,
-        start=t0,
-        record_held=False,
-        tick_prio=PRIO_TICK,
-        on_advance=advance,
-    )
-    # BLAS on one thread: a forecaster's fit gives the same bits on every machine (its
-    # results changed with the core count), and on a busy 2-core machine a Cholesky of a
-    # few hundred features took 1 s on two threads against 4 ms on one
-    with threadpool_limits(limits=1, user_api="blas"):
-        result = sim.run(max_time=window.end + tail_limit_s)
+    sim = trace_simulator(core, workload, runtime, t0, advance)
+    result = sim.run(max_time=window.end + tail_limit_s)
     if workload.remaining:
         raise SimGFSError(f"{spec.name}: {workload.remaining} jobs never finished")
     wall = time.perf_counter() - wall0
@@ -392,6 +355,66 @@ def simulate(
     metrics["wall_s"] = round(wall, 3)
     metrics["events_per_s"] = round(result.events / wall, 1) if wall > 0 else 0.0
     return TraceResult(spec.name, metrics, workload.timeline)
+
+
+def trace_simulator(
+    core: Core,
+    workload: Workload,
+    runtime: VirtualRuntime,
+    start: float,
+    on_advance: Callable[[float, float], None],
+) -> Simulator:
+    """The engine as a trace run drives it: no GPUs-held timeline (a long run), the core's
+    Tick after the submissions of an instant, ``on_advance`` told of every clock step."""
+    return Simulator(
+        core,
+        workload,
+        runtime,
+        start=start,
+        record_held=False,
+        tick_prio=PRIO_TICK,
+        on_advance=on_advance,
+    )
+
+
+def simulated_jobs(trace: Trace, window: Window, pools: set[str]) -> list[TraceJob]:
+    """The trace's jobs submitted in ``[window.sim_start, window.end)``, after the HP jobs
+    submitted earlier and still running at ``sim_start``, carried in (submitted then, with
+    the rest of their duration; named ``NAME@carry``). Raises when there are none, or a job
+    names a GPU model outside ``pools``."""
+    t0 = window.sim_start
+    jobs = [j for j in trace.jobs if t0 <= j.submit_time < window.end]
+    carried = [
+        TraceJob(
+            name=f"{j.name}@carry",
+            tenant=j.tenant,
+            gpu_model=j.gpu_model,
+            gpu_request=j.gpu_request,
+            worker_num=j.worker_num,
+            submit_time=t0,
+            duration=j.submit_time + j.duration - t0,
+            job_class=j.job_class,
+        )
+        for j in trace.jobs
+        if j.submit_time < t0 < j.submit_time + j.duration and j.job_class == "hp"
+    ]
+    jobs = carried + jobs
+    if not jobs:
+        raise SimGFSError("the window holds no jobs")
+    unknown = sorted({j.gpu_model for j in jobs} - pools)
+    if unknown:
+        raise SimGFSError(f"gpu_model {unknown[0]!r}: no node of that model in the trace")
+    return jobs
+
+
+def prefill_meter(core: Core, trace: Trace, t0: float) -> None:
+    """Fill the core's HP demand meter with the trace's HP history before ``t0``: what the
+    meter would hold had it run (the forecaster's first fit reads it)."""
+    if t0 < 60:
+        return
+    start_min = int(t0 // 60)
+    warm = demand_series(trace.jobs, end_min=start_min)
+    core.demand.prefill({(k.tenant, k.pool): v for k, v in warm.items()}, start_min)
 
 
 def _metrics(
