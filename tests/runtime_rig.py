@@ -26,12 +26,13 @@ from stoker.runtime.local import LocalRuntime
 PLAIN = RuntimeProfile("plain")
 
 
-def tiny_wheel(where: Path, name: str, value: str) -> Path:
-    """A tiny pure-Python wheel, built by hand so no build backend or network is needed."""
+def tiny_wheel(where: Path, name: str, value: str, init: str | None = None) -> Path:
+    """A tiny pure-Python wheel, built by hand so no build backend or network is needed: its
+    package sets ``VALUE = value`` (or its ``__init__.py`` is ``init``)."""
     dist = f"{name}-0.1.dist-info"
     path = where / f"{name}-0.1-py3-none-any.whl"
     files = {
-        f"{name}/__init__.py": f"VALUE = {value!r}\n",
+        f"{name}/__init__.py": f"VALUE = {value!r}\n" if init is None else init,
         f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
         f"{dist}/WHEEL": (
             "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
@@ -116,3 +117,18 @@ def procs_with(marker: str) -> list[int]:
             if marker.encode() in cmd and b"pytest" not in cmd:
                 found.append(int(name))
     return found
+
+
+# the __init__.py of a package whose every import leaves a line in the pod's workspace
+IMPORT_COUNTER = (
+    "import os\n"
+    "with open(os.path.join(os.environ['HOME'], 'imports.log'), 'a') as f:\n"
+    "    f.write(str(os.getpid()) + '\\n')\n"
+)
+
+
+def import_count(name: str) -> str:
+    """A job's code: import ``name`` (an IMPORT_COUNTER package), print how often it has
+    been imported in this pod."""
+    log = "os.path.expanduser('~/imports.log')"
+    return f"import {name}, os; print(len(open({log}).read().split()))"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -334,10 +335,11 @@ def test_a_just_finished_job_is_never_read_stale(broker: EmbeddedBroker) -> None
     sched = broker.broker.scheduler
 
     async def race() -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
+        # the submit is committed (and its bind carried out) before it returns
+        row, _ = await sched.submit("a", JobRequest("plain", ("true",), "x"), None)
         held = sched._schedule_flush
         sched._schedule_flush = lambda: None  # hold the loop's own flush back: the window
         try:
-            row, _ = sched.submit("a", JobRequest("plain", ("true",), "x"), None)
             while row["id"] in sched._requests:  # until the core has finished it
                 await asyncio.sleep(0.001)
             return row["id"], await sched.wait(row["id"], 0), sched.job(row["id"])
@@ -348,3 +350,139 @@ def test_a_just_finished_job_is_never_read_stale(broker: EmbeddedBroker) -> None
     assert waited is not None and waited["state"] == "finished", waited
     assert got is not None and got["state"] == "finished", got
     assert a.http.get(f"/v1/jobs/{job}").json()["exit_code"] == 0
+
+
+def _held(eb: EmbeddedBroker) -> dict[str, int]:
+    """What the broker's loop holds per job or pod, read on its own event loop."""
+    import asyncio
+
+    assert eb.broker is not None and eb._loop is not None
+    broker, sched = eb.broker, eb.broker.scheduler
+    assert sched is not None
+
+    async def sizes() -> dict[str, int]:
+        core = sched.core
+        return {
+            "core.jobs": len(core.jobs),
+            "core.pods": len(core.pods),
+            "requests": len(sched._requests),
+            "synced": len(sched._synced),
+            "done": len(sched._done),
+            "listeners": len(sched._listeners),
+            "out_seq": len(sched._out_seq),
+            "stopping": len(sched._stopping),
+            "decision_log.live": len(broker.decisions._live),
+            "runtime.pods": len(getattr(sched.runtime, "_pods", {})),
+        }
+
+    return asyncio.run_coroutine_threadsafe(sizes(), eb._loop).result(10)
+
+
+def test_finished_jobs_and_gone_pods_leave_the_brokers_memory(tmp_path: Path) -> None:
+    """A long-running broker holds what is live, not what ran: once its jobs finished and its
+    pods went (keep-alive), the core and the loop's per-job and per-pod maps are empty, and
+    every finished job still reads in full from the store, also after a restart."""
+    profiles = [BrokerProfile.simple("plain", standby=False)]  # no pod outlives its keep-alive
+    cfg = _cfg(tmp_path, keepalive_s=0.5, profiles=profiles)
+    jobs: dict[str, Api] = {}
+    with EmbeddedBroker(cfg) as eb:
+        a, b = _tenant(eb, "a"), _tenant(eb, "b")
+        for i in range(3):
+            for api, tag in ((a, "x"), (b, "y"), (b, f"tag{i}")):
+                r = api.submit([PY, "-c", f"print({i})"], tag)
+                assert r.status_code == 201, r.text
+                jobs[r.json()["id"]] = api
+        slow = a.submit([PY, "-c", "import time; time.sleep(30)"], "x").json()["id"]
+        a.http.post(f"/v1/jobs/{slow}/cancel").raise_for_status()
+        jobs[slow] = a
+        for jid, api in jobs.items():
+            assert api.wait(jid)["state"] == "finished"
+            assert api.http.get(f"/v1/jobs/{jid}/output", params={"follow": True}).is_success
+        _wait_for(lambda: not a.pods() and not b.pods(), 30)
+        try:
+            _wait_for(lambda: not any(_held(eb).values()), 10)
+        except AssertionError:
+            raise AssertionError(f"still held: {_held(eb)}") from None
+        for jid, api in jobs.items():
+            row = api.http.get(f"/v1/jobs/{jid}").json()
+            assert row["state"] == "finished", row
+            assert row["failure"] == "cancelled" if jid == slow else row["exit_code"] == 0, row
+    with EmbeddedBroker(cfg) as eb:  # the replayed core forgets as the live one did
+        assert eb.broker is not None and eb.broker.recovery["replayed"] > 0
+        held = _held(eb)
+        assert not any(held.values()), held
+        for jid, api in jobs.items():
+            again = Api(eb.url, api.http.headers["Authorization"].split()[1])
+            assert again.wait(jid)["state"] == "finished"
+            assert jid == slow or again.output(jid).strip() in {"0", "1", "2"}
+
+
+def test_submits_of_one_turn_share_one_commit_and_run_only_once_stored(
+    broker: EmbeddedBroker,
+) -> None:
+    # group commit: the submits the loop takes in one turn land in one transaction, a key
+    # repeated inside that turn gives the same job, and no runtime call is made for a job
+    # before the transaction that stores it has committed
+    import asyncio
+
+    import sqlalchemy as sa
+
+    from stoker.broker.loop import JobRequest
+
+    a = _tenant(broker, "a")
+    a.run(["true"])  # a warm pod for the caller
+    assert broker.broker is not None and broker._loop is not None
+    sched = broker.broker.scheduler
+    engine = sched.store.engine
+    commits: list[int] = []
+    bound_unstored: list[str] = []
+    bind = sched.runtime.bind
+
+    async def checked_bind(pod: str, binding: Any) -> None:
+        if sched.store.get_job(binding.job) is None:
+            bound_unstored.append(binding.job)
+        await bind(pod, binding)
+
+    def count(_conn: Any) -> None:
+        commits.append(1)
+
+    async def burst() -> list[tuple[dict[str, Any], bool]]:
+        sched.runtime.bind = checked_bind
+        sa.event.listen(engine, "commit", count)
+        try:
+            req = JobRequest("plain", ("true",), "x")
+            keys = ["k1", "k2", "k3", "k1", None, None]
+            return await asyncio.gather(*(sched.submit("a", req, k) for k in keys))
+        finally:
+            sa.event.remove(engine, "commit", count)
+
+    out = asyncio.run_coroutine_threadsafe(burst(), broker._loop).result(30)
+    assert len(commits) == 1, commits
+    ids = [row["id"] for row, _ in out]
+    assert ids[0] == ids[3] and [c for _, c in out] == [True, True, True, False, True, True]
+    assert len(set(ids)) == 5
+    for jid in set(ids):
+        assert a.wait(jid, 30)["exit_code"] == 0
+    sched.runtime.bind = bind
+    assert bound_unstored == []
+
+
+def test_a_warm_pod_imports_a_callers_deps_once(tmp_path: Path) -> None:
+    # the first job of a caller's deps imports them itself; the pod then keeps them imported
+    # (its deps layer), so the caller's later jobs of those deps never import them again;
+    # another caller's pod never has them before its own first job
+    from runtime_rig import IMPORT_COUNTER, import_count, tiny_wheel
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    name = f"stokercount{uuid.uuid4().hex[:6]}"
+    tiny_wheel(wheels, name, "", init=IMPORT_COUNTER)
+    count = [PY, "-c", import_count(name)]
+    with EmbeddedBroker(_cfg(tmp_path, find_links=(wheels,), no_index=True)) as eb:
+        a, b = _tenant(eb, "a"), _tenant(eb, "b")
+        jobs = [a.run(count, deps=[name]) for _ in range(4)]
+        assert [j["exit_code"] for j in jobs] == [0] * 4
+        assert len({tuple(j["pods"]) for j in jobs}) == 1  # one warm pod
+        assert [a.output(j["id"]) for j in jobs] == ["1\n", "2\n", "2\n", "2\n"]
+        other = b.run(count, deps=[name], tag="y")
+        assert other["pods"] != jobs[0]["pods"] and b.output(other["id"]) == "1\n"

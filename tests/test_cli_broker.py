@@ -193,6 +193,10 @@ def test_bench_local_writes_results(tmp_path: Path) -> None:
         assert key in plain
     assert plain["warm"]["n"] == 5 and plain["idle_rss_mb"] > 0
     assert plain["client"]["n"] == 5 and plain["client"]["call_ms_p50"] > 0
+    for callers in ("4", "16"):
+        run = plain["throughput"][callers]
+        assert run["callers"] == int(callers) and run["jobs"] > 0 and run["errors"] == 0
+        assert run["broker_cpu_ms_per_job"] > 0 and run["call_ms_p50"] > 0
 
 
 def test_client_config_errors_name_the_key_and_file(env: dict[str, str], tmp_path: Path) -> None:

@@ -87,6 +87,20 @@ def _pauses(ka: FittedKeepAlive, pauses: list[float], pair: tuple[str, str] = PA
         now += 1.0
 
 
+def test_fitted_remembers_a_bounded_number_of_callers() -> None:
+    """One-off reuse tags (a tag per job) must not grow the fitted keep-alive without end:
+    the caller seen least recently is dropped and starts again from the fallback."""
+    ka = FittedKeepAlive(min_samples=1, fallback_s=42.0, max_pairs=3)
+    _pauses(ka, [5.0], ("t", "kept"))
+    for i in range(100):
+        _pauses(ka, [1.0], ("t", f"once-{i}"))
+        _pauses(ka, [5.0], ("t", "kept"))  # seen again: stays among the recent
+        ka.observe_end(("t", f"ended-{i}"), 0.0)  # an end never followed by a submit
+    assert max(len(ka._ends), len(ka._pauses), len(ka._sorted), len(ka._cache)) <= 3
+    assert ka.ttl(("t", "kept")) != 42.0 and ka.pauses(("t", "kept")) == [5.0] * 101
+    assert ka.ttl(("t", "once-0")) == 42.0 and ka.ttl(("t", "once-99")) != 42.0
+
+
 def test_fitted_falls_back_until_min_samples() -> None:
     ka = FittedKeepAlive(min_samples=3, fallback_s=42.0)
     _pauses(ka, [1.0, 2.0])

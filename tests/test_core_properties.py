@@ -20,7 +20,10 @@ Pool, hp and spot jobs go through the one core together:
   to stop, are at most the budget's limit.
 
 At the end it answers everything and finishes every job: every job must finish (none lost
-or stranded). Determinism: replaying the same events gives the same actions.
+or stranded). Then it forgets every finished job and gone pod (as the broker does once the
+store holds them; the machine also forgets some on the way): no name of a forgotten job or
+pod is left anywhere in the core. Determinism: replaying the same events gives the same
+actions.
 
 ``STOKER_CORE_EXAMPLES=3000`` runs a deeper search than CI's default.
 """
@@ -29,6 +32,9 @@ from __future__ import annotations
 
 import math
 import os
+import types
+from collections import deque
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -45,6 +51,7 @@ from stoker.core import (
     JobCancelled,
     JobClass,
     JobEnded,
+    JobForgotten,
     JobRequeued,
     JobSpec,
     JobState,
@@ -53,6 +60,7 @@ from stoker.core import (
     KillJob,
     Node,
     PodFailed,
+    PodForgotten,
     PodGone,
     PodState,
     Policies,
@@ -226,6 +234,12 @@ class CoreMachine(RuleBasedStateMachine):
     def renew(self, tenant: str, tag: str, profile: str, keepalive_s: float) -> None:
         self.d.send(KeepAliveRenewed(tenant, tag, profile, keepalive_s))
 
+    @precondition(lambda self: _forgettable(self.d.core))
+    @rule(data=st.data())
+    def forget(self, data: st.DataObject) -> None:
+        """The driver keeps a finished job's or a gone pod's record elsewhere now."""
+        self.d.send(data.draw(st.sampled_from(_forgettable(self.d.core))))
+
     @rule(dt=st.sampled_from([0.5, 3.0, 30.0, 120.0]))
     def tick(self, dt: float) -> None:
         self.d.send(Tick(), at=self.d.now + dt)
@@ -327,10 +341,47 @@ class CoreMachine(RuleBasedStateMachine):
                 break
         stuck = [j for j in d.core.jobs.values() if j.state is not JobState.FINISHED]
         assert not stuck, stuck
+        for event in _forgettable(d.core):
+            d.send(event)
+        assert not d.core.jobs
+        forgotten = {e.job for _, e, _ in d.log if isinstance(e, JobForgotten)}
+        forgotten |= {e.pod for _, e, _ in d.log if isinstance(e, PodForgotten)}
+        left = forgotten & set(_strings(d.core))
+        assert not left, f"forgotten, still named in the core: {sorted(left)}"
         # determinism: the same events at the same times give the same actions
         replay = Core(_cluster(self.nodes), PROFILES, POLICIES[self.policy]())
         for now, event, actions in d.log:
             assert replay.handle(event, now) == actions
+
+
+def _forgettable(core: Core) -> list[JobForgotten | PodForgotten]:
+    jobs = [JobForgotten(j) for j, job in core.jobs.items() if job.state is JobState.FINISHED]
+    return [*jobs, *(PodForgotten(p) for p, pod in core.pods.items() if pod.state is PodState.GONE)]
+
+
+_CODE = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType)
+
+
+def _strings(root: object) -> Iterator[str]:
+    """Every string reachable from ``root`` (containers, dataclasses, plain objects)."""
+    seen: set[int] = set()
+    todo = [root]
+    while todo:
+        obj = todo.pop()
+        if isinstance(obj, str):
+            yield obj
+            continue
+        if id(obj) in seen or isinstance(obj, (int, float, bytes, type, *_CODE)):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, dict):
+            todo += [*obj.keys(), *obj.values()]
+        elif isinstance(obj, (list, tuple, set, frozenset, deque)):
+            todo += list(obj)
+        else:
+            todo += list(getattr(obj, "__dict__", {}).values())
+            for cls in type(obj).__mro__:
+                todo += [getattr(obj, n) for n in getattr(cls, "__slots__", ()) if hasattr(obj, n)]
 
 
 CoreMachine.TestCase.settings = settings(

@@ -10,15 +10,18 @@ from stoker.core import (
     BindJob,
     Cluster,
     Core,
+    CoreError,
     Failure,
     IllegalTransition,
     JobClass,
     JobEnded,
+    JobForgotten,
     JobRequeued,
     JobSpec,
     JobState,
     JobSubmitted,
     KillJob,
+    PodForgotten,
     PodGone,
     PodReady,
     PodState,
@@ -186,3 +189,60 @@ def test_illegal_moves_raise_with_history() -> None:
     # nothing leaves gone or finished
     assert not [m for m in POD_MOVES if m[0] is PodState.GONE]
     assert not [m for m in JOB_MOVES if m[0] is JobState.FINISHED]
+
+
+def test_only_finished_jobs_and_gone_pods_are_forgotten() -> None:
+    """A driver that keeps finished jobs elsewhere drops them through ``handle``; forgetting
+    a job or pod that is not in its final state raises with its history and changes
+    nothing."""
+    c = core(gpus=1)
+    c.handle(JobSubmitted(JobSpec("a", "t", "p", "tag")), 0.0)
+    with pytest.raises(
+        IllegalTransition,
+        match=r"job a: only a finished job may be forgotten, not a placed one; .*: placed@0",
+    ):
+        c.handle(JobForgotten("a"), 0.5)
+    c.handle(PodReady("pod-1"), 1.0)
+    c.handle(RankStarted("a"), 1.5)
+    with pytest.raises(IllegalTransition, match=r"job a: .*running one; recent history: .*"):
+        c.handle(JobForgotten("a"), 1.6)
+    with pytest.raises(IllegalTransition, match=r"pod pod-1: only a gone pod .*active@1"):
+        c.handle(PodForgotten("pod-1"), 1.7)
+    assert c.jobs["a"].state is JobState.RUNNING and c.pods["pod-1"].state is PodState.ACTIVE
+    c.check()
+    c.handle(RankExited("a"), 2.0)  # pod-1 waits warm for its caller
+    assert c.handle(JobForgotten("a"), 2.0) == []
+    assert c.jobs == {}
+    with pytest.raises(CoreError, match="unknown job 'a'"):
+        c.handle(JobForgotten("a"), 2.0)
+    with pytest.raises(IllegalTransition, match=r"pod pod-1: only a gone pod .* not a warm"):
+        c.handle(PodForgotten("pod-1"), 2.0)
+    assert c.handle(Tick(), 40.0) == [StopPod("pod-1", "keepalive")]
+    c.handle(PodGone("pod-1"), 41.0)
+    assert c.handle(PodForgotten("pod-1"), 41.0) == []
+    assert c.pods == {} and c.next_deadline() is None
+    c.check()
+    # the next job of the same caller starts cold on the freed GPU, under a new pod id
+    start = c.handle(JobSubmitted(JobSpec("b", "t", "p", "tag")), 50.0)
+    assert start == [StartPod("pod-2", "p", "node-0", ("node-0/0",))]
+
+
+def test_keepalive_deadlines_stay_bounded_under_a_long_keepalive() -> None:
+    """Each job's end re-arms its warm pod's keep-alive; the old deadlines must not pile up
+    (one per job ended within the keep-alive), while the live one still stops the pod."""
+    policies = Policies(keepalive=FixedKeepAlive(3600.0))
+    c = Core(Cluster.uniform(1, 1), [Profile("p")], policies)
+    c.handle(JobSubmitted(JobSpec("j0", "t", "p", "tag")), 0.0)
+    c.handle(PodReady("pod-1"), 0.0)
+    for i in range(1000):
+        at = float(i)
+        if i:
+            assert c.handle(JobSubmitted(JobSpec(f"j{i}", "t", "p", "tag")), at) == [
+                BindJob(f"j{i}", ("pod-1",))
+            ]
+        c.handle(RankStarted(f"j{i}"), at)
+        c.handle(RankExited(f"j{i}"), at + 0.5)
+        c.handle(JobForgotten(f"j{i}"), at + 0.5)
+    assert len(c.warm._deadlines) <= 2 * 1 + 64
+    assert c.next_deadline() == 999.5 + 3600.0
+    assert c.handle(Tick(), 999.5 + 3600.0) == [StopPod("pod-1", "keepalive")]

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from stoker.cli.main import app
 from stoker.core import (
+    GPU,
     Action,
     BindJob,
     Cluster,
@@ -26,6 +27,7 @@ from stoker.core import (
     JobState,
     JobSubmitted,
     KillJob,
+    Node,
     PodGone,
     PodReady,
     Profile,
@@ -40,10 +42,10 @@ from stoker.core.core import Policies
 from stoker.core.gfs import GFSConfig, GuaranteeLedger
 from stoker.core.gfs.jobs import restart_overhead
 from stoker.core.gfs.placement import eviction_score, fragmentation
-from stoker.core.gfs.preemption import Candidate, GFSVictims, PreemptContext, protect
+from stoker.core.gfs.preemption import Candidate, GFSVictims, PreemptContext
 from stoker.core.gfs.quota import EtaController, StaticQuota, forecast_quota
 from stoker.forecast.base import BatchPredictor
-from stoker.sim.gfs import Window, scale_spot_load, simulate
+from stoker.sim.gfs import TraceResult, Window, scale_spot_load, simulate
 from stoker.traces.base import Trace, TraceJob, TraceNode
 
 # ---------------------------------------------------------------- formulas
@@ -109,9 +111,9 @@ def test_ledger_rate_window() -> None:
 
 
 def test_fgd_fragmentation() -> None:
-    # 3 free GPUs: sizes 4 and 8 cannot use them (0.05 + 0.5) * 3
-    assert fragmentation(3) == pytest.approx(0.55 * 3)
-    assert fragmentation(8) == 0.0
+    # fgd.py's frag_func: sum of p_s * (free - free // s) over {1: .35, 2: .1, 4: .05, 8: .5}
+    assert fragmentation(3) == pytest.approx(0.35 * 0 + 0.1 * 2 + 0.05 * 3 + 0.5 * 3)
+    assert fragmentation(8) == pytest.approx(0.35 * 0 + 0.1 * 4 + 0.05 * 6 + 0.5 * 7)
 
 
 # ---------------------------------------------------------------- scheduler helpers
@@ -253,27 +255,19 @@ def test_spot_admission_respects_quota_summed_over_tenants() -> None:
     assert "c" in bound(g.submit(spec("c", "spot", 1), 0.0))  # backfill
 
 
-def test_demand_meter_counts_hp_asked_per_tenant_and_pool() -> None:
+def test_demand_series_is_running_hp_gpus() -> None:
+    # the authors' recorder: HP GPUs running per tenant (a queued HP job is not seen)
     g = Gangs(cluster(2), static())
     g.submit(spec("h1", "hp", 2, dur=1e4), 0.0)
-    g.submit(spec("h2", "hp", 1), 60.0)  # queued: demand counts what was asked
+    g.submit(spec("h2", "hp", 1), 60.0)  # queued behind h1: not in the series
     g.send(Tick(), 180.0)
-    assert list(g.core.demand.history(("t", "A"))) == [2.0, 3.0, 3.0]
-    g.finish("h1", 200.0)
-    g.send(Tick(), 300.0)
-    assert g.core.demand.history(("t", "A"))[-1] == 1.0
+    assert list(g.core.demand.history(("t", "A"))) == [2.0, 2.0, 2.0]
+    g.finish("h1", 600.0)  # h2 starts
+    g.send(Tick(), 660.0)
+    assert list(g.core.demand.history(("t", "A"))[9:]) == [2.0, 1.0]
 
 
 # ---------------------------------------------------------------- preemption
-
-
-def test_protect_spares_the_most_expensive_victim() -> None:
-    big = _job("big", "spot", 2)
-    small = _job("small", "spot", 2)
-    cand = Candidate("n", 0, 0.0, [(big, 2.0), (small, 2.0)])
-    cost = {"big": 10.0, "small": 1.0}
-    assert protect(cand, 2.0, lambda g: cost[g.id]) == [small]
-    assert sorted(g.id for g in protect(cand, 4.0, lambda g: cost[g.id])) == ["big", "small"]
 
 
 def test_preemption_picks_cheapest_node() -> None:
@@ -285,10 +279,11 @@ def test_preemption_picks_cheapest_node() -> None:
     assert evicted(out) == ["young"]
     assert KillJob("young", Failure.PREEMPTED, 0.0) in out
     assert g.nodes("hp") == {"n1"} and "hp" in bound(out)
-    # after old's hourly checkpoint it is the cheap one
+    # young restarts at 3600; at 3650 old has still run the longest since its start (the
+    # authors' lost work), though it checkpointed at 3600
     g.finish("hp", 3600.0)
     out = g.submit(spec("hp2", "hp", 4), 3650.0)
-    assert evicted(out) == ["old"]
+    assert evicted(out) == ["young"]
 
 
 def test_victim_requeued_with_lost_work_and_overhead() -> None:
@@ -319,14 +314,6 @@ def test_gfs_victims_cost_includes_rate_increase() -> None:
     assert victims  # both cost one eviction; c2 loses 2 GPUs x 10 s, c3 also: tie -> fit
     assert cand.node in {"n1", "n2"}
     assert c1.free == 0.0
-
-
-def test_yarn_evicts_everything_on_first_fit_node() -> None:
-    g = Gangs(cluster(4), "yarn-cs")
-    g.submit(spec("s1", "spot", 2, dur=1e5), 0.0)
-    g.submit(spec("s2", "spot", 2, dur=1e5), 0.0)
-    out = g.submit(spec("h", "hp", 1), 10.0)
-    assert sorted(evicted(out)) == ["s1", "s2"]
 
 
 def test_min_runtime_protects_young_spot() -> None:
@@ -411,6 +398,23 @@ def test_forecast_caps_the_warm_budget() -> None:
     assert StopPod(pod, "budget") in out
 
 
+def test_the_warm_budget_is_capped_per_gpu_pool() -> None:
+    # the warm pod is on pool A; pool B has room to spare: B's slack must not let idle
+    # pods keep the room A's HP forecast asks for, and B's forecast alone stops nothing
+    cl = cluster(2)
+    cl.add_node(Node("m0", "B", [GPU(f"m0/{i}", "m0", i, "B") for i in range(4)]))
+    g = Gangs(cl, "gfs")
+    g.stop = False
+    pod = _warm_pod(g, "pj", 0.0)
+    out = g.send(ForecastUpdated("t", "B", (4.0,), (0.0,)), 5.0)
+    assert not any(isinstance(a, StopPod) for a in out)
+    out = g.send(ForecastUpdated("t", "B", (0.0,), (0.0,)), 6.0)
+    assert not any(isinstance(a, StopPod) for a in out)
+    out = g.send(ForecastUpdated("t", "A", (2.0,), (0.0,)), 7.0)
+    assert StopPod(pod, "budget") in out
+    assert g.core.budget_limit() == 4.0  # B's slack alone
+
+
 # ---------------------------------------------------------------- properties
 
 
@@ -442,7 +446,10 @@ class _CheckingCore(Core):
         gangs = self.gangs
         for a in out:
             if isinstance(a, JobRequeued) and a.reason is Failure.PREEMPTED:
-                assert self.jobs[a.job].job_class is JobClass.SPOT, "HP evicted"
+                # only Chronus re-queues HP: its lease flush (pinned in
+                # test_chronus_releases_every_job_each_lease)
+                lease = self.gangs.config.lease_s > 0
+                assert self.jobs[a.job].job_class is JobClass.SPOT or lease, "HP evicted"
             if isinstance(a, BindJob):
                 job = self.jobs[a.job]
                 held = sum(
@@ -490,6 +497,8 @@ class _FlatForecaster(BatchPredictor):
     """A test-only forecaster: every tenant's demand ahead is its last minute's, std 1."""
 
     name = "flat"
+    query_minutes = 1  # reads the last minute alone
+    fit_minutes = 1
 
     def __init__(self) -> None:
         from stoker.forecast.base import Cadence
@@ -537,29 +546,50 @@ def test_simulation_deterministic_with_forecast() -> None:
     assert a.metrics["spot.jobs"] > 0 and a.timeline["t"]
 
 
-def test_forecasts_of_one_query_in_one_pass_decide_as_one_by_one(monkeypatch) -> None:
-    """The driver hands a query's forecasts to the core together (one scheduling pass);
-    on this trace the decisions are the ones of handing them over one by one (a pass
-    after each)."""
+def test_forecasts_of_one_query_reach_the_pass_together(monkeypatch) -> None:
+    """The driver hands a query's forecasts to the core together: every tenant's answer is
+    in the pool's forecast before the scheduling pass, so no pass decides on a partial sum
+    (handed over one by one, a pass follows each)."""
+    from stoker.core.gfs.scheduler import GangScheduler
     from stoker.sim.engine import Simulator
 
     trace = _busy_trace()
     window = Window(0.0, 86400.0, 3 * 86400.0)
+    log: list[str] = []
+    set_forecast, pass_pool = GangScheduler.set_forecast, GangScheduler._pass_pool
 
-    def records(result):
-        return {k: v for k, v in result.metrics.items() if k not in ("wall_s", "events_per_s")}
+    def logged_set(self, pool, mean, var):
+        log.append("set")
+        return set_forecast(self, pool, mean, var)
+
+    def logged_pass(self, pool, now, out):
+        log.append("pass")
+        return pass_pool(self, pool, now, out)
+
+    monkeypatch.setattr(GangScheduler, "set_forecast", logged_set)
+    monkeypatch.setattr(GangScheduler, "_pass_pool", logged_pass)
+
+    def runs() -> set[int]:
+        """Lengths of the runs of forecasts between two passes."""
+        lengths = [len(r) for r in "".join("s" if e == "set" else "p" for e in log).split("p")]
+        return {n for n in lengths if n}
 
     batched = simulate(trace, preset("gfs"), window, forecaster=_FlatForecaster())
+    # each query's answers (one per tenant with a record so far, three once all have
+    # one), then one pass
+    assert max(runs()) == 3
+    assert batched.metrics["spot.mean_queue_s"] > 0  # the quota held spot jobs back
+    log.clear()
     together = Simulator.deliver_all
     monkeypatch.setattr(
         Simulator, "deliver_all", lambda sim, events: [together(sim, (e,)) for e in events]
     )
-    single = simulate(trace, preset("gfs"), window, forecaster=_FlatForecaster())
-    assert records(batched) == records(single)
-    assert batched.metrics["spot.mean_queue_s"] > 0  # the quota held spot jobs back
+    simulate(trace, preset("gfs"), window, forecaster=_FlatForecaster())
+    assert runs() == {1}
 
 
-def test_cli_tiny_trace(tmp_path) -> None:
+def _busy_trace_folder(tmp_path):
+    """The busy tiny trace written as upstream v2026 files, for the CLI."""
     from stoker.traces.gfs_v2026 import write_jobs, write_nodes
 
     trace = _busy_trace()
@@ -567,6 +597,11 @@ def test_cli_tiny_trace(tmp_path) -> None:
     folder.mkdir()
     write_nodes(folder / "node_info_df.csv", trace.nodes)
     write_jobs(folder / "job_info_df.csv", trace.jobs)
+    return folder
+
+
+def test_cli_tiny_trace(tmp_path) -> None:
+    folder = _busy_trace_folder(tmp_path)
     runner = CliRunner()
     args = [
         "sim",
@@ -584,7 +619,7 @@ def test_cli_tiny_trace(tmp_path) -> None:
         "--policy",
         "gfs-naive",
         "--policy",
-        "yarn-cs",
+        "yarn-cs-noquota",
         "--load",
         "medium",
         "--load",
@@ -596,7 +631,7 @@ def test_cli_tiny_trace(tmp_path) -> None:
     assert res.exit_code == 0, res.output
     doc = json.loads((tmp_path / "out" / "results.json").read_text())
     for load in ("medium", "high"):
-        for name in ("gfs-naive", "yarn-cs"):
+        for name in ("gfs-naive", "yarn-cs-noquota"):
             m = doc["results"][load][name]
             for key in (
                 "spot.eviction_rate",
@@ -615,10 +650,10 @@ def test_cli_tiny_trace(tmp_path) -> None:
     assert report.count('src="data:image/png;base64,') == len(pngs)
     runner.invoke(app, args)  # again: the same seed gives the same results
     assert (
-        json.loads((tmp_path / "out" / "results.json").read_text())["results"]["high"]["yarn-cs"][
-            "spot.mean_jct_s"
-        ]
-        == doc["results"]["high"]["yarn-cs"]["spot.mean_jct_s"]
+        json.loads((tmp_path / "out" / "results.json").read_text())["results"]["high"][
+            "yarn-cs-noquota"
+        ]["spot.mean_jct_s"]
+        == doc["results"]["high"]["yarn-cs-noquota"]["spot.mean_jct_s"]
     )
     bad = runner.invoke(app, ["sim", "gfs", "--policy", "nope"])
     assert bad.exit_code != 0 and "nope" in bad.output
@@ -627,13 +662,7 @@ def test_cli_tiny_trace(tmp_path) -> None:
 @pytest.mark.torch
 def test_cli_gfs_with_orglinear(tmp_path) -> None:
     pytest.importorskip("torch")
-    from stoker.traces.gfs_v2026 import write_jobs, write_nodes
-
-    trace = _busy_trace()
-    folder = tmp_path / "trace"
-    folder.mkdir()
-    write_nodes(folder / "node_info_df.csv", trace.nodes)
-    write_jobs(folder / "job_info_df.csv", trace.jobs)
+    folder = _busy_trace_folder(tmp_path)
     base = ["sim", "gfs", "--trace", "v2026", "--trace-path", str(folder), "--days", "1"]
     base += ["--warm-days", "1", "--burn-in-days", "0.5", "--policy", "gfs", "--no-plots"]
     runner = CliRunner()
@@ -643,19 +672,6 @@ def test_cli_gfs_with_orglinear(tmp_path) -> None:
     assert "spot.eviction_rate" in doc["results"]["medium"]["gfs"]
     bad = runner.invoke(app, [*base, "--forecaster", "prophet", "--out", str(tmp_path / "b")])
     assert bad.exit_code != 0 and "--forecaster" in bad.output
-
-
-def test_chronus_lease_returns_spot_when_others_wait() -> None:
-    g = Gangs(cluster(4), "chronus")
-    g.submit(spec("s", "spot", 4, dur=1e5), 0.0)
-    assert "s" in bound(g.send(Tick(), 0.0))  # the first round starts it
-    assert g.core.jobs["s"].state is JobState.RUNNING
-    g.submit(spec("w", "spot", 4, dur=10), 100.0)
-    out = g.send(Tick(), 1200.0)  # lease over, w waits: s goes back, w runs
-    assert evicted(out) == ["s"]
-    assert "w" in bound(out)
-    job = g.core.jobs["s"]
-    assert job.remaining == pytest.approx(1e5 - 1200) and job.overhead == 120.0
 
 
 def test_cli_on_the_shared_philly_trace(tmp_path) -> None:
@@ -678,9 +694,9 @@ def test_cli_on_the_shared_philly_trace(tmp_path) -> None:
             "--warm-days",
             "7",
             "--policy",
-            "yarn-cs",
+            "yarn-cs-noquota",
             "--policy",
-            "lyra",
+            "lyra-noquota",
             "--no-plots",
             "--out",
             str(tmp_path),
@@ -688,4 +704,118 @@ def test_cli_on_the_shared_philly_trace(tmp_path) -> None:
     )
     assert res.exit_code == 0, res.output
     doc = json.loads((tmp_path / "results.json").read_text())
-    assert doc["results"]["medium"]["lyra"]["hp.jobs"] > 0
+    assert doc["results"]["medium"]["lyra-noquota"]["hp.jobs"] > 0
+
+
+def test_allocation_value_prices_gfs_gain_over_each_baseline() -> None:
+    from stoker.sim.gfs_report import HOURS_PER_MONTH, allocation_value
+
+    def run(name: str, rate: float) -> TraceResult:
+        return TraceResult(name, {"gpu_allocation_rate": rate})
+
+    runs = {
+        "medium": {"gfs": run("gfs", 0.8), "yarn-cs": run("yarn-cs", 0.7), "fgd": run("fgd", 0.9)},
+        "high": {"yarn-cs": run("yarn-cs", 0.5)},  # no gfs at this load: nothing to value
+    }
+    value = allocation_value(runs, 10_000, 2.5)
+    assert value["per_month"] == {
+        "medium": {
+            "yarn-cs": pytest.approx(0.1 * 10_000 * HOURS_PER_MONTH * 2.5),
+            "fgd": pytest.approx(-0.1 * 10_000 * HOURS_PER_MONTH * 2.5),  # a loss
+        }
+    }
+    assert value["gpu_hour_price"] == 2.5 and "gpu_hour_price" in str(value["formula"])
+    with pytest.raises(ValueError, match="gpu_hour_price"):
+        allocation_value(runs, 10_000, -1.0)
+
+
+def test_cli_gpu_hour_price_writes_the_value_with_price_and_formula(tmp_path) -> None:
+    from stoker.sim.gfs_report import HOURS_PER_MONTH
+
+    folder = _busy_trace_folder(tmp_path)
+    base = ["sim", "gfs", "--trace", "v2026", "--trace-path", str(folder), "--days", "1"]
+    base += ["--warm-days", "1", "--burn-in-days", "0.5", "--no-plots", "--policy", "yarn-cs"]
+    runner = CliRunner()
+    out = tmp_path / "o"
+    res = runner.invoke(
+        app, [*base, "--policy", "gfs", "--gpu-hour-price", "1.5", "--out", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "results.json").read_text())
+    value = doc["allocation_value"]
+    gpus = doc["meta"]["gpus"]
+    m = doc["results"]["medium"]
+    gain = m["gfs"]["gpu_allocation_rate"] - m["yarn-cs"]["gpu_allocation_rate"]
+    assert value["per_month"]["medium"]["yarn-cs"] == pytest.approx(
+        gain * gpus * HOURS_PER_MONTH * 1.5, abs=0.01
+    )
+    authors = m["gfs"]["authors.gpu_allocation_rate"] - m["yarn-cs"]["authors.gpu_allocation_rate"]
+    assert value["per_month_authors"]["medium"]["yarn-cs"] == pytest.approx(
+        authors * gpus * HOURS_PER_MONTH * 1.5, abs=0.01
+    )
+    assert value["gpu_hour_price"] == 1.5 and value["hours_per_month"] == HOURS_PER_MONTH
+    assert "per GPU-hour" in res.output
+    # without gfs among the policies there is no gain to value; a negative price is refused
+    bad = runner.invoke(app, [*base, "--gpu-hour-price", "1.5", "--out", str(tmp_path / "b")])
+    assert bad.exit_code != 0 and "--gpu-hour-price" in bad.output
+    bad = runner.invoke(
+        app, [*base, "--policy", "gfs", "--gpu-hour-price", "-1", "--out", str(tmp_path / "c")]
+    )
+    assert bad.exit_code != 0 and "--gpu-hour-price" in bad.output
+
+
+@pytest.mark.parametrize("name", ["gfs", "yarn-cs", "chronus", "lyra", "fgd", "min-runtime"])
+def test_a_failed_search_is_not_repeated_and_decides_the_same(monkeypatch, name) -> None:
+    """A job whose search for room (free, then reclaim) failed is searched again only once
+    its GPU pool changed: the same actions, in the same order, as searching on every
+    event, with fewer searches."""
+    from stoker.core.gfs.scheduler import GangScheduler
+    from stoker.sim.virtual import VirtualRuntime
+
+    trace = _busy_trace()
+    window = Window(0.0, 86400.0, 3 * 86400.0)
+    plan_free = GangScheduler._plan_free
+
+    def run() -> tuple[list[str], int]:
+        log: list[str] = []
+        searches = [0]
+        carry_out = VirtualRuntime.carry_out
+
+        def logged(runtime, action):
+            log.append(f"{runtime.sim.now:.3f} {action!r}")
+            return carry_out(runtime, action)
+
+        def counted(sched, job, now):
+            searches[0] += 1
+            return plan_free(sched, job, now)
+
+        with monkeypatch.context() as m:
+            m.setattr(VirtualRuntime, "carry_out", logged)
+            m.setattr(GangScheduler, "_plan_free", counted)
+            simulate(trace, preset(name), window, forecaster=_FlatForecaster())
+        return log, searches[0]
+
+    remembered, fewer = run()
+    # every search's state looks new: nothing is remembered
+    monkeypatch.setattr(GangScheduler, "_state", lambda self, pool, now: object())
+    searched, every = run()
+    assert remembered == searched
+    assert len(remembered) > 1000
+    assert fewer < every
+
+
+def test_forecasters_run_on_one_blas_thread_in_the_simulator() -> None:
+    """A ridge fit's bits changed with BLAS's thread count (so with the machine's cores):
+    the simulator runs the forecaster on one thread, the same on every machine."""
+    from threadpoolctl import threadpool_info
+
+    seen: list[int] = []
+
+    class Recording(_FlatForecaster):
+        def fit(self, histories, now_min) -> None:
+            seen.extend(p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas")
+
+    simulate(
+        _busy_trace(), preset("gfs"), Window(0.0, 86400.0, 2 * 86400.0), forecaster=Recording()
+    )
+    assert seen and set(seen) == {1}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime_rig import Rig, procs_with, tiny_wheel
+from runtime_rig import IMPORT_COUNTER, Rig, import_count, procs_with, tiny_wheel
 from stoker.core.model import Failure
 from stoker.runtime.base import (
     BindRefused,
@@ -332,6 +332,43 @@ async def test_deps_go_into_an_overlay(tmp_path: Path) -> None:
         await rt.stop_all()
     check = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True)
     assert check.returncode != 0
+
+
+async def test_deps_are_imported_once_per_pod_in_a_layer(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    name = f"stokercount{uuid.uuid4().hex[:6]}"
+    tiny_wheel(wheels, name, "", init=IMPORT_COUNTER)
+    count = import_count(name)
+    async with Rig.open(
+        tmp_path / "state", gpu_slots=1, find_links=(wheels,), no_index=True
+    ) as rig:
+        pod = await rig.pod()
+
+        async def counted() -> bytes:
+            res = await rig.run(pod, ["python", "-c", count], deps=(name,))
+            assert res.exit.exit_code == 0, res.stderr
+            return res.stdout
+
+        # the first job imports its deps itself; then the pod's layer imports them once, and
+        # every later job of those deps forks from it with the import done
+        assert [await counted() for _ in range(3)] == [b"1\n", b"2\n", b"2\n"]
+        assert (await rig.rt.ping(pod))["layer"] == {"modules": [name], "ready": True}
+        # a job without them forks from the clean zygote: it never sees them
+        probe = f"import sys; print({name!r} in sys.modules)"
+        assert (await rig.run(pod, ["python", "-c", probe])).stdout == b"False\n"
+        # a job that kills its layer (its parent, of its own uid) ends as killed, and the
+        # pod goes on: a new layer imports them again for the next job
+        kill = f"import os, signal, time, {name}; os.kill(os.getppid(), 9); time.sleep(60)"
+        killed = await rig.run(pod, ["python", "-c", kill], deps=(name,))
+        assert killed.exit.exit_code == 137
+        assert await counted() == b"3\n"
+        assert await counted() == b"3\n"
+        # a pod that changes hands drops its layer (its imports were the old owner's)
+        new = f"{pod}-r"
+        await rig.rt.recycle(pod, new)
+        assert await rig.until(PodUp) == PodUp(new)
+        assert (await rig.rt.ping(new))["layer"] is None
 
 
 async def test_zygote_forks_with_warm_imports_and_clean_state(rig: Rig) -> None:

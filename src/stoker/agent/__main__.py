@@ -59,6 +59,9 @@ DEPS_DIR = "stoker-deps"
 #: where a job may leave files besides its workspace (emptied after every job)
 SCRATCH = ("/tmp", "/dev/shm", "/dev/mqueue")
 MAX_RAN = 1024  # outcomes remembered (a restarted broker asks about its last jobs only)
+LAYER_WAIT_S = 60.0  # how long a bind waits for its deps layer's imports (then: the zygote)
+#: a job's deps as its layer is keyed: (its dependency dirs, the modules they provide)
+DepsKey = tuple[tuple[str, ...], tuple[str, ...]]
 
 
 @dataclass
@@ -70,6 +73,7 @@ class _Job:
     task: asyncio.Task[None] | None = None  # its watcher (held so it is not collected)
     output_limit: int | None = None  # bytes of output forwarded, both streams together
     output_sent: int = 0
+    deps: DepsKey | None = None  # its extra dependencies (None: none to preload)
 
 
 class Agent:
@@ -101,6 +105,12 @@ class Agent:
         self._spare: Spare | None = None
         # the spares' clean parent, forked now: before any runtime connects
         self.zygote = Zygote(user, self._on_exit)
+        self._spare_from: Zygote = self.zygote
+        # the deps layer: a zygote with the last job's extra dependencies imported (forked
+        # from the clean one as the job's user), so later jobs of those deps skip the import
+        self.layer: Zygote | None = None
+        self.layer_deps: DepsKey | None = None
+        self._layer_ready = asyncio.Event()
         self._exits: dict[int, int] = {}  # spare pid -> wait status, until someone waits
         self._waiters: dict[int, asyncio.Future[int]] = {}
         self._discarded: set[int] = set()  # spares let go: their exit is nobody's business
@@ -123,6 +133,9 @@ class Agent:
             "standby": os.environ.get(STANDBY_ENV) == "1",
             "preloaded": self.preloaded,
             "job": self.job.id if self.job else None,
+            "layer": None
+            if self.layer is None or self.layer_deps is None
+            else {"modules": list(self.layer_deps[1]), "ready": self.layer.ready},
         }
 
     async def send(self, msg: Message) -> None:
@@ -263,6 +276,7 @@ class Agent:
             await self.send({"ev": "error", "job": None, "message": f"scrub refused: {why}"})
             return
         self._kill_others()
+        self._drop_layer()  # its imports were the old owner's choice
         self._discard_spare()  # nothing at all is left but the agent
         self._clear_scratch(str(self.workspace))
         self._held.clear()
@@ -301,6 +315,7 @@ class Agent:
             limit = msg.get("output_limit")
             output_limit = None if limit is None else int(limit)
             overlay = tuple(str(p) for p in msg.get("overlay") or ())
+            imports = tuple(str(m) for m in msg.get("imports") or ())
             topo = msg.get("topology") or {}
             env = dict(os.environ)
             env.update(user_env)
@@ -326,15 +341,78 @@ class Agent:
             overlay = (*overlay, built)
         if overlay:
             env["PYTHONPATH"] = os.pathsep.join([*overlay, *filter(None, [env.get("PYTHONPATH")])])
-        spare = self._start(entry, env, overlay, code)
+        layer_key = (overlay, imports) if overlay and imports else None
+        zygote = await self._zygote_for(layer_key) if entry.in_zygote else self._spare_from
+        spare = self._start(zygote, entry, env, overlay, code)
         if spare is None:
             await self.send({"ev": "error", "job": job_id, "message": "the job's fork died"})
             return
-        self.job = job = _Job(job_id, spare.pid, time.time(), output_limit=output_limit)
+        self.job = job = _Job(
+            job_id, spare.pid, time.time(), output_limit=output_limit, deps=layer_key
+        )
         await self.send({"ev": "running", "job": job_id, "pid": spare.pid, "at": job.started})
         loop = asyncio.get_running_loop()
         job.task = loop.create_task(self._watch(job, spare.stdout, spare.stderr, timeout_s))
         loop.call_soon(self._ensure_spare)  # the next job's fork happens while this one runs
+
+    async def _zygote_for(self, deps: DepsKey | None) -> Zygote:
+        """Where a job of ``deps`` forks from: the deps layer holding them (once its imports
+        are done; a bind waits for them, as the job would have imported them itself), else
+        the clean zygote."""
+        layer = self.layer
+        if deps is None or layer is None or deps != self.layer_deps:
+            return self.zygote
+        if not layer.ready:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._layer_ready.wait(), LAYER_WAIT_S)
+        return layer if layer is self.layer and layer.ready else self.zygote
+
+    def _keep_layer(self, deps: DepsKey | None) -> None:
+        """After a job of ``deps``: make them the pod's deps layer (the next job of the same
+        caller most likely has the same). No deps: the layer stays for the next that has."""
+        if deps is None or deps == self.layer_deps or self._stop.is_set():
+            return
+        self._drop_layer()
+        self.layer = layer = self.zygote.layer(*deps)
+        self.layer_deps = deps
+        self._layer_ready.clear()
+        layer.on_ready = self._on_layer_ready
+        asyncio.get_running_loop().add_reader(layer.sock.fileno(), self._layer_readable)
+
+    def _on_layer_ready(self) -> None:
+        self._layer_ready.set()
+        if self.job is None and self._spare_from is not self.layer:
+            self._discard_spare()  # the next job most likely forks from the layer
+            self._ensure_spare()
+
+    def _layer_readable(self) -> None:
+        layer = self.layer
+        if layer is None:
+            return
+        try:
+            layer.readable()
+        except (ConnectionError, OSError) as exc:  # it died (its job may kill it): drop it
+            print(f"agent: deps layer: {exc}", file=sys.stderr)
+            self._drop_layer()
+
+    def _drop_layer(self) -> None:
+        """Let the deps layer go (it exits when its socket closes; the zygote reaps it).
+        Only while no job of it runs, or when it died: the exit of a job it forked is then
+        reported as killed, since no one is left to report it."""
+        layer, self.layer, self.layer_deps = self.layer, None, None
+        if layer is None:
+            return
+        if self._spare_from is layer:
+            self._discard_spare()
+            self._spare_from = self.zygote
+        asyncio.get_running_loop().remove_reader(layer.sock.fileno())
+        layer.sock.close()
+        self._discarded.add(layer.pid)  # the zygote reports its exit: nobody's business
+        for pid in layer.children:  # the spare let go above, or a job whose layer died
+            self._discarded.discard(pid)
+            if self.job is not None and pid == self.job.pid:
+                self._on_exit(pid, int(signal.SIGKILL))  # a wait status: killed by SIGKILL
+        self._layer_ready.set()  # a bind waiting for it goes on from the zygote
 
     async def _install(self, job_id: str, deps: tuple[str, ...], timeout_s: float) -> str | None:
         """Install a job's deps into an overlay in this pod (a pod that cannot see the
@@ -359,11 +437,20 @@ class Agent:
         return str(path)
 
     def _start(
-        self, entry: Entry, env: dict[str, str], overlay: tuple[str, ...], code: str | None
+        self,
+        zygote: Zygote,
+        entry: Entry,
+        env: dict[str, str],
+        overlay: tuple[str, ...],
+        code: str | None,
     ) -> Spare | None:
-        """Hand the job to the spare; a spare that died meanwhile is replaced once."""
+        """Hand the job to a spare of ``zygote``; a spare that died meanwhile is replaced
+        once."""
+        if self._spare_from is not zygote:
+            self._discard_spare()
+            self._spare_from = zygote
         for _ in range(2):
-            spare, self._spare = self._spare or self.zygote.spare(), None
+            spare, self._spare = self._spare or zygote.spare(), None
             try:
                 spare.start(entry, env, str(self.workspace), overlay, code)
                 return spare
@@ -374,8 +461,12 @@ class Agent:
         return None
 
     def _ensure_spare(self) -> None:
+        """Fork the next job's spare now: from the deps layer when it is ready (the next job
+        most likely has the last one's deps), else from the zygote."""
         if self._spare is None and not self._stop.is_set():
-            self._spare = self.zygote.spare()
+            layer = self.layer
+            self._spare_from = layer if layer is not None and layer.ready else self.zygote
+            self._spare = self._spare_from.spare()
 
     def _discard_spare(self) -> None:
         spare, self._spare = self._spare, None
@@ -484,6 +575,7 @@ class Agent:
         if failure is None and code != 0:
             failure = "user_error"
         self.job = None
+        self._keep_layer(job.deps)  # before the exit is told: the next bind finds it
         self._record_exit(job.id, code, sig, failure)
         await self.send(self.ran[job.id])
 
@@ -527,6 +619,8 @@ class Agent:
         if not self.sweep and job is None:
             return
         keep = {1, os.getpid(), self.zygote.pid} | ({self._spare.pid} if self._spare else set())
+        if self.layer is not None:
+            keep.add(self.layer.pid)
         for _ in range(1000):
             alive = []
             for name in os.listdir("/proc"):
@@ -583,6 +677,7 @@ class Agent:
         if server is not None:
             server.close()
             await server.wait_closed()
+        self._drop_layer()
         loop.remove_reader(self.zygote.sock.fileno())
         self._discard_spare()
         self.zygote.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import gc
 import importlib
 import json
@@ -75,7 +76,11 @@ class JobUser:
     def become(self, dumpable: bool = True) -> None:
         """Irrevocably switch this process to the job's uid, with no capability left;
         ``dumpable`` for a job (its own processes may inspect each other), not for a helper
-        forked from the agent, which still holds the agent's memory."""
+        forked from the agent, which still holds the agent's memory. A process that is the
+        job's user already (a job forked from a deps layer) only sets ``dumpable``."""
+        if os.getresuid() == (self.uid,) * 3 and os.getresgid() == (self.gid,) * 3:
+            set_dumpable(dumpable)  # it dropped everything when it became the user
+            return
         os.setgroups([])
         os.setresgid(self.gid, self.gid, self.gid)
         os.setresuid(self.uid, self.uid, self.uid)
@@ -260,29 +265,74 @@ def _spare_main(user: JobUser | None) -> int:
     return _child(entry, spec["env"], spec["cwd"], tuple(spec["path"]), user, spec.get("code"))
 
 
+def _spare_on(fds: list[int], user: JobUser | None) -> None:
+    """A spare's life on the request's three fds (job pipe, stdout, stderr) as 0, 1, 2."""
+    for i, fd in enumerate(fds):
+        os.dup2(fd, i)
+    os.closerange(3, 1 << 16)
+    raise SystemExit(_spare_main(user))
+
+
+def _layer_main(fd: int, user: JobUser | None, spec: dict[str, list[str]]) -> None:
+    """A deps layer's life (forked from the clean zygote onto socket ``fd``): become the
+    job's user, never dumpable (its jobs may not trace it), put the job's dependency dirs on
+    the path and import its modules (a module that fails is left to the job to import),
+    say so, then serve spares as the zygote does."""
+    if user is not None:
+        user.become(dumpable=False)
+    sys.path[:0] = spec["path"]
+    done = 0
+    for name in spec["modules"]:
+        try:
+            importlib.import_module(name)
+            done += 1
+        except BaseException:  # an import that fails (or exits) is the job's to see
+            traceback.print_exc()
+    sock = socket.socket(fileno=fd)
+    sock.send(f"ready {os.getpid()} {done}".encode())
+    _zygote_main(sock, user)
+
+
+def _forked(fn: Callable[[], None], keep: tuple[int, ...]) -> int:
+    """Fork a child of the zygote that keeps fds 0-2 and ``keep`` only (not the zygote's
+    socket, nor its pidfds) and runs ``fn``; its pid."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            last = 3
+            for fd in sorted(keep):
+                os.closerange(last, fd)
+                last = fd + 1
+            os.closerange(last, 1 << 16)
+            fn()
+            code = 0
+        except SystemExit as exc:
+            code = _exit_code(exc.code)
+        except BaseException:
+            with contextlib.suppress(BaseException):
+                traceback.print_exc()
+        os._exit(code)
+    return pid
+
+
 def _zygote_main(sock: socket.socket, user: JobUser | None) -> None:
-    """The zygote's loop: fork a spare onto the three fds of each request, report its pid,
-    and report each spare's wait status when it exits (it is the spares' parent)."""
+    """The zygote's loop: fork a spare onto the three fds of each request (or a deps layer
+    onto the one socket of a ``layer`` request), report its pid, and report each child's
+    wait status when it exits (it is their parent)."""
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ)
     while True:
         for key, _ in sel.select():
             if key.fileobj is sock:
-                msg, fds, _flags, _addr = socket.recv_fds(sock, 64, 3)
+                msg, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 3)
                 if not msg:
                     return  # the agent went away
-                pid = os.fork()
-                if pid == 0:  # the spare
-                    code = 1
-                    try:
-                        for i, fd in enumerate(fds):
-                            os.dup2(fd, i)
-                        os.closerange(3, 1 << 16)  # the zygote's socket and pidfds
-                        code = _spare_main(user)
-                    except BaseException:
-                        with contextlib.suppress(BaseException):
-                            traceback.print_exc()
-                    os._exit(code)
+                if msg.startswith(b"layer "):
+                    spec = json.loads(msg[6:])
+                    pid = _forked(functools.partial(_layer_main, fds[0], user, spec), fds[:1])
+                else:
+                    pid = _forked(functools.partial(_spare_on, fds, user), tuple(fds))
                 for fd in fds:
                     os.close(fd)
                 sel.register(os.pidfd_open(pid), selectors.EVENT_READ, pid)
@@ -305,9 +355,19 @@ class Zygote:
     spare's pid, and reports each spare's wait status (``on_exit``) when it ends.
     """
 
-    def __init__(self, user: JobUser | None, on_exit: Callable[[int, int], None]) -> None:
+    def __init__(
+        self, user: JobUser | None, on_exit: Callable[[int, int], None], fork: bool = True
+    ) -> None:
         self.on_exit = on_exit
+        self.on_ready: Callable[[], None] | None = None
+        self.ready = True
+        self.children: set[int] = set()  # spares it forked whose exit is not reported yet
+        self._layer = not fork
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        if not fork:  # a deps layer: forked by the zygote (see layer)
+            self._theirs = theirs
+            self.pid = 0
+            return
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
@@ -323,19 +383,48 @@ class Zygote:
         theirs.close()
         self.pid = pid
 
-    def _next(self) -> tuple[str, int]:
-        """Read one report; exits go to ``on_exit``."""
-        data = self.sock.recv(64)
+    def layer(self, paths: tuple[str, ...], modules: tuple[str, ...]) -> Zygote:
+        """A deps layer: a child of this zygote that becomes the job's user, imports
+        ``modules`` from ``paths`` (a job's dependency dirs) and then forks spares as a
+        zygote does, so jobs of those deps start with them imported. It is not ``ready``
+        (``on_ready`` is called) until its imports are done. This zygote stays clean: the
+        layer is another process, dropped (closed) when the pod changes hands or deps."""
+        layer = Zygote(None, self.on_exit, fork=False)
+        layer.ready = False
+        spec = json.dumps({"path": list(paths), "modules": list(modules)}).encode()
+        try:
+            socket.send_fds(self.sock, [b"layer " + spec], [layer._theirs.fileno()])
+        finally:
+            layer._theirs.close()
+        layer.pid = self._await_fork()
+        return layer
+
+    def _await_fork(self) -> int:
+        while True:
+            kind, pid = self._next()
+            if kind == "forked":
+                return pid
+
+    def _next(self, flags: int = 0) -> tuple[str, int]:
+        """Read one report; exits go to ``on_exit``, readiness (a layer's) to ``on_ready``."""
+        data = self.sock.recv(64, flags)
         if not data:
             raise ConnectionError("the zygote is gone")
         kind, pid, status = data.decode().split()
         if kind == "exit":
+            self.children.discard(int(pid))
             self.on_exit(int(pid), int(status))
+        elif kind == "ready":
+            self.ready = True
+            if self.on_ready is not None:
+                self.on_ready()
         return kind, int(pid)
 
     def readable(self) -> None:
-        """For the event loop's reader: handle one report."""
-        self._next()
+        """For the event loop's reader: handle one report, if one is still there (a
+        :meth:`spare` call in between reads every report that came before its own)."""
+        with contextlib.suppress(BlockingIOError):
+            self._next(socket.MSG_DONTWAIT)
 
     def spare(self) -> Spare:
         """A new spare (forked at once by the zygote)."""
@@ -347,12 +436,13 @@ class Zygote:
         finally:
             for fd in (ctl_r, out_w, err_w):
                 os.close(fd)
-        while True:
-            kind, pid = self._next()
-            if kind == "forked":
-                return Spare(pid, ctl_w, out_r, err_r)
+        pid = self._await_fork()
+        self.children.add(pid)
+        return Spare(pid, ctl_w, out_r, err_r)
 
     def close(self) -> None:
-        """Let the zygote go (it exits when its socket closes) and reap it."""
+        """Let the zygote go (it exits when its socket closes) and reap it (a layer is
+        reaped by the zygote that forked it)."""
         self.sock.close()
-        os.waitpid(self.pid, 0)
+        if not self._layer:
+            os.waitpid(self.pid, 0)

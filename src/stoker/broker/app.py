@@ -636,7 +636,7 @@ def create_app(broker: Broker) -> FastAPI:
             )
         if both := sorted(set(body.secrets) & set(body.env)):
             raise ApiError(422, "invalid", f"body.secrets: {both[0]} is in env too", "body.secrets")
-        have = broker.store.sealed_secrets(tenant, body.secrets)
+        have = broker.store.sealed_secrets(tenant, body.secrets) if body.secrets else {}
         if missing := [n for n in body.secrets if n not in have]:
             raise ApiError(
                 422, "invalid", f"body.secrets: no secret {missing[0]!r}", "body.secrets"
@@ -657,7 +657,7 @@ def create_app(broker: Broker) -> FastAPI:
             labels=dict(body.labels),
         )
         digest = broker.box.digest(body.model_dump(mode="json"))
-        row, created = sched.submit(tenant, req, idempotency_key, digest)
+        row, created = await sched.submit(tenant, req, idempotency_key, digest)
         if not created:
             if row.get("request_mac") not in (None, digest):
                 raise ApiError(

@@ -48,7 +48,7 @@ from stoker.core import (
     StopPod,
 )
 
-_RING = 20_000  # events kept in memory for the API
+_RING = 2_000  # events kept in memory for the API (about 0.6 MB; a job's older ones: the file)
 _ROTATE_BYTES = 64 * 1024 * 1024  # the file is renamed to .1 past this size
 _PAIRS = 50_000  # (tenant, tag) pairs whose last pod stop is remembered
 

@@ -15,7 +15,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 from typing import Any
@@ -37,6 +37,7 @@ from stoker.core import (
     JobCancelled,
     JobClass,
     JobEnded,
+    JobForgotten,
     JobRequeued,
     JobSpec,
     JobState,
@@ -47,6 +48,7 @@ from stoker.core import (
     NodeAdded,
     NodeRemoved,
     PodFailed,
+    PodForgotten,
     PodGone,
     PodReady,
     PodState,
@@ -162,6 +164,10 @@ def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
                 "profile": profile,
                 "keepalive_s": keepalive_s,
             }
+        case JobForgotten(job):
+            return "job_forgotten", {"job": job}
+        case PodForgotten(pod):
+            return "pod_forgotten", {"pod": pod}
         case NodeAdded(name, gpu_model, gpus, cpu):
             return "node_added", {"name": name, "gpu_model": gpu_model, "gpus": gpus, "cpu": cpu}
         case NodeRemoved(name):
@@ -217,6 +223,10 @@ def decode_event(ev: StoredEvent) -> Event:
             return KeepAliveRenewed(
                 d["tenant"], d["reuse_tag"], d["profile"], float(d["keepalive_s"])
             )
+        case "job_forgotten":
+            return JobForgotten(d["job"])
+        case "pod_forgotten":
+            return PodForgotten(d["pod"])
         case "node_added":
             return NodeAdded(d["name"], d["gpu_model"], int(d["gpus"]), float(d["cpu"]))
         case "node_removed":
@@ -252,6 +262,12 @@ class Scheduler:
         self._now = 0.0
         self._batch = Batch()
         self._flush_scheduled = False
+        # group commit: runtime calls the last events asked for, carried out only once the
+        # batch that logged those events is committed (write-ahead: a crash never leaves a
+        # pod doing what the store does not know of), and the submits waiting for it
+        self._after_commit: list[Callable[[], Coroutine[Any, Any, None]]] = []
+        self._committed: list[asyncio.Future[None]] = []
+        self._new_keys: dict[tuple[str, str], dict[str, Any]] = {}  # (tenant, key) -> row
         self._tasks: set[asyncio.Task[Any]] = set()
         self._service: set[asyncio.Task[Any]] = set()  # the reader and timers, not calls
         self._requests: dict[str, dict[str, Any]] = {}  # unfinished job id -> its row
@@ -303,6 +319,10 @@ class Scheduler:
             self.core.handle(decode_event(ev), max(ev.at, self._now))  # actions done before
             self._now = max(self._now, ev.at)
             replayed += 1
+        if forget := self._forgettable(self.core.jobs):
+            # what a broker that stopped before its next flush had not forgotten yet: as
+            # the replay, no action is carried out (none follows from forgetting)
+            self.core.handle_all(forget, self._now)
         for row in self.store.unfinished_jobs():
             self._requests[row["id"]] = row
             self._out_seq[row["id"]] = self.store.last_output_seq(row["id"])
@@ -347,7 +367,7 @@ class Scheduler:
             elif pod.state in (PodState.STARTING, PodState.RECYCLING):
                 standby = info(pod.id).standby if info else False
                 if pod.pending_job is not None and standby:
-                    self._spawn(self._call(self.runtime.promote(pod.id), pod=pod.id))
+                    self._later(lambda pod=pod.id: self._call(self.runtime.promote(pod), pod=pod))
                 else:
                     self._feed(PodReady(pod.id))
             elif pod.state is PodState.ACTIVE and pod.job is not None:
@@ -429,14 +449,19 @@ class Scheduler:
 
     # ------------------------------------------------------------------ API calls
 
-    def submit(
+    async def submit(
         self, tenant: str, req: JobRequest, key: str | None, digest: str | None = None
     ) -> tuple[dict[str, Any], bool]:
-        """Store and submit a job; returns (row, created). A repeated idempotency key gives
-        the job it created the first time (``digest``, the request's keyed digest, is stored
-        so the caller can tell a retry from another job under the same key). Env values are
-        stored sealed."""
+        """Store and submit a job; returns (row, created) once the job is committed (with
+        whatever else the loop wrote in the same turn: one transaction for them all). A
+        repeated idempotency key gives the job it created the first time (``digest``, the
+        request's keyed digest, is stored so the caller can tell a retry from another job
+        under the same key). Env values are stored sealed."""
         if key is not None:
+            row = self._new_keys.get((tenant, key))
+            if row is not None:  # submitted in this very turn: answered once it is stored
+                await self._commit()
+                return self._current(row) if row["id"] in self._requests else row, False
             row = self.store.job_by_key(tenant, key)
             if row is not None:
                 return row, False
@@ -475,6 +500,8 @@ class Scheduler:
         }
         self._batch.new_jobs.append(row)
         self._requests[job_id] = row
+        if key is not None:
+            self._new_keys[(tenant, key)] = row
         spec = JobSpec(  # the GPU pool is the profile's: this host's gpu_model
             job_id,
             tenant,
@@ -487,8 +514,16 @@ class Scheduler:
         )
         self._feed(JobSubmitted(spec), now)
         row["gpus"] = self.core.jobs[job_id].per_worker  # written with the row, in the batch
-        self._flush()  # the caller hears of its job only once it is stored
-        return self._current(row), True
+        await self._commit()  # the caller hears of its job only once it is stored
+        return self._current(row) if job_id in self._requests else self.job(job_id), True
+
+    def _commit(self) -> asyncio.Future[None]:
+        """Done when everything written so far is committed (by this turn's flush); the
+        flush's error (Deposed: the lead is lost) if it failed."""
+        fut = asyncio.get_running_loop().create_future()
+        self._committed.append(fut)
+        self._schedule_flush()
+        return fut
 
     def cancel(self, job_id: str) -> None:
         job = self.core.jobs.get(job_id)
@@ -722,12 +757,32 @@ class Scheduler:
             self._flush()
 
     def _flush(self) -> None:
-        """Commit what the last events wrote, then wake who waits on it."""
+        """Commit what the last events wrote (one transaction), then carry out the runtime
+        calls they asked for and wake who waits on them. A deposed leader's flush does
+        neither: nothing of it was stored, and the pods are the next leader's."""
         self._flush_scheduled = False
         finished = [j for j, v in self._batch.job_updates.items() if v.get("state") == "finished"]
         chunks = list(self._batch.output)
         requeued, self._requeued = self._requeued, []
-        self._batch.commit(self.store)
+        waiting, self._committed = self._committed, []
+        try:
+            self._batch.commit(self.store)
+        except Exception as exc:
+            if isinstance(exc, Deposed):
+                self._after_commit.clear()
+            else:  # the batch stays for the next flush: its calls wait with it
+                self._requeued[:0] = requeued
+            for fut in waiting:
+                if not fut.done():
+                    fut.set_exception(exc)
+            raise
+        self._new_keys.clear()
+        calls, self._after_commit = self._after_commit, []
+        for call in calls:
+            self._spawn(call())
+        for fut in waiting:
+            if not fut.done():
+                fut.set_result(None)
         for c in chunks:
             for q in self._listeners.get(c["job"], ()):
                 q.put_nowait((c["seq"], c["stream"], c["data"]))
@@ -747,28 +802,48 @@ class Scheduler:
                 done.set()
             for q in self._listeners.get(job_id, ()):
                 q.put_nowait(None)
+        for event in self._forgettable(finished):
+            if isinstance(event, PodForgotten):
+                self._stopping.discard(event.pod)  # a stop that failed as "no such pod"
+            self._feed(event)  # logged at the next flush
+
+    def _forgettable(self, finished: Iterable[str]) -> list[Event]:
+        """The core may drop these finished jobs (their final rows are committed: reads go
+        to the store) and every gone pod (no unfinished job points at one)."""
+        jobs, pods = self.core.jobs, self.core.pods
+        out: list[Event] = [
+            JobForgotten(j)
+            for j in finished
+            if (job := jobs.get(j)) and job.state is JobState.FINISHED
+        ]
+        out += [PodForgotten(p.id) for p in pods.values() if p.state is PodState.GONE]
+        return out
 
     # ------------------------------------------------------------------ actions
 
     def _carry_out(self, action: Any) -> None:
         if self._closing or not self.may_act():
             return  # shutting down or deposed: what the core asks is the next leader's
+        rt = self.runtime
         match action:
             case StartPod(pod, profile, _node, gpus, standby):
-                rt = self.profiles[profile].runtime
+                shape = self.profiles[profile].runtime
                 cls = self.core.pods[pod].job_class.value  # a cluster ranks pods by it
-                start = self.runtime.start_pod(pod, rt, tuple(gpus), standby, job_class=cls)
-                self._spawn(self._call(start, pod=pod))
+                self._later(
+                    lambda: self._call(
+                        rt.start_pod(pod, shape, tuple(gpus), standby, job_class=cls), pod=pod
+                    )
+                )
             case PromoteStandby(pod):
-                self._spawn(self._call(self.runtime.promote(pod), pod=pod))
+                self._later(lambda: self._call(rt.promote(pod), pod=pod))
             case RecyclePod(pod, new_pod):
-                self._spawn(self._call(self.runtime.recycle(pod, new_pod), pod=new_pod))
+                self._later(lambda: self._call(rt.recycle(pod, new_pod), pod=new_pod))
             case StopPod(pod, _reason):
                 self._stop(pod)
             case BindJob(job, pods):
                 self._bind(job, pods)
             case KillJob(job, reason, grace_s):
-                self._spawn(self._call(self.runtime.kill_job(job, reason, grace_s)))
+                self._later(lambda: self._call(rt.kill_job(job, reason, grace_s)))
             case JobRequeued(job, reason):
                 row = self._requests[job]
                 row["requeues"] = int(row.get("requeues") or 0) + 1
@@ -782,9 +857,14 @@ class Scheduler:
             case _:
                 raise ValueError(f"unknown action {action!r}")
 
+    def _later(self, call: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Carry out a runtime call once the events that asked for it are committed."""
+        self._after_commit.append(call)
+        self._schedule_flush()
+
     def _stop(self, pod: str) -> None:
         self._stopping.add(pod)
-        self._spawn(self._call(self.runtime.stop_pod(pod), pod=pod, gone_on_error=True))
+        self._later(lambda: self._call(self.runtime.stop_pod(pod), pod=pod, gone_on_error=True))
 
     def _bind(self, job_id: str, pods: tuple[str, ...]) -> None:
         row = self._requests[job_id]
@@ -795,13 +875,17 @@ class Scheduler:
             port = MASTER_PORT_BASE + self._port
         for rank, pod in enumerate(pods):
             topology = Topology(rank, world, "127.0.0.1", port or MASTER_PORT_BASE, pods[0])
-            self._spawn(self._call(self._bind_rank(row, pod, topology), job=job_id, pod=pod))
+            self._later(
+                lambda pod=pod, topology=topology: self._call(
+                    self._bind_rank(row, pod, topology), job=job_id, pod=pod
+                )
+            )
 
     async def _bind_rank(self, row: dict[str, Any], pod: str, topology: Topology) -> None:
         """Bind one rank: the job's env and its tenant's secrets opened only now, in memory."""
         env = self.box.open_env(row["env"])
         names = list(row.get("secrets") or ())
-        sealed = self.store.sealed_secrets(row["tenant"], names)
+        sealed = self.store.sealed_secrets(row["tenant"], names) if names else {}
         if missing := [n for n in names if n not in sealed]:
             raise BindRefused(f"secrets: {missing[0]!r} was deleted after the submit")
         env.update({n: self.box.open(sealed[n]) for n in names})
@@ -871,10 +955,11 @@ class Scheduler:
             case PodUp(pod):
                 self._feed(PodReady(pod))
             case PodDown(pod, failure):
+                asked = pod in self._stopping
+                self._stopping.discard(pod)  # also for an orphan's stop (not in the core)
                 if pod not in core.pods or core.pods[pod].state is PodState.GONE:
                     return
-                if failure is None or pod in self._stopping:
-                    self._stopping.discard(pod)
+                if failure is None or asked:
                     self._feed(PodGone(pod))
                 else:
                     self._feed(PodFailed(pod, failure))

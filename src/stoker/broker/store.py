@@ -11,6 +11,7 @@ migrations under ``stoker/broker/migrations``, run at open, the same on both dia
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -408,6 +409,15 @@ class Store:
             return [(str(m), str(t), int(mi), float(g)) for m, t, mi, g in conn.execute(q)]
 
 
+@functools.lru_cache(maxsize=64)
+def _job_update(columns: tuple[str, ...]) -> sa.Update:
+    """One UPDATE of ``columns`` by job id, with bound parameters: built once per column
+    set, so SQLAlchemy compiles it once (a statement with literal values is compiled anew
+    each time, which cost the loop's flush half its time)."""
+    values = {c: sa.bindparam(c) for c in columns}
+    return jobs.update().where(jobs.c.id == sa.bindparam("_id")).values(values)
+
+
 class Batch:
     """Writes gathered while the loop handles one event, committed in one transaction."""
 
@@ -436,8 +446,11 @@ class Batch:
                 store.fence(conn)
             if self.new_jobs:
                 conn.execute(jobs.insert(), self.new_jobs)
+            by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = {}
             for job_id, values in self.job_updates.items():
-                conn.execute(jobs.update().where(jobs.c.id == job_id).values(**values))
+                by_columns.setdefault(tuple(sorted(values)), []).append({"_id": job_id, **values})
+            for columns, rows in by_columns.items():
+                conn.execute(_job_update(columns), rows)
             if self.output:
                 conn.execute(job_output.insert(), self.output)
             if self.events:

@@ -562,7 +562,7 @@ def bench_local(
 ) -> None:
     """Start latency (warm/standby/cold), handover, throughput and idle memory, per profile;
     and OUT/calibration.json, the step durations `stoker sim firepool --calibration` uses."""
-    from stoker.broker.bench import BENCH_PHASES, run_bench
+    from stoker.broker.bench import BENCH_PHASES, THROUGHPUT_CALLERS, run_bench
 
     if torch:
         try:
@@ -601,12 +601,14 @@ def bench_local(
                 _fmt_ms(p["cold"]["start_ms_p50"]),
                 f"{p.get('cold_over_warm', 0):.0f}",
                 _fmt_ms(p["handover_ms_p50"]),
-                f"{p['throughput']['jobs_per_s']:.0f}",
+                *(f"{t['jobs_per_s']:.0f}" for t in p["throughput"].values()),
                 f"{p['idle_rss_mb']:.0f}",
             ]
         )
+    load = res["host"]["loadavg_1m_start"], res["host"].get("loadavg_1m_end", 0.0)
     _table(
-        f"stoker bench local -> {out / 'results.json'}",
+        f"stoker bench local -> {out / 'results.json'} (load average {load[0]:.1f} ->"
+        f" {load[1]:.1f} on {res['host']['cpus']} CPUs)",
         [
             "profile",
             "warm p50",
@@ -616,7 +618,7 @@ def bench_local(
             "cold p50",
             "cold/warm",
             "handover p50",
-            "jobs/s",
+            *(f"jobs/s {n} callers" for n in THROUGHPUT_CALLERS),
             "idle RSS MB",
         ],
         rows,

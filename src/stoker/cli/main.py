@@ -20,6 +20,7 @@ app.add_typer(sim_app, name="sim")
 _COMMAND_MODULES = (
     "stoker.cli.sim_firepool",
     "stoker.cli.sim_gfs",
+    "stoker.cli.sim_shared",
     "stoker.cli.forecast",
     "stoker.cli.traces",
     "stoker.cli.broker",

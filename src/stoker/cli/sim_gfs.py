@@ -42,6 +42,20 @@ def sim_gfs(
     forecaster: Annotated[
         str, typer.Option(help="forecaster of the GFS policies: ridge | orglinear (torch)")
     ] = "ridge",
+    gpu_hour_price: Annotated[
+        float | None,
+        typer.Option(
+            help="price of a GPU-hour: report the monthly value of gfs's allocation gain "
+            "over each other policy (needs --policy gfs among them)"
+        ),
+    ] = None,
+    gate: Annotated[
+        str,
+        typer.Option(
+            help="window: spot quota and preemption only inside the measured window, no spot "
+            "before it (the authors'); always: from the simulated start to the end"
+        ),
+    ] = "window",
     plots: Annotated[bool, typer.Option(help="write PNG plots")] = True,
 ) -> None:
     """Run every named policy on the same jobs; write results.json, a table and plots."""
@@ -52,6 +66,7 @@ def sim_gfs(
     from stoker.core.registry import preset as make_policy
     from stoker.forecast.base import Cadence
     from stoker.sim.gfs import (
+        GATES,
         LOADS,
         Setup,
         SimGFSError,
@@ -61,7 +76,13 @@ def sim_gfs(
         scale_spot_load,
         simulate,
     )
-    from stoker.sim.gfs_report import plot, render_table, write_results
+    from stoker.sim.gfs_report import (
+        allocation_value,
+        plot,
+        render_table,
+        render_value,
+        write_results,
+    )
     from stoker.sim.report_html import render
     from stoker.traces import TRACE_KINDS, Trace
 
@@ -81,8 +102,15 @@ def sim_gfs(
     for name in names:
         if name not in GANG_PRESETS:
             fail(f"--policy: unknown {name!r}; known: {', '.join(GANG_PRESETS)}")
+    if gate not in GATES:
+        fail(f"--gate: expected one of {', '.join(GATES)}, got {gate!r}")
     if forecaster not in ("ridge", "orglinear"):
         fail(f"--forecaster: expected ridge or orglinear, got {forecaster!r}")
+    if gpu_hour_price is not None:
+        if not gpu_hour_price >= 0:
+            fail(f"--gpu-hour-price: must be >= 0, got {gpu_hour_price}")
+        if "gfs" not in names:
+            fail("--gpu-hour-price: values gfs's gain, so --policy gfs must be among those run")
     try:
         setup = Setup(days, warm_days, burn_in_days, scale, seed, capacity_scale, time_scale)
         cadence = Cadence(refit_every_min=refit_every_min, query_every_min=query_every_min)
@@ -105,6 +133,7 @@ def sim_gfs(
                             spec.forecaster, cadence, forecaster, base.notes
                         ),
                         cadence=cadence,
+                        gate=gate,
                         progress=lambda msg, lv=level: bar.update(task, description=f"{lv}/{msg}"),
                     )
                     runs[level][name] = result
@@ -135,12 +164,17 @@ def sim_gfs(
             "seed": seed,
             "query_every_min": query_every_min,
             "refit_every_min": refit_every_min,
+            "gate": gate,
         },
         "loads": {name: LOADS[name] for name in loads},
     }
-    path = write_results(out, runs, meta)
+    gpus = sum(n.gpus for n in base.nodes)
+    value = None if gpu_hour_price is None else allocation_value(runs, gpus, gpu_hour_price)
+    path = write_results(out, runs, meta, value)
     for level, by_policy in runs.items():
         console.print(render_table(level, by_policy))
+    if value is not None:
+        console.print(render_value(value))
     if plots:
         for p in plot(out, runs):
             console.print(f"wrote {p}")

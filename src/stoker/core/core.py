@@ -27,11 +27,13 @@ from stoker.core.events import (
     Event,
     ForecastUpdated,
     JobCancelled,
+    JobForgotten,
     JobSubmitted,
     KeepAliveRenewed,
     NodeAdded,
     NodeRemoved,
     PodFailed,
+    PodForgotten,
     PodGone,
     PodReady,
     PodStopFailed,
@@ -92,7 +94,8 @@ class Policies:
     """Every named extension point of the core; the defaults are Firepool's and GFS's.
 
     Warm pools: ``matching`` (warm and standby matching), ``keepalive``, ``budget`` (warm
-    budget), ``standby`` (standby staging). hp/spot: ``gangs`` holds queue order, placement
+    budget, capped per GPU pool by the HP forecast unless ``forecast_caps_warm`` is off),
+    ``standby`` (standby staging). hp/spot: ``gangs`` holds queue order, placement
     scoring, spot quota and reclaim (victim choice) with their parameters. ``profiles``:
     per profile name, its own keep-alive and minimum warm count. Presets by name:
     :mod:`stoker.core.registry`.
@@ -104,6 +107,9 @@ class Policies:
     standby: StandbyPolicy = field(default_factory=BesideActive)
     gangs: GFSConfig = field(default_factory=GFSConfig)
     profiles: dict[str, ProfilePolicies] = field(default_factory=dict)
+    # the HP forecast caps the warm budget per GPU pool (the one capacity model); off, idle
+    # pods give way to HP only when an HP job reclaims them (an ablation)
+    forecast_caps_warm: bool = True
 
 
 class Core:
@@ -121,8 +127,8 @@ class Core:
         self.policies = policies or Policies()
         self.jobs: dict[str, Job] = {}
         self.pods: dict[str, Pod] = {}
-        self.pod_moves = Transitions("pod", POD_MOVES)
-        self.job_moves = Transitions("job", JOB_MOVES)
+        self.pod_moves = Transitions("pod", POD_MOVES, PodState.GONE)
+        self.job_moves = Transitions("job", JOB_MOVES, JobState.FINISHED)
         self.now = start
         self._seq = 0  # pod ids
         self.warm = WarmPools(self, self.policies)
@@ -187,6 +193,10 @@ class Core:
                 if not (keepalive_s > 0 and math.isfinite(keepalive_s)):
                     raise CoreError(f"keepalive_s: must be finite and > 0, got {keepalive_s}")
                 self.warm.renew((profile, tenant, tag), now + keepalive_s)
+            case JobForgotten(job):
+                self._forget_job(job)
+            case PodForgotten(pod):
+                self._forget_pod(pod)
             case NodeAdded(name, gpu_model, gpus, cpu):
                 self._node_added(Node(name, gpu_model, [], cpu), gpus, now, out)
             case NodeRemoved(name):
@@ -268,12 +278,14 @@ class Core:
         """The one way a pod's state changes (raises on an illegal move, with history)."""
         self.pod_moves.transition(pod, state, now)
 
-    def move_job(self, job: Job, state: JobState, now: float) -> None:
-        """The one way a job's state changes (raises on an illegal move, with history)."""
+    def move_job(self, job: Job, state: JobState, now: float, *, lease: bool = False) -> None:
+        """The one way a job's state changes (raises on an illegal move, with history).
+        ``lease``: a lease handed back (Chronus), the one way an HP job is re-queued."""
         if (
             job.state is JobState.RUNNING
             and state is JobState.QUEUED
             and job.job_class is not JobClass.SPOT
+            and not lease
         ):
             raise CoreError(f"job {job.id}: only a spot job goes back to the queue once running")
         self.job_moves.transition(job, state, now)
@@ -291,8 +303,6 @@ class Core:
         job.finished = now
         job.failure = failure
         job.exit_code = exit_code
-        if job.job_class is JobClass.HP:
-            self.demand.add(job.spec.tenant, self.gangs.pool_of(job), -job.gpus)
         out.append(JobEnded(job.id, failure, exit_code))
 
     def _part(self, job_class: JobClass) -> WarmPools | GangScheduler:
@@ -333,13 +343,26 @@ class Core:
             return
         self.gangs.submit(job, now)  # checks the GPU pool first: nothing half-registered
         self.jobs[spec.id] = job
-        if spec.job_class is JobClass.HP:
-            self.demand.add(spec.tenant, self.gangs.pool_of(job), job.gpus)
 
     def _cancel(self, job_id: str, now: float, out: list[Action]) -> None:
         job = self._job(job_id)
         if job.state is not JobState.FINISHED:
             self._part(job.job_class).cancel(job, now, out)
+
+    def _forget_job(self, job_id: str) -> None:
+        """Drop a finished job (the driver keeps its record); nothing else names it by
+        then (its part let go of it when it finished)."""
+        self.job_moves.forget(self._job(job_id))
+        del self.jobs[job_id]
+
+    def _forget_pod(self, pod_id: str) -> None:
+        """Drop a gone pod: its share is free and no unfinished job points at it (a job
+        whose pod goes is re-queued or ended on that event)."""
+        pod = self.pods.get(pod_id)
+        if pod is None:
+            raise CoreError(f"unknown pod {pod_id!r}")
+        self.pod_moves.forget(pod)
+        del self.pods[pod_id]
 
     def _current(self, job_id: str, pod: str | None) -> bool:
         """Whether rank news is of the job's current run (unknown pod: assumed so)."""
@@ -482,7 +505,7 @@ class Core:
         self.cluster.add_node(node)
         self.gangs.add_node(node)
         self.warm.room_freed()
-        self.warm.hp_cap = self._hp_cap()
+        self._cap_warm()
 
     def _node_removed(self, name: str, now: float, out: list[Action]) -> None:
         """A node left: each pod on it fails (its job typed ``pod_died``: re-queued if it
@@ -499,7 +522,7 @@ class Core:
         out.extend(StopPod(pid, "node_removed") for pid in on_node if pid not in stopping)
         self.gangs.remove_node(name)
         self.cluster.remove_node(name)
-        self.warm.hp_cap = self._hp_cap()
+        self._cap_warm()
 
     # ------------------------------------------------------------------ forecasts
 
@@ -531,19 +554,24 @@ class Core:
             per[tenant] = new
         self.forecast[gpu_model] = (total_mean, total_var)
         self.gangs.set_forecast(gpu_model, total_mean, total_var)
-        self.warm.hp_cap = self._hp_cap()
+        self._cap_warm()
 
-    def _hp_cap(self) -> float:
-        """GPUs idle pods may hold so that HP finds its room: per GPU pool with a forecast,
-        capacity minus the g-quantile of HP demand over the next hour (a keep-alive is far
-        shorter); a pool without one is not capped."""
+    def _cap_warm(self) -> None:
+        """Hand the warm pools their per-GPU-pool HP cap (unless the policies say no)."""
+        if self.policies.forecast_caps_warm:
+            self.warm.hp_cap = self._hp_cap()
+
+    def _hp_cap(self) -> dict[str, float]:
+        """Per GPU pool with a forecast, the GPUs idle pods there may hold so that HP
+        finds its room: capacity minus the g-quantile of HP demand over the next hour (a
+        keep-alive is far shorter). A pool without a forecast is not capped; one pool's
+        slack never lets idle pods hold another pool's HP room."""
         z = NormalDist().inv_cdf(self.policies.gangs.g)
-        cap = 0.0
+        cap: dict[str, float] = {}
         for model, gpus in self.cluster.capacity.items():
             fc = self.forecast.get(model)
             if fc is None:
-                cap += gpus
                 continue
             upper = float(fc[0][0] + z * math.sqrt(max(float(fc[1][0]), 0.0)))
-            cap += max(0.0, gpus - upper)
+            cap[model] = max(0.0, gpus - upper)
         return cap

@@ -118,6 +118,21 @@ class KeepAliveRenewed:
     keepalive_s: float
 
 
+class JobForgotten:
+    """The driver keeps a finished job's record elsewhere (the broker: its final row is
+    committed to the store): the core drops it. Legal only for a finished job; a core that
+    never hears it keeps every job (the simulator's records)."""
+
+    job: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodForgotten:
+    """As :class:`JobForgotten`, for a pod that is gone (its GPU share already free)."""
+
+    pod: str
+
+
 @dataclass(frozen=True, slots=True)
 class NodeAdded:
     """A node joined the cluster (or came back, or changed shape): ``gpus`` cards of
@@ -156,6 +171,8 @@ Event = (
     | BindFailed
     | ForecastUpdated
     | KeepAliveRenewed
+    | JobForgotten
+    | PodForgotten
     | NodeAdded
     | NodeRemoved
     | Tick

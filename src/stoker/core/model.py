@@ -275,7 +275,6 @@ class Job:
     queue_s: float = 0.0
     run_start: float = 0.0
     first_start: float | None = None
-    lease_start: float = 0.0
     evictions: int = 0
     periods_ok: int = 0
     lost_s: float = 0.0

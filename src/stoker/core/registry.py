@@ -7,9 +7,13 @@ builds fresh, unshared policy objects.
 
 Warm-pool presets (the Firepool paper's comparisons; GFS's hp/spot defaults):
 ``firepool`` (default), ``fixed`` (the same: fixed keep-alive), ``fitted``, ``always_on``,
-``warm_reuse`` (no standby), ``fresh_tag``, ``fresh_pod``. hp/spot presets (GFS's paper
-and ablations; Firepool's warm defaults): ``gfs`` (default), ``yarn-cs``, ``chronus``,
-``lyra``, ``fgd``, ``static-quota``, ``min-runtime``, ``gfs-naive``, ``gfs-fixed-eta``.
+``warm_reuse`` (no standby), ``fresh_tag``, ``fresh_pod``, ``warm-uncapped`` (the HP
+forecast does not cap the warm budget: an ablation of the one capacity model). hp/spot
+presets (GFS's paper and ablations; Firepool's warm defaults): ``gfs`` (default),
+``yarn-cs``, ``chronus``, ``lyra``, ``fgd`` (each gated by GFS's forecast quota, as the
+authors' simulator runs them; ``yarn-cs-noquota``, ``lyra-noquota``, ``fgd-noquota``:
+ungated), ``static-quota``,
+``min-runtime``, ``gfs-naive``, ``gfs-fixed-eta``.
 """
 
 from __future__ import annotations
@@ -18,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from stoker.core.core import Policies
-from stoker.core.gfs.placement import FGDScorer, GFSScorer, SpreadScorer
-from stoker.core.gfs.preemption import FirstFitVictims, GFSVictims, LyraVictims
+from stoker.core.gfs.placement import BestFitScorer, FGDScorer, GFSScorer
+from stoker.core.gfs.preemption import FGDVictims, FifoVictims, GFSVictims, LyraVictims
 from stoker.core.gfs.quota import ForecastQuota, StaticQuota
 from stoker.core.gfs.scheduler import GFSConfig
 from stoker.core.policies import (
@@ -97,12 +101,49 @@ def _no_quota(p: _Params) -> StaticQuota:
     return StaticQuota(1.0)
 
 
-_PRESETS: dict[str, tuple[Callable[[_Params], Policies], str | None]] = {
+def _forecast_quota(p: _Params) -> ForecastQuota:
+    return ForecastQuota(p.g, p.guarantee_s)
+
+
+_Entry = tuple[Callable[[_Params], Policies], str | None]
+# each baseline's own parts (placement, victims, queue order), its quota aside
+_YARN: dict[str, object] = {
+    "scorer": lambda p: BestFitScorer(),
+    "victims": lambda p: FifoVictims(),
+    "queue": "fifo",
+    "hp_preempt_first": True,
+}
+_LYRA: dict[str, object] = {
+    "scorer": lambda p: GFSScorer(),
+    "victims": lambda p: LyraVictims(),
+    "queue": "size-stop",
+}
+_FGD: dict[str, object] = {
+    "scorer": lambda p: FGDScorer(),
+    "victims": lambda p: FGDVictims(),
+    "queue": "fifo",
+    "hp_preempt_first": True,
+}
+
+
+def _baseline(name: str, parts: dict[str, object]) -> dict[str, _Entry]:
+    """``name`` with the forecast quota (the authors' setup) and ``name-noquota`` with none
+    (spot may take everything HP leaves: stoker's earlier setup, kept as an extra)."""
+    return {
+        name: (_gangs(name=name, quota=_forecast_quota, **parts), "default"),
+        f"{name}-noquota": (_gangs(name=f"{name}-noquota", quota=_no_quota, **parts), None),
+    }
+
+
+_PRESETS: dict[str, _Entry] = {
     # warm pools (the hp/spot part keeps GFS's defaults)
     "firepool": (_firepool, "default"),
     "fixed": (_firepool, "default"),
     "fitted": (_warm(keepalive=FittedKeepAlive), "default"),
     "always_on": (_warm(keepalive=AlwaysOn), "default"),
+    # ablation of the one capacity model: the HP forecast does not cap the warm budget
+    # (idle pods give way to HP only when an HP job reclaims them)
+    "warm-uncapped": (_warm(forecast_caps_warm=False), "default"),
     "warm_reuse": (
         _warm(matching=lambda: ReuseMatching(reuse=True, standby=False), standby=NoStandby),
         "default",
@@ -136,48 +177,23 @@ _PRESETS: dict[str, tuple[Callable[[_Params], Policies], str | None]] = {
         ),
         "default",
     ),
-    "yarn-cs": (
-        _gangs(
-            name="yarn-cs",
-            quota=_no_quota,
-            scorer=lambda p: SpreadScorer(),
-            victims=lambda p: FirstFitVictims(),
-            queue="fifo",
-            hol_blocking=True,
-        ),
-        None,
-    ),
+    # the paper's baselines: as the authors' simulator builds them, spot gated by the same
+    # forecast quota as GFS (fifo_spot.py, lyra.py, fgd.py; chronus.py has none)
+    **_baseline("yarn-cs", _YARN),
     "chronus": (
         _gangs(
             name="chronus",
             quota=_no_quota,
             scorer=lambda p: GFSScorer(),
-            victims=lambda p: FirstFitVictims(),
-            queue="fifo",
+            preempt=False,
             round_s=CHRONUS_ROUND_S,
             lease_s=CHRONUS_LEASE_S,
             lease_restart_s=CHRONUS_RESTART_S,
         ),
         None,
     ),
-    "lyra": (
-        _gangs(
-            name="lyra",
-            quota=_no_quota,
-            scorer=lambda p: GFSScorer(),
-            victims=lambda p: LyraVictims(),
-        ),
-        None,
-    ),
-    "fgd": (
-        _gangs(
-            name="fgd",
-            quota=_no_quota,
-            scorer=lambda p: FGDScorer(),
-            victims=lambda p: FirstFitVictims(),
-        ),
-        None,
-    ),
+    **_baseline("lyra", _LYRA),
+    **_baseline("fgd", _FGD),
     "static-quota": (
         _gangs(
             name="static-quota",
@@ -198,7 +214,16 @@ _PRESETS: dict[str, tuple[Callable[[_Params], Policies], str | None]] = {
     ),
 }
 
-WARM_PRESETS = ("fresh_pod", "fresh_tag", "warm_reuse", "firepool", "fixed", "always_on", "fitted")
+WARM_PRESETS = (
+    "fresh_pod",
+    "fresh_tag",
+    "warm_reuse",
+    "firepool",
+    "fixed",
+    "always_on",
+    "fitted",
+    "warm-uncapped",
+)
 """The warm-pool presets (Firepool's comparisons)."""
 GANG_PRESETS = tuple(name for name in _PRESETS if name not in WARM_PRESETS)
 """The hp/spot presets (GFS's comparisons and ablations)."""

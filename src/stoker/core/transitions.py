@@ -3,6 +3,8 @@
 Each table maps a legal (start, finish) pair to the hook that runs on that move (None: no
 hook); a move not in its table raises :class:`IllegalTransition` with the object's recent
 history, so a bug shows where the object came from instead of corrupting the books later.
+Each machine has one final state: only an object there may be forgotten (dropped from the
+core's registries), checked the same way.
 (The shape is Dask's scheduler's: a table of (start, finish) -> function and one
 ``_transition``; the code is ours.)
 """
@@ -75,8 +77,11 @@ JOB_MOVES: frozenset[tuple[JobState, JobState]] = frozenset(
 class Transitions:
     """One state machine: the legal moves, a hook per move, and the one ``transition``."""
 
-    def __init__(self, kind: str, moves: frozenset, hooks: dict | None = None) -> None:
+    def __init__(
+        self, kind: str, moves: frozenset, final: PodState | JobState, hooks: dict | None = None
+    ) -> None:
         self.kind = kind
+        self.final = final
         self.table: dict[tuple, Hook] = dict.fromkeys(moves)
         for key, hook in (hooks or {}).items():
             if key not in self.table:
@@ -90,16 +95,23 @@ class Transitions:
             return
         key = (start, finish)
         if key not in self.table:
-            past = " -> ".join(f"{s}@{t:g}({why})" for t, s, why in obj.history) or "none"
-            raise IllegalTransition(
-                f"{self.kind} {obj.id}: {start} -> {finish} is not a legal move; "
-                f"recent history: {past}"
-            )
+            self._illegal(obj, f"{start} -> {finish} is not a legal move")
         hook = self.table[key]
         if hook is not None:
             hook(obj, now)
         obj.state = finish  # type: ignore[assignment]
         obj.history.append((now, finish.value, start.value))
+
+    def forget(self, obj: _Stateful) -> None:
+        """Check that ``obj`` may be dropped (it is in the final state) or raise."""
+        if obj.state is not self.final:
+            self._illegal(
+                obj, f"only a {self.final} {self.kind} may be forgotten, not a {obj.state} one"
+            )
+
+    def _illegal(self, obj: _Stateful, what: str) -> None:
+        past = " -> ".join(f"{s}@{t:g}({why})" for t, s, why in obj.history) or "none"
+        raise IllegalTransition(f"{self.kind} {obj.id}: {what}; recent history: {past}")
 
 
 def new_history() -> deque[tuple[float, str, str]]:

@@ -68,9 +68,10 @@ class WarmPools:
         self.policies = policies
         self.jobs = host.jobs
         self.pods = host.pods
-        # GPUs idle pods may hold at most so HP demand finds its room (the core sets it from
-        # the HP forecast: what HP is not forecast to need)
-        self.hp_cap = math.inf
+        # per GPU model, the GPUs idle pods there may hold at most so HP demand finds its
+        # room (the core sets it from that GPU pool's HP forecast: what HP is not forecast
+        # to need); a model without an entry is not capped
+        self.hp_cap: dict[str, float] = {}
         self._queues: dict[str, dict[str, None]] = {p: {} for p in self.profiles}
         self._warm: dict[tuple[str, str, str], dict[str, None]] = {}
         self._standby: dict[str, dict[str, None]] = {p: {} for p in self.profiles}
@@ -78,6 +79,10 @@ class WarmPools:
         self._standby_on_gpu: dict[str, str] = {}
         self._idle: dict[str, None] = {}  # idle warm + standby (+ starting standby) pods
         self._idle_gpus = 0.0
+        self._idle_by_model: dict[str, float] = {}  # the same, per GPU model
+        # bumped on every pool pod's state change: what an HP reclaim finds among idle pods
+        # may differ (the gang scheduler searches again only after a change)
+        self.epoch = 0
         self._queued_gpus = 0.0
         self._deadlines: list[tuple[float, int, str]] = []
         self._reclaim: dict[str, set[str]] = {}  # job -> pods stopping to make room for it
@@ -154,12 +159,15 @@ class WarmPools:
     def next_deadline(self) -> float | None:
         """The earliest keep-alive deadline (when a Tick would stop a warm pod)."""
         while self._deadlines:
-            at, _, pid = self._deadlines[0]
-            pod = self.pods.get(pid)
-            if pod is not None and pod.state is PodState.WARM and pod.deadline == at:
-                return at
+            if self._armed(self._deadlines[0]):
+                return self._deadlines[0][0]
             heapq.heappop(self._deadlines)
         return None
+
+    def _armed(self, entry: tuple[float, int, str]) -> bool:
+        """Whether a keep-alive deadline still holds (its pod waits warm until then)."""
+        pod = self.pods.get(entry[2])
+        return pod is not None and pod.state is PodState.WARM and pod.deadline == entry[0]
 
     @property
     def idle_gpus(self) -> float:
@@ -176,14 +184,29 @@ class WarmPools:
         """
         base = self._budget_base()
         limit = min(
-            self.hp_cap, self.policies.budget.limit(self.cluster.total_gpus, self._queued_gpus)
+            self._hp_total(),
+            self.policies.budget.limit(self.cluster.total_gpus, self._queued_gpus),
         )
         if self._idle_gpus <= limit + EPS or limit >= base:
             return limit
         return min(base, limit + sum(self._staged_standby().values()))
 
     def _budget_base(self) -> float:
-        return min(self.hp_cap, self.policies.budget.limit(self.cluster.total_gpus, 0.0))
+        return min(self._hp_total(), self.policies.budget.limit(self.cluster.total_gpus, 0.0))
+
+    def _hp_total(self) -> float:
+        """GPUs idle pods may hold under the HP forecast, every GPU model together (each
+        model is held to its own cap: :meth:`_enforce_hp_cap`)."""
+        caps = self.hp_cap
+        if not caps:
+            return math.inf
+        return sum(min(caps.get(m, math.inf), c) for m, c in self.cluster.capacity.items())
+
+    def _model_of(self, pod: Pod) -> str:
+        # a CPU-only pod holds no card: its profile's GPU model (its share there is 0)
+        if not pod.gpus:
+            return self.profiles[pod.profile].gpu_model
+        return self.cluster.gpus[pod.gpus[0]].model
 
     def _staged_standby(self) -> dict[str, float]:
         """Standby pods (ready or starting) sharing their GPU with a pod that is not idle,
@@ -256,13 +279,21 @@ class WarmPools:
         """Raise if an invariant does not hold (used by tests after every event)."""
         self.cluster.check()
         idle = 0.0
+        by_model: dict[str, float] = {}
         for pod in self.pods.values():
             if pod.state is PodState.GONE or pod.job_class is not JobClass.POOL:
                 continue
             if pod.id in self._idle:
-                idle += self._pod_share(pod)
+                share = self._pod_share(pod)
+                idle += share
+                model = self._model_of(pod)
+                by_model[model] = by_model.get(model, 0.0) + share
         if abs(idle - self._idle_gpus) > 1e-6:
             raise AssertionError(f"idle GPUs {self._idle_gpus} != {idle}")
+        for model in by_model.keys() | self._idle_by_model.keys():
+            held = self._idle_by_model.get(model, 0.0)
+            if abs(held - by_model.get(model, 0.0)) > 1e-6:
+                raise AssertionError(f"idle GPUs of {model}: {held} != {by_model.get(model)}")
         for job in self.jobs.values():
             if job.job_class is not JobClass.POOL:
                 continue
@@ -425,10 +456,9 @@ class WarmPools:
         for key in [k for k, until in self._renewed.items() if until <= now + EPS]:
             del self._renewed[key]
         while self._deadlines and self._deadlines[0][0] <= now + EPS:
-            at, _, pid = heapq.heappop(self._deadlines)
-            pod = self.pods.get(pid)
-            if pod is not None and pod.state is PodState.WARM and pod.deadline == at:
-                self._stop(pod, "keepalive", now, out)
+            entry = heapq.heappop(self._deadlines)
+            if self._armed(entry):
+                self._stop(self.pods[entry[2]], "keepalive", now, out)
 
     # ------------------------------------------------------------------ placement
 
@@ -822,10 +852,13 @@ class WarmPools:
             return
         if self._idle_gpus + profile.standby_share > self._budget_base() + EPS:
             return  # a standby beside a busy pod is bounded by the base cap (budget_limit)
+        held = self._idle_by_model.get(gpu.model, 0.0)
+        if held + profile.standby_share > self.hp_cap.get(gpu.model, math.inf) + EPS:
+            return  # its GPU pool's HP forecast leaves idle pods no more room
         pod = self._new_pod(profile, active.node, [gid], profile.standby_share, now)
         self._standby_on_gpu[gid] = pod.id
         self._idle[pod.id] = None
-        self._idle_gpus += profile.standby_share
+        self._add_idle(pod, profile.standby_share)
         self._standby[profile.name][pod.id] = None
         self._image_nodes[profile.name][active.node] = None
         out.append(StartPod(pod.id, profile.name, active.node, (gid,), standby=True))
@@ -841,6 +874,11 @@ class WarmPools:
             self._fresh[key] = None
         if not math.isinf(pod.deadline):
             heapq.heappush(self._deadlines, (pod.deadline, self._seq_next(), pod.id))
+            if len(self._deadlines) > 2 * len(self._idle) + 64:
+                # a deadline that no longer holds leaves lazily, from the top: under a long
+                # keep-alive one per job ended within it would pile up (amortised O(1))
+                self._deadlines = [e for e in self._deadlines if self._armed(e)]
+                heapq.heapify(self._deadlines)
         self._refresh_gpus(pod)
 
     def _unwarm(self, pod: Pod) -> None:
@@ -947,18 +985,26 @@ class WarmPools:
         pod.held[key] = pod.held.get(key, 0.0) + share * (now - pod.since)
         was_idle = pod.id in self._idle
         is_idle = state in _IDLE
+        self.epoch += 1
         if was_idle and not is_idle:
             del self._idle[pod.id]
-            self._idle_gpus -= share
+            self._add_idle(pod, -share)
         elif is_idle and not was_idle:
             self._idle[pod.id] = None
-            self._idle_gpus += share
-        if abs(self._idle_gpus) < 1e-9:
-            self._idle_gpus = 0.0
+            self._add_idle(pod, share)
         if state in _ROOM:
             self._dirty = True
         self.host.move_pod(pod, state, now)
         pod.since = now
+
+    def _add_idle(self, pod: Pod, share: float) -> None:
+        """The idle totals (all, and per GPU model) move by ``share``."""
+        model = self._model_of(pod)
+        self._idle_gpus += share
+        held = self._idle_by_model.get(model, 0.0) + share
+        self._idle_by_model[model] = 0.0 if abs(held) < 1e-9 else held
+        if abs(self._idle_gpus) < 1e-9:
+            self._idle_gpus = 0.0
 
     def _pod_share(self, pod: Pod) -> float:
         gpus = self.cluster.gpus
@@ -967,6 +1013,7 @@ class WarmPools:
     # ------------------------------------------------------------------ budget
 
     def _enforce_budget(self, now: float, out: list[Action]) -> None:
+        self._enforce_hp_cap(now, out)
         limit = self.budget_limit()
         if self._idle_gpus <= limit + EPS:
             return
@@ -991,9 +1038,13 @@ class WarmPools:
             if spare is None or len(spare) >= own.min_warm or self._queues[name]:
                 continue
             profile = self.profiles[name]
+            cap = self.hp_cap.get(profile.gpu_model, math.inf)
             while len(spare) < own.min_warm:
                 if self._idle_gpus + profile.gpu_demand > self.budget_limit() + EPS:
                     break
+                held = self._idle_by_model.get(profile.gpu_model, 0.0)
+                if profile.gpu_demand and held + profile.gpu_demand > cap + EPS:
+                    break  # its GPU pool's HP forecast leaves idle pods no more room
                 slots = self._find_capacity(profile, 1, set())
                 if not slots:
                     break
@@ -1001,9 +1052,27 @@ class WarmPools:
                 pod = self._new_pod(profile, node, gpus, profile.share, now)
                 spare[pod.id] = None
                 self._idle[pod.id] = None
-                self._idle_gpus += profile.gpu_demand
+                self._add_idle(pod, profile.gpu_demand)
                 self._image_nodes[name][node] = None
                 out.append(StartPod(pod.id, name, node, tuple(gpus), standby=True))
+
+    def _enforce_hp_cap(self, now: float, out: list[Action]) -> None:
+        """Per GPU model: idle pods over what its HP forecast leaves them go, least
+        valuable first."""
+        budget = self.policies.budget
+        for model, cap in self.hp_cap.items():
+            if self._idle_by_model.get(model, 0.0) <= cap + EPS:
+                continue
+            ready = [
+                self.pods[p]
+                for p in self._idle
+                if self.pods[p].gpus and self._model_of(self.pods[p]) == model
+            ]
+            ready.sort(key=lambda pod: (budget.value(pod, now), pod.id))
+            for pod in ready:
+                if self._idle_by_model.get(model, 0.0) <= cap + EPS:
+                    break
+                self._stop(pod, "budget", now, out)
 
     # ------------------------------------------------------------------ queues
 

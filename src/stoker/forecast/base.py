@@ -139,6 +139,16 @@ class Forecaster(Protocol):
     name: str
     cadence: Cadence
 
+    @property
+    def query_minutes(self) -> int:
+        """The most recent minutes ``predict_many`` reads: a caller may pass only these."""
+        ...
+
+    @property
+    def fit_minutes(self) -> int | None:
+        """The most recent minutes ``fit`` reads (None: the whole record)."""
+        ...
+
     def fit(self, histories: dict[SeriesKey, np.ndarray], now_min: int) -> None: ...
 
     def predict(

@@ -37,6 +37,16 @@ class NaiveLastWeek(BatchPredictor):
         self.error_h = error_h
         self.cadence = cadence or Cadence()
 
+    @property
+    def query_minutes(self) -> int:
+        """Last week's hours and the ``error_h`` hours its error is measured over."""
+        return (self.error_h + _WEEK_H) * MINUTES_PER_HOUR
+
+    @property
+    def fit_minutes(self) -> int:
+        """``fit`` only checks its input: as much as a query reads."""
+        return self.query_minutes
+
     def fit(self, histories: dict[SeriesKey, np.ndarray], now_min: int) -> None:
         """Nothing to learn; checks the input so bad data fails here as in the others."""
         check_now(now_min)
@@ -50,7 +60,7 @@ class NaiveLastWeek(BatchPredictor):
         check_now(now_min, horizon_h)
         # only the blocks read are checked (a simulator passes the whole record)
         record = np.asarray(histories).shape[-1]
-        need = (self.error_h + _WEEK_H) * MINUTES_PER_HOUR
+        need = self.query_minutes
         histories = check_histories(keys, np.asarray(histories)[..., -need:])
         peaks = hourly_peaks_many(histories, self.error_h + _WEEK_H)
         # the last week's blocks; hour k ahead reads the same hour of the week, and past a

@@ -213,6 +213,16 @@ class OrgLinear(BatchPredictor):
                 torch.use_deterministic_algorithms(was_deterministic)
                 torch.set_num_threads(old_threads)
 
+    @property
+    def query_minutes(self) -> int:
+        """The input window: ``lookback_h`` hours."""
+        return self.lookback_h * MINUTES_PER_HOUR
+
+    @property
+    def fit_minutes(self) -> int | None:
+        """``train_days`` (None: the whole record)."""
+        return None if self.train_days is None else int(self.train_days * MINUTES_PER_DAY)
+
     def fit(self, histories: dict[SeriesKey, np.ndarray], now_min: int) -> None:
         """Retrain from scratch on the histories (all ending at ``now_min``)."""
         check_now(now_min)
@@ -312,7 +322,7 @@ class OrgLinear(BatchPredictor):
             raise ForecastError(
                 f"horizon_h must be <= the fitted {self.horizon_h}, got {horizon_h}"
             )
-        tail = np.asarray(histories)[..., -self.lookback_h * MINUTES_PER_HOUR :]
+        tail = np.asarray(histories)[..., -self.query_minutes :]
         x = hourly_peaks_many(check_histories(keys, tail), self.lookback_h)
         torch = self._torch
         vocab = self._vocab

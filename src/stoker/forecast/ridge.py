@@ -109,6 +109,17 @@ class RidgeLinear(BatchPredictor):
         hour, weekday = self._onehots([(s.hour[:, k], 24), (s.weekday[:, k], 7)])
         return np.concatenate([hour, weekday, s.holiday[:, k : k + 1].astype(float)], axis=1)
 
+    @property
+    def query_minutes(self) -> int:
+        """The input window: ``lookback_h`` hours."""
+        return self.lookback_h * MINUTES_PER_HOUR
+
+    @property
+    def fit_minutes(self) -> int:
+        """Every block a training sample reads: ``train_h`` origins of ``lookback_h`` hours
+        in and ``horizon_h`` out."""
+        return (self.train_h + self.lookback_h + self.horizon_h - 1) * MINUTES_PER_HOUR
+
     def _spread(self, a: np.ndarray, w_abs: np.ndarray) -> np.ndarray:
         """sqrt(pi/2) * predicted |residual|: a Normal's std from its mean absolute value."""
         return np.maximum(a @ w_abs, _SPREAD_FLOOR) * np.sqrt(np.pi / 2)

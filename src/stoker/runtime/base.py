@@ -57,12 +57,14 @@ class JobBinding:
         overlay: list[str],
         output_mb: int | None,
         install: tuple[str, ...] = (),
+        imports: tuple[str, ...] = (),
     ) -> dict[str, object]:
         """The agent protocol's ``bind`` request for this job (``code``: the archive's path
         as the pod sees it; ``overlay``: dependency dirs to put on its path; ``install``:
         deps the agent installs into an overlay of its own, in a pod that cannot see the
         runtime's overlays; ``output_mb``: the profile's cap on the job's output, None for
-        none)."""
+        none; ``imports``: the modules the overlay provides, which the pod preloads for its
+        next jobs of the same deps)."""
         topo = self.topology
         return {
             "op": "bind",
@@ -71,6 +73,7 @@ class JobBinding:
             "code": code,
             "overlay": overlay,
             "deps": list(install),
+            "imports": list(imports),
             "env": dict(self.env),
             "timeout_s": self.timeout_s,
             "run": self.run,

@@ -13,6 +13,7 @@ root's before any pod sees it.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import shutil
@@ -21,10 +22,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from stoker.agent.deps import EnvBuildError, build_overlay, digest_of, find_uv, locked
 from stoker.runtime import sandbox, seccomp
 
-__all__ = ["EnvBuildError", "EnvBuilder", "ProfileEnv"]
+__all__ = ["EnvBuildError", "EnvBuilder", "ProfileEnv", "top_level_modules"]
 
 
 def _chown_tree(root: Path, owner: tuple[int, int]) -> None:
@@ -33,6 +37,28 @@ def _chown_tree(root: Path, owner: tuple[int, int]) -> None:
     for dirpath, dirnames, filenames in os.walk(root):
         for name in (*dirnames, *filenames):
             os.chown(os.path.join(dirpath, name), *owner, follow_symlinks=False)
+
+
+def top_level_modules(root: Path, deps: tuple[str, ...]) -> tuple[str, ...]:
+    """The top-level modules of the distributions ``deps`` name, as installed under
+    ``root`` (read from their metadata, never imported): what a job of these deps imports,
+    and what a pod's deps layer preloads. Their own dependencies come in with them."""
+    wanted = {canonicalize_name(Requirement(d).name) for d in deps}
+    names: list[str] = []
+    for dist in importlib.metadata.distributions(path=[str(root)]):
+        if canonicalize_name(dist.metadata["Name"] or "") not in wanted:
+            continue
+        top = dist.read_text("top_level.txt")
+        if top is not None:
+            names += top.split()
+            continue
+        for f in dist.files or ():
+            parts = f.parts
+            if len(parts) == 2 and parts[1] == "__init__.py":
+                names.append(parts[0])  # a package
+            elif len(parts) == 1 and parts[0].endswith((".py", ".so")):
+                names.append(parts[0].split(".")[0])  # a module, or an extension module
+    return tuple(sorted({n for n in names if n.isidentifier()}))
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,7 @@ from stoker.runtime.base import (
 )
 from stoker.runtime.cgroups import PodCgroup
 from stoker.runtime.code import CodeStore
-from stoker.runtime.envs import EnvBuilder, EnvBuildError
+from stoker.runtime.envs import EnvBuilder, EnvBuildError, top_level_modules
 from stoker.runtime.gpus import GpuDevice, cuda_visible_devices, discover
 
 _EXIT_REPORT_S = 5.0  # how long a killed job's exit report may take to arrive
@@ -289,6 +289,7 @@ class LocalRuntime:
         self.job_user = (uid, gid) if root else None
         self._bwrap = sandbox.find_bwrap()
         self._pods: dict[str, _Pod] = {}
+        self._overlay_modules: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
         self._events: asyncio.Queue[RuntimeEvent] = asyncio.Queue()
         # never visible in a pod: the runtime's own dirs, and what the caller names (the
         # broker's data dir, with its database and tokens)
@@ -604,9 +605,11 @@ class LocalRuntime:
         rec.job_exited = asyncio.Event()
         rec.grace_until = 0.0
         overlay: list[str] = []
+        imports: tuple[str, ...] = ()
         if binding.deps:
             try:
                 digest = await asyncio.to_thread(self.envs.overlay, binding.deps, rec.python)
+                imports = await asyncio.to_thread(self._imports, digest, binding.deps)
             except EnvBuildError as exc:
                 rec.job = None
                 text = f"stoker: deps {list(binding.deps)} failed: {exc}\n".encode()
@@ -615,7 +618,7 @@ class LocalRuntime:
                 return
             overlay.append(f"{sandbox.OVERLAY_DIR}/{digest}")
         rec.oom_at_bind = rec.cgroup.oom_kills()
-        msg = binding.message(code, overlay, rec.profile.output_mb)
+        msg = binding.message(code, overlay, rec.profile.output_mb, imports=imports)
         line = protocol.encode(msg)
         if len(line) >= protocol.MAX_LINE:  # the agent would drop the connection
             rec.job = None
@@ -624,6 +627,14 @@ class LocalRuntime:
             await self._emit(JobExited(binding.job, pod, 1, Failure.USER_ERROR))
             return
         await rec.link.send(msg)
+
+    def _imports(self, digest: str, deps: tuple[str, ...]) -> tuple[str, ...]:
+        """The modules of overlay ``digest`` a pod's deps layer preloads (read once)."""
+        key = (digest, deps)
+        if key not in self._overlay_modules:
+            root = self.envs.overlay_root / digest
+            self._overlay_modules[key] = top_level_modules(root, deps)
+        return self._overlay_modules[key]
 
     async def kill_job(
         self, job: str, failure: Failure = Failure.CANCELLED, grace_s: float = 0.0

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from threadpoolctl import threadpool_limits
+
 from stoker.core import Core, Event, JobEnded, JobSpec, JobSubmitted, Tick
 from stoker.sim.virtual import VirtualRuntime
 
@@ -141,7 +143,16 @@ class Simulator:
     # ------------------------------------------------------------------ run
 
     def run(self, max_time: float = math.inf) -> SimResult:
-        """Run until the workload is done (or ``max_time``); return the records."""
+        """Run until the workload is done (or ``max_time``); return the records.
+
+        BLAS runs on one thread meanwhile: a forecaster's fit then gives the same bits on
+        every machine (its results changed with the core count), and on a busy 2-core
+        machine a Cholesky of a few hundred features took 1 s on two threads, 4 ms on one."""
+        with threadpool_limits(limits=1, user_api="blas"):
+            self._loop(max_time)
+        return SimResult(core=self.core, end=self.now, events=self._events, held=self._held)
+
+    def _loop(self, max_time: float) -> None:
         self.workload.begin(self)
         self._sample_held()
         while self._heap and not self.workload.done:
@@ -152,4 +163,3 @@ class Simulator:
                 self._on_advance(self.now, t)
             self.now = t
             fn(*args)
-        return SimResult(core=self.core, end=self.now, events=self._events, held=self._held)

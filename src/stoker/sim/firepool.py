@@ -11,7 +11,6 @@ workload and computes its figures from the records (see :mod:`stoker.sim.metrics
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -243,18 +242,6 @@ def sweep(cfg: FirepoolConfig) -> list[dict[str, float]]:
     return rows
 
 
-def _clean(value: Any) -> Any:
-    """JSON-safe: NaN and infinities become None; numpy scalars become floats."""
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    if isinstance(value, float | np.floating):
-        f = float(value)
-        return f if math.isfinite(f) else None
-    return value
-
-
 @dataclass
 class Outcome:
     """The results file's content and the runs the plots are drawn from."""
@@ -308,7 +295,7 @@ def run_all(cfg: FirepoolConfig, progress: Callable[[str], None] | None = None) 
             "handover_agents": cfg.handover_agents,
         },
     }
-    return Outcome(_clean(results), runs)
+    return Outcome(metrics.json_safe(results), runs)
 
 
 def _spec(spec: Any) -> dict[str, Any]:

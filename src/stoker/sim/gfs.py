@@ -30,12 +30,15 @@ from stoker.core.registry import Preset
 from stoker.forecast.base import Cadence, Forecaster, ForecastError, SeriesKey
 from stoker.forecast.registry import DEFAULT_FORECASTER, make_forecaster
 from stoker.forecast.series import Calendar, demand_series
-from stoker.sim.engine import Simulator
+from stoker.sim.engine import Simulator, Workload
 from stoker.sim.virtual import VirtualRuntime
 from stoker.traces.base import Trace, TraceJob, TraceNode
 from stoker.traces.scale import capacity_scale, keep_nodes, time_scale
 
 LOADS: dict[str, float] = {"low": 0.5, "medium": 1.0, "high": 1.5}
+# when the spot quota and preemption apply: ``window`` (the authors': only inside the
+# measured window, no spot before it, no quota after it) or ``always`` (stoker's)
+GATES = ("window", "always")
 # a copied spot job (load above 1) is submitted this long after its original, at most
 LOAD_JITTER_S = 3600.0
 DAY_S = 86400.0
@@ -221,8 +224,9 @@ class TraceWorkload:
         meter = sim.core.demand
         meter.record_until(sim.now)
         keys = sorted(meter.keys, key=lambda k: (k[1], k[0]))
+        last = self.forecaster.fit_minutes
         self.forecaster.fit(
-            {SeriesKey(t, p): meter.history((t, p)) for t, p in keys}, int(sim.now // 60)
+            {SeriesKey(t, p): meter.history((t, p), last) for t, p in keys}, int(sim.now // 60)
         )
         if self._active(sim):
             sim.after(self.cadence.refit_every_min * 60.0, self._refit, sim, prio=PRIO_CLOCK)
@@ -232,15 +236,16 @@ class TraceWorkload:
         meter = sim.core.demand
         meter.record_until(sim.now)
         now_min = int(sim.now // 60)
-        pools = set(sim.core.gangs.pools)
-        keys = [k for k in sorted(meter.keys, key=lambda k: (k[1], k[0])) if k[1] in pools]
+        pools = sim.core.gangs.pools
+        # only the minutes the forecaster reads, from the meter's ring (no copy)
+        keys, recent = meter.recent(self.forecaster.query_minutes)
+        rows = [i for i, k in enumerate(keys) if k[1] in pools]
+        if len(rows) < len(keys):
+            keys, recent = [keys[i] for i in rows], recent[rows]
         if keys:
             # one call for every series (the forecasters vectorise it)
             f = self.forecaster.predict_many(
-                [SeriesKey(t, p) for t, p in keys],
-                np.stack([meter.history(k) for k in keys]),
-                now_min,
-                self.hours,
+                [SeriesKey(t, p) for t, p in keys], recent, now_min, self.hours
             )
             means, stds = f.mean[:, : self.hours], f.std[:, : self.hours]
             # one query's answers reach the core together: the quota follows their sum
@@ -271,10 +276,6 @@ class TraceWorkload:
         if self._active(sim):
             sim.after(self.timeline_every_s, self._sample, sim, prio=PRIO_SAMPLE)
 
-    def histories(self) -> np.ndarray:
-        """Every series' record so far, one row per key (a view, not a copy)."""
-        return self.data[:, : self.minutes]
-
 
 def simulate(
     trace: Trace,
@@ -286,6 +287,7 @@ def simulate(
     timeline_every_s: float = 3600.0,
     progress: Callable[[str], None] | None = None,
     tail_limit_s: float = 400 * DAY_S,
+    gate: str = "window",
 ) -> TraceResult:
     """Run one preset over the trace's jobs submitted in ``[window.sim_start, window.end)``
     until every one has finished (nothing is dropped; a job still queued ``tail_limit_s``
@@ -293,13 +295,94 @@ def simulate(
 
     HP jobs submitted before the span and still running at its start are carried in: they
     are submitted at the span's start with the rest of their duration (not measured).
+    ``gate``: one of :data:`GATES`.
     """
+    if gate not in GATES:
+        raise SimGFSError(f"gate: expected one of {', '.join(GATES)}, got {gate!r}")
     wall0 = time.perf_counter()
     t0 = window.sim_start
     cluster = build_cluster(trace.nodes)
     profiles = trace_profiles(trace.nodes)
     core = Core(cluster, profiles, spec.policies, start=t0)
-    pools = set(core.gangs.pools)
+    jobs = simulated_jobs(trace, window, set(core.gangs.pools))
+    config = spec.policies.gangs
+    # the node cost's lost-work term is over the evaluation window (the authors' timespan)
+    config.cost_window_s = window.end - window.start + 1.0
+    config.window = (window.start, window.end) if gate == "window" else None
+    cadence = cadence or (forecaster.cadence if forecaster else Cadence())
+    if forecaster is not None:
+        prefill_meter(core, trace, t0)
+    workload = TraceWorkload(
+        jobs,
+        forecaster,
+        cadence,
+        guaranteed_hours(config.guarantee_s),
+        config.g,
+        timeline_every_s,
+        progress,
+        spec.name,
+    )
+    alloc = {"window": 0.0, "total": 0.0, "cards": 0.0, "hp": 0.0}
+    # the spot GPU-seconds of succeeded periods when the window opened and closed
+    ok_at: dict[str, float] = {}
+
+    def advance(a: float, b: float) -> None:
+        gangs = core.gangs
+        held = gangs.allocated
+        alloc["total"] += held * (b - a)
+        lo, hi = max(a, window.start), min(b, window.end)
+        if hi > lo:
+            alloc["window"] += held * (hi - lo)
+            alloc["cards"] += gangs.busy_cards * (hi - lo)
+            alloc["hp"] += sum(u[JobClass.HP] for u in gangs.used.values()) * (hi - lo)
+        for edge, at in (("start", window.start), ("end", window.end)):
+            if edge not in ok_at and a <= at <= b:
+                ok_at[edge] = gangs.spot_ok_gpu_s
+
+    runtime = VirtualRuntime(instant=[p.name for p in profiles])
+    sim = trace_simulator(core, workload, runtime, t0, advance)
+    result = sim.run(max_time=window.end + tail_limit_s)
+    if workload.remaining:
+        raise SimGFSError(f"{spec.name}: {workload.remaining} jobs never finished")
+    wall = time.perf_counter() - wall0
+    metrics = _metrics(core, jobs, window, alloc["window"], alloc["total"], cluster.total_gpus)
+    # the authors' definitions (``Recorder.log_output``), beside ours
+    capacity_s = cluster.total_gpus * (window.end - window.start)
+    spot_ok = ok_at.get("end", core.gangs.spot_ok_gpu_s) - ok_at.get("start", 0.0)
+    metrics["authors.gpu_allocation_rate"] = alloc["cards"] / capacity_s
+    metrics["authors.useful_gpu_time_rate"] = (alloc["hp"] + spot_ok) / capacity_s
+    metrics["events"] = result.events
+    metrics["wall_s"] = round(wall, 3)
+    metrics["events_per_s"] = round(result.events / wall, 1) if wall > 0 else 0.0
+    return TraceResult(spec.name, metrics, workload.timeline)
+
+
+def trace_simulator(
+    core: Core,
+    workload: Workload,
+    runtime: VirtualRuntime,
+    start: float,
+    on_advance: Callable[[float, float], None],
+) -> Simulator:
+    """The engine as a trace run drives it: no GPUs-held timeline (a long run), the core's
+    Tick after the submissions of an instant, ``on_advance`` told of every clock step."""
+    return Simulator(
+        core,
+        workload,
+        runtime,
+        start=start,
+        record_held=False,
+        tick_prio=PRIO_TICK,
+        on_advance=on_advance,
+    )
+
+
+def simulated_jobs(trace: Trace, window: Window, pools: set[str]) -> list[TraceJob]:
+    """The trace's jobs submitted in ``[window.sim_start, window.end)``, after the HP jobs
+    submitted earlier and still running at ``sim_start``, carried in (submitted then, with
+    the rest of their duration; named ``NAME@carry``). Raises when there are none, or a job
+    names a GPU model outside ``pools``."""
+    t0 = window.sim_start
     jobs = [j for j in trace.jobs if t0 <= j.submit_time < window.end]
     carried = [
         TraceJob(
@@ -321,51 +404,17 @@ def simulate(
     unknown = sorted({j.gpu_model for j in jobs} - pools)
     if unknown:
         raise SimGFSError(f"gpu_model {unknown[0]!r}: no node of that model in the trace")
-    config = spec.policies.gangs
-    cadence = cadence or (forecaster.cadence if forecaster else Cadence())
-    if forecaster is not None and t0 >= 60:
-        # the trace's HP history before the span: what the meter would hold had it run
-        start_min = int(t0 // 60)
-        warm = demand_series(trace.jobs, end_min=start_min)
-        core.demand.prefill({(k.tenant, k.pool): v for k, v in warm.items()}, start_min)
-    workload = TraceWorkload(
-        jobs,
-        forecaster,
-        cadence,
-        guaranteed_hours(config.guarantee_s),
-        config.g,
-        timeline_every_s,
-        progress,
-        spec.name,
-    )
-    alloc = {"window": 0.0, "total": 0.0}
+    return jobs
 
-    def advance(a: float, b: float) -> None:
-        held = core.gangs.allocated
-        alloc["total"] += held * (b - a)
-        lo, hi = max(a, window.start), min(b, window.end)
-        if hi > lo:
-            alloc["window"] += held * (hi - lo)
 
-    runtime = VirtualRuntime(instant=[p.name for p in profiles])
-    sim = Simulator(
-        core,
-        workload,
-        runtime,
-        start=t0,
-        record_held=False,
-        tick_prio=PRIO_TICK,
-        on_advance=advance,
-    )
-    result = sim.run(max_time=window.end + tail_limit_s)
-    if workload.remaining:
-        raise SimGFSError(f"{spec.name}: {workload.remaining} jobs never finished")
-    wall = time.perf_counter() - wall0
-    metrics = _metrics(core, jobs, window, alloc["window"], alloc["total"], cluster.total_gpus)
-    metrics["events"] = result.events
-    metrics["wall_s"] = round(wall, 3)
-    metrics["events_per_s"] = round(result.events / wall, 1) if wall > 0 else 0.0
-    return TraceResult(spec.name, metrics, workload.timeline)
+def prefill_meter(core: Core, trace: Trace, t0: float) -> None:
+    """Fill the core's HP demand meter with the trace's HP history before ``t0``: what the
+    meter would hold had it run (the forecaster's first fit reads it)."""
+    if t0 < 60:
+        return
+    start_min = int(t0 // 60)
+    warm = demand_series(trace.jobs, end_min=start_min)
+    core.demand.prefill({(k.tenant, k.pool): v for k, v in warm.items()}, start_min)
 
 
 def _metrics(

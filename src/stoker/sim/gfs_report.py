@@ -15,22 +15,80 @@ TABLE_METRICS = (
     "hp.p99_jct_s",
     "gpu_allocation_rate",
     "useful_gpu_time_rate",
+    "authors.gpu_allocation_rate",
+    "authors.useful_gpu_time_rate",
     "preemptions_per_spot_job",
+)
+# a month's hours (365 * 24 / 12) for the value of an allocation gain
+HOURS_PER_MONTH = 730.0
+VALUE_FORMULA = (
+    "(gpu_allocation_rate[gfs] - gpu_allocation_rate[baseline]) * gpus * hours_per_month "
+    "* gpu_hour_price"
 )
 
 
+def allocation_value(
+    runs: dict[str, dict[str, TraceResult]], gpus: int, price: float, policy: str = "gfs"
+) -> dict[str, object]:
+    """What ``policy``'s allocation gain over each other policy is worth a month, at
+    ``price`` per GPU-hour: :data:`VALUE_FORMULA` (the GFS paper's money figure: GPUs
+    allocated that would otherwise stand idle, priced as rented). Per load, per baseline,
+    in the price's currency; a negative value is a loss. ``per_month`` takes stoker's
+    allocation rate (GPU shares held); ``per_month_authors`` the authors' (cards carrying
+    any job), where the runs measured it."""
+    if not price >= 0:
+        raise ValueError(f"gpu_hour_price: must be >= 0, got {price}")
+
+    def per_load(metric: str) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for load, by_policy in runs.items():
+            mine = by_policy.get(policy)
+            if mine is None or metric not in mine.metrics:
+                continue
+            rate = float(mine.metrics[metric])  # type: ignore[arg-type]
+            out[load] = {
+                name: round(
+                    (rate - float(r.metrics[metric])) * gpus * HOURS_PER_MONTH * price,  # type: ignore[arg-type]
+                    2,
+                )
+                for name, r in by_policy.items()
+                if name != policy and metric in r.metrics
+            }
+        return out
+
+    value: dict[str, object] = {
+        "policy": policy,
+        "gpu_hour_price": price,
+        "gpus": gpus,
+        "hours_per_month": HOURS_PER_MONTH,
+        "formula": VALUE_FORMULA,
+        "per_month": per_load("gpu_allocation_rate"),
+    }
+    authors = per_load("authors.gpu_allocation_rate")
+    if authors:
+        value["per_month_authors"] = authors
+    return value
+
+
 def write_results(
-    out: Path, runs: dict[str, dict[str, TraceResult]], meta: dict[str, object]
+    out: Path,
+    runs: dict[str, dict[str, TraceResult]],
+    meta: dict[str, object],
+    value: dict[str, object] | None = None,
 ) -> Path:
-    """``out/results.json``: per load, per policy, the metrics; plus the run's setup."""
+    """``out/results.json``: per load, per policy, the metrics; plus the run's setup and,
+    when a GPU-hour price was given, the allocation gain's value (:func:`allocation_value`)
+    under ``allocation_value``."""
     out.mkdir(parents=True, exist_ok=True)
-    doc = {
+    doc: dict[str, object] = {
         "meta": meta,
         "results": {
             load: {name: r.metrics for name, r in by_policy.items()}
             for load, by_policy in runs.items()
         },
     }
+    if value is not None:
+        doc["allocation_value"] = value
     path = out / "results.json"
     path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     return path
@@ -50,6 +108,29 @@ def render_table(load: str, by_policy: dict[str, TraceResult]) -> object:
             v = float(r.metrics[m])  # type: ignore[arg-type]
             row.append(f"{v:.3f}" if abs(v) < 10 else f"{v:,.0f}")
         table.add_row(name, *row)
+    return table
+
+
+def render_value(value: dict[str, object]) -> object:
+    """A rich table of :func:`allocation_value`: per load (and allocation rate), what
+    gfs's gain over each baseline is worth a month, with the price and the formula."""
+    from rich.table import Table
+
+    rows: dict[str, dict[str, float]] = {}
+    for field, label in (("per_month", ""), ("per_month_authors", " (authors' rate)")):
+        for load, by_baseline in value.get(field, {}).items():  # type: ignore[attr-defined]
+            rows[load + label] = by_baseline
+    table = Table(
+        title=f"value of {value['policy']}'s allocation gain a month at "
+        f"{value['gpu_hour_price']:g} per GPU-hour ({value['gpus']} GPUs)",
+        caption=str(value["formula"]),
+    )
+    table.add_column("load")
+    baselines = list(dict.fromkeys(b for by in rows.values() for b in by))
+    for name in baselines:
+        table.add_column(f"vs {name}", justify="right")
+    for label, by_baseline in rows.items():
+        table.add_row(label, *(f"{by_baseline.get(b, 0.0):,.0f}" for b in baselines))
     return table
 
 

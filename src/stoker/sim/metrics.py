@@ -4,7 +4,9 @@ per state (``Pod.held``) plus the still-open state accrued up to the end of the 
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -128,3 +130,17 @@ def summary(result: SimResult) -> dict[str, float]:
         "end_s": result.end,
         "events": float(result.events),
     }
+
+
+def json_safe(value: Any) -> Any:
+    """JSON-safe: NaN and infinities become None; numpy scalars become plain numbers."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, float | np.floating):
+        f = float(value)
+        return f if math.isfinite(f) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    return value

@@ -1,6 +1,6 @@
 """A self-contained HTML report of a simulator run: ``report.html`` beside ``results.json``.
 
-One renderer for every experiment (``stoker sim firepool``, ``stoker sim gfs``, and
+One renderer for every experiment (``stoker sim firepool``, ``gfs``, ``shared``, and
 ``stoker report DIR`` to render again): it reads ``results.json`` and the PNG plots in the
 directory, and writes one file with the tables and the plots embedded as base64, so the
 report can be mailed or attached to a CI run as it is. The tables follow the results'
@@ -140,6 +140,8 @@ def _render(v: Any, depth: int) -> str:
 def _title(doc: dict[str, Any], out: Path) -> str:
     if "agent_loop" in doc:
         return "stoker sim firepool"
+    if "partitioned" in doc and "shared" in doc:
+        return "stoker sim shared: warm pools and hp/spot on one cluster"
     if "meta" in doc and "results" in doc:
         meta = doc["meta"]
         return f"stoker sim gfs: {meta.get('trace', '?')} trace"

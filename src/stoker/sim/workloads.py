@@ -43,10 +43,13 @@ class CallerPlan:
 class LoopWorkload:
     """Runs caller plans as closed loops on a :class:`Simulator`."""
 
-    def __init__(self, plans: list[CallerPlan]) -> None:
+    def __init__(self, plans: list[CallerPlan], prefix: str = "j") -> None:
+        """``prefix``: of the job ids (``{prefix}{n}``), so another workload's jobs run
+        beside these in one simulation without a clash."""
         if not plans:
             raise ValueError("workload: needs at least one caller plan")
         self.plans = plans
+        self.prefix = prefix
         self._remaining = len(plans)
         self._open: dict[int, int] = {}
         self._jobs: dict[str, tuple[int, int, int, int]] = {}
@@ -75,9 +78,13 @@ class LoopWorkload:
         plan = self.plans[ci]
         tag, run_s = plan.steps[si].chains[k][pos]
         self._n += 1
-        jid = f"j{self._n}"
+        jid = f"{self.prefix}{self._n}"
         self._jobs[jid] = (ci, si, k, pos)
         sim.submit(JobSpec(jid, plan.tenant, plan.profile, tag), run_s)
+
+    def owns(self, job_id: str) -> bool:
+        """Whether ``job_id`` is a job of this workload still running or waiting."""
+        return job_id in self._jobs
 
     def job_done(self, sim: Simulator, job_id: str) -> None:
         ci, si, k, pos = self._jobs.pop(job_id)

@@ -12,16 +12,18 @@ import math
 
 from stoker.core.model import EPS
 
-# the paper: restart overhead 40 s, 60 s for jobs above 8 GPUs; checkpoints every hour
+# the authors' ``Policy.preempt_overhead``: restart overhead 40 s, 60 s for a per-worker
+# request above 8 GPUs; checkpoints every hour
 RESTART_S = 40.0
 RESTART_LARGE_S = 60.0
 LARGE_JOB_GPUS = 8.0
 CHECKPOINT_S = 3600.0
 
 
-def restart_overhead(gpus: float) -> float:
-    """Seconds a restarted job spends before doing useful work again."""
-    return RESTART_LARGE_S if gpus > LARGE_JOB_GPUS + EPS else RESTART_S
+def restart_overhead(per_worker: float) -> float:
+    """Seconds a restarted job (of ``per_worker`` GPUs a worker) spends before doing useful
+    work again."""
+    return RESTART_LARGE_S if per_worker > LARGE_JOB_GPUS + EPS else RESTART_S
 
 
 class GuaranteeLedger:

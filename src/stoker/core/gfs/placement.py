@@ -2,14 +2,15 @@
 
 Nodes of a pool are indexed by their count of fully free GPUs, so "nodes with room for r
 whole GPUs, tightest first" never scans the pool. Scores are policies behind
-:class:`NodeScorer`: GFS's (tight packing, same-class affinity, eviction score), a spread
-placement for YARN-CS and FGD's fragmentation-growth rule.
+:class:`NodeScorer`: GFS's (tight packing, same-class affinity, eviction score), a plain
+best fit for YARN-CS and FGD's fragmentation-growth rule.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -90,19 +91,27 @@ class NodeScorer(Protocol):
     ) -> str | None: ...
 
 
-def _candidates(index: PoolIndex, need: int, taken: dict[str, int], order: range):
+def free_buckets(
+    index: PoolIndex, need: int, taken: dict[str, int], order: range
+) -> Iterator[tuple[int, list[str]]]:
     """(free count, up to SCAN_CAP nodes) per nonempty bucket in ``order``; nodes already in
     the plan count with their GPUs left after it."""
+    # the planned nodes by what they have left, once per call (a many-worker gang asks once
+    # per worker: a scan of the plan per bucket made its planning quadratic in workers)
+    rest: dict[int, list[str]] = {}
+    for name, t in taken.items():
+        rest.setdefault(index.nodes[name].full_free - t, []).append(name)
+    by_free = index.by_free
     for f in order:
         bucket: list[str] = []
-        for name in index.by_free[f]:
+        for name in by_free[f]:
             if name not in taken:
                 bucket.append(name)
                 if len(bucket) >= SCAN_CAP:
                     break
-        for name, t in taken.items():
-            if index.nodes[name].full_free - t == f:
-                bucket.append(name)
+        planned = rest.get(f)
+        if planned:
+            bucket.extend(planned)
         if bucket:
             yield f, bucket
 
@@ -116,7 +125,7 @@ class GFSScorer:
     def choose(
         self, index: PoolIndex, job_class: JobClass, need: int, taken: dict[str, int], now: float
     ) -> str | None:
-        for _, bucket in _candidates(index, need, taken, range(need, index.max_gpus + 1)):
+        for _, bucket in free_buckets(index, need, taken, range(need, index.max_gpus + 1)):
             best = None
             best_key = None
             for name in bucket:
@@ -129,30 +138,24 @@ class GFSScorer:
         return None
 
 
-class SpreadScorer:
-    """YARN-CS: the node with the most free GPUs (containers land as nodes heartbeat free)."""
-
-    name = "spread"
-
-    def choose(
-        self, index: PoolIndex, job_class: JobClass, need: int, taken: dict[str, int], now: float
-    ) -> str | None:
-        for _, bucket in _candidates(index, need, taken, range(index.max_gpus, need - 1, -1)):
-            return min(bucket, key=lambda n: index.nodes[n].ordinal)
-        return None
-
-
-# FGD's typical pod sizes in GPUs and their shares (the issue's figures)
+# FGD's typical pod sizes in GPUs and their shares (``fgd.py``'s ``typicalPods``)
 FGD_SIZES: dict[int, float] = {1: 0.35, 2: 0.10, 4: 0.05, 8: 0.50}
 
 
 def fragmentation(free: int, sizes: dict[int, float] = FGD_SIZES) -> float:
-    """Expected free GPUs on a node that a typical pod could not use."""
-    return sum(p * free for s, p in sizes.items() if free < s)
+    """FGD's fragmentation of ``free`` GPUs (``fgd.py``, ``frag_func``): per typical pod
+    size s of share p, p * (free - free // s)."""
+    return sum(p * (free - free // s) for s, p in sizes.items())
+
+
+def fgd_frag_delta(free: int, need: int) -> float:
+    """How much FGD's fragmentation grows when ``need`` of ``free`` GPUs are taken."""
+    return fragmentation(free - need) - fragmentation(free)
 
 
 class FGDScorer:
-    """FGD: the node whose expected fragmentation grows least (ties: tighter fit)."""
+    """FGD (``gpu_select``): the node whose fragmentation grows least, the first such node
+    in node order."""
 
     name = "fgd"
 
@@ -161,10 +164,23 @@ class FGDScorer:
     ) -> str | None:
         best = None
         best_key = None
-        for f, bucket in _candidates(index, need, taken, range(need, index.max_gpus + 1)):
-            growth = fragmentation(f - need) - fragmentation(f)
+        for f, bucket in free_buckets(index, need, taken, range(need, index.max_gpus + 1)):
             node = min(bucket, key=lambda n: index.nodes[n].ordinal)
-            key = (growth, f)
+            key = (fgd_frag_delta(f, need), index.nodes[node].ordinal)
             if best_key is None or key < best_key:
                 best, best_key = node, key
         return best
+
+
+class BestFitScorer:
+    """YARN-CS's placement (``policy/placer/consolidate.py``): the first node with the
+    fewest free GPUs that fit."""
+
+    name = "best-fit"
+
+    def choose(
+        self, index: PoolIndex, job_class: JobClass, need: int, taken: dict[str, int], now: float
+    ) -> str | None:
+        for _, bucket in free_buckets(index, need, taken, range(need, index.max_gpus + 1)):
+            return min(bucket, key=lambda n: index.nodes[n].ordinal)
+        return None

@@ -1,9 +1,12 @@
 """Which spot jobs an HP worker evicts, and on which node (only HP preempts, only spot goes).
 
-The scheduler hands a :class:`VictimChooser` the candidate targets: nodes carrying no HP
-work (for a fractional request: one card on such a node) where the free room plus the spot
-work there covers the request. The chooser returns the target and the victims; every
-victim job is then evicted whole.
+The scheduler hands a :class:`VictimChooser` the candidate targets: nodes whose cards
+carrying no HP work (free, idle or held by whole-GPU spot workers) cover the request (for a
+fractional request: one card). The chooser returns the target and the victims; every victim
+job is then evicted whole. The choosers follow the authors' simulator
+(Xu-Sheng-lin/GFS-asplos-26): GFS's two-pointer walk (``policy/gfs.py``), YARN-CS's first
+cards (``fifo_spot.py``), Lyra's costliest cards (``lyra.py``) and FGD's least
+fragmenting node (``fgd.py``).
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from stoker.core.model import Job
+from stoker.core.gfs.placement import fgd_frag_delta
+from stoker.core.model import EPS, Job
 
 # the paper's weight of lost work against the eviction-rate increase
 LOST_WORK_WEIGHT = 5.0
@@ -20,7 +24,12 @@ LOST_WORK_WEIGHT = 5.0
 
 @dataclass(slots=True)
 class Candidate:
-    """A target for one HP worker: a node (whole GPUs) or one card (``gpu``, fractional)."""
+    """A target for one HP worker: a node (whole GPUs) or one card (``gpu``, fractional).
+
+    ``cards``: the node's whole cards carrying no HP work, in card order, each with the
+    spot job holding it (None: free or held by idle pods), for the choosers that take
+    cards in order or by cost.
+    """
 
     node: str
     ordinal: int
@@ -30,12 +39,18 @@ class Candidate:
     # what the idle warm and standby pods it would stop cost (tier, value): the reclaim
     # chain takes idle pods first, the cheapest of them first
     cost: tuple[float, float] = (0.0, 0.0)
+    cards: tuple[tuple[str, str | None], ...] = ()
+
+    @property
+    def no_hp(self) -> float:
+        """Room there once every spot job on it went: the cards (or share) carrying no HP."""
+        return self.free + sum(u for _, u in self.victims)
 
 
 @dataclass(frozen=True, slots=True)
 class PreemptContext:
     """What a node cost needs: the time, the pool's eviction rate after k more failures,
-    the pool's GPUs and the window both terms are measured over."""
+    the pool's GPUs and the window the lost-work term is measured over."""
 
     now: float
     rate_after: Callable[[int], float]
@@ -44,16 +59,59 @@ class PreemptContext:
     checkpoint_s: float = 3600.0
 
 
-def protect(cand: Candidate, need: float, key: Callable[[Job], float]) -> list[Job]:
-    """Victims on ``cand``: go through its spot jobs most expensive first and spare each one
-    whose room is not needed to reach ``need``; the rest are evicted."""
-    total = cand.free + sum(u for _, u in cand.victims)
+def best_fit(cands: list[Candidate]) -> list[Candidate]:
+    """The candidates with the fewest cards (least share) carrying no HP: the authors'
+    filter before any cost."""
+    if not cands:
+        return []
+    least = min(c.no_hp for c in cands)
+    return [c for c in cands if c.no_hp <= least + EPS]
+
+
+def two_pointer(cand: Candidate, need: float, key: Callable[[Job], float]) -> list[Job]:
+    """GFS's victim walk (``preempt_cost``): the spot jobs by cost, most expensive first;
+    from the expensive end spare each while the room without it still covers ``need``, evict
+    the first that cannot be spared, then do the same from the cheap end, and alternate."""
+    order = sorted(cand.victims, key=lambda v: (-key(v[0]), v[0].id))
+    total = cand.no_hp
     chosen: list[Job] = []
-    for job, units in sorted(cand.victims, key=lambda v: (-key(v[0]), v[0].id)):
-        if total - units >= need - 1e-9:
-            total -= units
-        else:
-            chosen.append(job)
+    lo, hi = 0, len(order) - 1
+    while lo <= hi:
+        while lo <= hi and total - order[lo][1] >= need - EPS:
+            total -= order[lo][1]
+            lo += 1
+        if lo > hi:
+            break
+        chosen.append(order[lo][0])
+        lo += 1
+        while lo <= hi and total - order[hi][1] >= need - EPS:
+            total -= order[hi][1]
+            hi -= 1
+        if lo > hi:
+            break
+        chosen.append(order[hi][0])
+        hi -= 1
+    return chosen
+
+
+def first_cards(cand: Candidate, need: float) -> list[Job]:
+    """Every spot job on the first ``need`` no-HP cards in card order (``fifo_spot.py`` and
+    ``fgd.py``); on a card (fractional), its spot jobs in order until the room covers it."""
+    if cand.gpu is not None:
+        return _in_order(cand, need)
+    holders = [holder for _, holder in cand.cards[: int(need)] if holder is not None]
+    by_id = {job.id: job for job, _ in cand.victims}
+    return [by_id[h] for h in dict.fromkeys(holders)]
+
+
+def _in_order(cand: Candidate, need: float) -> list[Job]:
+    room = cand.free
+    chosen: list[Job] = []
+    for job, units in cand.victims:
+        if room >= need - EPS:
+            break
+        chosen.append(job)
+        room += units
     return chosen
 
 
@@ -68,65 +126,113 @@ class VictimChooser(Protocol):
 
 
 class GFSVictims:
-    """GFS: victims by lost work; node cost = pool eviction rate after the preemption
-    + 5 * lost GPU-s / (pool GPUs * window); cheapest node, then the tightest fit."""
+    """GFS (``select_with_preemption``): among the best-fit candidates, victims by the
+    two-pointer walk; node cost = the pool's eviction rate after the preemption + 5 * lost
+    GPU-s / (pool GPUs * window); the cheapest node, the first on ties.
 
-    name = "gfs"
+    ``cost``: ``authors`` (default; ``Job.get_preempt_cost``): a victim loses its GPUs times
+    the time since its run started; ``paper``: since its last checkpoint (the work a restart
+    really redoes).
+    """
+
+    def __init__(self, cost: str = "authors") -> None:
+        if cost not in ("authors", "paper"):
+            raise ValueError(f"cost must be authors or paper, got {cost!r}")
+        self.cost = cost
+        self.name = "gfs" if cost == "authors" else "gfs-paper-cost"
+
+    def lost(self, job: Job, ctx: PreemptContext) -> float:
+        """GPU-seconds evicting ``job`` now counts as lost."""
+        if self.cost == "paper":
+            return job.lost_work(ctx.now, ctx.checkpoint_s)
+        return job.gpus * max(0.0, ctx.now - job.run_start)
 
     def choose(
         self, cands: list[Candidate], need: float, ctx: PreemptContext
     ) -> tuple[Candidate, list[Job]] | None:
         best = None
         best_key = None
-        for cand in cands:
-            victims = protect(cand, need, lambda g: g.lost_work(ctx.now, ctx.checkpoint_s))
-            lost = sum(g.lost_work(ctx.now, ctx.checkpoint_s) for g in victims)
+        for cand in best_fit(cands):
+            victims = two_pointer(cand, need, lambda g: self.lost(g, ctx))
+            lost = sum(self.lost(g, ctx) for g in victims)
             cost = ctx.rate_after(len(victims)) + LOST_WORK_WEIGHT * lost / (
                 ctx.pool_gpus * ctx.window_s
             )
-            chosen = {g.id for g in victims}
-            room = cand.free + sum(u for g, u in cand.victims if g.id in chosen)
-            key = (cost, room - need, cand.ordinal)
+            key = (cost, cand.ordinal, cand.gpu or "")
             if best_key is None or key < best_key:
                 best, best_key = (cand, victims), key
         return best
 
 
 class LyraVictims:
-    """Lyra: victim cost 1/worker_num (or 1/(worker_num*gpu_request)); cheapest node sum."""
+    """Lyra (``lyra.py``): among the best-fit nodes, each no-HP card costs the sum over its
+    spot jobs of 1/(workers * request) (1/workers for a fractional job); the ``need``
+    costliest cards are taken with every job on them, on the node of least total (the first
+    on ties). On a card (fractional): its spot jobs in order, 1/workers each."""
 
-    def __init__(self, per_gpu: bool = False) -> None:
-        self.per_gpu = per_gpu
-        self.name = "lyra-gpu" if per_gpu else "lyra"
+    name = "lyra"
 
-    def _cost(self, job: Job) -> float:
-        workers = job.spec.workers
-        return (
-            1.0 / (workers * (job.spec.gpus or job.per_worker)) if self.per_gpu else 1.0 / workers
-        )
+    @staticmethod
+    def _cost(job: Job) -> float:
+        w = job.spec.workers
+        return 1.0 / w if job.fractional else 1.0 / (w * job.per_worker)
 
     def choose(
         self, cands: list[Candidate], need: float, ctx: PreemptContext
     ) -> tuple[Candidate, list[Job]] | None:
         best = None
         best_key = None
-        for cand in cands:
-            victims = protect(cand, need, self._cost)
-            key = (sum(self._cost(g) for g in victims), cand.ordinal)
+        for cand in best_fit(cands):
+            if cand.gpu is not None:
+                victims = _in_order(cand, need)
+                total = sum(self._cost(g) for g in victims)
+            else:
+                by_id = {job.id: job for job, _ in cand.victims}
+                costs = sorted(
+                    (
+                        (self._cost(by_id[h]) if h is not None else 0.0, i, h)
+                        for i, (_, h) in enumerate(cand.cards)
+                    ),
+                    key=lambda c: (-c[0], c[1]),
+                )[: int(need)]
+                total = sum(c for c, _, _ in costs)
+                victims = [by_id[h] for h in dict.fromkeys(h for _, _, h in costs) if h]
+            key = (total, cand.ordinal, cand.gpu or "")
             if best_key is None or key < best_key:
                 best, best_key = (cand, victims), key
         return best
 
 
-class FirstFitVictims:
-    """YARN-CS: the first node (in node order) that fits, and everything spot on it goes."""
+class FifoVictims:
+    """YARN-CS (``fifo_spot.py``): the first of the best-fit nodes (fewest no-HP cards), every
+    spot job on its first ``need`` no-HP cards in card order; no cost."""
 
-    name = "first-fit"
+    name = "fifo-spot"
+
+    def choose(
+        self, cands: list[Candidate], need: float, ctx: PreemptContext
+    ) -> tuple[Candidate, list[Job]] | None:
+        fit = best_fit(cands)
+        if not fit:
+            return None
+        cand = min(fit, key=lambda c: (c.ordinal, c.gpu or ""))
+        return cand, first_cards(cand, need)
+
+
+class FGDVictims:
+    """FGD (``fgd.py``): the node whose no-HP cards' fragmentation grows least when the
+    request takes ``need`` of them (the first such node), every spot job on its first
+    ``need`` no-HP cards; on a card (fractional), the fullest card's jobs in order."""
+
+    name = "fgd"
 
     def choose(
         self, cands: list[Candidate], need: float, ctx: PreemptContext
     ) -> tuple[Candidate, list[Job]] | None:
         if not cands:
             return None
-        cand = min(cands, key=lambda c: c.ordinal)
-        return cand, sorted({g.id: g for g, _ in cand.victims}.values(), key=lambda g: g.id)
+        if any(c.gpu is not None for c in cands):
+            cand = min(best_fit(cands), key=lambda c: (c.ordinal, c.gpu or ""))
+        else:
+            cand = min(cands, key=lambda c: (fgd_frag_delta(int(c.no_hp), int(need)), c.ordinal))
+        return cand, first_cards(cand, need)

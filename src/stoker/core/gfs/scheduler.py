@@ -15,16 +15,15 @@ stopped and the job re-queued (``JobRequeued``): it runs again, nothing is lost.
 from __future__ import annotations
 
 import bisect
-import heapq
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from stoker.core.actions import Action, BindJob, JobRequeued, KillJob, StartPod, StopPod
 from stoker.core.gfs.jobs import CHECKPOINT_S, GuaranteeLedger, restart_overhead
-from stoker.core.gfs.placement import GFSScorer, NodeInfo, NodeScorer, PoolIndex
+from stoker.core.gfs.placement import GFSScorer, NodeInfo, NodeScorer, PoolIndex, free_buckets
 from stoker.core.gfs.preemption import Candidate, GFSVictims, PreemptContext, VictimChooser
 from stoker.core.gfs.quota import ForecastQuota, QuotaPolicy
 from stoker.core.model import (
@@ -44,6 +43,8 @@ if TYPE_CHECKING:
 
 HOUR_S = 3600.0
 _HP, _SPOT = JobClass.HP, JobClass.SPOT
+# what a start attempt came to
+_STARTED, _QUOTA, _NO_ROOM, _HOLD = "started", "quota", "no-room", "hold"
 
 
 # ---------------------------------------------------------------- configuration
@@ -56,9 +57,8 @@ class GFSConfig:
     ``quota`` (spot quota), ``scorer`` (placement scoring), ``victims`` (reclaim: which spot
     jobs go) and ``queue`` (queue order) are the named extension points.
 
-    ``queue``: ``size`` (GFS: largest per-worker request first, then workers, then submit
-    time, with backfill of smaller sizes) or ``fifo``; ``hol_blocking`` stops a pass at the
-    first job that does not fit (YARN-CS). ``min_runtime_s``: spot younger than this is not
+    ``queue``: the name of a :class:`QueueOrder` (``size``: GFS's, ``size-stop``: Lyra's,
+    ``fifo``: YARN-CS's and FGD's). ``min_runtime_s``: spot younger than this is not
     evictable. ``round_s``/``lease_s``: Chronus's scheduling rounds and leases.
     ``oversize_alone``: a spot job larger than the (fixed) quota may start while no other
     spot job runs in its pool, so it does not wait forever (static quota).
@@ -69,23 +69,41 @@ class GFSConfig:
     scorer: NodeScorer = field(default_factory=GFSScorer)
     victims: VictimChooser = field(default_factory=GFSVictims)
     queue: str = "size"
-    hol_blocking: bool = False
     g: float = 0.9
     guarantee_s: float = 3600.0
     checkpoint_s: float = CHECKPOINT_S
-    rate_window_s: float = 86400.0  # eviction rate and lost work in the node cost
+    # the node cost's terms (``policy/gfs.py``, ``calc_preempt_cost``): the eviction rate
+    # over periods settled in the last ``rate_window_s`` (the authors': since the run's
+    # start) and lost work over ``cost_window_s`` (the authors': the evaluation window,
+    # 30 days and 1 s; a driver sets its own window's length)
+    rate_window_s: float = math.inf
+    cost_window_s: float = 30 * 86400.0 + 1.0
     eta_every_s: float = 3600.0  # eta feedback cadence; e is measured since the last step
     min_runtime_s: float = 0.0
+    preempt: bool = True  # HP may evict spot (Chronus's HP waits for the next lease instead)
+    # HP goes straight to the victim chooser, free nodes among the candidates
+    # (``fifo_spot.py``, ``fgd.py``: ``place_with_preemption`` without placing first)
+    hp_preempt_first: bool = False
     round_s: float = 0.0
     lease_s: float = 0.0
     lease_restart_s: float = 120.0
     oversize_alone: bool = False  # a spot job above the quota may run when no spot runs
     grace_s: float = 0.0  # an evicted spot job's SIGTERM-to-SIGKILL grace
+    # the authors' gate (every policy's ``simulate``): with a window (start, end), no spot
+    # job starts before ``start``, the quota holds in [start, end) and none after; HP
+    # preempts and Chronus flushes leases only from ``start``. None: always on (stoker's)
+    window: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
-        if self.queue not in ("size", "fifo"):
-            raise ValueError(f"queue must be size or fifo, got {self.queue!r}")
-        for name in ("guarantee_s", "checkpoint_s", "rate_window_s", "eta_every_s"):
+        if self.queue not in QUEUE_ORDERS:
+            raise ValueError(f"queue must be one of {', '.join(QUEUE_ORDERS)}, got {self.queue!r}")
+        for name in (
+            "guarantee_s",
+            "checkpoint_s",
+            "rate_window_s",
+            "cost_window_s",
+            "eta_every_s",
+        ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0")
 
@@ -93,42 +111,91 @@ class GFSConfig:
 # ---------------------------------------------------------------- queues
 
 
-class _Queue:
-    """One class's queue in one pool: a heap per size class, size classes in order.
+@dataclass(frozen=True, slots=True)
+class QueueOrder:
+    """Which queued job of one class a pass tries first, and what a failure does.
 
-    Only a class's head can be tried (later jobs of the same size fail the same way), so a
-    pass costs the number of size classes plus the jobs it starts.
+    ``by_size``: the largest per-worker request first; ``fewer_workers``: among spot jobs
+    of one request, fewer workers first (GFS and Chronus; HP ties go by time);
+    ``stop``: the first job that cannot be placed ends its class's pass (Lyra, YARN-CS,
+    FGD), else only the jobs of its request are skipped and smaller ones still tried (GFS's
+    skip rule); ``at_back``: a re-queued job queues at its re-queue time (the authors'
+    lists that are appended to and never sorted by submit time), else at its submit time.
+    A spot job over the quota is passed over, never a failure (as in every policy of the
+    authors').
     """
 
-    def __init__(self, fifo: bool) -> None:
-        self.fifo = fifo
-        self.keys: list[tuple[float, int]] = []
-        self.heaps: dict[tuple[float, int], list[tuple[float, str]]] = {}
+    name: str
+    by_size: bool
+    fewer_workers: bool
+    stop: bool
+    at_back: bool
+
+
+QUEUE_ORDERS: dict[str, QueueOrder] = {
+    # GFS and Chronus (policy/gfs.py, chronus.py): HP (-request, submit), spot (-request,
+    # workers, submit), a failed request skipped
+    "size": QueueOrder("size", by_size=True, fewer_workers=True, stop=False, at_back=False),
+    # Lyra (lyra.py): -request only, stable over the list's order; the first failure stops
+    "size-stop": QueueOrder(
+        "size-stop", by_size=True, fewer_workers=False, stop=True, at_back=True
+    ),
+    # YARN-CS and FGD (fifo_spot.py, fgd.py): arrival order, the first failure stops
+    "fifo": QueueOrder("fifo", by_size=False, fewer_workers=False, stop=True, at_back=True),
+}
+
+
+class _Queue:
+    """One class's queue in one pool, in buckets of sorted entries.
+
+    With the skip rule a bucket is one per-worker request (largest first; later jobs of a
+    bucket fail as its first did, so a failure skips the bucket); with ``stop`` a bucket is
+    one total GPU count, so the jobs within a spot quota are the heads of the buckets at or
+    below it, and a pass merges those heads in the queue's order.
+    """
+
+    def __init__(self, order: QueueOrder, job_class: JobClass) -> None:
+        self.order = order
+        self.fewer_workers = order.fewer_workers and job_class is _SPOT
+        self.buckets: dict[float, list[tuple[tuple[float, ...], str]]] = {}
+        self.keys: list[float] = []
         self.size = 0
 
-    def key(self, job: Job) -> tuple[float, int]:
-        return (0.0, 0) if self.fifo else (-job.per_worker, -job.spec.workers)
+    def bucket(self, job: Job) -> float:
+        return job.gpus if self.order.stop else -job.per_worker
 
-    def push(self, job: Job, at: float | None = None) -> None:
-        """Queue by submit time (an evicted job keeps its place), or by ``at``."""
-        k = self.key(job)
-        heap = self.heaps.get(k)
-        if heap is None:
-            heap = self.heaps[k] = []
+    def entry(self, job: Job, at: float) -> tuple[tuple[float, ...], str]:
+        rank = -job.per_worker if self.order.by_size else 0.0
+        workers = float(job.spec.workers) if self.fewer_workers else 0.0
+        return (rank, workers, at), job.id
+
+    def push(self, job: Job, now: float, requeue: bool = False) -> None:
+        """Queue by submit time, or a re-queued job at ``now`` where the order says so."""
+        at = now if requeue and self.order.at_back else job.submitted
+        k = self.bucket(job)
+        entries = self.buckets.get(k)
+        if entries is None:
+            entries = self.buckets[k] = []
             bisect.insort(self.keys, k)
-        heapq.heappush(heap, (job.submitted if at is None else at, job.id))
+        bisect.insort(entries, self.entry(job, at))
         self.size += 1
 
-    def pop(self, k: tuple[float, int]) -> None:
-        heap = self.heaps[k]
-        heapq.heappop(heap)
+    def remove(self, k: float, entry: tuple[tuple[float, ...], str]) -> None:
+        entries = self.buckets[k]
+        del entries[bisect.bisect_left(entries, entry)]
         self.size -= 1
-        if not heap:
-            del self.heaps[k]
+        if not entries:
+            del self.buckets[k]
             self.keys.remove(k)
 
-    def heads(self) -> list[tuple[tuple[float, int], str]]:
-        return [(k, self.heaps[k][0][1]) for k in list(self.keys)]
+    def drop(self, job: Job) -> None:
+        """Take a cancelled job out (O(its bucket)): a finished job may be forgotten, so
+        none may wait here for a pass to drop it."""
+        k = self.bucket(job)
+        self.remove(k, next(e for e in self.buckets[k] if e[1] == job.id))
+
+    def heads(self) -> list[str]:
+        return [self.buckets[k][0][1] for k in self.keys]
 
 
 # ---------------------------------------------------------------- the scheduler
@@ -157,17 +224,28 @@ class GangScheduler:
         self.placement: dict[str, list[tuple[str, str, float]]] = {}  # job -> (node, gpu, share)
         self.settled: dict[str, int] = {}  # guarantee periods already counted, current run
         self._dirty: dict[str, None] = {}
+        # per pool, bumped whenever what a start or a reclaim can find there changes (a
+        # node's shares or books, a pod turning ready); a job whose search failed is not
+        # searched again until its pool's state moves on (see :meth:`_unchanged`)
+        self._epoch: dict[str, int] = {}
+        self._failed: dict[str, tuple[int, int, float | None, bool]] = {}
         # HP jobs waiting for the pods stopped to make their room, and the reverse index
         self._awaiting: dict[str, set[str]] = {}
         self._awaiting_by_pod: dict[str, str] = {}
         self._last_eta = start
         self._next_eta = start + self.config.eta_every_s
         self._next_round = start
+        self._next_lease = start + self.config.lease_s
         self._round_due = False
         self._round_at = -math.inf
         self._active = False  # an hp or spot job was ever submitted: the clocks run
+        self._gate_seen = -math.inf  # the window's edges passed so far
         self.preemptions = 0
         self.allocated = 0.0  # GPUs held by hp and spot jobs now
+        # the authors' metrics: cards holding any share now; spot GPU-seconds of the
+        # guarantee periods that succeeded so far (``record_spot_succeed``)
+        self.busy_cards = 0
+        self.spot_ok_gpu_s = 0.0
         for node in self.cluster.nodes.values():
             self._add(node)
         for pool in self.pools:
@@ -180,13 +258,15 @@ class GangScheduler:
         first time its queues and spot quota."""
         self._add(node)
         self._resize(node.gpu_model)
+        self._epoch[node.gpu_model] += 1  # room a failed search did not see
 
     def _add(self, node: Node) -> None:
         pool = node.gpu_model
         if pool not in self.pools:
-            fifo = self.config.queue == "fifo"
+            order = QUEUE_ORDERS[self.config.queue]
             self.pools[pool] = PoolIndex(pool, 0)
-            self.queues[pool] = {_HP: _Queue(fifo), _SPOT: _Queue(fifo)}
+            self.queues[pool] = {_HP: _Queue(order, _HP), _SPOT: _Queue(order, _SPOT)}
+            self._epoch[pool] = 0
             self.used[pool] = {_HP: 0.0, _SPOT: 0.0}
             self.ledgers[pool] = GuaranteeLedger()
             self.running_spot[pool] = {}
@@ -200,17 +280,20 @@ class GangScheduler:
         self.nodes[node.name] = info
         index.add(info)
         self.node_jobs[node.name] = {}
+        self.busy_cards += info.total - info.full_free
 
     def remove_node(self, name: str) -> None:
         """A node left the cluster (nothing of hp or spot is placed there any more: the core
         failed its pods first)."""
         info = self.nodes.pop(name)
+        self.busy_cards -= info.total - info.full_free
         index = self.pools[info.pool]
         del index.nodes[name]
         del index.by_free[info.full_free][name]
         index.spot_nodes.pop(name, None)
         del self.node_jobs[name]
         self._resize(info.pool)
+        self._epoch[info.pool] += 1
 
     def _resize(self, pool: str) -> None:
         """The pool's capacity changed: its spot quota follows (from its forecast, if any)."""
@@ -241,7 +324,7 @@ class GangScheduler:
         self._active = True
         job.remaining = spec.duration or 0.0
         job.queued_since = now
-        self.queues[pool][job.job_class].push(job)
+        self.queues[pool][job.job_class].push(job, now)
         self._dirty[pool] = None
 
     def pool_of(self, job: Job) -> str:
@@ -251,8 +334,10 @@ class GangScheduler:
     def cancel(self, job: Job, now: float, out: list[Action]) -> None:
         if job.state is JobState.QUEUED:
             self._awaiting_clear(job.id)
+            self._failed.pop(job.id, None)
+            self.queues[self.pool_of(job)][job.job_class].drop(job)
             self.host.end_job(job, Failure.CANCELLED, None, now, out)
-            self._dirty[self.pool_of(job)] = None  # its queue entry is dropped on the pass
+            self._dirty[self.pool_of(job)] = None
         elif job.state is JobState.PLACED:
             self._release(job)
             self._stop_pods(job, "cancelled", now, out)
@@ -266,6 +351,7 @@ class GangScheduler:
         job = self.jobs[pod.pending_job]
         pod.pending_job = None
         pod.job = job.id
+        self._epoch[self.pool_of(job)] += 1  # a ready pod's job may be a victim now
         self.host.move_pod(pod, PodState.ACTIVE, now)
         if job.state is JobState.PLACED and all(
             self.pods[p].state is PodState.ACTIVE for p in job.pods
@@ -285,7 +371,7 @@ class GangScheduler:
         if job.state in (JobState.PLACED, JobState.BINDING) and not job.ranks_started:
             self._release(job)
             self._stop_pods(job, "gang_failed", now, out)
-            self._requeue(job, reason, now, out, at=None)
+            self._requeue(job, reason, now, out)
         elif job.state is not JobState.FINISHED and job.state is not JobState.QUEUED:
             self.finish(job, -1, reason, now, out)
 
@@ -299,7 +385,7 @@ class GangScheduler:
     def started(self, job: Job, now: float) -> None:
         """Every rank runs: the run's clock starts (guarantee periods, lost work)."""
         job.run_start = now
-        job.lease_start = now
+        self._epoch[self.pool_of(job)] += 1
 
     def finish(
         self, job: Job, exit_code: int, failure: Failure | None, now: float, out: list[Action]
@@ -309,9 +395,9 @@ class GangScheduler:
         pool = self.pool_of(job)
         self._release(job)
         if job.job_class is _SPOT and failure is None:
-            earned = self._earned(job, now)
-            self.ledgers[pool].record(now, succeeded=earned + 1)
-            job.periods_ok += earned + 1
+            ran = now - job.run_start
+            last = ran - (ran // self.config.guarantee_s) * self.config.guarantee_s
+            self._settle_ok(job, now, self._earned(job, now), last)
         self.settled.pop(job.id, None)
         job.remaining = 0.0
         self._stop_pods(job, "job_ended", now, out)
@@ -325,6 +411,10 @@ class GangScheduler:
             self._resize(pool)
 
     def tick(self, now: float, out: list[Action]) -> None:
+        edges = self._gate_edges()
+        if edges and now + EPS >= edges[0]:
+            self._gate_seen = now
+            self._dirty.update(dict.fromkeys(self.pools))
         if now + EPS >= self._next_eta:
             self._feedback(now)
             self._next_eta = now + self.config.eta_every_s
@@ -332,8 +422,11 @@ class GangScheduler:
             self._next_round = now + self.config.round_s
             self._round_due = True
             self._round_at = now
-            if self.config.lease_s > 0:
-                self._expire_leases(now, out)
+            gate = self.config.window
+            in_window = gate is None or now >= gate[0]
+            if self.config.lease_s > 0 and now + EPS >= self._next_lease and in_window:
+                self._next_lease = now + self.config.lease_s
+                self._flush_leases(now, out)
             self._dirty.update(dict.fromkeys(self.pools))
 
     def schedule(self, now: float, out: list[Action]) -> None:
@@ -354,9 +447,18 @@ class GangScheduler:
         hp or spot job."""
         if not self._active:
             return None
+        due = self._next_eta
         if self.config.round_s > 0:
-            return min(self._next_eta, self._next_round)
-        return self._next_eta
+            due = min(due, self._next_round)
+        edges = self._gate_edges()
+        return min(due, edges[0]) if edges else due
+
+    def _gate_edges(self) -> list[float]:
+        """The window's edges still ahead (the quota changes there: a pass is due)."""
+        gate = self.config.window
+        if gate is None:
+            return []
+        return [t for t in gate if t > self._gate_seen]
 
     def queued(self, pool: str | None = None) -> int:
         pools = [pool] if pool else list(self.pools)
@@ -395,6 +497,16 @@ class GangScheduler:
         total = int((now - job.run_start) // self.config.guarantee_s)
         return total - self.settled.get(job.id, 0)
 
+    def _settle_ok(self, job: Job, now: float, periods: int, last_s: float | None = None) -> None:
+        """``periods`` whole guarantee periods of a spot job succeeded (and, with
+        ``last_s``, its final partial one of that length, at completion)."""
+        count = periods + (0 if last_s is None else 1)
+        if not count:
+            return
+        self.ledgers[self.pool_of(job)].record(now, succeeded=count)
+        job.periods_ok += count
+        self.spot_ok_gpu_s += job.gpus * (periods * self.config.guarantee_s + (last_s or 0.0))
+
     def _feedback(self, now: float) -> None:
         """Settle running spot jobs' earned periods, then one eta step per pool."""
         for pool in self.pools:
@@ -403,87 +515,154 @@ class GangScheduler:
                 job = self.jobs[jid]
                 earned = self._earned(job, now)
                 if earned:
-                    ledger.record(now, succeeded=earned)
-                    job.periods_ok += earned
+                    self._settle_ok(job, now, earned)
                     self.settled[jid] = self.settled.get(jid, 0) + earned
             queue = self.queues[pool][_SPOT]
             waited = any(
                 self.jobs[jid].state is JobState.QUEUED
                 and now - self.jobs[jid].queued_since > HOUR_S
-                for _, jid in queue.heads()
+                for jid in queue.heads()
             )
             self.config.quota.feedback(pool, ledger.rate(self._last_eta), waited)
             self._dirty[pool] = None
         self._last_eta = now
 
-    def _expire_leases(self, now: float, out: list[Action]) -> None:
-        """Chronus: a spot job whose lease ran out goes back to the queue when others wait;
-        a lease ends at a checkpoint, so only the restart is lost."""
-        for pool in self.pools:
-            if self.queued(pool) == 0:
-                for jid in self.running_spot[pool]:
-                    self.jobs[jid].lease_start = now
-                continue
-            for jid in list(self.running_spot[pool]):
-                job = self.jobs[jid]
-                if now - job.lease_start >= self.config.lease_s - EPS:
-                    self._evict(job, now, out, keep_work=True)
+    def _flush_leases(self, now: float, out: list[Action]) -> None:
+        """Chronus (``chronus.py``, "Flush All Lease"): every running job, HP and spot, gives
+        its lease back at each lease boundary and the round re-places both queues."""
+        for jid in sorted(self.placement):
+            job = self.jobs[jid]
+            if job.state is JobState.RUNNING:
+                self._return_lease(job, now, out)
 
     # ------------------------------------------------------------ the pass
 
     def _pass_pool(self, pool: str, now: float, out: list[Action]) -> None:
-        hol = self.config.hol_blocking
-        failed: list[tuple[float, int]] = []
+        """HP then spot, each class in its queue's order (failures do not cross classes)."""
         for cls in (_HP, _SPOT):
             queue = self.queues[pool][cls]
-            for k, jid in queue.heads():
-                while True:
-                    job = self.jobs[jid]
-                    if job.state is not JobState.QUEUED:
-                        queue.pop(k)  # cancelled while queued
-                    else:
-                        size = (job.per_worker, job.spec.workers)
-                        if any(size[0] >= f - EPS and size[1] >= w for f, w in failed):
-                            break
-                        if not self._try_start(job, now, out):
-                            failed.append(size)
-                            if hol:
-                                return
-                            break
-                        queue.pop(k)
-                    heap = queue.heaps.get(k)
-                    if not heap:
-                        break
-                    jid = heap[0][1]
+            if queue.order.stop:
+                self._pass_stop(queue, pool, now, out)
+            else:
+                self._pass_skip(queue, now, out)
 
-    def _try_start(self, job: Job, now: float, out: list[Action]) -> bool:
+    def _pass_skip(self, queue: _Queue, now: float, out: list[Action]) -> None:
+        """GFS's skip rule: a job that cannot start skips the rest of its request's bucket
+        (they would fail alike: spot of one request by fewer workers first, so later ones
+        ask at least as much of the quota), smaller requests are still tried."""
+        for k in list(queue.keys):
+            while k in queue.buckets:
+                entry = queue.buckets[k][0]
+                job = self.jobs[entry[1]]
+                if job.state is not JobState.QUEUED:
+                    queue.remove(k, entry)  # cancelled while queued
+                    continue
+                result = self._try_start(job, now, out)
+                if result == _STARTED:
+                    queue.remove(k, entry)
+                    continue
+                if result == _HOLD:
+                    return
+                break
+
+    def _pass_stop(self, queue: _Queue, pool: str, now: float, out: list[Action]) -> None:
+        """The queue's order among the jobs within the spot quota (every job for HP); the
+        first that cannot be placed ends the pass."""
+        while queue.size:
+            room = self._quota_room(pool, now) if queue is self.queues[pool][_SPOT] else math.inf
+            best = None
+            for k in queue.keys:
+                if k > room + EPS:
+                    break
+                head = queue.buckets[k][0]
+                if best is None or head < best[1]:
+                    best = (k, head)
+            if best is None:
+                return
+            k, entry = best
+            job = self.jobs[entry[1]]
+            if job.state is not JobState.QUEUED:
+                queue.remove(k, entry)
+                continue
+            if self._try_start(job, now, out) != _STARTED:
+                return
+            queue.remove(k, entry)
+
+    def _quota_room(self, pool: str, now: float) -> float:
+        """Spot GPUs the pool's quota still admits (none before the window, any after)."""
+        gate = self.config.window
+        if gate is not None and now < gate[0]:
+            return -math.inf
+        if gate is not None and now >= gate[1]:
+            return math.inf
+        return self.quota[pool] - self.used[pool][_SPOT]
+
+    def _try_start(self, job: Job, now: float, out: list[Action]) -> str:
+        """Start ``job`` if it may and fits; else why not (``_QUOTA``: over the spot quota,
+        ``_HOLD``: room is being freed for an HP job, nothing else starts; ``_NO_ROOM``)."""
         pool = self.pool_of(job)
         if job.job_class is _SPOT:
             if any(self.pool_of(self.jobs[j]) == pool for j in self._awaiting):
-                return False  # room is being freed for a job: no other spot job takes it
+                return _HOLD  # room is being freed for a job: no other spot job takes it
+            gate = self.config.window
+            if gate is not None and now < gate[0]:
+                return _QUOTA  # before the window no spot job starts
             used = self.used[pool][_SPOT]
-            quota = self.quota[pool]
+            quota = math.inf if gate is not None and now >= gate[1] else self.quota[pool]
             if used + job.gpus > quota + EPS and not (
                 # a job larger than a fixed quota would wait forever: it may run alone
                 self.config.oversize_alone and used < EPS and job.gpus > quota
             ):
-                return False
+                return _QUOTA
+            state = self._state(pool, now)
+            if self._failed.get(job.id) == state:
+                return _NO_ROOM
             plan = self._plan_free(job, now)
             if plan is None:
                 # a card held only by standby pods is free for the asking: standby pods have
                 # no keep-alive, so without this a spot job could wait behind them forever
                 self._reclaim(job, now, out, standby_only=True)
-                return False
+                self._remember_failure(job, pool, state, now)
+                return _NO_ROOM
             self._start(job, plan, now, out)
-            return True
+            return _STARTED
         if job.id in self._awaiting:
-            return False  # pods are stopping for it: nothing more goes meanwhile
+            return _NO_ROOM  # pods are stopping for it: nothing more goes meanwhile
+        state = self._state(pool, now)
+        if self._failed.get(job.id) == state:
+            return _NO_ROOM
+        if (
+            self.config.hp_preempt_first
+            and not job.fractional
+            and job.spec.workers == 1
+            and self._reclaim(job, now, out, free_first=False)
+        ):
+            return _NO_ROOM
         plan = self._plan_free(job, now)
         if plan is not None:
             self._start(job, plan, now, out)
-            return True
+            return _STARTED
         self._reclaim(job, now, out)
-        return False
+        self._remember_failure(job, pool, state, now)
+        return _NO_ROOM
+
+    def _state(self, pool: str, now: float) -> tuple[int, int, float | None, bool]:
+        """What a search for room in ``pool`` reads: the pool's epoch, the warm pools' (idle
+        pods anywhere), the time where spot younger than ``min_runtime_s`` is spared (its
+        victims then change with the clock alone), and whether the window's gate lets HP
+        preempt yet."""
+        timed = now if self.config.min_runtime_s > 0 else None
+        gate = self.config.window
+        return (self._epoch[pool], self.host.warm.epoch, timed, gate is None or now >= gate[0])
+
+    def _remember_failure(
+        self, job: Job, pool: str, state: tuple[int, int, float | None, bool], now: float
+    ) -> None:
+        """A search that found neither free room nor anything to reclaim changed nothing:
+        until ``state`` moves on the same search fails alike (an HP job that fits nowhere
+        is otherwise searched again on every event of its pool)."""
+        if job.id not in self._awaiting and self._state(pool, now) == state:
+            self._failed[job.id] = state
 
     # ------------------------------------------------------------ placement
 
@@ -540,10 +719,10 @@ class GangScheduler:
         pool = self.pool_of(job)
         cls = job.job_class
         self.host.move_job(job, JobState.PLACED, now)
+        self._failed.pop(job.id, None)
         job.placed = now
         job.queue_s += now - job.queued_since
         job.run_start = now
-        job.lease_start = now
         if job.first_start is None:
             job.first_start = now
         place: list[tuple[str, str, float]] = []
@@ -557,6 +736,9 @@ class GangScheduler:
         self._sync()
         self.allocated += job.gpus
         self.used[pool][cls] += job.gpus
+        if cls is _HP:
+            # the demand the forecaster learns is running HP GPUs (the authors' recorder)
+            self.host.demand.add(job.spec.tenant, pool, job.gpus)
         for node in dict.fromkeys(n for n, _, _ in place):
             info = self.nodes[node]
             info.used[cls] += sum(s for n, _, s in place if n == node)
@@ -576,6 +758,8 @@ class GangScheduler:
         cls = job.job_class
         self.allocated -= job.gpus
         self.used[pool][cls] -= job.gpus
+        if cls is _HP:
+            self.host.demand.add(job.spec.tenant, pool, -job.gpus)
         if abs(self.used[pool][cls]) < 1e-9:
             self.used[pool][cls] = 0.0
         for node in dict.fromkeys(n for n, _, _ in place):
@@ -599,7 +783,9 @@ class GangScheduler:
             touched.clear()
 
     def _refresh(self, info: NodeInfo) -> None:
+        self._epoch[info.pool] += 1
         free = sum(1 for g in self.cluster.nodes[info.name].gpus if g.used < EPS)
+        self.busy_cards += info.full_free - free
         self.pools[info.pool].move(info, free)
 
     # ------------------------------------------------------------ pods
@@ -646,37 +832,55 @@ class GangScheduler:
     # ------------------------------------------------------------ reclaim
 
     def _reclaim(
-        self, job: Job, now: float, out: list[Action], *, standby_only: bool = False
-    ) -> None:
+        self,
+        job: Job,
+        now: float,
+        out: list[Action],
+        *,
+        standby_only: bool = False,
+        free_first: bool = True,
+    ) -> bool:
         """The one chain for an HP job that fits nowhere: idle pods alone if they make the
         room, else the cheapest mix of idle pods and spot victims. A spot job (with
         ``standby_only``) takes only cards held by idle standby pods, never a warm pod or
-        another spot job. What is stopped is awaited; the job starts on the pass after the
-        last pod is gone."""
+        another spot job. Without ``free_first`` (``hp_preempt_first``) free nodes and spot
+        nodes are one set of candidates for the victim chooser. What is stopped is awaited;
+        the job starts on the pass after the last pod is gone. True when something stops."""
         idle = self.host.warm.idle_cards(self.pool_of(job))
         if standby_only:
             idle = {n: [c for c in cards if c[0][0] == 0] for n, cards in idle.items()}
             idle = {n: cards for n, cards in idle.items() if cards}
-        plan = self._plan_victims(job, idle, now, spot=False)
-        if plan is None and not standby_only:
-            plan = self._plan_victims(job, idle, now, spot=True)
+        gate = self.config.window
+        preempt = self.config.preempt and (gate is None or now >= gate[0])
+        if free_first:
+            plan = self._plan_victims(job, idle, now, spot=False)
+            if plan is None and not standby_only and preempt:
+                plan = self._plan_victims(job, idle, now, spot=True)
+        else:
+            plan = self._plan_victims(job, idle, now, spot=True, free_first=False)
+            if plan is not None and not any(plan):
+                return False  # the chooser took free room: place as usual
         if plan is None:
-            return
+            return False
         idle_pods, victims = plan
         stopping: set[str] = set()
         for victim in sorted(victims.values(), key=lambda j: j.id):
             stopping.update(victim.pods)
             self._evict(victim, now, out)
+        if victims:
+            # the preempting job restarts too (``preempt``: ``job["remain"] += overhead``)
+            job.overhead = restart_overhead(job.per_worker)
         for pod in idle_pods:
             self.host.warm.reclaim(pod, now, out)
             stopping.add(pod.id)
         stopping = {p for p in stopping if self.pods[p].state is not PodState.GONE}
         if not stopping:
             self._dirty[self.pool_of(job)] = None
-            return
+            return False
         self._awaiting[job.id] = stopping
         for pid in stopping:
             self._awaiting_by_pod[pid] = job.id
+        return True
 
     def _plan_victims(
         self,
@@ -685,10 +889,13 @@ class GangScheduler:
         now: float,
         *,
         spot: bool,
+        free_first: bool = True,
     ) -> tuple[list[Pod], dict[str, Job]] | None:
         """Idle pods and (with ``spot``) spot jobs to stop so every worker of ``job`` fits,
         or None. Whole-GPU workers: per worker a node whose free cards, idle-only cards and
-        (with ``spot``) spot work cover the request. Fractional: one card per worker."""
+        (with ``spot``) spot work cover the request; ``free_first``: a worker that fits on
+        free room takes it, else free nodes are candidates like the rest (the chooser
+        decides). Fractional: one card per worker."""
         pool = self.pool_of(job)
         ledger = self.ledgers[pool]
         since = now - self.config.rate_window_s
@@ -697,7 +904,7 @@ class GangScheduler:
             now=now,
             rate_after=lambda k: ledger.rate_after(since, len(evicted) + k),
             pool_gpus=self.capacity[pool],
-            window_s=self.config.rate_window_s,
+            window_s=self.config.cost_window_s,
             checkpoint_s=self.config.checkpoint_s,
         )
         need = job.per_worker
@@ -720,8 +927,10 @@ class GangScheduler:
                 if gpu is not None:
                     taken[gpu.id] = taken.get(gpu.id, 0.0) + need
                     continue
-            else:
-                whole = {n: int(t) for n, t in taken.items()}
+            elif free_first:
+                # a whole-GPU plan holds whole card counts (no copy per worker: a gang of
+                # many workers made it quadratic)
+                whole = cast("dict[str, int]", taken)
                 node = self.config.scorer.choose(index, _HP, int(need), whole, now)
                 if node is not None and node not in freed:
                     taken[node] = taken.get(node, 0) + int(need)
@@ -730,7 +939,7 @@ class GangScheduler:
                 cands = self._card_candidates(job, evicted, taken, stop, now, spot)
             else:
                 cands = self._node_candidates(
-                    job, evicted, taken, freed, idle, idle_used, now, spot
+                    job, evicted, taken, freed, idle, idle_used, now, spot, not free_first
                 )
             if not cands:
                 return None
@@ -795,12 +1004,20 @@ class GangScheduler:
         idle_used: dict[str, None],
         now: float,
         spot: bool,
+        free_nodes: bool = False,
     ) -> list[Candidate]:
         need = job.per_worker
         pool = self.pools[self.pool_of(job)]
         names = dict.fromkeys(idle)
         if spot:
             names.update(pool.spot_nodes)
+        if free_nodes:
+            # nodes with free room only, a bounded scan per free count as placement does
+            whole = {n: int(t) for n, t in taken.items()}
+            for _, bucket in free_buckets(
+                pool, int(need), whole, range(int(need), pool.max_gpus + 1)
+            ):
+                names.update(dict.fromkeys(bucket))
         out = []
         for name in names:
             info = self.nodes[name]
@@ -811,22 +1028,34 @@ class GangScheduler:
             used_idle = len(idle.get(name, ())) - len(cards)
             free = info.full_free - taken.get(name, 0) + freed.get(name, 0) + used_idle
             victims: list[tuple[Job, float]] = []
-            # GFS keeps HP and spot apart: spot is evicted only on nodes without HP work
-            if spot and info.used[_HP] <= EPS:
+            holder: dict[str, str] = {}  # card -> the spot job holding it whole
+            # spot on the node's cards that carry no HP (a whole-GPU worker's cards never do)
+            if spot:
                 for jid in self.node_jobs[name]:
                     v = self.jobs[jid]
                     if jid in evicted or v.fractional or not self._evictable(v, now):
                         continue
-                    units = float(sum(1 for n, _, _ in self.placement[jid] if n == name))
-                    victims.append((v, units))
-            if not victims and not cards:
+                    mine = [g for n, g, _ in self.placement[jid] if n == name]
+                    holder.update(dict.fromkeys(mine, jid))
+                    victims.append((v, float(len(mine))))
+            if not victims and not cards and not (free_nodes and free >= need - EPS):
                 continue
             if free + len(cards) + sum(u for _, u in victims) < need - EPS:
                 continue
             # the idle cards it would stop, cheapest first
             short = max(0, int(need) - int(free))
             cost = (sum(c[0] for c, _ in cards[:short]), sum(c[1] for c, _ in cards[:short]))
-            out.append(Candidate(name, info.ordinal, float(free + len(cards)), victims, cost=cost))
+            idle_ids = {g for _, g in cards}
+            order = tuple(
+                (g.id, holder.get(g.id))
+                for g in self.cluster.nodes[name].gpus
+                if g.id in holder or g.id in idle_ids or g.used < EPS
+            )
+            out.append(
+                Candidate(
+                    name, info.ordinal, float(free + len(cards)), victims, cost=cost, cards=order
+                )
+            )
         return out
 
     def _card_candidates(
@@ -845,11 +1074,18 @@ class GangScheduler:
             names.update(self.pools[pool].spot_nodes)
         gone = {p for v in evicted.values() for p in v.pods} | set(stop)
         out = []
+        with_hp: list[Candidate] = []  # cards already carrying HP (the authors' first choice)
         for name in names:
             info = self.nodes[name]
             for gpu in self.cluster.nodes[name].gpus:
                 victims: list[tuple[Job, float]] = []
-                if spot and info.used[_HP] <= EPS:
+                hp_share = sum(
+                    share
+                    for owner, share in gpu.allocs.items()
+                    if (pod := self.pods.get(owner)) is not None and pod.job_class is _HP
+                )
+                # spot goes only where the HP request fits beside the HP already there
+                if spot and hp_share < 1.0 - need - EPS:
                     seen: dict[str, float] = {}
                     for owner, share in gpu.allocs.items():
                         pod = self.pods.get(owner)
@@ -869,28 +1105,30 @@ class GangScheduler:
                 if free + idle_share + sum(u for _, u in victims) < need - EPS:
                     continue
                 cost = (0 if free >= need - EPS else 1, 0.0)
-                out.append(
-                    Candidate(name, info.ordinal, free + idle_share, victims, gpu=gpu.id, cost=cost)
+                cand = Candidate(
+                    name, info.ordinal, free + idle_share, victims, gpu=gpu.id, cost=cost
                 )
-        return out
+                (with_hp if spot and hp_share > EPS and victims else out).append(cand)
+        # ``frag_preempt``: a card with HP and room first; only if none, cards without HP
+        return with_hp or out
 
-    def _evict(self, job: Job, now: float, out: list[Action], *, keep_work: bool = False) -> None:
+    def _evict(self, job: Job, now: float, out: list[Action]) -> None:
         """Evict a spot job whole and re-queue it: work since the last checkpoint and a
-        restart overhead are owed again (a lease end is a checkpoint: only the restart)."""
+        restart overhead (on its per-worker request, ``Policy.preempt_overhead``) are owed
+        again; one failed guarantee period."""
         if job.job_class is not _SPOT:
             raise AssertionError(f"{job.job_class} job {job.id} chosen as a victim")
         pool = self.pool_of(job)
         nodes = list(dict.fromkeys(n for n, _, _ in self.placement.get(job.id, ())))
         useful = job.useful_since_start(now)
         ckpt = job.last_checkpoint(now, self.config.checkpoint_s)
-        saved = useful if keep_work else max(0.0, ckpt - job.run_start - job.overhead)
-        job.remaining = max(0.0, job.remaining - min(saved, useful))
-        job.lost_s += useful - min(saved, useful)
-        job.overhead = self.config.lease_restart_s if keep_work else restart_overhead(job.gpus)
-        earned = self._earned(job, now)
+        saved = min(useful, max(0.0, ckpt - job.run_start - job.overhead))
+        job.remaining = max(0.0, job.remaining - saved)
+        job.lost_s += useful - saved
+        job.overhead = restart_overhead(job.per_worker)
+        self._settle_ok(job, now, self._earned(job, now))
         self._release(job)
-        self.ledgers[pool].record(now, failed=1, succeeded=earned)
-        job.periods_ok += earned
+        self.ledgers[pool].record(now, failed=1)
         self.settled.pop(job.id, None)
         for node in nodes:
             self.nodes[node].evictions.append(now)
@@ -898,17 +1136,30 @@ class GangScheduler:
         self.preemptions += 1
         out.append(KillJob(job.id, Failure.PREEMPTED, self.config.grace_s))
         self._stop_pods(job, "preempted", now, out)
-        # a lease return goes to the back (Chronus hands the room to those waiting)
-        self._requeue(job, Failure.PREEMPTED, now, out, at=now if keep_work else None)
+        self._requeue(job, Failure.PREEMPTED, now, out)
+
+    def _return_lease(self, job: Job, now: float, out: list[Action]) -> None:
+        """Chronus: a running job (HP or spot) hands its lease back and is re-queued; its
+        work is kept, it owes the lease restart. Not an eviction: no failed period (the
+        spot periods it earned are settled as successes)."""
+        job.remaining = max(0.0, job.remaining - job.useful_since_start(now))
+        job.overhead = self.config.lease_restart_s
+        if job.job_class is _SPOT:
+            self._settle_ok(job, now, self._earned(job, now))
+            self.settled.pop(job.id, None)
+        self._release(job)
+        out.append(KillJob(job.id, Failure.PREEMPTED, self.config.grace_s))
+        self._stop_pods(job, "lease_returned", now, out)
+        self._requeue(job, Failure.PREEMPTED, now, out, lease=True)
 
     def _requeue(
-        self, job: Job, reason: Failure, now: float, out: list[Action], at: float | None
+        self, job: Job, reason: Failure, now: float, out: list[Action], *, lease: bool = False
     ) -> None:
-        self.host.move_job(job, JobState.QUEUED, now)
+        self.host.move_job(job, JobState.QUEUED, now, lease=lease)
         job.queued_since = now
         job.ranks_started.clear()
         job.ranks_exited.clear()
         pool = self.pool_of(job)
-        self.queues[pool][job.job_class].push(job, at=at)
+        self.queues[pool][job.job_class].push(job, now, requeue=True)
         self._dirty[pool] = None
         out.append(JobRequeued(job.id, reason))

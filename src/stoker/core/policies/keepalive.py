@@ -55,7 +55,9 @@ class FittedKeepAlive:
     a few seconds and comes back after a training step yields one pause per pod. Until
     ``min_samples`` pauses are seen the fallback TTL applies. The TTL is
     ``quantile(pauses) * margin + slack_s``, capped at ``max_ttl_s``; ends never followed
-    by a submit within ``max_ttl_s`` are dropped (a loop that stopped is not a pause).
+    by a submit within ``max_ttl_s`` are dropped (a loop that stopped is not a pause). At
+    most ``max_pairs`` callers are remembered: the one seen least recently is dropped first
+    (it starts again from the fallback), so one-off reuse tags cannot grow it without end.
     """
 
     def __init__(
@@ -67,6 +69,7 @@ class FittedKeepAlive:
         window: int = 256,
         fallback_s: float = 60.0,
         max_ttl_s: float = 3600.0,
+        max_pairs: int = 50_000,
     ) -> None:
         if not 0.0 < quantile <= 1.0:
             raise ValueError("quantile must be in (0, 1]")
@@ -77,27 +80,37 @@ class FittedKeepAlive:
         self.window = window
         self.fallback_s = fallback_s
         self.max_ttl_s = max_ttl_s
+        self.max_pairs = max_pairs
         self._ends: dict[Pair, deque[float]] = {}
         self._pauses: dict[Pair, deque[float]] = {}
         self._sorted: dict[Pair, list[float]] = {}
         self._cache: dict[Pair, float] = {}
 
     def observe_end(self, pair: Pair, now: float) -> None:
-        ends = self._ends.setdefault(pair, deque())
+        ends = self._ends.pop(pair, None) or deque()  # back in last: the most recent
         ends.append(now)
         while ends and now - ends[0] > self.max_ttl_s:
             ends.popleft()
+        self._ends[pair] = ends
+        if len(self._ends) > self.max_pairs:
+            del self._ends[next(iter(self._ends))]
 
     def observe_submit(self, pair: Pair, now: float) -> None:
         ends = self._ends.get(pair)
         while ends and now - ends[0] > self.max_ttl_s:
             ends.popleft()
         if not ends:
+            self._ends.pop(pair, None)
             return
         self._add(pair, now - ends.popleft())
 
     def _add(self, pair: Pair, pause: float) -> None:
-        pauses = self._pauses.setdefault(pair, deque())
+        pauses = self._pauses.pop(pair, None) or deque()  # back in last: the most recent
+        self._pauses[pair] = pauses
+        if len(self._pauses) > self.max_pairs:
+            old = next(iter(self._pauses))
+            del self._pauses[old], self._sorted[old]
+            self._cache.pop(old, None)
         ordered = self._sorted.setdefault(pair, [])
         pauses.append(pause)
         bisect.insort(ordered, pause)
