@@ -118,6 +118,7 @@ class KeepAliveRenewed:
     keepalive_s: float
 
 
+@dataclass(frozen=True, slots=True)
 class JobForgotten:
     """The driver keeps a finished job's record elsewhere (the broker: its final row is
     committed to the store): the core drops it. Legal only for a finished job; a core that
