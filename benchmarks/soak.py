@@ -36,7 +36,19 @@ def _fds(pid: int) -> int:
 def _caller(
     url: str, token: str, tag: str, until: float, counts: dict[str, int], failures: list[Any]
 ) -> None:
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as c:
+    """One caller's loop; an HTTP error (a wait that outlived its timeout included) ends it,
+    counted in ``caller_errors`` and told in ``failures``, never silently."""
+    try:
+        _loop(url, token, tag, until, counts, failures)
+    except (httpx.HTTPError, KeyError) as exc:
+        counts["caller_errors"] += 1
+        failures.append({"caller": tag, "error": repr(exc)[:300]})
+
+
+def _loop(
+    url: str, token: str, tag: str, until: float, counts: dict[str, int], failures: list[Any]
+) -> None:
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=90) as c:
         c.post("/v1/secrets", json={"name": "TOKEN", "value": "s" * 32}).raise_for_status()
         n = 0
         while time.monotonic() < until:
@@ -68,7 +80,7 @@ def soak(minutes: float, callers: int, sample_s: float, work: Path) -> dict[str,
     prof = [{"name": "plain", "share": 1.0, "standby_share": 0.0}]
     bp = BrokerProcess(work / "data", prof, gpu_slots=callers, keepalive_s=3600)
     samples: list[dict[str, float]] = []
-    counts = {"jobs": 0, "failed": 0, "refused": 0}
+    counts = {"jobs": 0, "failed": 0, "refused": 0, "caller_errors": 0}
     failures: list[Any] = []
     try:
         with httpx.Client(
@@ -134,10 +146,13 @@ def main() -> None:
     print(
         f"soak {args.minutes:g} min, {args.callers} callers: {res['counts']['jobs']} jobs"
         f" ({res['jobs_per_s']:.1f}/s), {res['counts']['failed']} failed,"
-        f" {res['counts']['refused']} bad bodies refused"
+        f" {res['counts']['refused']} bad bodies refused,"
+        f" {res['counts']['caller_errors']} callers stopped by an error"
     )
     print(f"broker RSS {s['rss_mb']:.1f} MB at {s['t_s']:.0f} s -> {e['rss_mb']:.1f} MB at end")
     print(f"broker open fds {s['fds']} -> {e['fds']}   ({args.out})")
+    if res["counts"]["failed"] or res["counts"]["caller_errors"]:
+        raise SystemExit(f"soak: failures: {res['failures'][:3]}")
 
 
 if __name__ == "__main__":

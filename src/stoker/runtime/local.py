@@ -798,5 +798,6 @@ class LocalRuntime:
         for rec in self._pods.values():
             rec.grace_until = 0.0
         for pod in sorted(self._pods):
-            if not self._pods[pod].stopping:
+            rec = self._pods.get(pod)  # a stop under way meanwhile may have removed it
+            if rec is not None and not rec.stopping:
                 await self.stop_pod(pod)
