@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from api_rig import wait_finished
 from stoker.broker.auth import hash_token, new_token
 from stoker.broker.config import BrokerConfig, BrokerProfile, ForecastConfig, SpotConfig
 from stoker.broker.embedded import EmbeddedBroker
@@ -100,18 +101,8 @@ def _submit(api: httpx.Client, tag: str, code: str = "pass") -> str:
     return str(r.json()["id"])
 
 
-def _wait(api: httpx.Client, job: str, timeout_s: float = 60.0) -> dict[str, Any]:
-    """The job once finished (a wait also returns when the job is re-queued: wait again)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left = max(0.0, deadline - time.monotonic())
-        row = dict(api.get(f"/v1/jobs/{job}/wait", params={"timeout_s": left}).json())
-        if row["state"] == "finished" or left == 0.0:
-            return row
-
-
 def _run(api: httpx.Client, tag: str, code: str = "pass") -> dict[str, Any]:
-    return _wait(api, _submit(api, tag, code))
+    return wait_finished(api, _submit(api, tag, code))
 
 
 def _sign_in(driver: Any, eb: EmbeddedBroker) -> None:
@@ -421,7 +412,7 @@ def test_gpu_pool_panel_shows_a_live_preemption_and_forecast(
             "/v1/jobs", json={**body, "argv": ["python", "-c", hp_code], "job_class": "hp"}
         ).json()["id"]
         for job in (hp, spot):  # the spot job runs again after the HP job and ends
-            row = _wait(admin, job)
+            row = wait_finished(admin, job)
             assert row["state"] == "finished" and row["exit_code"] == 0, row
         assert admin.get(f"/v1/jobs/{spot}").json()["requeues"] == 1
 

@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
+from api_rig import wait_finished
 from stoker.broker.config import BrokerConfig, BrokerProfile
 from stoker.broker.embedded import EmbeddedBroker
 from stoker.broker.events_log import outcome
@@ -51,16 +52,6 @@ def _submit(api: httpx.Client, tag: str, code: str = "pass") -> str:
     r = api.post("/v1/jobs", json=body)
     assert r.status_code == 201, r.text
     return str(r.json()["id"])
-
-
-def _wait(api: httpx.Client, job_id: str, timeout_s: float = 60.0) -> dict[str, Any]:
-    """The job once finished (a wait also returns when the job is re-queued: wait again)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left = max(0.0, deadline - time.monotonic())
-        row = dict(api.get(f"/v1/jobs/{job_id}/wait", params={"timeout_s": left}).json())
-        if row["state"] == "finished" or left == 0.0:
-            return row
 
 
 def _running(admin: httpx.Client, job_id: str, timeout_s: float = 30.0) -> None:
@@ -123,7 +114,7 @@ def test_metrics_equal_what_the_api_reports(broker: EmbeddedBroker) -> None:
     assert admin.get(f"/v1/jobs/{queued}").json()["state"] == "queued"
     for j in (queued, *sleepers):
         assert admin.post(f"/v1/jobs/{j}/cancel").status_code == 200
-        _wait(admin, j)
+        wait_finished(admin, j)
     # the agent loop: a cold start, then warm hits; another caller; a failing job
     for api, tag, code in [
         (a, "x", "pass"),
@@ -133,7 +124,7 @@ def test_metrics_equal_what_the_api_reports(broker: EmbeddedBroker) -> None:
         (b, "y", "raise SystemExit(3)"),
         (a, "x", "pass"),
     ]:
-        _wait(api, _submit(api, tag, code))
+        wait_finished(api, _submit(api, tag, code))
 
     jobs = admin.get("/v1/jobs", params={"limit": 1000}).json()
     states = [(j["id"], j["state"], j["requeues"], j["requeue_reason"]) for j in jobs]
@@ -183,9 +174,9 @@ def test_events_say_why_and_stay_in_their_tenant(broker: EmbeddedBroker) -> None
     admin = _api(broker, broker.admin_token)
     a, a_token = _tenant(broker, "a")
     b, _ = _tenant(broker, "b")
-    first = _wait(a, _submit(a, "loop"))
-    second = _wait(a, _submit(a, "loop"))
-    other = _wait(b, _submit(b, "mine"))
+    first = wait_finished(a, _submit(a, "loop"))
+    second = wait_finished(a, _submit(a, "loop"))
+    other = wait_finished(b, _submit(b, "mine"))
     assert (first["path"], second["path"]) == ("cold", "warm")
 
     ev = a.get("/v1/events", params={"job": first["id"]}).json()
@@ -228,12 +219,12 @@ def test_events_survive_a_restart(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path)
     with EmbeddedBroker(cfg) as eb:
         a, token = _tenant(eb, "a")
-        job = _wait(a, _submit(a, "t"))
+        job = wait_finished(a, _submit(a, "t"))
         before = a.get("/v1/events", params={"job": job["id"]}).json()
     with EmbeddedBroker(cfg) as eb:
         a = _api(eb, token)
         assert a.get("/v1/events", params={"job": job["id"]}).json() == before
-        nxt = _wait(a, _submit(a, "t"))
+        nxt = wait_finished(a, _submit(a, "t"))
         ev = a.get("/v1/events", params={"job": nxt["id"]}).json()
         assert ev[0]["seq"] > before[-1]["seq"]
         # the first broker stopped its pods on the way out: the new one found the tag's
@@ -308,7 +299,7 @@ def test_handover_is_measured_as_the_api_times_it(tmp_path: Path) -> None:
         _running(admin, first)
         second = _submit(b, "y")
         assert admin.get(f"/v1/jobs/{second}").json()["state"] == "queued"
-        done_a, done_b = _wait(a, first), _wait(b, second)
+        done_a, done_b = wait_finished(a, first), wait_finished(b, second)
         assert _metric(admin, "stoker_handover_seconds_count") == 1
         gap = done_b["started"] - done_a["finished"]
         assert _metric(admin, "stoker_handover_seconds_sum") == pytest.approx(gap, abs=1e-6)
@@ -318,7 +309,7 @@ def test_keepalive_expiry_is_counted_and_explains_the_next_cold_start(tmp_path: 
     with EmbeddedBroker(_cfg(tmp_path, keepalive_s=0.3)) as eb:
         admin = _api(eb, eb.admin_token)
         a, _ = _tenant(eb, "a")
-        first = _wait(a, _submit(a, "x"))
+        first = wait_finished(a, _submit(a, "x"))
         deadline = time.monotonic() + 20
         while _metric(admin, "stoker_pod_stops_total", reason="keepalive") < 1:
             assert time.monotonic() < deadline, "no keep-alive expiry counted"
@@ -327,7 +318,7 @@ def test_keepalive_expiry_is_counted_and_explains_the_next_cold_start(tmp_path: 
         assert [(e["pod"], e["reason"], e["tenant"]) for e in stopped] == [
             (first["pods"][0], "keepalive", "a")
         ]
-        nxt = _wait(a, _submit(a, "x"))
+        nxt = wait_finished(a, _submit(a, "x"))
         placed = a.get("/v1/events", params={"job": nxt["id"]}).json()
         reasons = next(e["reasons"] for e in placed if e["kind"] == "job.placed")
         assert nxt["path"] != "warm" and "last_pod_keepalive" in reasons, reasons
@@ -359,8 +350,8 @@ def test_preemptions_and_gpu_pool_gauges_equal_the_api(tmp_path: Path) -> None:
         hp_body = {"profile": "plain", "reuse_tag": "h", "job_class": "hp", "gpus": 1.0}
         r = b.post("/v1/jobs", json={**hp_body, "argv": ["python", "-c", "pass"]})
         assert r.status_code == 201, r.text
-        hp = _wait(b, r.json()["id"])
-        done = _wait(a, spot)
+        hp = wait_finished(b, r.json()["id"])
+        done = wait_finished(a, spot)
         assert hp["exit_code"] == 0 and done["exit_code"] == 0
         assert (done["requeues"], done["requeue_reason"]) == (1, "preempted")
 
