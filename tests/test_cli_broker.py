@@ -6,6 +6,7 @@ import ast
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -172,7 +173,10 @@ def test_code_honours_ignore_files(env: dict[str, str], tmp_path: Path) -> None:
 
 
 def test_demo_runs_the_loop_three_ways() -> None:
+    before = set(Path(tempfile.gettempdir()).glob("stoker-demo-*"))
     res = CliRunner().invoke(app, ["demo", "--jobs", "3", "--json"])
+    # its brokers' data dirs lived in a temporary directory that is gone now
+    assert set(Path(tempfile.gettempdir()).glob("stoker-demo-*")) <= before
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     modes = out["modes"]

@@ -97,8 +97,12 @@ def run_demo(
 ) -> dict[str, Any]:
     """An agent loop of short jobs, three ways, each on its own embedded broker; pods of
     the profile import ``preload`` once (``("torch",)`` makes a fresh pod costly, as on a
-    real GPU host)."""
-    base = Path(work_dir or tempfile.mkdtemp(prefix="stoker-demo-"))
+    real GPU host). The brokers' data dirs go under ``work_dir``, or a temporary directory
+    removed at the end."""
+    if work_dir is None:
+        with tempfile.TemporaryDirectory(prefix="stoker-demo-") as tmp:
+            return run_demo(n_jobs, preload, Path(tmp))
+    base = Path(work_dir)
     modes = [
         ("fresh pod per job", 0.0, False, lambda i: f"job-{i}"),
         ("fresh reuse tag per job", 60.0, False, lambda i: f"job-{i}"),
@@ -391,11 +395,16 @@ def run_bench(
 ) -> dict[str, Any]:
     """Measure both profiles and write ``out_dir/results.json``, then the step durations
     the simulator draws from to ``out_dir/calibration.json``; the brokers' data dirs go
-    under ``work_dir`` (a fresh temporary directory by default). ``phase`` hears the name of
-    each phase as it begins (BENCH_PHASES of them per profile, then the calibration), for a
-    progress display."""
+    under ``work_dir`` (a temporary directory removed at the end by default). ``phase``
+    hears the name of each phase as it begins (BENCH_PHASES of them per profile, then the
+    calibration), for a progress display."""
+    if work_dir is None:
+        with tempfile.TemporaryDirectory(prefix="stoker-bench-") as tmp:
+            return run_bench(
+                out_dir, warm_n, cold_n, handover_n, throughput_s, torch, Path(tmp), phase
+            )
     out_dir.mkdir(parents=True, exist_ok=True)
-    base = Path(work_dir or tempfile.mkdtemp(prefix="stoker-bench-"))
+    base = Path(work_dir)
     profiles = {"plain": []}
     if torch:
         profiles["torch-cpu"] = ["torch"]
