@@ -84,6 +84,9 @@ class Simulator:
         self._on_advance = on_advance
         self._held: list[tuple[float, float, float]] = []
         self._last_held = (-1.0, -1.0)
+        # news answered while a batch of actions is carried out, delivered after it
+        self._carrying = False
+        self._news: list[Event] = []
         self.runtime = runtime
         runtime.attach(self)
 
@@ -104,16 +107,34 @@ class Simulator:
 
     def deliver_all(self, events: Sequence[Event]) -> None:
         """Hand events of this instant to the core at once (one scheduling pass after them
-        all) and carry out the actions."""
-        self._events += len(events)
-        actions = self.core.handle_all(events, self.now)
-        for action in actions:
-            self.runtime.carry_out(action)
-        for action in actions:
-            if isinstance(action, JobEnded):
-                self.runtime.job_done(action.job)
-        self._schedule_tick()
-        self._sample_held()
+        all) and carry out the actions.
+
+        News the runtime answers with while it carries out a batch of actions (a pod of an
+        instant profile gone or ready, a killed job's ranks exited), and whatever the
+        workload submits when told of an end, is held and handed to the core as the next
+        batch, once every action of this one is carried out: the actions are carried out in
+        the order the core gave them. (Delivered at once, that news let the core start a
+        job's next run before the KillJob of its previous run was carried out, which then
+        killed the new run: Chronus's lease flush ended jobs that way.)"""
+        if self._carrying:
+            self._news.extend(events)
+            return
+        batch = list(events)
+        while batch:
+            self._events += len(batch)
+            actions = self.core.handle_all(batch, self.now)
+            self._carrying = True
+            try:
+                for action in actions:
+                    self.runtime.carry_out(action)
+                for action in actions:
+                    if isinstance(action, JobEnded):
+                        self.runtime.job_done(action.job)
+            finally:
+                self._carrying = False
+            self._schedule_tick()
+            self._sample_held()
+            batch, self._news = self._news, []
 
     def submit(self, spec: JobSpec, run_s: float) -> None:
         """Submit a job now; once bound it runs for ``run_s`` seconds."""

@@ -165,8 +165,12 @@ class TraceWorkload:
         timeline_every_s: float,
         progress: Callable[[str], None] | None,
         name: str,
+        clocks_until: float = math.inf,
     ) -> None:
+        """``clocks_until``: the forecaster's clocks and the timeline stop there (the end
+        of the window where the spot quota holds: after it no forecast changes anything)."""
         self.jobs = jobs
+        self.clocks_until = clocks_until
         self.forecaster = forecaster
         self.cadence = cadence
         self.hours = hours
@@ -192,10 +196,16 @@ class TraceWorkload:
             sim.at(t0, self._query, sim, prio=PRIO_CLOCK)
         sim.at(t0, self._sample, sim, prio=PRIO_SAMPLE)
 
-    def _active(self, sim: Simulator) -> bool:
-        # once every job is in and none waits, nothing can be queued again (only a queued
-        # HP job evicts), so the clocks stop and the running jobs play out to their ends
-        return self.next_sub < len(self.jobs) or sim.core.gangs.queued() > 0
+    def _again(
+        self, sim: Simulator, every_s: float, fn: Callable[[Simulator], None], prio: int
+    ) -> None:
+        """Run a clock's ``fn`` again ``every_s`` from now, while it can still matter: once
+        every job is in and none waits, nothing can be queued again (only a queued HP job
+        evicts), so the clocks stop and the running jobs play out to their ends; and
+        none runs at or after ``clocks_until``."""
+        busy = self.next_sub < len(self.jobs) or sim.core.gangs.queued() > 0
+        if busy and sim.now + every_s < self.clocks_until:
+            sim.after(every_s, fn, sim, prio=prio)
 
     def _next_submission(self, sim: Simulator) -> None:
         # one submission in the heap at a time keeps the heap small on a long trace
@@ -228,8 +238,7 @@ class TraceWorkload:
         self.forecaster.fit(
             {SeriesKey(t, p): meter.history((t, p), last) for t, p in keys}, int(sim.now // 60)
         )
-        if self._active(sim):
-            sim.after(self.cadence.refit_every_min * 60.0, self._refit, sim, prio=PRIO_CLOCK)
+        self._again(sim, self.cadence.refit_every_min * 60.0, self._refit, PRIO_CLOCK)
 
     def _query(self, sim: Simulator) -> None:
         assert self.forecaster is not None
@@ -257,8 +266,7 @@ class TraceWorkload:
                     for i, (tenant, pool) in enumerate(keys)
                 ]
             )
-        if self._active(sim):
-            sim.after(self.cadence.query_every_min * 60.0, self._query, sim, prio=PRIO_CLOCK)
+        self._again(sim, self.cadence.query_every_min * 60.0, self._query, PRIO_CLOCK)
 
     def _sample(self, sim: Simulator) -> None:
         core = sim.core
@@ -273,8 +281,7 @@ class TraceWorkload:
         tl["spot_used"].append(float(sum(u[JobClass.SPOT] for u in gangs.used.values())))
         tl["hp_forecast_u"].append(upper)
         tl["capacity"].append(float(core.cluster.total_gpus))
-        if self._active(sim):
-            sim.after(self.timeline_every_s, self._sample, sim, prio=PRIO_SAMPLE)
+        self._again(sim, self.timeline_every_s, self._sample, PRIO_SAMPLE)
 
 
 def simulate(
@@ -321,6 +328,10 @@ def simulate(
         timeline_every_s,
         progress,
         spec.name,
+        # the authors' forecaster runs only inside the window (``policy/gfs.py``); with the
+        # window's gate the quota does not hold after it, so no forecast there changes a
+        # decision
+        window.end if gate == "window" else math.inf,
     )
     alloc = {"window": 0.0, "total": 0.0, "cards": 0.0, "hp": 0.0}
     # the spot GPU-seconds of succeeded periods when the window opened and closed
