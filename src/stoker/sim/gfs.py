@@ -316,6 +316,7 @@ def simulate(
     # the node cost's lost-work term is over the evaluation window (the authors' timespan)
     config.cost_window_s = window.end - window.start + 1.0
     config.window = (window.start, window.end) if gate == "window" else None
+    config.arrivals_end = window.end  # the trace's jobs are those submitted before it
     cadence = cadence or (forecaster.cadence if forecaster else Cadence())
     if forecaster is not None:
         prefill_meter(core, trace, t0)

@@ -28,6 +28,9 @@ def eviction_score(n_1h: int, n_24h: int) -> float:
     return 10000.0 * max(0.0, 1.0 - 0.01 * 2.0 ** (0.8 * n_1h + 0.2 * n_24h))
 
 
+_CALM = eviction_score(0, 0)  # a node without a spot eviction in the last day
+
+
 @dataclass(slots=True)
 class NodeInfo:
     """What the scheduler keeps per node beside the Cluster's shares."""
@@ -50,6 +53,8 @@ class NodeInfo:
         return n_1h, n_24h
 
     def score_e(self, now: float) -> float:
+        if not self.evictions:
+            return _CALM  # most nodes, most of the time: no need to count
         return eviction_score(*self.recent_evictions(now))
 
 

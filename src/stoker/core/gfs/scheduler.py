@@ -93,6 +93,10 @@ class GFSConfig:
     # job starts before ``start``, the quota holds in [start, end) and none after; HP
     # preempts and Chronus flushes leases only from ``start``. None: always on (stoker's)
     window: tuple[float, float] | None = None
+    # when the last job arrives (a trace driver knows; None: any time). After it, a pool
+    # with nothing queued stays so under leases (nothing arrives, leases never preempt):
+    # its HP jobs are charged every remaining lease return at once (``_closed_leases``)
+    arrivals_end: float | None = None
 
     def __post_init__(self) -> None:
         if self.queue not in QUEUE_ORDERS:
@@ -236,6 +240,8 @@ class GangScheduler:
         self._next_eta = start + self.config.eta_every_s
         self._next_round = start
         self._next_lease = start + self.config.lease_s
+        # HP jobs whose remaining lease returns are charged at their next start
+        self._closed: dict[str, None] = {}
         self._round_due = False
         self._round_at = -math.inf
         self._active = False  # an hp or spot job was ever submitted: the clocks run
@@ -529,11 +535,44 @@ class GangScheduler:
 
     def _flush_leases(self, now: float, out: list[Action]) -> None:
         """Chronus (``chronus.py``, "Flush All Lease"): every running job, HP and spot, gives
-        its lease back at each lease boundary and the round re-places both queues."""
+        its lease back at each lease boundary and the round re-places both queues.
+
+        After the last arrival, in a pool where nothing is queued, the HP jobs return this
+        lease and are charged every later one at their start (:meth:`_closed_leases`):
+        nothing can queue there any more, so each later return re-places every job at once,
+        and flushing them again and again (every 20 minutes, for the months the longest HP
+        jobs run past the window) would change nothing but the simulation's cost."""
+        end = self.config.arrivals_end
+        quiet = set()
+        if end is not None and now + EPS >= end and self._closable():
+            quiet = {pool for pool in self.pools if not self.queued(pool)}
         for jid in sorted(self.placement):
             job = self.jobs[jid]
-            if job.state is JobState.RUNNING:
+            if job.state is JobState.RUNNING and jid not in self._closed:
+                if job.job_class is _HP and self.pool_of(job) in quiet:
+                    self._closed[jid] = None
                 self._return_lease(job, now, out)
+
+    def _closable(self) -> bool:
+        """Leases flushed exactly every ``lease_s`` (a whole number of rounds), each
+        return costing less than a round: the closed form of :meth:`_closed_leases`."""
+        c = self.config
+        rounds = c.lease_s / c.round_s
+        return abs(rounds - round(rounds)) < 1e-9 and c.lease_restart_s < c.round_s
+
+    def _closed_leases(self, job: Job, now: float) -> None:
+        """A job whose lease returns are charged at once starts now: it owes the restart
+        of every lease boundary it will run across (``lease_restart_s`` each, the next at
+        ``_next_lease``), so its run is what returning each lease would have made it."""
+        lease, restart = self.config.lease_s, self.config.lease_restart_s
+        work = job.remaining
+        # the first lease: from now to the next boundary, less this start's restart
+        first = self._next_lease - now - restart
+        if work <= first:
+            return
+        # every later lease does ``lease - restart`` of work (integral seconds here: exact)
+        rest = work - first
+        job.overhead += restart * math.ceil(rest / (lease - restart))
 
     # ------------------------------------------------------------ the pass
 
@@ -723,6 +762,8 @@ class GangScheduler:
         job.placed = now
         job.queue_s += now - job.queued_since
         job.run_start = now
+        if job.id in self._closed:
+            self._closed_leases(job, now)
         if job.first_start is None:
             job.first_start = now
         place: list[tuple[str, str, float]] = []
