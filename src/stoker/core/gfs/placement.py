@@ -12,6 +12,7 @@ import bisect
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Protocol
 
 from stoker.core.model import JobClass
@@ -101,12 +102,18 @@ def free_buckets(
 ) -> Iterator[tuple[int, list[str]]]:
     """(free count, up to SCAN_CAP nodes) per nonempty bucket in ``order``; nodes already in
     the plan count with their GPUs left after it."""
+    by_free = index.by_free
+    if not taken:  # the common case (a single worker, a gang's first): no plan to skip
+        for f in order:
+            names = by_free[f]
+            if names:
+                yield f, list(islice(names, SCAN_CAP))
+        return
     # the planned nodes by what they have left, once per call (a many-worker gang asks once
     # per worker: a scan of the plan per bucket made its planning quadratic in workers)
     rest: dict[int, list[str]] = {}
     for name, t in taken.items():
         rest.setdefault(index.nodes[name].full_free - t, []).append(name)
-    by_free = index.by_free
     for f in order:
         bucket: list[str] = []
         for name in by_free[f]:
@@ -130,13 +137,15 @@ class GFSScorer:
     def choose(
         self, index: PoolIndex, job_class: JobClass, need: int, taken: dict[str, int], now: float
     ) -> str | None:
+        spot = job_class == "spot"
+        nodes = index.nodes
         for _, bucket in free_buckets(index, need, taken, range(need, index.max_gpus + 1)):
             best = None
             best_key = None
             for name in bucket:
-                info = index.nodes[name]
+                info = nodes[name]
                 e = info.score_e(now)
-                key = (-info.used[job_class], -e if job_class == "spot" else e, info.ordinal)
+                key = (-info.used[job_class], -e if spot else e, info.ordinal)
                 if best_key is None or key < best_key:
                     best, best_key = name, key
             return best

@@ -233,6 +233,9 @@ class GangScheduler:
         # searched again until its pool's state moves on (see :meth:`_unchanged`)
         self._epoch: dict[str, int] = {}
         self._failed: dict[str, tuple[int, int, float | None, bool]] = {}
+        # the last failed free-room plan of an HP job: (job, now, pool epoch, the nodes
+        # its first workers took, the worker that found no room)
+        self._free_prefix: tuple[str, float, int, dict[str, int], int] | None = None
         # HP jobs waiting for the pods stopped to make their room, and the reverse index
         self._awaiting: dict[str, set[str]] = {}
         self._awaiting_by_pod: dict[str, str] = {}
@@ -725,9 +728,12 @@ class GangScheduler:
         taken: dict[str, int] = {}
         nodes: list[str] = []
         index = self.pools[pool]
-        for _ in range(job.spec.workers):
+        for worker in range(job.spec.workers):
             node = self.config.scorer.choose(index, job.job_class, count, taken, now)
             if node is None:
+                if job.job_class is _HP:
+                    # the reclaim that follows plans the same workers on free room first
+                    self._free_prefix = (job.id, now, self._epoch[pool], dict(taken), worker)
                 return None
             taken[node] = taken.get(node, 0) + count
             nodes.append(node)
@@ -954,7 +960,23 @@ class GangScheduler:
         idle_used: dict[str, None] = {}  # idle-only cards already counted
         stop: dict[str, Pod] = {}
         index = self.pools[pool]
-        for _ in range(job.spec.workers):
+        # the free-room plan that just failed for this HP job placed its first ``known``
+        # workers as the loop below would (no victim yet) and found no room for the next:
+        # start from there instead of planning them again (a gang's planning, twice more)
+        known = -1
+        prefix = self._free_prefix
+        if (
+            free_first
+            and not job.fractional
+            and job.job_class is _HP
+            and prefix is not None
+            and prefix[:3] == (job.id, now, self._epoch[pool])
+        ):
+            taken.update(prefix[3])
+            known = prefix[4]
+        for worker in range(job.spec.workers):
+            if worker < known:
+                continue
             # a worker that fits on free room takes it (only the rest need victims)
             if job.fractional:
                 gpu = next(
@@ -972,7 +994,11 @@ class GangScheduler:
                 # a whole-GPU plan holds whole card counts (no copy per worker: a gang of
                 # many workers made it quadratic)
                 whole = cast("dict[str, int]", taken)
-                node = self.config.scorer.choose(index, _HP, int(need), whole, now)
+                node = (
+                    None
+                    if worker == known
+                    else self.config.scorer.choose(index, _HP, int(need), whole, now)
+                )
                 if node is not None and node not in freed:
                     taken[node] = taken.get(node, 0) + int(need)
                     continue
