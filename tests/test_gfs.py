@@ -556,17 +556,17 @@ def test_forecasts_of_one_query_reach_the_pass_together(monkeypatch) -> None:
     trace = _busy_trace()
     window = Window(0.0, 86400.0, 3 * 86400.0)
     log: list[str] = []
-    set_forecast, pass_pool = GangScheduler.set_forecast, GangScheduler._pass_pool
+    set_forecast, pass_pool = Core._forecast, GangScheduler._pass_pool
 
-    def logged_set(self, pool, mean, var):
+    def logged_set(self, tenant, pool, mean, var):
         log.append("set")
-        return set_forecast(self, pool, mean, var)
+        return set_forecast(self, tenant, pool, mean, var)
 
     def logged_pass(self, pool, now, out):
         log.append("pass")
         return pass_pool(self, pool, now, out)
 
-    monkeypatch.setattr(GangScheduler, "set_forecast", logged_set)
+    monkeypatch.setattr(Core, "_forecast", logged_set)
     monkeypatch.setattr(GangScheduler, "_pass_pool", logged_pass)
 
     def runs() -> set[int]:

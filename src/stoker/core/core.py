@@ -137,6 +137,9 @@ class Core:
         # per GPU pool, each tenant's latest forecast (mean, var per hour ahead)
         self._forecasts: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
         self.forecast: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # summed per GPU pool
+        # GPU pools whose summed forecast changed and whose quota and warm cap do not yet
+        # follow it: set once after a run of forecasts (one query brings every tenant's)
+        self._forecast_pools: dict[str, None] = {}
         # pods whose stop failed: they hold their share until the runtime confirms; the stop
         # is asked again at the time given here
         self._stop_retry: dict[str, float] = {}
@@ -157,7 +160,10 @@ class Core:
         self.demand.record_until(now)
         out: list[Action] = []
         for event in events:
+            if self._forecast_pools and not isinstance(event, ForecastUpdated):
+                self._settle_forecasts()
             self._apply(event, now, out)
+        self._settle_forecasts()
         # hp and spot first (guaranteed work before loop jobs take free room), then pools
         self.gangs.schedule(now, out)
         self.warm.after(now, out)
@@ -530,7 +536,8 @@ class Core:
         self, tenant: str, gpu_model: str, mean: tuple[float, ...], var: tuple[float, ...]
     ) -> None:
         """Sum the tenants' forecasts of a GPU pool (means and variances add: tenants are
-        taken as independent) into its spot quota and the warm budget's HP cap."""
+        taken as independent); its spot quota and the warm budget's HP cap follow
+        (:meth:`_settle_forecasts`)."""
         if len(mean) != len(var) or not mean:
             raise CoreError("forecast: mean and var need the same, nonzero length")
         per = self._forecasts.setdefault(gpu_model, {})
@@ -553,7 +560,16 @@ class Core:
                 total_var -= old[1]
             per[tenant] = new
         self.forecast[gpu_model] = (total_mean, total_var)
-        self.gangs.set_forecast(gpu_model, total_mean, total_var)
+        self._forecast_pools[gpu_model] = None
+
+    def _settle_forecasts(self) -> None:
+        """The spot quota and the warm budget's cap follow the pools' summed forecasts
+        (once per pool for a query's many tenants: nothing reads them in between)."""
+        if not self._forecast_pools:
+            return
+        for pool in self._forecast_pools:
+            self.gangs.set_forecast(pool, *self.forecast[pool])
+        self._forecast_pools = {}
         self._cap_warm()
 
     def _cap_warm(self) -> None:
