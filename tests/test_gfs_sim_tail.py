@@ -86,11 +86,20 @@ def test_closed_form_leases_end_every_job_where_flushing_would(monkeypatch) -> N
     lease would make it (on far fewer events)."""
     trace = _tail_trace()
     window = Window(0.0, 0.0, 86400.0)
+    charged: list[str] = []
+    closed_leases = GangScheduler._closed_leases
+
+    def spy(self, job, now):
+        charged.append(job.id)
+        closed_leases(self, job, now)
+
+    monkeypatch.setattr(GangScheduler, "_closed_leases", spy)
     closed, closed_core = _run(trace, "chronus", window)
-    assert closed_core.gangs._closed  # the tail's long HP jobs were charged at once
+    assert charged  # the tail's long HP jobs were charged at once
+    charged.clear()
     monkeypatch.setattr(GangScheduler, "_closable", lambda self: False)
     flushed, flushed_core = _run(trace, "chronus", window)
-    assert not flushed_core.gangs._closed
+    assert not charged
     record = lambda core: {  # noqa: E731
         j.id: (j.finished, j.queue_s, j.first_start, j.periods_ok) for j in core.jobs.values()
     }

@@ -228,10 +228,14 @@ class GangScheduler:
         self.placement: dict[str, list[tuple[str, str, float]]] = {}  # job -> (node, gpu, share)
         self.settled: dict[str, int] = {}  # guarantee periods already counted, current run
         self._dirty: dict[str, None] = {}
-        # per pool, bumped whenever what a start or a reclaim can find there changes (a
-        # node's shares or books, a pod turning ready); a job whose search failed is not
-        # searched again until its pool's state moves on (see :meth:`_unchanged`)
+        # per pool, bumped whenever a node's shares or books change there
         self._epoch: dict[str, int] = {}
+        # per pool, bumped only when a failed start or reclaim could now succeed there:
+        # cards freed, a spot job placed or running (a victim), a pod turning ready, a node
+        # joining or leaving. A job whose search failed is not searched again until it
+        # moves (:meth:`_state`): a start takes room and a release leaves its cards held
+        # until its pods are gone, neither of which makes a failed search succeed
+        self._grown: dict[str, int] = {}
         self._failed: dict[str, tuple[int, int, float | None, bool]] = {}
         # the last failed free-room plan of an HP job: (job, now, pool epoch, the nodes
         # its first workers took, the worker that found no room)
@@ -267,7 +271,7 @@ class GangScheduler:
         first time its queues and spot quota."""
         self._add(node)
         self._resize(node.gpu_model)
-        self._epoch[node.gpu_model] += 1  # room a failed search did not see
+        self._grown[node.gpu_model] += 1  # room a failed search did not see
 
     def _add(self, node: Node) -> None:
         pool = node.gpu_model
@@ -276,6 +280,7 @@ class GangScheduler:
             self.pools[pool] = PoolIndex(pool, 0)
             self.queues[pool] = {_HP: _Queue(order, _HP), _SPOT: _Queue(order, _SPOT)}
             self._epoch[pool] = 0
+            self._grown[pool] = 0
             self.used[pool] = {_HP: 0.0, _SPOT: 0.0}
             self.ledgers[pool] = GuaranteeLedger()
             self.running_spot[pool] = {}
@@ -302,7 +307,7 @@ class GangScheduler:
         index.spot_nodes.pop(name, None)
         del self.node_jobs[name]
         self._resize(info.pool)
-        self._epoch[info.pool] += 1
+        self._grown[info.pool] += 1
 
     def _resize(self, pool: str) -> None:
         """The pool's capacity changed: its spot quota follows (from its forecast, if any)."""
@@ -346,6 +351,7 @@ class GangScheduler:
         return any(self.pool_of(self.jobs[j]) == pool for j in self._awaiting)
 
     def cancel(self, job: Job, now: float, out: list[Action]) -> None:
+        self._closed.pop(job.id, None)
         if job.state is JobState.QUEUED:
             self._awaiting_clear(job.id)
             self._failed.pop(job.id, None)
@@ -365,7 +371,7 @@ class GangScheduler:
         job = self.jobs[pod.pending_job]
         pod.pending_job = None
         pod.job = job.id
-        self._epoch[self.pool_of(job)] += 1  # a ready pod's job may be a victim now
+        self._grown[self.pool_of(job)] += 1  # a ready pod's job may be a victim now
         self.host.move_pod(pod, PodState.ACTIVE, now)
         if job.state is JobState.PLACED and all(
             self.pods[p].state is PodState.ACTIVE for p in job.pods
@@ -399,7 +405,7 @@ class GangScheduler:
     def started(self, job: Job, now: float) -> None:
         """Every rank runs: the run's clock starts (guarantee periods, lost work)."""
         job.run_start = now
-        self._epoch[self.pool_of(job)] += 1
+        self._grown[self.pool_of(job)] += 1  # a running spot job is a victim by its age
 
     def finish(
         self, job: Job, exit_code: int, failure: Failure | None, now: float, out: list[Action]
@@ -413,6 +419,7 @@ class GangScheduler:
             last = ran - (ran // self.config.guarantee_s) * self.config.guarantee_s
             self._settle_ok(job, now, self._earned(job, now), last)
         self.settled.pop(job.id, None)
+        self._closed.pop(job.id, None)
         job.remaining = 0.0
         self._stop_pods(job, "job_ended", now, out)
         self.host.end_job(job, failure, exit_code, now, out)
@@ -690,17 +697,18 @@ class GangScheduler:
             self._start(job, plan, now, out)
             return _STARTED
         self._reclaim(job, now, out)
+        self._free_prefix = None  # read by that reclaim only
         self._remember_failure(job, pool, state, now)
         return _NO_ROOM
 
     def _state(self, pool: str, now: float) -> tuple[int, int, float | None, bool]:
-        """What a search for room in ``pool`` reads: the pool's epoch, the warm pools' (idle
+        """What a search for room in ``pool`` reads: the pool's growth, the warm pools' (idle
         pods anywhere), the time where spot younger than ``min_runtime_s`` is spared (its
         victims then change with the clock alone), and whether the window's gate lets HP
         preempt yet."""
         timed = now if self.config.min_runtime_s > 0 else None
         gate = self.config.window
-        return (self._epoch[pool], self.host.warm.epoch, timed, gate is None or now >= gate[0])
+        return (self._grown[pool], self.host.warm.epoch, timed, gate is None or now >= gate[0])
 
     def _remember_failure(
         self, job: Job, pool: str, state: tuple[int, int, float | None, bool], now: float
@@ -796,7 +804,7 @@ class GangScheduler:
             info.used[cls] += sum(s for n, _, s in place if n == node)
             if cls is _SPOT:
                 self.node_jobs[node][job.id] = None
-            self._refresh(info)
+            self._refresh(info, grown=cls is _SPOT)  # spot work: a victim an HP job may take
         if cls is _SPOT:
             self.running_spot[pool][job.id] = None
 
@@ -829,13 +837,17 @@ class GangScheduler:
         if touched:
             for node, freed in touched.items():
                 info = self.nodes[node]
-                self._refresh(info)
+                self._refresh(info, grown=freed)
                 if freed:
                     self._dirty[info.pool] = None
             touched.clear()
 
-    def _refresh(self, info: NodeInfo) -> None:
+    def _refresh(self, info: NodeInfo, grown: bool = False) -> None:
+        """The node's free-count bucket follows its cards; ``grown``: a failed search
+        there may succeed now."""
         self._epoch[info.pool] += 1
+        if grown:
+            self._grown[info.pool] += 1
         free = sum(1 for g in self.cluster.nodes[info.name].gpus if g.used < EPS)
         self.busy_cards += info.full_free - free
         self.pools[info.pool].move(info, free)
