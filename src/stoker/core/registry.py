@@ -13,7 +13,9 @@ presets (GFS's paper and ablations; Firepool's warm defaults): ``gfs`` (default)
 ``yarn-cs``, ``chronus``, ``lyra``, ``fgd`` (each gated by GFS's forecast quota, as the
 authors' simulator runs them; ``yarn-cs-noquota``, ``lyra-noquota``, ``fgd-noquota``:
 ungated), ``static-quota``,
-``min-runtime``, ``gfs-naive``, ``gfs-fixed-eta``.
+``min-runtime``, ``gfs-naive``, ``gfs-fixed-eta``, ``gfs-simple-placement`` and
+``gfs-simple-preemption`` (the paper's ablations of its scheduler's two halves), and
+``gfs-small-first`` (stoker's own: GFS with spot queued smallest request first).
 """
 
 from __future__ import annotations
@@ -175,6 +177,26 @@ _PRESETS: dict[str, _Entry] = {
             name="gfs-fixed-eta",
             quota=lambda p: ForecastQuota(p.g, p.guarantee_s, fixed_eta=True),
         ),
+        "default",
+    ),
+    # the paper's ablations of its preemptive task scheduler, each half swapped for the
+    # baselines' plain part (the authors' code: ``policy/placer/consolidate.py``, the
+    # placer every other policy uses, and ``fifo_spot.py``'s cost-free victims)
+    "gfs-simple-placement": (
+        _gangs(
+            name="gfs-simple-placement", quota=_forecast_quota, scorer=lambda p: BestFitScorer()
+        ),
+        "default",
+    ),
+    "gfs-simple-preemption": (
+        _gangs(
+            name="gfs-simple-preemption", quota=_forecast_quota, victims=lambda p: FifoVictims()
+        ),
+        "default",
+    ),
+    # stoker's own (beyond the paper): GFS with spot queued smallest request first
+    "gfs-small-first": (
+        _gangs(name="gfs-small-first", quota=_forecast_quota, queue="size-small-spot"),
         "default",
     ),
     # the paper's baselines: as the authors' simulator builds them, spot gated by the same
