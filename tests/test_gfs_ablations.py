@@ -4,6 +4,7 @@ part it swaps, and only there."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from stoker.core.gfs.placement import BestFitScorer, GFSScorer
@@ -20,6 +21,7 @@ from test_gfs_fidelity import _queued
         ("gfs-simple-placement", BestFitScorer, GFSVictims, "size"),
         ("gfs-simple-preemption", GFSScorer, FifoVictims, "size"),
         ("gfs-small-first", GFSScorer, GFSVictims, "size-small-spot"),
+        ("gfs-eta-slack", GFSScorer, GFSVictims, "size"),
     ],
 )
 def test_each_variant_swaps_one_part_of_gfs(
@@ -67,3 +69,19 @@ def test_small_first_starts_the_small_spot_jobs_gfs_holds_back() -> None:
     # and c, then b (3) does not fit
     assert _queued("gfs", 3, jobs) == ["b"]
     assert _queued("gfs-small-first", 3, jobs) == ["a", "c"]
+
+
+def test_eta_slack_lends_past_the_forecast_while_evictions_stay_low() -> None:
+    caps = {}
+    for name in ("gfs", "gfs-eta-slack"):
+        quota = preset(name).policies.gangs.quota
+        for _ in range(4):  # four hours without an eviction while spot waits
+            quota.feedback("A", 0.0, spot_waited_long=True)
+        caps[name] = quota.eta("A")
+        free = quota.quota("A", np.array([60.0]), np.array([0.0]), 100)
+        assert free == pytest.approx(40.0 * caps[name])
+    # GFS's eta stops at 1 (the forecast's free capacity); the slack variant grows to 2
+    assert caps == {"gfs": 1.0, "gfs-eta-slack": 2.0}
+    # and shrinks like GFS's once evictions pass 1.5x the target
+    quota.feedback("A", 0.3, spot_waited_long=True)
+    assert quota.eta("A") == pytest.approx(2.0 * 0.1 / 0.3)
