@@ -111,6 +111,15 @@ def _forecast_quota(p: _Params) -> ForecastQuota:
 
 
 _Entry = tuple[Callable[[_Params], Policies], str | None]
+
+
+def _gfs_variant(name: str, forecaster: str = "default", **changes: object) -> _Entry:
+    """GFS with ``changes`` to its hp/spot config (the forecast quota unless one is given),
+    fed by ``forecaster``."""
+    changes.setdefault("quota", _forecast_quota)
+    return _gangs(name=name, **changes), forecaster
+
+
 # each baseline's own parts (placement, victims, queue order), its quota aside
 _YARN: dict[str, object] = {
     "scorer": lambda p: BestFitScorer(),
@@ -171,46 +180,23 @@ _PRESETS: dict[str, _Entry] = {
     ),
     # hp and spot (warm pools keep Firepool's defaults)
     "gfs": (_firepool, "default"),
-    "gfs-naive": (
-        _gangs(name="gfs-naive", quota=lambda p: ForecastQuota(p.g, p.guarantee_s)),
-        "naive",
-    ),
-    "gfs-fixed-eta": (
-        _gangs(
-            name="gfs-fixed-eta",
-            quota=lambda p: ForecastQuota(p.g, p.guarantee_s, fixed_eta=True),
-        ),
-        "default",
+    "gfs-naive": _gfs_variant("gfs-naive", "naive"),
+    "gfs-fixed-eta": _gfs_variant(
+        "gfs-fixed-eta", quota=lambda p: ForecastQuota(p.g, p.guarantee_s, fixed_eta=True)
     ),
     # the paper's ablations of its preemptive task scheduler, each half swapped for the
     # baselines' plain part (the authors' code: ``policy/placer/consolidate.py``, the
     # placer every other policy uses, and ``fifo_spot.py``'s cost-free victims)
-    "gfs-simple-placement": (
-        _gangs(
-            name="gfs-simple-placement", quota=_forecast_quota, scorer=lambda p: BestFitScorer()
-        ),
-        "default",
-    ),
-    "gfs-simple-preemption": (
-        _gangs(
-            name="gfs-simple-preemption", quota=_forecast_quota, victims=lambda p: FifoVictims()
-        ),
-        "default",
-    ),
+    "gfs-simple-placement": _gfs_variant("gfs-simple-placement", scorer=lambda p: BestFitScorer()),
+    "gfs-simple-preemption": _gfs_variant("gfs-simple-preemption", victims=lambda p: FifoVictims()),
     # stoker's own (beyond the paper): eta may grow to 2 while evictions stay under half the
     # target, so the quota lends spot the slack a cautious forecast leaves
-    "gfs-eta-slack": (
-        _gangs(
-            name="gfs-eta-slack",
-            quota=lambda p: ForecastQuota(p.g, p.guarantee_s, eta_ceiling=ETA_SLACK_CEILING),
-        ),
-        "default",
+    "gfs-eta-slack": _gfs_variant(
+        "gfs-eta-slack",
+        quota=lambda p: ForecastQuota(p.g, p.guarantee_s, eta_ceiling=ETA_SLACK_CEILING),
     ),
     # stoker's own (beyond the paper): GFS with spot queued smallest request first
-    "gfs-small-first": (
-        _gangs(name="gfs-small-first", quota=_forecast_quota, queue="size-small-spot"),
-        "default",
-    ),
+    "gfs-small-first": _gfs_variant("gfs-small-first", queue="size-small-spot"),
     # the paper's baselines: as the authors' simulator builds them, spot gated by the same
     # forecast quota as GFS (fifo_spot.py, lyra.py, fgd.py; chronus.py has none)
     **_baseline("yarn-cs", _YARN),
