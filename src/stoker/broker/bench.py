@@ -81,6 +81,21 @@ def _until(pred: Callable[[], bool], timeout_s: float) -> None:
         time.sleep(0.02)
 
 
+def _settle(admin: Client, quiet_s: float = 5.0, timeout_s: float = 300.0) -> None:
+    """Wait until no pod is starting and the pods have stayed as they are for ``quiet_s``
+    (the broker stages standby pods a while after the first jobs)."""
+    deadline = time.monotonic() + timeout_s
+    last, since = None, time.monotonic()
+    while time.monotonic() < deadline:
+        now = sorted((p["id"], p["state"]) for p in admin.pods())
+        if now != last:
+            last, since = now, time.monotonic()
+        elif all(s != "starting" for _, s in now) and time.monotonic() - since >= quiet_s:
+            return
+        time.sleep(0.1)
+    raise TimeoutError("bench: the pods did not settle (a pod keeps starting?)")
+
+
 def _starts(rows: list[dict[str, Any]], path: str | None = None) -> list[float]:
     return [
         r["start_latency_ms"]
@@ -318,10 +333,54 @@ THROUGHPUT_PODS = 4  # warm pods the callers share (caller i runs in pod i % 4)
 THROUGHPUT_CALLERS = (4, 16)
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds (user + system) process ``pid`` has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _stat(pid: int) -> list[str]:
+    """``/proc/PID/stat``'s fields after the command name (field 3 of proc(5) first)."""
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+
+
+def cpu_seconds(pid: int, children: bool = False) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far; with ``children``,
+    plus what its children that it has reaped used."""
+    fields = _stat(pid)
+    ticks = int(fields[11]) + int(fields[12])
+    if children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def pod_cpu_seconds(broker_pid: int) -> dict[str, float]:
+    """CPU seconds the pods of broker ``broker_pid`` have used so far (its processes'
+    descendants): ``agent`` (each pod's agent process itself) and ``jobs`` (everything
+    else: the sandbox's init, the zygote and the spares it forked and reaped, each job's
+    own process among them). Differences of two readings are what ran in between (a pod
+    that started or stopped meanwhile makes them wrong: read around warm pods only)."""
+    parent: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                parent[int(name)] = int(_stat(int(name))[1])
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+    kids: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        kids.setdefault(ppid, []).append(pid)
+    out = {"agent": 0.0, "jobs": 0.0}
+    todo = [(k, False) for k in kids.get(broker_pid, [])]
+    while todo:
+        pid, under_agent = todo.pop()
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            agent = not under_agent and argv[1:3] == [b"-m", b"stoker.agent"]
+            # a live process's own CPU and its reaped children's: never counted twice,
+            # since a live process is nobody's reaped child
+            own = cpu_seconds(pid, children=not agent)
+            if agent:  # its reaped children (a scrub's helper) are the jobs' side
+                out["jobs"] += cpu_seconds(pid, children=True) - own
+        except (OSError, IndexError, ValueError):
+            continue
+        out["agent" if agent else "jobs"] += own
+        todo += [(k, under_agent or agent) for k in kids.get(pid, [])]
+    return out
 
 
 def _throughput(
@@ -338,6 +397,10 @@ def _throughput(
     try:
         for i, c in enumerate(clients[:pods]):
             c.run(profile, TRIVIAL, reuse_tag=f"w{i}").result(120)  # warm each pod
+        # and let the standby pods the broker stages beside them finish starting (a torch
+        # pod's import takes seconds of CPU): the window measures warm jobs, nothing else
+        with Client(bp.url, bp.admin_token) as admin:
+            _settle(admin)
 
         def worker(i: int) -> tuple[list[float], int]:
             took, errors = [], 0
@@ -353,11 +416,13 @@ def _throughput(
                 errors += not ok
             return took, errors
 
-        t0, cpu0, own0 = time.perf_counter(), cpu_seconds(bp.proc.pid), time.process_time()
+        pods0, t0 = pod_cpu_seconds(bp.proc.pid), time.perf_counter()
+        cpu0, own0 = cpu_seconds(bp.proc.pid), time.process_time()
         with ThreadPoolExecutor(callers) as ex:
             done = list(ex.map(worker, range(callers)))
         wall = time.perf_counter() - t0
         cpu, own = cpu_seconds(bp.proc.pid) - cpu0, time.process_time() - own0
+        pods1 = pod_cpu_seconds(bp.proc.pid)
     finally:
         for c in clients:
             c.close()
@@ -373,6 +438,9 @@ def _throughput(
         "call_ms_p99": percentile(calls, 0.99),
         "broker_cpu_ms_per_job": cpu * 1000.0 / max(len(calls), 1),
         "client_cpu_ms_per_job": own * 1000.0 / max(len(calls), 1),
+        "agent_cpu_ms_per_job": (pods1["agent"] - pods0["agent"]) * 1000.0 / max(len(calls), 1),
+        # the pod's other processes: its zygote, the spares it forked, the jobs themselves
+        "jobs_cpu_ms_per_job": (pods1["jobs"] - pods0["jobs"]) * 1000.0 / max(len(calls), 1),
     }
 
 
