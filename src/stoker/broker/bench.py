@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 import uuid
+import zipfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -238,6 +239,7 @@ def _bench_profile(
     handover_n: int,
     throughput_s: float,
     phase: Callable[[str], None],
+    deps_n: int = 10,
 ) -> dict[str, Any]:
     res: dict[str, Any] = {"preload": preload}
     phase(f"{name}: warm and cold starts")
@@ -315,6 +317,8 @@ def _bench_profile(
         "n": len(handovers),
         "paths": {p: sum(1 for r in hand if r["path"] == p) for p in ("warm", "standby", "cold")},
     }
+    phase(f"{name}: a job's extra dependency, imported once per warm pod")
+    res["deps_layer"] = _deps_layer(base, name, preload, deps_n)
     # throughput: trivial jobs into warm pods, from several callers at once
     phase(f"{name}: throughput")
     bp = BrokerProcess(base / f"{name}-throughput", [prof], gpu_slots=THROUGHPUT_PODS)
@@ -327,6 +331,68 @@ def _bench_profile(
     finally:
         bp.stop()
     return res
+
+
+# a stand-in for a caller's extra dependency that takes a while to import: standard modules
+# the zygote has not imported, and a module body of many functions (compiled afresh at each
+# import: uv installs no bytecode)
+_DEP_MODULES = ("decimal", "difflib", "email.mime.multipart", "http.server", "pydoc", "unittest")
+_DEP_BODY = "".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(3000))
+
+
+def pure_wheel(where: Path, name: str, init: str) -> Path:
+    """A pure-Python wheel of package ``name`` whose ``__init__.py`` is ``init``, built by
+    hand (no build backend, no network) so that ``--find-links`` serves it offline."""
+    dist = f"{name}-0.1.dist-info"
+    files = {
+        f"{name}/__init__.py": init,
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: stoker\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
+    }
+    path = where / f"{name}-0.1-py3-none-any.whl"
+    where.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as zf:
+        for n, text in files.items():
+            zf.writestr(n, text)
+        zf.writestr(f"{dist}/RECORD", "".join(f"{n},,\n" for n in files) + f"{dist}/RECORD,,\n")
+    return path
+
+
+def _deps_layer(base: Path, name: str, preload: list[str], n: int) -> dict[str, Any]:
+    """What the deps layer saves: one caller's calls of a job with an extra dependency into
+    its warm pod. The first call installs the dependency (uv, offline) and imports it in
+    the job, as a pod without the layer does on every call; the pod then keeps it imported
+    (its deps layer) and later calls fork with it done. Each job times its own import."""
+    dep = "stokerbenchdep"
+    wheels = base / f"{name}-wheels"
+    pure_wheel(wheels, dep, "".join(f"import {m}\n" for m in _DEP_MODULES) + _DEP_BODY)
+    took = "print((time.perf_counter() - t) * 1e3)"
+    argv = ["python", "-c", f"import time; t = time.perf_counter(); import {dep}; {took}"]
+    settings = {"find_links": [str(wheels)], "no_index": True}
+    prof = {"name": name, "preload": preload, "share": 1.0, "standby_share": 0.0}
+    bp = BrokerProcess(base / f"{name}-deps", [prof], gpu_slots=1, settings=settings)
+    calls: list[tuple[float, float]] = []  # (call ms, import ms in the job)
+    try:
+        with _tenant_client(bp.url, bp.admin_token, "bench") as c:
+            c.run(name, TRIVIAL, reuse_tag="deps").result(120)  # the warm pod, no deps yet
+            for _ in range(n + 1):
+                t0 = time.perf_counter()
+                r = c.run(name, argv, reuse_tag="deps", deps=[dep]).result(300)
+                if not r.ok:
+                    raise RuntimeError(f"bench: the deps job failed: {r.stderr.decode()[-500:]}")
+                calls.append(((time.perf_counter() - t0) * 1e3, float(r.stdout.decode())))
+    finally:
+        bp.stop()
+    later = calls[1:]
+    return {
+        "n": len(later),
+        "modules": list(_DEP_MODULES),
+        "first_call_ms": calls[0][0],  # with the install
+        "first_import_ms": calls[0][1],  # what a pod without the layer pays per call
+        "later_call_ms_p50": percentile([c for c, _ in later], 0.5),
+        "later_import_ms_p50": percentile([i for _, i in later], 0.5),
+    }
 
 
 THROUGHPUT_PODS = 4  # warm pods the callers share (caller i runs in pod i % 4)
@@ -444,7 +510,7 @@ def _throughput(
     }
 
 
-BENCH_PHASES = 3  # warm and cold, standby and handover, throughput
+BENCH_PHASES = 4  # warm and cold, standby and handover, deps layer, throughput
 
 
 def _quiet(_: str) -> None:
