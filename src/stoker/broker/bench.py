@@ -414,12 +414,12 @@ def cpu_seconds(pid: int, children: bool = False) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def pod_cpu_seconds(broker_pid: int) -> dict[str, float]:
-    """CPU seconds the pods of broker ``broker_pid`` have used so far (its processes'
-    descendants): ``agent`` (each pod's agent process itself) and ``jobs`` (everything
-    else: the sandbox's init, the zygote and the spares it forked and reaped, each job's
-    own process among them). Differences of two readings are what ran in between (a pod
-    that started or stopped meanwhile makes them wrong: read around warm pods only)."""
+def pod_cpu_seconds(broker_pid: int) -> dict[tuple[int, str], float]:
+    """CPU seconds each process of the pods of broker ``broker_pid`` (its descendants) has
+    used so far, keyed by (pid, role): ``agent`` (a pod's agent process itself) or ``jobs``
+    (everything else: the sandbox's init, the zygote with the spares it forked and reaped,
+    each job's own process among them). :func:`pod_cpu_used` turns two readings into what
+    ran in between."""
     parent: dict[int, int] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -430,7 +430,7 @@ def pod_cpu_seconds(broker_pid: int) -> dict[str, float]:
     kids: dict[int, list[int]] = {}
     for pid, ppid in parent.items():
         kids.setdefault(ppid, []).append(pid)
-    out = {"agent": 0.0, "jobs": 0.0}
+    out: dict[tuple[int, str], float] = {}
     todo = [(k, False) for k in kids.get(broker_pid, [])]
     while todo:
         pid, under_agent = todo.pop()
@@ -439,14 +439,27 @@ def pod_cpu_seconds(broker_pid: int) -> dict[str, float]:
             agent = not under_agent and argv[1:3] == [b"-m", b"stoker.agent"]
             # a live process's own CPU and its reaped children's: never counted twice,
             # since a live process is nobody's reaped child
-            own = cpu_seconds(pid, children=not agent)
-            if agent:  # its reaped children (a scrub's helper) are the jobs' side
-                out["jobs"] += cpu_seconds(pid, children=True) - own
+            total = cpu_seconds(pid, children=True)
+            own = cpu_seconds(pid) if agent else total
         except (OSError, IndexError, ValueError):
             continue
-        out["agent" if agent else "jobs"] += own
+        if agent:
+            out[(pid, "agent")] = own
+        out[(pid, "jobs")] = total - own if agent else own  # an agent's reaped helpers
         todo += [(k, under_agent or agent) for k in kids.get(pid, [])]
     return out
+
+
+def pod_cpu_used(
+    before: dict[tuple[int, str], float], after: dict[tuple[int, str], float]
+) -> dict[str, float]:
+    """CPU seconds per role between two :func:`pod_cpu_seconds` readings: a process alive
+    at both counts its difference, one started in between all it used; one that ended in
+    between (a pod stopped) is left out, its share uncounted."""
+    used = {"agent": 0.0, "jobs": 0.0}
+    for (pid, role), cpu in after.items():
+        used[role] += cpu - before.get((pid, role), 0.0)
+    return used
 
 
 def _throughput(
@@ -488,7 +501,7 @@ def _throughput(
             done = list(ex.map(worker, range(callers)))
         wall = time.perf_counter() - t0
         cpu, own = cpu_seconds(bp.proc.pid) - cpu0, time.process_time() - own0
-        pods1 = pod_cpu_seconds(bp.proc.pid)
+        pod_cpu = pod_cpu_used(pods0, pod_cpu_seconds(bp.proc.pid))
     finally:
         for c in clients:
             c.close()
@@ -504,9 +517,9 @@ def _throughput(
         "call_ms_p99": percentile(calls, 0.99),
         "broker_cpu_ms_per_job": cpu * 1000.0 / max(len(calls), 1),
         "client_cpu_ms_per_job": own * 1000.0 / max(len(calls), 1),
-        "agent_cpu_ms_per_job": (pods1["agent"] - pods0["agent"]) * 1000.0 / max(len(calls), 1),
+        "agent_cpu_ms_per_job": pod_cpu["agent"] * 1000.0 / max(len(calls), 1),
         # the pod's other processes: its zygote, the spares it forked, the jobs themselves
-        "jobs_cpu_ms_per_job": (pods1["jobs"] - pods0["jobs"]) * 1000.0 / max(len(calls), 1),
+        "jobs_cpu_ms_per_job": pod_cpu["jobs"] * 1000.0 / max(len(calls), 1),
     }
 
 
