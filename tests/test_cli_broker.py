@@ -187,6 +187,7 @@ def test_demo_runs_the_loop_three_ways() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # every phase of the bench, small: its brokers, the deps' install
 def test_bench_local_writes_results(tmp_path: Path) -> None:
     args = ["bench", "local", "--out", str(tmp_path), "--warm-n", "5", "--cold-n", "2"]
     args += ["--handover-n", "2", "--throughput-s", "1", "--no-torch", "--json"]
