@@ -112,12 +112,14 @@ def _fmt(v: Any) -> str:
 
 
 def _table(doc: dict[str, Any], table_cls: Any) -> Any:
-    t = table_cls(title="stoker sim shared: partitioned vs shared")
+    t = table_cls(title="stoker sim shared: partitioned vs shared (ablations: other warm caps)")
+    modes = list(doc["ablations"])
     t.add_column("figure")
     t.add_column("partitioned", justify="right")
     t.add_column("shared", justify="right")
     t.add_column("change", justify="right")
-    t.add_column("shared, uncapped (ablation)", justify="right")
+    for mode in modes:
+        t.add_column(mode, justify="right")
     for key, row in doc["comparison"].items():
         change = row["change_pct"]
         t.add_row(
@@ -125,6 +127,6 @@ def _table(doc: dict[str, Any], table_cls: Any) -> Any:
             _fmt(row["partitioned"]),
             _fmt(row["shared"]),
             "n/a" if change is None else f"{change:+.1f} %",
-            _fmt(row["shared_uncapped"]),
+            *(_fmt(row[mode]) for mode in modes),
         )
     return t
