@@ -25,7 +25,7 @@ def sim_shared(
     ] = 0.05,
     capacity_scale: Annotated[
         float, typer.Option(help="then this share of each model's nodes, every job kept")
-    ] = 0.5,
+    ] = 0.7,
     days: Annotated[float, typer.Option(help="measured window, days")] = 1.0,
     warm_days: Annotated[float, typer.Option(help="HP history before it, days")] = 7.0,
     burn_in_days: Annotated[float, typer.Option(help="simulated before the window")] = 0.5,
@@ -39,7 +39,7 @@ def sim_shared(
         float, typer.Option(help="agent/RL loop sessions arriving per hour")
     ] = 120.0,
     tenants: Annotated[int, typer.Option(help="loop tenants")] = 12,
-    spot_load: Annotated[float, typer.Option(help="spot arrivals x this")] = 1.0,
+    spot_load: Annotated[float, typer.Option(help="spot arrivals x this")] = 3.0,
     query_every_min: Annotated[int, typer.Option(help="forecast query cadence")] = 15,
     refit_every_min: Annotated[int, typer.Option(help="forecaster refit cadence")] = 1440,
     forecaster: Annotated[str, typer.Option(help="ridge | orglinear (torch)")] = "ridge",

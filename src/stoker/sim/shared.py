@@ -82,8 +82,9 @@ class SharedConfig:
     seed: int = 0
     # share of each GPU model's nodes kept, and of the generated hp/spot jobs
     scale: float = 0.05
-    # then this share of each model's nodes, every job kept (more contention)
-    capacity_scale: float = 0.5
+    # then this share of each model's nodes, every job kept (more contention): 0.7 leaves
+    # the warm pools' GPU model contended but not saturated (docs/shared-sim.md)
+    capacity_scale: float = 0.7
     days: float = 1.0  # the measured window
     warm_days: float = 7.0  # HP history before it (the forecaster's first fit)
     burn_in_days: float = 0.5  # simulated before the window, to fill the cluster
@@ -91,7 +92,7 @@ class SharedConfig:
     pool_model: str | None = None  # the warm pools' GPU model (None: the largest model)
     sessions_per_hour: float = 120.0  # loop sessions arriving per hour of the window
     tenants: int = 12
-    spot_load: float = 1.0  # spot arrivals x this (``stoker sim gfs --load``)
+    spot_load: float = 3.0  # spot arrivals x this (``stoker sim gfs --load``)
     query_every_min: int = 15
     refit_every_min: int = 1440
     forecaster: str = "ridge"
