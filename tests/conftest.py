@@ -116,11 +116,18 @@ class Driver:
             self.send(PodGone(pid))
 
     def settle(self) -> None:
-        """Answer everything outstanding until quiet: pods ready, jobs started, pods gone."""
-        while self.starting or self.binding or self.stopping:
+        """Answer everything outstanding until quiet: pods ready, jobs started, pods gone.
+
+        A core that keeps starting and stopping pods at one instant never gets quiet: that
+        livelock fails here, with the last decisions, instead of hanging the test."""
+        for _ in range(1_000):
+            if not (self.starting or self.binding or self.stopping):
+                return
             self.ready()
             self.start()
             self.gone()
+        tail = "\n".join(f"{at:.3f} {ev} -> {acts}" for at, ev, acts in self.log[-12:])
+        raise AssertionError(f"the core did not settle at t={self.now}; last decisions:\n{tail}")
 
     def run(self, tenant: str = "t", tag: str = "a", profile: str = "p") -> str:
         """Submit a job, bring it to running and return its id."""

@@ -24,7 +24,8 @@ from stoker.core import (
     StartPod,
     StopPod,
 )
-from stoker.core.model import JobClass, JobState, PodState
+from stoker.core.model import GPU, JobClass, JobState, Node, PodState
+from stoker.core.reconcile import node_events
 
 A100, H100 = "A100", "H100"
 
@@ -100,3 +101,25 @@ def test_a_node_back_with_another_shape_replaces_the_old() -> None:
     assert [s.node for s in _starts(out)] == ["n"]
     assert core.cluster.capacity == {A100: 4}
     core.check()
+
+
+def test_node_events_bring_the_core_to_the_discovered_cluster() -> None:
+    """After a restart the core learns, from its own pure answer, the nodes that joined,
+    changed shape or left while no broker watched; nodes that match give no event, so a
+    replayed cluster that already agrees is left alone."""
+    core = _core()
+    for name, model, gpus in (("a1", A100, 8), ("a2", A100, 8), ("h1", H100, 4)):
+        core.handle(NodeAdded(name, model, gpus, 16.0), 0.0)
+    seen = [
+        Node("a1", A100, [GPU(f"a1/{i}", "a1", i, A100) for i in range(8)], 16.0),
+        Node("a2", A100, [GPU(f"a2/{i}", "a2", i, A100) for i in range(4)], 16.0),  # lost 4
+        Node("b1", H100, [GPU(f"b1/{i}", "b1", i, H100) for i in range(2)], 8.0),  # new
+    ]
+    events = node_events(core.cluster.nodes, seen)
+    assert events == [
+        NodeAdded("a2", A100, 4, 16.0),
+        NodeAdded("b1", H100, 2, 8.0),
+        NodeRemoved("h1"),
+    ]
+    core.handle_all(events, 1.0)
+    assert node_events(core.cluster.nodes, seen) == []

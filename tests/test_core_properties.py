@@ -414,3 +414,48 @@ def test_jobs_behind_idle_pods_run(cls: JobClass, gpus: float, workers: int) -> 
     m.submit(profile="p", tag="a", tenant="t", workers=1)
     m.submit_gang(cls=cls, gpus=gpus, tenant="t", workers=workers)
     m.teardown()  # asserts that every job finished
+
+
+@pytest.mark.parametrize(
+    ("nodes", "jobs"),
+    [
+        (1, [("hp", 2, 1)]),  # an HP job needing both cards a spare and its restart hold
+        (1, [("hp", 1, 2)]),
+        (2, [("pool", "g", 1), ("pool", "g", 1)]),  # the second two-GPU job reclaims
+    ],
+)
+def test_spares_do_not_take_room_freed_for_a_waiting_job(
+    nodes: int, jobs: list[tuple[str, object, int]]
+) -> None:
+    """Livelocks hypothesis found: a profile's minimum warm count restarted its spare pod on
+    each card a reclaim had just freed for a waiting job, which reclaimed it again, without
+    end at one instant. Spares now wait while room is being freed in their GPU pool."""
+    m = CoreMachine()
+    m.setup(policy=8, nodes=nodes)
+    m.d.send(Tick())  # the spares start and get ready first
+    m.d.settle()
+    for kind, a, b in jobs:
+        if kind == "hp":
+            m.submit_gang(cls=JobClass.HP, gpus=a, tenant="t", workers=b)
+        else:
+            m.submit(profile=str(a), tag="a", tenant="u", workers=b)
+    m.teardown()  # settles (a livelock fails there) and asserts every job finished
+
+
+def test_a_spare_beside_a_standby_keeps_the_promotable_index() -> None:
+    """A case hypothesis found: a spare pod started on a card where a staged standby pod
+    stayed (its active neighbour gone at keep-alive) left that standby marked promotable
+    though a busy (starting) pod now shared its card. ``check`` after each step fails on it."""
+    m = CoreMachine()
+    m.setup(policy=8, nodes=1)
+    d = m.d
+    h = d.run("t", "a", "h")
+    p = d.run("t", "b", "p")  # takes the p spare; a p standby is staged beside it
+    d.finish(p)
+    d.finish(h, at=1.0)
+    d.settle()
+    d.send(Tick(), at=10_000.0)  # keep-alive over: the warm pods go, the spare comes back
+    d.settle()
+    spares = [pod for pod in d.core.pods.values() if d.core.warm.is_spare(pod.id)]
+    assert any(pod.profile == "p" for pod in spares)
+    m.teardown()

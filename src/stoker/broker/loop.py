@@ -68,6 +68,8 @@ from stoker.core.reconcile import (
     Lost,
     Outcome,
     Rebind,
+    node_added,
+    node_events,
     reconcile_job,
 )
 from stoker.forecast import DEFAULT_FORECASTER
@@ -297,8 +299,8 @@ class Scheduler:
         """The core with the configured policies (a preset from the core's registry, single
         policies swapped by name) over this host's GPUs (one node, one GPU pool), or, on a
         runtime with a cluster of its own (Kubernetes: ``discover``), over no node yet: the
-        cluster's nodes come as logged events (see :meth:`_sync_nodes`), so a replay
-        rebuilds the cluster each past event saw."""
+        cluster's nodes come as logged events (:func:`stoker.core.reconcile.node_events`),
+        so a replay rebuilds the cluster each past event saw."""
         model = self.cfg.gpu_model
         if hasattr(self.runtime, "discover"):
             cluster = Cluster()
@@ -328,7 +330,9 @@ class Scheduler:
             self._out_seq[row["id"]] = self.store.last_output_seq(row["id"])
         discover = getattr(self.runtime, "discover", None)
         if discover is not None:
-            self._sync_nodes(await discover())
+            # nodes that joined or left while no broker watched (the core's answer)
+            for event in node_events(self.core.cluster.nodes, await discover()):
+                self._feed(event)
         report = await self._reconcile()
         report["replayed"] = replayed
         if any(p.min_warm for p in self.preset.policies.profiles.values()):
@@ -379,17 +383,6 @@ class Scheduler:
             self._reconcile_job(job_id, report)
         self._flush()
         return report
-
-    def _sync_nodes(self, nodes: list[Node]) -> None:
-        """Bring the core's nodes to the cluster's: NodeAdded for a node it lacks (or has
-        with another shape), NodeRemoved for one the cluster no longer has."""
-        known = self.core.cluster.nodes
-        for node in nodes:
-            old = known.get(node.name)
-            if old is None or (old.gpu_model, len(old.gpus)) != (node.gpu_model, len(node.gpus)):
-                self._feed(_node_added(node))
-        for name in sorted(set(known) - {n.name for n in nodes}):
-            self._feed(NodeRemoved(name))
 
     def _reconcile_job(self, job_id: str, report: dict[str, int]) -> None:
         """Carry out the core's answer (:func:`reconcile_job`) for a job bound to live pods."""
@@ -977,7 +970,7 @@ class Scheduler:
             case JobExited(job, pod, exit_code, failure):
                 self._job_exited(job, pod, exit_code, failure)
             case NodeUp(node):
-                self._feed(_node_added(node))
+                self._feed(node_added(node))
             case NodeDown(name):
                 self._feed(NodeRemoved(name))
 
@@ -1052,11 +1045,6 @@ class Scheduler:
                 await asyncio.wait_for(self._wake.wait(), delay)
                 continue
             self._feed(Tick())
-
-
-def _node_added(node: Node) -> NodeAdded:
-    """A runtime's node as the core's event."""
-    return NodeAdded(node.name, node.gpu_model, len(node.gpus), node.cpu)
 
 
 def _agent_report(info: Any) -> AgentReport:

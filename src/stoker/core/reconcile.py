@@ -1,4 +1,5 @@
-"""After a broker restart: what to do with a job the store left bound to live pods.
+"""After a broker restart: what to do with a job the store left bound to live pods, and
+which nodes joined or left the cluster while it was down.
 
 The store says the job was binding or running on some pods; each pod's agent says, on its
 hello, which job it runs now, the outcome of every job it ran (exit code and failure), and
@@ -13,6 +14,9 @@ clock) :func:`reconcile_job` answers one of:
   (agents refuse a job id they have seen, answering with what they recorded);
 - :class:`Lost`: the store says it ran but an agent knows nothing of it: it failed with the
   pod (``pod_died``), a typed failure that is true.
+
+:func:`node_events` compares the core's nodes with those a runtime with a cluster of its own
+(Kubernetes) discovers, and answers with the node events that make the core agree.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from stoker.core.model import Failure, JobState
+from stoker.core.events import NodeAdded, NodeRemoved
+from stoker.core.model import Failure, JobState, Node
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,3 +102,26 @@ def reconcile_job(job: str, state: JobState, ranks: Mapping[str, AgentReport]) -
         return Await(settled)
     outcome = job_outcome(list(settled.values()))
     return Finish(outcome.exit_code, outcome.failure)
+
+
+def node_added(node: Node) -> NodeAdded:
+    """A discovered node as the core's event."""
+    return NodeAdded(node.name, node.gpu_model, len(node.gpus), node.cpu)
+
+
+def node_events(known: Mapping[str, Node], seen: Sequence[Node]) -> list[NodeAdded | NodeRemoved]:
+    """The events that bring the core's nodes (``known``, by name) to the cluster's
+    (``seen``): NodeAdded for a node it lacks or has with another shape (GPU model, GPU
+    count or CPU slots), NodeRemoved (in name order) for one the cluster no longer has."""
+    events: list[NodeAdded | NodeRemoved] = []
+    for node in seen:
+        old = known.get(node.name)
+        if old is None or (old.gpu_model, len(old.gpus), old.cpu) != (
+            node.gpu_model,
+            len(node.gpus),
+            node.cpu,
+        ):
+            events.append(node_added(node))
+    names = {n.name for n in seen}
+    events.extend(NodeRemoved(name) for name in sorted(set(known) - names))
+    return events

@@ -320,7 +320,10 @@ class WarmPools:
                 gpu = self.cluster.gpus[pod.gpus[0]]
                 ok = all(self._is_warm_pod(o) for o in gpu.allocs if o != pod.id)
                 if ok != (pod.id in self._promotable[pod.profile]):
-                    raise AssertionError(f"standby {pod.id} promotable index stale")
+                    held = {o: self.pods[o].state.value for o in gpu.allocs if o in self.pods}
+                    raise AssertionError(
+                        f"standby {pod.id} promotable index stale: {gpu.id} holds {held}"
+                    )
         for job_id, victims in self._reclaim.items():
             if self.jobs[job_id].state is not JobState.QUEUED:
                 raise AssertionError(f"reclaim for job {job_id} in state {self.jobs[job_id].state}")
@@ -746,7 +749,6 @@ class WarmPools:
             self._set_state(new, PodState.RECYCLING, now)
             new.pending_job = job.id
             job.pods.append(new.id)
-            self._refresh_gpus(new)
             out.append(RecyclePod(old.id, new.id))
         return True
 
@@ -835,6 +837,8 @@ class WarmPools:
                 self.cluster.allocate(gid, pod.id, share)
         if profile.cpu_only:
             self.cluster.allocate_cpu(node, pod.id, profile.cpu, profile.memory_gb)
+        # a standby of another profile on these cards may no longer be promotable
+        self._refresh_gpus(pod)
         return pod
 
     def _is_standby_slot(self, pod: Pod) -> bool:
@@ -1034,13 +1038,16 @@ class WarmPools:
 
     def _replenish(self, now: float, out: list[Action]) -> None:
         """Start spare pods up to each profile's minimum warm count, while its queue is
-        empty (queued jobs take the room first), capacity is free and the warm budget has
-        room for them."""
+        empty (queued jobs take the room first), no job waits for room being freed in its
+        GPU pool (a spare on a card reclaimed for it would be reclaimed again, without end),
+        capacity is free and the warm budget has room for them."""
         for name, own in self.policies.profiles.items():
             spare = self._spare.get(name)
             if spare is None or len(spare) >= own.min_warm or self._queues[name]:
                 continue
             profile = self.profiles[name]
+            if profile.gpu_demand and self._freeing_room(profile.gpu_model):
+                continue
             cap = self.hp_cap.get(profile.gpu_model, math.inf)
             while len(spare) < own.min_warm:
                 if self._idle_gpus + profile.gpu_demand > self.budget_limit() + EPS:
@@ -1058,6 +1065,15 @@ class WarmPools:
                 self._add_idle(pod, profile.gpu_demand)
                 self._image_nodes[name][node] = None
                 out.append(StartPod(pod.id, name, node, tuple(gpus), standby=True))
+
+    def _freeing_room(self, model: str) -> bool:
+        """Whether idle pods of GPU model ``model`` are stopping to make room for a waiting
+        job, pool (this part's reclaim) or HP (the gang scheduler's)."""
+        if self.host.gangs.freeing_room(model):
+            return True
+        return any(
+            self.profiles[self.jobs[j].spec.profile].gpu_model == model for j in self._reclaim
+        )
 
     def _enforce_hp_cap(self, now: float, out: list[Action]) -> None:
         """Per GPU model: idle pods over what its HP forecast leaves them go, least

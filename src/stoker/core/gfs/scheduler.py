@@ -331,6 +331,11 @@ class GangScheduler:
         """The job's GPU pool (GPU model)."""
         return job.spec.gpu_model or self.host.profiles[job.spec.profile].gpu_model
 
+    def freeing_room(self, pool: str) -> bool:
+        """Whether pods are stopping in ``pool`` to make room for a waiting job: what they
+        free is that job's, so nothing else (a spot job, a spare pod) may take it first."""
+        return any(self.pool_of(self.jobs[j]) == pool for j in self._awaiting)
+
     def cancel(self, job: Job, now: float, out: list[Action]) -> None:
         if job.state is JobState.QUEUED:
             self._awaiting_clear(job.id)
@@ -602,7 +607,7 @@ class GangScheduler:
         ``_HOLD``: room is being freed for an HP job, nothing else starts; ``_NO_ROOM``)."""
         pool = self.pool_of(job)
         if job.job_class is _SPOT:
-            if any(self.pool_of(self.jobs[j]) == pool for j in self._awaiting):
+            if self.freeing_room(pool):
                 return _HOLD  # room is being freed for a job: no other spot job takes it
             gate = self.config.window
             if gate is not None and now < gate[0]:
