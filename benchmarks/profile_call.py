@@ -122,6 +122,8 @@ def main() -> None:
     print(json.dumps(out, indent=2))
     if args.py_spy and raw.exists():
         out["broker_top"] = _top_frames(raw)
+    shutil.rmtree(base, ignore_errors=True)  # the broker's data dir and py-spy's samples
+    if args.py_spy and "broker_top" in out:
         print("broker, share of samples (inclusive):")
         for name, share in out["broker_top"]:
             print(f"  {share * 100:5.1f}%  {name}")

@@ -6,12 +6,12 @@ import asyncio
 import contextlib
 import os
 import uuid
-import zipfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stoker.broker.bench import pure_wheel
 from stoker.runtime.base import (
     JobBinding,
     JobExited,
@@ -27,23 +27,9 @@ PLAIN = RuntimeProfile("plain")
 
 
 def tiny_wheel(where: Path, name: str, value: str, init: str | None = None) -> Path:
-    """A tiny pure-Python wheel, built by hand so no build backend or network is needed: its
-    package sets ``VALUE = value`` (or its ``__init__.py`` is ``init``)."""
-    dist = f"{name}-0.1.dist-info"
-    path = where / f"{name}-0.1-py3-none-any.whl"
-    files = {
-        f"{name}/__init__.py": f"VALUE = {value!r}\n" if init is None else init,
-        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
-        f"{dist}/WHEEL": (
-            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-        ),
-    }
-    record = "".join(f"{n},,\n" for n in files) + f"{dist}/RECORD,,\n"
-    with zipfile.ZipFile(path, "w") as zf:
-        for n, text in files.items():
-            zf.writestr(n, text)
-        zf.writestr(f"{dist}/RECORD", record)
-    return path
+    """A tiny pure-Python wheel: its package sets ``VALUE = value`` (or its ``__init__.py``
+    is ``init``)."""
+    return pure_wheel(where, name, f"VALUE = {value!r}\n" if init is None else init)
 
 
 @dataclass

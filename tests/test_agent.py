@@ -210,3 +210,35 @@ def test_agent_refuses_to_sweep_outside_its_own_pid_namespace(tmp_path: Path) ->
         timeout=30,
     )
     assert proc.returncode == 2 and "refusing" in proc.stderr
+
+
+_COLLAPSE = """
+import os, sys
+from stoker.agent.zygote import collapse_huge_pages
+data = bytearray(os.urandom(1 << 20)) * 48  # 48 MiB of anonymous memory, all touched
+made = collapse_huge_pages()
+huge = next(int(line.split()[1]) for line in open("/proc/self/smaps_rollup")
+            if line.startswith("AnonHugePages:"))
+before = data[7]
+pid = os.fork()
+if pid == 0:  # a fork still sees (and may write) its own copy
+    data[7] ^= 1
+    os._exit(0 if len(data) == 48 << 20 else 1)
+_, status = os.waitpid(pid, 0)
+print(made, huge, os.waitstatus_to_exitcode(status), data[7] == before)
+"""
+
+
+def test_the_agents_memory_goes_into_huge_pages_before_it_forks() -> None:
+    # a fork copies a page-table entry per page mapped: the agent backs its heap with 2 MiB
+    # pages first, so a big interpreter (torch) forks its jobs several times cheaper
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    release = tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
+    if not thp.exists() or "[never]" in thp.read_text() or release < (6, 1):  # MADV_COLLAPSE
+        pytest.skip("no transparent huge pages to collapse into on this kernel")
+    out = subprocess.run(
+        [sys.executable, "-c", _COLLAPSE], capture_output=True, text=True, check=True
+    ).stdout.split()
+    made, huge_kb, child_exit, intact = int(out[0]), int(out[1]), int(out[2]), out[3]
+    assert made >= 16 and huge_kb >= 16 * 2048, out  # most of the 48 MiB collapsed
+    assert child_exit == 0 and intact == "True"  # the child's write stayed its own

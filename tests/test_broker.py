@@ -322,9 +322,12 @@ def test_restart_fails_a_lost_pod_with_a_typed_reason(tmp_path: Path, database_u
         assert job["state"] == "finished" and job["failure"] == "pod_died"
 
 
-def test_a_just_finished_job_is_never_read_stale(broker: EmbeddedBroker) -> None:
-    # the loop writes what an event changed at its next turn (one transaction for all); a
-    # read in between (a wait or get handled in the same turn) must see the finished job
+def test_reads_answer_what_is_stored_and_a_wait_returns_once_the_end_is(
+    broker: EmbeddedBroker,
+) -> None:
+    # the loop commits what an event changed at its next turn (one transaction for all); a
+    # read in between (a get, a list) answers what is stored, never a finished job that is
+    # not, and never forces a commit; a wait returns the job finished once that commit is made
     import asyncio
 
     from stoker.broker.loop import JobRequest
@@ -333,23 +336,34 @@ def test_a_just_finished_job_is_never_read_stale(broker: EmbeddedBroker) -> None
     a.run(["true"])  # a warm pod for the caller
     assert broker.broker is not None and broker._loop is not None
     sched = broker.broker.scheduler
+    assert sched is not None
 
-    async def race() -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
+    async def race() -> tuple[list[dict[str, Any] | None], bool, dict[str, Any] | None]:
         # the submit is committed (and its bind carried out) before it returns
         row, _ = await sched.submit("a", JobRequest("plain", ("true",), "x"), None)
         held = sched._schedule_flush
-        sched._schedule_flush = lambda: None  # hold the loop's own flush back: the window
+        sched._schedule_flush = lambda: None  # hold the loop's commits back: the window
+        if sched._flush_handle is not None:  # a lazy commit pending (the job running)
+            sched._flush_handle.cancel()
+            sched._flush_handle = None
         try:
             while row["id"] in sched._requests:  # until the core has finished it
                 await asyncio.sleep(0.001)
-            return row["id"], await sched.wait(row["id"], 0), sched.job(row["id"])
+            listed = [r for r in sched.list_jobs("a", (), 100, {}) if r["id"] == row["id"]]
+            seen = [sched.job(row["id"]), *listed, sched.store.get_job(row["id"])]
+            waiter = asyncio.ensure_future(sched.wait(row["id"], 10))
+            await asyncio.sleep(0.05)
+            early = waiter.done()
         finally:
             sched._schedule_flush = held
+        sched._flush()
+        return seen, early, await waiter
 
-    job, waited, got = asyncio.run_coroutine_threadsafe(race(), broker._loop).result(30)
-    assert waited is not None and waited["state"] == "finished", waited
-    assert got is not None and got["state"] == "finished", got
-    assert a.http.get(f"/v1/jobs/{job}").json()["exit_code"] == 0
+    seen, early, waited = asyncio.run_coroutine_threadsafe(race(), broker._loop).result(30)
+    assert len(seen) == 3 and all(r is not None and r["state"] != "finished" for r in seen), seen
+    assert not early  # the wait went on until the end was stored
+    assert waited is not None and waited["state"] == "finished" and waited["exit_code"] == 0
+    assert a.http.get(f"/v1/jobs/{waited['id']}").json()["exit_code"] == 0
 
 
 def _held(eb: EmbeddedBroker) -> dict[str, int]:
@@ -370,6 +384,9 @@ def _held(eb: EmbeddedBroker) -> dict[str, int]:
             "done": len(sched._done),
             "listeners": len(sched._listeners),
             "out_seq": len(sched._out_seq),
+            "chunks": len(sched._chunks),
+            "finishing": len(sched._finishing),
+            "recent": len(sched._recent),  # a finished job's row, for RECENT_S
             "stopping": len(sched._stopping),
             "decision_log.live": len(broker.decisions._live),
             "runtime.pods": len(getattr(sched.runtime, "_pods", {})),

@@ -187,6 +187,7 @@ def test_demo_runs_the_loop_three_ways() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # every phase of the bench, small: its brokers, the deps' install
 def test_bench_local_writes_results(tmp_path: Path) -> None:
     args = ["bench", "local", "--out", str(tmp_path), "--warm-n", "5", "--cold-n", "2"]
     args += ["--handover-n", "2", "--throughput-s", "1", "--no-torch", "--json"]
@@ -201,6 +202,9 @@ def test_bench_local_writes_results(tmp_path: Path) -> None:
         run = plain["throughput"][callers]
         assert run["callers"] == int(callers) and run["jobs"] > 0 and run["errors"] == 0
         assert run["broker_cpu_ms_per_job"] > 0 and run["call_ms_p50"] > 0
+        assert run["agent_cpu_ms_per_job"] >= 0 and run["jobs_cpu_ms_per_job"] > 0
+    deps = plain["deps_layer"]  # the layer's saving: the import is done once per warm pod
+    assert deps["n"] == 10 and deps["first_import_ms"] > 10 * deps["later_import_ms_p50"]
 
 
 def test_client_config_errors_name_the_key_and_file(env: dict[str, str], tmp_path: Path) -> None:

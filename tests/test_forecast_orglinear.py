@@ -153,3 +153,49 @@ def test_orglinear_bad_input() -> None:
     empty = make_forecaster("orglinear", epochs=1)
     empty.fit({}, 0)  # nothing to learn from yet: an untrained model still answers
     assert empty.predict(key, np.zeros(0), 0, 4).mean.shape == (4,)
+
+
+def test_each_fit_trains_on_from_the_last_one() -> None:
+    from stoker.forecast.features import Vocab
+
+    series = daily_pattern(noise=0.2, seed=4)
+    first, second = 2 * WEEK, 2 * WEEK + DAY
+
+    def upto(now: int, drop: str | None = None) -> dict[SeriesKey, np.ndarray]:
+        return {k: v[:now] for k, v in series.items() if k.tenant != drop}
+
+    def state(model) -> dict[str, np.ndarray]:
+        return {n: t.numpy().copy() for n, t in model._net.state_dict().items()}
+
+    fresh = make_forecaster("orglinear", epochs=1, **FAST)
+    fresh.fit(upto(second), second)
+    runs = {}
+    for warm in (True, False):
+        model = make_forecaster("orglinear", epochs=1, warm_start=warm, **FAST)
+        model.fit(upto(first, drop="t1"), first)  # t1 is new to the second fit
+        before = state(model)
+        model.fit(upto(second), second)
+        runs[warm] = (model, before)
+    # from scratch, a refit is the fit of its data alone; the authors' (warm) is not
+    cold = state(runs[False][0])
+    assert all(np.array_equal(cold[n], v) for n, v in state(fresh).items())
+    model, before = runs[True]
+    assert not np.array_equal(state(model)["trend_head.weight"], cold["trend_head.weight"])
+    # the carry-over itself: heads as they were, a tenant's row by its name, a new one fresh
+    from stoker.forecast._orglinear_net import OrgLinearNet
+
+    old_vocab = Vocab.of(list(upto(first, drop="t1")))
+    model._net = OrgLinearNet(168, 4, (2, 2, len(old_vocab.tenants) + 1))
+    model._net.load_state_dict({n: torch.as_tensor(v) for n, v in before.items()})
+    model._vocab = old_vocab
+    vocab = Vocab.of(list(series))
+    net = OrgLinearNet(168, 4, (2, 2, len(vocab.tenants) + 1))
+    untouched = net.classes[2].weight.detach().clone()
+    model._carry_over(net, vocab)
+    after = net.state_dict()
+    np.testing.assert_array_equal(after["trend_head.weight"].numpy(), before["trend_head.weight"])
+    tenants = before["classes.2.weight"]
+    np.testing.assert_array_equal(after["classes.2.weight"][vocab.tenants["t2"]].numpy(),
+                                  tenants[old_vocab.tenants["t2"]])  # fmt: skip
+    np.testing.assert_array_equal(after["classes.2.weight"][vocab.tenants["t1"]].numpy(),
+                                  untouched[vocab.tenants["t1"]].numpy())  # fmt: skip

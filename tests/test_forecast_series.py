@@ -145,14 +145,16 @@ def test_calendar_with_an_offset_epoch() -> None:
 def test_us_federal_holidays_2017() -> None:
     days = us_federal_holidays([2017])
     expect = {
-        date(2017, 1, 2),  # New Year on a Sunday: observed Monday
+        date(2017, 1, 1),  # New Year on a Sunday...
+        date(2017, 1, 2),  # ...observed Monday
         date(2017, 1, 16),
         date(2017, 2, 20),
         date(2017, 5, 29),
         date(2017, 7, 4),
         date(2017, 9, 4),
         date(2017, 10, 9),
-        date(2017, 11, 10),  # Veterans: Sat -> Fri
+        date(2017, 11, 10),  # Veterans: Sat -> observed Fri
+        date(2017, 11, 11),
         date(2017, 11, 23),
         date(2017, 12, 25),
     }

@@ -42,6 +42,7 @@ from stoker.agent.zygote import (
     Spare,
     Zygote,
     clear_ambient_caps,
+    collapse_huge_pages,
     preload,
     run_as,
     set_dumpable,
@@ -813,6 +814,7 @@ def main(argv: list[str] | None = None) -> None:
     except ImportError as exc:
         print(f"agent: preload failed: {exc}", file=sys.stderr)
         raise SystemExit(3) from exc
+    collapse_huge_pages()  # before the zygote is forked: every job's fork is cheaper
     user = None if args.job_uid is None else JobUser(args.job_uid, args.job_gid or args.job_uid)
     agent = Agent(
         args.socket or "",

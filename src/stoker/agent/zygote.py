@@ -117,6 +117,41 @@ def preload(modules: tuple[str, ...]) -> dict[str, float]:
     return took
 
 
+_MADV_COLLAPSE = 25  # Linux 6.1+
+_HUGE_PAGE = 2 << 20
+
+
+def collapse_huge_pages() -> int:
+    """Back this process's private anonymous memory (the heap and anonymous mappings) with
+    transparent huge pages now (``MADV_COLLAPSE``); the number of 2 MiB pages made.
+
+    A fork copies one page-table entry per 4 KiB page mapped and the child's exit frees
+    them: for an interpreter holding torch (~150 MiB of anonymous memory) that was ~15 ms
+    of CPU per job, against ~6 ms once most of it is in 2 MiB pages (a copy-on-write fault
+    on a shared huge page still copies 4 KiB only). Called before the zygote is forked, so
+    the zygote shares these pages with the agent as before (no memory is added). Best
+    effort: a kernel without it (EINVAL) or a range it cannot collapse is left as it is."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    made = 0
+    try:
+        maps = Path("/proc/self/maps").read_text().splitlines()
+    except OSError:
+        return 0
+    for line in maps:
+        fields = line.split()
+        # private, writable, and anonymous (no path) or the heap: file mappings stay as
+        # they are (a fork copies nothing of those it has not written)
+        if fields[1][:2] != "rw" or fields[1][3] != "p" or fields[5:] not in ([], ["[heap]"]):
+            continue
+        lo, hi = (int(x, 16) for x in fields[0].split("-"))
+        start = -(-lo // _HUGE_PAGE) * _HUGE_PAGE
+        end = hi // _HUGE_PAGE * _HUGE_PAGE
+        if end > start and libc.madvise(start, end - start, _MADV_COLLAPSE) == 0:
+            made += (end - start) // _HUGE_PAGE
+    return made
+
+
 def _exit_code(code: object) -> int:
     if code is None:
         return 0

@@ -671,7 +671,7 @@ def create_app(broker: Broker) -> FastAPI:
             row = await sched.wait(row["id"], wait) or row
         view = _job_view(row)
         if wait > 0 and row["state"] == "finished":
-            view.output = _output_view(broker.store.output(row["id"]))
+            view.output = _output_view(sched.output_of(row["id"]))
         return view
 
     @app.get("/v1/jobs", response_model=list[JobView])

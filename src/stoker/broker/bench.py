@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 import uuid
+import zipfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -79,6 +80,21 @@ def _until(pred: Callable[[], bool], timeout_s: float) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError("bench: condition not reached (is the standby pod starting?)")
         time.sleep(0.02)
+
+
+def _settle(admin: Client, quiet_s: float = 5.0, timeout_s: float = 300.0) -> None:
+    """Wait until no pod is starting and the pods have stayed as they are for ``quiet_s``
+    (the broker stages standby pods a while after the first jobs)."""
+    deadline = time.monotonic() + timeout_s
+    last, since = None, time.monotonic()
+    while time.monotonic() < deadline:
+        now = sorted((p["id"], p["state"]) for p in admin.pods())
+        if now != last:
+            last, since = now, time.monotonic()
+        elif all(s != "starting" for _, s in now) and time.monotonic() - since >= quiet_s:
+            return
+        time.sleep(0.1)
+    raise TimeoutError("bench: the pods did not settle (a pod keeps starting?)")
 
 
 def _starts(rows: list[dict[str, Any]], path: str | None = None) -> list[float]:
@@ -223,6 +239,7 @@ def _bench_profile(
     handover_n: int,
     throughput_s: float,
     phase: Callable[[str], None],
+    deps_n: int = 10,
 ) -> dict[str, Any]:
     res: dict[str, Any] = {"preload": preload}
     phase(f"{name}: warm and cold starts")
@@ -300,6 +317,8 @@ def _bench_profile(
         "n": len(handovers),
         "paths": {p: sum(1 for r in hand if r["path"] == p) for p in ("warm", "standby", "cold")},
     }
+    phase(f"{name}: a job's extra dependency, imported once per warm pod")
+    res["deps_layer"] = _deps_layer(base, name, preload, deps_n)
     # throughput: trivial jobs into warm pods, from several callers at once
     phase(f"{name}: throughput")
     bp = BrokerProcess(base / f"{name}-throughput", [prof], gpu_slots=THROUGHPUT_PODS)
@@ -314,14 +333,133 @@ def _bench_profile(
     return res
 
 
+# a stand-in for a caller's extra dependency that takes a while to import: standard modules
+# the zygote has not imported, and a module body of many functions (compiled afresh at each
+# import: uv installs no bytecode)
+_DEP_MODULES = ("decimal", "difflib", "email.mime.multipart", "http.server", "pydoc", "unittest")
+_DEP_BODY = "".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(3000))
+
+
+def pure_wheel(where: Path, name: str, init: str) -> Path:
+    """A pure-Python wheel of package ``name`` whose ``__init__.py`` is ``init``, built by
+    hand (no build backend, no network) so that ``--find-links`` serves it offline."""
+    dist = f"{name}-0.1.dist-info"
+    files = {
+        f"{name}/__init__.py": init,
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: stoker\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
+    }
+    path = where / f"{name}-0.1-py3-none-any.whl"
+    where.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as zf:
+        for n, text in files.items():
+            zf.writestr(n, text)
+        zf.writestr(f"{dist}/RECORD", "".join(f"{n},,\n" for n in files) + f"{dist}/RECORD,,\n")
+    return path
+
+
+def _deps_layer(base: Path, name: str, preload: list[str], n: int) -> dict[str, Any]:
+    """What the deps layer saves: one caller's calls of a job with an extra dependency into
+    its warm pod. The first call installs the dependency (uv, offline) and imports it in
+    the job, as a pod without the layer does on every call; the pod then keeps it imported
+    (its deps layer) and later calls fork with it done. Each job times its own import."""
+    dep = "stokerbenchdep"
+    wheels = base / f"{name}-wheels"
+    pure_wheel(wheels, dep, "".join(f"import {m}\n" for m in _DEP_MODULES) + _DEP_BODY)
+    took = "print((time.perf_counter() - t) * 1e3)"
+    argv = ["python", "-c", f"import time; t = time.perf_counter(); import {dep}; {took}"]
+    settings = {"find_links": [str(wheels)], "no_index": True}
+    prof = {"name": name, "preload": preload, "share": 1.0, "standby_share": 0.0}
+    bp = BrokerProcess(base / f"{name}-deps", [prof], gpu_slots=1, settings=settings)
+    calls: list[tuple[float, float]] = []  # (call ms, import ms in the job)
+    try:
+        with _tenant_client(bp.url, bp.admin_token, "bench") as c:
+            c.run(name, TRIVIAL, reuse_tag="deps").result(120)  # the warm pod, no deps yet
+            for _ in range(n + 1):
+                t0 = time.perf_counter()
+                r = c.run(name, argv, reuse_tag="deps", deps=[dep]).result(300)
+                if not r.ok:
+                    raise RuntimeError(f"bench: the deps job failed: {r.stderr.decode()[-500:]}")
+                calls.append(((time.perf_counter() - t0) * 1e3, float(r.stdout.decode())))
+    finally:
+        bp.stop()
+    later = calls[1:]
+    return {
+        "n": len(later),
+        "modules": list(_DEP_MODULES),
+        "first_call_ms": calls[0][0],  # with the install
+        "first_import_ms": calls[0][1],  # what a pod without the layer pays per call
+        "later_call_ms_p50": percentile([c for c, _ in later], 0.5),
+        "later_import_ms_p50": percentile([i for _, i in later], 0.5),
+    }
+
+
 THROUGHPUT_PODS = 4  # warm pods the callers share (caller i runs in pod i % 4)
 THROUGHPUT_CALLERS = (4, 16)
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds (user + system) process ``pid`` has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _stat(pid: int) -> list[str]:
+    """``/proc/PID/stat``'s fields after the command name (field 3 of proc(5) first)."""
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+
+
+def cpu_seconds(pid: int, children: bool = False) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far; with ``children``,
+    plus what its children that it has reaped used."""
+    fields = _stat(pid)
+    ticks = int(fields[11]) + int(fields[12])
+    if children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def pod_cpu_seconds(broker_pid: int) -> dict[tuple[int, str], float]:
+    """CPU seconds each process of the pods of broker ``broker_pid`` (its descendants) has
+    used so far, keyed by (pid, role): ``agent`` (a pod's agent process itself) or ``jobs``
+    (everything else: the sandbox's init, the zygote with the spares it forked and reaped,
+    each job's own process among them). :func:`pod_cpu_used` turns two readings into what
+    ran in between."""
+    parent: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                parent[int(name)] = int(_stat(int(name))[1])
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+    kids: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        kids.setdefault(ppid, []).append(pid)
+    out: dict[tuple[int, str], float] = {}
+    todo = [(k, False) for k in kids.get(broker_pid, [])]
+    while todo:
+        pid, under_agent = todo.pop()
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            agent = not under_agent and argv[1:3] == [b"-m", b"stoker.agent"]
+            # a live process's own CPU and its reaped children's: never counted twice,
+            # since a live process is nobody's reaped child
+            total = cpu_seconds(pid, children=True)
+            own = cpu_seconds(pid) if agent else total
+        except (OSError, IndexError, ValueError):
+            continue
+        if agent:
+            out[(pid, "agent")] = own
+        out[(pid, "jobs")] = total - own if agent else own  # an agent's reaped helpers
+        todo += [(k, under_agent or agent) for k in kids.get(pid, [])]
+    return out
+
+
+def pod_cpu_used(
+    before: dict[tuple[int, str], float], after: dict[tuple[int, str], float]
+) -> dict[str, float]:
+    """CPU seconds per role between two :func:`pod_cpu_seconds` readings: a process alive
+    at both counts its difference, one started in between all it used; one that ended in
+    between (a pod stopped) is left out, its share uncounted."""
+    used = {"agent": 0.0, "jobs": 0.0}
+    for (pid, role), cpu in after.items():
+        used[role] += cpu - before.get((pid, role), 0.0)
+    return used
 
 
 def _throughput(
@@ -338,6 +476,10 @@ def _throughput(
     try:
         for i, c in enumerate(clients[:pods]):
             c.run(profile, TRIVIAL, reuse_tag=f"w{i}").result(120)  # warm each pod
+        # and let the standby pods the broker stages beside them finish starting (a torch
+        # pod's import takes seconds of CPU): the window measures warm jobs, nothing else
+        with Client(bp.url, bp.admin_token) as admin:
+            _settle(admin)
 
         def worker(i: int) -> tuple[list[float], int]:
             took, errors = [], 0
@@ -353,11 +495,13 @@ def _throughput(
                 errors += not ok
             return took, errors
 
-        t0, cpu0, own0 = time.perf_counter(), cpu_seconds(bp.proc.pid), time.process_time()
+        pods0, t0 = pod_cpu_seconds(bp.proc.pid), time.perf_counter()
+        cpu0, own0 = cpu_seconds(bp.proc.pid), time.process_time()
         with ThreadPoolExecutor(callers) as ex:
             done = list(ex.map(worker, range(callers)))
         wall = time.perf_counter() - t0
         cpu, own = cpu_seconds(bp.proc.pid) - cpu0, time.process_time() - own0
+        pod_cpu = pod_cpu_used(pods0, pod_cpu_seconds(bp.proc.pid))
     finally:
         for c in clients:
             c.close()
@@ -373,10 +517,13 @@ def _throughput(
         "call_ms_p99": percentile(calls, 0.99),
         "broker_cpu_ms_per_job": cpu * 1000.0 / max(len(calls), 1),
         "client_cpu_ms_per_job": own * 1000.0 / max(len(calls), 1),
+        "agent_cpu_ms_per_job": pod_cpu["agent"] * 1000.0 / max(len(calls), 1),
+        # the pod's other processes: its zygote, the spares it forked, the jobs themselves
+        "jobs_cpu_ms_per_job": pod_cpu["jobs"] * 1000.0 / max(len(calls), 1),
     }
 
 
-BENCH_PHASES = 3  # warm and cold, standby and handover, throughput
+BENCH_PHASES = 4  # warm and cold, standby and handover, deps layer, throughput
 
 
 def _quiet(_: str) -> None:

@@ -94,6 +94,15 @@ log = logging.getLogger("stoker.broker")
 _Notice = tuple[int, str, bytes] | dict[str, Any] | None
 _NODE = "local"
 _CLOSE_CALLS_S = 10.0  # how long a closing loop waits for runtime calls in flight
+# group commit: a turn whose writes nobody waits for (a job now running, output, a tick,
+# forgetting) is committed this much later, with whatever comes meanwhile (most often the
+# job's end), instead of at once in a transaction of its own
+LAZY_COMMIT_S = 0.05
+# finished jobs' rows and output kept in memory after their commit, so the reply that
+# carries a job's end (and the reads right after it) need not read the store
+RECENT_S = 5.0
+RECENT_JOBS = 256
+RECENT_OUTPUT_BYTES = 64 * 1024  # a job that printed more is read from the store
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +272,9 @@ class Scheduler:
         self.core = self._new_core()
         self._now = 0.0
         self._batch = Batch()
-        self._flush_scheduled = False
+        self._flush_handle: asyncio.Handle | None = None
+        self._flush_lazy = False  # the pending flush is a lazy one (a timer)
+        self._urgent = False  # a job finished since the last flush: someone may wait
         # group commit: runtime calls the last events asked for, carried out only once the
         # batch that logged those events is committed (write-ahead: a crash never leaves a
         # pod doing what the store does not know of), and the submits waiting for it
@@ -279,6 +290,12 @@ class Scheduler:
         self._listeners: dict[str, list[asyncio.Queue[_Notice]]] = {}
         self._requeued: list[str] = []  # jobs re-queued since the last flush
         self._out_seq: dict[str, int] = {}
+        # the committed output of the jobs submitted to this loop (None: over the bound, or
+        # read from the store), and finished jobs' committed rows and output for a while
+        self._chunks: dict[str, list[tuple[int, str, bytes]] | None] = {}
+        self._finishing: dict[str, dict[str, Any]] = {}  # finished, not yet committed
+        self._recent: dict[str, tuple[float, dict[str, Any], list[Any] | None]] = {}
+        self._recent_timer: asyncio.TimerHandle | None = None
         self._demand_stored = store.last_hp_demand_minute() + 1  # the core meter's next
         # the forecaster: the configured one, else the preset's (None: it reads no forecast)
         name = cfg.forecast.forecaster or self.preset.forecaster
@@ -439,6 +456,8 @@ class Scheduler:
         await self.runtime.close()
         with contextlib.suppress(Deposed):
             self._flush()
+        if self._recent_timer is not None:
+            self._recent_timer.cancel()
 
     # ------------------------------------------------------------------ API calls
 
@@ -493,6 +512,7 @@ class Scheduler:
         }
         self._batch.new_jobs.append(row)
         self._requests[job_id] = row
+        self._chunks[job_id] = []
         if key is not None:
             self._new_keys[(tenant, key)] = row
         spec = JobSpec(  # the GPU pool is the profile's: this host's gpu_model
@@ -535,19 +555,32 @@ class Scheduler:
         return now + keepalive_s, self.core.warm.held((profile, tenant, reuse_tag))
 
     def job(self, job_id: str) -> dict[str, Any] | None:
+        """A job's row: an unfinished job's from the core, a finished one's as committed
+        (from memory for a while after its commit, then the store). A job reads finished
+        only once that is stored; no read waits for (or forces) a commit."""
         row = self._requests.get(job_id)
-        if row is not None and not self._batch:
-            return self._current(row)  # unfinished and nothing unwritten: memory is the store
-        self._flush()  # a job that just finished is written only at the next flush
+        if row is not None:
+            return self._current(row)
+        recent = self._recent.get(job_id)
+        if recent is not None:
+            return dict(recent[1])
         return self.store.get_job(job_id)
 
     def list_jobs(
         self, tenant: str | None, states: tuple[str, ...], limit: int, labels: dict[str, str]
     ) -> list[dict[str, Any]]:
-        """Jobs from the store, after what the last events changed is written (a list read
-        right after a job's wait returned shows that job as finished)."""
-        self._flush()
+        """Jobs as the store has them: everything committed (a job whose wait returned, or
+        whose submit was answered, is there), never forcing a commit on a read (the
+        dashboard polls this)."""
         return self.store.list_jobs(tenant, states, limit, labels)
+
+    def output_of(self, job_id: str) -> list[tuple[int, str, bytes]]:
+        """A job's committed output: from memory for a job that ended a moment ago (the
+        reply of a submit that waited for it), else from the store."""
+        recent = self._recent.get(job_id)
+        if recent is not None and recent[2] is not None:
+            return list(recent[2])
+        return self.store.output(job_id)
 
     def _current(self, row: dict[str, Any]) -> dict[str, Any]:
         """An unfinished job's row with the core's view of it (what the store holds)."""
@@ -568,8 +601,8 @@ class Scheduler:
     async def wait(self, job_id: str, timeout_s: float) -> dict[str, Any] | None:
         """The job's row once finished or re-queued (preempted), or as it is when
         ``timeout_s`` passes."""
-        if job_id not in self._requests:
-            return self.job(job_id)  # finished (or unknown): the store has it all
+        if job_id not in self._requests and job_id not in self._finishing:
+            return self.job(job_id)  # finished and committed (or unknown)
         done = self._done.setdefault(job_id, asyncio.Event())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(done.wait(), timeout_s)
@@ -585,11 +618,11 @@ class Scheduler:
             self._listeners.setdefault(job_id, []).append(queue)
         try:
             last = -1
-            self._flush()
-            for chunk in self.store.output(job_id):
+            # what is committed now; chunks committed after this come through the queue
+            for chunk in self.output_of(job_id):
                 last = chunk[0]
                 yield chunk
-            row = self.store.get_job(job_id)
+            row = self.job(job_id)
             if not follow or row is None or row["state"] == JobState.FINISHED.value:
                 return
             while (chunk := await queue.get()) is not None:
@@ -736,14 +769,29 @@ class Scheduler:
             self._batch.update_job(job_id, **values)
 
     def _on_finished(self, job_id: str, job: Any) -> None:
-        self._requests.pop(job_id, None)
+        row = self._requests.pop(job_id, None)
+        if row is not None:
+            self._finishing[job_id] = row
+        self._urgent = True  # its caller may be waiting for the commit
         self._synced.pop(job_id, None)
         self._out_seq.pop(job_id, None)
 
     def _schedule_flush(self) -> None:
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush_soon)
+        """Commit at the end of this turn when anyone waits for it (a submit, a runtime
+        call, a finished job's caller, a preempted job's), else LAZY_COMMIT_S later."""
+        urgent = bool(self._urgent or self._committed or self._after_commit or self._requeued)
+        handle = self._flush_handle
+        if handle is not None and (not self._flush_lazy or not urgent):
+            return  # one is pending already, soon enough
+        if handle is not None:
+            handle.cancel()  # a lazy one: this turn needs it now
+        loop = asyncio.get_running_loop()
+        self._flush_lazy = not urgent
+        self._flush_handle = (
+            loop.call_soon(self._flush_soon)
+            if urgent
+            else loop.call_later(LAZY_COMMIT_S, self._flush_soon)
+        )
 
     def _flush_soon(self) -> None:
         with contextlib.suppress(Deposed):  # the lead is lost: the broker steps down
@@ -753,8 +801,12 @@ class Scheduler:
         """Commit what the last events wrote (one transaction), then carry out the runtime
         calls they asked for and wake who waits on them. A deposed leader's flush does
         neither: nothing of it was stored, and the pods are the next leader's."""
-        self._flush_scheduled = False
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        self._urgent = False
         finished = [j for j, v in self._batch.job_updates.items() if v.get("state") == "finished"]
+        final = {j: self._batch.job_updates[j] for j in finished}
         chunks = list(self._batch.output)
         requeued, self._requeued = self._requeued, []
         waiting, self._committed = self._committed, []
@@ -770,6 +822,7 @@ class Scheduler:
                     fut.set_exception(exc)
             raise
         self._new_keys.clear()
+        self._remember(chunks, final)
         calls, self._after_commit = self._after_commit, []
         for call in calls:
             self._spawn(call())
@@ -799,6 +852,40 @@ class Scheduler:
             if isinstance(event, PodForgotten):
                 self._stopping.discard(event.pod)  # a stop that failed as "no such pod"
             self._feed(event)  # logged at the next flush
+
+    def _remember(self, chunks: list[dict[str, Any]], final: dict[str, dict[str, Any]]) -> None:
+        """After a commit: keep the committed output of this loop's jobs (bounded), and the
+        final rows of the jobs that finished, for RECENT_S (at most RECENT_JOBS of them)."""
+        for c in chunks:
+            kept = self._chunks.get(c["job"])
+            if kept is None:
+                continue
+            kept.append((c["seq"], c["stream"], c["data"]))
+            if sum(len(d) for _, _, d in kept) > RECENT_OUTPUT_BYTES:
+                self._chunks[c["job"]] = None  # too much to hold: the store has it
+        expires = time.monotonic() + RECENT_S
+        for job_id, values in final.items():
+            row = self._finishing.pop(job_id, None)
+            out = self._chunks.pop(job_id, None)
+            if row is not None:
+                self._recent[job_id] = (expires, {**row, **values}, out)
+        while len(self._recent) > RECENT_JOBS:
+            del self._recent[next(iter(self._recent))]
+        if self._recent and self._recent_timer is None:
+            self._recent_timer = asyncio.get_running_loop().call_later(
+                RECENT_S, self._expire_recent
+            )
+
+    def _expire_recent(self) -> None:
+        self._recent_timer = None
+        now = time.monotonic()
+        for job_id in [j for j, (at, _, _) in self._recent.items() if at <= now]:
+            del self._recent[job_id]
+        if self._recent:  # the oldest left expires first (kept in order of finishing)
+            first = next(iter(self._recent.values()))[0]
+            self._recent_timer = asyncio.get_running_loop().call_later(
+                max(0.0, first - now), self._expire_recent
+            )
 
     def _forgettable(self, finished: Iterable[str]) -> list[Event]:
         """The core may drop these finished jobs (their final rows are committed: reads go

@@ -227,14 +227,12 @@ class Store:
 
     def job_by_key(self, tenant: str, key: str) -> dict[str, Any] | None:
         with self.engine.connect() as conn:
-            row = conn.execute(
-                sa.select(jobs).where(jobs.c.tenant == tenant, jobs.c.idempotency_key == key)
-            ).first()
+            row = conn.execute(_JOB_BY_KEY, {"tenant": tenant, "key": key}).first()
         return None if row is None else dict(row._mapping)
 
     def get_job(self, job_id: str) -> dict[str, Any] | None:
         with self.engine.connect() as conn:
-            row = conn.execute(sa.select(jobs).where(jobs.c.id == job_id)).first()
+            row = conn.execute(_JOB_BY_ID, {"id": job_id}).first()
         return None if row is None else dict(row._mapping)
 
     def list_jobs(
@@ -273,13 +271,9 @@ class Store:
     # --- output --------------------------------------------------------------
 
     def output(self, job_id: str, after: int = -1) -> list[tuple[int, str, bytes]]:
-        q = (
-            sa.select(job_output.c.seq, job_output.c.stream, job_output.c.data)
-            .where(job_output.c.job == job_id, job_output.c.seq > after)
-            .order_by(job_output.c.seq)
-        )
         with self.engine.connect() as conn:
-            return [(int(s), str(st), bytes(d)) for s, st, d in conn.execute(q)]
+            rows = conn.execute(_OUTPUT, {"job": job_id, "after": after})
+            return [(int(s), str(st), bytes(d)) for s, st, d in rows]
 
     def last_output_seq(self, job_id: str) -> int:
         """The last output chunk's sequence number (-1 for none)."""
@@ -409,6 +403,23 @@ class Store:
             return [(str(m), str(t), int(mi), float(g)) for m, t, mi, g in conn.execute(q)]
 
 
+# the hot path's statements, built once with bound parameters: SQLAlchemy then finds each
+# compiled in its cache at once (building a statement anew per call, and its cache key,
+# cost more than running it on SQLite)
+_JOB_BY_ID = sa.select(jobs).where(jobs.c.id == sa.bindparam("id"))
+_JOB_BY_KEY = sa.select(jobs).where(
+    jobs.c.tenant == sa.bindparam("tenant"), jobs.c.idempotency_key == sa.bindparam("key")
+)
+_OUTPUT = (
+    sa.select(job_output.c.seq, job_output.c.stream, job_output.c.data)
+    .where(job_output.c.job == sa.bindparam("job"), job_output.c.seq > sa.bindparam("after"))
+    .order_by(job_output.c.seq)
+)
+_INSERT_JOB = jobs.insert()
+_INSERT_OUTPUT = job_output.insert()
+_INSERT_EVENT = core_events.insert()
+
+
 @functools.lru_cache(maxsize=64)
 def _job_update(columns: tuple[str, ...]) -> sa.Update:
     """One UPDATE of ``columns`` by job id, with bound parameters: built once per column
@@ -445,14 +456,14 @@ class Batch:
             if store.fence is not None:
                 store.fence(conn)
             if self.new_jobs:
-                conn.execute(jobs.insert(), self.new_jobs)
+                conn.execute(_INSERT_JOB, self.new_jobs)
             by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = {}
             for job_id, values in self.job_updates.items():
                 by_columns.setdefault(tuple(sorted(values)), []).append({"_id": job_id, **values})
             for columns, rows in by_columns.items():
                 conn.execute(_job_update(columns), rows)
             if self.output:
-                conn.execute(job_output.insert(), self.output)
+                conn.execute(_INSERT_OUTPUT, self.output)
             if self.events:
-                conn.execute(core_events.insert(), self.events)
+                conn.execute(_INSERT_EVENT, self.events)
         self.__init__()

@@ -162,6 +162,7 @@ def up(
             host=host,
             port=port,
             log_level="warning",
+            access_log=False,  # a line per request is work even when nobody reads it
             timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         )
     finally:

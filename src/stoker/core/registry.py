@@ -17,7 +17,10 @@ presets (GFS's paper and ablations; Firepool's warm defaults): ``gfs`` (default)
 ``yarn-cs``, ``chronus``, ``lyra``, ``fgd`` (each gated by GFS's forecast quota, as the
 authors' simulator runs them; ``yarn-cs-noquota``, ``lyra-noquota``, ``fgd-noquota``:
 ungated), ``static-quota``,
-``min-runtime``, ``gfs-naive``, ``gfs-fixed-eta``.
+``min-runtime``, ``gfs-naive``, ``gfs-fixed-eta``, ``gfs-simple-placement`` and
+``gfs-simple-preemption`` (the paper's ablations of its scheduler's two halves), and
+``gfs-small-first`` and ``gfs-eta-slack`` (stoker's own: GFS with spot queued smallest
+request first; GFS whose eta may grow to 2).
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ STATIC_SHARE = 0.3
 CHRONUS_ROUND_S = 300.0
 CHRONUS_LEASE_S = 1200.0
 CHRONUS_RESTART_S = 120.0
+# gfs-eta-slack's eta ceiling (GFS's is 1)
+ETA_SLACK_CEILING = 2.0
 # the paper's comparison set for hp/spot
 PAPER_BASELINES = ("yarn-cs", "chronus", "lyra", "fgd")
 
@@ -114,6 +119,15 @@ def _forecast_quota(p: _Params) -> ForecastQuota:
 
 
 _Entry = tuple[Callable[[_Params], Policies], str | None]
+
+
+def _gfs_variant(name: str, forecaster: str = "default", **changes: object) -> _Entry:
+    """GFS with ``changes`` to its hp/spot config (the forecast quota unless one is given),
+    fed by ``forecaster``."""
+    changes.setdefault("quota", _forecast_quota)
+    return _gangs(name=name, **changes), forecaster
+
+
 # each baseline's own parts (placement, victims, queue order), its quota aside
 _YARN: dict[str, object] = {
     "scorer": lambda p: BestFitScorer(),
@@ -177,17 +191,23 @@ _PRESETS: dict[str, _Entry] = {
     ),
     # hp and spot (warm pools keep Firepool's defaults)
     "gfs": (_firepool, "default"),
-    "gfs-naive": (
-        _gangs(name="gfs-naive", quota=lambda p: ForecastQuota(p.g, p.guarantee_s)),
-        "naive",
+    "gfs-naive": _gfs_variant("gfs-naive", "naive"),
+    "gfs-fixed-eta": _gfs_variant(
+        "gfs-fixed-eta", quota=lambda p: ForecastQuota(p.g, p.guarantee_s, fixed_eta=True)
     ),
-    "gfs-fixed-eta": (
-        _gangs(
-            name="gfs-fixed-eta",
-            quota=lambda p: ForecastQuota(p.g, p.guarantee_s, fixed_eta=True),
-        ),
-        "default",
+    # the paper's ablations of its preemptive task scheduler, each half swapped for the
+    # baselines' plain part (the authors' code: ``policy/placer/consolidate.py``, the
+    # placer every other policy uses, and ``fifo_spot.py``'s cost-free victims)
+    "gfs-simple-placement": _gfs_variant("gfs-simple-placement", scorer=lambda p: BestFitScorer()),
+    "gfs-simple-preemption": _gfs_variant("gfs-simple-preemption", victims=lambda p: FifoVictims()),
+    # stoker's own (beyond the paper): eta may grow to 2 while evictions stay under half the
+    # target, so the quota lends spot the slack a cautious forecast leaves
+    "gfs-eta-slack": _gfs_variant(
+        "gfs-eta-slack",
+        quota=lambda p: ForecastQuota(p.g, p.guarantee_s, eta_ceiling=ETA_SLACK_CEILING),
     ),
+    # stoker's own (beyond the paper): GFS with spot queued smallest request first
+    "gfs-small-first": _gfs_variant("gfs-small-first", queue="size-small-spot"),
     # the paper's baselines: as the authors' simulator builds them, spot gated by the same
     # forecast quota as GFS (fifo_spot.py, lyra.py, fgd.py; chronus.py has none)
     **_baseline("yarn-cs", _YARN),

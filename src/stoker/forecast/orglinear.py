@@ -16,9 +16,14 @@ are ``simulator.py``'s arguments):
 - Adam at ``lr`` (4e-5), minibatches of ``batch_size`` (32) shuffled, ``epochs`` (10) with
   the rate halved every 3 epochs after the first, early stopping on the validation loss
   with ``patience`` (3), keeping the best epoch's weights; the loss is the Gaussian NLL over
-  the labels that are not zero; retrained from scratch at every ``fit`` (daily).
+  the labels that are not zero; every ``fit`` (daily) trains the one model further from
+  the weights the last fit kept, with a fresh optimiser and schedule (their
+  ``GPURequestEstimator`` is built once and its ``train`` called each day).
 
-Where ours differs (each is needed for a short or young record, or for determinism): the
+Where ours differs (each is needed for a short or young record, or for determinism): a
+tenant, GPU model or cluster a later fit sees first gets a fresh embedding row, the rows
+of those seen before carry over (theirs has fixed class sizes); ``warm_start=False``
+retrains from scratch at every fit (stoker's earlier choice); the
 minutes before a series' record count as zero demand, so a history shorter than the input
 still trains (the authors' start 5 months before their window); sample starts are counted
 back from ``now_min`` (theirs forward from the trace's start); with fewer than a batch of
@@ -121,7 +126,9 @@ class OrgLinear(BatchPredictor):
     ``lr``, ``patience``; ``train_days``: only the last this many days of history train
     (None: all of it, as the authors); ``seed`` for initialisation and batches;
     ``threads``: torch intra-op threads while training and predicting (default 1: the
-    model is small, and more threads on a shared machine mostly wait; None leaves torch's).
+    model is small, and more threads on a shared machine mostly wait; None leaves torch's);
+    ``warm_start``: each fit continues from the last fit's weights (the authors'), else
+    starts from scratch.
     """
 
     name = "orglinear"
@@ -144,6 +151,7 @@ class OrgLinear(BatchPredictor):
         patience: int = 3,
         seed: int = 0,
         threads: int | None = 1,
+        warm_start: bool = True,
         cadence: Cadence | None = None,
     ) -> None:
         self._torch = _import_torch()
@@ -180,6 +188,7 @@ class OrgLinear(BatchPredictor):
         self.patience = patience
         self.seed = seed
         self.threads = threads
+        self.warm_start = warm_start
         self.cadence = cadence or Cadence()
         self._vocab: Vocab | None = None
         self._net: Any = None
@@ -224,7 +233,8 @@ class OrgLinear(BatchPredictor):
         return None if self.train_days is None else int(self.train_days * MINUTES_PER_DAY)
 
     def fit(self, histories: dict[SeriesKey, np.ndarray], now_min: int) -> None:
-        """Retrain from scratch on the histories (all ending at ``now_min``)."""
+        """Train on the histories (all ending at ``now_min``): further from the last fit's
+        weights with ``warm_start``, else from scratch."""
         check_now(now_min)
         keys = sorted(histories, key=lambda k: (k.pool, k.cluster, k.tenant))
         rows = [check_history(histories[k], f"histories[{k}]") for k in keys]
@@ -251,6 +261,8 @@ class OrgLinear(BatchPredictor):
             emb_dim=self.emb_dim,
             attn_dim=self.attn_dim,
         )
+        if self.warm_start and self._net is not None and self._vocab is not None:
+            self._carry_over(net, vocab)
         windows = _Windows(torch, matrix, self.lookback_h, self.horizon_h, self.stride_min)
         self.last_fit = {"samples": float(len(windows)), "epochs": 0.0, "val_loss": float("nan")}
         if not keys or len(windows) == 0:
@@ -309,6 +321,25 @@ class OrgLinear(BatchPredictor):
             net.load_state_dict(best_state)
         self.last_fit.update({"epochs": float(epochs), "val_loss": best})
         return net.eval()
+
+    def _carry_over(self, net: Any, vocab: Vocab) -> None:
+        """Start ``net`` from the last fit's weights: every head, time embedding and the
+        attention as they were; a class row by its name (rows of names new to ``vocab`` and
+        of none keep their fresh start)."""
+        assert self._net is not None and self._vocab is not None
+        old, new = self._net.state_dict(), net.state_dict()
+        old_vocab = self._vocab
+        pairs = [(old_vocab.pools, vocab.pools), (old_vocab.clusters, vocab.clusters),
+                 (old_vocab.tenants, vocab.tenants)]  # fmt: skip
+        for name, tensor in old.items():
+            if not name.startswith("classes."):
+                new[name] = tensor.clone()
+        for i, (before, now) in enumerate(pairs):
+            rows = [(now[n], before[n]) for n in now if n in before] + [(0, 0)]
+            table = new[f"classes.{i}.weight"]
+            for to, frm in rows:
+                table[to] = old[f"classes.{i}.weight"][frm]
+        net.load_state_dict(new)
 
     def predict_many(
         self, keys: Sequence[SeriesKey], histories: np.ndarray, now_min: int, horizon_h: int

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 
 import numpy as np
 
@@ -108,47 +108,13 @@ def check_history(history: np.ndarray, field_name: str = "history") -> np.ndarra
 
 
 def us_federal_holidays(years: Iterable[int]) -> frozenset[date]:
-    """US federal holidays (observed dates) for the given years: Philly ran in the US.
-
-    New Year, Martin Luther King Jr. Day, Presidents' Day, Memorial Day, Juneteenth (from
-    2021), Independence Day, Labor Day, Columbus Day, Veterans Day, Thanksgiving and
-    Christmas; a fixed-date holiday on a weekend is observed on the Friday before or the
-    Monday after, as the US Office of Personnel Management does.
+    """US federal holidays for the given years (Philly ran in the US), from the maintained
+    ``holidays`` package: each holiday's date and, where it falls on a weekend, the
+    weekday the Office of Personnel Management observes it on (both are days off).
     """
+    import holidays
 
-    def nth_weekday(year: int, month: int, weekday: int, n: int) -> date:
-        first = date(year, month, 1)
-        day = first + timedelta(days=(weekday - first.weekday()) % 7)
-        return day + timedelta(weeks=n - 1)
-
-    def last_weekday(year: int, month: int, weekday: int) -> date:
-        day = date(year, month + 1, 1) - timedelta(days=1)
-        return day - timedelta(days=(day.weekday() - weekday) % 7)
-
-    def observed(day: date) -> date:
-        if day.weekday() == 5:
-            return day - timedelta(days=1)
-        if day.weekday() == 6:
-            return day + timedelta(days=1)
-        return day
-
-    out: set[date] = set()
-    for y in years:
-        fixed = [date(y, 1, 1), date(y, 7, 4), date(y, 11, 11), date(y, 12, 25)]
-        if y >= 2021:
-            fixed.append(date(y, 6, 19))
-        out.update(observed(d) for d in fixed)
-        out.update(
-            {
-                nth_weekday(y, 1, 0, 3),  # MLK day: third Monday of January
-                nth_weekday(y, 2, 0, 3),  # Presidents' day
-                last_weekday(y, 5, 0),  # Memorial day
-                nth_weekday(y, 9, 0, 1),  # Labor day
-                nth_weekday(y, 10, 0, 2),  # Columbus day
-                nth_weekday(y, 11, 3, 4),  # Thanksgiving: fourth Thursday of November
-            }
-        )
-    return frozenset(out)
+    return frozenset(holidays.country_holidays("US", years=list(years), observed=True))
 
 
 def china_days(years: Iterable[int]) -> tuple[frozenset[date], frozenset[date]]:

@@ -120,9 +120,10 @@ class QueueOrder:
     ``stop``: the first job that cannot be placed ends its class's pass (Lyra, YARN-CS,
     FGD), else only the jobs of its request are skipped and smaller ones still tried (GFS's
     skip rule); ``at_back``: a re-queued job queues at its re-queue time (the authors'
-    lists that are appended to and never sorted by submit time), else at its submit time.
-    A spot job over the quota is passed over, never a failure (as in every policy of the
-    authors').
+    lists that are appended to and never sorted by submit time), else at its submit time;
+    ``spot_small_first``: spot by the smallest per-worker request first (stoker's
+    ``gfs-small-first``; HP keeps the largest first). A spot job over the quota is passed
+    over, never a failure (as in every policy of the authors').
     """
 
     name: str
@@ -130,6 +131,7 @@ class QueueOrder:
     fewer_workers: bool
     stop: bool
     at_back: bool
+    spot_small_first: bool = False
 
 
 QUEUE_ORDERS: dict[str, QueueOrder] = {
@@ -142,6 +144,16 @@ QUEUE_ORDERS: dict[str, QueueOrder] = {
     ),
     # YARN-CS and FGD (fifo_spot.py, fgd.py): arrival order, the first failure stops
     "fifo": QueueOrder("fifo", by_size=False, fewer_workers=False, stop=True, at_back=True),
+    # stoker's (not the paper's): GFS's, but spot by the smallest request first, so one
+    # large spot gang waiting for room does not hold the many small ones behind it
+    "size-small-spot": QueueOrder(
+        "size-small-spot",
+        by_size=True,
+        fewer_workers=True,
+        stop=False,
+        at_back=False,
+        spot_small_first=True,
+    ),
 }
 
 
@@ -157,15 +169,17 @@ class _Queue:
     def __init__(self, order: QueueOrder, job_class: JobClass) -> None:
         self.order = order
         self.fewer_workers = order.fewer_workers and job_class is _SPOT
+        # -1: the largest request first (every order's HP; GFS's spot), +1: the smallest
+        self.sign = 1.0 if order.spot_small_first and job_class is _SPOT else -1.0
         self.buckets: dict[float, list[tuple[tuple[float, ...], str]]] = {}
         self.keys: list[float] = []
         self.size = 0
 
     def bucket(self, job: Job) -> float:
-        return job.gpus if self.order.stop else -job.per_worker
+        return job.gpus if self.order.stop else self.sign * job.per_worker
 
     def entry(self, job: Job, at: float) -> tuple[tuple[float, ...], str]:
-        rank = -job.per_worker if self.order.by_size else 0.0
+        rank = self.sign * job.per_worker if self.order.by_size else 0.0
         workers = float(job.spec.workers) if self.fewer_workers else 0.0
         return (rank, workers, at), job.id
 

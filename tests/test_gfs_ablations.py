@@ -1,0 +1,87 @@
+"""The paper's ablations of GFS's scheduler (simplified placement, simplified preemption)
+and stoker's own GFS variant (``gfs-small-first``): each differs from ``gfs`` in the one
+part it swaps, and only there."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stoker.core.gfs.placement import BestFitScorer, GFSScorer
+from stoker.core.gfs.preemption import FifoVictims, GFSVictims
+from stoker.core.registry import GANG_PRESETS, preset
+from test_gfs import Gangs, cluster, evicted, spec
+from test_gfs_fidelity import _queued
+
+
+@pytest.mark.parametrize(
+    ("name", "scorer", "victims", "queue"),
+    [
+        ("gfs", GFSScorer, GFSVictims, "size"),
+        ("gfs-simple-placement", BestFitScorer, GFSVictims, "size"),
+        ("gfs-simple-preemption", GFSScorer, FifoVictims, "size"),
+        ("gfs-small-first", GFSScorer, GFSVictims, "size-small-spot"),
+        ("gfs-eta-slack", GFSScorer, GFSVictims, "size"),
+    ],
+)
+def test_each_variant_swaps_one_part_of_gfs(
+    name: str, scorer: type, victims: type, queue: str
+) -> None:
+    p = preset(name)
+    gangs = p.policies.gangs
+    assert name in GANG_PRESETS and gangs.name == name
+    assert isinstance(gangs.scorer, scorer) and isinstance(gangs.victims, victims)
+    assert gangs.queue == queue
+    # the rest is GFS's: the forecast quota with its eta feedback, placing before preempting
+    assert p.forecaster == "default" and type(gangs.quota) is type(
+        preset("gfs").policies.gangs.quota
+    )
+    assert not gangs.hp_preempt_first and gangs.preempt
+
+
+@pytest.mark.parametrize(("name", "node"), [("gfs", "n1"), ("gfs-simple-placement", "n0")])
+def test_simple_placement_ignores_the_class_already_on_a_node(name: str, node: str) -> None:
+    g = Gangs(cluster(4, 4, 4), name)
+    g.submit(spec("h", "hp", 3, dur=1e5), 0.0)
+    g.submit(spec("s", "spot", 3, dur=1e5), 0.0)
+    assert (g.nodes("h"), g.nodes("s")) == ({"n0"}, {"n1"})
+    # n0 and n1 both have 1 GPU free: GFS's score puts spot beside spot (n1); the
+    # simplified placement (the baselines' best fit) takes the first of them (n0)
+    g.submit(spec("s2", "spot", 1, dur=1e5), 1.0)
+    assert g.nodes("s2") == {node}
+
+
+@pytest.mark.parametrize(("name", "victim"), [("gfs", "young"), ("gfs-simple-preemption", "old")])
+def test_simple_preemption_takes_the_first_node_without_a_cost(name: str, victim: str) -> None:
+    g = Gangs(cluster(4, 4), name)
+    g.submit(spec("old", "spot", 4, dur=1e6), 0.0)  # n0, 10 h of work at stake
+    g.submit(spec("young", "spot", 4, dur=1e6), 36_000.0)  # n1, 100 s
+    assert g.nodes("old") == {"n0"} and g.nodes("young") == {"n1"}
+    # GFS's node cost: one victim either way, the lost work decides (young); the simplified
+    # preemption takes the first best-fit node's first cards (old) whatever it costs
+    out = g.submit(spec("h", "hp", 4, dur=10), 36_100.0)
+    assert evicted(out) == [victim]
+
+
+def test_small_first_starts_the_small_spot_jobs_gfs_holds_back() -> None:
+    jobs = [("a", 1, 1), ("d", 4, 1), ("b", 3, 1), ("c", 1, 1)]
+    # 3 GPUs free: GFS starts b (3) and the 1-GPU jobs find no room; smallest first starts a
+    # and c, then b (3) does not fit
+    assert _queued("gfs", 3, jobs) == ["b"]
+    assert _queued("gfs-small-first", 3, jobs) == ["a", "c"]
+
+
+def test_eta_slack_lends_past_the_forecast_while_evictions_stay_low() -> None:
+    caps = {}
+    for name in ("gfs", "gfs-eta-slack"):
+        quota = preset(name).policies.gangs.quota
+        for _ in range(4):  # four hours without an eviction while spot waits
+            quota.feedback("A", 0.0, spot_waited_long=True)
+        caps[name] = quota.eta("A")
+        free = quota.quota("A", np.array([60.0]), np.array([0.0]), 100)
+        assert free == pytest.approx(40.0 * caps[name])
+    # GFS's eta stops at 1 (the forecast's free capacity); the slack variant grows to 2
+    assert caps == {"gfs": 1.0, "gfs-eta-slack": 2.0}
+    # and shrinks like GFS's once evictions pass 1.5x the target
+    quota.feedback("A", 0.3, spot_waited_long=True)
+    assert quota.eta("A") == pytest.approx(2.0 * 0.1 / 0.3)
