@@ -27,6 +27,7 @@ gpu_model = "a100"
 preset = "always_on"
 keepalive = "fitted"
 spot_quota = "static"
+warm_cap = "strict"
 [forecast]
 forecaster = "naive"
 query_every_s = 60
@@ -37,13 +38,18 @@ grace_s = 5
     )
     assert (cfg.gpu_slots, cfg.gpu_model) == (3, "a100")
     assert cfg.policies.preset == "always_on"
-    assert cfg.policies.overrides() == {"keepalive": "fitted", "spot_quota": "static"}
+    assert cfg.policies.overrides() == {
+        "keepalive": "fitted",
+        "spot_quota": "static",
+        "warm_cap": "strict",
+    }
     assert (cfg.forecast.forecaster, cfg.forecast.query_every_s) == ("naive", 60.0)
     assert cfg.forecast.refit_every_s == 3600.0 and cfg.forecast.horizon_h == 4
     assert cfg.spot.grace_s == 5.0
     chosen = cfg.policies.build(cfg.keepalive_s, cfg.spot.grace_s)
     assert type(chosen.policies.keepalive).__name__ == "FittedKeepAlive"  # named over preset
     assert chosen.policies.gangs.quota.name == "static-0.3" and chosen.policies.gangs.grace_s == 5
+    assert chosen.policies.warm_cap.name == "strict" and chosen.policies.warm_cap.holds
 
 
 def test_keepalive_s_alone_is_a_fixed_keepalive(tmp_path: Path) -> None:
@@ -51,6 +57,7 @@ def test_keepalive_s_alone_is_a_fixed_keepalive(tmp_path: Path) -> None:
     assert type(fixed).__name__ == "FixedKeepAlive" and fixed.ttl_s == 7.0
     default = BrokerConfig().policies.build(None, 30.0)
     assert default.name == "firepool" and default.forecaster == "default"
+    assert default.policies.warm_cap.name == "keepalive"  # the HP forecast within the keep-alive
 
 
 @pytest.mark.parametrize(
@@ -68,6 +75,7 @@ def test_keepalive_s_alone_is_a_fixed_keepalive(tmp_path: Path) -> None:
         ("[policies]\npreset = 'best'\n", "policies.preset: unknown 'best'"),
         ("[policies]\nkeepalive = 'forever'\n", "policies.keepalive: unknown 'forever'"),
         ("[policies]\nspot_quota = 'magic'\n", "policies.spot_quota: unknown 'magic'"),
+        ("[policies]\nwarm_cap = 'tight'\n", "policies.warm_cap: unknown 'tight'"),
         # nothing is coerced: a string is not a list of modules, nor a number
         ("[profiles.t]\npreload = 'torch'\n", "profiles.t.preload: Input should be a valid list"),
         ("[profiles.t]\ngpus = '1'\n", "profiles.t.gpus: Input should be a valid integer"),

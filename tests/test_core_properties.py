@@ -80,6 +80,7 @@ from stoker.core.policies import (
     BesideActive,
     FittedKeepAlive,
     FixedKeepAlive,
+    HourCap,
     NoStandby,
     QueueDrivenBudget,
     ReuseMatching,
@@ -115,6 +116,10 @@ POLICIES = [
             "g": ProfilePolicies(min_warm=1),
         }
     ),
+    # how the HP forecast bounds the warm budget: the rule as first built, and the same
+    # bound on new idle capacity only (the default, KeepAliveCap, is in every entry above)
+    lambda: Policies(warm_cap=HourCap(), profiles={"p": ProfilePolicies(min_warm=1)}),
+    lambda: Policies(warm_cap=HourCap(holds=False), profiles={"p": ProfilePolicies(min_warm=1)}),
 ]
 
 

@@ -30,6 +30,7 @@ from stoker.core import (
     Node,
     PodGone,
     PodReady,
+    PodState,
     Profile,
     RankExited,
     RankStarted,
@@ -388,14 +389,73 @@ def test_hp_never_waits_on_an_active_pool_pod() -> None:
     assert not any(isinstance(a, StopPod) for a in out) and not bound(out)
 
 
-def test_forecast_caps_the_warm_budget() -> None:
-    g = Gangs(cluster(2), "gfs")
+def test_strict_warm_cap_stops_held_idle_pods() -> None:
+    # the rule as first built (preset warm-strict): HP is forecast to need both cards
+    # within the hour, so idle pods may hold nothing and the warm pod goes at once
+    g = Gangs(cluster(2), "warm-strict")
     g.stop = False
     pod = _warm_pod(g, "pj", 0.0)
-    # HP is forecast to need both cards: idle pods may hold nothing; the warm pod goes
     out = g.send(ForecastUpdated("t", "A", (2.0,), (0.0,)), 5.0)
     assert g.core.budget_limit() == 0.0
     assert StopPod(pod, "budget") in out
+
+
+def test_default_warm_cap_keeps_a_warm_pod_hp_will_not_need_within_its_keepalive() -> None:
+    # the same forecast under the default: HP holds nothing now and its hour's growth
+    # spread over the keep-alive (60 s of 3,600) is 2/60 GPU, so the warm pod stays; when
+    # HP does arrive it takes the card through the reclaim chain
+    g = Gangs(cluster(2), "gfs")
+    g.stop = False
+    pod = _warm_pod(g, "pj", 0.0)
+    out = g.send(ForecastUpdated("t", "A", (2.0,), (0.0,)), 5.0)
+    assert not any(isinstance(a, StopPod) for a in out)
+    assert g.core.pods[pod].state is PodState.WARM
+    assert g.core.warm.hp_cap["A"] == pytest.approx(2.0 - 2.0 / 60)
+    out = g.submit(spec("h", "hp", 1, 2), 6.0)
+    assert StopPod(pod, "reclaim_hp") in out and not bound(out)
+    assert "h" in bound(g.send(PodGone(pod), 7.0))
+
+
+def test_keepalive_cap_counts_what_hp_holds_and_its_near_growth() -> None:
+    # one card runs HP, a half-card warm pod sits on the other. A narrow forecast leaves
+    # the pod its room (2 - 1 - 1/60); a wide one (sd 3: 1.28 x 3 x sqrt(1/60) = 0.50 more)
+    # does not, and the pod goes
+    def run(var: float) -> tuple[str, list[Action]]:
+        g = Gangs(cluster(2), "gfs", share=0.5)
+        g.stop = False
+        pod = _warm_pod(g, "pj", 0.0)
+        g.submit(spec("h", "hp", 1, dur=1e5), 3.0)
+        assert g.core.jobs["h"].state is JobState.RUNNING
+        return pod, g.send(ForecastUpdated("t", "A", (2.0,), (var,)), 5.0)
+
+    pod, out = run(0.0)
+    assert not any(isinstance(a, StopPod) for a in out)
+    pod, out = run(9.0)
+    assert StopPod(pod, "budget") in out
+
+
+PRESETS_CAP = ("gfs", "warm-strict", "warm-new-only", "warm-uncapped")
+
+
+def test_new_only_cap_keeps_held_pods_and_stages_no_new_idle_capacity() -> None:
+    # HP is forecast to need both cards. A warm pod held before the forecast: strict stops
+    # it, new-only and the default keep it. A new active pod: a standby is staged beside
+    # it under the default only (new-only and strict bound new idle capacity to 0)
+    def run(name: str) -> tuple[list[Action], list[Action]]:
+        g = Gangs(cluster(2), name, share=0.9, standby_share=0.1)
+        g.stop = False
+        _warm_pod(g, "pj", 0.0)
+        forecast = g.send(ForecastUpdated("t", "A", (2.0,), (0.0,)), 5.0)
+        acts = g.core.handle(JobSubmitted(JobSpec("pk", "v", "p", "other")), 6.0)
+        pod = next(a.pod for a in acts if isinstance(a, StartPod))
+        return forecast, g.send(PodReady(pod), 7.0)
+
+    stops = {n: [a for a in run(n)[0] if isinstance(a, StopPod)] for n in PRESETS_CAP}
+    assert [n for n, s in stops.items() if s] == ["warm-strict"]
+    staged = {
+        n: [a for a in run(n)[1] if isinstance(a, StartPod) and a.standby] for n in PRESETS_CAP
+    }
+    assert [n for n, s in staged.items() if s] == ["gfs", "warm-uncapped"]
 
 
 def test_the_warm_budget_is_capped_per_gpu_pool() -> None:
@@ -403,7 +463,7 @@ def test_the_warm_budget_is_capped_per_gpu_pool() -> None:
     # pods keep the room A's HP forecast asks for, and B's forecast alone stops nothing
     cl = cluster(2)
     cl.add_node(Node("m0", "B", [GPU(f"m0/{i}", "m0", i, "B") for i in range(4)]))
-    g = Gangs(cl, "gfs")
+    g = Gangs(cl, "warm-strict")
     g.stop = False
     pod = _warm_pod(g, "pj", 0.0)
     out = g.send(ForecastUpdated("t", "B", (4.0,), (0.0,)), 5.0)

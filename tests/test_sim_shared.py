@@ -52,10 +52,19 @@ def test_partitioned_and_shared_results(tmp_path: Path) -> None:
     part = doc["partition"]
     assert part["slice_nodes"] >= 1 and part["slice_gpus"] >= part["pool_alone.peak_gpus"] > 0
     assert part["slice_gpus"] < meta["pool_model_gpus"]  # hp/spot keep nodes of the model
-    for mode in ("partitioned", "shared"):
+    # the ablations: shared under the other rules for the forecast's bound on warm pods
+    assert set(doc["ablations"]) == {"shared_strict", "shared_new_only", "shared_uncapped"}
+    modes = ("partitioned", "shared", *doc["ablations"])
+    for mode in modes:
         m = doc[mode]
         for key in HEADLINE:
             assert key in m, (mode, key)
+        # the warm pools' GPU model alone: a part of the whole
+        for cls in ("hp", "spot"):
+            assert 0 <= m[f"{cls}.pool_model.jobs"] <= m[f"{cls}.jobs"], mode
+            done = m[f"{cls}.pool_model.finished"] + m[f"{cls}.pool_model.unfinished"]
+            assert done == m[f"{cls}.pool_model.jobs"], mode
+        assert m["spot.pool_model.evictions"] <= m["spot.evictions"], mode
         # nothing lost: every job of the input ended or is counted as open
         assert m["pool.requests"] > 0
         assert m["pool.finished"] + m["pool.unfinished"] == m["pool.requests"], mode
@@ -71,10 +80,12 @@ def test_partitioned_and_shared_results(tmp_path: Path) -> None:
         assert abs(m["idle_gpu_hours"] - parts) <= 1e-9 * max(1.0, parts)
         assert 0.0 < m["idle_gpu_hours"] <= meta["gpus"] * window_h + 1e-6
         assert m["idle_gpu_hours"] + m["hp_spot_gpu_hours"] <= meta["gpus"] * window_h + 1e-6
-    # the same input in both modes
+    # the same input in every mode
     for key in ("pool.requests", "trace.jobs", "hp.jobs", "spot.jobs"):
-        assert doc["partitioned"][key] == doc["shared"][key], key
+        assert len({doc[mode][key] for mode in modes}) == 1, key
     assert set(doc["comparison"]) >= set(HEADLINE)
+    for row in doc["comparison"].values():
+        assert set(row) == {"partitioned", "shared", "change_pct", *doc["ablations"]}
     # same seed, same file; another seed, another file
     code, output = _run(tmp_path / "b", "--seed", "3")
     assert code == 0, output

@@ -41,6 +41,7 @@ key::
     preset = "firepool"             # the starting set; the keys below override one each
     keepalive = "fitted"            # fixed | fitted | always-on
     warm_budget = "queue-driven"
+    warm_cap = "keepalive"          # how the HP forecast bounds it: or strict | new-only | none
     standby = "beside-active"       # or none
     spot_quota = "forecast"         # or static
 
@@ -140,6 +141,7 @@ class PolicyConfig(_Table):
     preset: str | None = None
     keepalive: str | None = None
     warm_budget: str | None = None
+    warm_cap: str | None = None
     standby: str | None = None
     spot_quota: str | None = None
 

@@ -25,7 +25,7 @@ def sim_shared(
     ] = 0.05,
     capacity_scale: Annotated[
         float, typer.Option(help="then this share of each model's nodes, every job kept")
-    ] = 0.5,
+    ] = 0.7,
     days: Annotated[float, typer.Option(help="measured window, days")] = 1.0,
     warm_days: Annotated[float, typer.Option(help="HP history before it, days")] = 7.0,
     burn_in_days: Annotated[float, typer.Option(help="simulated before the window")] = 0.5,
@@ -39,7 +39,7 @@ def sim_shared(
         float, typer.Option(help="agent/RL loop sessions arriving per hour")
     ] = 120.0,
     tenants: Annotated[int, typer.Option(help="loop tenants")] = 12,
-    spot_load: Annotated[float, typer.Option(help="spot arrivals x this")] = 1.0,
+    spot_load: Annotated[float, typer.Option(help="spot arrivals x this")] = 3.0,
     query_every_min: Annotated[int, typer.Option(help="forecast query cadence")] = 15,
     refit_every_min: Annotated[int, typer.Option(help="forecaster refit cadence")] = 1440,
     forecaster: Annotated[str, typer.Option(help="ridge | orglinear (torch)")] = "ridge",
@@ -112,12 +112,14 @@ def _fmt(v: Any) -> str:
 
 
 def _table(doc: dict[str, Any], table_cls: Any) -> Any:
-    t = table_cls(title="stoker sim shared: partitioned vs shared")
+    t = table_cls(title="stoker sim shared: partitioned vs shared (ablations: other warm caps)")
+    modes = list(doc["ablations"])
     t.add_column("figure")
     t.add_column("partitioned", justify="right")
     t.add_column("shared", justify="right")
     t.add_column("change", justify="right")
-    t.add_column("shared, uncapped (ablation)", justify="right")
+    for mode in modes:
+        t.add_column(mode, justify="right")
     for key, row in doc["comparison"].items():
         change = row["change_pct"]
         t.add_row(
@@ -125,6 +127,6 @@ def _table(doc: dict[str, Any], table_cls: Any) -> Any:
             _fmt(row["partitioned"]),
             _fmt(row["shared"]),
             "n/a" if change is None else f"{change:+.1f} %",
-            _fmt(row["shared_uncapped"]),
+            *(_fmt(row[mode]) for mode in modes),
         )
     return t

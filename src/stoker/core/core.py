@@ -62,11 +62,13 @@ from stoker.core.policies import (
     BesideActive,
     FixedKeepAlive,
     KeepAlive,
+    KeepAliveCap,
     Matching,
     QueueDrivenBudget,
     ReuseMatching,
     StandbyPolicy,
     WarmBudget,
+    WarmCap,
 )
 from stoker.core.transitions import JOB_MOVES, POD_MOVES, Transitions
 from stoker.core.warm import WarmPools
@@ -94,7 +96,7 @@ class Policies:
     """Every named extension point of the core; the defaults are Firepool's and GFS's.
 
     Warm pools: ``matching`` (warm and standby matching), ``keepalive``, ``budget`` (warm
-    budget, capped per GPU pool by the HP forecast unless ``forecast_caps_warm`` is off),
+    budget), ``warm_cap`` (how each GPU pool's HP forecast bounds the warm budget there),
     ``standby`` (standby staging). hp/spot: ``gangs`` holds queue order, placement
     scoring, spot quota and reclaim (victim choice) with their parameters. ``profiles``:
     per profile name, its own keep-alive and minimum warm count. Presets by name:
@@ -107,9 +109,7 @@ class Policies:
     standby: StandbyPolicy = field(default_factory=BesideActive)
     gangs: GFSConfig = field(default_factory=GFSConfig)
     profiles: dict[str, ProfilePolicies] = field(default_factory=dict)
-    # the HP forecast caps the warm budget per GPU pool (the one capacity model); off, idle
-    # pods give way to HP only when an HP job reclaims them (an ablation)
-    forecast_caps_warm: bool = True
+    warm_cap: WarmCap = field(default_factory=KeepAliveCap)
 
 
 class Core:
@@ -143,6 +143,7 @@ class Core:
         # pods whose stop failed: they hold their share until the runtime confirms; the stop
         # is asked again at the time given here
         self._stop_retry: dict[str, float] = {}
+        self._z = NormalDist().inv_cdf(self.policies.gangs.g)  # the warm cap's quantile
 
     # ------------------------------------------------------------------ the entry point
 
@@ -166,6 +167,8 @@ class Core:
         self._settle_forecasts()
         # hp and spot first (guaranteed work before loop jobs take free room), then pools
         self.gangs.schedule(now, out)
+        # the warm cap may follow what HP holds now: set after HP's placements
+        self.warm.hp_cap = self._hp_cap()
         self.warm.after(now, out)
         return out
 
@@ -511,7 +514,6 @@ class Core:
         self.cluster.add_node(node)
         self.gangs.add_node(node)
         self.warm.room_freed()
-        self._cap_warm()
 
     def _node_removed(self, name: str, now: float, out: list[Action]) -> None:
         """A node left: each pod on it fails (its job typed ``pod_died``: re-queued if it
@@ -528,7 +530,6 @@ class Core:
         out.extend(StopPod(pid, "node_removed") for pid in on_node if pid not in stopping)
         self.gangs.remove_node(name)
         self.cluster.remove_node(name)
-        self._cap_warm()
 
     # ------------------------------------------------------------------ forecasts
 
@@ -563,31 +564,32 @@ class Core:
         self._forecast_pools[gpu_model] = None
 
     def _settle_forecasts(self) -> None:
-        """The spot quota and the warm budget's cap follow the pools' summed forecasts
-        (once per pool for a query's many tenants: nothing reads them in between)."""
+        """The spot quota follows the pools' summed forecasts (once per pool for a query's
+        many tenants: nothing reads them in between); the warm budget's cap is set after
+        every scheduling pass (:meth:`handle_all`)."""
         if not self._forecast_pools:
             return
         for pool in self._forecast_pools:
             self.gangs.set_forecast(pool, *self.forecast[pool])
         self._forecast_pools = {}
-        self._cap_warm()
-
-    def _cap_warm(self) -> None:
-        """Hand the warm pools their per-GPU-pool HP cap (unless the policies say no)."""
-        if self.policies.forecast_caps_warm:
-            self.warm.hp_cap = self._hp_cap()
 
     def _hp_cap(self) -> dict[str, float]:
         """Per GPU pool with a forecast, the GPUs idle pods there may hold so that HP
-        finds its room: capacity minus the g-quantile of HP demand over the next hour (a
-        keep-alive is far shorter). A pool without a forecast is not capped; one pool's
-        slack never lets idle pods hold another pool's HP room."""
-        z = NormalDist().inv_cdf(self.policies.gangs.g)
+        finds its room, by the warm cap policy (from the pool's capacity, the HP GPUs
+        running there and the forecast of the next hour). A pool without a forecast (or
+        under a policy with no bound) is not capped; one pool's slack never lets idle pods
+        hold another pool's HP room."""
+        rule = self.policies.warm_cap
+        capacity = self.cluster.capacity
         cap: dict[str, float] = {}
-        for model, gpus in self.cluster.capacity.items():
-            fc = self.forecast.get(model)
-            if fc is None:
+        for model, (mean, var) in self.forecast.items():
+            gpus = capacity.get(model)
+            if gpus is None:
                 continue
-            upper = float(fc[0][0] + z * math.sqrt(max(float(fc[1][0]), 0.0)))
-            cap[model] = max(0.0, gpus - upper)
+            used = self.gangs.used.get(model)
+            hp_used = used[JobClass.HP] if used is not None else 0.0
+            sd = math.sqrt(max(float(var[0]), 0.0))
+            bound = rule.cap(gpus, hp_used, float(mean[0]), sd, self._z)
+            if bound is not None:
+                cap[model] = bound
         return cap

@@ -2,8 +2,9 @@
 
 A preset (:mod:`stoker.core.registry`) sets every policy at once; a driver may then swap
 single ones by name: ``keepalive`` (fixed, fitted, always-on), ``warm_budget``
-(queue-driven, static), ``standby`` (beside-active, none) and ``spot_quota`` (forecast,
-static, none). Each call builds fresh policy objects.
+(queue-driven, static), ``warm_cap`` (how the HP forecast bounds the warm budget:
+keepalive, strict, new-only, none), ``standby`` (beside-active, none) and ``spot_quota``
+(forecast, static, none). Each call builds fresh policy objects.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from stoker.core.policies import (
     BesideActive,
     FittedKeepAlive,
     FixedKeepAlive,
+    HourCap,
+    KeepAliveCap,
     NoStandby,
+    NoWarmCap,
     QueueDrivenBudget,
     StaticBudget,
 )
@@ -51,6 +55,15 @@ POINTS: dict[str, tuple[str, dict[str, _Build]]] = {
     "warm_budget": (
         "budget",
         {"queue-driven": lambda k: QueueDrivenBudget(), "static": lambda k: StaticBudget()},
+    ),
+    "warm_cap": (
+        "warm_cap",
+        {
+            "keepalive": lambda k: KeepAliveCap(k.keepalive_s),
+            "strict": lambda k: HourCap(),
+            "new-only": lambda k: HourCap(holds=False),
+            "none": lambda k: NoWarmCap(),
+        },
     ),
     "standby": (
         "standby",

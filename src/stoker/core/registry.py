@@ -7,8 +7,12 @@ builds fresh, unshared policy objects.
 
 Warm-pool presets (the Firepool paper's comparisons; GFS's hp/spot defaults):
 ``firepool`` (default), ``fixed`` (the same: fixed keep-alive), ``fitted``, ``always_on``,
-``warm_reuse`` (no standby), ``fresh_tag``, ``fresh_pod``, ``warm-uncapped`` (the HP
-forecast does not cap the warm budget: an ablation of the one capacity model). hp/spot
+``warm_reuse`` (no standby), ``fresh_tag``, ``fresh_pod``; and how the HP forecast bounds
+the warm budget (the default: idle pods hold only what HP is not forecast to need within
+their keep-alive, beyond what it holds now): ``warm-strict`` (capacity minus the next
+hour's HP demand, held pods stopped: the rule as first built), ``warm-new-only`` (the same
+bound, on new idle capacity only), ``warm-uncapped`` (no bound), ablations of the one
+capacity model. hp/spot
 presets (GFS's paper and ablations; Firepool's warm defaults): ``gfs`` (default),
 ``yarn-cs``, ``chronus``, ``lyra``, ``fgd`` (each gated by GFS's forecast quota, as the
 authors' simulator runs them; ``yarn-cs-noquota``, ``lyra-noquota``, ``fgd-noquota``:
@@ -34,7 +38,10 @@ from stoker.core.policies import (
     BesideActive,
     FittedKeepAlive,
     FixedKeepAlive,
+    HourCap,
+    KeepAliveCap,
     NoStandby,
+    NoWarmCap,
     QueueDrivenBudget,
     ReuseMatching,
 )
@@ -77,6 +84,7 @@ def _firepool(p: _Params) -> Policies:
         budget=QueueDrivenBudget(),
         standby=BesideActive(),
         gangs=GFSConfig(quota=ForecastQuota(p.g, p.guarantee_s), g=p.g, guarantee_s=p.guarantee_s),
+        warm_cap=KeepAliveCap(FIXED_KEEPALIVE_S),
     )
 
 
@@ -155,9 +163,12 @@ _PRESETS: dict[str, _Entry] = {
     "fixed": (_firepool, "default"),
     "fitted": (_warm(keepalive=FittedKeepAlive), "default"),
     "always_on": (_warm(keepalive=AlwaysOn), "default"),
-    # ablation of the one capacity model: the HP forecast does not cap the warm budget
-    # (idle pods give way to HP only when an HP job reclaims them)
-    "warm-uncapped": (_warm(forecast_caps_warm=False), "default"),
+    # ablations of the one capacity model (docs/shared-sim.md): how the HP forecast bounds
+    # the warm budget. The rule as first built, the same bound on new idle capacity only,
+    # no bound (idle pods give way to HP only when an HP job reclaims them)
+    "warm-strict": (_warm(warm_cap=HourCap), "default"),
+    "warm-new-only": (_warm(warm_cap=lambda: HourCap(holds=False)), "default"),
+    "warm-uncapped": (_warm(warm_cap=NoWarmCap), "default"),
     "warm_reuse": (
         _warm(matching=lambda: ReuseMatching(reuse=True, standby=False), standby=NoStandby),
         "default",
@@ -242,6 +253,8 @@ WARM_PRESETS = (
     "fixed",
     "always_on",
     "fitted",
+    "warm-strict",
+    "warm-new-only",
     "warm-uncapped",
 )
 """The warm-pool presets (Firepool's comparisons)."""

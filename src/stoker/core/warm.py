@@ -69,8 +69,10 @@ class WarmPools:
         self.jobs = host.jobs
         self.pods = host.pods
         # per GPU model, the GPUs idle pods there may hold at most so HP demand finds its
-        # room (the core sets it from that GPU pool's HP forecast: what HP is not forecast
-        # to need); a model without an entry is not capped
+        # room (the core sets it by the warm cap policy from that GPU pool's HP forecast:
+        # what HP is not forecast to need); a model without an entry is not capped. Under a
+        # policy that does not hold it, it bounds only new idle capacity (standby staging,
+        # spares)
         self.hp_cap: dict[str, float] = {}
         self._queues: dict[str, dict[str, None]] = {p: {} for p in self.profiles}
         self._warm: dict[tuple[str, str, str], dict[str, None]] = {}
@@ -196,9 +198,10 @@ class WarmPools:
 
     def _hp_total(self) -> float:
         """GPUs idle pods may hold under the HP forecast, every GPU model together (each
-        model is held to its own cap: :meth:`_enforce_hp_cap`)."""
+        model is held to its own cap: :meth:`_enforce_hp_cap`); no bound when the warm cap
+        policy bounds only new idle capacity."""
         caps = self.hp_cap
-        if not caps:
+        if not caps or not self.policies.warm_cap.holds:
             return math.inf
         return sum(min(caps.get(m, math.inf), c) for m, c in self.cluster.capacity.items())
 
@@ -1074,7 +1077,9 @@ class WarmPools:
 
     def _enforce_hp_cap(self, now: float, out: list[Action]) -> None:
         """Per GPU model: idle pods over what its HP forecast leaves them go, least
-        valuable first."""
+        valuable first (only under a warm cap policy that holds its bound)."""
+        if not self.policies.warm_cap.holds:
+            return
         budget = self.policies.budget
         for model, cap in self.hp_cap.items():
             if self._idle_by_model.get(model, 0.0) <= cap + EPS:

@@ -11,12 +11,16 @@ the measured window). Two ways:
   active pods together); hp/spot run on the rest. One core, the slice's nodes labelled
   as their own GPU pool, so neither side can use the other's cards.
 - ``shared``: every node carries both; idle standby pods, then idle warm pods are the
-  first room an HP job reclaims, and the warm budget is capped by the HP forecast.
+  first room an HP job reclaims, and the warm budget is bounded by the HP forecast (the
+  default rule: what HP is not forecast to need within the keep-alive, beyond what it
+  holds now).
 
 Same policies (the ``gfs`` preset: Firepool's warm-pool and GFS's hp/spot defaults), same
-jobs, same runtime durations; only the node labels differ. Every figure comes from this
-module's own records of the jobs that ended (not from the core's registries), plus the
-jobs still open when the run stops, which are counted as unfinished: nothing is dropped.
+jobs, same runtime durations; only the node labels differ. The ablations run shared with
+another rule for the forecast's bound on the warm budget (:data:`ABLATIONS`). Every
+figure comes from this module's own records of the jobs that ended (not from the core's
+registries), plus the jobs still open when the run stops, which are counted as
+unfinished: nothing is dropped.
 """
 
 from __future__ import annotations
@@ -56,9 +60,14 @@ from stoker.traces.base import Trace, TraceJob, TraceNode
 LOOP_PROFILE = "loop"
 LOOP_PREFIX = "loop-"
 POLICY = "gfs"  # Firepool's warm-pool and GFS's hp/spot defaults: one preset
-# the ablation: shared, but the HP forecast does not cap the warm budget
-UNCAPPED = "warm-uncapped"
-MODES = ("partitioned", "shared", "shared_uncapped")
+# the ablations: shared, with another rule for how the HP forecast bounds the warm budget
+# (the rule as first built; its bound on new idle capacity only; no bound)
+ABLATIONS = {
+    "shared_strict": "warm-strict",
+    "shared_new_only": "warm-new-only",
+    "shared_uncapped": "warm-uncapped",
+}
+MODES = ("partitioned", "shared", *ABLATIONS)
 HOUR_S = 3600.0
 
 
@@ -73,8 +82,9 @@ class SharedConfig:
     seed: int = 0
     # share of each GPU model's nodes kept, and of the generated hp/spot jobs
     scale: float = 0.05
-    # then this share of each model's nodes, every job kept (more contention)
-    capacity_scale: float = 0.5
+    # then this share of each model's nodes, every job kept (more contention): 0.7 leaves
+    # the warm pools' GPU model contended but not saturated (docs/shared-sim.md)
+    capacity_scale: float = 0.7
     days: float = 1.0  # the measured window
     warm_days: float = 7.0  # HP history before it (the forecaster's first fit)
     burn_in_days: float = 0.5  # simulated before the window, to fill the cluster
@@ -82,7 +92,7 @@ class SharedConfig:
     pool_model: str | None = None  # the warm pools' GPU model (None: the largest model)
     sessions_per_hour: float = 120.0  # loop sessions arriving per hour of the window
     tenants: int = 12
-    spot_load: float = 1.0  # spot arrivals x this (``stoker sim gfs --load``)
+    spot_load: float = 3.0  # spot arrivals x this (``stoker sim gfs --load``)
     query_every_min: int = 15
     refit_every_min: int = 1440
     forecaster: str = "ridge"
@@ -343,13 +353,47 @@ def run_mode(
     result = sim.run(max_time=limit)
     if progress is not None:
         progress(1.0)
-    metrics = _metrics(core, workload, jobs, loops, window, acct, result.end)
+    metrics = _metrics(core, workload, jobs, loops, window, acct, result.end, prep.model)
     metrics["events"] = result.events
     return RunResult(metrics, acct)
 
 
 def _mean(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
+
+
+def _class_metrics(
+    core: Core,
+    recs: dict[str, Record],
+    cls: JobClass,
+    jobs: list[TraceJob],
+    end: float,
+    key: str,
+) -> dict[str, Any]:
+    """Queueing, JCT and (spot) evictions of ``jobs`` of class ``cls``, under ``key.``;
+    a job still open at ``end`` counts as unfinished with its queueing and time so far
+    (lower bounds), so a mode that finishes fewer of them is not flattered."""
+    done = [recs[j.name] for j in jobs if j.name in recs]
+    open_jobs = [core.jobs[j.name] for j in jobs if j.name not in recs]
+    queue = [r.queue_s for r in done] + [
+        j.queue_s + (end - j.queued_since if j.state is JobState.QUEUED else 0.0) for j in open_jobs
+    ]
+    jct = [r.finished - r.submitted for r in done] + [end - j.submitted for j in open_jobs]
+    out: dict[str, Any] = {
+        f"{key}.jobs": len(jobs),
+        f"{key}.finished": len(done),
+        f"{key}.unfinished": len(open_jobs),
+        f"{key}.mean_queue_s": _mean(queue),
+    }
+    if cls is JobClass.HP:
+        out[f"{key}.p99_jct_s"] = percentile(np.array(jct), 99)
+    else:
+        failed = sum(r.evictions for r in done) + sum(j.evictions for j in open_jobs)
+        ok = sum(r.periods_ok for r in done) + sum(j.periods_ok for j in open_jobs)
+        out[f"{key}.eviction_rate"] = failed / (failed + ok) if failed + ok else 0.0
+        out[f"{key}.evictions"] = failed
+        out[f"{key}.mean_jct_s"] = _mean(jct)
+    return out
 
 
 def _metrics(
@@ -360,6 +404,7 @@ def _metrics(
     window: Window,
     acct: Accounting,
     end: float,
+    model: str,
 ) -> dict[str, Any]:
     recs = workload.records
     out: dict[str, Any] = {}
@@ -383,33 +428,15 @@ def _metrics(
     # hp and spot jobs submitted inside the window; one still open at the end counts as
     # unfinished, its queueing and time so far included (lower bounds)
     for cls in (JobClass.HP, JobClass.SPOT):
-        key = cls.value
-        names = [
-            j.name
+        window_jobs = [
+            j
             for j in jobs
-            if j.job_class == key and window.start <= j.submit_time < window.end
+            if j.job_class == cls.value and window.start <= j.submit_time < window.end
         ]
-        done = [recs[nm] for nm in names if nm in recs]
-        open_jobs = [core.jobs[nm] for nm in names if nm not in recs]
-        queue = [r.queue_s for r in done] + [
-            j.queue_s + (end - j.queued_since if j.state is JobState.QUEUED else 0.0)
-            for j in open_jobs
-        ]
-        # a job still open counts with its time so far (a lower bound), so a mode that
-        # finishes fewer of the window's jobs is not flattered
-        jct = [r.finished - r.submitted for r in done] + [end - j.submitted for j in open_jobs]
-        out[f"{key}.jobs"] = len(names)
-        out[f"{key}.finished"] = len(done)
-        out[f"{key}.unfinished"] = len(open_jobs)
-        out[f"{key}.mean_queue_s"] = _mean(queue)
-        if cls is JobClass.HP:
-            out["hp.p99_jct_s"] = percentile(np.array(jct), 99)
-        else:
-            failed = sum(r.evictions for r in done) + sum(j.evictions for j in open_jobs)
-            ok = sum(r.periods_ok for r in done) + sum(j.periods_ok for j in open_jobs)
-            out["spot.eviction_rate"] = failed / (failed + ok) if failed + ok else 0.0
-            out["spot.evictions"] = failed
-            out["spot.mean_jct_s"] = _mean(jct)
+        out.update(_class_metrics(core, recs, cls, window_jobs, end, cls.value))
+        # the same on the warm pools' GPU model alone: the only pool the modes differ on
+        on_model = [j for j in window_jobs if j.gpu_model == model]
+        out.update(_class_metrics(core, recs, cls, on_model, end, f"{cls.value}.pool_model"))
     trace_names = {j.name for j in jobs}
     out["trace.jobs"] = len(jobs)
     out["trace.finished"] = sum(1 for nm in trace_names if nm in recs)
@@ -466,14 +493,15 @@ def run_all(
             cfg, prep, slice_nodes=slice_nodes, progress=lambda f: tell("partitioned", f)
         ),
         "shared": run_mode(cfg, prep, slice_nodes=None, progress=lambda f: tell("shared", f)),
-        "shared_uncapped": run_mode(
+    }
+    for mode, policy in ABLATIONS.items():
+        runs[mode] = run_mode(
             cfg,
             prep,
             slice_nodes=None,
-            policy=UNCAPPED,
-            progress=lambda f: tell("shared_uncapped", f),
-        ),
-    }
+            policy=policy,
+            progress=lambda f, mode=mode: tell(mode, f),
+        )
     by_name = {n.name: n for n in prep.trace.nodes}
     model_gpus = sum(n.gpus for n in _nodes_of(prep.trace.nodes, prep.model))
     doc: dict[str, Any] = {
@@ -496,11 +524,10 @@ def run_all(
             "slice_nodes": len(slice_nodes),
             "slice_gpus": sum(by_name[n].gpus for n in slice_nodes),
         },
-        "partitioned": runs["partitioned"].metrics,
-        "shared": runs["shared"].metrics,
-        "shared_uncapped": runs["shared_uncapped"].metrics,
+        "ablations": dict(ABLATIONS),
+        **{mode: run.metrics for mode, run in runs.items()},
     }
-    doc["comparison"] = comparison(doc["partitioned"], doc["shared"], doc["shared_uncapped"])
+    doc["comparison"] = comparison(doc)
     return json_safe(doc)
 
 
@@ -509,8 +536,11 @@ COMPARED = (
     "pool.start_p90_s",
     "hp.mean_queue_s",
     "hp.p99_jct_s",
+    "hp.pool_model.mean_queue_s",
     "spot.eviction_rate",
+    "spot.evictions",
     "spot.mean_queue_s",
+    "spot.pool_model.mean_queue_s",
     "idle_gpu_hours",
     "pool.unfinished",
     "hp.unfinished",
@@ -518,21 +548,17 @@ COMPARED = (
 )
 
 
-def comparison(
-    a: dict[str, Any], b: dict[str, Any], c: dict[str, Any]
-) -> dict[str, dict[str, Any]]:
-    """Per headline figure: partitioned, shared, the change in percent, and the ablation
-    (shared without the forecast cap on the warm budget)."""
+def comparison(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per headline figure: partitioned, shared, the change in percent, and each
+    ablation (shared under another rule for the forecast's bound on the warm budget)."""
     out = {}
+    a, b = doc["partitioned"], doc["shared"]
     for key in COMPARED:
         x, y = a.get(key), b.get(key)
         change = None
         if isinstance(x, int | float) and isinstance(y, int | float) and x:
             change = 100.0 * (y - x) / abs(x)
-        out[key] = {
-            "partitioned": x,
-            "shared": y,
-            "change_pct": change,
-            "shared_uncapped": c.get(key),
-        }
+        row = {"partitioned": x, "shared": y, "change_pct": change}
+        row.update({mode: doc[mode].get(key) for mode in ABLATIONS})
+        out[key] = row
     return out

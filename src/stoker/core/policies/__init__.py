@@ -1,6 +1,14 @@
 """Policies behind small interfaces; the Firepool behaviour is each one's default."""
 
-from stoker.core.policies.budget import QueueDrivenBudget, StaticBudget, WarmBudget
+from stoker.core.policies.budget import (
+    HourCap,
+    KeepAliveCap,
+    NoWarmCap,
+    QueueDrivenBudget,
+    StaticBudget,
+    WarmBudget,
+    WarmCap,
+)
 from stoker.core.policies.keepalive import AlwaysOn, FittedKeepAlive, FixedKeepAlive, KeepAlive
 from stoker.core.policies.matching import Matching, ReuseMatching
 from stoker.core.policies.standby import BesideActive, NoStandby, StandbyPolicy
@@ -10,12 +18,16 @@ __all__ = [
     "BesideActive",
     "FittedKeepAlive",
     "FixedKeepAlive",
+    "HourCap",
     "KeepAlive",
+    "KeepAliveCap",
     "Matching",
     "NoStandby",
+    "NoWarmCap",
     "QueueDrivenBudget",
     "ReuseMatching",
     "StandbyPolicy",
     "StaticBudget",
     "WarmBudget",
+    "WarmCap",
 ]

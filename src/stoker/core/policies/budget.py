@@ -64,3 +64,81 @@ class QueueDrivenBudget(StaticBudget):
 
     def limit(self, capacity_gpus: float, queued_gpus: float) -> float:
         return max(self.floor, self._base(capacity_gpus) - queued_gpus)
+
+
+class WarmCap(Protocol):
+    """How a GPU pool's HP forecast bounds the warm budget there (the one capacity model):
+    the GPUs idle warm and standby pods of that pool may hold, or None for no bound.
+
+    ``holds``: True, idle pods already held over the bound are stopped (least valuable
+    first); False, the bound limits only new idle capacity (standby staging and spare
+    pods), and held idle pods give way to HP through the reclaim chain when it arrives.
+    """
+
+    name: str
+    holds: bool
+
+    def cap(
+        self, capacity: float, hp_used: float, mean: float, sd: float, z: float
+    ) -> float | None:
+        """GPUs idle pods of one GPU pool may hold, from its ``capacity``, the HP GPUs
+        running there now (``hp_used``), the summed forecast of the next hour's HP demand
+        (``mean``, ``sd``) and the normal quantile ``z`` of the spot quota's g."""
+        ...
+
+
+class HourCap:
+    """Idle pods hold at most capacity minus the g-quantile of the next hour's HP demand.
+
+    ``holds=True`` (``strict``) is the rule as first built (preset ``warm-strict``);
+    ``holds=False`` (``new-only``) bounds only new idle capacity by the same number.
+    """
+
+    def __init__(self, holds: bool = True) -> None:
+        self.holds = holds
+        self.name = "strict" if holds else "new-only"
+
+    def cap(
+        self, capacity: float, hp_used: float, mean: float, sd: float, z: float
+    ) -> float | None:
+        return max(0.0, capacity - (mean + z * sd))
+
+
+class KeepAliveCap:
+    """Idle pods hold at most capacity minus what HP holds now and the g-quantile of its
+    growth within their keep-alive (``horizon_s``): HP is not forecast to need more before
+    they expire, and what it needs later it reclaims from them when it comes.
+
+    Our model of the growth within the horizon (a fraction ``f = horizon / 1 h`` of the
+    forecast's hour): the expected growth scales with ``f`` (HP arrivals spread over the
+    hour), its spread with ``sqrt(f)`` (a random walk over the hour), so
+    ``need = hp_used + max(0, mean - hp_used) f + z sd sqrt(f)``.
+    """
+
+    name = "keepalive"
+    holds = True
+
+    def __init__(self, horizon_s: float = 60.0) -> None:
+        if not horizon_s > 0:
+            raise ValueError(f"horizon_s: must be > 0, got {horizon_s}")
+        self.horizon_s = horizon_s
+
+    def cap(
+        self, capacity: float, hp_used: float, mean: float, sd: float, z: float
+    ) -> float | None:
+        f = min(1.0, self.horizon_s / 3600.0)
+        need = hp_used + max(0.0, mean - hp_used) * f + z * sd * math.sqrt(f)
+        return max(0.0, capacity - need)
+
+
+class NoWarmCap:
+    """The HP forecast does not bound the warm budget: idle pods give way to HP only
+    through the reclaim chain (the ``warm-uncapped`` ablation)."""
+
+    name = "none"
+    holds = False
+
+    def cap(
+        self, capacity: float, hp_used: float, mean: float, sd: float, z: float
+    ) -> float | None:
+        return None
