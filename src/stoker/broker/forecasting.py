@@ -86,15 +86,20 @@ class HPForecasts:
         if not self.fitted:
             return []
         now_min = _end_of(now_s)
-        out = []
-        for key, history in self.histories(now_min).items():
-            fc = self.forecaster.predict(key, history, now_min, self.cfg.horizon_h)
-            out.append(
-                TenantForecast(
-                    key.tenant,
-                    key.pool,
-                    tuple(float(m) for m in fc.mean),
-                    tuple(float(s) ** 2 for s in fc.std),
-                )
+        hist = self.histories(now_min)
+        if not hist:
+            return []
+        keys = tuple(hist)
+        # one call per query time for every series (vectorised inside the forecaster)
+        fc = self.forecaster.predict_many(
+            keys, np.stack([hist[k] for k in keys]), now_min, self.cfg.horizon_h
+        )
+        return [
+            TenantForecast(
+                key.tenant,
+                key.pool,
+                tuple(float(m) for m in fc.mean[i]),
+                tuple(float(s) ** 2 for s in fc.std[i]),
             )
-        return out
+            for i, key in enumerate(keys)
+        ]
