@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
 import numpy as np
@@ -94,16 +94,11 @@ def scale_spot_load(jobs: list[TraceJob], factor: float, seed: int) -> list[Trac
                 continue
             shift = float(rng.uniform(0.0, LOAD_JITTER_S))
             out.append(
-                TraceJob(
+                replace(
+                    job,
                     name=f"{job.name}~{c}",
-                    tenant=job.tenant,
-                    gpu_model=job.gpu_model,
-                    gpu_request=job.gpu_request,
-                    worker_num=job.worker_num,
                     submit_time=job.submit_time + shift,
-                    duration=job.duration,
                     job_class="spot",
-                    cpu_request=job.cpu_request,
                 )
             )
     out.sort(key=lambda j: (j.submit_time, j.name))
@@ -397,16 +392,7 @@ def simulated_jobs(trace: Trace, window: Window, pools: set[str]) -> list[TraceJ
     t0 = window.sim_start
     jobs = [j for j in trace.jobs if t0 <= j.submit_time < window.end]
     carried = [
-        TraceJob(
-            name=f"{j.name}@carry",
-            tenant=j.tenant,
-            gpu_model=j.gpu_model,
-            gpu_request=j.gpu_request,
-            worker_num=j.worker_num,
-            submit_time=t0,
-            duration=j.submit_time + j.duration - t0,
-            job_class=j.job_class,
-        )
+        replace(j, name=f"{j.name}@carry", submit_time=t0, duration=j.submit_time + j.duration - t0)
         for j in trace.jobs
         if j.submit_time < t0 < j.submit_time + j.duration and j.job_class == "hp"
     ]
