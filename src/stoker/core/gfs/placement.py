@@ -9,10 +9,10 @@ best fit for YARN-CS and FGD's fragmentation-growth rule.
 from __future__ import annotations
 
 import bisect
+import math
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import islice
 from typing import Protocol
 
 from stoker.core.model import JobClass
@@ -41,6 +41,9 @@ class NodeInfo:
     ordinal: int
     total: int
     full_free: int = 0
+    # cards a planned HP job may at most get here: the cards carrying no HP share (every
+    # other holder is free room, idle or spot, or at least not known to be HP)
+    no_hp: int = 0
     used: dict[str, float] = field(default_factory=lambda: {"hp": 0.0, "spot": 0.0})
     evictions: deque[float] = field(default_factory=deque)  # spot eviction times, last 24 h
 
@@ -59,73 +62,147 @@ class NodeInfo:
         return eviction_score(*self.recent_evictions(now))
 
 
+def no_hp_cards(info: NodeInfo) -> int:
+    """The node's cards carrying no HP share, at most: its HP shares cover at least
+    ceil(their sum) cards (less a margin, so a sum's rounding never makes it fewer)."""
+    return info.total - math.ceil(info.used["hp"] - 1e-6)
+
+
 class PoolIndex:
-    """Nodes of one pool bucketed by fully free GPU count; spot-holding nodes apart."""
+    """Nodes of one pool bucketed by fully free GPU count; spot-holding nodes apart; a
+    count of nodes per number of cards carrying no HP (what bounds an HP job's room)."""
 
     def __init__(self, pool: str, max_gpus: int) -> None:
         self.pool = pool
         self.max_gpus = max_gpus
         self.by_free: list[dict[str, None]] = [{} for _ in range(max_gpus + 1)]
+        self.by_no_hp: list[int] = [0] * (max_gpus + 1)
         self.spot_nodes: dict[str, None] = {}
         self.nodes: dict[str, NodeInfo] = {}
 
+    def grow(self, max_gpus: int) -> None:
+        """Make room for nodes of up to ``max_gpus`` GPUs."""
+        extra = max_gpus - self.max_gpus
+        if extra > 0:
+            self.by_free += [{} for _ in range(extra)]
+            self.by_no_hp += [0] * extra
+            self.max_gpus = max_gpus
+
     def add(self, info: NodeInfo) -> None:
+        self.grow(info.total)
         self.nodes[info.name] = info
         self.by_free[info.full_free][info.name] = None
+        info.no_hp = no_hp_cards(info)
+        self.by_no_hp[info.no_hp] += 1
+
+    def remove(self, name: str) -> NodeInfo:
+        info = self.nodes.pop(name)
+        del self.by_free[info.full_free][name]
+        self.by_no_hp[info.no_hp] -= 1
+        self.spot_nodes.pop(name, None)
+        return info
 
     def move(self, info: NodeInfo, full_free: int) -> None:
+        """The node's free cards or its books changed: re-bucket it."""
         if full_free != info.full_free:
             del self.by_free[info.full_free][info.name]
             self.by_free[full_free][info.name] = None
             info.full_free = full_free
+        no_hp = no_hp_cards(info)
+        if no_hp != info.no_hp:
+            self.by_no_hp[info.no_hp] -= 1
+            self.by_no_hp[no_hp] += 1
+            info.no_hp = no_hp
         if info.used["spot"] > 1e-9:
             self.spot_nodes[info.name] = None
         else:
             self.spot_nodes.pop(info.name, None)
 
+    def hp_slots(self, need: int) -> int:
+        """How many workers of ``need`` whole GPUs the pool could hold at most if every
+        card carrying no HP were theirs (free, idle and spot cards alike): a gang of more
+        workers cannot be placed, however its search goes."""
+        return sum(n * (cards // need) for cards, n in enumerate(self.by_no_hp) if n)
+
+
+class GangPlan:
+    """The nodes a gang's earlier workers are planned on, over a pool's index: the next
+    worker's candidates per free count, kept up to date as workers are planned.
+
+    ``buckets`` yields, per free count, up to SCAN_CAP unplanned nodes of that bucket (in
+    the bucket's order) and then the planned nodes left with that many GPUs (in the order
+    they were first planned). Kept incrementally (``take``), a gang of many workers plans
+    in time linear in its workers: rebuilt for every worker it was quadratic. The pool's
+    index must not change while a plan is used (planning changes nothing).
+    """
+
+    __slots__ = ("_heads", "_iters", "_rest", "_seq", "index", "taken")
+
+    def __init__(self, index: PoolIndex, taken: dict[str, int] | None = None) -> None:
+        self.index = index
+        self.taken: dict[str, int] = {}  # node -> GPUs planned there, in first-plan order
+        # per free count: the first unplanned nodes of the bucket seen so far, and where
+        # the walk over the bucket stands
+        self._heads: dict[int, list[str]] = {}
+        self._iters: dict[int, Iterator[str]] = {}
+        # per GPUs left: the planned nodes, as (first-plan order, name)
+        self._rest: dict[int, list[tuple[int, str]]] = {}
+        self._seq: dict[str, int] = {}
+        for name, count in (taken or {}).items():
+            self.take(name, count)
+
+    def take(self, name: str, count: int) -> None:
+        """Plan ``count`` more GPUs on node ``name``."""
+        nodes = self.index.nodes
+        before = self.taken.get(name)
+        if before is None:
+            self._seq[name] = len(self._seq)
+            head = self._heads.get(nodes[name].full_free)
+            if head is not None and name in head:
+                head.remove(name)
+            before = 0
+        else:
+            rest = self._rest[nodes[name].full_free - before]
+            del rest[bisect.bisect_left(rest, (self._seq[name], name))]
+        self.taken[name] = before + count
+        left = nodes[name].full_free - before - count
+        bisect.insort(self._rest.setdefault(left, []), (self._seq[name], name))
+
+    def _head(self, free: int) -> list[str]:
+        head = self._heads.get(free)
+        if head is None:
+            head = self._heads[free] = []
+            self._iters[free] = iter(self.index.by_free[free])
+        if len(head) < SCAN_CAP:
+            taken = self.taken
+            for name in self._iters[free]:
+                if name not in taken:
+                    head.append(name)
+                    if len(head) >= SCAN_CAP:
+                        break
+        return head
+
+    def buckets(self, order: range) -> Iterator[tuple[int, list[str]]]:
+        """(free count, candidate nodes) per nonempty bucket in ``order``."""
+        for f in order:
+            head = self._head(f)
+            planned = self._rest.get(f)
+            if planned:
+                yield f, head + [name for _, name in planned]
+            elif head:
+                yield f, head
+
 
 class NodeScorer(Protocol):
     """Picks the node for one whole-GPU worker of ``need`` GPUs (None: nowhere fits now).
 
-    ``taken`` holds GPUs already planned on a node for earlier workers of the same gang.
+    ``plan`` holds the pool's index and the GPUs already planned for earlier workers of
+    the same gang.
     """
 
     name: str
 
-    def choose(
-        self, index: PoolIndex, job_class: JobClass, need: int, taken: dict[str, int], now: float
-    ) -> str | None: ...
-
-
-def free_buckets(
-    index: PoolIndex, need: int, taken: dict[str, int], order: range
-) -> Iterator[tuple[int, list[str]]]:
-    """(free count, up to SCAN_CAP nodes) per nonempty bucket in ``order``; nodes already in
-    the plan count with their GPUs left after it."""
-    by_free = index.by_free
-    if not taken:  # the common case (a single worker, a gang's first): no plan to skip
-        for f in order:
-            names = by_free[f]
-            if names:
-                yield f, list(islice(names, SCAN_CAP))
-        return
-    # the planned nodes by what they have left, once per call (a many-worker gang asks once
-    # per worker: a scan of the plan per bucket made its planning quadratic in workers)
-    rest: dict[int, list[str]] = {}
-    for name, t in taken.items():
-        rest.setdefault(index.nodes[name].full_free - t, []).append(name)
-    for f in order:
-        bucket: list[str] = []
-        for name in by_free[f]:
-            if name not in taken:
-                bucket.append(name)
-                if len(bucket) >= SCAN_CAP:
-                    break
-        planned = rest.get(f)
-        if planned:
-            bucket.extend(planned)
-        if bucket:
-            yield f, bucket
+    def choose(self, plan: GangPlan, job_class: JobClass, need: int, now: float) -> str | None: ...
 
 
 class GFSScorer:
@@ -134,12 +211,10 @@ class GFSScorer:
 
     name = "gfs"
 
-    def choose(
-        self, index: PoolIndex, job_class: JobClass, need: int, taken: dict[str, int], now: float
-    ) -> str | None:
+    def choose(self, plan: GangPlan, job_class: JobClass, need: int, now: float) -> str | None:
         spot = job_class == "spot"
-        nodes = index.nodes
-        for _, bucket in free_buckets(index, need, taken, range(need, index.max_gpus + 1)):
+        nodes = plan.index.nodes
+        for _, bucket in plan.buckets(range(need, plan.index.max_gpus + 1)):
             best = None
             best_key = None
             for name in bucket:
@@ -173,14 +248,13 @@ class FGDScorer:
 
     name = "fgd"
 
-    def choose(
-        self, index: PoolIndex, job_class: JobClass, need: int, taken: dict[str, int], now: float
-    ) -> str | None:
+    def choose(self, plan: GangPlan, job_class: JobClass, need: int, now: float) -> str | None:
         best = None
         best_key = None
-        for f, bucket in free_buckets(index, need, taken, range(need, index.max_gpus + 1)):
-            node = min(bucket, key=lambda n: index.nodes[n].ordinal)
-            key = (fgd_frag_delta(f, need), index.nodes[node].ordinal)
+        nodes = plan.index.nodes
+        for f, bucket in plan.buckets(range(need, plan.index.max_gpus + 1)):
+            node = min(bucket, key=lambda n: nodes[n].ordinal)
+            key = (fgd_frag_delta(f, need), nodes[node].ordinal)
             if best_key is None or key < best_key:
                 best, best_key = node, key
         return best
@@ -192,9 +266,8 @@ class BestFitScorer:
 
     name = "best-fit"
 
-    def choose(
-        self, index: PoolIndex, job_class: JobClass, need: int, taken: dict[str, int], now: float
-    ) -> str | None:
-        for _, bucket in free_buckets(index, need, taken, range(need, index.max_gpus + 1)):
-            return min(bucket, key=lambda n: index.nodes[n].ordinal)
+    def choose(self, plan: GangPlan, job_class: JobClass, need: int, now: float) -> str | None:
+        nodes = plan.index.nodes
+        for _, bucket in plan.buckets(range(need, plan.index.max_gpus + 1)):
+            return min(bucket, key=lambda n: nodes[n].ordinal)
         return None

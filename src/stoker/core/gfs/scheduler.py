@@ -17,13 +17,20 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from stoker.core.actions import Action, BindJob, JobRequeued, KillJob, StartPod, StopPod
 from stoker.core.gfs.jobs import CHECKPOINT_S, GuaranteeLedger, restart_overhead
-from stoker.core.gfs.placement import GFSScorer, NodeInfo, NodeScorer, PoolIndex, free_buckets
+from stoker.core.gfs.placement import (
+    GangPlan,
+    GFSScorer,
+    NodeInfo,
+    NodeScorer,
+    PoolIndex,
+    no_hp_cards,
+)
 from stoker.core.gfs.preemption import Candidate, GFSVictims, PreemptContext, VictimChooser
 from stoker.core.gfs.quota import ForecastQuota, QuotaPolicy
 from stoker.core.model import (
@@ -251,9 +258,9 @@ class GangScheduler:
         # until its pods are gone, neither of which makes a failed search succeed
         self._grown: dict[str, int] = {}
         self._failed: dict[str, tuple[int, int, float | None, bool]] = {}
-        # the last failed free-room plan of an HP job: (job, now, pool epoch, the nodes
-        # its first workers took, the worker that found no room)
-        self._free_prefix: tuple[str, float, int, dict[str, int], int] | None = None
+        # the last failed free-room plan of an HP job: (job, now, pool epoch, the plan of
+        # its first workers, the worker that found no room)
+        self._free_prefix: tuple[str, float, int, GangPlan, int] | None = None
         # HP jobs waiting for the pods stopped to make their room, and the reverse index
         self._awaiting: dict[str, set[str]] = {}
         self._awaiting_by_pod: dict[str, str] = {}
@@ -302,9 +309,6 @@ class GangScheduler:
         info = NodeInfo(node.name, pool, self._ordinals, len(node.gpus))
         self._ordinals += 1
         info.full_free = sum(1 for g in node.gpus if g.used < EPS)
-        if info.total > index.max_gpus:
-            index.by_free += [{} for _ in range(info.total - index.max_gpus)]
-            index.max_gpus = info.total
         self.nodes[node.name] = info
         index.add(info)
         self.node_jobs[node.name] = {}
@@ -313,12 +317,8 @@ class GangScheduler:
     def remove_node(self, name: str) -> None:
         """A node left the cluster (nothing of hp or spot is placed there any more: the core
         failed its pods first)."""
-        info = self.nodes.pop(name)
+        info = self.pools[self.nodes.pop(name).pool].remove(name)
         self.busy_cards -= info.total - info.full_free
-        index = self.pools[info.pool]
-        del index.nodes[name]
-        del index.by_free[info.full_free][name]
-        index.spot_nodes.pop(name, None)
         del self.node_jobs[name]
         self._resize(info.pool)
         self._grown[info.pool] += 1
@@ -522,6 +522,25 @@ class GangScheduler:
             free = sum(1 for g in self.cluster.nodes[info.name].gpus if g.used < EPS)
             if free != info.full_free and info.name not in self.cluster.touched:
                 raise AssertionError(f"node {info.name} full_free {info.full_free} != {free}")
+            # the bound on an HP job's room: never below the cards really without HP
+            if info.no_hp != no_hp_cards(info):
+                raise AssertionError(f"node {info.name} no_hp {info.no_hp} is stale")
+            without_hp = sum(
+                1
+                for g in self.cluster.nodes[info.name].gpus
+                if not any(
+                    (pod := self.pods.get(owner)) is not None and pod.job_class is _HP
+                    for owner in g.allocs
+                )
+            )
+            if info.no_hp < without_hp:
+                raise AssertionError(f"node {info.name} no_hp {info.no_hp} < {without_hp}")
+        for pool, index in self.pools.items():
+            counts = [0] * (index.max_gpus + 1)
+            for info in index.nodes.values():
+                counts[info.no_hp] += 1
+            if counts != index.by_no_hp:
+                raise AssertionError(f"{pool}: nodes by cards without HP {index.by_no_hp}")
 
     # ------------------------------------------------------------ periods and leases
 
@@ -699,6 +718,10 @@ class GangScheduler:
         state = self._state(pool, now)
         if self._failed.get(job.id) == state:
             return _NO_ROOM
+        if not job.fractional and self.pools[pool].hp_slots(int(job.per_worker)) < job.spec.workers:
+            # too few cards without HP for its workers: every search fails until HP leaves
+            self._remember_failure(job, pool, state, now)
+            return _NO_ROOM
         if (
             self.config.hp_preempt_first
             and not job.fractional
@@ -752,17 +775,16 @@ class GangScheduler:
                     return None
             return plan
         count = int(need)
-        taken: dict[str, int] = {}
+        gang = GangPlan(self.pools[pool])
         nodes: list[str] = []
-        index = self.pools[pool]
         for worker in range(job.spec.workers):
-            node = self.config.scorer.choose(index, job.job_class, count, taken, now)
+            node = self.config.scorer.choose(gang, job.job_class, count, now)
             if node is None:
                 if job.job_class is _HP:
                     # the reclaim that follows plans the same workers on free room first
-                    self._free_prefix = (job.id, now, self._epoch[pool], dict(taken), worker)
+                    self._free_prefix = (job.id, now, self._epoch[pool], gang, worker)
                 return None
-            taken[node] = taken.get(node, 0) + count
+            gang.take(node, count)
             nodes.append(node)
         return self._cards(nodes, count)
 
@@ -986,11 +1008,11 @@ class GangScheduler:
             checkpoint_s=self.config.checkpoint_s,
         )
         need = job.per_worker
-        taken: dict[str, float] = {}  # node -> cards (whole) or gpu -> share (fractional)
+        gang = GangPlan(self.pools[pool])  # whole-GPU workers: node -> cards planned
+        shares: dict[str, float] = {}  # fractional workers: gpu -> share planned
         freed: dict[str, int] = {}  # node -> whole cards freed by chosen spot victims
         idle_used: dict[str, None] = {}  # idle-only cards already counted
         stop: dict[str, Pod] = {}
-        index = self.pools[pool]
         # the free-room plan that just failed for this HP job placed its first ``known``
         # workers as the loop below would (no victim yet) and found no room for the next:
         # start from there instead of planning them again (a gang's planning, twice more)
@@ -1003,7 +1025,7 @@ class GangScheduler:
             and prefix is not None
             and prefix[:3] == (job.id, now, self._epoch[pool])
         ):
-            taken.update(prefix[3])
+            gang = prefix[3]
             known = prefix[4]
         for worker in range(job.spec.workers):
             if worker < known:
@@ -1014,30 +1036,27 @@ class GangScheduler:
                     (
                         g
                         for g in self.cluster.gpus_with_room(pool, need)
-                        if g.free - taken.get(g.id, 0.0) >= need - EPS
+                        if g.free - shares.get(g.id, 0.0) >= need - EPS
                     ),
                     None,
                 )
                 if gpu is not None:
-                    taken[gpu.id] = taken.get(gpu.id, 0.0) + need
+                    shares[gpu.id] = shares.get(gpu.id, 0.0) + need
                     continue
             elif free_first:
-                # a whole-GPU plan holds whole card counts (no copy per worker: a gang of
-                # many workers made it quadratic)
-                whole = cast("dict[str, int]", taken)
                 node = (
                     None
                     if worker == known
-                    else self.config.scorer.choose(index, _HP, int(need), whole, now)
+                    else self.config.scorer.choose(gang, _HP, int(need), now)
                 )
                 if node is not None and node not in freed:
-                    taken[node] = taken.get(node, 0) + int(need)
+                    gang.take(node, int(need))
                     continue
             if job.fractional:
-                cands = self._card_candidates(job, evicted, taken, stop, now, spot)
+                cands = self._card_candidates(job, evicted, shares, stop, now, spot)
             else:
                 cands = self._node_candidates(
-                    job, evicted, taken, freed, idle, idle_used, now, spot, not free_first
+                    job, evicted, gang, freed, idle, idle_used, now, spot, not free_first
                 )
             if not cands:
                 return None
@@ -1056,7 +1075,7 @@ class GangScheduler:
                         freed[n] = freed.get(n, 0) + 1
             if job.fractional:
                 gid = cand.gpu or ""
-                room = self.cluster.gpus[gid].free - taken.get(gid, 0.0)
+                room = self.cluster.gpus[gid].free - shares.get(gid, 0.0)
                 room += sum(
                     self.cluster.gpus[gid].allocs.get(p, 0.0)
                     for v in evicted.values()
@@ -1070,12 +1089,12 @@ class GangScheduler:
                     if pod.id not in stop:
                         stop[pod.id] = pod
                         short -= self.cluster.gpus[gid].allocs.get(pod.id, 0.0)
-                taken[gid] = taken.get(gid, 0.0) + need
+                shares[gid] = shares.get(gid, 0.0) + need
             else:
                 node = cand.node
                 info = self.nodes[node]
                 used_idle = sum(1 for _, gid in idle.get(node, ()) if gid in idle_used)
-                room = info.full_free - taken.get(node, 0) + freed.get(node, 0) + used_idle
+                room = info.full_free - gang.taken.get(node, 0) + freed.get(node, 0) + used_idle
                 short = int(need) - room
                 for _, gid in idle.get(node, ()):
                     if short <= 0:
@@ -1086,7 +1105,7 @@ class GangScheduler:
                     short -= 1
                     for owner in self.cluster.gpus[gid].allocs:
                         stop[owner] = self.pods[owner]
-                taken[node] = taken.get(node, 0) + int(need)
+                gang.take(node, int(need))
         return list(stop.values()), evicted
 
     def _evictable(self, victim: Job, now: float) -> bool:
@@ -1096,7 +1115,7 @@ class GangScheduler:
         self,
         job: Job,
         evicted: dict[str, Job],
-        taken: dict[str, float],
+        gang: GangPlan,
         freed: dict[str, int],
         idle: dict[str, list[tuple[tuple[int, float], str]]],
         idle_used: dict[str, None],
@@ -1111,10 +1130,7 @@ class GangScheduler:
             names.update(pool.spot_nodes)
         if free_nodes:
             # nodes with free room only, a bounded scan per free count as placement does
-            whole = {n: int(t) for n, t in taken.items()}
-            for _, bucket in free_buckets(
-                pool, int(need), whole, range(int(need), pool.max_gpus + 1)
-            ):
+            for _, bucket in gang.buckets(range(int(need), pool.max_gpus + 1)):
                 names.update(dict.fromkeys(bucket))
         out = []
         for name in names:
@@ -1122,9 +1138,9 @@ class GangScheduler:
             if info.total < need:
                 continue
             cards = [(c, g) for c, g in idle.get(name, ()) if g not in idle_used]
-            # ``taken`` counts the idle cards earlier workers stop too: those are not free room
+            # the plan counts the idle cards earlier workers stop too: those are not free room
             used_idle = len(idle.get(name, ())) - len(cards)
-            free = info.full_free - taken.get(name, 0) + freed.get(name, 0) + used_idle
+            free = info.full_free - gang.taken.get(name, 0) + freed.get(name, 0) + used_idle
             victims: list[tuple[Job, float]] = []
             holder: dict[str, str] = {}  # card -> the spot job holding it whole
             # spot on the node's cards that carry no HP (a whole-GPU worker's cards never do)
