@@ -830,8 +830,10 @@ def test_cli_gpu_hour_price_writes_the_value_with_price_and_formula(tmp_path) ->
 @pytest.mark.parametrize("name", ["gfs", "yarn-cs", "chronus", "lyra", "fgd", "min-runtime"])
 def test_a_failed_search_is_not_repeated_and_decides_the_same(monkeypatch, name) -> None:
     """A job whose search for room (free, then reclaim) failed is searched again only once
-    its GPU pool changed: the same actions, in the same order, as searching on every
-    event, with fewer searches."""
+    its GPU pool changed, and an HP job only while the cards without HP could hold its
+    workers: the same actions, in the same order, as searching on every event, with fewer
+    searches."""
+    from stoker.core.gfs.placement import PoolIndex
     from stoker.core.gfs.scheduler import GangScheduler
     from stoker.sim.virtual import VirtualRuntime
 
@@ -859,8 +861,10 @@ def test_a_failed_search_is_not_repeated_and_decides_the_same(monkeypatch, name)
         return log, searches[0]
 
     remembered, fewer = run()
-    # every search's state looks new: nothing is remembered
+    # every search's state looks new: nothing is remembered; and the bound on an HP job's
+    # room (cards without HP) never spares a search
     monkeypatch.setattr(GangScheduler, "_state", lambda self, pool, now: object())
+    monkeypatch.setattr(PoolIndex, "hp_slots", lambda self, need: 10**9)
     searched, every = run()
     assert remembered == searched
     assert len(remembered) > 1000
