@@ -226,6 +226,19 @@ class _Queue:
 # ---------------------------------------------------------------- the scheduler
 
 
+def _per_node(place: list[tuple[str, str, float]]) -> dict[str, tuple[list[str], list[float]]]:
+    """A placement's cards and shares per node, nodes in placement order (one pass: a gang
+    of many workers made a scan of the placement per node quadratic)."""
+    out: dict[str, tuple[list[str], list[float]]] = {}
+    for node, gid, share in place:
+        entry = out.get(node)
+        if entry is None:
+            entry = out[node] = ([], [])
+        entry[0].append(gid)
+        entry[1].append(share)
+    return out
+
+
 class GangScheduler:
     """hp and spot jobs over the core's cluster; see the module docstring."""
 
@@ -242,7 +255,8 @@ class GangScheduler:
         self.used: dict[str, dict[str, float]] = {}
         self.ledgers: dict[str, GuaranteeLedger] = {}
         self.quota: dict[str, float] = {}
-        self.node_jobs: dict[str, dict[str, None]] = {}  # spot jobs on each node
+        # spot jobs on each node, with the cards each holds there
+        self.node_jobs: dict[str, dict[str, list[str]]] = {}
         self.running_spot: dict[str, dict[str, None]] = {}
         self._forecast: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # per pool, summed
         self._ordinals = 0
@@ -835,11 +849,11 @@ class GangScheduler:
         if cls is _HP:
             # the demand the forecaster learns is running HP GPUs (the authors' recorder)
             self.host.demand.add(job.spec.tenant, pool, job.gpus)
-        for node in dict.fromkeys(n for n, _, _ in place):
+        for node, (cards, shares) in _per_node(place).items():
             info = self.nodes[node]
-            info.used[cls] += sum(s for n, _, s in place if n == node)
+            info.used[cls] += sum(shares)
             if cls is _SPOT:
-                self.node_jobs[node][job.id] = None
+                self.node_jobs[node][job.id] = cards
             self._refresh(info, grown=cls is _SPOT)  # spot work: a victim an HP job may take
         if cls is _SPOT:
             self.running_spot[pool][job.id] = None
@@ -858,9 +872,9 @@ class GangScheduler:
             self.host.demand.add(job.spec.tenant, pool, -job.gpus)
         if abs(self.used[pool][cls]) < 1e-9:
             self.used[pool][cls] = 0.0
-        for node in dict.fromkeys(n for n, _, _ in place):
+        for node, (_, shares) in _per_node(place).items():
             info = self.nodes[node]
-            info.used[cls] -= sum(s for n, _, s in place if n == node)
+            info.used[cls] -= sum(shares)
             if abs(info.used[cls]) < 1e-9:
                 info.used[cls] = 0.0
             self.node_jobs[node].pop(job.id, None)
@@ -1145,11 +1159,10 @@ class GangScheduler:
             holder: dict[str, str] = {}  # card -> the spot job holding it whole
             # spot on the node's cards that carry no HP (a whole-GPU worker's cards never do)
             if spot:
-                for jid in self.node_jobs[name]:
+                for jid, mine in self.node_jobs[name].items():
                     v = self.jobs[jid]
                     if jid in evicted or v.fractional or not self._evictable(v, now):
                         continue
-                    mine = [g for n, g, _ in self.placement[jid] if n == name]
                     holder.update(dict.fromkeys(mine, jid))
                     victims.append((v, float(len(mine))))
             if not victims and not cards and not (free_nodes and free >= need - EPS):
