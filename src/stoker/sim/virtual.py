@@ -117,8 +117,10 @@ class VirtualRuntime:
                     bind = (p.rebind if again else p.bind).sample(rng)
                 self._runs += 1
                 self._running[job] = (len(pods), self._runs)
-                for rank in range(len(pods)):
-                    sim.after(bind, sim.deliver, RankStarted(job, rank))
+                # a gang's ranks start (and exit) at one instant: one batch, one pass after
+                # them all (one per rank changed nothing until the last)
+                ranks = tuple(RankStarted(job, rank) for rank in range(len(pods)))
+                sim.after(bind, sim.deliver_all, ranks)
                 sim.after(bind + run, self._exit, job, None, self._runs)
             case KillJob(job=job, reason=reason):
                 self._exit(job, reason)
@@ -133,5 +135,6 @@ class VirtualRuntime:
         del self._running[job_id]
         ranks = entry[0]
         code = 0 if failure is None else 1
-        for rank in range(ranks):
-            self.sim.deliver(RankExited(job_id, rank, code, failure))
+        self.sim.deliver_all(
+            tuple(RankExited(job_id, rank, code, failure) for rank in range(ranks))
+        )
