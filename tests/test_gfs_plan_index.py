@@ -88,35 +88,61 @@ def test_a_blocked_gang_is_searched_only_when_cards_without_hp_could_hold_it(
     evicted); with that bound switched off it is searched after every end, and the
     decisions are the same."""
 
-    def run(bounded: bool) -> tuple[int, list[tuple[float, list[str]]]]:
-        searches = [0]
-        plan_free = GangScheduler._plan_free
+    def scenario(g: Gangs) -> list:
+        g.submit(spec("big", "hp", 6, dur=1e6), 0.0)  # n0: 6 of 8
+        for i in range(3):  # n1: three 1-GPU HP jobs
+            g.submit(spec(f"b{i}", "hp", 1, dur=1e6), 0.0)
+        g.submit(spec("s", "spot", 2, dur=1e6), 0.0)  # n0's last 2 cards
+        g.submit(spec("gang", "hp", 8, 2, dur=1e6), 1.0)
+        return [
+            bound(g.finish(job, float(t))) for t, job in enumerate(["b0", "b1", "b2", "big"], 2)
+        ]
 
-        def counted(sched, job, now):
-            if job.id == "gang":
-                searches[0] += 1
-            return plan_free(sched, job, now)
-
-        with monkeypatch.context() as m:
-            m.setattr(GangScheduler, "_plan_free", counted)
-            if not bounded:
-                m.setattr(PoolIndex, "hp_slots", lambda self, need: 10**9)
-            g = Gangs(cluster(8, 8), static())
-            g.submit(spec("big", "hp", 6, dur=1e6), 0.0)  # n0: 6 of 8
-            for i in range(3):  # n1: three 1-GPU HP jobs
-                g.submit(spec(f"b{i}", "hp", 1, dur=1e6), 0.0)
-            g.submit(spec("s", "spot", 2, dur=1e6), 0.0)  # n0's last 2 cards
-            g.submit(spec("gang", "hp", 8, 2, dur=1e6), 1.0)
-            seen = searches[0]
-            log = []
-            for t, job in enumerate(["b0", "b1", "b2", "big"], start=2):
-                log.append((float(t), bound(g.finish(job, float(t)))))
-        return searches[0] - seen, log
-
-    bounded, log = run(True)
-    every, log_every = run(False)
-    assert log == log_every
+    bounded, log = _searches(monkeypatch, "gang", True, (8, 8), scenario)
+    every, log_every = _searches(monkeypatch, "gang", False, (8, 8), scenario)
+    assert log == log_every == [[], [], [], ["gang"]]
     # only the last end (big's) leaves two nodes without HP: the gang evicts the spot job
-    # and starts once its pod is gone (two searches); unbounded, each end is searched too
-    assert log[-1][1] == ["gang"] and all(not b for _, b in log[:-1])
-    assert bounded == 2 and every == 2 + 3
+    # and starts once its pod is gone (two searches); unbounded, it is searched when
+    # submitted and at each end too
+    assert (bounded, every) == (2, 2 + 4)
+
+
+def _searches(
+    monkeypatch, job_id: str, bounded: bool, nodes: tuple[int, ...], scenario
+) -> tuple[int, list]:
+    """Run ``scenario`` (it returns its log) on a cluster of ``nodes`` counting the searches
+    for ``job_id``'s room; ``bounded=False`` switches the bound on an HP job's room off."""
+    searches = [0]
+    plan_free = GangScheduler._plan_free
+
+    def counted(sched, job, now):
+        if job.id == job_id:
+            searches[0] += 1
+        return plan_free(sched, job, now)
+
+    with monkeypatch.context() as m:
+        m.setattr(GangScheduler, "_plan_free", counted)
+        if not bounded:
+            m.setattr(PoolIndex, "hp_slots", lambda self, need: 10**9)
+        log = scenario(Gangs(cluster(*nodes), static()))
+    return searches[0], log
+
+
+def test_a_blocked_fractional_hp_job_is_searched_only_when_a_card_could_hold_it(
+    monkeypatch,
+) -> None:
+    """An HP job of half a card waits while both cards carry 0.75 of HP: it is not
+    searched when submitted, nor when a spot job's end frees room it still cannot use; the
+    HP end is searched and starts it. Unbounded, each is searched; the same decisions."""
+
+    def scenario(g: Gangs) -> list:
+        g.submit(spec("h1", "hp", 0.75, dur=1e6), 0.0)
+        g.submit(spec("h2", "hp", 0.75, dur=1e6), 0.0)
+        g.submit(spec("s", "spot", 0.25, dur=1e6), 0.0)
+        g.submit(spec("f", "hp", 0.5, dur=1e6), 1.0)
+        return [bound(g.finish("s", 2.0)), bound(g.finish("h1", 3.0))]
+
+    bounded, log = _searches(monkeypatch, "f", True, (2,), scenario)
+    every, log_every = _searches(monkeypatch, "f", False, (2,), scenario)
+    assert log == log_every == [[], ["f"]]
+    assert (bounded, every) == (1, 3)

@@ -30,6 +30,11 @@ def eviction_score(n_1h: int, n_24h: int) -> float:
 
 
 _CALM = eviction_score(0, 0)  # a node without a spot eviction in the last day
+# a card's HP share is counted in twentieths, rounded down (a card counted at b/20 has at
+# most 1 - b/20 for another HP share)
+HP_SHARE_STEPS = 20
+# slack on a share's rounding (shares are sums of floats): a bound must never come out short
+_SLACK = 1e-6
 
 
 @dataclass(slots=True)
@@ -65,18 +70,21 @@ class NodeInfo:
 def no_hp_cards(info: NodeInfo) -> int:
     """The node's cards carrying no HP share, at most: its HP shares cover at least
     ceil(their sum) cards (less a margin, so a sum's rounding never makes it fewer)."""
-    return info.total - math.ceil(info.used["hp"] - 1e-6)
+    return info.total - math.ceil(info.used["hp"] - _SLACK)
 
 
 class PoolIndex:
-    """Nodes of one pool bucketed by fully free GPU count; spot-holding nodes apart; a
-    count of nodes per number of cards carrying no HP (what bounds an HP job's room)."""
+    """Nodes of one pool bucketed by fully free GPU count; spot-holding nodes apart; the
+    nodes counted by cards carrying no HP and the cards by their HP share (what bounds an
+    HP job's room: :meth:`hp_slots`)."""
 
     def __init__(self, pool: str, max_gpus: int) -> None:
         self.pool = pool
         self.max_gpus = max_gpus
         self.by_free: list[dict[str, None]] = [{} for _ in range(max_gpus + 1)]
         self.by_no_hp: list[int] = [0] * (max_gpus + 1)
+        self.hp_share: dict[str, float] = {}  # card -> HP share placed there (none: 0)
+        self.by_hp_share: list[int] = [0] * (HP_SHARE_STEPS + 1)  # cards per twentieths
         self.spot_nodes: dict[str, None] = {}
         self.nodes: dict[str, NodeInfo] = {}
 
@@ -94,11 +102,13 @@ class PoolIndex:
         self.by_free[info.full_free][info.name] = None
         info.no_hp = no_hp_cards(info)
         self.by_no_hp[info.no_hp] += 1
+        self.by_hp_share[0] += info.total  # HP comes to a node only once it is here
 
     def remove(self, name: str) -> NodeInfo:
         info = self.nodes.pop(name)
         del self.by_free[info.full_free][name]
         self.by_no_hp[info.no_hp] -= 1
+        self.by_hp_share[0] -= info.total  # nothing of HP is placed there any more
         self.spot_nodes.pop(name, None)
         return info
 
@@ -118,11 +128,36 @@ class PoolIndex:
         else:
             self.spot_nodes.pop(info.name, None)
 
-    def hp_slots(self, need: int) -> int:
-        """How many workers of ``need`` whole GPUs the pool could hold at most if every
-        card carrying no HP were theirs (free, idle and spot cards alike): a gang of more
-        workers cannot be placed, however its search goes."""
-        return sum(n * (cards // need) for cards, n in enumerate(self.by_no_hp) if n)
+    def add_hp(self, card: str, share: float) -> None:
+        """An HP share was placed on ``card`` (negative: released)."""
+        old = self.hp_share.get(card, 0.0)
+        new = old + share
+        if new < 1e-9:
+            self.hp_share.pop(card, None)
+            new = 0.0
+        else:
+            self.hp_share[card] = new
+        self.by_hp_share[_steps(old)] -= 1
+        self.by_hp_share[_steps(new)] += 1
+
+    def hp_slots(self, need: float) -> int:
+        """How many HP workers of ``need`` GPUs the pool could hold at most if all room
+        not taken by HP were theirs (free, idle and spot alike): for whole GPUs the nodes'
+        cards carrying no HP, for a share the cards' room beside their HP share. A gang of
+        more workers cannot be placed, however its search goes."""
+        if need >= 1.0:
+            whole = int(need)
+            return sum(n * (cards // whole) for cards, n in enumerate(self.by_no_hp) if n)
+        return sum(
+            n * math.floor((1.0 - b / HP_SHARE_STEPS + _SLACK) / need)
+            for b, n in enumerate(self.by_hp_share)
+            if n
+        )
+
+
+def _steps(share: float) -> int:
+    """A card's HP share in whole twentieths, rounded down (above it by the slack at most)."""
+    return min(HP_SHARE_STEPS, int(share * HP_SHARE_STEPS + _SLACK))
 
 
 class GangPlan:

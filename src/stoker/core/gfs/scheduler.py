@@ -24,6 +24,7 @@ import numpy as np
 from stoker.core.actions import Action, BindJob, JobRequeued, KillJob, StartPod, StopPod
 from stoker.core.gfs.jobs import CHECKPOINT_S, GuaranteeLedger, restart_overhead
 from stoker.core.gfs.placement import (
+    HP_SHARE_STEPS,
     GangPlan,
     GFSScorer,
     NodeInfo,
@@ -549,12 +550,26 @@ class GangScheduler:
             )
             if info.no_hp < without_hp:
                 raise AssertionError(f"node {info.name} no_hp {info.no_hp} < {without_hp}")
+        hp_share: dict[str, float] = {}
+        for jid, place in self.placement.items():
+            if self.jobs[jid].job_class is _HP:
+                for _, gid, share in place:
+                    hp_share[gid] = hp_share.get(gid, 0.0) + share
         for pool, index in self.pools.items():
             counts = [0] * (index.max_gpus + 1)
             for info in index.nodes.values():
                 counts[info.no_hp] += 1
             if counts != index.by_no_hp:
                 raise AssertionError(f"{pool}: nodes by cards without HP {index.by_no_hp}")
+            cards = [0] * (HP_SHARE_STEPS + 1)
+            for info in index.nodes.values():
+                for gpu in self.cluster.nodes[info.name].gpus:
+                    share = index.hp_share.get(gpu.id, 0.0)
+                    if abs(share - hp_share.get(gpu.id, 0.0)) > 1e-6:
+                        raise AssertionError(f"card {gpu.id}: HP share {share} is stale")
+                    cards[min(HP_SHARE_STEPS, int(share * HP_SHARE_STEPS + 1e-6))] += 1
+            if cards != index.by_hp_share:
+                raise AssertionError(f"{pool}: cards by HP share {index.by_hp_share}")
 
     # ------------------------------------------------------------ periods and leases
 
@@ -732,8 +747,8 @@ class GangScheduler:
         state = self._state(pool, now)
         if self._failed.get(job.id) == state:
             return _NO_ROOM
-        if not job.fractional and self.pools[pool].hp_slots(int(job.per_worker)) < job.spec.workers:
-            # too few cards without HP for its workers: every search fails until HP leaves
+        if self.pools[pool].hp_slots(job.per_worker) < job.spec.workers:
+            # too little room without HP for its workers: every search fails until HP leaves
             self._remember_failure(job, pool, state, now)
             return _NO_ROOM
         if (
@@ -849,6 +864,8 @@ class GangScheduler:
         if cls is _HP:
             # the demand the forecaster learns is running HP GPUs (the authors' recorder)
             self.host.demand.add(job.spec.tenant, pool, job.gpus)
+            for _, gid, share in place:
+                self.pools[pool].add_hp(gid, share)
         for node, (cards, shares) in _per_node(place).items():
             info = self.nodes[node]
             info.used[cls] += sum(shares)
@@ -870,6 +887,8 @@ class GangScheduler:
         self.used[pool][cls] -= job.gpus
         if cls is _HP:
             self.host.demand.add(job.spec.tenant, pool, -job.gpus)
+            for _, gid, share in place:
+                self.pools[pool].add_hp(gid, -share)
         if abs(self.used[pool][cls]) < 1e-9:
             self.used[pool][cls] = 0.0
         for node, (_, shares) in _per_node(place).items():
