@@ -12,7 +12,7 @@ fragmenting node (``fgd.py``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from stoker.core.gfs.placement import fgd_frag_delta
@@ -28,7 +28,8 @@ class Candidate:
 
     ``cards``: the node's whole cards carrying no HP work, in card order, each with the
     spot job holding it (None: free or held by idle pods), for the choosers that take
-    cards in order or by cost.
+    cards in order or by cost; made by ``card_order`` when first read (most candidates
+    are passed over without it).
     """
 
     node: str
@@ -39,12 +40,19 @@ class Candidate:
     # what the idle warm and standby pods it would stop cost (tier, value): the reclaim
     # chain takes idle pods first, the cheapest of them first
     cost: tuple[float, float] = (0.0, 0.0)
-    cards: tuple[tuple[str, str | None], ...] = ()
+    card_order: Callable[[], tuple[tuple[str, str | None], ...]] | None = None
+    # room there once every spot job on it went: the cards (or share) carrying no HP
+    no_hp: float = field(init=False)
+    _cards: tuple[tuple[str, str | None], ...] | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self.no_hp = self.free + sum(u for _, u in self.victims)
 
     @property
-    def no_hp(self) -> float:
-        """Room there once every spot job on it went: the cards (or share) carrying no HP."""
-        return self.free + sum(u for _, u in self.victims)
+    def cards(self) -> tuple[tuple[str, str | None], ...]:
+        if self._cards is None:
+            self._cards = self.card_order() if self.card_order is not None else ()
+        return self._cards
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -1175,34 +1176,46 @@ class GangScheduler:
             used_idle = len(idle.get(name, ())) - len(cards)
             free = info.full_free - gang.taken.get(name, 0) + freed.get(name, 0) + used_idle
             victims: list[tuple[Job, float]] = []
-            holder: dict[str, str] = {}  # card -> the spot job holding it whole
+            held: list[tuple[str, list[str]]] = []  # each victim and the cards it holds here
             # spot on the node's cards that carry no HP (a whole-GPU worker's cards never do)
             if spot:
                 for jid, mine in self.node_jobs[name].items():
                     v = self.jobs[jid]
                     if jid in evicted or v.fractional or not self._evictable(v, now):
                         continue
-                    holder.update(dict.fromkeys(mine, jid))
+                    held.append((jid, mine))
                     victims.append((v, float(len(mine))))
             if not victims and not cards and not (free_nodes and free >= need - EPS):
                 continue
-            if free + len(cards) + sum(u for _, u in victims) < need - EPS:
+            cand = Candidate(
+                name,
+                info.ordinal,
+                float(free + len(cards)),
+                victims,
+                card_order=partial(self._card_order, name, held, [g for _, g in cards]),
+            )
+            if cand.no_hp < need - EPS:
                 continue
             # the idle cards it would stop, cheapest first
             short = max(0, int(need) - int(free))
-            cost = (sum(c[0] for c, _ in cards[:short]), sum(c[1] for c, _ in cards[:short]))
-            idle_ids = {g for _, g in cards}
-            order = tuple(
-                (g.id, holder.get(g.id))
-                for g in self.cluster.nodes[name].gpus
-                if g.id in holder or g.id in idle_ids or g.used < EPS
-            )
-            out.append(
-                Candidate(
-                    name, info.ordinal, float(free + len(cards)), victims, cost=cost, cards=order
-                )
-            )
+            cand.cost = (sum(c[0] for c, _ in cards[:short]), sum(c[1] for c, _ in cards[:short]))
+            out.append(cand)
         return out
+
+    def _card_order(
+        self, name: str, held: list[tuple[str, list[str]]], idle: list[str]
+    ) -> tuple[tuple[str, str | None], ...]:
+        """A node's cards a reclaim may use, in card order, each with the spot job holding
+        it (None: free, or idle pods): :attr:`Candidate.cards`."""
+        holder: dict[str, str] = {}  # card -> the spot job holding it whole
+        for jid, mine in held:
+            holder.update(dict.fromkeys(mine, jid))
+        idle_ids = set(idle)
+        return tuple(
+            (g.id, holder.get(g.id))
+            for g in self.cluster.nodes[name].gpus
+            if g.id in holder or g.id in idle_ids or g.used < EPS
+        )
 
     def _card_candidates(
         self,
