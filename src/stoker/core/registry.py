@@ -57,6 +57,8 @@ CHRONUS_LEASE_S = 1200.0
 CHRONUS_RESTART_S = 120.0
 # gfs-eta-slack's eta ceiling (GFS's is 1)
 ETA_SLACK_CEILING = 2.0
+# gfs-lend's share of the GPUs HP does not hold that spot may take while no HP job waits
+LEND_SHARE = 1.0
 # the paper's comparison set for hp/spot
 PAPER_BASELINES = ("yarn-cs", "chronus", "lyra", "fgd")
 
@@ -208,6 +210,10 @@ _PRESETS: dict[str, _Entry] = {
     ),
     # stoker's own (beyond the paper): GFS with spot queued smallest request first
     "gfs-small-first": _gfs_variant("gfs-small-first", queue="size-small-spot"),
+    # stoker's own (beyond the paper): while no HP job waits in a GPU pool, spot may hold
+    # up to eta x the GPUs HP does not hold now, past the forecast quota (the forecast's
+    # reserve for HP that has not come is lent; evictions shrink eta and take it back)
+    "gfs-lend": _gfs_variant("gfs-lend", lend_idle=LEND_SHARE),
     # the paper's baselines: as the authors' simulator builds them, spot gated by the same
     # forecast quota as GFS (fifo_spot.py, lyra.py, fgd.py; chronus.py has none)
     **_baseline("yarn-cs", _YARN),
