@@ -1,6 +1,7 @@
 """The paper's ablations of GFS's scheduler (simplified placement, simplified preemption)
-and stoker's own GFS variants (``gfs-small-first``, ``gfs-eta-slack``, ``gfs-lend``): each
-differs from ``gfs`` in the one part it swaps, and only there."""
+and stoker's own GFS variants (``gfs-small-first``, ``gfs-eta-slack``, ``gfs-lend``,
+``gfs-checkpoint-cost``): each differs from ``gfs`` in the one part it swaps, and only
+there."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from test_gfs_fidelity import _queued
         ("gfs-small-first", GFSScorer, GFSVictims, "size-small-spot"),
         ("gfs-eta-slack", GFSScorer, GFSVictims, "size"),
         ("gfs-lend", GFSScorer, GFSVictims, "size"),
+        ("gfs-checkpoint-cost", GFSScorer, GFSVictims, "size"),
     ],
 )
 def test_each_variant_swaps_one_part_of_gfs(
@@ -122,3 +124,16 @@ def test_lend_shrinks_with_eta_when_lending_evicts() -> None:
     assert g.core.gangs._spot_quota("A") == 8.0  # no HP holds anything: eta 1 x 8
     g.core.gangs.config.quota.feedback("A", 0.3, spot_waited_long=False)  # e = 3x target
     assert g.core.gangs._spot_quota("A") == pytest.approx(8.0 * 0.1 / 0.3)
+
+
+@pytest.mark.parametrize(("name", "victim"), [("gfs", "young"), ("gfs-checkpoint-cost", "old")])
+def test_checkpoint_cost_spares_the_job_with_more_work_since_its_checkpoint(
+    name: str, victim: str
+) -> None:
+    g = Gangs(cluster(4, 4), name)
+    g.submit(spec("old", "spot", 4, dur=1e6), 0.0)  # n0: checkpointed at 3,600 s
+    g.submit(spec("young", "spot", 4, dur=1e6), 3_200.0)  # n1: 500 s since its start
+    # at 3,700 s: GFS's cost (the authors': GPU-s since the run started) takes young (500 s
+    # against 3,700 s); by the work since the last checkpoint, old loses 100 s, young 500 s
+    out = g.submit(spec("h", "hp", 4, dur=10), 3_700.0)
+    assert evicted(out) == [victim]

@@ -19,8 +19,10 @@ authors' simulator runs them; ``yarn-cs-noquota``, ``lyra-noquota``, ``fgd-noquo
 ungated), ``static-quota``,
 ``min-runtime``, ``gfs-naive``, ``gfs-fixed-eta``, ``gfs-simple-placement`` and
 ``gfs-simple-preemption`` (the paper's ablations of its scheduler's two halves), and
-``gfs-small-first`` and ``gfs-eta-slack`` (stoker's own: GFS with spot queued smallest
-request first; GFS whose eta may grow to 2).
+``gfs-small-first``, ``gfs-eta-slack``, ``gfs-lend`` and ``gfs-checkpoint-cost`` (stoker's
+own: GFS with spot queued smallest request first; GFS whose eta may grow to 2; GFS lending
+spot what HP does not hold while no HP job waits; GFS costing victims by the work lost
+since their last checkpoint).
 """
 
 from __future__ import annotations
@@ -214,6 +216,12 @@ _PRESETS: dict[str, _Entry] = {
     # up to eta x the GPUs HP does not hold now, past the forecast quota (the forecast's
     # reserve for HP that has not come is lent; evictions shrink eta and take it back)
     "gfs-lend": _gfs_variant("gfs-lend", lend_idle=LEND_SHARE),
+    # stoker's own (beyond the paper): victims costed by the work lost since their last
+    # checkpoint (what a restart really redoes; the paper's words) instead of since their
+    # run started (the authors' code)
+    "gfs-checkpoint-cost": _gfs_variant(
+        "gfs-checkpoint-cost", victims=lambda p: GFSVictims("paper")
+    ),
     # the paper's baselines: as the authors' simulator builds them, spot gated by the same
     # forecast quota as GFS (fifo_spot.py, lyra.py, fgd.py; chronus.py has none)
     **_baseline("yarn-cs", _YARN),
