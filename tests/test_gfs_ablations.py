@@ -1,6 +1,6 @@
 """The paper's ablations of GFS's scheduler (simplified placement, simplified preemption)
 and stoker's own GFS variants (``gfs-small-first``, ``gfs-eta-slack``, ``gfs-lend``,
-``gfs-checkpoint-cost``): each differs from ``gfs`` in the one part it swaps, and only
+``gfs-fragments``, ``gfs-checkpoint-cost``): each differs from ``gfs`` in the one part it swaps, and only
 there."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from test_gfs_fidelity import _queued
         ("gfs-eta-slack", GFSScorer, GFSVictims, "size"),
         ("gfs-lend", GFSScorer, GFSVictims, "size"),
         ("gfs-checkpoint-cost", GFSScorer, GFSVictims, "size"),
+        ("gfs-fragments", GFSScorer, GFSVictims, "size"),
     ],
 )
 def test_each_variant_swaps_one_part_of_gfs(
@@ -137,3 +138,18 @@ def test_checkpoint_cost_spares_the_job_with_more_work_since_its_checkpoint(
     # against 3,700 s); by the work since the last checkpoint, old loses 100 s, young 500 s
     out = g.submit(spec("h", "hp", 4, dur=10), 3_700.0)
     assert evicted(out) == [victim]
+
+
+@pytest.mark.parametrize(("name", "started"), [("gfs", []), ("gfs-fragments", ["f1"])])
+def test_fragments_start_fractional_spot_on_shared_cards_past_the_quota(
+    name: str, started: list[str]
+) -> None:
+    g = Gangs(cluster(2), name)
+    g.submit(spec("h", "hp", 0.5, dur=1e5), 0.0)  # card 0 half used by HP
+    g.send(ForecastUpdated("t", "A", (2.0,), (0.0,)), 0.0)
+    assert g.core.gangs.quota["A"] == 0.0
+    # a share that fits beside HP's on card 0 takes no whole card: the variant starts it
+    assert bound(g.submit(spec("f1", "spot", 0.4, dur=1e5), 1.0)) == started
+    # one that fits only on the free card 1 waits for the quota under both
+    assert bound(g.submit(spec("f2", "spot", 0.6, dur=1e5), 2.0)) == []
+    assert bound(g.submit(spec("w", "spot", 1, dur=1e5), 3.0)) == []

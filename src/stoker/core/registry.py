@@ -19,10 +19,11 @@ authors' simulator runs them; ``yarn-cs-noquota``, ``lyra-noquota``, ``fgd-noquo
 ungated), ``static-quota``,
 ``min-runtime``, ``gfs-naive``, ``gfs-fixed-eta``, ``gfs-simple-placement`` and
 ``gfs-simple-preemption`` (the paper's ablations of its scheduler's two halves), and
-``gfs-small-first``, ``gfs-eta-slack``, ``gfs-lend`` and ``gfs-checkpoint-cost`` (stoker's
-own: GFS with spot queued smallest request first; GFS whose eta may grow to 2; GFS lending
-spot what HP does not hold while no HP job waits; GFS costing victims by the work lost
-since their last checkpoint).
+``gfs-small-first``, ``gfs-eta-slack``, ``gfs-lend``, ``gfs-fragments`` and
+``gfs-checkpoint-cost`` (stoker's own: GFS with spot queued smallest request first; GFS
+whose eta may grow to 2; GFS lending spot what HP does not hold while no HP job waits; GFS
+starting fractional spot on shared cards past the quota; GFS costing victims by the work
+lost since their last checkpoint).
 """
 
 from __future__ import annotations
@@ -216,6 +217,9 @@ _PRESETS: dict[str, _Entry] = {
     # up to eta x the GPUs HP does not hold now, past the forecast quota (the forecast's
     # reserve for HP that has not come is lent; evictions shrink eta and take it back)
     "gfs-lend": _gfs_variant("gfs-lend", lend_idle=LEND_SHARE),
+    # stoker's own (beyond the paper): a fractional spot job that fits on cards other jobs
+    # already share starts past the quota (it takes no whole card from HP)
+    "gfs-fragments": _gfs_variant("gfs-fragments", lend_fragments=True),
     # stoker's own (beyond the paper): victims costed by the work lost since their last
     # checkpoint (what a restart really redoes; the paper's words) instead of since their
     # run started (the authors' code)

@@ -94,6 +94,10 @@ class GFSConfig:
     # whether or not HP comes; the lent room is the part of that reserve HP is not using,
     # and eta (shrunk by evictions above the target) takes it back when lending evicts
     lend_idle: float = 0.0
+    # stoker's: a fractional spot job that fits on cards other jobs already share starts
+    # past the quota (it leaves every whole card to HP; only a fractional HP job can want
+    # that share, and it may evict it)
+    lend_fragments: bool = False
     grace_s: float = 0.0  # an evicted spot job's SIGTERM-to-SIGKILL grace
     # the authors' gate (every policy's ``simulate``): with a window (start, end), no spot
     # job starts before ``start``, the quota holds in [start, end) and none after; HP
@@ -684,6 +688,16 @@ class GangScheduler:
         lent = lend * self.eta(pool) * (self.capacity[pool] - self.used[pool][_HP])
         return max(quota, lent)
 
+    def _in_fragments(self, job: Job, now: float) -> bool:
+        """With ``lend_fragments``: a fractional spot job whose every worker fits on a card
+        another job already shares (best fit takes those first), so it takes no whole card
+        a whole-GPU HP job could use."""
+        if not (self.config.lend_fragments and job.fractional):
+            return False
+        plan = self._plan_free(job, now)
+        gpus = self.cluster.gpus
+        return plan is not None and all(gpus[c].used > EPS for _, cards, _ in plan for c in cards)
+
     def _try_start(self, job: Job, now: float, out: list[Action]) -> str:
         """Start ``job`` if it may and fits; else why not (``_QUOTA``: over the spot quota,
         ``_HOLD``: room is being freed for an HP job, nothing else starts; ``_NO_ROOM``)."""
@@ -696,9 +710,13 @@ class GangScheduler:
                 return _QUOTA  # before the window no spot job starts
             used = self.used[pool][_SPOT]
             quota = math.inf if gate is not None and now >= gate[1] else self._spot_quota(pool)
-            if used + job.gpus > quota + EPS and not (
-                # a job larger than a fixed quota would wait forever: it may run alone
-                self.config.oversize_alone and used < EPS and job.gpus > quota
+            if (
+                used + job.gpus > quota + EPS
+                and not (
+                    # a job larger than a fixed quota would wait forever: it may run alone
+                    self.config.oversize_alone and used < EPS and job.gpus > quota
+                )
+                and not self._in_fragments(job, now)
             ):
                 return _QUOTA
             state = self._state(pool, now)
