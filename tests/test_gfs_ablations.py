@@ -1,7 +1,7 @@
 """The paper's ablations of GFS's scheduler (simplified placement, simplified preemption)
 and stoker's own GFS variants (``gfs-small-first``, ``gfs-eta-slack``, ``gfs-lend``,
-``gfs-fragments``, ``gfs-checkpoint-cost``): each differs from ``gfs`` in the one part it swaps, and only
-there."""
+``gfs-fragments``, ``gfs-checkpoint-cost``): each differs from ``gfs`` in the one part it
+swaps, and only there."""
 
 from __future__ import annotations
 
