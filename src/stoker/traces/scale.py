@@ -10,9 +10,10 @@ command line as (``stoker sim gfs --capacity-scale``):
 - ``G2=0.02,T4=0.05``: a fraction per named model (the others kept whole), or with a bare
   fraction for the models not named (``0.3,G2=0.02``); a named model's 0 leaves that
   model out, and the jobs that ask for it (the simulator counts them);
-- ``fill:0.8``: size each model's GPU pool to its own demand: the fewest of its nodes whose
-  GPUs hold its mean requested GPUs over the measured window at 80 % (and its largest
-  job), optionally with named exceptions (``fill:0.8,A10=1``). One fraction for every model
+- ``fill:0.8``: size each model's GPU pool to its own demand: the smallest node that holds
+  its largest worker, then its smallest other nodes until the GPUs hold its mean requested
+  GPUs over the measured window at 80 % (and its largest job), optionally with named
+  exceptions (``fill:0.8,A10=1``). One fraction for every model
   leaves the models a trace barely uses mostly idle (openb: five of seven), so the cluster
   never contends as a whole; this makes every GPU pool contend alike.
 """
