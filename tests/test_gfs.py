@@ -48,7 +48,7 @@ from stoker.core.gfs.preemption import Candidate, GFSVictims, PreemptContext
 from stoker.core.gfs.quota import EtaController, StaticQuota, forecast_quota
 from stoker.core.policies import AlwaysOn, FittedKeepAlive
 from stoker.forecast.base import BatchPredictor
-from stoker.sim.gfs import TraceResult, Window, scale_spot_load, simulate
+from stoker.sim.gfs import Window, scale_spot_load, simulate
 from stoker.traces.base import Trace, TraceJob, TraceNode
 
 # ---------------------------------------------------------------- formulas
@@ -807,12 +807,12 @@ def test_cli_on_the_shared_philly_trace(tmp_path) -> None:
 def test_allocation_value_prices_gfs_gain_over_each_baseline() -> None:
     from stoker.sim.gfs_report import HOURS_PER_MONTH, allocation_value
 
-    def run(name: str, rate: float) -> TraceResult:
-        return TraceResult(name, {"gpu_allocation_rate": rate})
+    def run(rate: float) -> dict[str, object]:
+        return {"gpu_allocation_rate": rate}
 
     runs = {
-        "medium": {"gfs": run("gfs", 0.8), "yarn-cs": run("yarn-cs", 0.7), "fgd": run("fgd", 0.9)},
-        "high": {"yarn-cs": run("yarn-cs", 0.5)},  # no gfs at this load: nothing to value
+        "medium": {"gfs": run(0.8), "yarn-cs": run(0.7), "fgd": run(0.9)},
+        "high": {"yarn-cs": run(0.5)},  # no gfs at this load: nothing to value
     }
     value = allocation_value(runs, 10_000, 2.5)
     assert value["per_month"] == {
@@ -824,6 +824,44 @@ def test_allocation_value_prices_gfs_gain_over_each_baseline() -> None:
     assert value["gpu_hour_price"] == 2.5 and "gpu_hour_price" in str(value["formula"])
     with pytest.raises(ValueError, match="gpu_hour_price"):
         allocation_value(runs, 10_000, -1.0)
+
+
+def test_paper_comparison_checks_each_claim_against_the_baselines_mean() -> None:
+    from stoker.sim.gfs_report import compare_to_paper, render_comparison_markdown
+
+    def m(evict: float, queue: float, hp_queue: float, p99: float) -> dict[str, object]:
+        return {
+            "spot.eviction_rate": evict,
+            "spot.mean_queue_s": queue,
+            "spot.mean_jct_s": queue + 100.0,
+            "hp.mean_queue_s": hp_queue,
+            "hp.p99_jct_s": p99,
+        }
+
+    results = {
+        "medium": {
+            "gfs": m(0.1, 50.0, 30.0, 1030.0),
+            "yarn-cs": m(0.2, 100.0, 100.0, 1000.0),
+            "lyra": m(0.2, 100.0, 100.0, 1000.0),
+            "gfs-naive": m(0.0, 0.0, 0.0, 1.0),  # an ablation, not a baseline
+        }
+    }
+    c = compare_to_paper(results)["medium"]
+    assert c["baselines"] == ["yarn-cs", "lyra"]
+    rows = c["metrics"]
+    assert (
+        rows["spot.eviction_rate"]["vs_mean"] == -0.5 and rows["spot.eviction_rate"]["reproduced"]
+    )
+    assert rows["spot.mean_queue_s"]["reproduced"]  # -50 % against the paper's -44.1 %
+    assert rows["spot.mean_jct_s"]["vs_mean"] == pytest.approx(-0.25)
+    assert rows["hp.mean_queue_s"]["reproduced"]  # -70 %: within the paper's range's worst
+    assert rows["hp.p99_jct_s"]["vs_mean"] == 0.03 and rows["hp.p99_jct_s"]["reproduced"]
+    results["medium"]["gfs"]["hp.mean_queue_s"] = 50.0  # -50 %: short of -60 %
+    results["medium"]["gfs"]["hp.p99_jct_s"] = 1100.0  # +10 %: not unchanged
+    rows = compare_to_paper(results)["medium"]["metrics"]
+    assert not rows["hp.mean_queue_s"]["reproduced"] and not rows["hp.p99_jct_s"]["reproduced"]
+    table = render_comparison_markdown(compare_to_paper(results))
+    assert "| hp.mean_queue_s | -50.0 % | -50.0 % | -50.0 % | -71.0 % .. -60.0 % | no |" in table
 
 
 def test_cli_gpu_hour_price_writes_the_value_with_price_and_formula(tmp_path) -> None:
