@@ -414,9 +414,12 @@ class Zygote:
     """
 
     def __init__(
-        self, user: JobUser | None, on_exit: Callable[[int, int], None], fork: bool = True
+        self,
+        user: JobUser | None,
+        on_exit: Callable[[int, int], None] | None = None,
+        fork: bool = True,
     ) -> None:
-        self.on_exit = on_exit
+        self.on_exit = on_exit  # set by the agent before it asks for the first spare
         self.on_ready: Callable[[], None] | None = None
         self.ready = True
         self.children: set[int] = set()  # spares it forked whose exit is not reported yet
@@ -473,7 +476,8 @@ class Zygote:
         kind, pid, status = data.decode().split()
         if kind == "exit":
             self.children.discard(int(pid))
-            self.on_exit(int(pid), int(status))
+            if self.on_exit is not None:
+                self.on_exit(int(pid), int(status))
         elif kind == "ready":
             self.ready = True
             if self.on_ready is not None:
