@@ -1,16 +1,18 @@
 """The paper's ablations of GFS's scheduler (simplified placement, simplified preemption)
-and stoker's own GFS variant (``gfs-small-first``): each differs from ``gfs`` in the one
-part it swaps, and only there."""
+and stoker's own GFS variants (``gfs-small-first``, ``gfs-eta-slack``, ``gfs-lend``,
+``gfs-fragments``, ``gfs-checkpoint-cost``): each differs from ``gfs`` in the one part it
+swaps, and only there."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from stoker.core import ForecastUpdated
 from stoker.core.gfs.placement import BestFitScorer, GFSScorer
 from stoker.core.gfs.preemption import FifoVictims, GFSVictims
 from stoker.core.registry import GANG_PRESETS, preset
-from test_gfs import Gangs, cluster, evicted, spec
+from test_gfs import Gangs, bound, cluster, evicted, spec
 from test_gfs_fidelity import _queued
 
 
@@ -22,6 +24,9 @@ from test_gfs_fidelity import _queued
         ("gfs-simple-preemption", GFSScorer, FifoVictims, "size"),
         ("gfs-small-first", GFSScorer, GFSVictims, "size-small-spot"),
         ("gfs-eta-slack", GFSScorer, GFSVictims, "size"),
+        ("gfs-lend", GFSScorer, GFSVictims, "size"),
+        ("gfs-checkpoint-cost", GFSScorer, GFSVictims, "size"),
+        ("gfs-fragments", GFSScorer, GFSVictims, "size"),
     ],
 )
 def test_each_variant_swaps_one_part_of_gfs(
@@ -85,3 +90,66 @@ def test_eta_slack_lends_past_the_forecast_while_evictions_stay_low() -> None:
     # and shrinks like GFS's once evictions pass 1.5x the target
     quota.feedback("A", 0.3, spot_waited_long=True)
     assert quota.eta("A") == pytest.approx(2.0 * 0.1 / 0.3)
+
+
+def _lend_run(name: str) -> tuple[list[str], list[str], list[str], float]:
+    """HP holds 2 of 8 GPUs and is forecast to need all 8 within the hour (quota 0)."""
+    g = Gangs(cluster(4, 4), name)
+    g.submit(spec("h", "hp", 2, dur=1e5), 0.0)
+    g.send(ForecastUpdated("t", "A", (8.0,), (0.0,)), 0.0)
+    assert g.core.gangs.quota["A"] == 0.0
+    # no HP waits: the lending variant lends spot what HP does not hold (6 GPUs)
+    first = bound(g.submit(spec("s1", "spot", 4, dur=1e5), 1.0))
+    first += bound(g.submit(spec("s2", "spot", 2, dur=1e5), 1.0))
+    # an HP job comes: it takes free room first, else evicts (the lent room comes back)
+    hp = g.submit(spec("h2", "hp", 4, dur=1e5), 2.0)
+    # while it (or any HP job) waits, nothing is lent
+    g.submit(spec("h3", "hp", 4, dur=1e5), 3.0)
+    late = bound(g.submit(spec("s3", "spot", 1, dur=1e5), 3.0))
+    return first, evicted(hp), late, g.core.gangs._spot_quota("A")
+
+
+def test_lend_gives_spot_what_hp_does_not_hold_while_no_hp_waits() -> None:
+    # GFS: the forecast reserves the whole pool, no spot job starts
+    assert _lend_run("gfs") == ([], [], [], 0.0)
+    # gfs-lend: both spot jobs start on the 6 GPUs HP does not hold; the next HP job
+    # evicts the 4-GPU one; with HP queued (h3) the quota is the forecast's again (0)
+    first, victims, late, quota = _lend_run("gfs-lend")
+    assert first == ["s1", "s2"] and victims == ["s1"] and late == [] and quota == 0.0
+
+
+def test_lend_shrinks_with_eta_when_lending_evicts() -> None:
+    p = preset("gfs-lend")
+    g = Gangs(cluster(4, 4), p.policies)
+    g.send(ForecastUpdated("t", "A", (8.0,), (0.0,)), 0.0)
+    assert g.core.gangs._spot_quota("A") == 8.0  # no HP holds anything: eta 1 x 8
+    g.core.gangs.config.quota.feedback("A", 0.3, spot_waited_long=False)  # e = 3x target
+    assert g.core.gangs._spot_quota("A") == pytest.approx(8.0 * 0.1 / 0.3)
+
+
+@pytest.mark.parametrize(("name", "victim"), [("gfs", "young"), ("gfs-checkpoint-cost", "old")])
+def test_checkpoint_cost_spares_the_job_with_more_work_since_its_checkpoint(
+    name: str, victim: str
+) -> None:
+    g = Gangs(cluster(4, 4), name)
+    g.submit(spec("old", "spot", 4, dur=1e6), 0.0)  # n0: checkpointed at 3,600 s
+    g.submit(spec("young", "spot", 4, dur=1e6), 3_200.0)  # n1: 500 s since its start
+    # at 3,700 s: GFS's cost (the authors': GPU-s since the run started) takes young (500 s
+    # against 3,700 s); by the work since the last checkpoint, old loses 100 s, young 500 s
+    out = g.submit(spec("h", "hp", 4, dur=10), 3_700.0)
+    assert evicted(out) == [victim]
+
+
+@pytest.mark.parametrize(("name", "started"), [("gfs", []), ("gfs-fragments", ["f1"])])
+def test_fragments_start_fractional_spot_on_shared_cards_past_the_quota(
+    name: str, started: list[str]
+) -> None:
+    g = Gangs(cluster(2), name)
+    g.submit(spec("h", "hp", 0.5, dur=1e5), 0.0)  # card 0 half used by HP
+    g.send(ForecastUpdated("t", "A", (2.0,), (0.0,)), 0.0)
+    assert g.core.gangs.quota["A"] == 0.0
+    # a share that fits beside HP's on card 0 takes no whole card: the variant starts it
+    assert bound(g.submit(spec("f1", "spot", 0.4, dur=1e5), 1.0)) == started
+    # one that fits only on the free card 1 waits for the quota under both
+    assert bound(g.submit(spec("f2", "spot", 0.6, dur=1e5), 2.0)) == []
+    assert bound(g.submit(spec("w", "spot", 1, dur=1e5), 3.0)) == []

@@ -4,6 +4,7 @@ and every pod list of the openb release."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,15 @@ from stoker.traces.base import Trace, TraceJob, TraceNode
 from stoker.traces.gfs_v2026 import TraceFormatError, write_jobs, write_nodes
 from stoker.traces.load import shared_data_dir
 from stoker.traces.openb import load_openb
-from stoker.traces.scale import capacity_scale, keep_nodes, time_scale
+from stoker.traces.scale import (
+    CapacityScale,
+    by_model,
+    capacity_scale,
+    keep_nodes,
+    mean_demand,
+    time_scale,
+    worker_gpus,
+)
 
 
 def _trace() -> Trace:
@@ -123,3 +132,123 @@ def test_every_openb_pod_list_here_loads() -> None:
         trace = load_openb(file)
         assert trace.jobs and all(j.gpu_request > 0 and j.duration >= 0 for j in trace.jobs)
         assert {j.job_class for j in trace.jobs} == {"hp", "spot"}
+
+
+def test_capacity_scale_reads_the_per_model_and_fill_forms() -> None:
+    assert CapacityScale.parse("0.3") == CapacityScale(0.3)
+    assert CapacityScale.parse(0.3) == CapacityScale(0.3)
+    per = CapacityScale.parse("0.5, T4=0.2 ,A100=1")
+    assert per == CapacityScale(0.5, {"T4": 0.2, "A100": 1.0}) and str(per) == "0.5,A100=1,T4=0.2"
+    assert CapacityScale.parse("fill:0.8,T4=1") == CapacityScale(1.0, {"T4": 1.0}, fill=0.8)
+    assert CapacityScale.parse("1").whole and not CapacityScale.parse("T4=0.5").whole
+    for bad, says in (
+        ("0", "'0': a fraction must be in (0, 1], got 0"),
+        ("T4=1.5", "'T4=1.5': a fraction must be in [0, 1], got 1.5"),
+        ("T4=x", "'T4=x': 'x' is not a number"),
+        ("=0.5", "no GPU model before '='"),
+        ("T4=0.5,T4=0.4", "T4 given twice"),
+        ("0.3,fill:0.8", "one of a bare fraction or fill:TARGET"),
+        ("fill:-1", "the target must be > 0"),
+        ("fill:a", "fill:TARGET needs a number"),
+        ("0.3,,T4=1", "an empty part between commas"),
+        ("", "empty"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            CapacityScale.parse(bad)
+
+
+def test_capacity_scale_per_model_keeps_each_models_own_share() -> None:
+    trace = _trace()
+    out = capacity_scale(trace, "A100=0.2")  # T4 not named: kept whole
+    assert [n.name for n in out.nodes] == ["a0", "a1", "t0", "t1", "t2"]
+    assert json.loads(out.notes["capacity_per_model"])["A100"] == {
+        "nodes": 2,
+        "of_nodes": 10,
+        "gpus": 16,
+        "of_gpus": 80,
+        "mean_demand_gpus": pytest.approx(20 * 50.0 / 2 / 1950.0, abs=1e-3),
+    }
+    with pytest.raises(ValueError, match=r"no GPU model 'V100' in this trace .*A100, T4"):
+        capacity_scale(trace, "V100=0.5")
+    # a named model's 0 leaves it out (the simulator leaves its jobs out and counts them)
+    dropped = capacity_scale(trace, "0.5,T4=0")
+    assert [n.name for n in dropped.nodes] == [f"a{i}" for i in range(5)]
+    assert dropped.notes["capacity_scale"].endswith("every job but those of T4")
+    assert json.loads(dropped.notes["capacity_per_model"])["T4"]["nodes"] == 0
+    with pytest.raises(ValueError, match="leaves no node"):
+        capacity_scale(trace, "A100=0,T4=0")
+
+
+def test_fill_sizes_each_model_of_the_real_openb_trace_to_its_demand() -> None:
+    """On a real openb pod list: each GPU pool keeps the fewest GPUs (smallest nodes first,
+    after one that holds the largest worker) that hold its mean demand over the window at
+    the target, and its largest job; a model's demand is what its jobs ask over it."""
+    folder = shared_data_dir()
+    if folder is None:
+        pytest.skip("../shared/data is not here")
+    trace = load_openb(folder / "alibaba-gpu-v2023")
+    end = trace.jobs[-1].submit_time + 1.0
+    start = end - 30 * 86400.0
+    demand = mean_demand(trace.jobs, start, end)
+    out = capacity_scale(trace, "fill:0.8,A10=1", start, end)
+    per_model = json.loads(out.notes["capacity_per_model"])
+    every = {m: sorted(g, key=lambda n: n.gpus) for m, g in by_model(trace.nodes).items()}
+    kept = by_model(out.nodes)
+    assert kept["A10"] == every["A10"]  # named: its own share
+    assert out.jobs == trace.jobs and len(out.nodes) < len(trace.nodes) / 50
+    for model, nodes in kept.items():
+        assert per_model[model]["gpus"] == sum(n.gpus for n in nodes)
+        assert per_model[model]["mean_demand_gpus"] == round(demand.get(model, 0.0), 3)
+        if model == "A10":
+            continue
+        jobs = [j for j in trace.jobs if j.gpu_model == model]
+        biggest = max(worker_gpus(j) * j.worker_num for j in jobs)
+        worker = max(int(worker_gpus(j)) for j in jobs)
+        need = max(demand.get(model, 0.0) / 0.8, biggest)
+        gpus = sum(n.gpus for n in nodes)
+        assert gpus >= need and max(n.gpus for n in nodes) >= worker
+        # the fewest: dropping its last (largest) node but one that holds the worker falls short
+        assert (
+            gpus - max(n.gpus for n in nodes) < need
+            or len(nodes) == 1
+            or (sorted(n.gpus for n in nodes)[-2] < worker)
+        )
+    # G2 carries most of the demand and is shrunk to it; a model asked for a fraction of
+    # a GPU keeps one node
+    assert per_model["G2"]["gpus"] >= demand["G2"] / 0.8 > per_model["G2"]["gpus"] - 8
+    assert per_model["V100M16"]["nodes"] == 1
+    assert capacity_scale(trace, "fill:0.8,A10=1", start, end).nodes == out.nodes
+
+
+def test_sim_gfs_capacity_scale_errors_name_the_bad_part(tmp_path: Path) -> None:
+    trace = _trace()
+    folder = tmp_path / "trace"
+    folder.mkdir()
+    write_nodes(folder / "node_info_df.csv", trace.nodes)
+    write_jobs(folder / "job_info_df.csv", trace.jobs)
+    base = ["sim", "gfs", "--trace", "v2026", "--trace-path", str(folder), "--days", "0.01"]
+    base += ["--warm-days", "0", "--burn-in-days", "0", "--policy", "yarn-cs", "--no-plots"]
+    runner = CliRunner()
+    for value, says in (
+        ("A100=2", "capacity_scale: 'A100=2': a fraction must be in [0, 1], got 2"),
+        ("V100=0.5", "capacity_scale: no GPU model 'V100' in this trace (its models: A100, T4)"),
+        ("fill:x", "capacity_scale: 'fill:x': fill:TARGET needs a number"),
+    ):
+        out = tmp_path / value.replace(":", "_")
+        res = runner.invoke(app, [*base, "--capacity-scale", value, "--out", str(out)])
+        assert res.exit_code == 2, res.output
+        lines = res.output.strip().splitlines()
+        assert lines == [f"error: {says}"] and not (out / "results.json").exists()
+    res = runner.invoke(
+        app, [*base, "--capacity-scale", "fill:0.5,T4=1", "--out", str(tmp_path / "ok")]
+    )
+    assert res.exit_code == 0, res.output
+    setup = json.loads((tmp_path / "ok" / "results.json").read_text())["meta"]["setup"]
+    assert setup["capacity_scale"] == "fill:0.5,T4=1"
+    assert setup["capacity_per_model"]["T4"]["nodes"] == 3
+    assert setup["capacity_per_model"]["A100"]["nodes"] < 10
+    res = runner.invoke(app, [*base, "--capacity-scale", "T4=0", "--out", str(tmp_path / "d")])
+    assert res.exit_code == 0, res.output
+    meta = json.loads((tmp_path / "d" / "results.json").read_text())["meta"]
+    assert meta["jobs_left_out_model_dropped"] == 10 and meta["jobs_left_out_too_large"] == 0
+    assert meta["nodes"] == 10

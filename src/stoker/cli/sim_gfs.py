@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -32,8 +33,14 @@ def sim_gfs(
     scale: Annotated[float, typer.Option(help="share of nodes (and jobs) kept, (0, 1]")] = 1.0,
     seed: Annotated[int, typer.Option(help="seed (generator, load copies)")] = 0,
     capacity_scale: Annotated[
-        float, typer.Option(help="share of each GPU model's nodes kept, every job kept")
-    ] = 1.0,
+        str,
+        typer.Option(
+            help="nodes kept, every job kept: a share of each GPU model's (0.3), per model "
+            "(G2=0.02,T4=0.05; a bare share for the rest: 0.3,G2=0.02), or each model sized "
+            "to its mean demand over the window at a target fill (fill:0.8, exceptions "
+            "as MODEL=share)"
+        ),
+    ] = "1",
     time_scale: Annotated[
         float, typer.Option(help="inter-arrival times divided by this (real traces)")
     ] = 1.0,
@@ -78,13 +85,17 @@ def sim_gfs(
     )
     from stoker.sim.gfs_report import (
         allocation_value,
+        compare_to_paper,
+        metrics_of,
         plot,
+        render_comparison_markdown,
         render_table,
         render_value,
         write_results,
     )
     from stoker.sim.report_html import render
     from stoker.traces import TRACE_KINDS, Trace
+    from stoker.traces.scale import CapacityScale
 
     console = Console(width=200)
     loads = load or ["medium"]
@@ -112,7 +123,12 @@ def sim_gfs(
         if "gfs" not in names:
             fail("--gpu-hour-price: values gfs's gain, so --policy gfs must be among those run")
     try:
-        setup = Setup(days, warm_days, burn_in_days, scale, seed, capacity_scale, time_scale)
+        capacity = CapacityScale.parse(capacity_scale)
+    except ValueError as exc:
+        fail(str(exc))
+        return
+    try:
+        setup = Setup(days, warm_days, burn_in_days, scale, seed, capacity, time_scale)
         cadence = Cadence(refit_every_min=refit_every_min, query_every_min=query_every_min)
         base, window = prepare_trace(trace, trace_path, setup)
         runs: dict[str, dict[str, TraceResult]] = {}
@@ -152,6 +168,8 @@ def sim_gfs(
         "source": base.source,
         "nodes": len(base.nodes),
         "jobs_left_out_too_large": int(base.notes.get("left_out_too_large", "0")),
+        # jobs of a GPU model left out by --capacity-scale MODEL=0
+        "jobs_left_out_model_dropped": int(base.notes.get("left_out_model_dropped", "0")),
         "gpus": sum(n.gpus for n in base.nodes),
         "window": {"sim_start": window.sim_start, "start": window.start, "end": window.end},
         "setup": {
@@ -159,7 +177,12 @@ def sim_gfs(
             "warm_days": warm_days,
             "burn_in_days": burn_in_days,
             "scale": scale,
-            "capacity_scale": capacity_scale,
+            # a plain share as a number (as before); a per-model or fill form as written
+            "capacity_scale": capacity.default
+            if capacity.fill is None and not capacity.per_model
+            else str(capacity),
+            # per GPU model: nodes and GPUs kept (of how many) and its mean demand in GPUs
+            "capacity_per_model": json.loads(base.notes["capacity_per_model"]),
             "time_scale": time_scale,
             "seed": seed,
             "query_every_min": query_every_min,
@@ -169,12 +192,16 @@ def sim_gfs(
         "loads": {name: LOADS[name] for name in loads},
     }
     gpus = sum(n.gpus for n in base.nodes)
-    value = None if gpu_hour_price is None else allocation_value(runs, gpus, gpu_hour_price)
+    results = metrics_of(runs)
+    value = None if gpu_hour_price is None else allocation_value(results, gpus, gpu_hour_price)
     path = write_results(out, runs, meta, value)
     for level, by_policy in runs.items():
         console.print(render_table(level, by_policy))
     if value is not None:
         console.print(render_value(value))
+    comparison = compare_to_paper(results)
+    if comparison:
+        console.print(render_comparison_markdown(comparison), markup=False)
     if plots:
         for p in plot(out, runs):
             console.print(f"wrote {p}")

@@ -19,8 +19,11 @@ authors' simulator runs them; ``yarn-cs-noquota``, ``lyra-noquota``, ``fgd-noquo
 ungated), ``static-quota``,
 ``min-runtime``, ``gfs-naive``, ``gfs-fixed-eta``, ``gfs-simple-placement`` and
 ``gfs-simple-preemption`` (the paper's ablations of its scheduler's two halves), and
-``gfs-small-first`` and ``gfs-eta-slack`` (stoker's own: GFS with spot queued smallest
-request first; GFS whose eta may grow to 2).
+``gfs-small-first``, ``gfs-eta-slack``, ``gfs-lend``, ``gfs-fragments`` and
+``gfs-checkpoint-cost`` (stoker's own: GFS with spot queued smallest request first; GFS
+whose eta may grow to 2; GFS lending spot what HP does not hold while no HP job waits; GFS
+starting fractional spot on shared cards past the quota; GFS costing victims by the work
+lost since their last checkpoint).
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ CHRONUS_LEASE_S = 1200.0
 CHRONUS_RESTART_S = 120.0
 # gfs-eta-slack's eta ceiling (GFS's is 1)
 ETA_SLACK_CEILING = 2.0
+# gfs-lend's share of the GPUs HP does not hold that spot may take while no HP job waits
+LEND_SHARE = 1.0
 # the paper's comparison set for hp/spot
 PAPER_BASELINES = ("yarn-cs", "chronus", "lyra", "fgd")
 
@@ -84,7 +89,7 @@ def _firepool(p: _Params) -> Policies:
         budget=QueueDrivenBudget(),
         standby=BesideActive(),
         gangs=GFSConfig(quota=ForecastQuota(p.g, p.guarantee_s), g=p.g, guarantee_s=p.guarantee_s),
-        warm_cap=KeepAliveCap(FIXED_KEEPALIVE_S),
+        warm_cap=KeepAliveCap(),
     )
 
 
@@ -208,6 +213,19 @@ _PRESETS: dict[str, _Entry] = {
     ),
     # stoker's own (beyond the paper): GFS with spot queued smallest request first
     "gfs-small-first": _gfs_variant("gfs-small-first", queue="size-small-spot"),
+    # stoker's own (beyond the paper): while no HP job waits in a GPU pool, spot may hold
+    # up to eta x the GPUs HP does not hold now, past the forecast quota (the forecast's
+    # reserve for HP that has not come is lent; evictions shrink eta and take it back)
+    "gfs-lend": _gfs_variant("gfs-lend", lend_idle=LEND_SHARE),
+    # stoker's own (beyond the paper): a fractional spot job that fits on cards other jobs
+    # already share starts past the quota (it takes no whole card from HP)
+    "gfs-fragments": _gfs_variant("gfs-fragments", lend_fragments=True),
+    # stoker's own (beyond the paper): victims costed by the work lost since their last
+    # checkpoint (what a restart really redoes; the paper's words) instead of since their
+    # run started (the authors' code)
+    "gfs-checkpoint-cost": _gfs_variant(
+        "gfs-checkpoint-cost", victims=lambda p: GFSVictims("paper")
+    ),
     # the paper's baselines: as the authors' simulator builds them, spot gated by the same
     # forecast quota as GFS (fifo_spot.py, lyra.py, fgd.py; chronus.py has none)
     **_baseline("yarn-cs", _YARN),

@@ -33,7 +33,13 @@ from stoker.forecast.series import Calendar, demand_series
 from stoker.sim.engine import Simulator, Workload
 from stoker.sim.virtual import VirtualRuntime
 from stoker.traces.base import Trace, TraceJob, TraceNode
-from stoker.traces.scale import capacity_scale, keep_nodes, time_scale
+from stoker.traces.scale import (
+    CapacityScale,
+    capacity_scale,
+    keep_nodes,
+    time_scale,
+    worker_gpus,
+)
 
 LOADS: dict[str, float] = {"low": 0.5, "medium": 1.0, "high": 1.5}
 # when the spot quota and preemption apply: ``window`` (the authors': only inside the
@@ -330,6 +336,8 @@ def simulate(
         window.end if gate == "window" else math.inf,
     )
     alloc = {"window": 0.0, "total": 0.0, "cards": 0.0, "hp": 0.0}
+    # GPU-s held by hp and spot workers in the window, per GPU pool
+    by_pool: dict[str, float] = {}
     # the spot GPU-seconds of succeeded periods when the window opened and closed
     ok_at: dict[str, float] = {}
 
@@ -342,6 +350,9 @@ def simulate(
             alloc["window"] += held * (hi - lo)
             alloc["cards"] += gangs.busy_cards * (hi - lo)
             alloc["hp"] += sum(u[JobClass.HP] for u in gangs.used.values()) * (hi - lo)
+            for pool, u in gangs.used.items():
+                held_s = (u[JobClass.HP] + u[JobClass.SPOT]) * (hi - lo)
+                by_pool[pool] = by_pool.get(pool, 0.0) + held_s
         for edge, at in (("start", window.start), ("end", window.end)):
             if edge not in ok_at and a <= at <= b:
                 ok_at[edge] = gangs.spot_ok_gpu_s
@@ -358,6 +369,10 @@ def simulate(
     spot_ok = ok_at.get("end", core.gangs.spot_ok_gpu_s) - ok_at.get("start", 0.0)
     metrics["authors.gpu_allocation_rate"] = alloc["cards"] / capacity_s
     metrics["authors.useful_gpu_time_rate"] = (alloc["hp"] + spot_ok) / capacity_s
+    # which GPU pools the allocation comes from (a contended trace's idle pools show here)
+    for pool, gpus in sorted(cluster.capacity.items()):
+        held = by_pool.get(pool, 0.0)
+        metrics[f"pool_allocation_rate.{pool}"] = held / (gpus * (window.end - window.start))
     metrics["events"] = result.events
     metrics["wall_s"] = round(wall, 3)
     metrics["events_per_s"] = round(result.events / wall, 1) if wall > 0 else 0.0
@@ -458,7 +473,8 @@ class Setup:
     burn_in_days: float = 2.0
     scale: float = 1.0
     seed: int = 0
-    capacity_scale: float = 1.0
+    # a fraction of every GPU model's nodes, or a CapacityScale (per model, or fill:TARGET)
+    capacity_scale: float | CapacityScale = 1.0
     time_scale: float = 1.0
 
     def __post_init__(self) -> None:
@@ -466,8 +482,11 @@ class Setup:
             raise SimGFSError(f"days: must be > 0, got {self.window_days}")
         if not 0 < self.scale <= 1:
             raise SimGFSError(f"scale: must be in (0, 1], got {self.scale}")
-        if not 0 < self.capacity_scale <= 1:
-            raise SimGFSError(f"capacity_scale: must be in (0, 1], got {self.capacity_scale}")
+        if not isinstance(self.capacity_scale, CapacityScale):
+            try:
+                CapacityScale.parse(self.capacity_scale)
+            except ValueError as exc:
+                raise SimGFSError(str(exc)) from None
         if not self.time_scale > 0:
             raise SimGFSError(f"time_scale: must be > 0, got {self.time_scale}")
         if self.warm_days < 0 or self.burn_in_days < 0:
@@ -484,7 +503,8 @@ def prepare_trace(kind: str, path: str | None, setup: Setup) -> tuple[Trace, Win
     earlier than ``min(warm_days, 40 % of the span)``); what comes before is history.
     ``scale < 1`` keeps that share of each model's nodes and, for generated jobs,
     generates that share of the jobs (a real trace keeps a seeded sample).
-    ``capacity_scale`` keeps that share of each model's nodes and every job
+    ``capacity_scale`` keeps that share of each model's nodes (or per model, or sized to
+    each model's mean demand over the measured window) and every job
     (:func:`~stoker.traces.scale.capacity_scale`); ``time_scale`` compresses a real trace's
     inter-arrival times (:func:`~stoker.traces.scale.time_scale`; generated jobs come at
     the published rate, so there it is an error: raise ``--load`` instead).
@@ -523,7 +543,12 @@ def prepare_trace(kind: str, path: str | None, setup: Setup) -> tuple[Trace, Win
         span_days = trace.jobs[-1].submit_time / DAY_S
         start = max(span_days - setup.window_days, min(setup.warm_days, 0.4 * span_days))
         start = min(start, 0.9 * span_days) * DAY_S
-    trace = capacity_scale(trace, setup.capacity_scale)
+    # fill:TARGET sizes each GPU pool to its demand over the window (its end as below,
+    # before jobs too large for the kept nodes are left out)
+    last = trace.jobs[-1].submit_time if trace.jobs else 0.0
+    demand_end = min(start + setup.window_days * DAY_S, last + 1.0)
+    models = {n.gpu_model for n in trace.nodes}
+    trace = capacity_scale(trace, setup.capacity_scale, start, max(demand_end, start + 1.0))
     nodes = keep_nodes(trace.nodes, setup.scale)
     # a job asking more than its (scaled) pool holds could never run: leave it out of the
     # trace, and say how many
@@ -537,14 +562,17 @@ def prepare_trace(kind: str, path: str | None, setup: Setup) -> tuple[Trace, Win
     def fits(j: TraceJob) -> bool:
         if j.gpu_model not in capacity:
             return False
-        per_worker = j.gpu_request if j.gpu_request < 1 else math.ceil(j.gpu_request - 1e-9)
+        per_worker = worker_gpus(j)
         if j.gpu_request >= 1 and per_worker > per_node[j.gpu_model]:
             return False
         return per_worker * j.worker_num <= capacity[j.gpu_model] + 1e-9
 
     jobs = [j for j in trace.jobs if fits(j)]
     notes = dict(trace.notes)
-    notes["left_out_too_large"] = str(len(trace.jobs) - len(jobs))
+    # a GPU model the capacity scale left out (a share of 0) takes its jobs with it
+    dropped = sum(1 for j in trace.jobs if j.gpu_model in models and j.gpu_model not in capacity)
+    notes["left_out_model_dropped"] = str(dropped)
+    notes["left_out_too_large"] = str(len(trace.jobs) - len(jobs) - dropped)
     trace = Trace(trace.name, nodes, jobs, trace.source, notes)
     end = start + setup.window_days * DAY_S
     last = trace.jobs[-1].submit_time if trace.jobs else 0.0

@@ -88,6 +88,16 @@ class GFSConfig:
     lease_s: float = 0.0
     lease_restart_s: float = 120.0
     oversize_alone: bool = False  # a spot job above the quota may run when no spot runs
+    # stoker's ``gfs-lend`` (0: GFS): while no HP job waits in a GPU pool, spot may hold up
+    # to this share of the GPUs HP does not hold now, times the pool's eta, even past the
+    # forecast quota. The forecast reserves its g-quantile of HP demand an hour ahead
+    # whether or not HP comes; the lent room is the part of that reserve HP is not using,
+    # and eta (shrunk by evictions above the target) takes it back when lending evicts
+    lend_idle: float = 0.0
+    # stoker's: a fractional spot job that fits on cards other jobs already share starts
+    # past the quota (it leaves every whole card to HP; only a fractional HP job can want
+    # that share, and it may evict it)
+    lend_fragments: bool = False
     grace_s: float = 0.0  # an evicted spot job's SIGTERM-to-SIGKILL grace
     # the authors' gate (every policy's ``simulate``): with a window (start, end), no spot
     # job starts before ``start``, the quota holds in [start, end) and none after; HP
@@ -101,6 +111,8 @@ class GFSConfig:
     def __post_init__(self) -> None:
         if self.queue not in QUEUE_ORDERS:
             raise ValueError(f"queue must be one of {', '.join(QUEUE_ORDERS)}, got {self.queue!r}")
+        if not 0.0 <= self.lend_idle <= 1.0:
+            raise ValueError(f"lend_idle must be in [0, 1], got {self.lend_idle}")
         for name in (
             "guarantee_s",
             "checkpoint_s",
@@ -663,7 +675,28 @@ class GangScheduler:
             return -math.inf
         if gate is not None and now >= gate[1]:
             return math.inf
-        return self.quota[pool] - self.used[pool][_SPOT]
+        return self._spot_quota(pool) - self.used[pool][_SPOT]
+
+    def _spot_quota(self, pool: str) -> float:
+        """The pool's spot quota inside the window: the forecast's, or with ``lend_idle``
+        and no HP job waiting there, at least that share (times eta) of the GPUs HP does
+        not hold now."""
+        quota = self.quota[pool]
+        lend = self.config.lend_idle
+        if lend <= 0 or self.queues[pool][_HP].size:
+            return quota
+        lent = lend * self.eta(pool) * (self.capacity[pool] - self.used[pool][_HP])
+        return max(quota, lent)
+
+    def _in_fragments(self, job: Job, now: float) -> bool:
+        """With ``lend_fragments``: a fractional spot job whose every worker fits on a card
+        another job already shares (best fit takes those first), so it takes no whole card
+        a whole-GPU HP job could use."""
+        if not (self.config.lend_fragments and job.fractional):
+            return False
+        plan = self._plan_free(job, now)
+        gpus = self.cluster.gpus
+        return plan is not None and all(gpus[c].used > EPS for _, cards, _ in plan for c in cards)
 
     def _try_start(self, job: Job, now: float, out: list[Action]) -> str:
         """Start ``job`` if it may and fits; else why not (``_QUOTA``: over the spot quota,
@@ -676,10 +709,14 @@ class GangScheduler:
             if gate is not None and now < gate[0]:
                 return _QUOTA  # before the window no spot job starts
             used = self.used[pool][_SPOT]
-            quota = math.inf if gate is not None and now >= gate[1] else self.quota[pool]
-            if used + job.gpus > quota + EPS and not (
-                # a job larger than a fixed quota would wait forever: it may run alone
-                self.config.oversize_alone and used < EPS and job.gpus > quota
+            quota = math.inf if gate is not None and now >= gate[1] else self._spot_quota(pool)
+            if (
+                used + job.gpus > quota + EPS
+                and not (
+                    # a job larger than a fixed quota would wait forever: it may run alone
+                    self.config.oversize_alone and used < EPS and job.gpus > quota
+                )
+                and not self._in_fragments(job, now)
             ):
                 return _QUOTA
             state = self._state(pool, now)
