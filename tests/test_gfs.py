@@ -137,8 +137,9 @@ def _job(id: str, cls: str, req: float = 1, workers: int = 1, dur: float = 100.0
 
 class Gangs:
     """Drives the one core like the simulator's runtime does for trace pods: pods start,
-    bind and stop in no time (``stop=False`` leaves stops unanswered). Checks the core's
-    invariants after every event and returns every action an event led to."""
+    bind and stop in no time (``stop=False`` leaves stops unanswered), and a job preempted
+    (an eviction or a lease returned) has every rank exit. Checks the core's invariants
+    after every event and returns every action an event led to."""
 
     def __init__(self, cl: Cluster, policies: Policies | str = "gfs", **profile) -> None:
         if isinstance(policies, str):
@@ -163,6 +164,9 @@ class Gangs:
                         done += self.send(RankStarted(job, rank), now)
                 case StopPod(pod=pod) if self.stop or self.core.pods[pod].profile == "A":
                     done += self.send(PodGone(pod), now)
+                case KillJob(job=job, reason=Failure.PREEMPTED):
+                    for rank in range(self.core.jobs[job].spec.workers):
+                        done += self.send(RankExited(job, rank, 1, Failure.PREEMPTED), now)
         return done
 
     def submit(self, s: JobSpec, now: float) -> list[Action]:
