@@ -589,6 +589,7 @@ class GangScheduler:
                 if job.job_class is _HP and self.pool_of(job) in quiet:
                     self._closed[jid] = None
                 self._return_lease(job, now, out)
+        self._sync()  # the cards the returned pods held, free for the round's pass
 
     def _closable(self) -> bool:
         """Leases flushed exactly every ``lease_s`` (a whole number of rounds), each
@@ -1273,7 +1274,6 @@ class GangScheduler:
             self.host.warm.refresh_cards(pod.gpus)
         self._parked[job.id] = (job.pods, running)
         job.pods = []
-        self._sync()
         self._requeue(job, Failure.PREEMPTED, now, out, lease=True)
 
     def _kept_pods(
