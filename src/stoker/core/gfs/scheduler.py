@@ -589,7 +589,6 @@ class GangScheduler:
                 if job.job_class is _HP and self.pool_of(job) in quiet:
                     self._closed[jid] = None
                 self._return_lease(job, now, out)
-        self._sync()  # the cards the returned pods held, free for the round's pass
 
     def _closable(self) -> bool:
         """Leases flushed exactly every ``lease_s`` (a whole number of rounds), each
@@ -1274,6 +1273,8 @@ class GangScheduler:
             self.host.warm.refresh_cards(pod.gpus)
         self._parked[job.id] = (job.pods, running)
         job.pods = []
+        # the node index follows each return in turn (the order its ties are broken in)
+        self._sync()
         self._requeue(job, Failure.PREEMPTED, now, out, lease=True)
 
     def _kept_pods(
