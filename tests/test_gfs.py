@@ -26,6 +26,7 @@ from stoker.core import (
     JobSpec,
     JobState,
     JobSubmitted,
+    KeepAliveRenewed,
     KillJob,
     Node,
     PodGone,
@@ -39,14 +40,15 @@ from stoker.core import (
     Tick,
     preset,
 )
-from stoker.core.core import Policies
+from stoker.core.core import Policies, ProfilePolicies
 from stoker.core.gfs import GFSConfig, GuaranteeLedger
 from stoker.core.gfs.jobs import restart_overhead
 from stoker.core.gfs.placement import eviction_score, fragmentation
 from stoker.core.gfs.preemption import Candidate, GFSVictims, PreemptContext
 from stoker.core.gfs.quota import EtaController, StaticQuota, forecast_quota
+from stoker.core.policies import AlwaysOn, FittedKeepAlive
 from stoker.forecast.base import BatchPredictor
-from stoker.sim.gfs import TraceResult, Window, scale_spot_load, simulate
+from stoker.sim.gfs import Window, scale_spot_load, simulate
 from stoker.traces.base import Trace, TraceJob, TraceNode
 
 # ---------------------------------------------------------------- formulas
@@ -406,24 +408,25 @@ def test_strict_warm_cap_stops_held_idle_pods() -> None:
 
 def test_default_warm_cap_keeps_a_warm_pod_hp_will_not_need_within_its_keepalive() -> None:
     # the same forecast under the default: HP holds nothing now and its hour's growth
-    # spread over the keep-alive (60 s of 3,600) is 2/60 GPU, so the warm pod stays; when
-    # HP does arrive it takes the card through the reclaim chain
+    # spread over the pod's keep-alive left (warm at 2 s for 60 s: 57 s of 3,600 at 5 s) is
+    # 2 x 57/3600 GPU, so the warm pod stays; when HP does arrive it takes the card through
+    # the reclaim chain
     g = Gangs(cluster(2), "gfs")
     g.stop = False
     pod = _warm_pod(g, "pj", 0.0)
     out = g.send(ForecastUpdated("t", "A", (2.0,), (0.0,)), 5.0)
     assert not any(isinstance(a, StopPod) for a in out)
     assert g.core.pods[pod].state is PodState.WARM
-    assert g.core.warm.hp_cap["A"] == pytest.approx(2.0 - 2.0 / 60)
+    assert g.core.warm.hp_cap["A"] == pytest.approx(2.0 - 2.0 * 57 / 3600)
     out = g.submit(spec("h", "hp", 1, 2), 6.0)
     assert StopPod(pod, "reclaim_hp") in out and not bound(out)
     assert "h" in bound(g.send(PodGone(pod), 7.0))
 
 
 def test_keepalive_cap_counts_what_hp_holds_and_its_near_growth() -> None:
-    # one card runs HP, a half-card warm pod sits on the other. A narrow forecast leaves
-    # the pod its room (2 - 1 - 1/60); a wide one (sd 3: 1.28 x 3 x sqrt(1/60) = 0.50 more)
-    # does not, and the pod goes
+    # one card runs HP, a half-card warm pod sits on the other with 57 s of keep-alive
+    # left. A narrow forecast leaves the pod its room (2 - 1 - 57/3600); a wide one (sd 4:
+    # 1.28 x 4 x sqrt(57/3600) = 0.64 more) does not, and the pod goes
     def run(var: float) -> tuple[str, list[Action]]:
         g = Gangs(cluster(2), "gfs", share=0.5)
         g.stop = False
@@ -434,8 +437,39 @@ def test_keepalive_cap_counts_what_hp_holds_and_its_near_growth() -> None:
 
     pod, out = run(0.0)
     assert not any(isinstance(a, StopPod) for a in out)
-    pod, out = run(9.0)
+    pod, out = run(16.0)
     assert StopPod(pod, "budget") in out
+
+
+def test_keepalive_cap_follows_the_keepalive_idle_pods_hold() -> None:
+    # the keep-alive cap's horizon is how long the pool's idle pods may yet hold their
+    # cards: a renewed hour (or always-on) makes HP's whole hour count, as strict does;
+    # with no warm pod, the profiles' keep-alive for a new caller (the fitted fallback)
+    def cap(g: Gangs, at: float) -> float:
+        g.send(ForecastUpdated("t", "A", (2.0,), (0.0,)), at)
+        return g.core.warm.hp_cap["A"]
+
+    g = Gangs(cluster(2), "gfs")
+    g.stop = False
+    pod = _warm_pod(g, "pj", 0.0)
+    assert cap(g, 32.0) == pytest.approx(2.0 - 2.0 * 30 / 3600)  # 30 s left
+    out = g.send(KeepAliveRenewed("u", "tag", "p", 3600.0), 40.0)
+    assert g.core.warm.hp_cap["A"] == pytest.approx(0.0)
+    assert StopPod(pod, "budget") in out  # the renewed pod itself gives way
+    assert cap(g, 41.0) == pytest.approx(2.0 - 2.0 * 60 / 3600)  # none warm: a new caller's
+
+    always = preset("gfs").policies
+    always.keepalive = AlwaysOn()
+    g = Gangs(cluster(2), always)
+    g.stop = False
+    pod = _warm_pod(g, "pj", 0.0)
+    out = g.send(ForecastUpdated("t", "A", (2.0,), (0.0,)), 5.0)
+    assert StopPod(pod, "budget") in out
+
+    fitted = preset("gfs").policies
+    fitted.profiles = {"p": ProfilePolicies(keepalive=FittedKeepAlive(fallback_s=360.0))}
+    g = Gangs(cluster(2), fitted)
+    assert cap(g, 1.0) == pytest.approx(2.0 - 2.0 * 360 / 3600)
 
 
 PRESETS_CAP = ("gfs", "warm-strict", "warm-new-only", "warm-uncapped")
@@ -818,12 +852,12 @@ def test_cli_on_the_shared_philly_trace(tmp_path) -> None:
 def test_allocation_value_prices_gfs_gain_over_each_baseline() -> None:
     from stoker.sim.gfs_report import HOURS_PER_MONTH, allocation_value
 
-    def run(name: str, rate: float) -> TraceResult:
-        return TraceResult(name, {"gpu_allocation_rate": rate})
+    def run(rate: float) -> dict[str, object]:
+        return {"gpu_allocation_rate": rate}
 
     runs = {
-        "medium": {"gfs": run("gfs", 0.8), "yarn-cs": run("yarn-cs", 0.7), "fgd": run("fgd", 0.9)},
-        "high": {"yarn-cs": run("yarn-cs", 0.5)},  # no gfs at this load: nothing to value
+        "medium": {"gfs": run(0.8), "yarn-cs": run(0.7), "fgd": run(0.9)},
+        "high": {"yarn-cs": run(0.5)},  # no gfs at this load: nothing to value
     }
     value = allocation_value(runs, 10_000, 2.5)
     assert value["per_month"] == {
@@ -835,6 +869,44 @@ def test_allocation_value_prices_gfs_gain_over_each_baseline() -> None:
     assert value["gpu_hour_price"] == 2.5 and "gpu_hour_price" in str(value["formula"])
     with pytest.raises(ValueError, match="gpu_hour_price"):
         allocation_value(runs, 10_000, -1.0)
+
+
+def test_paper_comparison_checks_each_claim_against_the_baselines_mean() -> None:
+    from stoker.sim.gfs_report import compare_to_paper, render_comparison_markdown
+
+    def m(evict: float, queue: float, hp_queue: float, p99: float) -> dict[str, object]:
+        return {
+            "spot.eviction_rate": evict,
+            "spot.mean_queue_s": queue,
+            "spot.mean_jct_s": queue + 100.0,
+            "hp.mean_queue_s": hp_queue,
+            "hp.p99_jct_s": p99,
+        }
+
+    results = {
+        "medium": {
+            "gfs": m(0.1, 50.0, 30.0, 1030.0),
+            "yarn-cs": m(0.2, 100.0, 100.0, 1000.0),
+            "lyra": m(0.2, 100.0, 100.0, 1000.0),
+            "gfs-naive": m(0.0, 0.0, 0.0, 1.0),  # an ablation, not a baseline
+        }
+    }
+    c = compare_to_paper(results)["medium"]
+    assert c["baselines"] == ["yarn-cs", "lyra"]
+    rows = c["metrics"]
+    assert (
+        rows["spot.eviction_rate"]["vs_mean"] == -0.5 and rows["spot.eviction_rate"]["reproduced"]
+    )
+    assert rows["spot.mean_queue_s"]["reproduced"]  # -50 % against the paper's -44.1 %
+    assert rows["spot.mean_jct_s"]["vs_mean"] == pytest.approx(-0.25)
+    assert rows["hp.mean_queue_s"]["reproduced"]  # -70 %: within the paper's range's worst
+    assert rows["hp.p99_jct_s"]["vs_mean"] == 0.03 and rows["hp.p99_jct_s"]["reproduced"]
+    results["medium"]["gfs"]["hp.mean_queue_s"] = 50.0  # -50 %: short of -60 %
+    results["medium"]["gfs"]["hp.p99_jct_s"] = 1100.0  # +10 %: not unchanged
+    rows = compare_to_paper(results)["medium"]["metrics"]
+    assert not rows["hp.mean_queue_s"]["reproduced"] and not rows["hp.p99_jct_s"]["reproduced"]
+    table = render_comparison_markdown(compare_to_paper(results))
+    assert "| hp.mean_queue_s | -50.0 % | -50.0 % | -50.0 % | -71.0 % .. -60.0 % | no |" in table
 
 
 def test_cli_gpu_hour_price_writes_the_value_with_price_and_formula(tmp_path) -> None:

@@ -78,7 +78,10 @@ def sim_gfs(
     )
     from stoker.sim.gfs_report import (
         allocation_value,
+        compare_to_paper,
+        metrics_of,
         plot,
+        render_comparison_markdown,
         render_table,
         render_value,
         write_results,
@@ -169,12 +172,16 @@ def sim_gfs(
         "loads": {name: LOADS[name] for name in loads},
     }
     gpus = sum(n.gpus for n in base.nodes)
-    value = None if gpu_hour_price is None else allocation_value(runs, gpus, gpu_hour_price)
+    results = metrics_of(runs)
+    value = None if gpu_hour_price is None else allocation_value(results, gpus, gpu_hour_price)
     path = write_results(out, runs, meta, value)
     for level, by_policy in runs.items():
         console.print(render_table(level, by_policy))
     if value is not None:
         console.print(render_value(value))
+    comparison = compare_to_paper(results)
+    if comparison:
+        console.print(render_comparison_markdown(comparison), markup=False)
     if plots:
         for p in plot(out, runs):
             console.print(f"wrote {p}")

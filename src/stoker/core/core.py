@@ -168,7 +168,7 @@ class Core:
         # hp and spot first (guaranteed work before loop jobs take free room), then pools
         self.gangs.schedule(now, out)
         # the warm cap may follow what HP holds now: set after HP's placements
-        self.warm.hp_cap = self._hp_cap()
+        self.warm.hp_cap = self._hp_cap(now)
         self.warm.after(now, out)
         return out
 
@@ -577,10 +577,11 @@ class Core:
             self.gangs.set_forecast(pool, *self.forecast[pool])
         self._forecast_pools = {}
 
-    def _hp_cap(self) -> dict[str, float]:
+    def _hp_cap(self, now: float) -> dict[str, float]:
         """Per GPU pool with a forecast, the GPUs idle pods there may hold so that HP
         finds its room, by the warm cap policy (from the pool's capacity, the HP GPUs
-        running there and the forecast of the next hour). A pool without a forecast (or
+        running there, the forecast of the next hour, and how long idle pods there may
+        yet hold their cards by keep-alive). A pool without a forecast (or
         under a policy with no bound) is not capped; one pool's slack never lets idle pods
         hold another pool's HP room."""
         rule = self.policies.warm_cap
@@ -593,7 +594,8 @@ class Core:
             used = self.gangs.used.get(model)
             hp_used = used[JobClass.HP] if used is not None else 0.0
             sd = math.sqrt(max(float(var[0]), 0.0))
-            bound = rule.cap(gpus, hp_used, float(mean[0]), sd, self._z)
+            horizon = self.warm.keepalive_left(model, now)
+            bound = rule.cap(gpus, hp_used, float(mean[0]), sd, self._z, horizon)
             if bound is not None:
                 cap[model] = bound
         return cap

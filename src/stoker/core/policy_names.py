@@ -59,7 +59,7 @@ POINTS: dict[str, tuple[str, dict[str, _Build]]] = {
     "warm_cap": (
         "warm_cap",
         {
-            "keepalive": lambda k: KeepAliveCap(k.keepalive_s),
+            "keepalive": lambda k: KeepAliveCap(),
             "strict": lambda k: HourCap(),
             "new-only": lambda k: HourCap(holds=False),
             "none": lambda k: NoWarmCap(),

@@ -84,7 +84,7 @@ def _firepool(p: _Params) -> Policies:
         budget=QueueDrivenBudget(),
         standby=BesideActive(),
         gangs=GFSConfig(quota=ForecastQuota(p.g, p.guarantee_s), g=p.g, guarantee_s=p.guarantee_s),
-        warm_cap=KeepAliveCap(FIXED_KEEPALIVE_S),
+        warm_cap=KeepAliveCap(),
     )
 
 

@@ -87,6 +87,9 @@ class WarmPools:
         self.epoch = 0
         self._queued_gpus = 0.0
         self._deadlines: list[tuple[float, int, str]] = []
+        # per GPU model, warm pods' keep-alive deadlines, latest first (negated; stale
+        # entries leave lazily): how long idle pods there may yet hold their cards
+        self._latest: dict[str, list[tuple[float, int, str]]] = {}
         self._reclaim: dict[str, set[str]] = {}  # job -> pods stopping to make room for it
         self._reclaim_by_pod: dict[str, str] = {}  # reclaim victim -> the job it stops for
         # queued jobs per (profile, tenant, tag), and the keys whose pods just turned warm:
@@ -130,6 +133,7 @@ class WarmPools:
             if until > pod.deadline:
                 pod.deadline = until
                 heapq.heappush(self._deadlines, (until, self._seq_next(), pid))
+                self._push_latest(pod)
 
     def is_spare(self, pod_id: str) -> bool:
         """Whether a pod was started for its profile's minimum warm count (and not yet taken)."""
@@ -165,6 +169,36 @@ class WarmPools:
                 return self._deadlines[0][0]
             heapq.heappop(self._deadlines)
         return None
+
+    def keepalive_left(self, model: str, now: float) -> float:
+        """How long idle pods of GPU model ``model`` may yet hold their cards by keep-alive:
+        the latest deadline of a warm pod there, from ``now`` (``inf`` under always-on);
+        with none warm, the longest keep-alive a new caller of the model's profiles gets
+        (what a pod turning warm next would hold)."""
+        heap = self._latest.get(model)
+        while heap:
+            deadline, _, pid = heap[0]
+            if self._armed((-deadline, 0, pid)):
+                return max(0.0, -deadline - now)
+            heapq.heappop(heap)
+        return max(
+            (
+                self.keepalive(p.name).first_ttl_s
+                for p in self.profiles.values()
+                if p.gpu_model == model and p.gpus
+            ),
+            default=0.0,
+        )
+
+    def _push_latest(self, pod: Pod) -> None:
+        if not pod.gpus:
+            return  # a CPU-only pod holds no card a GPU pool's HP could need
+        heap = self._latest.setdefault(self._model_of(pod), [])
+        heapq.heappush(heap, (-pod.deadline, self._seq_next(), pod.id))
+        if len(heap) > 2 * len(self._idle) + 64:
+            # as _deadlines: stale entries would pile up under a long keep-alive
+            heap[:] = [e for e in heap if self._armed((-e[0], 0, e[2]))]
+            heapq.heapify(heap)
 
     def _armed(self, entry: tuple[float, int, str]) -> bool:
         """Whether a keep-alive deadline still holds (its pod waits warm until then)."""
@@ -879,6 +913,7 @@ class WarmPools:
         self._warm.setdefault(key, {})[pod.id] = None
         if key in self._queued_pairs:
             self._fresh[key] = None
+        self._push_latest(pod)
         if not math.isinf(pod.deadline):
             heapq.heappush(self._deadlines, (pod.deadline, self._seq_next(), pod.id))
             if len(self._deadlines) > 2 * len(self._idle) + 64:

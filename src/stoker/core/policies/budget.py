@@ -79,11 +79,18 @@ class WarmCap(Protocol):
     holds: bool
 
     def cap(
-        self, capacity: float, hp_used: float, mean: float, sd: float, z: float
+        self,
+        capacity: float,
+        hp_used: float,
+        mean: float,
+        sd: float,
+        z: float,
+        horizon_s: float,
     ) -> float | None:
         """GPUs idle pods of one GPU pool may hold, from its ``capacity``, the HP GPUs
         running there now (``hp_used``), the summed forecast of the next hour's HP demand
-        (``mean``, ``sd``) and the normal quantile ``z`` of the spot quota's g."""
+        (``mean``, ``sd``), the normal quantile ``z`` of the spot quota's g, and how long
+        the idle pods there may yet hold their cards by keep-alive (``horizon_s``)."""
         ...
 
 
@@ -99,15 +106,22 @@ class HourCap:
         self.name = "strict" if holds else "new-only"
 
     def cap(
-        self, capacity: float, hp_used: float, mean: float, sd: float, z: float
+        self,
+        capacity: float,
+        hp_used: float,
+        mean: float,
+        sd: float,
+        z: float,
+        horizon_s: float,
     ) -> float | None:
         return max(0.0, capacity - (mean + z * sd))
 
 
 class KeepAliveCap:
     """Idle pods hold at most capacity minus what HP holds now and the g-quantile of its
-    growth within their keep-alive (``horizon_s``): HP is not forecast to need more before
-    they expire, and what it needs later it reclaims from them when it comes.
+    growth within their keep-alive (``horizon_s``, from the core: the latest keep-alive
+    deadline of the GPU pool's warm pods, at most an hour): HP is not forecast to need more
+    before they expire, and what it needs later it reclaims from them when it comes.
 
     Our model of the growth within the horizon (a fraction ``f = horizon / 1 h`` of the
     forecast's hour): the expected growth scales with ``f`` (HP arrivals spread over the
@@ -118,15 +132,16 @@ class KeepAliveCap:
     name = "keepalive"
     holds = True
 
-    def __init__(self, horizon_s: float = 60.0) -> None:
-        if not horizon_s > 0:
-            raise ValueError(f"horizon_s: must be > 0, got {horizon_s}")
-        self.horizon_s = horizon_s
-
     def cap(
-        self, capacity: float, hp_used: float, mean: float, sd: float, z: float
+        self,
+        capacity: float,
+        hp_used: float,
+        mean: float,
+        sd: float,
+        z: float,
+        horizon_s: float,
     ) -> float | None:
-        f = min(1.0, self.horizon_s / 3600.0)
+        f = min(1.0, horizon_s / 3600.0)
         need = hp_used + max(0.0, mean - hp_used) * f + z * sd * math.sqrt(f)
         return max(0.0, capacity - need)
 
@@ -139,6 +154,12 @@ class NoWarmCap:
     holds = False
 
     def cap(
-        self, capacity: float, hp_used: float, mean: float, sd: float, z: float
+        self,
+        capacity: float,
+        hp_used: float,
+        mean: float,
+        sd: float,
+        z: float,
+        horizon_s: float,
     ) -> float | None:
         return None

@@ -21,6 +21,11 @@ class KeepAlive(Protocol):
         """Seconds an idle pod of ``pair`` is kept; ``0`` stops it at once, ``inf`` never."""
         ...
 
+    @property
+    def first_ttl_s(self) -> float:
+        """The TTL of a caller not yet seen."""
+        ...
+
 
 class FixedKeepAlive:
     """The same TTL for every caller (the default: simple, predictable)."""
@@ -37,6 +42,10 @@ class FixedKeepAlive:
         pass
 
     def ttl(self, pair: Pair) -> float:
+        return self.ttl_s
+
+    @property
+    def first_ttl_s(self) -> float:
         return self.ttl_s
 
 
@@ -122,6 +131,10 @@ class FittedKeepAlive:
     def pauses(self, pair: Pair) -> list[float]:
         """The pauses currently in the window for ``pair`` (sorted)."""
         return list(self._sorted.get(pair, []))
+
+    @property
+    def first_ttl_s(self) -> float:
+        return self.fallback_s
 
     def ttl(self, pair: Pair) -> float:
         cached = self._cache.get(pair)
