@@ -22,6 +22,7 @@ from stoker.core import (
     ForecastUpdated,
     Job,
     JobClass,
+    JobForgotten,
     JobRequeued,
     JobSpec,
     JobState,
@@ -29,6 +30,7 @@ from stoker.core import (
     KeepAliveRenewed,
     KillJob,
     Node,
+    PodForgotten,
     PodGone,
     PodReady,
     PodState,
@@ -457,6 +459,21 @@ def test_keepalive_cap_follows_the_keepalive_idle_pods_hold() -> None:
     assert g.core.warm.hp_cap["A"] == pytest.approx(0.0)
     assert StopPod(pod, "budget") in out  # the renewed pod itself gives way
     assert cap(g, 41.0) == pytest.approx(2.0 - 2.0 * 60 / 3600)  # none warm: a new caller's
+    # a gone, forgotten pod leaves no keep-alive deadline behind, though a later one of
+    # another warm pod of the pool still counts (the core keeps no forgotten name)
+    g = Gangs(cluster(4), "gfs")
+    first = _warm_pod(g, "pj", 0.0)  # warm from 2 s to 62 s
+    acts = g.core.handle(JobSubmitted(JobSpec("pk", "v", "p", "other")), 10.0)
+    second = next(a.pod for a in acts if isinstance(a, StartPod))
+    g.send(PodReady(second), 11.0)
+    g.send(RankStarted("pk"), 11.0)
+    g.send(RankExited("pk"), 12.0)  # warm until 72 s
+    assert cap(g, 13.0) == pytest.approx(4.0 - 2.0 * 59 / 3600)
+    assert StopPod(first, "keepalive") in g.send(Tick(), 62.0)
+    g.send(JobForgotten("pj"), 63.0)
+    g.send(PodForgotten(first), 63.0)
+    assert cap(g, 64.0) == pytest.approx(4.0 - 2.0 * 8 / 3600)
+    assert f"'{first}'" not in repr(vars(g.core.warm))
 
     always = preset("gfs").policies
     always.keepalive = AlwaysOn()
