@@ -40,7 +40,9 @@ class _CapHeader(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL:
+    # once per process (inherited by every fork): a job's become() then looks up no library
     return ctypes.CDLL(None, use_errno=True)
 
 
@@ -187,15 +189,25 @@ def _run_entry(entry: Entry) -> int:
         return 1
 
 
+def env_change(base: dict[str, str], env: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """What turns environment ``base`` into ``env``: the variables to set, those to unset.
+
+    A job's environment is sent to its spare this way, against the zygote's (which every
+    spare inherits): a few variables instead of the whole environment, so the job's fork
+    decodes and sets only those (each one set touches memory the fork then copies)."""
+    return {k: v for k, v in env.items() if base.get(k) != v}, [k for k in base if k not in env]
+
+
 def _child(
     entry: Entry,
-    env: dict[str, str],
+    env: tuple[dict[str, str], list[str]],
     cwd: str,
     extra_path: tuple[str, ...],
     user: JobUser | None,
     code: str | None,
 ) -> int:
     """The job, in a forked child whose fds 1 and 2 are its output pipes; its exit code.
+    ``env``: the change to the inherited environment (:func:`env_change`).
 
     It becomes the job's user before anything of the job's is touched: the code archive
     is unpacked with the job's rights (a bad or oversized archive fails the job with a
@@ -204,11 +216,12 @@ def _child(
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
-    try:
-        with open("/proc/self/oom_score_adj", "w") as fh:
-            fh.write("1000")  # under memory pressure the job dies, not the agent
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):  # under memory pressure the job dies, not the agent
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+        try:
+            os.write(fd, b"1000")
+        finally:
+            os.close(fd)
     if user is not None:
         user.become()
     if code:
@@ -221,14 +234,16 @@ def _child(
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.chdir(cwd)
+    put, unset = env
+    for name in unset:
+        os.environ.pop(name, None)
+    os.environ.update(put)
     if entry.kind == "exec":
         try:
-            os.execvpe(entry.target, list(entry.argv), env)
+            os.execvp(entry.target, list(entry.argv))  # with os.environ, as set above
         except OSError as exc:
             os.write(2, f"stoker: cannot run {entry.target!r}: {exc.strerror}\n".encode())
             return 127
-    os.environ.clear()
-    os.environ.update(env)
     sys.path[:0] = [cwd, *extra_path]
     # fresh text streams on the job's fds, line-buffered so output streams as it comes
     sys.stdin = open(0, closefd=False)  # noqa: SIM115
@@ -253,6 +268,7 @@ class Spare:
     ctl: int  # write end: the job's description, then close
     stdout: int  # read ends of the job's output pipes
     stderr: int
+    base_env: dict[str, str]  # the environment it inherited (its zygote's)
 
     def start(
         self,
@@ -263,11 +279,13 @@ class Spare:
         code: str | None = None,
     ) -> None:
         """Hand the spare its job (it runs at once); BrokenPipeError if the spare is gone."""
+        put, unset = env_change(self.base_env, env)
         spec = {
             "kind": entry.kind,
             "target": entry.target,
             "argv": list(entry.argv),
-            "env": env,
+            "env": put,
+            "unset": unset,
             "cwd": cwd,
             "path": list(extra_path),
             "code": code,
@@ -297,7 +315,8 @@ def _spare_main(user: JobUser | None) -> int:
         return 0  # no job: the agent went away or retired this spare
     spec = json.loads(b"".join(chunks))
     entry = Entry(spec["kind"], spec["target"], tuple(spec["argv"]))
-    return _child(entry, spec["env"], spec["cwd"], tuple(spec["path"]), user, spec.get("code"))
+    env = (spec["env"], spec["unset"])
+    return _child(entry, env, spec["cwd"], tuple(spec["path"]), user, spec.get("code"))
 
 
 def _spare_on(fds: list[int], user: JobUser | None) -> None:
@@ -316,6 +335,7 @@ def _layer_main(fd: int, user: JobUser | None, spec: dict[str, list[str]]) -> No
     if user is not None:
         user.become(dumpable=False)
     sys.path[:0] = spec["path"]
+    env = dict(os.environ)
     done = 0
     for name in spec["modules"]:
         try:
@@ -323,6 +343,9 @@ def _layer_main(fd: int, user: JobUser | None, spec: dict[str, list[str]]) -> No
             done += 1
         except BaseException:  # an import that fails (or exits) is the job's to see
             traceback.print_exc()
+    if os.environ != env:  # its jobs' environment is told against the zygote's: keep that
+        os.environ.clear()
+        os.environ.update(env)
     sock = socket.socket(fileno=fd)
     sock.send(f"ready {os.getpid()} {done}".encode())
     _zygote_main(sock, user)
@@ -391,13 +414,17 @@ class Zygote:
     """
 
     def __init__(
-        self, user: JobUser | None, on_exit: Callable[[int, int], None], fork: bool = True
+        self,
+        user: JobUser | None,
+        on_exit: Callable[[int, int], None] | None = None,
+        fork: bool = True,
     ) -> None:
-        self.on_exit = on_exit
+        self.on_exit = on_exit  # set by the agent before it asks for the first spare
         self.on_ready: Callable[[], None] | None = None
         self.ready = True
         self.children: set[int] = set()  # spares it forked whose exit is not reported yet
         self._layer = not fork
+        self.env = dict(os.environ)  # what its spares inherit (a layer's: its zygote's)
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         if not fork:  # a deps layer: forked by the zygote (see layer)
             self._theirs = theirs
@@ -426,6 +453,7 @@ class Zygote:
         layer is another process, dropped (closed) when the pod changes hands or deps."""
         layer = Zygote(None, self.on_exit, fork=False)
         layer.ready = False
+        layer.env = self.env  # forked from this zygote: its environment
         spec = json.dumps({"path": list(paths), "modules": list(modules)}).encode()
         try:
             socket.send_fds(self.sock, [b"layer " + spec], [layer._theirs.fileno()])
@@ -448,7 +476,8 @@ class Zygote:
         kind, pid, status = data.decode().split()
         if kind == "exit":
             self.children.discard(int(pid))
-            self.on_exit(int(pid), int(status))
+            if self.on_exit is not None:
+                self.on_exit(int(pid), int(status))
         elif kind == "ready":
             self.ready = True
             if self.on_ready is not None:
@@ -473,7 +502,7 @@ class Zygote:
                 os.close(fd)
         pid = self._await_fork()
         self.children.add(pid)
-        return Spare(pid, ctl_w, out_r, err_r)
+        return Spare(pid, ctl_w, out_r, err_r, self.env)
 
     def close(self) -> None:
         """Let the zygote go (it exits when its socket closes) and reap it (a layer is

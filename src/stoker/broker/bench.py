@@ -462,6 +462,25 @@ def pod_cpu_used(
     return used
 
 
+def _warm_each(clients: list[Client], profile: str, rounds: int = 5) -> None:
+    """One warm pod per client (client i's tag ``w{i}``), each still its own: rounds of one
+    job per client until a round runs every job in the pod of the round before.
+
+    One round is not enough: a later client's first job may promote a standby pod staged
+    beside an earlier client's idle pod, which that promotion stops; the earlier client's
+    next job (in the measured window) then starts a pod of its own, and the standby pods
+    staged after it import the profile's modules inside the window."""
+    last: list[tuple[str, ...]] | None = None
+    for _ in range(rounds):
+        now = [
+            c.run(profile, TRIVIAL, reuse_tag=f"w{i}").result(120).pods
+            for i, c in enumerate(clients)
+        ]
+        if now == last:
+            return
+        last = now
+
+
 def _throughput(
     bp: BrokerProcess, tokens: list[str], profile: str, callers: int, seconds: float
 ) -> dict[str, Any]:
@@ -474,8 +493,7 @@ def _throughput(
     pods = min(callers, len(tokens))
     clients = [Client(bp.url, tokens[i % pods]) for i in range(callers)]
     try:
-        for i, c in enumerate(clients[:pods]):
-            c.run(profile, TRIVIAL, reuse_tag=f"w{i}").result(120)  # warm each pod
+        _warm_each(clients[:pods], profile)
         # and let the standby pods the broker stages beside them finish starting (a torch
         # pod's import takes seconds of CPU): the window measures warm jobs, nothing else
         with Client(bp.url, bp.admin_token) as admin:

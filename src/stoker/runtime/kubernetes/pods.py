@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from stoker.agent.__main__ import STANDBY_ENV, TOKEN_ENV
+from stoker.agent import STANDBY_ENV, TOKEN_ENV
 from stoker.core.model import Profile
 from stoker.runtime.base import RuntimeProfile
 from stoker.runtime.kubernetes.settings import (
