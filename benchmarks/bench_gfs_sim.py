@@ -43,7 +43,7 @@ def breakdown(stats: pstats.Stats) -> dict[str, float]:
             ct = edge[3]
             if func == "fit" and cfunc == "_refit" and cfile.endswith("sim/gfs.py"):
                 parts["forecast_fit_s"] += ct
-            elif func == "predict_many" and cfunc == "_query" and cfile.endswith("sim/gfs.py"):
+            elif func == "predict_peaks" and cfunc == "_query" and cfile.endswith("sim/gfs.py"):
                 parts["forecast_query_s"] += ct
             elif func == "handle_all" and file.endswith("core/core.py") and "sim/" in cfile:
                 parts["core_s"] += ct

@@ -1,5 +1,6 @@
-"""The core's HP demand meter: its change-point record and the ring of recent minutes read
-exactly what a plain per-minute record of the same changes holds."""
+"""The core's HP demand meter: its change-point record and the hourly peaks kept as the
+clock passes read exactly what a plain per-minute record of the same changes holds (the
+peaks: what the forecasters made of the laid-out minutes, computed from scratch)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stoker.core.demand import DemandMeter
+from stoker.forecast.series import hourly_peaks_many
 
 KEYS = [("t1", "A"), ("t2", "A"), ("t1", "B"), ("t0", "B")]
 
@@ -34,10 +36,11 @@ class Plain:
 
 steps = st.lists(
     st.tuples(
-        st.integers(0, 200),  # seconds to the next event
+        # seconds to the next event: mostly within minutes, sometimes hours on
+        st.one_of(st.integers(0, 200), st.integers(3000, 20_000)),
         st.sampled_from(range(len(KEYS))),
         st.sampled_from([-2.0, -1.0, -0.5, 0.5, 1.0, 3.0]),
-        st.booleans(),  # read the ring now
+        st.booleans(),  # query the peaks now
     ),
     max_size=120,
 )
@@ -47,11 +50,11 @@ steps = st.lists(
 @given(
     steps=steps,
     prefilled=st.booleans(),
-    ring=st.integers(1, 40),
+    hours=st.integers(1, 3),
     last=st.integers(1, 60),
 )
-def test_history_and_recent_follow_a_plain_record(
-    steps: list[tuple[int, int, float, bool]], prefilled: bool, ring: int, last: int
+def test_history_and_peaks_follow_a_plain_record(
+    steps: list[tuple[int, int, float, bool]], prefilled: bool, hours: int, last: int
 ) -> None:
     start = 30
     prefill = {KEYS[0]: [float(i % 4) for i in range(start)]} if prefilled else {}
@@ -74,13 +77,16 @@ def test_history_and_recent_follow_a_plain_record(
         plain.add(key, gpus)
         seen.add(key)
         if read:
-            keys, recent = meter.recent(ring)
+            keys, peaks, have = meter.peaks(hours)
             assert keys == sorted(seen, key=lambda x: (x[1], x[0]))
-            assert not recent.flags.writeable
+            assert have == min(60 * hours, meter.minutes - meter.origin)
+            # from scratch: the recorded minutes laid out, then the forecasters' peaks
+            laid = np.array([meter.history(key) for key in keys])
+            want = hourly_peaks_many(laid, hours)
+            assert peaks.shape == (len(keys), hours)
+            assert peaks.tolist() == want.tolist()
             for i, key in enumerate(keys):
-                row = plain.rows[key][len(plain.rows[key]) - recent.shape[1] :]
-                assert recent.shape[1] == min(ring, len(plain.rows[key]))
-                assert list(recent[i]) == row
+                assert list(laid[i]) == plain.rows[key][len(plain.rows[key]) - laid.shape[1] :]
     for key in seen:
         full = meter.history(key)
         want = plain.rows[key]
@@ -90,9 +96,9 @@ def test_history_and_recent_follow_a_plain_record(
         assert list(meter.history(key, last)) == list(full[max(0, len(full) - last) :])
 
 
-def test_ring_rejects_an_empty_window() -> None:
+def test_peaks_reject_an_empty_window() -> None:
     meter = DemandMeter()
     meter.record_until(120.0)
     meter.add("t", "A", 1.0)
-    with pytest.raises(ValueError, match="minutes"):
-        meter.recent(0)
+    with pytest.raises(ValueError, match="hours"):
+        meter.peaks(0)

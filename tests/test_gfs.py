@@ -22,6 +22,7 @@ from stoker.core import (
     ForecastUpdated,
     Job,
     JobClass,
+    JobForgotten,
     JobRequeued,
     JobSpec,
     JobState,
@@ -29,6 +30,7 @@ from stoker.core import (
     KeepAliveRenewed,
     KillJob,
     Node,
+    PodForgotten,
     PodGone,
     PodReady,
     PodState,
@@ -139,8 +141,9 @@ def _job(id: str, cls: str, req: float = 1, workers: int = 1, dur: float = 100.0
 
 class Gangs:
     """Drives the one core like the simulator's runtime does for trace pods: pods start,
-    bind and stop in no time (``stop=False`` leaves stops unanswered). Checks the core's
-    invariants after every event and returns every action an event led to."""
+    bind and stop in no time (``stop=False`` leaves stops unanswered), and a job preempted
+    (an eviction or a lease returned) has every rank exit. Checks the core's invariants
+    after every event and returns every action an event led to."""
 
     def __init__(self, cl: Cluster, policies: Policies | str = "gfs", **profile) -> None:
         if isinstance(policies, str):
@@ -165,6 +168,9 @@ class Gangs:
                         done += self.send(RankStarted(job, rank), now)
                 case StopPod(pod=pod) if self.stop or self.core.pods[pod].profile == "A":
                     done += self.send(PodGone(pod), now)
+                case KillJob(job=job, reason=Failure.PREEMPTED):
+                    for rank in range(self.core.jobs[job].spec.workers):
+                        done += self.send(RankExited(job, rank, 1, Failure.PREEMPTED), now)
         return done
 
     def submit(self, s: JobSpec, now: float) -> list[Action]:
@@ -453,6 +459,21 @@ def test_keepalive_cap_follows_the_keepalive_idle_pods_hold() -> None:
     assert g.core.warm.hp_cap["A"] == pytest.approx(0.0)
     assert StopPod(pod, "budget") in out  # the renewed pod itself gives way
     assert cap(g, 41.0) == pytest.approx(2.0 - 2.0 * 60 / 3600)  # none warm: a new caller's
+    # a gone, forgotten pod leaves no keep-alive deadline behind, though a later one of
+    # another warm pod of the pool still counts (the core keeps no forgotten name)
+    g = Gangs(cluster(4), "gfs")
+    first = _warm_pod(g, "pj", 0.0)  # warm from 2 s to 62 s
+    acts = g.core.handle(JobSubmitted(JobSpec("pk", "v", "p", "other")), 10.0)
+    second = next(a.pod for a in acts if isinstance(a, StartPod))
+    g.send(PodReady(second), 11.0)
+    g.send(RankStarted("pk"), 11.0)
+    g.send(RankExited("pk"), 12.0)  # warm until 72 s
+    assert cap(g, 13.0) == pytest.approx(4.0 - 2.0 * 59 / 3600)
+    assert StopPod(first, "keepalive") in g.send(Tick(), 62.0)
+    g.send(JobForgotten("pj"), 63.0)
+    g.send(PodForgotten(first), 63.0)
+    assert cap(g, 64.0) == pytest.approx(4.0 - 2.0 * 8 / 3600)
+    assert f"'{first}'" not in repr(vars(g.core.warm))
 
     always = preset("gfs").policies
     always.keepalive = AlwaysOn()
@@ -591,10 +612,10 @@ def test_spot_load_scaling() -> None:
 
 
 class _FlatForecaster(BatchPredictor):
-    """A test-only forecaster: every tenant's demand ahead is its last minute's, std 1."""
+    """A test-only forecaster: every tenant's demand ahead is its last hour's peak, std 1."""
 
     name = "flat"
-    query_minutes = 1  # reads the last minute alone
+    query_hours = 1  # reads the last hour's peak alone
     fit_minutes = 1
 
     def __init__(self) -> None:
@@ -605,11 +626,10 @@ class _FlatForecaster(BatchPredictor):
     def fit(self, histories, now_min) -> None:
         return None
 
-    def predict_many(self, keys, histories, now_min, horizon_h):
+    def predict_peaks(self, keys, peaks, now_min, horizon_h, recorded_min=None):
         from stoker.forecast.base import Forecasts
 
-        last = histories[:, -1] if histories.shape[1] else np.zeros(len(keys))
-        mean = np.repeat(last[:, None], horizon_h, axis=1)
+        mean = np.repeat(peaks[:, -1:], horizon_h, axis=1)
         return Forecasts(tuple(keys), mean, np.ones_like(mean))
 
 
@@ -641,6 +661,48 @@ def test_simulation_deterministic_with_forecast() -> None:
     strip = lambda m: {k: v for k, v in m.items() if k not in ("wall_s", "events_per_s")}  # noqa: E731
     assert strip(a.metrics) == strip(b.metrics)
     assert a.metrics["spot.jobs"] > 0 and a.timeline["t"]
+
+
+@pytest.mark.parametrize("name", ["ridge", "naive"])
+def test_queries_from_kept_peaks_forecast_what_the_laid_out_minutes_do(
+    monkeypatch, name: str
+) -> None:
+    """The driver queries from the hourly peaks the meter keeps as the clock passes; at
+    every query the forecasts are, bit for bit, those of the forecaster handed every
+    series' whole per-minute record laid out from scratch (``predict_many``)."""
+    from stoker.core.demand import DemandMeter
+    from stoker.forecast.base import Cadence
+    from stoker.forecast.registry import make_forecaster
+
+    meters: list[DemandMeter] = []
+    peaks = DemandMeter.peaks
+
+    def kept(meter, hours):
+        meters[:] = [meter]
+        return peaks(meter, hours)
+
+    model = make_forecaster(name, cadence=Cadence(refit_every_min=720, query_every_min=35))
+    predict_peaks = type(model).predict_peaks
+    compared: list[int] = []
+    inner = [False]  # predict_many's own call of predict_peaks
+
+    def both(self, keys, peaks_, now_min, horizon_h, recorded_min=None):
+        f = predict_peaks(self, keys, peaks_, now_min, horizon_h, recorded_min)
+        if inner[0]:
+            return f
+        laid = np.array([meters[0].history((k.tenant, k.pool)) for k in keys])
+        inner[0] = True
+        g = self.predict_many(keys, laid, now_min, horizon_h)
+        inner[0] = False
+        assert f.mean.tolist() == g.mean.tolist() and f.std.tolist() == g.std.tolist()
+        compared.append(now_min)
+        return f
+
+    monkeypatch.setattr(DemandMeter, "peaks", kept)
+    monkeypatch.setattr(type(model), "predict_peaks", both)
+    simulate(_busy_trace(), preset("gfs"), Window(0.0, 86400.0, 2 * 86400.0), forecaster=model)
+    # queries at minutes off the hour (every 35 minutes), over a day and more
+    assert len(compared) > 40 and {m % 60 for m in compared} != {0}
 
 
 def test_forecasts_of_one_query_reach_the_pass_together(monkeypatch) -> None:

@@ -55,6 +55,53 @@ def test_chronus_releases_every_job_each_lease() -> None:
     assert g.core.gangs.ledgers["A"].failed == 0
 
 
+def test_a_lease_flush_re_places_on_the_whole_room_and_keeps_pods_in_place() -> None:
+    """As the authors' flush (``release_resource`` of every job, then ``alloc_batch_jobs``),
+    the round's pass re-places the returned jobs on the whole room; a job placed on its own
+    cards again keeps its pods: its returned run is killed and, once its ranks are out, it
+    is bound again into the same pods (no StopPod, no StartPod). Before, the returned jobs'
+    pods held their cards until gone, so a first pass moved ``h`` onto the cards that were
+    free before the flush, and every job's pods were stopped and new ones started."""
+    from stoker.core import StartPod, StopPod
+
+    g = Gangs(cluster(8), "chronus")
+    g.submit(spec("h", "hp", 4, dur=1e5), 0.0)
+    g.send(Tick(), 0.0)
+    pods, cards = list(g.core.jobs["h"].pods), g.cards("h")
+    out = g.send(Tick(), 1200.0)
+    assert not [a for a in out if isinstance(a, (StopPod, StartPod))]
+    assert bound(out) == ["h"]
+    job = g.core.jobs["h"]
+    assert job.pods == pods and g.cards("h") == cards
+    assert job.state is JobState.RUNNING
+    assert job.remaining == pytest.approx(1e5 - 1200) and job.overhead == 120.0
+    assert job.queue_s == 0.0 and job.evictions == 0
+
+
+def test_a_lease_flush_moves_a_job_with_new_pods() -> None:
+    """Re-placed in the queue's order (larger requests first), a job whose cards another
+    takes moves: its pods stop and new ones start; the other keeps its own."""
+    from stoker.core import StartPod, StopPod
+
+    g = Gangs(cluster(8), "chronus")
+    g.submit(spec("a", "hp", 2, dur=1e5), 0.0)
+    g.send(Tick(), 0.0)
+    g.submit(spec("b", "hp", 4, dur=1e5), 10.0)
+    g.send(Tick(), 300.0)
+    before = {j: (list(g.core.jobs[j].pods), g.cards(j)) for j in ("a", "b")}
+    assert before["a"][1] == ["n0/0", "n0/1"] and before["b"][1][0] == "n0/2"
+    out = g.send(Tick(), 1200.0)
+    stopped = {a.pod for a in out if isinstance(a, StopPod)}
+    started = [a for a in out if isinstance(a, StartPod)]
+    # b (4 GPUs) goes first, onto the first free cards: a's; a moves past it
+    assert g.cards("b") == ["n0/0", "n0/1", "n0/2", "n0/3"]
+    assert g.cards("a") == ["n0/4", "n0/5"]
+    assert stopped == set(before["a"][0]) | set(before["b"][0])
+    assert len(started) == 2 and sorted(bound(out)) == ["a", "b"]
+    for jid in ("a", "b"):
+        assert g.core.jobs[jid].state is JobState.RUNNING
+
+
 def test_chronus_never_preempts_spot_for_hp() -> None:
     g = Gangs(cluster(4), "chronus")
     g.submit(spec("s", "spot", 4, dur=1e5), 0.0)

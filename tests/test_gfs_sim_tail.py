@@ -117,13 +117,13 @@ def test_forecaster_clocks_stop_at_the_window_end(monkeypatch, name: str) -> Non
     trace = _busy_trace()
     window = Window(0.0, 86400.0, 2 * 86400.0)
     asked: list[int] = []
-    predict = _FlatForecaster.predict_many
+    predict = _FlatForecaster.predict_peaks
 
-    def spy(self, keys, histories, now_min, horizon_h):
+    def spy(self, keys, peaks, now_min, horizon_h, recorded_min=None):
         asked.append(now_min)
-        return predict(self, keys, histories, now_min, horizon_h)
+        return predict(self, keys, peaks, now_min, horizon_h, recorded_min)
 
-    monkeypatch.setattr(_FlatForecaster, "predict_many", spy)
+    monkeypatch.setattr(_FlatForecaster, "predict_peaks", spy)
     stopped, _ = _run(trace, name, window, forecaster=_FlatForecaster())
     assert asked and max(asked) * 60 < window.end
     stop_at = asked[:]

@@ -404,6 +404,10 @@ class Core:
         first infrastructure failure among them, else the first non-zero exit (a user error
         unless the runtime said otherwise)."""
         job = self._job(job_id)
+        if job.state is JobState.PLACED and job.job_class is not JobClass.POOL:
+            # a job re-placed in the pods it kept (a Chronus lease) waits for these
+            self.gangs.old_rank_exited(job, rank, now, out)
+            return
         if job.state not in (JobState.BINDING, JobState.RUNNING) or rank in job.ranks_exited:
             # late news of a run the core already moved on from (its pod failed and the job
             # was re-queued, evicted, or ended): the job's current state stands

@@ -6,9 +6,10 @@ answer back as ``ForecastUpdated``; the forecaster itself stays in :mod:`stoker.
 The scheduler adds a job's GPUs when it is placed and takes them off when it is released,
 as the authors' recorder does (queued HP demand is not seen). The history is kept as change points
 (the minute a value starts) and laid out per minute only when read, so a meter no one
-reads costs nothing per minute. A reader that asks for the recent minutes again and again
-(the forecast query, every 5 minutes) gets them from a ring of the last minutes kept as the
-clock moves (:meth:`DemandMeter.recent`), not laid out again from the change points.
+reads costs nothing per minute. The forecast query (every 5 minutes) reads only the hourly
+peaks of the last week or so: :meth:`DemandMeter.peaks` keeps a ring of the last minutes
+with each hour's running maxima as the clock moves, so a query reads two numbers per hour
+and series instead of laying out and scanning a week of minutes.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 import bisect
 
 import numpy as np
+
+MINUTES_PER_HOUR = 60
 
 
 class DemandMeter:
@@ -45,7 +48,7 @@ class DemandMeter:
             self._at[key] = [start]
             self._value[key] = [0.0]
             if self._ring is not None and self.minutes is not None:
-                self._ring.add(key, self._ring_rows(key), self.minutes, 0.0)
+                self._ring.add([(key, self._ring_rows(key), 0.0)], self.minutes)
 
     def prefill(self, series: dict[tuple[str, str], np.ndarray], end_min: int) -> None:
         """History before the meter runs: each series holds the minutes from 0 up to
@@ -116,22 +119,26 @@ class DemandMeter:
         parts.append(np.repeat(np.asarray(value[first:]), lengths))
         return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
-    def recent(self, minutes: int) -> tuple[list[tuple[str, str]], np.ndarray]:
-        """The last ``minutes`` recorded minutes of every series (fewer while the record is
-        shorter): the keys, sorted by (pool, tenant), and one row per key.
+    def peaks(self, hours: int) -> tuple[list[tuple[str, str]], np.ndarray, int]:
+        """The peaks of the last ``hours`` 60-minute blocks ending at ``minutes`` of every
+        series (oldest first; blocks before the record are zero), what
+        :func:`~stoker.forecast.series.hourly_peaks_many` makes of the recorded minutes:
+        the keys, sorted by (pool, tenant), one row per key, and how many minutes are
+        recorded (at most ``hours`` hours).
 
-        The first call starts a ring of that many minutes, kept up as the clock moves, so
-        later calls cost no more than a view of it (the array is read-only and changes
-        with the meter: copy it to keep it).
+        The first call starts a ring of that many hours (and one more), kept up as the
+        clock moves, so later calls cost two reads per block (a new array each time).
         """
         if self.minutes is None:
-            return [], np.zeros((0, 0))
-        if self._ring is None or self._ring.size < minutes:
-            self._ring = _Ring(minutes)
-            for key in self.keys:
-                self._ring.add(key, self._ring_rows(key), self.minutes, self.current[key])
-        have = min(minutes, self.minutes - self.origin)
-        return list(self._ring.keys), self._ring.last(self.minutes, have)
+            return [], np.zeros((0, hours)), 0
+        if self._ring is None or self._ring.hours < hours:
+            self._ring = _Ring(hours)
+            self._ring.add(
+                [(key, self._ring_rows(key), self.current[key]) for key in self.keys],
+                self.minutes,
+            )
+        have = min(hours * MINUTES_PER_HOUR, self.minutes - self.origin)
+        return list(self._ring.keys), self._ring.peaks(self.minutes, hours), have
 
     def _ring_rows(self, key: tuple[str, str]) -> np.ndarray:
         assert self._ring is not None and self.minutes is not None
@@ -140,47 +147,68 @@ class DemandMeter:
 
 
 class _Ring:
-    """The last ``size`` minutes of many series, each minute ``m`` written twice (at
-    ``m % size`` and ``m % size + size``), so the last ``size`` minutes are always one
-    contiguous slice: a read is a view, never a copy. Rows in (pool, tenant) order."""
+    """The last ``size`` minutes of many series (minute ``m`` at ``m % size``; ``size`` a
+    whole number of hours, so each clock hour is one contiguous slice), and per minute the
+    maximum of its clock hour up to it (``upto``) and from it to the hour's end
+    (``onward``). Any 60-minute block ``[i, i + 60)`` spans at most two clock hours, so its
+    peak is ``max(onward[i], upto[i + 59])`` (van Herk / Gil-Werman): a query of ``H``
+    hourly peaks reads ``2 H`` numbers per series, and each minute the clock passes
+    rewrites one clock hour's maxima. Rows in (pool, tenant) order."""
 
-    def __init__(self, size: int) -> None:
-        if size < 1:
-            raise ValueError(f"minutes must be >= 1, got {size}")
-        self.size = size
+    def __init__(self, hours: int) -> None:
+        if hours < 1:
+            raise ValueError(f"hours must be >= 1, got {hours}")
+        self.hours = hours
+        # one hour more than read: every clock hour a block touches is whole in the ring
+        self.size = (hours + 1) * MINUTES_PER_HOUR
         self.keys: list[tuple[str, str]] = []
         self.row: dict[tuple[str, str], int] = {}
-        self.data = np.zeros((0, 2 * size))
+        self.data = np.zeros((0, self.size))
+        self.upto = np.zeros((0, self.size))
+        self.onward = np.zeros((0, self.size))
         self.values = np.zeros(0)  # each series' value now (at least 0), kept by the meter
 
-    def add(self, key: tuple[str, str], minutes: np.ndarray, end: int, value: float) -> None:
-        """A new series whose minutes ``[end - len(minutes), end)`` are ``minutes`` and
-        whose value now is ``value``."""
+    def add(self, series: list[tuple[tuple[str, str], np.ndarray, float]], end: int) -> None:
+        """New series: each key, its minutes ``[end - len(minutes), end)`` and its value
+        now."""
         # rare (a tenant's first HP job in a pool): the rows stay in order at a copy's cost
-        at = bisect.bisect_left([(p, t) for t, p in self.keys], (key[1], key[0]))
-        self.keys.insert(at, key)
+        for key, minutes, value in series:
+            at = bisect.bisect_left([(p, t) for t, p in self.keys], (key[1], key[0]))
+            self.keys.insert(at, key)
+            self.data = np.insert(self.data, at, 0.0, axis=0)
+            self.values = np.insert(self.values, at, max(value, 0.0))
+            self.data[at, np.arange(end - len(minutes), end) % self.size] = minutes
         self.row = {k: i for i, k in enumerate(self.keys)}
-        self.data = np.insert(self.data, at, 0.0, axis=0)
-        self.values = np.insert(self.values, at, max(value, 0.0))
-        slots = np.arange(end - len(minutes), end) % self.size
-        self.data[at, slots] = minutes
-        self.data[at, slots + self.size] = minutes
+        self.upto = np.zeros_like(self.data)
+        self.onward = np.zeros_like(self.data)
+        self._maxima(end - self.size, end)
 
     def advance(self, start: int, end: int) -> None:
         """Minutes ``[start, end)`` hold each series' value now."""
-        values = self.values
-        if end - start == 1:
-            slot = start % self.size
-            self.data[:, slot] = values
-            self.data[:, slot + self.size] = values
-            return
-        slots = np.arange(max(start, end - self.size), end) % self.size
-        self.data[:, slots] = values[:, None]
-        self.data[:, slots + self.size] = values[:, None]
+        lo = max(start, end - self.size)
+        if end - lo == 1:
+            self.data[:, lo % self.size] = self.values
+        else:
+            self.data[:, np.arange(lo, end) % self.size] = self.values[:, None]
+        self._maxima(lo, end)
 
-    def last(self, end: int, n: int) -> np.ndarray:
-        """A read-only view of minutes ``[end - n, end)`` (``n <= size``), one row per key."""
-        stop = end % self.size + self.size
-        view = self.data[:, stop - n : stop]
-        view.flags.writeable = False
-        return view
+    def _maxima(self, lo: int, end: int) -> None:
+        """Rewrite the running maxima of the clock hours minutes ``[lo, end)`` touch (the
+        minutes of the newest one from ``end`` on are stale until written: its ``upto``
+        before ``end`` does not read them, its ``onward`` is not read until it is whole)."""
+        h = MINUTES_PER_HOUR
+        first = max(lo // h, -(-(end - self.size) // h))  # the oldest hour whole in the ring
+        for hour in range(first, (end - 1) // h + 1):
+            s = hour * h % self.size
+            block = self.data[:, s : s + h]
+            np.maximum.accumulate(block, axis=1, out=self.upto[:, s : s + h])
+            self.onward[:, s : s + h] = np.maximum.accumulate(block[:, ::-1], axis=1)[:, ::-1]
+
+    def peaks(self, end: int, hours: int) -> np.ndarray:
+        """The peaks of the ``hours`` blocks ``[end - 60 k, end - 60 (k - 1))``, oldest
+        first (``hours <= self.hours``)."""
+        starts = end - MINUTES_PER_HOUR * np.arange(hours, 0, -1)
+        return np.maximum(
+            self.onward[:, starts % self.size],
+            self.upto[:, (starts + MINUTES_PER_HOUR - 1) % self.size],
+        )

@@ -87,9 +87,9 @@ class WarmPools:
         self.epoch = 0
         self._queued_gpus = 0.0
         self._deadlines: list[tuple[float, int, str]] = []
-        # per GPU model, warm pods' keep-alive deadlines, latest first (negated; stale
-        # entries leave lazily): how long idle pods there may yet hold their cards
-        self._latest: dict[str, list[tuple[float, int, str]]] = {}
+        # per GPU model, warm pods' keep-alive deadlines: how long idle pods there may yet
+        # hold their cards (the keepalive warm cap's horizon)
+        self._warm_until: dict[str, dict[str, float]] = {}
         self._reclaim: dict[str, set[str]] = {}  # job -> pods stopping to make room for it
         self._reclaim_by_pod: dict[str, str] = {}  # reclaim victim -> the job it stops for
         # queued jobs per (profile, tenant, tag), and the keys whose pods just turned warm:
@@ -133,7 +133,7 @@ class WarmPools:
             if until > pod.deadline:
                 pod.deadline = until
                 heapq.heappush(self._deadlines, (until, self._seq_next(), pid))
-                self._push_latest(pod)
+                self._note_deadline(pod)
 
     def is_spare(self, pod_id: str) -> bool:
         """Whether a pod was started for its profile's minimum warm count (and not yet taken)."""
@@ -175,12 +175,9 @@ class WarmPools:
         the latest deadline of a warm pod there, from ``now`` (``inf`` under always-on);
         with none warm, the longest keep-alive a new caller of the model's profiles gets
         (what a pod turning warm next would hold)."""
-        heap = self._latest.get(model)
-        while heap:
-            deadline, _, pid = heap[0]
-            if self._armed((-deadline, 0, pid)):
-                return max(0.0, -deadline - now)
-            heapq.heappop(heap)
+        until = self._warm_until.get(model)
+        if until:
+            return max(0.0, max(until.values()) - now)
         return max(
             (
                 self.keepalive(p.name).first_ttl_s
@@ -190,15 +187,9 @@ class WarmPools:
             default=0.0,
         )
 
-    def _push_latest(self, pod: Pod) -> None:
-        if not pod.gpus:
-            return  # a CPU-only pod holds no card a GPU pool's HP could need
-        heap = self._latest.setdefault(self._model_of(pod), [])
-        heapq.heappush(heap, (-pod.deadline, self._seq_next(), pod.id))
-        if len(heap) > 2 * len(self._idle) + 64:
-            # as _deadlines: stale entries would pile up under a long keep-alive
-            heap[:] = [e for e in heap if self._armed((-e[0], 0, e[2]))]
-            heapq.heapify(heap)
+    def _note_deadline(self, pod: Pod) -> None:
+        if pod.gpus:  # a CPU-only pod holds no card a GPU pool's HP could need
+            self._warm_until.setdefault(self._model_of(pod), {})[pod.id] = pod.deadline
 
     def _armed(self, entry: tuple[float, int, str]) -> bool:
         """Whether a keep-alive deadline still holds (its pod waits warm until then)."""
@@ -913,7 +904,7 @@ class WarmPools:
         self._warm.setdefault(key, {})[pod.id] = None
         if key in self._queued_pairs:
             self._fresh[key] = None
-        self._push_latest(pod)
+        self._note_deadline(pod)
         if not math.isinf(pod.deadline):
             heapq.heappush(self._deadlines, (pod.deadline, self._seq_next(), pod.id))
             if len(self._deadlines) > 2 * len(self._idle) + 64:
@@ -924,6 +915,10 @@ class WarmPools:
         self._refresh_gpus(pod)
 
     def _unwarm(self, pod: Pod) -> None:
+        if pod.gpus:
+            until = self._warm_until.get(self._model_of(pod))
+            if until is not None:
+                until.pop(pod.id, None)
         if pod.owner is not None:
             key = (pod.profile, *pod.owner)
             pods = self._warm.get(key)

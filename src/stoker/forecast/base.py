@@ -8,7 +8,10 @@ How a caller (the simulator, the broker's quota loop) uses a forecaster:
 - Every ``cadence.query_every_min`` minutes (5) it calls
   ``predict_many(keys, histories, now_min, horizon_h)`` once for all series (one row of
   ``histories`` per key) and gets the peak demand of each of the next ``horizon_h`` hours of
-  each series as a Normal (mean, std). ``predict`` is the same for one series.
+  each series as a Normal (mean, std). ``predict`` is the same for one series. A caller
+  that keeps the hourly peaks itself as its clock passes (the simulator's demand meter)
+  calls ``predict_peaks`` with them instead: every forecaster here reads only the peaks of
+  the last ``query_hours`` hours, so the answers are the same.
 
 Time is in whole minutes since the series' epoch (minute 0; its calendar date lives in the
 forecaster's :class:`~stoker.forecast.series.Calendar`). A ``history`` is a 1-D array with one
@@ -110,12 +113,40 @@ def check_demand(arr: np.ndarray, field_name: str) -> np.ndarray:
 
 
 class BatchPredictor:
-    """Mixin: ``predict`` for one series is ``predict_many`` of a batch of one."""
+    """Mixin for forecasters that read only the hourly peaks of the last ``query_hours``
+    hours: ``predict_many`` (per-minute histories) lays those out and calls
+    ``predict_peaks``; ``predict`` for one series is ``predict_many`` of a batch of one."""
+
+    query_hours: int
+
+    @property
+    def query_minutes(self) -> int:
+        """The most recent minutes a query reads: ``query_hours`` whole hours."""
+        return self.query_hours * MINUTES_PER_HOUR
+
+    def predict_peaks(
+        self,
+        keys: Sequence[SeriesKey],
+        peaks: np.ndarray,
+        now_min: int,
+        horizon_h: int,
+        recorded_min: int | None = None,
+    ) -> Forecasts:
+        raise NotImplementedError
 
     def predict_many(
         self, keys: Sequence[SeriesKey], histories: np.ndarray, now_min: int, horizon_h: int
     ) -> Forecasts:
-        raise NotImplementedError
+        """Hourly peak mean and std of every series for the next ``horizon_h`` hours, from
+        one row of per-minute history per key (see the module's docstring)."""
+        from stoker.forecast.series import hourly_peaks_many  # series imports this module
+
+        arr = np.asarray(histories)
+        # only the input window is read, so only it is checked (a simulator may pass the
+        # whole record)
+        tail = check_histories(keys, arr[..., -self.query_minutes :])
+        peaks = hourly_peaks_many(tail, self.query_hours)
+        return self.predict_peaks(keys, peaks, now_min, horizon_h, recorded_min=arr.shape[-1])
 
     def predict(
         self, key: SeriesKey, history: np.ndarray, now_min: int, horizon_h: int
@@ -125,6 +156,17 @@ class BatchPredictor:
         if arr.ndim != 1:
             raise ForecastError(f"history must be 1-D (one value per minute), got {arr.ndim}-D")
         return self.predict_many((key,), arr[None, :], now_min, horizon_h)[0]
+
+
+def check_peaks(
+    keys: Sequence[SeriesKey], peaks: np.ndarray, hours: int, field_name: str = "peaks"
+) -> np.ndarray:
+    """A 2-D float array of ``hours`` finite non-negative hourly peaks per key, or
+    ForecastError."""
+    arr = check_histories(keys, peaks, field_name)
+    if arr.shape[1] != hours:
+        raise ForecastError(f"{field_name} has {arr.shape[1]} hours, expected {hours}")
+    return arr
 
 
 class Forecaster(Protocol):
@@ -145,6 +187,11 @@ class Forecaster(Protocol):
         ...
 
     @property
+    def query_hours(self) -> int:
+        """The hourly peaks ``predict_peaks`` reads (``query_minutes`` laid out in hours)."""
+        ...
+
+    @property
     def fit_minutes(self) -> int | None:
         """The most recent minutes ``fit`` reads (None: the whole record)."""
         ...
@@ -158,3 +205,18 @@ class Forecaster(Protocol):
     def predict_many(
         self, keys: Sequence[SeriesKey], histories: np.ndarray, now_min: int, horizon_h: int
     ) -> Forecasts: ...
+
+    def predict_peaks(
+        self,
+        keys: Sequence[SeriesKey],
+        peaks: np.ndarray,
+        now_min: int,
+        horizon_h: int,
+        recorded_min: int | None = None,
+    ) -> Forecasts:
+        """``predict_many`` from what it reads: per key, the peaks of the ``query_hours``
+        60-minute blocks that end at ``now_min`` (oldest first; blocks before the record
+        are zero). ``recorded_min``: how many minutes the record holds (None: at least
+        ``query_minutes``). A caller that keeps hourly peaks as its clock passes (the
+        simulator's demand meter) queries so without laying out a week of minutes."""
+        ...

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from stoker.forecast.base import MINUTES_PER_HOUR, ForecastError, SeriesKey, check_histories
-from stoker.forecast.series import Calendar, check_history, hourly_peaks, hourly_peaks_many
+from stoker.forecast.base import MINUTES_PER_HOUR, ForecastError, SeriesKey, check_peaks
+from stoker.forecast.series import Calendar, check_history, hourly_peaks
 
 # a series' peak is at most this many of its scales: a mostly idle series with one burst
 # would otherwise still carry most of the fit's squared error
@@ -167,7 +167,7 @@ def training_samples(
 
 def query_samples(
     keys: Sequence[SeriesKey],
-    histories: np.ndarray,
+    peaks: np.ndarray,
     now_min: int,
     *,
     calendar: Calendar,
@@ -178,18 +178,17 @@ def query_samples(
 ) -> Samples:
     """The samples a query at ``now_min`` feeds the model, one per key (targets are zeros).
 
-    ``histories``: one row per key, each ending at ``now_min`` (see
-    :func:`~stoker.forecast.base.check_histories`). A key has its ``scales`` entry (from
-    the fit); one the fit never saw, its input window's mean (at least 1 GPU).
+    ``peaks``: one row per key, the ``lookback_h`` hourly peaks ending at ``now_min`` (see
+    :meth:`~stoker.forecast.base.Forecaster.predict_peaks`). A key has its ``scales`` entry
+    (from the fit); one the fit never saw, its input window's mean (at least 1 GPU).
     """
     check_now(now_min, horizon_h)
-    # only the input window is read, so only it is checked (a simulator passes the whole
-    # record at every query; checking all of it cost more than the forecast)
-    tail = np.asarray(histories)[..., -lookback_h * MINUTES_PER_HOUR :]
-    x = hourly_peaks_many(check_histories(keys, tail), lookback_h)
+    x = check_peaks(keys, peaks, lookback_h)
     own = np.maximum(1.0, x.mean(axis=1))
     scale = np.array([scales.get(k, own[i]) for i, k in enumerate(keys)], dtype=float)
-    hour, weekday, holiday = _calendar_of(calendar, np.full(len(keys), now_min), horizon_h)
+    # every key's targets are the same hours: their calendar is worked out once
+    once = _calendar_of(calendar, np.array([now_min]), horizon_h)
+    hour, weekday, holiday = (np.repeat(f, len(keys), axis=0) for f in once)
     ids = np.array([vocab.ids(k) for k in keys], dtype=np.int64).reshape(len(keys), 3)
     return Samples(
         x / scale[:, None], np.zeros((len(keys), horizon_h)), scale, hour, weekday, holiday, ids

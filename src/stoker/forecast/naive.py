@@ -13,10 +13,10 @@ from stoker.forecast.base import (
     Cadence,
     Forecasts,
     SeriesKey,
-    check_histories,
+    check_peaks,
 )
 from stoker.forecast.features import MIN_STD, check_now
-from stoker.forecast.series import check_history, hourly_peaks_many
+from stoker.forecast.series import check_history
 
 _WEEK_H = MINUTES_PER_WEEK // MINUTES_PER_HOUR
 
@@ -38,9 +38,9 @@ class NaiveLastWeek(BatchPredictor):
         self.cadence = cadence or Cadence()
 
     @property
-    def query_minutes(self) -> int:
+    def query_hours(self) -> int:
         """Last week's hours and the ``error_h`` hours its error is measured over."""
-        return (self.error_h + _WEEK_H) * MINUTES_PER_HOUR
+        return self.error_h + _WEEK_H
 
     @property
     def fit_minutes(self) -> int:
@@ -53,16 +53,19 @@ class NaiveLastWeek(BatchPredictor):
         for key, history in histories.items():
             check_history(history, f"histories[{key}]")
 
-    def predict_many(
-        self, keys: Sequence[SeriesKey], histories: np.ndarray, now_min: int, horizon_h: int
+    def predict_peaks(
+        self,
+        keys: Sequence[SeriesKey],
+        peaks: np.ndarray,
+        now_min: int,
+        horizon_h: int,
+        recorded_min: int | None = None,
     ) -> Forecasts:
-        """Mean: the peaks of the hours one week before each hour ahead; std: past RMS error."""
+        """Mean: the peaks of the hours one week before each hour ahead; std: the past RMS
+        error, over the hours the record holds (``recorded_min``)."""
         check_now(now_min, horizon_h)
-        # only the blocks read are checked (a simulator passes the whole record)
-        record = np.asarray(histories).shape[-1]
-        need = self.query_minutes
-        histories = check_histories(keys, np.asarray(histories)[..., -need:])
-        peaks = hourly_peaks_many(histories, self.error_h + _WEEK_H)
+        peaks = check_peaks(keys, peaks, self.query_hours)
+        record = self.query_minutes if recorded_min is None else recorded_min
         # the last week's blocks; hour k ahead reads the same hour of the week, and past a
         # week ahead the latest one seen (k mod one week)
         last_week = peaks[:, peaks.shape[1] - _WEEK_H :]

@@ -51,10 +51,10 @@ from stoker.forecast.base import (
     Forecasts,
     NotFittedError,
     SeriesKey,
-    check_histories,
+    check_peaks,
 )
 from stoker.forecast.features import MIN_STD, Vocab, check_now
-from stoker.forecast.series import Calendar, check_history, hourly_peaks_many
+from stoker.forecast.series import Calendar, check_history
 
 FOUR_WEEKS_H = 672
 
@@ -223,9 +223,9 @@ class OrgLinear(BatchPredictor):
                 torch.set_num_threads(old_threads)
 
     @property
-    def query_minutes(self) -> int:
+    def query_hours(self) -> int:
         """The input window: ``lookback_h`` hours."""
-        return self.lookback_h * MINUTES_PER_HOUR
+        return self.lookback_h
 
     @property
     def fit_minutes(self) -> int | None:
@@ -341,11 +341,17 @@ class OrgLinear(BatchPredictor):
                 table[to] = old[f"classes.{i}.weight"][frm]
         net.load_state_dict(new)
 
-    def predict_many(
-        self, keys: Sequence[SeriesKey], histories: np.ndarray, now_min: int, horizon_h: int
+    def predict_peaks(
+        self,
+        keys: Sequence[SeriesKey],
+        peaks: np.ndarray,
+        now_min: int,
+        horizon_h: int,
+        recorded_min: int | None = None,
     ) -> Forecasts:
         """Hourly peak mean and std of every series for the next ``horizon_h`` (<= the
-        fitted horizon) hours: one forward pass for all of them."""
+        fitted horizon) hours, from the last ``lookback_h`` hourly peaks: one forward pass
+        for all of them."""
         check_now(now_min, horizon_h)
         if self._net is None or self._vocab is None:
             raise NotFittedError("OrgLinear.predict called before fit")
@@ -353,8 +359,7 @@ class OrgLinear(BatchPredictor):
             raise ForecastError(
                 f"horizon_h must be <= the fitted {self.horizon_h}, got {horizon_h}"
             )
-        tail = np.asarray(histories)[..., -self.query_minutes :]
-        x = hourly_peaks_many(check_histories(keys, tail), self.lookback_h)
+        x = check_peaks(keys, peaks, self.lookback_h)
         torch = self._torch
         vocab = self._vocab
 

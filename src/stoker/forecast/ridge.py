@@ -118,9 +118,9 @@ class RidgeLinear(BatchPredictor):
         return np.concatenate([hour, weekday, s.holiday[:, k : k + 1].astype(float)], axis=1)
 
     @property
-    def query_minutes(self) -> int:
+    def query_hours(self) -> int:
         """The input window: ``lookback_h`` hours."""
-        return self.lookback_h * MINUTES_PER_HOUR
+        return self.lookback_h
 
     @property
     def fit_minutes(self) -> int:
@@ -176,11 +176,17 @@ class RidgeLinear(BatchPredictor):
         self._w_abs = np.stack(w_abs)
         self._c = np.array(c)
 
-    def predict_many(
-        self, keys: Sequence[SeriesKey], histories: np.ndarray, now_min: int, horizon_h: int
+    def predict_peaks(
+        self,
+        keys: Sequence[SeriesKey],
+        peaks: np.ndarray,
+        now_min: int,
+        horizon_h: int,
+        recorded_min: int | None = None,
     ) -> Forecasts:
         """Hourly peak mean and std of every series for the next ``horizon_h`` (<= the
-        fitted horizon) hours, in one pass of matrix products."""
+        fitted horizon) hours, from the last ``lookback_h`` hourly peaks, in one pass of
+        matrix products."""
         check_now(now_min, horizon_h)
         if self._vocab is None or self._w_mean is None or self._w_abs is None or self._c is None:
             raise NotFittedError("RidgeLinear.predict called before fit")
@@ -190,7 +196,7 @@ class RidgeLinear(BatchPredictor):
             )
         s = query_samples(
             keys,
-            histories,
+            peaks,
             now_min,
             calendar=self.calendar,
             vocab=self._vocab,

@@ -247,23 +247,22 @@ class TraceWorkload:
         meter.record_until(sim.now)
         now_min = int(sim.now // 60)
         pools = sim.core.gangs.pools
-        # only the minutes the forecaster reads, from the meter's ring (no copy)
-        keys, recent = meter.recent(self.forecaster.query_minutes)
+        # only the hourly peaks the forecaster reads, kept by the meter as the clock passes
+        keys, peaks, recorded = meter.peaks(self.forecaster.query_hours)
         rows = [i for i, k in enumerate(keys) if k[1] in pools]
         if len(rows) < len(keys):
-            keys, recent = [keys[i] for i in rows], recent[rows]
+            keys, peaks = [keys[i] for i in rows], peaks[rows]
         if keys:
             # one call for every series (the forecasters vectorise it)
-            f = self.forecaster.predict_many(
-                [SeriesKey(t, p) for t, p in keys], recent, now_min, self.hours
+            f = self.forecaster.predict_peaks(
+                [SeriesKey(t, p) for t, p in keys], peaks, now_min, self.hours, recorded
             )
-            means, stds = f.mean[:, : self.hours], f.std[:, : self.hours]
+            means = f.mean[:, : self.hours].tolist()
+            variances = (f.std[:, : self.hours] ** 2).tolist()
             # one query's answers reach the core together: the quota follows their sum
             sim.deliver_all(
                 [
-                    ForecastUpdated(
-                        tenant, pool, tuple(means[i].tolist()), tuple((stds[i] ** 2).tolist())
-                    )
+                    ForecastUpdated(tenant, pool, tuple(means[i]), tuple(variances[i]))
                     for i, (tenant, pool) in enumerate(keys)
                 ]
             )

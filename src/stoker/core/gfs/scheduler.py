@@ -275,6 +275,12 @@ class GangScheduler:
         self._next_lease = start + self.config.lease_s
         # HP jobs whose remaining lease returns are charged at their next start
         self._closed: dict[str, None] = {}
+        # a lease flush's returned jobs: the pods each keeps until the round's pass re-places
+        # it (on the same cards: it restarts in them; else they stop), and the ranks of its
+        # returned run still to report their exit
+        self._parked: dict[str, tuple[list[str], set[int]]] = {}
+        # jobs re-placed in the pods they kept, waiting for those ranks before the re-bind
+        self._rebind: dict[str, set[int]] = {}
         self._round_due = False
         self._round_at = -math.inf
         self._active = False  # an hp or spot job was ever submitted: the clocks run
@@ -488,6 +494,8 @@ class GangScheduler:
         dirty, self._dirty = self._dirty, {}
         for pool in sorted(dirty):
             self._pass_pool(pool, now, out)
+        if self._parked:
+            self._stop_parked(now, out)
 
     def next_deadline(self) -> float | None:
         """When the next Tick is due (eta feedback, the next Chronus round); None before any
@@ -837,12 +845,16 @@ class GangScheduler:
         if job.first_start is None:
             job.first_start = now
         place: list[tuple[str, str, float]] = []
-        for node, cards, share in plan:
-            pod = self.host.new_pod(job.spec.profile, node, cards, share, now, cls)
-            pod.pending_job = job.id
+        kept = self._kept_pods(job, plan, now, out)
+        for i, (node, cards, share) in enumerate(plan):
+            if kept:
+                pod = self._hold_again(kept[i], share)
+            else:
+                pod = self.host.new_pod(job.spec.profile, node, cards, share, now, cls)
+                pod.pending_job = job.id
+                out.append(StartPod(pod.id, job.spec.profile, node, cards, share=share))
             job.pods.append(pod.id)
             place.extend((node, gid, share) for gid in cards)
-            out.append(StartPod(pod.id, job.spec.profile, node, cards, share=share))
         self.placement[job.id] = place
         self._sync()
         self.allocated += job.gpus
@@ -858,10 +870,13 @@ class GangScheduler:
             self._refresh(info, grown=cls is _SPOT)  # spot work: a victim an HP job may take
         if cls is _SPOT:
             self.running_spot[pool][job.id] = None
+        if kept:
+            self._restart_in_place(job, now, out)
 
     def _release(self, job: Job) -> None:
         """The job's books: it no longer counts as hp or spot usage (its pods hold their
         shares until they are gone)."""
+        self._rebind.pop(job.id, None)
         place = self.placement.pop(job.id, None)
         if place is None:
             return
@@ -1284,8 +1299,82 @@ class GangScheduler:
             self.settled.pop(job.id, None)
         self._release(job)
         out.append(KillJob(job.id, Failure.PREEMPTED, self.config.grace_s))
-        self._stop_pods(job, "lease_returned", now, out)
+        # as the authors' ``release_resource``: the cards are free for the round's pass at
+        # once (its pods' shares with them); the pods stay until the pass has re-placed it
+        running = set(range(job.spec.workers)) - set(job.ranks_exited)
+        for pid in job.pods:
+            pod = self.pods[pid]
+            pod.job = None
+            for gid in pod.gpus:
+                self.cluster.release(gid, pid)
+            self.host.warm.refresh_cards(pod.gpus)
+        self._parked[job.id] = (job.pods, running)
+        job.pods = []
+        # the node index follows each return in turn (the order its ties are broken in)
+        self._sync()
         self._requeue(job, Failure.PREEMPTED, now, out, lease=True)
+
+    def _kept_pods(
+        self,
+        job: Job,
+        plan: list[tuple[str, tuple[str, ...], float]],
+        now: float,
+        out: list[Action],
+    ) -> list[Pod] | None:
+        """A returned job re-placed on the very cards its pods hold (each worker on its
+        own; the share is the job's, so the same) keeps those pods; placed elsewhere, they
+        stop."""
+        parked = self._parked.pop(job.id, None)
+        if parked is None:
+            return None
+        pods = [self.pods[pid] for pid in parked[0]]
+        if len(pods) == len(plan) and all(
+            pod.node == node and tuple(pod.gpus) == cards
+            for pod, (node, cards, _) in zip(pods, plan, strict=True)
+        ):
+            self._rebind[job.id] = parked[1]
+            return pods
+        for pod in pods:
+            self._stop_pod(pod, "lease_returned", now, out)
+        return None
+
+    def _hold_again(self, pod: Pod, share: float) -> Pod:
+        """A kept pod takes its cards back (its job's run restarts in it)."""
+        for gid in pod.gpus:
+            self.cluster.allocate(gid, pod.id, share)
+        self.host.warm.refresh_cards(pod.gpus)
+        return pod
+
+    def _restart_in_place(self, job: Job, now: float, out: list[Action]) -> None:
+        """A job re-placed in the pods it kept binds into them again once the ranks of its
+        returned run have exited (at once when none is left)."""
+        for pid in job.pods:
+            self.pods[pid].job = job.id
+        if not self._rebind[job.id]:
+            self._bind_again(job, now, out)
+
+    def old_rank_exited(self, job: Job, rank: int, now: float, out: list[Action]) -> None:
+        """A rank of a placed job's previous run exited: a job restarting in the pods it
+        kept binds into them when the last one has."""
+        waiting = self._rebind.get(job.id)
+        if waiting is None:
+            return
+        waiting.discard(rank)
+        if not waiting:
+            self._bind_again(job, now, out)
+
+    def _bind_again(self, job: Job, now: float, out: list[Action]) -> None:
+        del self._rebind[job.id]
+        self.host.move_job(job, JobState.BINDING, now)
+        job.pod_ready = now
+        out.append(BindJob(job.id, tuple(job.pods)))
+
+    def _stop_parked(self, now: float, out: list[Action]) -> None:
+        """After the round's pass: the pods of returned jobs it did not re-place stop."""
+        for pods, _ in self._parked.values():
+            for pid in pods:
+                self._stop_pod(self.pods[pid], "lease_returned", now, out)
+        self._parked.clear()
 
     def _requeue(
         self, job: Job, reason: Failure, now: float, out: list[Action], *, lease: bool = False
