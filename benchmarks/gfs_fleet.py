@@ -52,6 +52,7 @@ def run_one(args: argparse.Namespace, load: str, policy: str, out: Path) -> dict
     if args.time_scale is not None:
         cmd += ["--time-scale", str(args.time_scale)]
     cmd += args.extra
+    tree = _tree()  # the code the run imports is the worktree's at its start
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load0 = os.getloadavg()[0]
     t = time.perf_counter()
@@ -64,7 +65,7 @@ def run_one(args: argparse.Namespace, load: str, policy: str, out: Path) -> dict
     return {
         "load": load,
         "policy": policy,
-        "tree": _tree(),
+        "tree": tree,
         "command": " ".join(["stoker", *cmd[4:]]),
         "events": results["results"][load][policy].get("events"),
         "wall_s": round(wall, 1),
