@@ -50,7 +50,7 @@ from stoker.core.gfs.preemption import Candidate, GFSVictims, PreemptContext
 from stoker.core.gfs.quota import EtaController, StaticQuota, forecast_quota
 from stoker.core.policies import AlwaysOn, FittedKeepAlive
 from stoker.forecast.base import BatchPredictor
-from stoker.sim.gfs import Window, scale_spot_load, simulate
+from stoker.sim.gfs import Window, runnable, scale_spot_load, simulate
 from stoker.traces.base import Trace, TraceJob, TraceNode
 
 # ---------------------------------------------------------------- formulas
@@ -1020,3 +1020,19 @@ def test_forecasters_run_on_one_blas_thread_in_the_simulator() -> None:
         _busy_trace(), preset("gfs"), Window(0.0, 86400.0, 2 * 86400.0), forecaster=Recording()
     )
     assert seen and set(seen) == {1}
+
+
+def test_a_gang_needs_a_node_slot_per_whole_gpu_worker() -> None:
+    # one 8-GPU node and eight 1-GPU nodes (16 GPUs): two 8-GPU workers fit the pool's
+    # GPUs but never start (one node holds 8), so the job is left out; the rest can run
+    nodes = [TraceNode("big", "A", 8)] + [TraceNode(f"s{i}", "A", 1) for i in range(8)]
+    jobs = [
+        TraceJob("two-eights", "t", "A", 8, 2, 0.0, 10, "hp"),
+        TraceJob("one-eight", "t", "A", 8, 1, 1.0, 10, "hp"),
+        TraceJob("sixteen-ones", "t", "A", 1, 16, 2.0, 10, "hp"),
+        TraceJob("seventeen-ones", "t", "A", 1, 17, 3.0, 10, "spot"),
+        TraceJob("halves", "t", "A", 0.5, 32, 4.0, 10, "spot"),
+        TraceJob("other-model", "t", "B", 1, 1, 5.0, 10, "hp"),
+    ]
+    kept = [j.name for j in runnable(jobs, nodes)]
+    assert kept == ["one-eight", "sixteen-ones", "halves"]

@@ -492,6 +492,33 @@ class Setup:
             raise SimGFSError("warm_days and burn_in_days must be >= 0")
 
 
+def runnable(jobs: list[TraceJob], nodes: list[TraceNode]) -> list[TraceJob]:
+    """The jobs that could start on ``nodes`` with the cluster empty: a pool of their GPU
+    model, whole-GPU workers each on one node (a gang needs as many node slots as it has
+    workers), fractional ones within the pool's cards."""
+    capacity: dict[str, int] = {}
+    sizes: dict[str, list[int]] = {}
+    for n in nodes:
+        capacity[n.gpu_model] = capacity.get(n.gpu_model, 0) + n.gpus
+        sizes.setdefault(n.gpu_model, []).append(n.gpus)
+    slots: dict[tuple[str, int], int] = {}  # (model, GPUs a worker) -> workers at once
+
+    def fits(j: TraceJob) -> bool:
+        if j.gpu_model not in capacity:
+            return False
+        per_worker = worker_gpus(j)
+        if j.gpu_request >= 1:
+            # a 125 x 8-GPU job on a pool with 77 8-GPU nodes never starts, and at the HP
+            # queue's head it would hold back every job behind it for good
+            key = (j.gpu_model, int(per_worker))
+            if key not in slots:
+                slots[key] = sum(g // key[1] for g in sizes[j.gpu_model])
+            return slots[key] >= j.worker_num
+        return per_worker * j.worker_num <= capacity[j.gpu_model] + 1e-9
+
+    return [j for j in jobs if fits(j)]
+
+
 def prepare_trace(kind: str, path: str | None, setup: Setup) -> tuple[Trace, Window]:
     """Load (or generate) the trace and place the measured window in it.
 
@@ -549,27 +576,12 @@ def prepare_trace(kind: str, path: str | None, setup: Setup) -> tuple[Trace, Win
     models = {n.gpu_model for n in trace.nodes}
     trace = capacity_scale(trace, setup.capacity_scale, start, max(demand_end, start + 1.0))
     nodes = keep_nodes(trace.nodes, setup.scale)
-    # a job asking more than its (scaled) pool holds could never run: leave it out of the
-    # trace, and say how many
-    capacity: dict[str, int] = {}
-    for n in nodes:
-        capacity[n.gpu_model] = capacity.get(n.gpu_model, 0) + n.gpus
-    per_node = {n.gpu_model: 0 for n in nodes}
-    for n in nodes:
-        per_node[n.gpu_model] = max(per_node[n.gpu_model], n.gpus)
-
-    def fits(j: TraceJob) -> bool:
-        if j.gpu_model not in capacity:
-            return False
-        per_worker = worker_gpus(j)
-        if j.gpu_request >= 1 and per_worker > per_node[j.gpu_model]:
-            return False
-        return per_worker * j.worker_num <= capacity[j.gpu_model] + 1e-9
-
-    jobs = [j for j in trace.jobs if fits(j)]
+    # a job that could never start on the (scaled) pool: leave it out, and say how many
+    jobs = runnable(trace.jobs, nodes)
     notes = dict(trace.notes)
     # a GPU model the capacity scale left out (a share of 0) takes its jobs with it
-    dropped = sum(1 for j in trace.jobs if j.gpu_model in models and j.gpu_model not in capacity)
+    kept = {n.gpu_model for n in nodes}
+    dropped = sum(1 for j in trace.jobs if j.gpu_model in models and j.gpu_model not in kept)
     notes["left_out_model_dropped"] = str(dropped)
     notes["left_out_too_large"] = str(len(trace.jobs) - len(jobs) - dropped)
     trace = Trace(trace.name, nodes, jobs, trace.source, notes)
