@@ -26,17 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_gfs_sim import _tree  # the commit measured, as the month's bench records it
 from stoker.sim.gfs_report import allocation_value, compare_to_paper, render_comparison_markdown
 
 STOKER = str(Path(sys.executable).with_name("stoker"))
-
-
-def _tree() -> str:
-    head = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
-    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], check=False).returncode
-    return (head or "unknown") + ("+changes" if dirty else "")
 
 
 def run_one(args: argparse.Namespace, load: str, policy: str, out: Path) -> dict[str, Any]:

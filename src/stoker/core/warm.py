@@ -107,6 +107,13 @@ class WarmPools:
         self._spare: dict[str, dict[str, None]] = {p: {} for p in self.profiles}
         # (profile, tenant, tag) -> time its keep-alive was renewed until (Renewed)
         self._renewed: dict[tuple[str, str, str], float] = {}
+        # per GPU model, the longest keep-alive a new caller of its GPU profiles gets (the
+        # profiles and their keep-alive policies are fixed: read once, not on every pass)
+        self._first_ttl: dict[str, float] = {}
+        for p in self.profiles.values():
+            if p.gpus:
+                ttl = self.keepalive(p.name).first_ttl_s
+                self._first_ttl[p.gpu_model] = max(ttl, self._first_ttl.get(p.gpu_model, ttl))
 
     # ------------------------------------------------------------------ public API
 
@@ -178,14 +185,7 @@ class WarmPools:
         until = self._warm_until.get(model)
         if until:
             return max(0.0, max(until.values()) - now)
-        return max(
-            (
-                self.keepalive(p.name).first_ttl_s
-                for p in self.profiles.values()
-                if p.gpu_model == model and p.gpus
-            ),
-            default=0.0,
-        )
+        return self._first_ttl.get(model, 0.0)
 
     def _note_deadline(self, pod: Pod) -> None:
         if pod.gpus:  # a CPU-only pod holds no card a GPU pool's HP could need
