@@ -218,6 +218,8 @@ def test_rbac_networking_and_priorities() -> None:
     assert {p["port"] for p in dns["ports"]} == {53}
     dep = by[("Deployment", "stoker-broker")]
     assert dep["spec"]["replicas"] == 2
+    # a rolling upgrade must not stop the running pods with the old leader
+    assert "--keep-pods" in dep["spec"]["template"]["spec"]["containers"][0]["command"]
     env = {e["name"]: e for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["STOKER_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {
         "name": "stoker-database",

@@ -229,6 +229,9 @@ def _broker_container(cfg: DeployConfig) -> dict[str, Any]:
             f"{CONFIG_DIR}/kubernetes.toml",
             "--data-dir",
             "/var/lib/stoker",
+            # a rolling upgrade terminates the leader: its pods stay for the next leader to
+            # adopt (uninstalling deletes the namespace, and the pods with it)
+            "--keep-pods",
         ],
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
