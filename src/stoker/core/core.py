@@ -250,10 +250,23 @@ class Core:
         self.cluster.check()
         self.warm.check()
         self.gangs.check()
+        queued = (
+            {
+                e[1]
+                for q in self.gangs.queues.values()
+                for c in q.values()
+                for b in c.buckets.values()
+                for e in b
+            }
+            if self.unplaceable
+            else set()
+        )
         for jid, why in self.unplaceable.items():
             job = self.jobs[jid]
             if job.state is not JobState.QUEUED or self.refusal(job.spec) != why:
                 raise AssertionError(f"job {jid} set aside as {why}, now {job.state}")
+            if jid in queued:
+                raise AssertionError(f"job {jid} set aside and still in its queue")
         for pod in self.pods.values():
             if pod.state is PodState.GONE:
                 continue
