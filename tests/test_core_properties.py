@@ -37,7 +37,8 @@ from collections import deque
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import HealthCheck, event, settings
+from hypothesis import HealthCheck, settings
+from hypothesis import event as note_event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -244,7 +245,7 @@ class CoreMachine(RuleBasedStateMachine):
         """The second node leaves (drained): its pods fail, and queued jobs that fit
         nowhere now wait aside (:attr:`Core.unplaceable`)."""
         self.d.send(NodeRemoved("node-1"))
-        event(f"queued jobs set aside: {bool(self.d.core.unplaceable)}")
+        note_event(f"queued jobs set aside: {bool(self.d.core.unplaceable)}")
 
     @precondition(lambda self: self.nodes == 2 and "node-1" not in self.d.core.cluster.nodes)
     @rule()
