@@ -33,7 +33,7 @@ from stoker.broker.config import (
 )
 from stoker.broker.embedded import EmbeddedBroker
 from stoker.cli.main import app
-from stoker.client import Job, JobPreempted, JobShape
+from stoker.client import InvalidRequest, Job, JobPreempted, JobShape
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) not installed"),
@@ -123,6 +123,45 @@ def test_bad_class_workers_gpus_get_4xx_naming_the_field(tmp_path: Path) -> None
         db = eb.cfg.db_path
     with sqlite3.connect(db) as conn:
         assert conn.execute("select count(*) from jobs").fetchone()[0] == 0
+
+
+def test_a_shape_the_core_refuses_is_a_422_naming_the_field_and_nothing_is_stored(
+    tmp_path: Path,
+) -> None:
+    """The core decides whether a job can ever start (``Core.refusal``): five workers of
+    0.4 GPU fit two cards by their sum (the broker's old total-GPU check let them in) but
+    a card holds two such shares, so they would wait for ever. The API answers 422 naming
+    ``body.workers``, the SDK raises InvalidRequest, ``stoker run`` says it in one line
+    and exits non-zero; neither the job nor a core event is stored."""
+    with EmbeddedBroker(_cfg(tmp_path, gpu_slots=2)) as eb:
+        with stoker.Client(eb.url, eb.admin_token) as admin:
+            token = admin.create_tenant("a")
+        a = stoker.Client(eb.url, token)
+        body = {"profile": "plain", "argv": [PY, "-c", "pass"], "reuse_tag": "x"}
+        refused = {**body, "job_class": "spot", "workers": 5, "gpus": 0.4}
+        r = a._http.post("/v1/jobs", json=refused, headers={"Idempotency-Key": "k"})
+        assert r.status_code == 422, r.text
+        assert r.json()["field"] == "body.workers"
+        assert "room for 0.4 of a card each" in r.json()["message"]
+        with pytest.raises(InvalidRequest, match=r"body\.workers: 3 workers x 1") as err:
+            a.run("plain", ["true"], shape=JobShape("hp", workers=3, gpus=1))
+        assert (err.value.status, err.value.field) == (422, "body.workers")
+        cli = CliRunner().invoke(
+            app,
+            ["run", "-p", "plain", "--class", "hp", "--gpus", "3", "--", "true"],
+            env={"STOKER_URL": eb.url, "STOKER_TOKEN": token},
+        )
+        assert cli.exit_code == 2 and cli.stderr.count("\n") == 1, cli.stderr
+        assert "body.gpus: a worker takes 3 GPUs on one node" in cli.stderr
+        # what fits is taken: four such workers, two on each card
+        fits = a._http.post("/v1/jobs", json={**refused, "workers": 4}, params={"wait": 60})
+        assert fits.status_code == 201 and fits.json()["state"] == "finished", fits.text
+        a.close()
+        db = eb.cfg.db_path
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("select count(*) from jobs").fetchone()[0] == 1
+        kinds = [k for (k,) in conn.execute("select kind from core_events")]
+        assert kinds.count("submitted") == 1
 
 
 def test_hp_preempts_spot_which_checkpoints_and_runs_again(

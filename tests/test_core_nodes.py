@@ -50,10 +50,13 @@ def test_gpu_pools_and_placements_follow_the_nodes_that_join() -> None:
     assert [g.id for g in core.cluster.nodes["h1"].gpus] == ["h1/0", "h1/1", "h1/2", "h1/3"]
     out = core.handle(JobSubmitted(hp), 3.0)
     assert [(s.node, len(s.gpus)) for s in _starts(out)] == [("h1", 2)]
-    # a pool job's profile names A100: it places once an A100 node joins
-    out = core.handle(JobSubmitted(JobSpec("p-1", "acme", "gpu", reuse_tag="t")), 4.0)
-    assert _starts(out) == []
-    out = core.handle(NodeAdded("a1", A100, 1), 5.0)
+    # a pool job's profile names A100: refused while no A100 node is there, placed once
+    # one has joined
+    pool = JobSpec("p-1", "acme", "gpu", reuse_tag="t")
+    with pytest.raises(CoreError, match="profile: GPU pool A100 has no GPUs"):
+        core.handle(JobSubmitted(pool), 4.0)
+    assert core.handle(NodeAdded("a1", A100, 1), 5.0) == []
+    out = core.handle(JobSubmitted(pool), 5.0)
     assert [(s.node, s.gpus) for s in _starts(out)] == [("a1", ("a1/0",))]
     # said again with the same shape: nothing happens
     assert core.handle(NodeAdded("a1", A100, 1), 6.0) == []

@@ -11,6 +11,7 @@ from stoker.core import (
     HitPath,
     JobCancelled,
     JobEnded,
+    NodeAdded,
     PodState,
     Policies,
     Profile,
@@ -185,12 +186,14 @@ def test_queued_demand_stops_idle_pods_and_cancel_restores_the_limit() -> None:
     profiles = [Profile("p"), Profile("x", gpu_model="h100")]
     budget = QueueDrivenBudget(gpus=2.0)
     d = Driver(make_core(gpus=2, profiles=profiles, policies=Policies(budget=budget)))
+    d.send(NodeAdded("h", "h100", 1))
+    d.run("t", "w", "x")  # the one h100 card runs a job
     a = d.run("t", "a")
     b = d.run("t", "b")
     d.finish(a, at=1.0)
     d.finish(b, at=2.0)
     assert d.core.idle_gpus == 2.0 and d.core.budget_limit() == 2.0
-    x = d.submit("t", "x", "x")  # no h100 in this cluster: it waits
+    x = d.submit("t", "x", "x")  # no free h100 and no idle pod there: it waits
     assert d.core.budget_limit() == 1.0
     # the pod with the least keep-alive left is worth least
     assert d.log[-1][2] == [StopPod(d.core.jobs[a].pods[0], "budget")]

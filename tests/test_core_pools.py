@@ -96,10 +96,11 @@ def test_cpu_only_profile_rules() -> None:
     d = Driver(_core([CPU]))
     with pytest.raises(CoreError, match="job_class"):
         d.send(JobSubmitted(JobSpec("h", "t", "cpu", job_class=JobClass.HP)))
-    # a node without CPU slots takes no CPU-only pod: the job waits
+    # a node without CPU slots takes no CPU-only pod: the job could never start
     d = Driver(_core([CPU], cpu=0.0))
-    j = d.submit("t", "a", "cpu")
-    assert d.core.queued("cpu") == [j] and not d.actions(StartPod)
+    with pytest.raises(CoreError, match="profile: a CPU-only pod takes 1 CPUs and 2 GB"):
+        d.submit("t", "a", "cpu")
+    assert d.core.queued("cpu") == [] and not d.actions(StartPod) and not d.core.jobs
 
 
 # ---------------------------------------------------------------- minimum warm count

@@ -38,6 +38,7 @@ from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
+from hypothesis import event as note_event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -46,6 +47,7 @@ from stoker.core import (
     BindJob,
     Cluster,
     Core,
+    CoreError,
     Failure,
     ForecastUpdated,
     JobCancelled,
@@ -59,6 +61,8 @@ from stoker.core import (
     KeepAliveRenewed,
     KillJob,
     Node,
+    NodeAdded,
+    NodeRemoved,
     PodFailed,
     PodForgotten,
     PodGone,
@@ -161,8 +165,10 @@ class CoreMachine(RuleBasedStateMachine):
         workers=st.sampled_from([1, 1, 1, 2]),
     )
     def submit(self, tenant: str, tag: str, profile: str, workers: int) -> None:
-        if profile == "g" and workers * 2 > 2 * self.nodes:
-            workers = 1
+        if self.d.core.refusal(JobSpec("?", tenant, profile, tag, workers=workers)):
+            with pytest.raises(CoreError):  # it could never start: nothing registered
+                self.d.submit(tenant, tag, profile, workers)
+            return
         self.d.submit(tenant, tag, profile, workers)
 
     @rule(
@@ -175,10 +181,13 @@ class CoreMachine(RuleBasedStateMachine):
         """An hp or spot job; spot no larger than the smallest quota (it must run some day)."""
         if cls is JobClass.SPOT:
             gpus, workers = min(gpus, 1.0), 1
-        if gpus * workers > 2 * self.nodes:
-            workers = 1
         self.n += 1
         spec = JobSpec(f"g{self.n}", tenant, "x", job_class=cls, workers=workers, gpus=gpus)
+        if self.d.core.refusal(spec):
+            with pytest.raises(CoreError):  # it could never start: nothing registered
+                self.d.send(JobSubmitted(spec))
+            assert spec.id not in self.d.core.jobs
+            return
         self.d.send(JobSubmitted(spec))
 
     @rule(
@@ -229,6 +238,19 @@ class CoreMachine(RuleBasedStateMachine):
         self.d.starting.pop(pid, None)
         self.d.stopping.pop(pid, None)
         self.d.send(PodGone(pid) if lost else PodFailed(pid))
+
+    @precondition(lambda self: "node-1" in self.d.core.cluster.nodes)
+    @rule()
+    def node_leaves(self) -> None:
+        """The second node leaves (drained): its pods fail, and queued jobs that fit
+        nowhere now wait aside (:attr:`Core.unplaceable`)."""
+        self.d.send(NodeRemoved("node-1"))
+        note_event(f"queued jobs set aside: {bool(self.d.core.unplaceable)}")
+
+    @precondition(lambda self: self.nodes == 2 and "node-1" not in self.d.core.cluster.nodes)
+    @rule()
+    def node_returns(self) -> None:
+        self.d.send(NodeAdded("node-1", "any", 2, cpu=2.0))
 
     @rule(
         tenant=st.sampled_from(["t", "u"]),
@@ -335,6 +357,8 @@ class CoreMachine(RuleBasedStateMachine):
         if not hasattr(self, "d"):
             return
         d = self.d
+        if self.nodes == 2 and "node-1" not in d.core.cluster.nodes:
+            self.node_returns()  # what waits aside for it runs too
         for tenant in ("t", "u"):  # HP is forecast gone: every waiting spot job may run
             d.send(ForecastUpdated(tenant, "any", (0.0,), (0.0,)))
         for _ in range(100):

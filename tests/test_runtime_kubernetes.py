@@ -591,6 +591,47 @@ async def test_jobs_through_the_broker_run_in_kubernetes_pods_on_the_clusters_no
     assert kube.api.pods() == {} and kube.api.secrets() == {}
 
 
+async def test_the_broker_refuses_a_shape_no_node_of_the_cluster_can_hold(
+    kube: Kube, tmp_path: Path
+) -> None:
+    """On a cluster the broker's old check compared a job with the cluster's total GPUs
+    (4 here, on nodes of 2, 1 and 1): a 4-GPU worker and two 2-GPU workers passed it and
+    waited for ever. The core counts node slots: both are a 422 naming the field, and
+    nothing is stored or started."""
+    import httpx
+
+    from stoker.broker.app import Broker
+    from stoker.broker.config import BrokerConfig, BrokerProfile
+
+    kube.api.add_node("gpu-b", H100, 1)
+    kube.api.add_node("gpu-c", H100, 1)
+    plain = BrokerProfile.simple("plain")
+    cfg = BrokerConfig(data_dir=tmp_path / "data", profiles=[plain], gpu_model=H100)
+    broker = Broker(cfg, kube.runtime(profiles=[plain.core]))
+    await broker.start()
+    assert broker.scheduler.core.cluster.sizes == {H100: {2: 1, 1: 2}}  # type: ignore[union-attr]
+    transport = httpx.ASGITransport(app=broker.app)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://broker") as http:
+            admin = {"Authorization": f"Bearer {broker.admin_token}"}
+            r = await http.post("/v1/tenants", json={"name": "acme"}, headers=admin)
+            auth = {"Authorization": f"Bearer {r.json()['token']}"}
+            body = {"profile": "plain", "argv": ["true"], "reuse_tag": "t", "job_class": "hp"}
+            for shape, field, says in (
+                ({"gpus": 4}, "body.gpus", "the largest node of GPU pool"),
+                ({"gpus": 2, "workers": 2}, "body.workers", "hold 1 at once"),
+                ({"job_class": "pool", "workers": 5}, "body.workers", "= 4.5 GPUs"),
+            ):
+                r = await http.post("/v1/jobs", json={**body, **shape}, headers=auth)
+                assert r.status_code == 422, r.text
+                assert r.json()["field"] == field and says in r.json()["message"], r.json()
+            r = await http.get("/v1/jobs", headers=auth)
+            assert r.json() == []
+    finally:
+        await broker.close(stop_pods=True)
+    assert kube.api.pods() == {}
+
+
 def test_the_agent_dials_only_with_a_token() -> None:
     import subprocess
     import sys

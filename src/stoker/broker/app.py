@@ -14,7 +14,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import math
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -56,7 +55,7 @@ from stoker.broker.dashboard import add_routes as add_dashboard_routes
 from stoker.broker.dashboard import gauges as dashboard_gauges
 from stoker.broker.events_log import DecisionLog
 from stoker.broker.leader import Leadership
-from stoker.broker.loop import JobRequest, Scheduler
+from stoker.broker.loop import JobRequest, Refused, Scheduler
 from stoker.broker.metrics import BrokerMetrics
 from stoker.broker.replica import StoreReads, forward, unavailable
 from stoker.broker.secrets import SecretBox
@@ -279,28 +278,13 @@ def _invalid(field: str, message: str) -> ApiError:
     return ApiError(422, "invalid", f"{field}: {message}", field)
 
 
-def _check_shape(body: JobSubmit, profile_gpus: int, capacity: int) -> None:
-    """A job's class, workers and GPUs against each other and against this broker's GPUs;
-    an impossible shape is refused here, never left to wait forever in a queue."""
+def _check_class(body: JobSubmit) -> None:
+    """A job's class against its other fields. Whether its shape can ever start on this
+    cluster is the core's to say (:meth:`stoker.core.Core.refusal`, asked on submit)."""
     if body.guarantee_s is not None and body.job_class != "spot":
         raise _invalid("body.guarantee_s", "only spot jobs have a guaranteed duration")
     if body.gpus is not None and body.job_class == "pool":
         raise _invalid("body.gpus", "a pool job takes its profile's shape; leave gpus out")
-    if profile_gpus == 0 and body.job_class != "pool":
-        raise _invalid(
-            "body.job_class", f"profile {body.profile} is CPU-only; hp and spot jobs need GPUs"
-        )
-    per_worker = float(profile_gpus) if body.gpus is None else body.gpus
-    if per_worker > capacity:
-        raise _invalid("body.gpus", f"{per_worker:g} GPUs per worker; this broker has {capacity}")
-    # whole cards per worker; fractional workers may share cards (so at least this many)
-    need = math.ceil(body.workers * per_worker - 1e-9)
-    if need > capacity:
-        raise _invalid(
-            "body.workers",
-            f"{body.workers} workers of {per_worker:g} GPUs need {need:g}; this broker has"
-            f" {capacity}",
-        )
 
 
 def _job_view(row: dict[str, Any]) -> JobView:
@@ -615,7 +599,7 @@ def create_app(broker: Broker) -> FastAPI:
         whole output) or after S seconds (the job as it is then): one round trip for a
         short call."""
         tenant = tenant_of(who)
-        prof = profile_of(body.profile)
+        profile_of(body.profile)  # a 422 naming body.profile if it has none
         timeout_s = min(3600.0, cfg.max_timeout_s) if body.timeout_s is None else body.timeout_s
         if timeout_s > cfg.max_timeout_s:
             raise ApiError(
@@ -624,7 +608,7 @@ def create_app(broker: Broker) -> FastAPI:
                 f"body.timeout_s: {body.timeout_s} is over the {cfg.max_timeout_s} s cap",
                 "body.timeout_s",
             )
-        _check_shape(body, prof.core.gpus, sched.core.cluster.total_gpus)
+        _check_class(body)
         if body.code_digest is not None and not broker.store.has_code(body.code_digest, tenant):
             # 404 naming the field: the client uploads the archive and submits again (another
             # tenant's archive is as absent as a never uploaded one)
@@ -657,7 +641,11 @@ def create_app(broker: Broker) -> FastAPI:
             labels=dict(body.labels),
         )
         digest = broker.box.digest(body.model_dump(mode="json"))
-        row, created = await sched.submit(tenant, req, idempotency_key, digest)
+        try:
+            row, created = await sched.submit(tenant, req, idempotency_key, digest)
+        except Refused as exc:  # it could never start here: a 422 naming the field
+            field = f"body.{exc.refusal.field}"
+            raise ApiError(422, "invalid", f"{field}: {exc.refusal.reason}", field) from None
         if not created:
             if row.get("request_mac") not in (None, digest):
                 raise ApiError(

@@ -57,6 +57,7 @@ from stoker.core import (
     RankExited,
     RankStarted,
     RecyclePod,
+    Refusal,
     StartPod,
     StopPod,
     Tick,
@@ -245,6 +246,15 @@ def decode_event(ev: StoredEvent) -> Event:
         case "tick":
             return Tick()
     raise ValueError(f"stored event {ev.seq}: unknown kind {ev.kind!r}")
+
+
+class Refused(Exception):
+    """A job the core refuses: it could never start on this cluster (``refusal`` names
+    the field and says why). Nothing of it was stored."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(str(refusal))
+        self.refusal = refusal
 
 
 class Scheduler:
@@ -477,8 +487,20 @@ class Scheduler:
             row = self.store.job_by_key(tenant, key)
             if row is not None:
                 return row, False
-        now = self._tick_now()
         job_id = "j-" + uuid.uuid4().hex[:20]
+        spec = JobSpec(  # the GPU pool is the profile's: this host's gpu_model
+            job_id,
+            tenant,
+            req.profile,
+            req.reuse_tag,
+            JobClass(req.job_class),
+            workers=req.workers,
+            gpus=req.gpus,
+            guarantee_s=req.guarantee_s,
+        )
+        if (refusal := self.core.refusal(spec)) is not None:
+            raise Refused(refusal)  # before anything is stored
+        now = self._tick_now()
         row = {
             "id": job_id,
             "tenant": tenant,
@@ -515,16 +537,6 @@ class Scheduler:
         self._chunks[job_id] = []
         if key is not None:
             self._new_keys[(tenant, key)] = row
-        spec = JobSpec(  # the GPU pool is the profile's: this host's gpu_model
-            job_id,
-            tenant,
-            req.profile,
-            req.reuse_tag,
-            JobClass(req.job_class),
-            workers=req.workers,
-            gpus=req.gpus,
-            guarantee_s=req.guarantee_s,
-        )
         self._feed(JobSubmitted(spec), now)
         row["gpus"] = self.core.jobs[job_id].per_worker  # written with the row, in the batch
         await self._commit()  # the caller hears of its job only once it is stored

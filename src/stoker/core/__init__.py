@@ -52,6 +52,7 @@ from stoker.core.model import (
     Profile,
 )
 from stoker.core.registry import Preset, preset, presets
+from stoker.core.shape import Refusal
 from stoker.core.transitions import IllegalTransition
 
 __all__ = [
@@ -96,6 +97,7 @@ __all__ = [
     "RankExited",
     "RankStarted",
     "RecyclePod",
+    "Refusal",
     "StartPod",
     "StopPod",
     "Tick",

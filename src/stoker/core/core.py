@@ -70,6 +70,7 @@ from stoker.core.policies import (
     WarmBudget,
     WarmCap,
 )
+from stoker.core.shape import Refusal, cpu_refusal, gpu_refusal, worker_cards
 from stoker.core.transitions import JOB_MOVES, POD_MOVES, Transitions
 from stoker.core.warm import WarmPools
 
@@ -144,6 +145,10 @@ class Core:
         # is asked again at the time given here
         self._stop_retry: dict[str, float] = {}
         self._z = NormalDist().inv_cdf(self.policies.gangs.g)  # the warm cap's quantile
+        # queued jobs that a node's leaving made unable to start anywhere, with the core's
+        # refusal: out of their queue, so none holds back the jobs behind it, and back in
+        # it once nodes join and they fit again (a node drained for an upgrade returns)
+        self.unplaceable: dict[str, Refusal] = {}
 
     # ------------------------------------------------------------------ the entry point
 
@@ -245,6 +250,23 @@ class Core:
         self.cluster.check()
         self.warm.check()
         self.gangs.check()
+        queued = (
+            {
+                e[1]
+                for q in self.gangs.queues.values()
+                for c in q.values()
+                for b in c.buckets.values()
+                for e in b
+            }
+            if self.unplaceable
+            else set()
+        )
+        for jid, why in self.unplaceable.items():
+            job = self.jobs[jid]
+            if job.state is not JobState.QUEUED or self.refusal(job.spec) != why:
+                raise AssertionError(f"job {jid} set aside as {why}, now {job.state}")
+            if jid in queued:
+                raise AssertionError(f"job {jid} set aside and still in its queue")
         for pod in self.pods.values():
             if pod.state is PodState.GONE:
                 continue
@@ -325,17 +347,53 @@ class Core:
 
     # ------------------------------------------------------------------ jobs
 
+    def refusal(self, spec: JobSpec) -> Refusal | None:
+        """Why ``spec`` could never start on the cluster as it is now, even with every
+        job gone, or None: the one authority on it. A submitted job the core refuses is
+        an error (:class:`CoreError`), so no driver queues a job that never starts (the
+        broker answers it with a 422 naming the field, the simulator leaves such trace
+        jobs out). Raises :class:`CoreError` for an unknown profile."""
+        profile = self.profiles.get(spec.profile)
+        if profile is None:
+            raise CoreError(f"unknown profile {spec.profile!r}")
+        if profile.cpu_only:
+            if spec.job_class is not JobClass.POOL:
+                return Refusal(
+                    "job_class",
+                    f"profile {profile.name} is CPU-only; hp and spot jobs need a GPU profile",
+                )
+            return cpu_refusal(
+                self.cluster.cpu_shapes, profile.cpu, profile.memory_gb, spec.workers
+            )
+        if spec.job_class is JobClass.POOL:  # a pod of the profile per worker
+            sizes = self.cluster.sizes.get(profile.gpu_model, {})
+            return gpu_refusal(
+                profile.gpu_model,
+                sizes,
+                profile.gpus,
+                profile.share,
+                spec.workers,
+                shape_field="profile",
+                pool_field="profile",
+            )
+        pool = spec.gpu_model or profile.gpu_model
+        cards, share = worker_cards(spec.gpus if spec.gpus is not None else profile.gpu_demand)
+        return gpu_refusal(
+            pool,
+            self.cluster.sizes.get(pool, {}),
+            cards,
+            share,
+            spec.workers,
+            shape_field="profile" if spec.gpus is None else "gpus",
+            pool_field="profile" if spec.gpu_model is None else "gpu_model",
+        )
+
     def _submit(self, spec: JobSpec, now: float, out: list[Action]) -> None:
         profile = self.profiles.get(spec.profile)
         if profile is None:
             raise CoreError(f"unknown profile {spec.profile!r}")
         if spec.id in self.jobs:
             raise CoreError(f"duplicate job id {spec.id!r}")
-        if profile.cpu_only and spec.job_class is not JobClass.POOL:
-            raise CoreError(
-                f"job {spec.id}: job_class: profile {profile.name} has no GPUs; "
-                "hp and spot jobs need a GPU profile"
-            )
         if spec.job_class is JobClass.POOL:
             if spec.gpus is not None and abs(spec.gpus - profile.gpu_demand) > EPS:
                 raise CoreError(
@@ -345,17 +403,21 @@ class Core:
             demand = profile.gpu_demand
         else:
             demand = per_worker(spec.gpus if spec.gpus is not None else profile.gpu_demand)
+        refused = self.refusal(spec)
+        if refused is not None:
+            raise CoreError(f"job {spec.id}: {refused}")
         job = Job(spec=spec, state=JobState.QUEUED, submitted=now, per_worker=demand)
-        if spec.job_class is JobClass.POOL:
-            self.jobs[spec.id] = job
-            self.warm.submit(job, now, out)
-            return
-        self.gangs.submit(job, now)  # checks the GPU pool first: nothing half-registered
         self.jobs[spec.id] = job
+        if spec.job_class is JobClass.POOL:
+            self.warm.submit(job, now, out)
+        else:
+            self.gangs.submit(job, now)
 
     def _cancel(self, job_id: str, now: float, out: list[Action]) -> None:
         job = self._job(job_id)
-        if job.state is not JobState.FINISHED:
+        if self.unplaceable.pop(job_id, None) is not None:
+            self.end_job(job, Failure.CANCELLED, None, now, out)  # in no queue
+        elif job.state is not JobState.FINISHED:
             self._part(job.job_class).cancel(job, now, out)
 
     def _forget_job(self, job_id: str) -> None:
@@ -518,6 +580,7 @@ class Core:
         self.cluster.add_node(node)
         self.gangs.add_node(node)
         self.warm.room_freed()
+        self._sort_out(list(self.unplaceable))  # a job set aside may fit again
 
     def _node_removed(self, name: str, now: float, out: list[Action]) -> None:
         """A node left: each pod on it fails (its job typed ``pod_died``: re-queued if it
@@ -534,6 +597,24 @@ class Core:
         out.extend(StopPod(pid, "node_removed") for pid in on_node if pid not in stopping)
         self.gangs.remove_node(name)
         self.cluster.remove_node(name)
+        # every queued job, the ones just re-queued from this node's pods too
+        self._sort_out([j.id for j in self.jobs.values() if j.state is JobState.QUEUED])
+
+    def _sort_out(self, queued: list[str]) -> None:
+        """After a node joined or left: of these queued jobs, those that can start nowhere
+        now wait aside (:attr:`unplaceable`, with the refusal as the cluster is now), and
+        those set aside that fit again go back to their queue."""
+        for jid in queued:
+            job = self.jobs[jid]
+            why = self.refusal(job.spec)
+            aside = jid in self.unplaceable
+            if why is not None:
+                self.unplaceable[jid] = why
+                if not aside:
+                    self._part(job.job_class).withdraw(job)
+            elif aside:
+                del self.unplaceable[jid]
+                self._part(job.job_class).restore(job)
 
     # ------------------------------------------------------------------ forecasts
 

@@ -12,11 +12,13 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TypeVar
 
 # Shares are floats; comparisons tolerate rounding so 0.9 + 0.1 is "full", not "over".
 EPS = 1e-9
 # Free-share buckets per GPU (20 -> 0.05 resolution) make "a GPU with room for s" O(buckets).
 _BUCKETS = 20
+_K = TypeVar("_K")
 
 
 class CoreError(ValueError):
@@ -320,6 +322,13 @@ class Job:
         return None if self.started is None else self.started - self.submitted
 
 
+def _uncount(counts: dict[_K, int], key: _K) -> None:
+    """One node fewer of this size (a size with none left goes)."""
+    counts[key] -= 1
+    if not counts[key]:
+        del counts[key]
+
+
 def _bucket(free: float) -> int:
     return min(_BUCKETS, int(free * _BUCKETS + EPS))
 
@@ -337,6 +346,10 @@ class Cluster:
         # model -> bucket -> ordered set of GPU ids (dicts keep insertion order: deterministic)
         self._free: dict[str, list[dict[str, None]]] = {}
         self.capacity: dict[str, int] = {}
+        # per GPU model, its nodes counted by GPUs per node; nodes with CPU slots counted by
+        # (CPUs, GB): what a job's shape is checked against (:mod:`stoker.core.shape`)
+        self.sizes: dict[str, dict[int, int]] = {}
+        self.cpu_shapes: dict[tuple[float, float], int] = {}
         # nodes whose shares changed since a reader last cleared this, True where room was
         # freed (the hp/spot part keeps per-node indexes and refreshes the nodes every
         # other part touched; only freed room can let a waiting job go)
@@ -367,6 +380,11 @@ class Cluster:
             self.gpus[gpu.id] = gpu
             buckets[_bucket(gpu.free)][gpu.id] = None
         self.capacity[node.gpu_model] = self.capacity.get(node.gpu_model, 0) + len(node.gpus)
+        sizes = self.sizes.setdefault(node.gpu_model, {})
+        sizes[len(node.gpus)] = sizes.get(len(node.gpus), 0) + 1
+        if node.cpu > 0 and node.memory_gb > 0:
+            shape = (node.cpu, node.memory_gb)
+            self.cpu_shapes[shape] = self.cpu_shapes.get(shape, 0) + 1
 
     def remove_node(self, name: str) -> Node:
         """Take a node out of the cluster; every share on it must be released first."""
@@ -380,6 +398,9 @@ class Cluster:
             del self.gpus[gpu.id]
             del buckets[_bucket(gpu.free)][gpu.id]
         self.capacity[node.gpu_model] -= len(node.gpus)
+        _uncount(self.sizes[node.gpu_model], len(node.gpus))
+        if node.cpu > 0 and node.memory_gb > 0:
+            _uncount(self.cpu_shapes, (node.cpu, node.memory_gb))
         self.touched.pop(name, None)
         return node
 
@@ -478,6 +499,15 @@ class Cluster:
                 raise AssertionError(f"GPU {gpu.id} used {gpu.used} != allocs {total}")
             if gpu.id not in self._free[gpu.model][_bucket(gpu.free)]:
                 raise AssertionError(f"GPU {gpu.id} missing from its free-share index")
+        sizes: dict[str, dict[int, int]] = {}
+        shapes: dict[tuple[float, float], int] = {}
+        for node in self.nodes.values():
+            per = sizes.setdefault(node.gpu_model, {})
+            per[len(node.gpus)] = per.get(len(node.gpus), 0) + 1
+            if node.cpu > 0 and node.memory_gb > 0:
+                shapes[node.cpu, node.memory_gb] = shapes.get((node.cpu, node.memory_gb), 0) + 1
+        if {m: c for m, c in self.sizes.items() if c} != sizes or self.cpu_shapes != shapes:
+            raise AssertionError(f"nodes by size {self.sizes}, {self.cpu_shapes} are stale")
         for name, node in self.nodes.items():
             held = [(c, m) for n, c, m in self.cpu_allocs.values() if n == name]
             cpu, mem = sum(c for c, _ in held), sum(m for _, m in held)

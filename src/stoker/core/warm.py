@@ -326,7 +326,8 @@ class WarmPools:
             if job.job_class is not JobClass.POOL:
                 continue
             queued = job.id in self._queues[job.spec.profile]
-            if (job.state is JobState.QUEUED) != queued:
+            aside = job.id in self.host.unplaceable  # queued, in no queue
+            if (job.state is JobState.QUEUED) != (queued or aside) or (queued and aside):
                 raise AssertionError(f"job {job.id} state {job.state} but queued={queued}")
         for (profile, *pair), pods in self._warm.items():
             for pid in pods:
@@ -371,6 +372,16 @@ class WarmPools:
             self._try_place(job, now, out)
         elif head in self._reclaim:
             self._dirty = True  # the head waits on its reclaim: this job may start its own
+
+    def withdraw(self, job: Job) -> None:
+        """Take a queued job out of its profile's queue, still queued: it can start nowhere
+        as the cluster is now (:attr:`Core.unplaceable`)."""
+        self._dequeue(job)
+
+    def restore(self, job: Job) -> None:
+        """A withdrawn job fits again: back at its profile's queue's tail."""
+        self._enqueue(job)
+        self._dirty = True
 
     def cancel(self, job: Job, now: float, out: list[Action]) -> None:
         if job.state is JobState.QUEUED:

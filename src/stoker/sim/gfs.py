@@ -27,6 +27,7 @@ from stoker.core import Core, ForecastUpdated, Job, JobClass, JobSpec, JobSubmit
 from stoker.core.gfs.quota import guaranteed_hours
 from stoker.core.model import GPU, Cluster, Node
 from stoker.core.registry import Preset
+from stoker.core.shape import gpu_refusal, worker_cards
 from stoker.forecast.base import Cadence, Forecaster, ForecastError, SeriesKey
 from stoker.forecast.registry import DEFAULT_FORECASTER, make_forecaster
 from stoker.forecast.series import Calendar, demand_series
@@ -38,7 +39,6 @@ from stoker.traces.scale import (
     capacity_scale,
     keep_nodes,
     time_scale,
-    worker_gpus,
 )
 
 LOADS: dict[str, float] = {"low": 0.5, "medium": 1.0, "high": 1.5}
@@ -493,28 +493,22 @@ class Setup:
 
 
 def runnable(jobs: list[TraceJob], nodes: list[TraceNode]) -> list[TraceJob]:
-    """The jobs that could start on ``nodes`` with the cluster empty: a pool of their GPU
-    model, whole-GPU workers each on one node (a gang needs as many node slots as it has
-    workers), fractional ones within the pool's cards."""
-    capacity: dict[str, int] = {}
-    sizes: dict[str, list[int]] = {}
+    """The jobs that could start on ``nodes`` with the cluster empty, by the core's own
+    shape refusal (:func:`~stoker.core.shape.gpu_refusal`): a 125 x 8-GPU job on a pool
+    with 77 8-GPU nodes never starts (the core would refuse it at submit)."""
+    sizes: dict[str, dict[int, int]] = {}
     for n in nodes:
-        capacity[n.gpu_model] = capacity.get(n.gpu_model, 0) + n.gpus
-        sizes.setdefault(n.gpu_model, []).append(n.gpus)
-    slots: dict[tuple[str, int], int] = {}  # (model, GPUs a worker) -> workers at once
+        per = sizes.setdefault(n.gpu_model, {})
+        per[n.gpus] = per.get(n.gpus, 0) + 1
+    refused: dict[tuple[str, float, int], bool] = {}  # (model, request, workers) -> refused
 
     def fits(j: TraceJob) -> bool:
-        if j.gpu_model not in capacity:
-            return False
-        per_worker = worker_gpus(j)
-        if j.gpu_request >= 1:
-            # a 125 x 8-GPU job on a pool with 77 8-GPU nodes never starts, and at the HP
-            # queue's head it would hold back every job behind it for good
-            key = (j.gpu_model, int(per_worker))
-            if key not in slots:
-                slots[key] = sum(g // key[1] for g in sizes[j.gpu_model])
-            return slots[key] >= j.worker_num
-        return per_worker * j.worker_num <= capacity[j.gpu_model] + 1e-9
+        key = (j.gpu_model, j.gpu_request, j.worker_num)
+        if key not in refused:
+            pool = sizes.get(j.gpu_model, {})
+            cards, share = worker_cards(j.gpu_request)
+            refused[key] = gpu_refusal(j.gpu_model, pool, cards, share, j.worker_num) is not None
+        return not refused[key]
 
     return [j for j in jobs if fits(j)]
 

@@ -37,7 +37,6 @@ from stoker.core.gfs.preemption import Candidate, GFSVictims, PreemptContext, Vi
 from stoker.core.gfs.quota import ForecastQuota, QuotaPolicy
 from stoker.core.model import (
     EPS,
-    CoreError,
     Failure,
     Job,
     JobClass,
@@ -368,25 +367,29 @@ class GangScheduler:
     # ------------------------------------------------------------ called by the core
 
     def submit(self, job: Job, now: float) -> None:
+        """A new hp or spot job (the core checked that its shape fits its GPU pool)."""
         spec = job.spec
-        pool = spec.gpu_model or self.host.profiles[spec.profile].gpu_model
-        index = self.pools.get(pool)
-        if index is None:
-            raise CoreError(f"job {spec.id}: gpu_model {pool!r} has no nodes")
-        if not job.fractional and job.per_worker > index.max_gpus:
-            raise CoreError(
-                f"job {spec.id}: gpus {spec.gpus} exceeds the largest node "
-                f"of GPU pool {pool} ({index.max_gpus} GPUs)"
-            )
-        if job.gpus > self.capacity[pool] + EPS:
-            raise CoreError(
-                f"job {spec.id}: workers x gpus = {job.gpus:g} GPUs, GPU pool {pool} has "
-                f"{self.capacity[pool]}: it could never run"
-            )
+        pool = self.pool_of(job)
         self._active = True
         job.remaining = spec.duration or 0.0
         job.queued_since = now
         self.queues[pool][job.job_class].push(job, now)
+        self._dirty[pool] = None
+
+    def withdraw(self, job: Job) -> None:
+        """Take a queued job out of its queue, still queued: it can start nowhere on its
+        pool as it is now (:attr:`Core.unplaceable`)."""
+        self._awaiting_clear(job.id)  # what is stopping for it goes to whoever fits
+        self._failed.pop(job.id, None)
+        pool = self.pool_of(job)
+        self.queues[pool][job.job_class].drop(job)
+        self._dirty[pool] = None
+
+    def restore(self, job: Job) -> None:
+        """A withdrawn job fits again: back in its queue where it stood (its submit time,
+        or its re-queue time where the order queues re-queued jobs at the back)."""
+        pool = self.pool_of(job)
+        self.queues[pool][job.job_class].push(job, job.queued_since, requeue=True)
         self._dirty[pool] = None
 
     def pool_of(self, job: Job) -> str:
