@@ -312,6 +312,13 @@ def _job_view(row: dict[str, Any]) -> JobView:
     return JobView(**data)
 
 
+def _reply(view: JobView, status: int = 200) -> Response:
+    """``view`` as the reply's JSON, the body the route's ``response_model`` documents,
+    without FastAPI validating it again on the way out: it is a validated JobView already,
+    and that second pydantic pass over the whole view runs on every call."""
+    return Response(view.model_dump_json(), status, media_type="application/json")
+
+
 def _output_view(chunks: list[tuple[int, str, bytes]]) -> JobOutputView:
     def joined(stream: str) -> str:
         return base64.b64encode(b"".join(d for _, s, d in chunks if s == stream)).decode()
@@ -607,10 +614,9 @@ def create_app(broker: Broker) -> FastAPI:
         body: JobSubmit,
         who: Caller,
         sched: Leader,
-        response: Response,
         idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
         wait: Annotated[float, Query(ge=0, le=300)] = 0.0,
-    ) -> JobView:
+    ) -> Response:
         """Submit a job. With ``wait=S``, the reply comes when the job finishes (with its
         whole output) or after S seconds (the job as it is then): one round trip for a
         short call."""
@@ -658,21 +664,19 @@ def create_app(broker: Broker) -> FastAPI:
         )
         digest = broker.box.digest(body.model_dump(mode="json"))
         row, created = await sched.submit(tenant, req, idempotency_key, digest)
-        if not created:
-            if row.get("request_mac") not in (None, digest):
-                raise ApiError(
-                    422,
-                    "conflict",
-                    "idempotency-key: this key was used for a different job",
-                    "idempotency-key",
-                )
-            response.status_code = 200
+        if not created and row.get("request_mac") not in (None, digest):
+            raise ApiError(
+                422,
+                "conflict",
+                "idempotency-key: this key was used for a different job",
+                "idempotency-key",
+            )
         if wait > 0 and row["state"] != "finished":
             row = await sched.wait(row["id"], wait) or row
         view = _job_view(row)
         if wait > 0 and row["state"] == "finished":
             view.output = _output_view(sched.output_of(row["id"]))
-        return view
+        return _reply(view, 201 if created else 200)
 
     @app.get("/v1/jobs", response_model=list[JobView])
     async def list_jobs(
@@ -705,17 +709,17 @@ def create_app(broker: Broker) -> FastAPI:
         return [_job_view(r) for r in rows]
 
     @app.get("/v1/jobs/{job_id}", response_model=JobView)
-    async def get_job(job_id: str, who: Caller) -> JobView:
-        return _job_view(own_job(who, job_id))
+    async def get_job(job_id: str, who: Caller) -> Response:
+        return _reply(_job_view(own_job(who, job_id)))
 
     @app.get("/v1/jobs/{job_id}/wait", response_model=JobView)
     async def wait_job(
         job_id: str, who: Caller, timeout_s: Annotated[float, Query(ge=0, le=300)] = 30.0
-    ) -> JobView:
+    ) -> Response:
         own_job(who, job_id)
         row = await broker.reads.wait(job_id, timeout_s)
         assert row is not None
-        return _job_view(row)
+        return _reply(_job_view(row))
 
     @app.get("/v1/jobs/{job_id}/output")
     async def job_output(job_id: str, who: Caller, follow: bool = True) -> StreamingResponse:

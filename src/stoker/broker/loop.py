@@ -474,7 +474,7 @@ class Scheduler:
             if row is not None:  # submitted in this very turn: answered once it is stored
                 await self._commit()
                 return self._current(row) if row["id"] in self._requests else row, False
-            row = self.store.job_by_key(tenant, key)
+            row = self.store.job_by_key(tenant, key, loop=True)
             if row is not None:
                 return row, False
         now = self._tick_now()

@@ -28,6 +28,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from http.cookiejar import Cookie, CookieJar
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,86 @@ def _base_url(url: str) -> str:
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise InvalidRequest(f"url: {url!r} is not a URL; it should be {_URL_SHAPE}", field="url")
     return url.rstrip("/")
+
+
+class _NoCookies(CookieJar):
+    """A cookie jar that keeps nothing: the broker sets no cookies, and a real jar would
+    look for them in every reply's headers (and store them) on every call."""
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        return None
+
+    def set_cookie(self, cookie: Cookie) -> None:
+        return None
+
+
+class _Requests:
+    """The SDK's requests, built here rather than by ``httpx.Client.request``, which merges
+    the client's headers, cookies, query and base URL into each request anew: the headers
+    every request carries are made once, and so is each URL (path and query) sent before
+    (the submit's is the same on every call). Sent with the client's ``send``."""
+
+    _MAX_URLS = 256  # URLs of job ids come and go: the cache is emptied when it is full
+
+    def __init__(self, url: str, token: str | None, timeout_s: float) -> None:
+        self.base = url
+        self.headers = httpx.Headers(
+            {
+                "Host": httpx.URL(url).netloc.decode("ascii"),
+                "Accept": "*/*",
+                "Accept-Encoding": "gzip, deflate",
+                "Connection": "keep-alive",
+                "User-Agent": f"python-httpx/{httpx.__version__}",
+                **({"Authorization": f"Bearer {token}"} if token else {}),
+            }
+        )
+        self.json_headers = httpx.Headers({**self.headers, "Content-Type": "application/json"})
+        self.extensions = {"timeout": httpx.Timeout(timeout_s).as_dict()}
+        self._urls: dict[tuple[str, tuple[tuple[str, Any], ...]], httpx.URL] = {}
+
+    def url(self, path: str, params: dict[str, Any] | None) -> httpx.URL:
+        """``path`` (and its query) under the broker's URL, encoded as httpx encodes it."""
+        items = tuple((params or {}).items())
+        if any(isinstance(v, list) for _, v in items):  # a list's query: not kept
+            return httpx.URL(self.base + path, params=params)
+        key = (path, items)
+        url = self._urls.get(key)
+        if url is None:
+            if len(self._urls) >= self._MAX_URLS:
+                self._urls.clear()
+            url = self._urls[key] = httpx.URL(self.base + path, params=params or None)
+        return url
+
+    def build(
+        self,
+        method: str,
+        path: str,
+        params: dict[str, Any] | None = None,
+        json: Any = None,
+        content: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> httpx.Request:
+        """One request: ``json`` encoded as httpx encodes it, ``headers`` on top of the
+        client's own."""
+        base = self.headers
+        if json is not None:
+            content = _dumps(json)
+            base = self.json_headers
+        if headers:
+            base = httpx.Headers(base)
+            base.update(headers)
+        return httpx.Request(
+            method,
+            self.url(path, params),
+            headers=base,
+            content=content,
+            extensions=self.extensions,
+        )
+
+
+def _dumps(body: Any) -> bytes:
+    """A JSON body, as httpx encodes one (compact, UTF-8, no NaN)."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
 def _raise_for(resp: httpx.Response) -> None:
@@ -460,7 +541,10 @@ class Client:
             url, token = url or cfg.url, token or cfg.token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.url = _base_url(url)
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+        self._requests = _Requests(self.url, token, timeout_s)
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout_s, cookies=_NoCookies()
+        )
 
     def __enter__(self) -> Client:
         return self
@@ -474,7 +558,7 @@ class Client:
     def _request(self, method: str, path: str, **kw: Any) -> Any:
         for attempt in range(_RETRIES + 1):
             try:
-                resp = self._http.request(method, path, **kw)
+                resp = self._http.send(self._requests.build(method, path, **kw))
             except httpx.TransportError as exc:
                 if attempt == _RETRIES:
                     raise _unreachable(self.url, method, path, exc) from exc
@@ -700,8 +784,13 @@ class AsyncClient:
             url, token = url or cfg.url, token or cfg.token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.url = _base_url(url)
+        self._requests = _Requests(self.url, token, timeout_s)
         self._http = httpx.AsyncClient(
-            base_url=self.url, headers=headers, timeout=timeout_s, transport=transport
+            base_url=self.url,
+            headers=headers,
+            timeout=timeout_s,
+            transport=transport,
+            cookies=_NoCookies(),
         )
 
     async def __aenter__(self) -> AsyncClient:
@@ -716,7 +805,7 @@ class AsyncClient:
     async def _request(self, method: str, path: str, **kw: Any) -> Any:
         for attempt in range(_RETRIES + 1):
             try:
-                resp = await self._http.request(method, path, **kw)
+                resp = await self._http.send(self._requests.build(method, path, **kw))
             except httpx.TransportError as exc:
                 if attempt == _RETRIES:
                     raise _unreachable(self.url, method, path, exc) from exc
