@@ -106,6 +106,35 @@ def test_batch_writes_jobs_events_and_output_together(store: Store) -> None:
     assert store.queued_counts() == {"plain": 1}
 
 
+def test_a_job_updated_in_the_batch_that_inserts_it_is_inserted_as_updated(
+    store: Store,
+) -> None:
+    store.add_tenant("a", "h-a")
+    first = Batch()
+    first.new_jobs.append(_job("j1"))
+    first.commit(store)
+    statements: list[str] = []
+    sa.event.listen(
+        store.engine, "before_cursor_execute", lambda *a: statements.append(a[2].split()[0])
+    )
+    batch = Batch()
+    row = _job("j2", key="k2")
+    batch.new_jobs.append(row)
+    batch.update_job("j2", state="binding", pods=["p1"])  # a submit bound in its own turn
+    batch.update_job("j1", state="running")
+    batch.commit(store)
+    # j2 inserted as updated, j1 updated: one statement each
+    assert (statements.count("INSERT"), statements.count("UPDATE")) == (1, 1), statements
+    j1, j2 = store.get_job("j1"), store.get_job("j2")
+    assert j1 is not None and j1["state"] == "running"
+    assert j2 is not None and (j2["state"], j2["pods"], j2["idempotency_key"]) == (
+        "binding",
+        ["p1"],
+        "k2",
+    )
+    assert row["state"] == "queued" and row["pods"] == []  # the caller's row is its own
+
+
 def test_a_failed_batch_writes_nothing(store: Store) -> None:
     store.add_tenant("a", "h-a")
     batch = Batch()

@@ -490,13 +490,17 @@ class Batch:
         together, so a restart never sees one without the other."""
         if not self:
             return
+        # a job submitted in this batch is inserted as it is after the batch's updates (most
+        # often its bind): one statement fewer per job
+        updates = dict(self.job_updates)
+        inserts = [{**row, **updates.pop(row["id"], {})} for row in self.new_jobs]
         with store.loop_transaction() as conn:
             if store.fence is not None:
                 store.fence(conn)
-            if self.new_jobs:
-                conn.execute(_INSERT_JOB, self.new_jobs)
+            if inserts:
+                conn.execute(_INSERT_JOB, inserts)
             by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-            for job_id, values in self.job_updates.items():
+            for job_id, values in updates.items():
                 by_columns.setdefault(tuple(sorted(values)), []).append({"_id": job_id, **values})
             for columns, rows in by_columns.items():
                 conn.execute(_job_update(columns), rows)
