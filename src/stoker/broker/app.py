@@ -476,7 +476,9 @@ class FastSubmit:
             who = broker.auth.principal(_bearer(headers.get("authorization")))
             data = json.loads(body)
             job = JobSubmit.model_validate(data) if isinstance(data, dict) else None
-        except (AuthError, ValueError):  # ValidationError and JSONDecodeError among them
+        # ValidationError and JSONDecodeError are ValueErrors; a body nested too deep for
+        # the parser, a RecursionError: the route answers each (422, 400)
+        except (AuthError, ValueError, RecursionError):
             return None
         if job is None:
             return None
