@@ -14,6 +14,8 @@ their ratio (this tree / the other); ``--out`` writes every window and the media
 
     .venv/bin/python benchmarks/broker_ab.py --base /work/i10b-base [--rounds 3]
         [--profile plain] [--seconds 10] [--callers 4] [--calls 200] [--out FILE.json]
+
+(``--seconds 0 --calls N``: only the single-caller runs.)
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def main() -> None:
     ap.add_argument("--base", type=Path, required=True, help="the other tree's root")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile", default="plain")
-    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--seconds", type=float, default=10.0, help="0: no throughput windows")
     ap.add_argument("--callers", type=int, default=4)
     ap.add_argument("--calls", type=int, default=0, help="profile_call.py calls (0: none)")
     ap.add_argument("--out", type=Path)
@@ -71,11 +73,13 @@ def main() -> None:
     for r in range(args.rounds):
         for name in ("base", "this") if r % 2 == 0 else ("this", "base"):
             tree = sides[name]
-            window = ["--profile", args.profile, "--seconds", str(args.seconds)]
-            w = _run("bench_throughput.py", tree, [*window, "--callers", str(args.callers)])
-            windows[name].append(w)
-            line = {k: round(w[k], 2) for k in THROUGHPUT}
-            print(f"round {r} {name} throughput", json.dumps(line), w["loadavg_1m"], flush=True)
+            if args.seconds > 0:
+                window = ["--profile", args.profile, "--seconds", str(args.seconds)]
+                w = _run("bench_throughput.py", tree, [*window, "--callers", str(args.callers)])
+                windows[name].append(w)
+                line = {k: round(w[k], 2) for k in THROUGHPUT}
+                load = w["loadavg_1m"]
+                print(f"round {r} {name} throughput", json.dumps(line), load, flush=True)
             if args.calls:
                 c = _run("profile_call.py", tree, ["--n", str(args.calls)])
                 calls[name].append(c)
