@@ -17,7 +17,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -424,7 +424,9 @@ class FastSubmit:
     other request goes on to the FastAPI route unchanged, so every refusal of a malformed
     request is the route's own, field for field."""
 
-    def __init__(self, app: ASGIApp, broker: Broker, submit: Any) -> None:
+    def __init__(
+        self, app: ASGIApp, broker: Broker, submit: Callable[..., Awaitable[Response]]
+    ) -> None:
         self.app, self.broker, self.submit = app, broker, submit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -1135,8 +1135,8 @@ class Scheduler:
         if self._tick_handle is not None:
             self._tick_handle.cancel()
             self._tick_handle = None
-        deadline = self.core.next_deadline()
-        if not self._ticking or deadline is None:
+        deadline = self.core.next_deadline() if self._ticking else None
+        if deadline is None:
             return
         self._tick_handle = asyncio.get_running_loop().call_later(
             max(0.0, deadline - self.clock()), self._deadline_passed
