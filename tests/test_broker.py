@@ -4,6 +4,8 @@ bubblewrap sandboxes and the real in-pod agent."""
 
 from __future__ import annotations
 
+import base64
+import json
 import shutil
 import sqlite3
 import time
@@ -85,6 +87,71 @@ def _wait_for(pred: Any, timeout_s: float = 20.0) -> None:
 
 
 # ----------------------------------------------------------------------------- API layer
+
+
+def test_a_plain_submit_takes_the_fast_path_and_answers_as_the_route(
+    broker: EmbeddedBroker,
+) -> None:
+    # POST /v1/jobs: a plain request is served by the fast path (FastSubmit), any other by
+    # the FastAPI route; the same request either way gets the same answer, refusals included
+    assert broker.broker is not None
+    (route,) = [
+        r
+        for r in broker.broker.app.router.routes
+        if getattr(r, "path", None) == "/v1/jobs" and "POST" in getattr(r, "methods", ())
+    ]
+    routed: list[str] = []
+    inner = route.app
+
+    async def counting(scope: Any, receive: Any, send: Any) -> None:
+        routed.append(scope["path"])
+        await inner(scope, receive, send)
+
+    route.app = counting
+    a = _tenant(broker, "a")
+    job = {"profile": "plain", "argv": ["python", "-c", "print(3)"], "reuse_tag": "fp"}
+    bad_key = {"Idempotency-Key": "k" * 201}
+    cases: list[tuple[dict[str, Any], dict[str, Any], dict[str, str], bool]] = [
+        (job, {"wait": 30}, {}, True),  # runs; the same key again: the same job, a 200
+        (job, {"wait": 30}, {}, True),
+        ({**job, "profile": "nope"}, {}, {}, True),  # the route function's own refusal
+        ({**job, "argv": []}, {}, {}, False),  # pydantic's: the route's
+        (job, {"wait": 301}, {}, False),
+        (job, {"wait": "soon"}, {}, False),
+        (job, {}, bad_key, False),
+        (job, {"other": 1}, {}, False),  # the route ignores it: the same job again
+    ]
+    answers: dict[str, list[tuple[int, Any]]] = {}
+    for way, content_type in (("fast", "application/json"), ("route", "application/JSON")):
+        answers[way] = []
+        for body, params, headers, plain in cases:
+            routed.clear()
+            r = a.http.post(
+                "/v1/jobs",
+                params=params,
+                content=json.dumps(body),
+                headers={"Content-Type": content_type, "Idempotency-Key": way, **headers},
+            )
+            assert bool(routed) is (way == "route" or not plain), (way, body, params)
+            reply = r.json()
+            if r.status_code < 300:
+                assert reply["state"] == "finished" and reply["labels"] == {}
+                if "wait" in params:  # it waited: the output came with the reply
+                    assert base64.b64decode(reply["output"]["stdout"]) == b"3\n"
+                reply = {k: v for k, v in reply.items() if k not in _PER_JOB}
+            answers[way].append((r.status_code, reply))
+    assert [s for s, _ in answers["fast"]] == [201, 200, 422, 422, 422, 422, 422, 200]
+    assert answers["fast"] == answers["route"]
+    assert [reply.get("field") for _, reply in answers["fast"][2:7]] == [
+        "body.profile",
+        "body.argv",
+        "query.wait",
+        "query.wait",
+        "header.idempotency-key",
+    ]
+
+
+_PER_JOB = ("id", "submitted", "started", "finished", "start_latency_ms", "pods", "path")
 
 
 def test_health_ready_and_openapi(broker: EmbeddedBroker) -> None:

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from stoker.broker.config import BrokerConfig
 from stoker.broker.db import normalize_url
 from stoker.broker.embedded import free_port
-from stoker.broker.store import Batch, Store, StoreError
+from stoker.broker.store import Batch, Store, StoreError, jobs
 from stoker.cli.main import app
 
 
@@ -106,6 +106,35 @@ def test_batch_writes_jobs_events_and_output_together(store: Store) -> None:
     assert store.queued_counts() == {"plain": 1}
 
 
+def test_a_job_updated_in_the_batch_that_inserts_it_is_inserted_as_updated(
+    store: Store,
+) -> None:
+    store.add_tenant("a", "h-a")
+    first = Batch()
+    first.new_jobs.append(_job("j1"))
+    first.commit(store)
+    statements: list[str] = []
+    sa.event.listen(
+        store.engine, "before_cursor_execute", lambda *a: statements.append(a[2].split()[0])
+    )
+    batch = Batch()
+    row = _job("j2", key="k2")
+    batch.new_jobs.append(row)
+    batch.update_job("j2", state="binding", pods=["p1"])  # a submit bound in its own turn
+    batch.update_job("j1", state="running")
+    batch.commit(store)
+    # j2 inserted as updated, j1 updated: one statement each
+    assert (statements.count("INSERT"), statements.count("UPDATE")) == (1, 1), statements
+    j1, j2 = store.get_job("j1"), store.get_job("j2")
+    assert j1 is not None and j1["state"] == "running"
+    assert j2 is not None and (j2["state"], j2["pods"], j2["idempotency_key"]) == (
+        "binding",
+        ["p1"],
+        "k2",
+    )
+    assert row["state"] == "queued" and row["pods"] == []  # the caller's row is its own
+
+
 def test_a_failed_batch_writes_nothing(store: Store) -> None:
     store.add_tenant("a", "h-a")
     batch = Batch()
@@ -131,6 +160,49 @@ def test_a_failing_fence_rolls_the_batch_back(store: Store) -> None:
     with pytest.raises(StoreError, match="deposed"):
         batch.commit(store)
     assert store.get_job("j1") is None and list(store.events()) == []
+
+
+def test_the_loops_connection_commits_at_once_holds_no_snapshot_and_recovers(
+    database_url: str,
+) -> None:
+    loop = Store(database_url)  # the scheduling loop's store
+    other = Store(database_url)  # another reader and writer of the same database
+    try:
+        loop.add_tenant("a", "h-a")
+        batch = Batch()
+        batch.new_jobs.append(_job("j1", key="k1"))
+        batch.event(1.0, "submitted", {"id": "j1"})
+        batch.commit(loop)
+        assert other.get_job("j1") is not None  # committed when commit returns
+        assert loop.job_by_key("a", "k1", loop=True) is not None
+        # between turns the loop's connection holds no transaction (no read snapshot):
+        # what another writer commits now, the loop's next read sees
+        other.add_tenant("b", "h-b")
+        with other.transaction() as conn:
+            conn.execute(sa.insert(jobs).values(**_job("j2", tenant="b", key="k2")))
+        assert loop.job_by_key("b", "k2", loop=True) is not None
+        kept = loop._loop_conn
+        assert kept is None or not kept.in_transaction()
+
+        failing = Batch()  # a duplicate output chunk: the whole batch fails
+        failing.new_jobs.append(_job("j3"))
+        failing.output.append({"job": "j3", "seq": 0, "stream": "stdout", "data": b"x"})
+        failing.output.append({"job": "j3", "seq": 0, "stream": "stdout", "data": b"dup"})
+        with pytest.raises(sa.exc.IntegrityError):
+            failing.commit(loop)
+        assert other.get_job("j3") is None
+        assert loop._loop_conn is None or loop._loop_conn is not kept  # not reused
+        batch.new_jobs.append(_job("j4"))
+        batch.event(2.0, "submitted", {"id": "j4"})
+        batch.commit(loop)  # the loop goes on, on a fresh connection
+        assert other.get_job("j4") is not None and other.get_job("j3") is None
+        assert [e.data["id"] for e in other.events()] == ["j1", "j4"]
+        if loop.engine.dialect.name == "sqlite":  # one connection kept, and only one
+            assert loop._loop_conn is not None and loop._loop_conn is not kept
+            assert loop.engine.pool.checkedout() == 1
+    finally:
+        loop.close()
+        other.close()
 
 
 def test_code_digests(store: Store) -> None:

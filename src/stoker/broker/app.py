@@ -14,8 +14,9 @@ import contextlib
 import hashlib
 import json
 import logging
+import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -26,6 +27,7 @@ from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from filelock import FileLock, Timeout
+from starlette.datastructures import Headers, QueryParams
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -296,6 +298,13 @@ def _job_view(row: dict[str, Any]) -> JobView:
     return JobView(**data)
 
 
+def _reply(view: JobView, status: int = 200) -> Response:
+    """``view`` as the reply's JSON, the body the route's ``response_model`` documents,
+    without FastAPI validating it again on the way out: it is a validated JobView already,
+    and that second pydantic pass over the whole view runs on every call."""
+    return Response(view.model_dump_json(), status, media_type="application/json")
+
+
 def _output_view(chunks: list[tuple[int, str, bytes]]) -> JobOutputView:
     def joined(stream: str) -> str:
         return base64.b64encode(b"".join(d for _, s, d in chunks if s == stream)).decode()
@@ -303,14 +312,18 @@ def _output_view(chunks: list[tuple[int, str, bytes]]) -> JobOutputView:
     return JobOutputView(stdout=joined("stdout"), stderr=joined("stderr"))
 
 
+def _bearer(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer ...`` header (None: no bearer token)."""
+    if authorization and authorization.lower().startswith("bearer "):
+        return authorization[7:].strip()
+    return None
+
+
 async def _principal(  # async: FastAPI would run a plain def in a worker thread per call
     request: Request, authorization: Annotated[str | None, Header()] = None
 ) -> Principal:
-    token = None
-    if authorization and authorization.lower().startswith("bearer "):
-        token = authorization[7:].strip()
     try:
-        return request.app.state.broker.auth.principal(token)
+        return request.app.state.broker.auth.principal(_bearer(authorization))
     except AuthError as exc:
         raise ApiError(401, "unauthorized", str(exc), "authorization") from exc
 
@@ -362,16 +375,100 @@ class BodyCap:
                 return
             if not msg.get("more_body"):
                 break
-        replayed = False
+        await self.app(scope, _replay(bytes(body), receive), send)
 
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": bytes(body), "more_body": False}
 
-        await self.app(scope, replay, send)
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that hands the request's ``body`` (read already) over again, as one
+    message, then goes on with ``receive`` (a disconnect)."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+_JSON_TYPES = ("application/json", "application/json; charset=utf-8")
+_WAIT = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,9})?")  # what float(...) and the route agree on
+
+
+class FastSubmit:
+    """``POST /v1/jobs`` (every SDK call) without FastAPI's per-request work: its routing,
+    dependency and parameter machinery cost more of the broker's CPU than the submit itself.
+
+    A plain request (a JSON body pydantic accepts as a JobSubmit, a known bearer token, an
+    ``Idempotency-Key`` of at most 200 characters, no query but ``wait`` as plain digits
+    within 0-300, on the replica that leads) is validated here and handed to the route's
+    own function (``submit``), its refusals (ApiError) answered as the route's are. Any
+    other request goes on to the FastAPI route unchanged, so every refusal of a malformed
+    request is the route's own, field for field."""
+
+    def __init__(
+        self, app: ASGIApp, broker: Broker, submit: Callable[..., Awaitable[Response]]
+    ) -> None:
+        self.app, self.broker, self.submit = app, broker, submit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/v1/jobs":
+            await self.app(scope, receive, send)
+            return
+        body = bytearray()
+        while True:  # the body is capped (BodyCap) before it gets here
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return
+            body += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        call = self._plain(scope, bytes(body))
+        if call is None:
+            await self.app(scope, _replay(bytes(body), receive), send)
+            return
+        try:
+            response = await self.submit(**call)
+        except ApiError as exc:
+            response = _api_error_response(exc)
+        except Deposed:
+            response = _deposed_response()
+        await response(scope, receive, send)
+
+    def _plain(self, scope: Scope, body: bytes) -> dict[str, Any] | None:
+        """The route function's arguments for a plain request; None for any other."""
+        headers = Headers(scope=scope)
+        if headers.get("content-type") not in _JSON_TYPES:
+            return None
+        key = headers.get("idempotency-key")
+        if key is not None and len(key) > 200:
+            return None
+        query = QueryParams(scope["query_string"])
+        wait = 0.0
+        if query:
+            values = query.getlist("wait")
+            if len(query) != 1 or len(values) != 1 or not _WAIT.fullmatch(values[0]):
+                return None
+            wait = float(values[0])
+            if wait > 300:
+                return None
+        broker = self.broker
+        sched = broker.scheduler
+        if sched is None or not broker.leads:
+            return None
+        try:
+            who = broker.auth.principal(_bearer(headers.get("authorization")))
+            data = json.loads(body)
+            job = JobSubmit.model_validate(data) if isinstance(data, dict) else None
+        # ValidationError and JSONDecodeError are ValueErrors; a body nested too deep for
+        # the parser, a RecursionError: the route answers each (422, 400)
+        except (AuthError, ValueError, RecursionError):
+            return None
+        if job is None:
+            return None
+        return {"body": job, "who": who, "sched": sched, "idempotency_key": key, "wait": wait}
 
 
 async def _too_large(send: Send, what: str, cap: int) -> None:
@@ -383,6 +480,17 @@ async def _too_large(send: Send, what: str, cap: int) -> None:
 
 async def _no_receive() -> Message:
     return {"type": "http.disconnect"}
+
+
+def _api_error_response(exc: ApiError) -> JSONResponse:
+    body = ErrorBody(error=exc.error, field=exc.field, message=exc.message)
+    return JSONResponse(body.model_dump(), status_code=exc.status)
+
+
+def _deposed_response() -> Response:
+    # the lead moved while this write was under way: nothing of it was stored, and a
+    # retry (same idempotency key) reaches the new leader
+    return unavailable(None, "this replica lost the lead during the request")
 
 
 _ERR = {"model": ErrorBody}
@@ -412,14 +520,12 @@ def create_app(broker: Broker) -> FastAPI:
         lifespan=lifespan,
         responses={400: _ERR, 401: _ERR, 403: _ERR, 404: _ERR, 413: _ERR, 422: _ERR},
     )
-    app.add_middleware(BodyCap, cap=broker.cfg.max_request_bytes, exempt=("/v1/code",))
     app.state.broker = broker
     cfg = broker.cfg
 
     @app.exception_handler(ApiError)
     async def _api_error(_req: Request, exc: ApiError) -> JSONResponse:
-        body = ErrorBody(error=exc.error, field=exc.field, message=exc.message)
-        return JSONResponse(body.model_dump(), status_code=exc.status)
+        return _api_error_response(exc)
 
     @app.exception_handler(NotLeader)
     async def _to_leader(req: Request, _exc: NotLeader) -> Response:
@@ -427,9 +533,7 @@ def create_app(broker: Broker) -> FastAPI:
 
     @app.exception_handler(Deposed)
     async def _deposed(_req: Request, _exc: Deposed) -> Response:
-        # the lead moved while this write was under way: nothing of it was stored, and a
-        # retry (same idempotency key) reaches the new leader
-        return unavailable(None, "this replica lost the lead during the request")
+        return _deposed_response()
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
@@ -591,10 +695,9 @@ def create_app(broker: Broker) -> FastAPI:
         body: JobSubmit,
         who: Caller,
         sched: Leader,
-        response: Response,
         idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
         wait: Annotated[float, Query(ge=0, le=300)] = 0.0,
-    ) -> JobView:
+    ) -> Response:
         """Submit a job. With ``wait=S``, the reply comes when the job finishes (with its
         whole output) or after S seconds (the job as it is then): one round trip for a
         short call."""
@@ -646,21 +749,19 @@ def create_app(broker: Broker) -> FastAPI:
         except Refused as exc:  # it could never start here: a 422 naming the field
             field = f"body.{exc.refusal.field}"
             raise ApiError(422, "invalid", f"{field}: {exc.refusal.reason}", field) from None
-        if not created:
-            if row.get("request_mac") not in (None, digest):
-                raise ApiError(
-                    422,
-                    "conflict",
-                    "idempotency-key: this key was used for a different job",
-                    "idempotency-key",
-                )
-            response.status_code = 200
+        if not created and row.get("request_mac") not in (None, digest):
+            raise ApiError(
+                422,
+                "conflict",
+                "idempotency-key: this key was used for a different job",
+                "idempotency-key",
+            )
         if wait > 0 and row["state"] != "finished":
             row = await sched.wait(row["id"], wait) or row
         view = _job_view(row)
         if wait > 0 and row["state"] == "finished":
             view.output = _output_view(sched.output_of(row["id"]))
-        return view
+        return _reply(view, 201 if created else 200)
 
     @app.get("/v1/jobs", response_model=list[JobView])
     async def list_jobs(
@@ -693,17 +794,17 @@ def create_app(broker: Broker) -> FastAPI:
         return [_job_view(r) for r in rows]
 
     @app.get("/v1/jobs/{job_id}", response_model=JobView)
-    async def get_job(job_id: str, who: Caller) -> JobView:
-        return _job_view(own_job(who, job_id))
+    async def get_job(job_id: str, who: Caller) -> Response:
+        return _reply(_job_view(own_job(who, job_id)))
 
     @app.get("/v1/jobs/{job_id}/wait", response_model=JobView)
     async def wait_job(
         job_id: str, who: Caller, timeout_s: Annotated[float, Query(ge=0, le=300)] = 30.0
-    ) -> JobView:
+    ) -> Response:
         own_job(who, job_id)
         row = await broker.reads.wait(job_id, timeout_s)
         assert row is not None
-        return _job_view(row)
+        return _reply(_job_view(row))
 
     @app.get("/v1/jobs/{job_id}/output")
     async def job_output(job_id: str, who: Caller, follow: bool = True) -> StreamingResponse:
@@ -812,4 +913,7 @@ def create_app(broker: Broker) -> FastAPI:
         return Response(status_code=204)
 
     add_dashboard_routes(app, broker, broker.decisions, broker.dashboard)
+    # the last added runs first: bodies are capped, then a plain submit takes its fast path
+    app.add_middleware(FastSubmit, broker=broker, submit=submit)
+    app.add_middleware(BodyCap, cap=broker.cfg.max_request_bytes, exempt=("/v1/code",))
     return app

@@ -57,6 +57,9 @@ class EmbeddedBroker:
                     port=self.port,
                     log_level="warning",
                     lifespan="on",
+                    access_log=False,  # as `stoker up`: no per-request work nobody reads
+                    proxy_headers=False,
+                    server_header=False,
                     timeout_graceful_shutdown=5,
                 )
                 self._server = uvicorn.Server(config)

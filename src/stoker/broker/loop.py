@@ -292,7 +292,7 @@ class Scheduler:
         self._committed: list[asyncio.Future[None]] = []
         self._new_keys: dict[tuple[str, str], dict[str, Any]] = {}  # (tenant, key) -> row
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._service: set[asyncio.Task[Any]] = set()  # the reader and timers, not calls
+        self._service: set[asyncio.Task[Any]] = set()  # the reader and forecaster, not calls
         self._requests: dict[str, dict[str, Any]] = {}  # unfinished job id -> its row
         self._synced: dict[str, tuple[Any, ...]] = {}  # job id -> last written core view
         self._stopping: set[str] = set()  # pods we asked to stop (their PodDown is a PodGone)
@@ -311,7 +311,9 @@ class Scheduler:
         name = cfg.forecast.forecaster or self.preset.forecaster
         name = DEFAULT_FORECASTER if name == "default" else name
         self.forecasts = None if name is None else HPForecasts(cfg.forecast, store, name)
-        self._wake = asyncio.Event()
+        # the core's next keep-alive deadline: a Tick then (armed once the loop has started)
+        self._ticking = False
+        self._tick_handle: asyncio.TimerHandle | None = None
         self._port = 0
         self.ready = False
         self._closing = False
@@ -365,8 +367,10 @@ class Scheduler:
         if any(p.min_warm for p in self.preset.policies.profiles.values()):
             self._feed(Tick())  # the core starts the spare pods the minimums ask for now
             self._flush()
-        for service in (self._read_runtime(), self._timer(), self._forecast_loop()):
+        for service in (self._read_runtime(), self._forecast_loop()):
             self._service.add(self._spawn(service))
+        self._ticking = True
+        self._arm_timer()
         self.started_at = self.clock()
         self.ready = True
         return report
@@ -452,6 +456,9 @@ class Scheduler:
         calls = [t for t in self._tasks if t not in self._service]
         for task in self._service:
             task.cancel()
+        self._ticking = False
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
         if calls:
             await asyncio.wait(calls, timeout=_CLOSE_CALLS_S)
         for task in list(self._tasks):
@@ -484,7 +491,7 @@ class Scheduler:
             if row is not None:  # submitted in this very turn: answered once it is stored
                 await self._commit()
                 return self._current(row) if row["id"] in self._requests else row, False
-            row = self.store.job_by_key(tenant, key)
+            row = self.store.job_by_key(tenant, key, loop=True)
             if row is not None:
                 return row, False
         job_id = "j-" + uuid.uuid4().hex[:20]
@@ -740,7 +747,7 @@ class Scheduler:
         for action in actions:
             self._carry_out(action)
         self._sync_jobs()
-        self._wake.set()
+        self._arm_timer()
         self._schedule_flush()
 
     def _sync_jobs(self) -> None:
@@ -1134,16 +1141,22 @@ class Scheduler:
             self._feed(ForecastUpdated(a.tenant, a.gpu_model, a.mean, a.var))
         return next_refit
 
-    async def _timer(self) -> None:
-        """Tick the core at its next keep-alive deadline (re-armed after every event)."""
-        while True:
-            self._wake.clear()
-            deadline = self.core.next_deadline()
-            delay = None if deadline is None else max(0.0, deadline - self.clock())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
-                continue
-            self._feed(Tick())
+    def _arm_timer(self) -> None:
+        """Tick the core at its next keep-alive deadline: one timer, re-armed after every
+        event (a timer handle, not a task woken per event: that cost a task per event)."""
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+            self._tick_handle = None
+        deadline = self.core.next_deadline() if self._ticking else None
+        if deadline is None:
+            return
+        self._tick_handle = asyncio.get_running_loop().call_later(
+            max(0.0, deadline - self.clock()), self._deadline_passed
+        )
+
+    def _deadline_passed(self) -> None:
+        self._tick_handle = None
+        self._feed(Tick())  # which arms the timer for the next deadline
 
 
 def _agent_report(info: Any) -> AgentReport:

@@ -156,6 +156,10 @@ class Store:
         # run first in every scheduling write (Batch.commit): the leader's fencing check,
         # so a deposed leader's writes roll back (set by stoker.broker.leader)
         self.fence: Callable[[Connection], None] | None = None
+        # SQLite: one connection kept for the scheduling loop's commits and reads (see
+        # loop_transaction); None until first used, and after an error
+        self._keep_loop_conn = self.engine.dialect.name == "sqlite"
+        self._loop_conn: Connection | None = None
         with self.engine.begin() as conn:
             lock_migrations(conn)
             cfg = AlembicConfig()
@@ -177,6 +181,9 @@ class Store:
         return Store(sqlite_url(p))
 
     def close(self) -> None:
+        conn, self._loop_conn = self._loop_conn, None
+        if conn is not None:
+            conn.close()
         self.engine.dispose()
 
     @contextmanager
@@ -184,6 +191,35 @@ class Store:
         """One transaction: everything written inside lands together or not at all."""
         with self.engine.begin() as conn:
             yield conn
+
+    @contextmanager
+    def loop_transaction(self, write: bool = True) -> Iterator[Connection]:
+        """A transaction of the scheduling loop (its group commit; with ``write`` False, a
+        read, rolled back), called from the loop's thread only. On SQLite it runs on one
+        connection kept for the loop, not a pool checkout (and the pool's reset) per loop
+        turn: the checkout cost more than the turn's statements. The transaction ends on
+        leaving, so the connection holds no read snapshot between turns (other readers see
+        each commit at once); after an error it is rolled back and the connection replaced.
+        Elsewhere: a pooled connection per call, as :meth:`transaction`."""
+        if not self._keep_loop_conn:
+            with self.engine.begin() if write else self.engine.connect() as conn:
+                yield conn
+            return
+        conn = self._loop_conn
+        if conn is None:
+            conn = self._loop_conn = self.engine.connect()
+        try:
+            tx = conn.begin()
+            yield conn
+            if write:
+                tx.commit()
+            else:
+                tx.rollback()
+        except BaseException:
+            self._loop_conn = None  # a connection in an unknown state is not kept
+            with contextlib.suppress(Exception):
+                conn.close()  # rolls back whatever is open
+            raise
 
     # --- tenants -------------------------------------------------------------
 
@@ -225,8 +261,10 @@ class Store:
 
     # --- jobs ----------------------------------------------------------------
 
-    def job_by_key(self, tenant: str, key: str) -> dict[str, Any] | None:
-        with self.engine.connect() as conn:
+    def job_by_key(self, tenant: str, key: str, loop: bool = False) -> dict[str, Any] | None:
+        """The job ``tenant`` submitted under idempotency key ``key``; ``loop``: read on
+        the scheduling loop's connection (:meth:`loop_transaction`)."""
+        with self.loop_transaction(write=False) if loop else self.engine.connect() as conn:
             row = conn.execute(_JOB_BY_KEY, {"tenant": tenant, "key": key}).first()
         return None if row is None else dict(row._mapping)
 
@@ -452,13 +490,17 @@ class Batch:
         together, so a restart never sees one without the other."""
         if not self:
             return
-        with store.transaction() as conn:
+        # a job submitted in this batch is inserted as it is after the batch's updates (most
+        # often its bind): one statement fewer per job
+        updates = dict(self.job_updates)
+        inserts = [{**row, **updates.pop(row["id"], {})} for row in self.new_jobs]
+        with store.loop_transaction() as conn:
             if store.fence is not None:
                 store.fence(conn)
-            if self.new_jobs:
-                conn.execute(_INSERT_JOB, self.new_jobs)
+            if inserts:
+                conn.execute(_INSERT_JOB, inserts)
             by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-            for job_id, values in self.job_updates.items():
+            for job_id, values in updates.items():
                 by_columns.setdefault(tuple(sorted(values)), []).append({"_id": job_id, **values})
             for columns, rows in by_columns.items():
                 conn.execute(_job_update(columns), rows)

@@ -163,6 +163,10 @@ def up(
             port=port,
             log_level="warning",
             access_log=False,  # a line per request is work even when nobody reads it
+            # no X-Forwarded-* rewriting per request: the broker reads neither the client's
+            # address nor the scheme, and a replica forwards with headers of its own
+            proxy_headers=False,
+            server_header=False,
             timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         )
     finally:
