@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import socket
 import subprocess
 import sys
 import tarfile
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 
 from stoker.agent import protocol
 from stoker.agent.binding import CODE_MARKER, Entry, check_env, classify, topology_env, unpack_code
+from stoker.agent.zygote import Zygote
 
 
 @pytest.mark.parametrize(
@@ -242,3 +244,20 @@ def test_the_agents_memory_goes_into_huge_pages_before_it_forks() -> None:
     made, huge_kb, child_exit, intact = int(out[0]), int(out[1]), int(out[2]), out[3]
     assert made >= 16 and huge_kb >= 16 * 2048, out  # most of the 48 MiB collapsed
     assert child_exit == 0 and intact == "True"  # the child's write stayed its own
+
+
+def test_the_zygote_leaves_quietly_when_its_agent_hangs_up() -> None:
+    """A zygote whose reports find nobody (its agent's end shut) returns from its loop and
+    exits 0: no traceback, no signal, even though its forks get SIGPIPE's default."""
+    zygote = Zygote(None)
+    zygote.sock.shutdown(socket.SHUT_RD)  # every report the zygote sends now fails: EPIPE
+    ctl_r, ctl_w = os.pipe()
+    out_r, out_w = os.pipe()
+    try:
+        socket.send_fds(zygote.sock, [b"fork"], [ctl_r, out_w, out_w])
+        _, status = os.waitpid(zygote.pid, 0)
+    finally:
+        for fd in (ctl_r, ctl_w, out_r, out_w):  # the spare it forked sees EOF and exits
+            os.close(fd)
+        zygote.sock.close()
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
