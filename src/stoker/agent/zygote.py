@@ -24,12 +24,12 @@ import select
 import signal
 import socket
 import sys
-import tarfile
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from stoker.agent.binding import Entry, unpack_code
 
@@ -239,7 +239,7 @@ def _child(
     if code:
         try:
             unpack_code(Path(code), Path(code).name, Path(cwd))
-        except (OSError, ValueError, tarfile.TarError, EOFError) as exc:
+        except Exception as exc:  # OSError, ValueError, EOFError, tarfile's: the job's fault
             os.write(2, f"stoker: code archive refused: {type(exc).__name__}: {exc}\n".encode())
             return 1
     os.chdir(cwd)
@@ -254,10 +254,7 @@ def _child(
             os.write(2, f"stoker: cannot run {entry.target!r}: {exc.strerror}\n".encode())
             return 127
     sys.path[:0] = [cwd, *extra_path]
-    # fresh text streams on the job's fds, line-buffered so output streams as it comes
-    sys.stdin = open(0, closefd=False)  # noqa: SIM115
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stdin, sys.stdout, sys.stderr = _job_streams()  # unused till now, made by the zygote
     code = _run_entry(entry)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -386,6 +383,30 @@ def _forked(fn: Callable[[], None], keep: tuple[int, ...]) -> int:
     return pid
 
 
+@functools.cache
+def _job_streams() -> tuple[TextIO, TextIO, TextIO]:
+    """``sys.stdin``, ``stdout`` and ``stderr`` for a job: text streams on fds 0, 1, 2,
+    line-buffered so output streams as it comes. Built once, by the zygote, on what a job
+    has there (/dev/null and pipes, so each stream knows it cannot seek), and never used
+    by it: every fork starts with them empty, and no job pays for making its own."""
+    saved = [os.dup(fd) for fd in (0, 1, 2)]
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    r, w = os.pipe()
+    try:
+        for target, fd in ((0, devnull), (1, w), (2, w)):
+            os.dup2(fd, target)
+        return (
+            open(0, closefd=False),
+            open(1, "w", buffering=1, closefd=False),
+            open(2, "w", buffering=1, closefd=False),
+        )
+    finally:
+        for target, fd in enumerate(saved):  # the zygote's own fds 0-2 back
+            os.dup2(fd, target)
+        for fd in (*saved, devnull, r, w):
+            os.close(fd)
+
+
 def _prepare_forks() -> None:
     """Done once in a zygote (or a deps layer) before it forks, instead of in every fork:
 
@@ -394,12 +415,14 @@ def _prepare_forks() -> None:
       get EPIPE errors instead of dying quietly as ``head`` expects); the zygote itself
       sends with MSG_NOSIGNAL, so a closed agent socket is an error it handles, not a
       SIGPIPE that kills it;
-    - the job user's ``capset`` call built (:func:`_empty_capset`);
+    - the job user's ``capset`` call built (:func:`_empty_capset`), and a job's text
+      streams (:func:`_job_streams`);
     - every object it holds frozen (``gc.freeze``): a collection in a fork never walks
       (and so never copies the pages of) what it inherited."""
     for sig in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
     _empty_capset()
+    _job_streams()
     gc.freeze()
 
 
