@@ -780,7 +780,17 @@ def _nothing_left(roots: tuple[str, ...]) -> bool:
             with os.scandir(root) as it:
                 if next(it, None) is not None:
                     return False
-        ipc = ("shm", "msg", "sem")
-        return all(len(Path(f"/proc/sysvipc/{k}").read_text().splitlines()) <= 1 for k in ipc)
+        return not any(_has_entries(f"/proc/sysvipc/{kind}") for kind in ("shm", "msg", "sem"))
     except OSError:
         return False  # cannot tell: clear
+
+
+def _has_entries(table: str) -> bool:
+    """Whether a /proc table (a header line, then one line per entry) lists anything: its
+    first 4 KiB, read raw (this runs after every job)."""
+    fd = os.open(table, os.O_RDONLY)
+    try:
+        head = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    return head.count(b"\n") > 1

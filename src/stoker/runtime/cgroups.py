@@ -173,12 +173,13 @@ class PodCgroup:
         d = self.dirs.get("memory")
         if d is None:
             return -1
-        for fname in ("memory.events", "memory.oom_control"):
-            with contextlib.suppress(OSError):
-                for line in (d / fname).read_text().splitlines():
-                    key, _, val = line.partition(" ")
-                    if key == "oom_kill":
-                        return int(val)
+        # read at every bind: only the file of the group's hierarchy (v2's or v1's)
+        fname = "memory.events" if d == self.dirs.get("v2") else "memory.oom_control"
+        with contextlib.suppress(OSError):
+            for line in (d / fname).read_text().splitlines():
+                key, _, val = line.partition(" ")
+                if key == "oom_kill":
+                    return int(val)
         # old v1 kernels have no oom_kill counter: hitting the limit is the next best sign
         with contextlib.suppress(OSError):
             return int((d / "memory.failcnt").read_text())
