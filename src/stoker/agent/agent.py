@@ -65,7 +65,7 @@ class _Job:
     deps: DepsKey | None = None  # its extra dependencies (None: none to preload)
     pipes: dict[int, str] = field(default_factory=dict)  # open output fd -> its stream
     paused: bool = False  # its pipes are not read until the runtime catches up
-    status: int | None = None  # its wait status, once the zygote reported it
+    status: int | None = None  # its wait status, once its exit is handled (_exited)
     timer: asyncio.TimerHandle | None = None  # its timeout, then the linger after its exit
 
 
@@ -489,9 +489,8 @@ class Agent:
         reads the reports that came before its answer), which must not send another."""
         if pid in self._discarded:
             self._discarded.discard(pid)
-        elif (job := self.job) is not None and job.pid == pid and job.status is None:
-            job.status = status
-            asyncio.get_running_loop().call_soon(self._exited, job)
+        elif (job := self.job) is not None and job.pid == pid:
+            asyncio.get_running_loop().call_soon(self._exited, job, status)
         else:
             self._exits[pid] = status
 
@@ -594,10 +593,14 @@ class Agent:
             job.kill_failure = job.kill_failure or "timeout"
             self._kill_others()  # its exit is reported as any other
 
-    def _exited(self, job: _Job) -> None:
+    def _exited(self, job: _Job, status: int) -> None:
         """The zygote reported the job's end: whatever it started and left behind dies with
         it (it may hold the pipes); the job is over once its pipes are read to their end, or
-        :data:`LINGER_S` later (a process out of the sweep's reach may hold them)."""
+        :data:`LINGER_S` later (a process out of the sweep's reach may hold them). Its
+        ``status`` is set only now: the pipes' end finishes the job only after this sweep."""
+        if self.job is not job or job.status is not None:
+            return  # reported twice (its layer died too): once is enough
+        job.status = status
         if job.timer is not None:
             job.timer.cancel()
         self._kill_others()
