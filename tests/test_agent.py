@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import socket
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from hypothesis import strategies as st
 
 from stoker.agent import protocol
 from stoker.agent.binding import CODE_MARKER, Entry, check_env, classify, topology_env, unpack_code
+from stoker.agent.zygote import Zygote
 
 
 @pytest.mark.parametrize(
@@ -242,3 +245,63 @@ def test_the_agents_memory_goes_into_huge_pages_before_it_forks() -> None:
     made, huge_kb, child_exit, intact = int(out[0]), int(out[1]), int(out[2]), out[3]
     assert made >= 16 and huge_kb >= 16 * 2048, out  # most of the 48 MiB collapsed
     assert child_exit == 0 and intact == "True"  # the child's write stayed its own
+
+
+def test_the_zygote_leaves_quietly_when_its_agent_hangs_up() -> None:
+    """A zygote whose reports find nobody (its agent's end shut) returns from its loop and
+    exits 0: no traceback, no signal, even though its forks get SIGPIPE's default."""
+    zygote = Zygote(None)
+    zygote.sock.shutdown(socket.SHUT_RD)  # every report the zygote sends now fails: EPIPE
+    ctl_r, ctl_w = os.pipe()
+    out_r, out_w = os.pipe()
+    try:
+        socket.send_fds(zygote.sock, [b"fork"], [ctl_r, out_w, out_w])
+        _, status = os.waitpid(zygote.pid, 0)
+    finally:
+        for fd in (ctl_r, ctl_w, out_r, out_w):  # the spare it forked sees EOF and exits
+            os.close(fd)
+        zygote.sock.close()
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+_FLOOD = "import sys\nfor i in range(64):\n    sys.stdout.buffer.write(bytes([i]) * 65536)\n"
+
+
+@pytest.mark.timeout(60)
+def test_output_past_the_backlog_pauses_and_arrives_whole(tmp_path: Path) -> None:
+    """A job writing faster than its runtime reads: the agent stops reading its pipe while
+    more than OUTPUT_BACKLOG waits to go (the job then waits on its full pipe), and goes on
+    when the runtime catches up: every byte arrives, in order, and the job ends normally."""
+    path = tmp_path / "a.sock"
+    src = str(Path(protocol.__file__).resolve().parents[2])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stoker.agent", "--socket", str(path), "--workspace", str(tmp_path)],
+        env={**os.environ, "PYTHONPATH": src},
+    )
+    out, exited = b"", None
+    try:
+        conn = socket.socket(socket.AF_UNIX)
+        for _ in range(1000):  # the socket file appears a moment before it listens
+            try:
+                conn.connect(str(path))
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                time.sleep(0.01)
+        lines = conn.makefile("rb")
+        assert protocol.decode(lines.readline())["ev"] == "hello"
+        conn.sendall(protocol.encode({"op": "bind", "job": "f", "argv": ["python", "-c", _FLOOD]}))
+        time.sleep(1.0)  # a runtime that reads nothing meanwhile (a blocking socket: not even
+        # its transport reads), while the job writes 4 MiB, 5.6 MiB as messages
+        while exited is None:
+            msg = protocol.decode(lines.readline())
+            if msg["ev"] == "output":
+                out += protocol.unpack_bytes(msg["data"])
+            elif msg["ev"] == "exited":
+                exited = msg
+        conn.sendall(protocol.encode({"op": "shutdown"}))
+        assert proc.wait(10) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    assert exited["exit_code"] == 0 and exited["failure"] is None
+    assert out == b"".join(bytes([i]) * 65536 for i in range(64))

@@ -78,6 +78,31 @@ async def test_unprivileged_no_caps_own_namespaces(rig: Rig) -> None:
     assert int(nproc) < 10  # own pid namespace: bwrap, agent, the job and ps
 
 
+_SIGNALS_AND_OOM = """
+from signal import SIG_DFL, SIGINT, SIGPIPE, SIGTERM, getsignal
+default = [getsignal(s) == SIG_DFL for s in (SIGPIPE, SIGINT, SIGTERM)]
+print(open("/proc/self/oom_score_adj").read().strip(), all(default))
+"""
+
+
+async def test_a_job_has_default_signals_and_is_the_oom_killers_pick(rig: Rig) -> None:
+    """The zygote sets the signal dispositions its forks inherit once, not per job: a job
+    still sees the defaults a program expects, and dies of SIGPIPE as any program does."""
+    pod = await rig.pod()
+    res = await rig.run(pod, ["python", "-c", _SIGNALS_AND_OOM])
+    score, default = res.stdout.decode().split()
+    assert default == "True", res.stderr
+    if os.geteuid() == 0:  # jobs run as their own, dumpable, user: they may raise it
+        assert score == "1000"
+    # a write to a closed pipe ends a job quietly, by SIGPIPE (Python would ignore it)
+    code = "import os; r, w = os.pipe(); os.close(r); os.write(w, b'x'); print('went on')"
+    res = await rig.run(pod, ["python", "-c", code])
+    assert (res.exit.exit_code, res.stdout, res.stderr) == (128 + 13, b"", b"")
+    # and its programs too: `yes` stops when `head` has its line, with no EPIPE message
+    res = await rig.run(pod, ["sh", "-c", "yes | head -n 1"])
+    assert (res.exit.exit_code, res.stdout, res.stderr) == (0, b"y\n", b"")
+
+
 async def test_timeout_is_typed(rig: Rig) -> None:
     pod = await rig.pod()
     t0 = time.monotonic()

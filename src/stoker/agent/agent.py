@@ -21,8 +21,10 @@ import subprocess
 import sys
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from stoker.agent import STANDBY_ENV, protocol
 from stoker.agent.binding import Entry, check_env, classify, topology_env
@@ -30,6 +32,11 @@ from stoker.agent.protocol import Message
 from stoker.agent.zygote import JobUser, Spare, Zygote, run_as
 
 CHUNK = 64 * 1024
+#: bytes waiting to go to the runtime past which a job's output is no longer read (until
+#: they have gone): a job that writes faster than the runtime reads waits, as it would on
+#: a full pipe
+OUTPUT_BACKLOG = 1 << 20
+LINGER_S = 5.0  # how long a job's output is read after its exit (a detached child's pipe)
 MAX_HELD = 4096  # output events kept while no runtime listens (~256 MiB at most)
 DIAL_MIN_S, DIAL_MAX_S = 0.1, 5.0  # redial backoff bounds
 # under $TMPDIR (/tmp in a pod), what a pod that cannot see the runtime's disk (dial mode)
@@ -46,14 +53,20 @@ DepsKey = tuple[tuple[str, ...], tuple[str, ...]]
 
 @dataclass
 class _Job:
+    """The running job, watched by callbacks of the event loop (no task of its own): the
+    readers of its output pipes, its timeout, and the zygote's report of its exit."""
+
     id: str
     pid: int
     started: float
     kill_failure: str | None = None  # set when the runtime (or the timeout) killed it
-    task: asyncio.Task[None] | None = None  # its watcher (held so it is not collected)
     output_limit: int | None = None  # bytes of output forwarded, both streams together
     output_sent: int = 0
     deps: DepsKey | None = None  # its extra dependencies (None: none to preload)
+    pipes: dict[int, str] = field(default_factory=dict)  # open output fd -> its stream
+    paused: bool = False  # its pipes are not read until the runtime catches up
+    status: int | None = None  # its wait status, once its exit is handled (_exited)
+    timer: asyncio.TimerHandle | None = None  # its timeout, then the linger after its exit
 
 
 class Agent:
@@ -93,8 +106,7 @@ class Agent:
         self.layer: Zygote | None = None
         self.layer_deps: DepsKey | None = None
         self._layer_ready = asyncio.Event()
-        self._exits: dict[int, int] = {}  # spare pid -> wait status, until someone waits
-        self._waiters: dict[int, asyncio.Future[int]] = {}
+        self._exits: dict[int, int] = {}  # spare pid -> wait status (not the job's)
         self._discarded: set[int] = set()  # spares let go: their exit is nobody's business
         # job id -> its exit event: a bind is idempotent by job id, and a restarted broker
         # learns from the hello what ended while no broker listened
@@ -102,7 +114,8 @@ class Agent:
         # the job whose deps are being installed (before it runs), and a kill meanwhile
         self._installing: str | None = None
         self._install_killed: str | None = None
-        self._binds: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()  # binds with deps, output resumes
+        self._stop_after_job = False  # SIGTERM came while a job ran
 
     # --- connection ------------------------------------------------------
 
@@ -120,17 +133,27 @@ class Agent:
             else {"modules": list(self.layer_deps[1]), "ready": self.layer.ready},
         }
 
-    async def send(self, msg: Message) -> None:
-        """Send an event, or hold it until a runtime connects."""
+    def send(self, msg: Message) -> None:
+        """Send an event (the transport buffers what the socket does not take at once), or
+        hold it until a runtime connects. Only a job's output can pile up: its reading
+        pauses past :data:`OUTPUT_BACKLOG` (:meth:`_output`)."""
         writer = self._writer
         if writer is None or writer.is_closing():
             self._hold(msg)
             return
         try:
             writer.write(protocol.encode(msg))
-            await writer.drain()
         except (ConnectionError, RuntimeError):
             self._hold(msg)
+            return
+        if writer.is_closing():  # it was open before: this write failed, the peer is gone
+            self._hold(msg)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` as a task, held until it is done (a task nobody holds may go)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _hold(self, msg: Message) -> None:
         """Keep an event for the next runtime; output beyond MAX_HELD goes, oldest first
@@ -189,9 +212,7 @@ class Agent:
         op = msg.get("op")
         if op == "bind":
             if msg.get("deps"):  # an install takes a while: the connection keeps serving
-                task = asyncio.get_running_loop().create_task(self._bind(msg))
-                self._binds.add(task)
-                task.add_done_callback(self._binds.discard)
+                self._spawn(self._bind(msg))
             else:
                 await self._bind(msg)
         elif op == "kill":
@@ -205,20 +226,20 @@ class Agent:
             os.environ["CUDA_VISIBLE_DEVICES"] = str(msg.get("cuda_visible_devices", ""))
             os.environ["STOKER_GPUS"] = ",".join(msg.get("gpus") or ())
             os.environ.pop(STANDBY_ENV, None)
-            await self.send({"ev": "promoted", **self.state()})
+            self.send({"ev": "promoted", **self.state()})
         elif op == "ping":
-            await self.send({"ev": "pong", **self.state()})
+            self.send({"ev": "pong", **self.state()})
         elif op == "scrub":
-            await self._scrub(str(msg.get("pod") or self.pod))
+            self._scrub(str(msg.get("pod") or self.pod))
         elif op == "code":
-            await self._code_chunk(msg)
+            self._code_chunk(msg)
         elif op == "shutdown":
             self._kill_others()
             self._stop.set()
         else:
-            await self.send({"ev": "error", "job": msg.get("job"), "message": f"op: {op!r}"})
+            self.send({"ev": "error", "job": msg.get("job"), "message": f"op: {op!r}"})
 
-    async def _code_chunk(self, msg: Message) -> None:
+    def _code_chunk(self, msg: Message) -> None:
         """One chunk of a code archive the runtime sends (a pod that cannot see the
         broker's code cache: Kubernetes); the last one is checked against its digest."""
         digest = str(msg.get("digest", ""))
@@ -239,11 +260,11 @@ class Agent:
         except (OSError, ValueError) as exc:
             with contextlib.suppress(OSError):
                 part.unlink()
-            await self.send({"ev": "error", "job": None, "message": str(exc)})
+            self.send({"ev": "error", "job": None, "message": str(exc)})
             return
-        await self.send({"ev": "code", "digest": digest, "path": str(code_dir / digest)})
+        self.send({"ev": "code", "digest": digest, "path": str(code_dir / digest)})
 
-    async def _scrub(self, new_pod: str) -> None:
+    def _scrub(self, new_pod: str) -> None:
         """Make this pod a fresh one named ``new_pod``, keeping the zygote.
 
         The zygote never ran user code (jobs cannot reach it: another uid, not dumpable,
@@ -255,7 +276,7 @@ class Agent:
         """
         if not self.sweep or self.job is not None:
             why = "not sandboxed" if not self.sweep else f"job {self.job.id} running"  # type: ignore[union-attr]
-            await self.send({"ev": "error", "job": None, "message": f"scrub refused: {why}"})
+            self.send({"ev": "error", "job": None, "message": f"scrub refused: {why}"})
             return
         self._kill_others()
         self._drop_layer()  # its imports were the old owner's choice
@@ -266,7 +287,7 @@ class Agent:
         self._ensure_spare()
         self.pod = new_pod
         os.environ["STOKER_POD"] = new_pod
-        await self.send({"ev": "scrubbed", **self.state()})
+        self.send({"ev": "scrubbed", **self.state()})
 
     # --- jobs --------------------------------------------------------------
 
@@ -275,19 +296,19 @@ class Agent:
         if self.job is not None and self.job.id == job_id:
             # a repeated bind (a restarted broker): never run a job twice
             job = self.job
-            await self.send({"ev": "running", "job": job_id, "pid": job.pid, "at": job.started})
+            self.send({"ev": "running", "job": job_id, "pid": job.pid, "at": job.started})
             return
         if job_id in self.ran:
-            await self.send(self.ran[job_id])  # it ran already: the same answer again
+            self.send(self.ran[job_id])  # it ran already: the same answer again
             return
         if self._installing == job_id:
             return  # a repeated bind while its deps install: it runs once they are in
         busy = self.job.id if self.job is not None else self._installing
         if busy is not None:
-            await self.send({"ev": "error", "job": job_id, "message": f"pod busy with {busy}"})
+            self.send({"ev": "error", "job": job_id, "message": f"pod busy with {busy}"})
             return
         if os.environ.get(STANDBY_ENV) == "1":
-            await self.send({"ev": "error", "job": job_id, "message": "pod stands by"})
+            self.send({"ev": "error", "job": job_id, "message": "pod stands by"})
             return
         try:
             entry = classify(msg["argv"])
@@ -314,7 +335,7 @@ class Agent:
             timeout_s = float(msg.get("timeout_s", 3600.0))
             deps = tuple(str(d) for d in msg.get("deps") or ())
         except (KeyError, ValueError, TypeError, OSError) as exc:
-            await self.send({"ev": "error", "job": job_id, "message": str(exc)})
+            self.send({"ev": "error", "job": job_id, "message": str(exc)})
             return
         if deps:
             built = await self._install(job_id, deps, timeout_s)
@@ -327,15 +348,15 @@ class Agent:
         zygote = await self._zygote_for(layer_key) if entry.in_zygote else self._spare_from
         spare = self._start(zygote, entry, env, overlay, code)
         if spare is None:
-            await self.send({"ev": "error", "job": job_id, "message": "the job's fork died"})
+            self.send({"ev": "error", "job": job_id, "message": "the job's fork died"})
             return
         self.job = job = _Job(
             job_id, spare.pid, time.time(), output_limit=output_limit, deps=layer_key
         )
-        await self.send({"ev": "running", "job": job_id, "pid": spare.pid, "at": job.started})
-        loop = asyncio.get_running_loop()
-        job.task = loop.create_task(self._watch(job, spare.stdout, spare.stderr, timeout_s))
-        loop.call_soon(self._ensure_spare)  # the next job's fork happens while this one runs
+        self.send({"ev": "running", "job": job_id, "pid": spare.pid, "at": job.started})
+        self._watch(job, spare.stdout, spare.stderr, timeout_s)
+        # the next job's fork happens while this one runs
+        asyncio.get_running_loop().call_soon(self._ensure_spare)
 
     async def _zygote_for(self, deps: DepsKey | None) -> Zygote:
         """Where a job of ``deps`` forks from: the deps layer holding them (once its imports
@@ -408,13 +429,13 @@ class Agent:
         try:
             path = await asyncio.to_thread(install_in_pod, _scratch(DEPS_DIR), deps, timeout_s)
         except EnvBuildError as exc:
-            await self.send({"ev": "error", "job": job_id, "message": f"deps {list(deps)}: {exc}"})
+            self.send({"ev": "error", "job": job_id, "message": f"deps {list(deps)}: {exc}"})
             return None
         finally:
             self._installing = None
         if self._install_killed is not None:
             self._record_exit(job_id, 128 + signal.SIGKILL, signal.SIGKILL, self._install_killed)
-            await self.send(self.ran[job_id])
+            self.send(self.ran[job_id])
             return None
         return str(path)
 
@@ -463,12 +484,13 @@ class Agent:
             self._discarded.add(pid)
 
     def _on_exit(self, pid: int, status: int) -> None:
-        """The zygote reaped a spare (a job, or a spare let go)."""
+        """The zygote reaped a spare (a job, or a spare let go). The job's end is handled in
+        the loop's next turn: this may run inside a request to the zygote (:meth:`Zygote.spare`
+        reads the reports that came before its answer), which must not send another."""
         if pid in self._discarded:
             self._discarded.discard(pid)
-        elif (fut := self._waiters.pop(pid, None)) is not None:
-            if not fut.done():
-                fut.set_result(status)
+        elif (job := self.job) is not None and job.pid == pid:
+            asyncio.get_running_loop().call_soon(self._exited, job, status)
         else:
             self._exits[pid] = status
 
@@ -497,60 +519,106 @@ class Agent:
 
         run_as(self.user, clear)
 
-    async def _pump(self, job: _Job, fd: int, stream: str) -> None:
+    def _watch(self, job: _Job, out_r: int, err_r: int, timeout_s: float) -> None:
+        """Watch ``job``: its output pipes read by loop callbacks (:meth:`_output`), its
+        timeout a timer, its end the zygote's report (:meth:`_on_exit`)."""
         loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=CHUNK)
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
+        for fd, stream in ((out_r, "stdout"), (err_r, "stderr")):
+            os.set_blocking(fd, False)
+            job.pipes[fd] = stream
+            loop.add_reader(fd, self._output, job, fd)
+        job.timer = loop.call_later(timeout_s, self._timed_out, job)
+        if (status := self._exits.pop(job.pid, None)) is not None:  # it died at once
+            self._on_exit(job.pid, status)
+
+    def _output(self, job: _Job, fd: int) -> None:
+        """Forward what the job wrote to ``fd`` (capped); at its end, close it."""
+        try:
+            data = os.read(fd, CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close_pipe(job, fd)
+            if job.status is not None and not job.pipes:
+                self._finish(job)
+            return
+        limit = job.output_limit
+        if limit is not None and job.output_sent + len(data) > limit:
+            # past the cap the job's output is read and dropped, so it never blocks
+            if job.output_sent > limit:
+                return
+            data = data[: limit - job.output_sent]
+            data += f"\n[stoker: output truncated at {limit} bytes]\n".encode()
+            job.output_sent = limit + 1
+        else:
+            job.output_sent += len(data)
+        self.send(
+            {
+                "ev": "output",
+                "job": job.id,
+                "stream": job.pipes[fd],
+                "data": protocol.pack_bytes(data),
+            }
         )
-        try:
-            while data := await reader.read(CHUNK):
-                limit = job.output_limit
-                if limit is not None and job.output_sent + len(data) > limit:
-                    # past the cap the job's output is read and dropped, so it never blocks
-                    if job.output_sent > limit:
-                        continue
-                    data = data[: limit - job.output_sent]
-                    data += f"\n[stoker: output truncated at {limit} bytes]\n".encode()
-                    job.output_sent = limit + 1
-                else:
-                    job.output_sent += len(data)
-                await self.send(
-                    {
-                        "ev": "output",
-                        "job": job.id,
-                        "stream": stream,
-                        "data": protocol.pack_bytes(data),
-                    }
-                )
-        finally:
-            transport.close()
+        writer = self._writer
+        if writer is not None and writer.transport.get_write_buffer_size() > OUTPUT_BACKLOG:
+            self._pause_output(job, writer)
 
-    async def _wait_exit(self, pid: int) -> int:
-        """Wait for the job ``pid`` to end; its wait status (reported by the zygote)."""
-        if pid in self._exits:
-            return self._exits.pop(pid)
-        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._waiters[pid] = fut
-        return await fut
+    def _pause_output(self, job: _Job, writer: asyncio.StreamWriter) -> None:
+        """Stop reading ``job``'s pipes until the runtime has taken the output sent."""
+        loop = asyncio.get_running_loop()
+        job.paused = True
+        for fd in job.pipes:
+            loop.remove_reader(fd)
 
-    async def _watch(self, job: _Job, out_r: int, err_r: int, timeout_s: float) -> None:
-        pumps = [
-            asyncio.ensure_future(self._pump(job, out_r, "stdout")),
-            asyncio.ensure_future(self._pump(job, err_r, "stderr")),
-        ]
-        waiter = asyncio.ensure_future(self._wait_exit(job.pid))
-        try:
-            status = await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
-        except TimeoutError:
+        async def resume() -> None:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await writer.drain()
+            job.paused = False
+            for fd in job.pipes:
+                loop.add_reader(fd, self._output, job, fd)
+
+        self._spawn(resume())
+
+    def _close_pipe(self, job: _Job, fd: int) -> None:
+        if job.pipes.pop(fd, None) is not None:
+            if not job.paused:
+                asyncio.get_running_loop().remove_reader(fd)
+            os.close(fd)
+
+    def _timed_out(self, job: _Job) -> None:
+        if self.job is job and job.status is None:
             job.kill_failure = job.kill_failure or "timeout"
-            self._kill_others()
-            status = await waiter
-        # whatever the job started and left behind dies with it (it may hold the pipes)
+            self._kill_others()  # its exit is reported as any other
+
+    def _exited(self, job: _Job, status: int) -> None:
+        """The zygote reported the job's end: whatever it started and left behind dies with
+        it (it may hold the pipes); the job is over once its pipes are read to their end, or
+        :data:`LINGER_S` later (a process out of the sweep's reach may hold them). Its
+        ``status`` is set only now: the pipes' end finishes the job only after this sweep."""
+        if self.job is not job or job.status is not None:
+            return  # reported twice (its layer died too): once is enough
+        job.status = status
+        if job.timer is not None:
+            job.timer.cancel()
         self._kill_others()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*pumps), 5.0)
+        if job.pipes:
+            job.timer = asyncio.get_running_loop().call_later(LINGER_S, self._finish, job)
+        else:
+            self._finish(job)
+
+    def _finish(self, job: _Job) -> None:
+        """Report the job's end; the pod is ready for the next."""
+        if self.job is not job:
+            return  # finished already
+        if job.timer is not None:
+            job.timer.cancel()
+        for fd in list(job.pipes):
+            self._close_pipe(job, fd)
         self._clear_scratch()  # only the workspace is kept for the next job
+        status = job.status or 0
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
         code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + sig
         failure: str | None = job.kill_failure
@@ -559,7 +627,9 @@ class Agent:
         self.job = None
         self._keep_layer(job.deps)  # before the exit is told: the next bind finds it
         self._record_exit(job.id, code, sig, failure)
-        await self.send(self.ran[job.id])
+        self.send(self.ran[job.id])
+        if self._stop_after_job:
+            self._stop.set()
 
     def _record_exit(self, job_id: str, code: int, sig: int, failure: str | None) -> None:
         """Remember how a job ended (a repeated bind is answered with it)."""
@@ -669,13 +739,13 @@ class Agent:
         running job gets SIGTERM, so it may checkpoint, and the agent stays until it exits
         (the kubelet SIGKILLs what is left when the grace ends); with no job it stops now."""
         job = self.job
-        if job is None or job.task is None:
+        if job is None:
             self._stop.set()
             return
         job.kill_failure = job.kill_failure or "preempted"
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(job.pid, signal.SIGTERM)  # the job called setsid: its group is its pid
-        job.task.add_done_callback(lambda _task: self._stop.set())
+        self._stop_after_job = True
 
     async def _listen(self) -> asyncio.Server:
         with contextlib.suppress(FileNotFoundError):
@@ -713,7 +783,17 @@ def _nothing_left(roots: tuple[str, ...]) -> bool:
             with os.scandir(root) as it:
                 if next(it, None) is not None:
                     return False
-        ipc = ("shm", "msg", "sem")
-        return all(len(Path(f"/proc/sysvipc/{k}").read_text().splitlines()) <= 1 for k in ipc)
+        return not any(_has_entries(f"/proc/sysvipc/{kind}") for kind in ("shm", "msg", "sem"))
     except OSError:
         return False  # cannot tell: clear
+
+
+def _has_entries(table: str) -> bool:
+    """Whether a /proc table (a header line, then one line per entry) lists anything: its
+    first 4 KiB, read raw (this runs after every job)."""
+    fd = os.open(table, os.O_RDONLY)
+    try:
+        head = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    return head.count(b"\n") > 1

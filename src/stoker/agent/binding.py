@@ -15,11 +15,15 @@ imports stay warm and each job starts from the zygote's clean state):
 from __future__ import annotations
 
 import re
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stoker.api.envnames import env_name_error
+
+if TYPE_CHECKING:  # imported where an archive is read: a pod's zygote (and each fork of it)
+    # would otherwise hold tarfile, shutil and the three compression modules shutil loads
+    import tarfile
 
 _CALL = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _PYTHONS = ("python", "python3")
@@ -118,6 +122,8 @@ def unpack_code(archive: Path, digest: str, workspace: Path) -> bool:
     marker = workspace / CODE_MARKER
     if marker.exists() and marker.read_text() == digest:
         return False
+    import tarfile  # once per pod and archive (see the TYPE_CHECKING import)
+
     with tarfile.open(archive) as tar:
         members = check_archive(tar)
         tar.extractall(workspace, members=members, filter="data")

@@ -10,24 +10,26 @@ A plain argv is exec'd from the same fork. Each job first becomes the pod's job 
 
 from __future__ import annotations
 
+import array
 import contextlib
 import ctypes
 import functools
 import gc
 import importlib
 import json
+import marshal
 import os
 import runpy
-import selectors
+import select
 import signal
 import socket
 import sys
-import tarfile
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from stoker.agent.binding import Entry, unpack_code
 
@@ -50,6 +52,17 @@ def _check(rc: int, what: str) -> None:
     if rc != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+@functools.cache
+def _empty_capset() -> Callable[[], int]:
+    """``capset`` of no capability at all for this thread, its arguments built once: the
+    zygote builds it before it forks (:func:`_prepare_forks`), so no job's fork looks the
+    call up or builds its structures again (each new object there costs the fork pages)."""
+    data = (ctypes.c_uint32 * 6)()  # two __user_cap_data_struct, all zero
+    hdr = _CapHeader(_CAP_VERSION_3, 0)
+    # byref keeps hdr and data alive as long as the partial
+    return functools.partial(_libc().capset, ctypes.byref(hdr), ctypes.byref(data))
 
 
 def set_dumpable(on: bool) -> None:
@@ -87,9 +100,7 @@ class JobUser:
         os.setresgid(self.gid, self.gid, self.gid)
         os.setresuid(self.uid, self.uid, self.uid)
         # a change between two non-zero uids keeps the permitted set: empty it by hand
-        data = (ctypes.c_uint32 * 6)()  # two __user_cap_data_struct, all zero
-        hdr = _CapHeader(_CAP_VERSION_3, 0)
-        _check(_libc().capset(ctypes.byref(hdr), ctypes.byref(data)), "capset")
+        _check(_empty_capset()(), "capset")
         set_dumpable(dumpable)
 
 
@@ -206,33 +217,31 @@ def _child(
     user: JobUser | None,
     code: str | None,
 ) -> int:
-    """The job, in a forked child whose fds 1 and 2 are its output pipes; its exit code.
-    ``env``: the change to the inherited environment (:func:`env_change`).
+    """The job, in a forked child whose fds 0, 1 and 2 are /dev/null and its output pipes;
+    its exit code. ``env``: the change to the inherited environment (:func:`env_change`).
+    Its signal dispositions are the zygote's, made the defaults a program expects
+    (:func:`_prepare_forks`).
 
     It becomes the job's user before anything of the job's is touched: the code archive
     is unpacked with the job's rights (a bad or oversized archive fails the job with a
     message, never the agent)."""
     os.setsid()  # its own session and process group, so a kill reaches its children too
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
+    if user is not None:
+        user.become()
+    # after become: a process that is not dumpable (the spare was) has a /proc/self of
+    # root's, and this write would be refused
     with contextlib.suppress(OSError):  # under memory pressure the job dies, not the agent
         fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
         try:
             os.write(fd, b"1000")
         finally:
             os.close(fd)
-    if user is not None:
-        user.become()
     if code:
         try:
             unpack_code(Path(code), Path(code).name, Path(cwd))
-        except (OSError, ValueError, tarfile.TarError, EOFError) as exc:
+        except Exception as exc:  # OSError, ValueError, EOFError, tarfile's: the job's fault
             os.write(2, f"stoker: code archive refused: {type(exc).__name__}: {exc}\n".encode())
             return 1
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.chdir(cwd)
     put, unset = env
     for name in unset:
@@ -245,10 +254,7 @@ def _child(
             os.write(2, f"stoker: cannot run {entry.target!r}: {exc.strerror}\n".encode())
             return 127
     sys.path[:0] = [cwd, *extra_path]
-    # fresh text streams on the job's fds, line-buffered so output streams as it comes
-    sys.stdin = open(0, closefd=False)  # noqa: SIM115
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stdin, sys.stdout, sys.stderr = _job_streams()  # unused till now, made by the zygote
     code = _run_entry(entry)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -278,19 +284,15 @@ class Spare:
         extra_path: tuple[str, ...],
         code: str | None = None,
     ) -> None:
-        """Hand the spare its job (it runs at once); BrokenPipeError if the spare is gone."""
+        """Hand the spare its job (it runs at once); BrokenPipeError if the spare is gone.
+
+        The job goes as one ``marshal`` record (plain strings, lists and dicts from the
+        agent, never from a peer): the fork decodes it with less code, and so touches fewer
+        of the pages it shares with the zygote, than it would JSON."""
         put, unset = env_change(self.base_env, env)
-        spec = {
-            "kind": entry.kind,
-            "target": entry.target,
-            "argv": list(entry.argv),
-            "env": put,
-            "unset": unset,
-            "cwd": cwd,
-            "path": list(extra_path),
-            "code": code,
-        }
-        data = json.dumps(spec).encode()
+        data = marshal.dumps(
+            (entry.kind, entry.target, entry.argv, put, unset, cwd, extra_path, code)
+        )
         view = memoryview(data)
         try:
             while view:
@@ -305,25 +307,32 @@ class Spare:
         os.close(self.stderr)
 
 
+_JOB_FD = 3  # a spare's read end of its job pipe (fd 0 is /dev/null, 1 and 2 its output)
+
+
 def _spare_main(user: JobUser | None) -> int:
-    """The spare's life: fds 0, 1, 2 are its job pipe and output pipes; its exit code."""
-    gc.freeze()  # the zygote's objects are never collected (nor their fds closed)
+    """The spare's life: wait for its job on fd 3, run it; its exit code."""
     chunks = []
-    while chunk := os.read(0, 1 << 16):
+    while chunk := os.read(_JOB_FD, 1 << 16):
         chunks.append(chunk)
+    os.close(_JOB_FD)
     if not chunks:
         return 0  # no job: the agent went away or retired this spare
-    spec = json.loads(b"".join(chunks))
-    entry = Entry(spec["kind"], spec["target"], tuple(spec["argv"]))
-    env = (spec["env"], spec["unset"])
-    return _child(entry, env, spec["cwd"], tuple(spec["path"]), user, spec.get("code"))
+    kind, target, argv, put, unset, cwd, path, code = marshal.loads(b"".join(chunks))
+    return _child(Entry(kind, target, argv), (put, unset), cwd, path, user, code)
 
 
-def _spare_on(fds: list[int], user: JobUser | None) -> None:
-    """A spare's life on the request's three fds (job pipe, stdout, stderr) as 0, 1, 2."""
-    for i, fd in enumerate(fds):
-        os.dup2(fd, i)
-    os.closerange(3, 1 << 16)
+def _spare_on(fds: list[int], devnull: int, user: JobUser | None) -> None:
+    """A spare's life on the request's three fds (job pipe, stdout, stderr): /dev/null,
+    stdout and stderr become fds 0, 1, 2 and the job pipe fd 3 (all of them were 3 or above
+    in the zygote, whose own 0-2 are open, so each is moved before its number is reused)."""
+    job, out, err = fds
+    os.dup2(devnull, 0)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    if job != _JOB_FD:
+        os.dup2(job, _JOB_FD)
+    os.closerange(_JOB_FD + 1, 1 << 16)
     raise SystemExit(_spare_main(user))
 
 
@@ -347,7 +356,7 @@ def _layer_main(fd: int, user: JobUser | None, spec: dict[str, list[str]]) -> No
         os.environ.clear()
         os.environ.update(env)
     sock = socket.socket(fileno=fd)
-    sock.send(f"ready {os.getpid()} {done}".encode())
+    sock.send(f"ready {os.getpid()} {done}".encode(), socket.MSG_NOSIGNAL)
     _zygote_main(sock, user)
 
 
@@ -374,32 +383,93 @@ def _forked(fn: Callable[[], None], keep: tuple[int, ...]) -> int:
     return pid
 
 
+@functools.cache
+def _job_streams() -> tuple[TextIO, TextIO, TextIO]:
+    """``sys.stdin``, ``stdout`` and ``stderr`` for a job: text streams on fds 0, 1, 2,
+    line-buffered so output streams as it comes. Built once, by the zygote, on what a job
+    has there (/dev/null and pipes, so each stream knows it cannot seek), and never used
+    by it: every fork starts with them empty, and no job pays for making its own."""
+    saved = [os.dup(fd) for fd in (0, 1, 2)]
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    r, w = os.pipe()
+    try:
+        for target, fd in ((0, devnull), (1, w), (2, w)):
+            os.dup2(fd, target)
+        return (
+            open(0, closefd=False),
+            open(1, "w", buffering=1, closefd=False),
+            open(2, "w", buffering=1, closefd=False),
+        )
+    finally:
+        for target, fd in enumerate(saved):  # the zygote's own fds 0-2 back
+            os.dup2(fd, target)
+        for fd in (*saved, devnull, r, w):
+            os.close(fd)
+
+
+def _prepare_forks() -> None:
+    """Done once in a zygote (or a deps layer) before it forks, instead of in every fork:
+
+    - the signal dispositions a job's program expects (SIGPIPE, SIGINT and SIGTERM at their
+      defaults: Python ignores SIGPIPE, so a child writing to a closed pipe would otherwise
+      get EPIPE errors instead of dying quietly as ``head`` expects); the zygote itself
+      sends with MSG_NOSIGNAL, so a closed agent socket is an error it handles, not a
+      SIGPIPE that kills it;
+    - the job user's ``capset`` call built (:func:`_empty_capset`), and a job's text
+      streams (:func:`_job_streams`);
+    - every object it holds frozen (``gc.freeze``): a collection in a fork never walks
+      (and so never copies the pages of) what it inherited."""
+    for sig in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    _empty_capset()
+    _job_streams()
+    gc.freeze()
+
+
+_FD_SIZE = array.array("i").itemsize
+_FDS_SPACE = socket.CMSG_SPACE(3 * _FD_SIZE)
+
+
 def _zygote_main(sock: socket.socket, user: JobUser | None) -> None:
     """The zygote's loop: fork a spare onto the three fds of each request (or a deps layer
     onto the one socket of a ``layer`` request), report its pid, and report each child's
-    wait status when it exits (it is their parent)."""
-    sel = selectors.DefaultSelector()
-    sel.register(sock, selectors.EVENT_READ)
-    while True:
-        for key, _ in sel.select():
-            if key.fileobj is sock:
-                msg, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 3)
-                if not msg:
-                    return  # the agent went away
-                if msg.startswith(b"layer "):
-                    spec = json.loads(msg[6:])
-                    pid = _forked(functools.partial(_layer_main, fds[0], user, spec), fds[:1])
+    wait status when it exits (it is their parent). Returns when the agent goes away."""
+    _prepare_forks()
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    fd = sock.fileno()
+    poll = select.poll()
+    poll.register(fd, select.POLLIN)
+    children: dict[int, int] = {}  # pidfd -> pid
+    try:
+        while True:
+            for ready, _ in poll.poll():
+                if ready == fd:
+                    msg, anc, _flags, _addr = sock.recvmsg(1 << 16, _FDS_SPACE)
+                    if not msg:
+                        return  # the agent went away
+                    fds = array.array("i")
+                    for _level, _kind, data in anc:  # SCM_RIGHTS: the only kind it gets
+                        fds.frombytes(data[: len(data) - len(data) % _FD_SIZE])
+                    if msg.startswith(b"layer "):
+                        spec = json.loads(msg[6:])
+                        pid = _forked(functools.partial(_layer_main, fds[0], user, spec), (fds[0],))
+                    else:
+                        spare = functools.partial(_spare_on, list(fds), devnull, user)
+                        pid = _forked(spare, (*fds, devnull))
+                    for passed in fds:
+                        os.close(passed)
+                    pidfd = os.pidfd_open(pid)
+                    children[pidfd] = pid
+                    poll.register(pidfd, select.POLLIN)
+                    sock.send(b"forked %d 0" % pid, socket.MSG_NOSIGNAL)
                 else:
-                    pid = _forked(functools.partial(_spare_on, fds, user), tuple(fds))
-                for fd in fds:
-                    os.close(fd)
-                sel.register(os.pidfd_open(pid), selectors.EVENT_READ, pid)
-                sock.send(f"forked {pid} 0".encode())
-            else:
-                sel.unregister(key.fileobj)
-                os.close(key.fd)
-                _, status = os.waitpid(key.data, 0)
-                sock.send(f"exit {key.data} {status}".encode())
+                    poll.unregister(ready)
+                    os.close(ready)
+                    pid = children.pop(ready)
+                    _, status = os.waitpid(pid, 0)
+                    sock.send(b"exit %d %d" % (pid, status), socket.MSG_NOSIGNAL)
+    except ConnectionError:  # BrokenPipeError, ConnectionResetError
+        return  # the agent closed its end: nobody is left to report to
 
 
 class Zygote:
@@ -463,14 +533,19 @@ class Zygote:
         return layer
 
     def _await_fork(self) -> int:
+        """Wait for the zygote's answer to a request (the reports before it are handled),
+        whether or not the socket blocks (an event loop's reader may have made it not)."""
         while True:
-            kind, pid = self._next()
-            if kind == "forked":
-                return pid
+            select.select([self.sock], [], [])
+            with contextlib.suppress(BlockingIOError):
+                kind, pid = self._next()
+                if kind == "forked":
+                    return pid
 
-    def _next(self, flags: int = 0) -> tuple[str, int]:
-        """Read one report; exits go to ``on_exit``, readiness (a layer's) to ``on_ready``."""
-        data = self.sock.recv(64, flags)
+    def _next(self) -> tuple[str, int]:
+        """Read one report (BlockingIOError: none yet); exits go to ``on_exit``, readiness
+        (a layer's) to ``on_ready``."""
+        data = self.sock.recv(64, socket.MSG_DONTWAIT)
         if not data:
             raise ConnectionError("the zygote is gone")
         kind, pid, status = data.decode().split()
@@ -488,7 +563,7 @@ class Zygote:
         """For the event loop's reader: handle one report, if one is still there (a
         :meth:`spare` call in between reads every report that came before its own)."""
         with contextlib.suppress(BlockingIOError):
-            self._next(socket.MSG_DONTWAIT)
+            self._next()
 
     def spare(self) -> Spare:
         """A new spare (forked at once by the zygote)."""

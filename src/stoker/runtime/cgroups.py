@@ -189,12 +189,12 @@ class PodCgroup:
         d = self.dirs.get("memory")
         if d is None:
             return -1
-        for fname in ("memory.events", "memory.oom_control"):
-            text = _read_small(d / fname)
-            for line in (text or b"").splitlines():
-                key, _, val = line.partition(b" ")
-                if key == b"oom_kill":
-                    return int(val)
+        # read at every bind: only the file of the group's hierarchy (v2's or v1's)
+        fname = "memory.events" if d == self.dirs.get("v2") else "memory.oom_control"
+        for line in (_read_small(d / fname) or b"").splitlines():
+            key, _, val = line.partition(b" ")
+            if key == b"oom_kill":
+                return int(val)
         # old v1 kernels have no oom_kill counter: hitting the limit is the next best sign
         failcnt = _read_small(d / "memory.failcnt")
         return -1 if failcnt is None else int(failcnt)
