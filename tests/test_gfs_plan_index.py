@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from stoker.core import JobState
 from stoker.core.gfs.placement import SCAN_CAP, GangPlan, NodeInfo, PoolIndex
 from stoker.core.gfs.scheduler import GangScheduler
-from test_gfs import Gangs, bound, cluster, spec, static
+from test_gfs import Gangs, _job, bound, cluster, spec, static
 
 
 def _recomputed(index: PoolIndex, taken: dict[str, int], order: range) -> list:
@@ -146,3 +146,52 @@ def test_a_blocked_fractional_hp_job_is_searched_only_when_a_card_could_hold_it(
     every, log_every = _searches(monkeypatch, "f", False, (2,), scenario)
     assert log == log_every == [[], ["f"]]
     assert (bounded, every) == (1, 3)
+
+
+def _per_worker_walk(cl, model: str, share: float, workers: int) -> list | None:
+    """A fractional gang's plan by its definition: each worker takes the first card of a
+    fresh tightest-first walk with room beside the workers planned before it."""
+    from stoker.core.model import EPS
+
+    extra: dict[str, float] = {}
+    plan = []
+    for _ in range(workers):
+        for gpu in cl.gpus_with_room(model, share):
+            if gpu.free - extra.get(gpu.id, 0.0) >= share - EPS:
+                extra[gpu.id] = extra.get(gpu.id, 0.0) + share
+                plan.append((gpu.node, (gpu.id,), share))
+                break
+        else:
+            return None
+    return plan
+
+
+_SHARES = [0.05, 0.1, 0.2, 0.25, 0.1 + 0.2, 1 / 3, 0.4, 0.5, 0.7]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    held=st.lists(st.lists(st.sampled_from([0.0, *_SHARES]), max_size=3), min_size=1, max_size=40),
+    share=st.sampled_from(_SHARES),
+    workers=st.integers(1, 12),
+)
+def test_a_fractional_gang_plans_in_one_walk_as_a_walk_per_worker(held, share, workers) -> None:
+    """The fractional plan walks the cards once for the whole gang; it picks exactly the
+    cards a fresh walk per worker picks (the earlier quadratic form), and the walk itself
+    yields exactly the cards with room, tightest bucket first."""
+    from stoker.core.model import EPS, JobClass
+
+    cl = cluster(*[2] * ((len(held) + 1) // 2))
+    cards = list(cl.gpus.values())
+    for i, shares in enumerate(held):
+        for k, s in enumerate(shares):
+            if s and cards[i].used + s <= 1.0:
+                cl.allocate(cards[i].id, f"other-{i}-{k}", s)
+    g = Gangs(cl, "chronus")
+    job = g.core.jobs.setdefault("f", _job("f", "spot", share, workers))
+    assert job.job_class is JobClass.SPOT and job.fractional
+    assert g.core.gangs._plan_free(job, 0.0) == _per_worker_walk(cl, "A", share, workers)
+    walked = [gpu.id for gpu in cl.gpus_with_room("A", share)]
+    assert sorted(walked) == sorted(c.id for c in cards if c.free >= share - EPS)
+    buckets = [min(20, int(cl.gpus[c].free * 20 + EPS)) for c in walked]
+    assert buckets == sorted(buckets)

@@ -143,3 +143,45 @@ def test_forecaster_clocks_stop_at_the_window_end(monkeypatch, name: str) -> Non
     assert {k: v for k, v in stopped.items() if k not in skip} == {
         k: v for k, v in ran_on.items() if k not in skip
     }
+
+
+@pytest.mark.parametrize("name", ["chronus", "gfs", "yarn-cs"])
+def test_ranks_of_one_instant_start_in_one_batch_and_decide_the_same(monkeypatch, name) -> None:
+    """The RankStarted news of every job bound at one instant (a trace's jobs bind in no
+    time; a Chronus lease binds every job it re-places) is one batch for the core: fewer
+    ``handle_all`` calls, the same events, every job's record and every metric the same as
+    with a batch per job (the runtime joining nothing)."""
+    from stoker.sim.virtual import VirtualRuntime
+
+    trace = _busy_trace()
+    window = Window(0.0, 86400.0, 2 * 86400.0)
+    calls: list[int] = []
+    handle_all = Core.handle_all
+
+    def spy(self, events, now):
+        calls.append(1)
+        return handle_all(self, events, now)
+
+    monkeypatch.setattr(Core, "handle_all", spy)
+    joined, joined_core = _run(trace, name, window, forecaster=_FlatForecaster())
+    n_joined = len(calls)
+    calls.clear()
+    # a runtime that forgets its open batch before every action: a batch per job
+    carry_out = VirtualRuntime.carry_out
+
+    def apart_carry_out(self, action):
+        self._starting = None
+        carry_out(self, action)
+
+    monkeypatch.setattr(VirtualRuntime, "carry_out", apart_carry_out)
+    apart, apart_core = _run(trace, name, window, forecaster=_FlatForecaster())
+    assert n_joined < len(calls)
+    record = lambda core: {  # noqa: E731
+        j.id: (j.finished, j.queue_s, j.first_start, j.evictions, j.periods_ok)
+        for j in core.jobs.values()
+    }
+    assert record(joined_core) == record(apart_core)
+    strip = ("wall_s", "events_per_s")
+    assert {k: v for k, v in joined.items() if k not in strip} == {
+        k: v for k, v in apart.items() if k not in strip
+    }

@@ -478,10 +478,13 @@ class Cluster:
             return
         need = share - EPS
         lo = max(0, int(share * _BUCKETS - 1))
+        gpus = self.gpus
         for b in range(lo, _BUCKETS + 1):
             for gid in buckets[b]:
-                gpu = self.gpus[gid]
-                if gpu.free >= need:
+                gpu = gpus[gid]
+                used = gpu.used
+                # ``gpu.free`` inline (the walk's hot test): max(0, 1 - used)
+                if (1.0 - used if used < 1.0 else 0.0) >= need:
                     yield gpu
 
     def free_gpus(self, model: str) -> int:

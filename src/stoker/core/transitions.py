@@ -87,6 +87,9 @@ class Transitions:
             if key not in self.table:
                 raise ValueError(f"{kind}: hook for an illegal move {key}")
             self.table[key] = hook
+        # each move's history entry, its states' values read once (an enum member's
+        # ``value`` is a Python-level property: two per move, millions in a long run)
+        self._values = {key: (key[1].value, key[0].value) for key in self.table}
 
     def transition(self, obj: _Stateful, finish: PodState | JobState, now: float) -> None:
         """Move ``obj`` to ``finish`` (a no-op when it is there already) or raise."""
@@ -100,7 +103,7 @@ class Transitions:
         if hook is not None:
             hook(obj, now)
         obj.state = finish  # type: ignore[assignment]
-        obj.history.append((now, finish.value, start.value))
+        obj.history.append((now, *self._values[key]))
 
     def forget(self, obj: _Stateful) -> None:
         """Check that ``obj`` may be dropped (it is in the final state) or raise."""

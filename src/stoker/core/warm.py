@@ -162,6 +162,8 @@ class WarmPools:
     def refresh_cards(self, gpus: list[str]) -> None:
         """Another part's pod took or left these cards: a standby there may no longer (or
         may now) be promotable."""
+        if not self._standby_on_gpu:
+            return  # no standby anywhere (hp and spot alone: every card, every time)
         for gid in gpus:
             self._refresh_gpu(gid)
 

@@ -98,6 +98,11 @@ class Simulator:
         self._seq += 1
         heapq.heappush(self._heap, (max(t, self.now), prio, self._seq, fn, args))
 
+    @property
+    def scheduled(self) -> int:
+        """How many events were ever scheduled (``at``): unchanged, nothing was since."""
+        return self._seq
+
     def after(self, delay: float, fn: Callable[..., None], *args: Any, prio: int = 0) -> None:
         self.at(self.now + delay, fn, *args, prio=prio)
 

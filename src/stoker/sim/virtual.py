@@ -62,6 +62,10 @@ class VirtualRuntime:
         self._running: dict[str, tuple[int, int]] = {}
         self._runs = 0
         self._bound: dict[str, None] = {}  # pods a job was bound into
+        # the RankStarted news of the binds carried out at one instant with no bind time,
+        # one heap event for them all while nothing else was scheduled between them: (the
+        # instant, the ranks, the engine's count of scheduled events after the last)
+        self._starting: tuple[float, list[RankStarted], int] | None = None
         self.pulls = 0
 
     def attach(self, sim: Simulator) -> None:
@@ -118,14 +122,40 @@ class VirtualRuntime:
                 self._runs += 1
                 self._running[job] = (len(pods), self._runs)
                 # a gang's ranks start (and exit) at one instant: one batch, one pass after
-                # them all (one per rank changed nothing until the last)
-                ranks = tuple(RankStarted(job, rank) for rank in range(len(pods)))
-                sim.after(bind, sim.deliver_all, ranks)
+                # them all (one per rank changed nothing until the last). Jobs bound at one
+                # instant with no bind time (a trace's, e.g. every job a Chronus lease
+                # returns) start in one batch too: a rank's start frees and dirties nothing,
+                # so the passes between them were empty; joined only while nothing else
+                # was scheduled in between, so every other event keeps its place
+                ranks = [RankStarted(job, rank) for rank in range(len(pods))]
+                starting = self._starting
+                if (
+                    bind == 0.0
+                    and starting is not None
+                    and starting[0] == sim.now
+                    and starting[2] == sim.scheduled
+                ):
+                    starting[1].extend(ranks)
+                else:
+                    sim.after(bind, self._started, ranks)
+                    starting = (sim.now, ranks, 0) if bind == 0.0 else None
                 sim.after(bind + run, self._exit, job, None, self._runs)
+                # a run of no time exits at this instant: what binds next starts after it
+                self._starting = (
+                    (starting[0], starting[1], sim.scheduled)
+                    if starting is not None and run > 0.0
+                    else None
+                )
             case KillJob(job=job, reason=reason):
                 self._exit(job, reason)
             case JobEnded() | JobRequeued():
                 pass  # the engine tells the workload of an end once the actions are done
+
+    def _started(self, ranks: list[RankStarted]) -> None:
+        """The ranks of one or more binds start (no more join this batch now)."""
+        if self._starting is not None and self._starting[1] is ranks:
+            self._starting = None
+        self.sim.deliver_all(ranks)
 
     def _exit(self, job_id: str, failure: Failure | None, run: int | None = None) -> None:
         """Every rank of a running job exits (its planned end, or killed)."""
