@@ -314,15 +314,19 @@ class FGDScorer:
     name = "fgd"
 
     def choose(self, plan: GangPlan, job_class: JobClass, need: int, now: float) -> str | None:
-        best = None
-        best_key = None
         nodes = plan.index.nodes
-        for f, bucket in plan.buckets(range(need, plan.index.max_gpus + 1)):
-            node = min(bucket, key=lambda n: nodes[n].ordinal)
-            key = (fgd_frag_delta(f, need), nodes[node].ordinal)
-            if best_key is None or key < best_key:
-                best, best_key = node, key
-        return best
+        found = [
+            (fgd_frag_delta(f, need), bucket)
+            for f, bucket in plan.buckets(range(need, plan.index.max_gpus + 1))
+        ]
+        if not found:
+            return None
+        # the growth is the bucket's: only the buckets of the least growth are searched
+        least = min(delta for delta, _ in found)
+        return min(
+            (n for delta, bucket in found if delta == least for n in bucket),
+            key=lambda n: nodes[n].ordinal,
+        )
 
 
 class BestFitScorer:
