@@ -1,16 +1,44 @@
-"""The hp/spot core's speed indexes: a gang's plan kept incrementally, and the bound on an HP
-job's room (cards carrying no HP) that spares a blocked gang's searches. Each must decide
-exactly as the plain computation it replaces."""
+"""The hp/spot core's speed indexes: a gang's plan kept incrementally, the bound on an HP
+job's room (cards carrying no HP) that spares a blocked gang's searches, and the spot nodes
+by reclaim room that spare a reclaim the scan of every spot node. Each must decide exactly
+as the plain computation it replaces."""
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stoker.core import JobState
-from stoker.core.gfs.placement import SCAN_CAP, GangPlan, NodeInfo, PoolIndex
+from stoker.core import (
+    JobSpec,
+    JobState,
+    JobSubmitted,
+    PodReady,
+    PodState,
+    RankExited,
+    RankStarted,
+    StartPod,
+    preset,
+)
+from stoker.core.core import Policies
+from stoker.core.gfs import GFSConfig
+from stoker.core.gfs.placement import (
+    SCAN_CAP,
+    BestFitScorer,
+    FGDScorer,
+    GangPlan,
+    GFSScorer,
+    NodeInfo,
+    PoolIndex,
+)
+from stoker.core.gfs.preemption import FGDVictims, FifoVictims, GFSVictims, LyraVictims
+from stoker.core.gfs.quota import StaticQuota
 from stoker.core.gfs.scheduler import GangScheduler
-from test_gfs import Gangs, _job, bound, cluster, spec, static
+from stoker.sim.gfs import Window, simulate
+from stoker.sim.virtual import VirtualRuntime
+from stoker.traces.base import Trace, TraceJob, TraceNode
+from test_gfs import Gangs, _FlatForecaster, _job, bound, cluster, spec, static
 
 
 def _recomputed(index: PoolIndex, taken: dict[str, int], order: range) -> list:
@@ -195,3 +223,129 @@ def test_a_fractional_gang_plans_in_one_walk_as_a_walk_per_worker(held, share, w
     assert sorted(walked) == sorted(c.id for c in cards if c.free >= share - EPS)
     buckets = [min(20, int(cl.gpus[c].free * 20 + EPS)) for c in walked]
     assert buckets == sorted(buckets)
+
+
+# ---------------------------------------------------------------- reclaim by room
+
+_CHOOSERS = {
+    "fifo": (FifoVictims, BestFitScorer),
+    "fgd": (FGDVictims, FGDScorer),
+    "gfs": (GFSVictims, GFSScorer),
+    "lyra": (LyraVictims, GFSScorer),
+}
+
+
+def _idle_pod(g: Gangs, job: str, at: float) -> None:
+    """A pool job of its own tag run to its end: its pod stays warm, idle."""
+    acts = g.core.handle(JobSubmitted(JobSpec(job, "u", "p", job)), at)
+    pod = next(a.pod for a in acts if isinstance(a, StartPod))
+    g.send(PodReady(pod), at + 1)
+    g.send(RankStarted(job), at + 1)
+    g.send(RankExited(job), at + 2)
+    assert g.core.pods[pod].state is PodState.WARM
+
+
+def _reclaims(g: Gangs, now: float) -> list:
+    """What a reclaim would stop and evict for HP requests of every whole-GPU shape, each
+    as the victims' chooser (free room first, and free nodes among the candidates)."""
+    sched = g.core.gangs
+    idle = g.core.warm.idle_cards("A")
+    out = []
+    for need, workers in ((1, 1), (2, 1), (4, 1), (8, 1), (1, 3), (2, 2), (4, 2)):
+        job = _job(f"probe-{need}x{workers}", "hp", need, workers)
+        for free_first in (True, False):
+            plan = sched._plan_victims(job, idle, now, spot=True, free_first=free_first)
+            out.append(plan and ([p.id for p in plan[0]], list(plan[1])))
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    chooser=st.sampled_from(sorted(_CHOOSERS)),
+    idle_pods=st.integers(0, 2),
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["hp", "spot", "spot", "spot"]),
+            st.sampled_from([0.5, 1, 1, 2, 4, 8]),
+            st.integers(1, 3),
+            st.integers(0, 5),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+)
+def test_reclaim_from_the_room_index_decides_as_the_scan_of_every_spot_node(
+    chooser, idle_pods, ops
+) -> None:
+    """Spot and HP jobs of every shape start and end on nodes of 8, 4 and 2 GPUs, a few
+    idle warm pods among them; after every event, reclaims for HP requests of every
+    whole-GPU shape stop and evict what they do when every spot node is a candidate (the
+    chooser's ``reads`` set to ``all``). ``GangScheduler.check`` (after every event)
+    recomputes the room index from the books."""
+    victims, scorer = _CHOOSERS[chooser]
+    config = GFSConfig(quota=StaticQuota(1.0), victims=victims(), scorer=scorer())
+    g = Gangs(cluster(8, 8, 8, 4, 8, 4, 2, 8, 8, 4), Policies(gangs=config))
+    for i in range(idle_pods):
+        _idle_pod(g, f"pool{i}", 3.0 * i)
+    running: list[str] = []
+    for i, (cls, req, workers, end) in enumerate(ops):
+        now = 10.0 + i
+        if end == 0 and running:
+            g.finish(running.pop(0), now)
+        elif req * workers <= 40:
+            g.submit(spec(f"j{i}", cls, req, workers, dur=1e6), now)
+        running = [j for j, job in g.core.jobs.items() if job.state is JobState.RUNNING]
+        indexed = _reclaims(g, now)
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(victims, "reads", "all")
+            assert indexed == _reclaims(g, now)
+
+
+def _fleet_trace() -> Trace:
+    """Two pools of 8-, 4- and 2-GPU nodes, busy with HP and spot jobs of every shape."""
+    rng = np.random.default_rng(11)
+    nodes = [TraceNode(f"a{i}", "A", int(g)) for i, g in enumerate(rng.choice([2, 4, 8], 24))]
+    nodes += [TraceNode(f"b{i}", "B", 8) for i in range(6)]
+    jobs = []
+    for i in range(700):
+        cls = "hp" if rng.random() < 0.4 else "spot"
+        jobs.append(
+            TraceJob(
+                f"j{i}",
+                f"t{i % 3}",
+                "A" if rng.random() < 0.8 else "B",
+                float(rng.choice([0.5, 1, 1, 2, 4, 8])),
+                int(rng.choice([1, 1, 1, 2, 3])),
+                float(rng.uniform(0, 3 * 86400)),
+                float(rng.uniform(600, 30_000)),
+                cls,
+            )
+        )
+    return Trace("fleet", nodes, jobs)
+
+
+@pytest.mark.parametrize("name", ["yarn-cs", "fgd", "gfs", "lyra", "gfs-simple-preemption"])
+def test_a_simulation_decides_the_same_with_the_room_index(monkeypatch, name) -> None:
+    """A busy simulation makes the same actions, in the same order, when every reclaim
+    looks at every spot node (each chooser's ``reads`` set to ``all``), and it evicts."""
+    trace = _fleet_trace()
+    window = Window(0.0, 86400.0, 3 * 86400.0)
+
+    def run() -> list[str]:
+        log: list[str] = []
+        carry_out = VirtualRuntime.carry_out
+
+        def logged(runtime, action):
+            log.append(f"{runtime.sim.now:.3f} {action!r}")
+            return carry_out(runtime, action)
+
+        with monkeypatch.context() as m:
+            m.setattr(VirtualRuntime, "carry_out", logged)
+            result = simulate(trace, preset(name), window, forecaster=_FlatForecaster())
+        assert result.metrics["preemptions_per_spot_job"] > 0
+        return log
+
+    indexed = run()
+    for cls in (FifoVictims, FGDVictims, GFSVictims, LyraVictims):
+        monkeypatch.setattr(cls, "reads", "all")
+    assert indexed == run()

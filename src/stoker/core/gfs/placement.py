@@ -1,7 +1,9 @@
 """Per-pool node indexes, queue order and node scores (where a worker goes).
 
 Nodes of a pool are indexed by their count of fully free GPUs, so "nodes with room for r
-whole GPUs, tightest first" never scans the pool. Scores are policies behind
+whole GPUs, tightest first" never scans the pool, and the nodes holding spot work by the
+room evicting it would make, so a reclaim's "fewest cards carrying no HP first" does not
+scan every spot node either. Scores are policies behind
 :class:`NodeScorer`: GFS's (tight packing, same-class affinity, eviction score), a plain
 best fit for YARN-CS and FGD's fragmentation-growth rule.
 """
@@ -9,6 +11,7 @@ best fit for YARN-CS and FGD's fragmentation-growth rule.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections import deque
 from collections.abc import Iterator
@@ -50,6 +53,10 @@ class NodeInfo:
     # other holder is free room, idle or spot, or at least not known to be HP)
     no_hp: int = 0
     used: dict[str, float] = field(default_factory=lambda: {"hp": 0.0, "spot": 0.0})
+    # cards held by whole-GPU spot jobs (the victims a whole-GPU worker may take here)
+    spot_cards: int = 0
+    # the node's reclaim room while it holds spot work: full_free + spot_cards (-1: none)
+    room: int = -1
     evictions: deque[float] = field(default_factory=deque)  # spot eviction times, last 24 h
 
     def recent_evictions(self, now: float) -> tuple[int, int]:
@@ -74,9 +81,10 @@ def no_hp_cards(info: NodeInfo) -> int:
 
 
 class PoolIndex:
-    """Nodes of one pool bucketed by fully free GPU count; spot-holding nodes apart; the
-    nodes counted by cards carrying no HP and the cards by their HP share (what bounds an
-    HP job's room: :meth:`hp_slots`)."""
+    """Nodes of one pool bucketed by fully free GPU count; spot-holding nodes apart, and
+    bucketed by their reclaim room (free cards and cards of whole-GPU spot jobs), each
+    bucket in node order; the nodes counted by cards carrying no HP and the cards by their
+    HP share (what bounds an HP job's room: :meth:`hp_slots`)."""
 
     def __init__(self, pool: str, max_gpus: int) -> None:
         self.pool = pool
@@ -86,6 +94,11 @@ class PoolIndex:
         self.hp_share: dict[str, float] = {}  # card -> HP share placed there (none: 0)
         self.by_hp_share: list[int] = [0] * (HP_SHARE_STEPS + 1)  # cards per twentieths
         self.spot_nodes: dict[str, None] = {}
+        # per reclaim room: the spot-holding nodes, as sorted (ordinal, name). Up to twice
+        # a node's cards: a spot job's card whose pod is gone while the job still holds it
+        # (a worker's failed bind: the others are killed and exit later) counts as free and
+        # as the job's meanwhile, as a reclaim's own count of the node has it
+        self.by_room: list[list[tuple[int, str]]] = [[] for _ in range(2 * max_gpus + 1)]
         self.nodes: dict[str, NodeInfo] = {}
 
     def grow(self, max_gpus: int) -> None:
@@ -94,6 +107,7 @@ class PoolIndex:
         if extra > 0:
             self.by_free += [{} for _ in range(extra)]
             self.by_no_hp += [0] * extra
+            self.by_room += [[] for _ in range(2 * extra)]
             self.max_gpus = max_gpus
 
     def add(self, info: NodeInfo) -> None:
@@ -110,6 +124,7 @@ class PoolIndex:
         self.by_no_hp[info.no_hp] -= 1
         self.by_hp_share[0] -= info.total  # nothing of HP is placed there any more
         self.spot_nodes.pop(name, None)
+        self._rebucket(info, -1)
         return info
 
     def move(self, info: NodeInfo, full_free: int) -> None:
@@ -125,8 +140,22 @@ class PoolIndex:
             info.no_hp = no_hp
         if info.used["spot"] > 1e-9:
             self.spot_nodes[info.name] = None
+            self._rebucket(info, full_free + info.spot_cards)
         else:
             self.spot_nodes.pop(info.name, None)
+            self._rebucket(info, -1)
+
+    def _rebucket(self, info: NodeInfo, room: int) -> None:
+        """Keep a spot-holding node in its reclaim-room bucket (-1: in none)."""
+        if room == info.room:
+            return
+        key = (info.ordinal, info.name)
+        if info.room >= 0:
+            bucket = self.by_room[info.room]
+            del bucket[bisect.bisect_left(bucket, key)]
+        if room >= 0:
+            bisect.insort(self.by_room[room], key)
+        info.room = room
 
     def add_hp(self, card: str, share: float) -> None:
         """An HP share was placed on ``card`` (negative: released)."""
@@ -272,6 +301,7 @@ def fragmentation(free: int, sizes: dict[int, float] = FGD_SIZES) -> float:
     return sum(p * (free - free // s) for s, p in sizes.items())
 
 
+@functools.cache
 def fgd_frag_delta(free: int, need: int) -> float:
     """How much FGD's fragmentation grows when ``need`` of ``free`` GPUs are taken."""
     return fragmentation(free - need) - fragmentation(free)
@@ -284,15 +314,19 @@ class FGDScorer:
     name = "fgd"
 
     def choose(self, plan: GangPlan, job_class: JobClass, need: int, now: float) -> str | None:
-        best = None
-        best_key = None
         nodes = plan.index.nodes
-        for f, bucket in plan.buckets(range(need, plan.index.max_gpus + 1)):
-            node = min(bucket, key=lambda n: nodes[n].ordinal)
-            key = (fgd_frag_delta(f, need), nodes[node].ordinal)
-            if best_key is None or key < best_key:
-                best, best_key = node, key
-        return best
+        found = [
+            (fgd_frag_delta(f, need), bucket)
+            for f, bucket in plan.buckets(range(need, plan.index.max_gpus + 1))
+        ]
+        if not found:
+            return None
+        # the growth is the bucket's: only the buckets of the least growth are searched
+        least = min(delta for delta, _ in found)
+        return min(
+            (n for delta, bucket in found if delta == least for n in bucket),
+            key=lambda n: nodes[n].ordinal,
+        )
 
 
 class BestFitScorer:

@@ -124,9 +124,16 @@ def _in_order(cand: Candidate, need: float) -> list[Job]:
 
 
 class VictimChooser(Protocol):
-    """Picks (target, victims) among the candidates, or None to let the HP job wait."""
+    """Picks (target, victims) among the candidates, or None to let the HP job wait.
+
+    ``reads``: which whole-GPU candidate nodes its choice can depend on, so the scheduler
+    builds only those: ``fewest``, every candidate with the fewest cards carrying no HP
+    (its choice is among them: :func:`best_fit` first); ``first``, per such count the
+    first candidate in node order (its choice is the first node of some count); ``all``.
+    """
 
     name: str
+    reads: str
 
     def choose(
         self, cands: list[Candidate], need: float, ctx: PreemptContext
@@ -142,6 +149,8 @@ class GFSVictims:
     the time since its run started; ``paper``: since its last checkpoint (the work a restart
     really redoes).
     """
+
+    reads = "fewest"
 
     def __init__(self, cost: str = "authors") -> None:
         if cost not in ("authors", "paper"):
@@ -179,6 +188,7 @@ class LyraVictims:
     on ties). On a card (fractional): its spot jobs in order, 1/workers each."""
 
     name = "lyra"
+    reads = "fewest"
 
     @staticmethod
     def _cost(job: Job) -> float:
@@ -216,6 +226,7 @@ class FifoVictims:
     spot job on its first ``need`` no-HP cards in card order; no cost."""
 
     name = "fifo-spot"
+    reads = "first"
 
     def choose(
         self, cands: list[Candidate], need: float, ctx: PreemptContext
@@ -233,6 +244,7 @@ class FGDVictims:
     ``need`` no-HP cards; on a card (fractional), the fullest card's jobs in order."""
 
     name = "fgd"
+    reads = "first"
 
     def choose(
         self, cands: list[Candidate], need: float, ctx: PreemptContext

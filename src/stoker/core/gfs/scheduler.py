@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
@@ -585,6 +586,17 @@ class GangScheduler:
                 counts[info.no_hp] += 1
             if counts != index.by_no_hp:
                 raise AssertionError(f"{pool}: nodes by cards without HP {index.by_no_hp}")
+            # the reclaim-room index: spot nodes by free cards and whole-GPU spot jobs' cards
+            rooms: list[list[tuple[int, str]]] = [[] for _ in index.by_room]
+            for info in index.nodes.values():
+                held = self.node_jobs[info.name].items()
+                spot_cards = sum(len(c) for j, c in held if not self.jobs[j].fractional)
+                if info.spot_cards != spot_cards:
+                    raise AssertionError(f"node {info.name} spot_cards {info.spot_cards} is stale")
+                if info.name in index.spot_nodes:
+                    rooms[info.full_free + spot_cards].append((info.ordinal, info.name))
+            if [sorted(b) for b in rooms] != index.by_room:
+                raise AssertionError(f"{pool}: spot nodes by reclaim room are stale")
             cards = [0] * (HP_SHARE_STEPS + 1)
             for info in index.nodes.values():
                 for gpu in self.cluster.nodes[info.name].gpus:
@@ -929,6 +941,8 @@ class GangScheduler:
             info.used[cls] += sum(shares)
             if cls is _SPOT:
                 self.node_jobs[node][job.id] = cards
+                if not job.fractional:
+                    info.spot_cards += len(cards)
             self._refresh(info, grown=cls is _SPOT)  # spot work: a victim an HP job may take
         if cls is _SPOT:
             self.running_spot[pool][job.id] = None
@@ -952,12 +966,15 @@ class GangScheduler:
                 self.pools[pool].add_hp(gid, -share)
         if abs(self.used[pool][cls]) < 1e-9:
             self.used[pool][cls] = 0.0
-        for node, (_, shares) in _per_node(place).items():
+        for node, (cards, shares) in _per_node(place).items():
             info = self.nodes[node]
             info.used[cls] -= sum(shares)
             if abs(info.used[cls]) < 1e-9:
                 info.used[cls] = 0.0
-            self.node_jobs[node].pop(job.id, None)
+            if cls is _SPOT:
+                del self.node_jobs[node][job.id]
+                if not job.fractional:
+                    info.spot_cards -= len(cards)
             self._refresh(info)
         self.running_spot[pool].pop(job.id, None)
 
@@ -1217,49 +1234,92 @@ class GangScheduler:
         spot: bool,
         free_nodes: bool = False,
     ) -> list[Candidate]:
-        need = job.per_worker
+        """The nodes a whole-GPU worker may reclaim on, as many as the victim chooser reads
+        (:attr:`VictimChooser.reads`; every one without ``spot``): nodes with idle cards,
+        nodes the plan took or freed GPUs on, each looked at; the pool's other spot nodes
+        from its reclaim-room index (their room is their free cards and their whole-GPU
+        spot jobs' cards), only the buckets and nodes the chooser reads; with
+        ``free_nodes``, nodes with free room only, a bounded scan per free count as
+        placement does."""
+        need = int(job.per_worker)
         pool = self.pools[self.pool_of(job)]
-        names = dict.fromkeys(idle)
-        if spot:
-            names.update(pool.spot_nodes)
+
+        def build(names: Iterable[str]) -> list[Candidate]:
+            out = []
+            for name in names:
+                info = self.nodes[name]
+                if info.total < need:
+                    continue
+                cards = [(c, g) for c, g in idle.get(name, ()) if g not in idle_used]
+                # the plan counts the idle cards earlier workers stop too: those are not free room
+                used_idle = len(idle.get(name, ())) - len(cards)
+                free = info.full_free - gang.taken.get(name, 0) + freed.get(name, 0) + used_idle
+                victims: list[tuple[Job, float]] = []
+                held: list[tuple[str, list[str]]] = []  # each victim and the cards it holds here
+                # spot on the node's cards that carry no HP (a whole-GPU worker's cards never do)
+                if spot:
+                    for jid, mine in self.node_jobs[name].items():
+                        v = self.jobs[jid]
+                        if jid in evicted or v.fractional or not self._evictable(v, now):
+                            continue
+                        held.append((jid, mine))
+                        victims.append((v, float(len(mine))))
+                if not victims and not cards and not (free_nodes and free >= need - EPS):
+                    continue
+                cand = Candidate(
+                    name,
+                    info.ordinal,
+                    float(free + len(cards)),
+                    victims,
+                    card_order=partial(self._card_order, name, held, [g for _, g in cards]),
+                )
+                if cand.no_hp < need - EPS:
+                    continue
+                # the idle cards it would stop, cheapest first
+                short = max(0, int(need) - int(free))
+                cand.cost = (
+                    sum(c[0] for c, _ in cards[:short]),
+                    sum(c[1] for c, _ in cards[:short]),
+                )
+                out.append(cand)
+            return out
+
+        heads: dict[int, list[str]] = {}
         if free_nodes:
-            # nodes with free room only, a bounded scan per free count as placement does
-            for _, bucket in gang.buckets(range(int(need), pool.max_gpus + 1)):
-                names.update(dict.fromkeys(bucket))
-        out = []
-        for name in names:
-            info = self.nodes[name]
-            if info.total < need:
-                continue
-            cards = [(c, g) for c, g in idle.get(name, ()) if g not in idle_used]
-            # the plan counts the idle cards earlier workers stop too: those are not free room
-            used_idle = len(idle.get(name, ())) - len(cards)
-            free = info.full_free - gang.taken.get(name, 0) + freed.get(name, 0) + used_idle
-            victims: list[tuple[Job, float]] = []
-            held: list[tuple[str, list[str]]] = []  # each victim and the cards it holds here
-            # spot on the node's cards that carry no HP (a whole-GPU worker's cards never do)
+            heads = dict(gang.buckets(range(need, pool.max_gpus + 1)))
+        reads = self.config.victims.reads if spot else "all"
+        if reads == "all" or self.config.min_runtime_s > 0:
+            # (with a minimum runtime a node's victims depend on the clock: no index)
+            names = dict.fromkeys(idle)
             if spot:
-                for jid, mine in self.node_jobs[name].items():
-                    v = self.jobs[jid]
-                    if jid in evicted or v.fractional or not self._evictable(v, now):
-                        continue
-                    held.append((jid, mine))
-                    victims.append((v, float(len(mine))))
-            if not victims and not cards and not (free_nodes and free >= need - EPS):
-                continue
-            cand = Candidate(
-                name,
-                info.ordinal,
-                float(free + len(cards)),
-                victims,
-                card_order=partial(self._card_order, name, held, [g for _, g in cards]),
-            )
-            if cand.no_hp < need - EPS:
-                continue
-            # the idle cards it would stop, cheapest first
-            short = max(0, int(need) - int(free))
-            cand.cost = (sum(c[0] for c, _ in cards[:short]), sum(c[1] for c, _ in cards[:short]))
-            out.append(cand)
+                names.update(pool.spot_nodes)
+            for bucket in heads.values():
+                names.update(dict.fromkeys(bucket))
+            return build(names)
+        # the nodes whose room is not the index's: idle cards, GPUs planned, victims chosen
+        own = dict.fromkeys(idle)
+        own.update(gang.taken)
+        own.update(freed)
+        scanned = {n for bucket in heads.values() for n in bucket} if own else set()
+        out = build([n for n in own if n in idle or n in pool.spot_nodes or n in scanned])
+        least = min((c.no_hp for c in out), default=math.inf)
+        nodes = self.nodes
+        for room in range(need, len(pool.by_room)):
+            if reads == "fewest" and room > least + EPS:
+                break
+            found = []
+            for _, name in pool.by_room[room]:
+                # a node holding only fractional spot work has room, not victims
+                if name not in own and (free_nodes or nodes[name].spot_cards):
+                    found.append(name)
+                    if reads == "first":
+                        break
+            rest = [n for n in heads.get(room, ()) if n not in own and n not in pool.spot_nodes]
+            if rest:
+                found += rest if reads == "fewest" else [min(rest, key=lambda n: nodes[n].ordinal)]
+            out += build(found)
+            if found and reads == "fewest":
+                break
         return out
 
     def _card_order(
