@@ -9,8 +9,10 @@ time, broker and client CPU per call). A side is a tree's ``src`` first on ``PYT
 (the broker, its pods and the callers all import from it); the scripts are this tree's.
 Keep the other tree outside /tmp (a pod's agent clears its /tmp after each job).
 
-Prints each window as it ends and, at the end, per side the medians of the figures and
-their ratio (this tree / the other); ``--out`` writes every window and the medians as JSON.
+The runs and their summary are ``pod_ab.py``'s (``run_once``, ``summary``): this script only
+pairs the two benchmarks per round. Prints each run as it ends and, at the end, per figure
+both sides' medians, their ratio (this tree / the other) and the paired ratios' median;
+``--out`` writes every run and the summaries as JSON.
 
     .venv/bin/python benchmarks/broker_ab.py --base /work/i10b-base [--rounds 3]
         [--profile plain] [--seconds 10] [--callers 4] [--calls 200] [--out FILE.json]
@@ -22,39 +24,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-THIS = HERE.parent
-THROUGHPUT = (
-    "jobs_per_s",
-    "call_ms_p50",
-    "broker_cpu_ms_per_job",
-    "client_cpu_ms_per_job",
-    "agent_cpu_ms_per_job",
-    "jobs_cpu_ms_per_job",
-)
-CALLS = ("call_ms_p50", "start_ms_p50", "broker_cpu_ms_per_call", "client_cpu_ms_per_call")
+from pod_ab import HERE, run_once, summary
 
-
-def _run(script: str, tree: Path, args: list[str]) -> dict[str, Any]:
-    """One run of ``script`` (this tree's) with ``tree``'s code; its JSON figures."""
-    with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        env = {**os.environ, "PYTHONPATH": str(tree / "src")}
-        cmd = [sys.executable, str(HERE / script), *args, "--out", out.name]
-        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, cwd=tree)
-        data = json.loads(Path(out.name).read_text())
-    return data[0] if isinstance(data, list) else data
-
-
-def _medians(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, float]:
-    return {k: statistics.median(r[k] for r in rows) for k in keys}
+BENCH = HERE / "benchmarks"
 
 
 def main() -> None:
@@ -67,44 +42,36 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=0, help="profile_call.py calls (0: none)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    sides = {"base": args.base.resolve(), "this": THIS}
-    windows: dict[str, list[dict[str, Any]]] = {"base": [], "this": []}
-    calls: dict[str, list[dict[str, Any]]] = {"base": [], "this": []}
+    benches: dict[str, list[str]] = {}
+    if args.seconds > 0:
+        benches["throughput"] = [
+            str(BENCH / "bench_throughput.py"),
+            *("--profile", args.profile, "--seconds", str(args.seconds)),
+            *("--callers", str(args.callers)),
+        ]
+    if args.calls:
+        benches["calls"] = [str(BENCH / "profile_call.py"), "--n", str(args.calls)]
+    sides = {"base": args.base.resolve() / "src", "this": HERE / "src"}
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+        part: {"base": [], "this": []} for part in benches
+    }
     for r in range(args.rounds):
-        for name in ("base", "this") if r % 2 == 0 else ("this", "base"):
-            tree = sides[name]
-            if args.seconds > 0:
-                window = ["--profile", args.profile, "--seconds", str(args.seconds)]
-                w = _run("bench_throughput.py", tree, [*window, "--callers", str(args.callers)])
-                windows[name].append(w)
-                line = {k: round(w[k], 2) for k in THROUGHPUT}
-                load = w["loadavg_1m"]
-                print(f"round {r} {name} throughput", json.dumps(line), load, flush=True)
-            if args.calls:
-                c = _run("profile_call.py", tree, ["--n", str(args.calls)])
-                calls[name].append(c)
-                line = {k: round(c[k], 2) for k in CALLS}
-                print(f"round {r} {name} calls", json.dumps(line), c["loadavg_1m"], flush=True)
-    summary: dict[str, Any] = {}
-    for part, rows, keys in (("throughput", windows, THROUGHPUT), ("calls", calls, CALLS)):
-        if not rows["this"]:
-            continue
-        med = {name: _medians(rows[name], keys) for name in sides}
-        ratio = {k: med["this"][k] / med["base"][k] if med["base"][k] else None for k in keys}
-        summary[part] = {**med, "ratio": ratio}
-        print(f"{part}, medians of {args.rounds} (base / this / ratio):")
-        for k in keys:
-            ratio_k = ratio[k]
-            shown = "-" if ratio_k is None else f"{ratio_k:.3f}"
-            print(f"  {k:24s} {med['base'][k]:8.2f} {med['this'][k]:8.2f}  {shown}")
+        for side in ("base", "this") if r % 2 == 0 else ("this", "base"):
+            for part, bench in benches.items():
+                row = run_once(sides[side], bench)
+                runs[part][side].append(row)
+                print(json.dumps({"round": r, "side": side, "part": part, **row}), flush=True)
+    summaries = {part: summary(rows["base"], rows["this"]) for part, rows in runs.items()}
+    for part, figures in summaries.items():
+        print(f"{part}, {args.rounds} rounds (base / this / ratio of medians / paired):")
+        for key, s in figures.items():
+            print(
+                f"  {key:26s} {s['base_median']:>10} {s['this_median']:>10}"
+                f"  {s['ratio_of_medians']}  {s['paired_ratio_median']}"
+            )
     if args.out is not None:
-        out = {
-            "args": {k: str(v) for k, v in vars(args).items()},
-            "windows": windows,
-            "calls": calls,
-            "medians": summary,
-        }
-        args.out.write_text(json.dumps(out, indent=2))
+        out = {"args": {k: str(v) for k, v in vars(args).items()}, "runs": runs}
+        args.out.write_text(json.dumps({**out, "summary": summaries}, indent=2))
 
 
 if __name__ == "__main__":

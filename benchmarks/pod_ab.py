@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -47,12 +48,6 @@ def run_once(src: Path, bench: list[str]) -> dict[str, Any]:
     return row
 
 
-def _median(values: list[float]) -> float:
-    v = sorted(values)
-    mid = len(v) // 2
-    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
-
-
 def summary(base: list[dict[str, Any]], this: list[dict[str, Any]]) -> dict[str, Any]:
     """Per numeric figure: the medians of both sides, their ratio, and the median of the
     paired (same round) ratios."""
@@ -63,11 +58,12 @@ def summary(base: list[dict[str, Any]], this: list[dict[str, Any]]) -> dict[str,
         a = [float(r[key]) for r in base]
         b = [float(r[key]) for r in this]
         paired = [y / x for x, y in zip(a, b, strict=True) if x]
+        ma, mb = statistics.median(a), statistics.median(b)
         out[key] = {
-            "base_median": round(_median(a), 3),
-            "this_median": round(_median(b), 3),
-            "ratio_of_medians": round(_median(b) / _median(a), 3) if _median(a) else None,
-            "paired_ratio_median": round(_median(paired), 3) if paired else None,
+            "base_median": round(ma, 3),
+            "this_median": round(mb, 3),
+            "ratio_of_medians": round(mb / ma, 3) if ma else None,
+            "paired_ratio_median": round(statistics.median(paired), 3) if paired else None,
         }
     return out
 

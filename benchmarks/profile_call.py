@@ -119,7 +119,7 @@ def main() -> None:
         "client_cpu_ms_per_call": client_cpu_ms,
         "broker_cpu_ms_per_call": broker_cpu_ms,
     }
-    print(json.dumps(out, indent=2))
+    print(json.dumps(out))  # one line: benchmarks/pod_ab.py reads the last one
     if args.py_spy and raw.exists():
         out["broker_top"] = _top_frames(raw)
     shutil.rmtree(base, ignore_errors=True)  # the broker's data dir and py-spy's samples

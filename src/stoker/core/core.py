@@ -250,17 +250,7 @@ class Core:
         self.cluster.check()
         self.warm.check()
         self.gangs.check()
-        queued = (
-            {
-                e[1]
-                for q in self.gangs.queues.values()
-                for c in q.values()
-                for b in c.buckets.values()
-                for e in b
-            }
-            if self.unplaceable
-            else set()
-        )
+        queued = {*self.queued(), *self.gangs.queued_ids()} if self.unplaceable else set()
         for jid, why in self.unplaceable.items():
             job = self.jobs[jid]
             if job.state is not JobState.QUEUED or self.refusal(job.spec) != why:

@@ -393,6 +393,16 @@ class GangScheduler:
         self.queues[pool][job.job_class].push(job, job.queued_since, requeue=True)
         self._dirty[pool] = None
 
+    def queued_ids(self) -> list[str]:
+        """Queued hp and spot job ids (every pool and class; in no particular order)."""
+        return [
+            jid
+            for classes in self.queues.values()
+            for queue in classes.values()
+            for entries in queue.buckets.values()
+            for _, jid in entries
+        ]
+
     def pool_of(self, job: Job) -> str:
         """The job's GPU pool (GPU model)."""
         return job.spec.gpu_model or self.host.profiles[job.spec.profile].gpu_model
