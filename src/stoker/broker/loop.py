@@ -180,8 +180,14 @@ def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
             return "job_forgotten", {"job": job}
         case PodForgotten(pod):
             return "pod_forgotten", {"pod": pod}
-        case NodeAdded(name, gpu_model, gpus, cpu):
-            return "node_added", {"name": name, "gpu_model": gpu_model, "gpus": gpus, "cpu": cpu}
+        case NodeAdded(name, gpu_model, gpus, cpu, memory_gb):
+            return "node_added", {
+                "name": name,
+                "gpu_model": gpu_model,
+                "gpus": gpus,
+                "cpu": cpu,
+                "memory_gb": memory_gb,
+            }
         case NodeRemoved(name):
             return "node_removed", {"name": name}
         case Tick():
@@ -240,7 +246,8 @@ def decode_event(ev: StoredEvent) -> Event:
         case "pod_forgotten":
             return PodForgotten(d["pod"])
         case "node_added":
-            return NodeAdded(d["name"], d["gpu_model"], int(d["gpus"]), float(d["cpu"]))
+            memory_gb = float(d.get("memory_gb", 0.0))  # logged before it was carried
+            return NodeAdded(d["name"], d["gpu_model"], int(d["gpus"]), float(d["cpu"]), memory_gb)
         case "node_removed":
             return NodeRemoved(d["name"])
         case "tick":
