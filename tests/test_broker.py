@@ -221,7 +221,8 @@ def test_bad_input_names_the_field_and_writes_nothing(tmp_path: Path) -> None:
         db = eb.cfg.db_path
     with sqlite3.connect(db) as conn:
         assert conn.execute("select count(*) from jobs").fetchone()[0] == 0
-        assert conn.execute("select count(*) from core_events").fetchone()[0] == 0
+        # the one event logged: this host's node, as the broker started
+        assert conn.execute("select kind from core_events").fetchall() == [("node_added",)]
 
 
 def test_idempotency_key_gives_the_same_job(broker: EmbeddedBroker) -> None:
@@ -387,6 +388,97 @@ def test_restart_fails_a_lost_pod_with_a_typed_reason(tmp_path: Path, database_u
         assert eb2.broker is not None and eb2.broker.recovery["lost"] == 1
         job = Api(eb2.url, token).wait(jid, 10)
         assert job["state"] == "finished" and job["failure"] == "pod_died"
+
+
+def test_a_restart_with_fewer_gpus_sets_aside_what_no_longer_fits(
+    tmp_path: Path, database_url: str
+) -> None:
+    """This host's node is logged as the core's NodeAdded, so a broker restarted with fewer
+    GPUs replays the cluster each past event saw and meets the new one as the node's change:
+    a queued job that no longer fits waits aside, still queued, with the reason on the API
+    (not cancelled: the host's GPUs may come back, and its caller can cancel it), new jobs
+    that fit run, and once the GPUs are back the set-aside jobs run too."""
+    two = _cfg(tmp_path, gpu_slots=2, database_url=database_url)
+    one = _cfg(tmp_path, gpu_slots=1, database_url=database_url)
+    with EmbeddedBroker(two) as eb:
+        a = _tenant(eb, "a")
+        token = a.http.headers["Authorization"].split()[1]
+        hold = a.submit([PY, "-c", "import time; time.sleep(60)"], job_class="hp", gpus=2)
+        hold_id = hold.json()["id"]
+        _wait_for(lambda: a.http.get(f"/v1/jobs/{hold_id}").json()["state"] == "running")
+        hp = a.submit([PY, "-c", "print('hp ran')"], job_class="hp", gpus=2).json()["id"]
+        gang = a.submit([PY, "-c", "print('gang ran')"], workers=2).json()["id"]
+        for jid in (hp, gang):
+            row = a.http.get(f"/v1/jobs/{jid}").json()
+            assert (row["state"], row.get("waiting_reason")) == ("queued", None), row
+    # its pods stopped with it: the job that ran ends pod_died on the restart
+    with EmbeddedBroker(one) as eb:
+        a = Api(eb.url, token)
+        assert a.wait(hold_id, 10)["failure"] == "pod_died"
+        for jid, says in ((hp, "largest node of GPU pool"), (gang, "2 workers")):
+            row = a.http.get(f"/v1/jobs/{jid}").json()
+            assert row["state"] == "queued", row
+            assert (
+                row["waiting_reason"].startswith("no node fits: ")
+                and says in (row["waiting_reason"])
+            ), row
+        listed = {r["id"]: r["waiting_reason"] for r in a.http.get("/v1/jobs").json()}
+        assert listed[hp] and listed[gang] and listed[hold_id] is None
+        # the CLI: a line per job waiting aside, under the table
+        from typer.testing import CliRunner
+
+        from stoker.cli.main import app
+
+        env = {"STOKER_URL": eb.url, "STOKER_TOKEN": token, "COLUMNS": "200"}
+        shown = CliRunner().invoke(app, ["ps", "--wide"], env=env).stdout
+        assert f"{hp} waits aside: {listed[hp]}" in shown, shown
+        small = a.run([PY, "-c", "print('small ran')"], tag="s")
+        assert small["exit_code"] == 0 and a.output(small["id"]) == "small ran\n"
+        assert small["pods"] and eb.broker is not None and eb.broker.scheduler is not None
+        assert eb.broker.scheduler.core.pods[small["pods"][0]].gpus == ["vgpu0"]
+    with EmbeddedBroker(two) as eb:
+        a = Api(eb.url, token)
+        for jid, says in ((hp, "hp ran"), (gang, "gang ran")):
+            row = a.wait(jid, 60)
+            assert (row["exit_code"], row["waiting_reason"]) == (0, None), row
+            assert says in a.output(jid)
+
+
+def test_a_store_written_before_the_node_was_logged_replays_on_its_node(
+    tmp_path: Path, database_url: str
+) -> None:
+    """A store from before this host's node was logged (no node event in it) replays as if
+    the node of the first broker after the change had been there from the start, and that
+    broker logs it: a later restart with fewer GPUs then sets aside what no longer fits
+    (taking the config's node for the old events then, the replay would refuse them)."""
+    import sqlalchemy as sa
+
+    from stoker.broker.store import Store, core_events
+
+    two = _cfg(tmp_path, gpu_slots=2, database_url=database_url)
+    with EmbeddedBroker(two) as eb:
+        a = _tenant(eb, "a")
+        token = a.http.headers["Authorization"].split()[1]
+        done = a.run([PY, "-c", "print('ran')"], job_class="hp", gpus=2)
+        assert done["exit_code"] == 0, done
+    store = Store(two.store_url)
+    try:
+        with store.transaction() as conn:  # as an older broker wrote it
+            conn.execute(sa.delete(core_events).where(core_events.c.kind == "node_added"))
+    finally:
+        store.close()
+    with EmbeddedBroker(two) as eb:
+        a = Api(eb.url, token)
+        assert a.http.get(f"/v1/jobs/{done['id']}").json()["exit_code"] == 0
+        hold = a.submit([PY, "-c", "import time; time.sleep(60)"], job_class="hp", gpus=2)
+        hold_id = hold.json()["id"]
+        _wait_for(lambda: a.http.get(f"/v1/jobs/{hold_id}").json()["state"] == "running")
+        queued = a.submit([PY, "-c", "print('queued ran')"], job_class="hp", gpus=2).json()["id"]
+    with EmbeddedBroker(_cfg(tmp_path, gpu_slots=1, database_url=database_url)) as eb:
+        a = Api(eb.url, token)
+        assert a.wait(hold_id, 10)["failure"] == "pod_died"
+        row = a.http.get(f"/v1/jobs/{queued}").json()
+        assert row["state"] == "queued" and row["waiting_reason"].startswith("no node fits")
 
 
 def test_reads_answer_what_is_stored_and_a_wait_returns_once_the_end_is(
