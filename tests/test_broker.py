@@ -4,6 +4,7 @@ bubblewrap sandboxes and the real in-pod agent."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import shutil
@@ -479,6 +480,59 @@ def test_a_store_written_before_the_node_was_logged_replays_on_its_node(
         assert a.wait(hold_id, 10)["failure"] == "pod_died"
         row = a.http.get(f"/v1/jobs/{queued}").json()
         assert row["state"] == "queued" and row["waiting_reason"].startswith("no node fits")
+
+
+def test_a_close_whose_commit_fails_still_stops_the_pods(tmp_path: Path) -> None:
+    """A broker's close commits what its loop last wrote before it stops the pods; a
+    commit that fails then (the store busy or gone) must not skip the stop: the error is
+    the close's to report, the pods are its to stop all the same."""
+    import sqlalchemy as sa
+
+    from leaks import leftovers
+
+    eb = EmbeddedBroker(_cfg(tmp_path, gpu_slots=1)).start()
+    a = _tenant(eb, "a")
+    assert a.run([PY, "-c", "pass"])["exit_code"] == 0  # its pod stays warm
+    assert eb.broker is not None and eb.broker.scheduler is not None
+    sched = eb.broker.scheduler
+    assert any(p.state.value == "warm" for p in sched.core.pods.values())
+
+    def fail(store: object) -> None:
+        raise sa.exc.OperationalError("COMMIT", {}, Exception("database is locked"))
+
+    sched._batch.commit = fail  # type: ignore[method-assign]
+    sched._batch.event(sched._now, "tick", {})  # something left to commit on close
+    eb.stop()
+    assert not leftovers(tmp_path), leftovers(tmp_path)
+
+
+def test_a_start_that_fails_halfway_stops_the_pods_it_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker whose start fails after its loop started pods (a profile's spare pod) is
+    closed by its lifespan all the same: no pod, store or lock outlives the failed start."""
+    from leaks import leftovers
+    from stoker.broker.dashboard import Dashboard
+
+    started: list[bool] = []
+
+    async def fail(self: Dashboard) -> None:
+        sched = self.broker.scheduler
+        assert sched is not None
+        for _ in range(2000):  # the spare pod is up: a start that had pods fails now
+            if any(p.state.value == "warm" for p in sched.core.pods.values()):
+                break
+            await asyncio.sleep(0.01)
+        started.append(bool(sched.core.pods))
+        raise OSError("the dashboard could not start")
+
+    monkeypatch.setattr(Dashboard, "start", fail)
+    profiles = [BrokerProfile.simple("plain", min_warm=1)]
+    cfg = _cfg(tmp_path, gpu_slots=1, profiles=profiles)
+    with pytest.raises(RuntimeError, match="did not start"):
+        EmbeddedBroker(cfg).start()
+    assert started == [True]
+    assert not leftovers(tmp_path), leftovers(tmp_path)
 
 
 def test_reads_answer_what_is_stored_and_a_wait_returns_once_the_end_is(

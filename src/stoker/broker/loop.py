@@ -482,10 +482,22 @@ class Scheduler:
         """Stop the loop; pods keep running for the next broker unless ``stop_pods``."""
         self.ready = False
         self._closing = True  # from here on no new runtime call starts (see _carry_out)
-        with contextlib.suppress(Deposed):  # a deposed leader's last writes are refused
+        try:
+            with contextlib.suppress(Deposed):  # a deposed leader's last writes are refused
+                self._flush()
+                # the HP demand so far, the open minute too (the next broker's peak there
+                # merges)
+                self.store.record_hp_demand(self._new_demand(open_minute=True))
+        finally:  # a store that fails now (busy, gone) must not keep the pods running
+            await self._close_runtime(stop_pods)
+        with contextlib.suppress(Deposed):
             self._flush()
-            # the HP demand so far, the open minute too (the next broker's peak there merges)
-            self.store.record_hp_demand(self._new_demand(open_minute=True))
+        if self._recent_timer is not None:
+            self._recent_timer.cancel()
+
+    async def _close_runtime(self, stop_pods: bool) -> None:
+        """End the runtime calls and tasks, stop every pod with ``stop_pods``, and close
+        the runtime."""
         # runtime calls in flight finish first (bounded): a start cancelled halfway leaves a
         # sandbox the runtime never recorded, which no stop_all can find
         calls = [t for t in self._tasks if t not in self._service]
@@ -506,10 +518,6 @@ class Scheduler:
             if stop_all is not None:
                 await stop_all()
         await self.runtime.close()
-        with contextlib.suppress(Deposed):
-            self._flush()
-        if self._recent_timer is not None:
-            self._recent_timer.cancel()
 
     # ------------------------------------------------------------------ API calls
 
