@@ -770,8 +770,6 @@ async def test_a_cpu_only_job_runs_on_the_clusters_nodes_cpu_slots(
     for round_ in range(2):  # the second: a restarted broker over the same store
         broker = Broker(cfg, kube.runtime(profiles=[cpu.core]))
         await broker.start()
-        node = broker.scheduler.core.cluster.nodes["gpu-a"]  # type: ignore[union-attr]
-        assert (node.cpu, node.memory_gb) == (32.0, 256.0)
         transport = httpx.ASGITransport(app=broker.app)
         try:
             async with httpx.AsyncClient(transport=transport, base_url="http://broker") as http:
@@ -784,6 +782,8 @@ async def test_a_cpu_only_job_runs_on_the_clusters_nodes_cpu_slots(
                 job = r.json()["id"]
                 r = await http.get(f"/v1/jobs/{job}/wait", params={"timeout_s": 60}, headers=auth)
                 assert r.json()["state"] == "finished" and r.json()["exit_code"] == 0, r.json()
+            node = broker.scheduler.core.cluster.nodes["gpu-a"]  # type: ignore[union-attr]
+            assert (node.cpu, node.memory_gb) == (32.0, 256.0)
         finally:
             await broker.close(stop_pods=True)
     assert kube.api.pods() == {}
