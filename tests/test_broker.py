@@ -4,6 +4,7 @@ bubblewrap sandboxes and the real in-pod agent."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import shutil
@@ -221,7 +222,8 @@ def test_bad_input_names_the_field_and_writes_nothing(tmp_path: Path) -> None:
         db = eb.cfg.db_path
     with sqlite3.connect(db) as conn:
         assert conn.execute("select count(*) from jobs").fetchone()[0] == 0
-        assert conn.execute("select count(*) from core_events").fetchone()[0] == 0
+        # the one event logged: this host's node, as the broker started
+        assert conn.execute("select kind from core_events").fetchall() == [("node_added",)]
 
 
 def test_idempotency_key_gives_the_same_job(broker: EmbeddedBroker) -> None:
@@ -387,6 +389,150 @@ def test_restart_fails_a_lost_pod_with_a_typed_reason(tmp_path: Path, database_u
         assert eb2.broker is not None and eb2.broker.recovery["lost"] == 1
         job = Api(eb2.url, token).wait(jid, 10)
         assert job["state"] == "finished" and job["failure"] == "pod_died"
+
+
+def test_a_restart_with_fewer_gpus_sets_aside_what_no_longer_fits(
+    tmp_path: Path, database_url: str
+) -> None:
+    """This host's node is logged as the core's NodeAdded, so a broker restarted with fewer
+    GPUs replays the cluster each past event saw and meets the new one as the node's change:
+    a queued job that no longer fits waits aside, still queued, with the reason on the API
+    (not cancelled: the host's GPUs may come back, and its caller can cancel it), new jobs
+    that fit run, and once the GPUs are back the set-aside jobs run too."""
+    two = _cfg(tmp_path, gpu_slots=2, database_url=database_url)
+    one = _cfg(tmp_path, gpu_slots=1, database_url=database_url)
+    with EmbeddedBroker(two) as eb:
+        a = _tenant(eb, "a")
+        token = a.http.headers["Authorization"].split()[1]
+        hold = a.submit([PY, "-c", "import time; time.sleep(60)"], job_class="hp", gpus=2)
+        hold_id = hold.json()["id"]
+        _wait_for(lambda: a.http.get(f"/v1/jobs/{hold_id}").json()["state"] == "running")
+        hp = a.submit([PY, "-c", "print('hp ran')"], job_class="hp", gpus=2).json()["id"]
+        gang = a.submit([PY, "-c", "print('gang ran')"], workers=2).json()["id"]
+        for jid in (hp, gang):
+            row = a.http.get(f"/v1/jobs/{jid}").json()
+            assert (row["state"], row.get("waiting_reason")) == ("queued", None), row
+    # its pods stopped with it: the job that ran ends pod_died on the restart
+    with EmbeddedBroker(one) as eb:
+        a = Api(eb.url, token)
+        assert a.wait(hold_id, 10)["failure"] == "pod_died"
+        for jid, says in ((hp, "largest node of GPU pool"), (gang, "2 workers")):
+            row = a.http.get(f"/v1/jobs/{jid}").json()
+            assert row["state"] == "queued", row
+            assert (
+                row["waiting_reason"].startswith("no node fits: ")
+                and says in (row["waiting_reason"])
+            ), row
+        listed = {r["id"]: r["waiting_reason"] for r in a.http.get("/v1/jobs").json()}
+        assert listed[hp] and listed[gang] and listed[hold_id] is None
+        # the CLI: a line per job waiting aside, under the table
+        from typer.testing import CliRunner
+
+        from stoker.cli.main import app
+
+        env = {"STOKER_URL": eb.url, "STOKER_TOKEN": token, "COLUMNS": "200"}
+        shown = CliRunner().invoke(app, ["ps", "--wide"], env=env).stdout
+        assert f"{hp} waits aside: {listed[hp]}" in shown, shown
+        small = a.run([PY, "-c", "print('small ran')"], tag="s")
+        assert small["exit_code"] == 0 and a.output(small["id"]) == "small ran\n"
+        assert small["pods"] and eb.broker is not None and eb.broker.scheduler is not None
+        assert eb.broker.scheduler.core.pods[small["pods"][0]].gpus == ["vgpu0"]
+    with EmbeddedBroker(two) as eb:
+        a = Api(eb.url, token)
+        for jid, says in ((hp, "hp ran"), (gang, "gang ran")):
+            row = a.wait(jid, 60)
+            assert (row["exit_code"], row["waiting_reason"]) == (0, None), row
+            assert says in a.output(jid)
+
+
+def test_a_store_written_before_the_node_was_logged_replays_on_its_node(
+    tmp_path: Path, database_url: str
+) -> None:
+    """A store from before this host's node was logged (no node event in it) replays as if
+    the node of the first broker after the change had been there from the start, and that
+    broker logs it: a later restart with fewer GPUs then sets aside what no longer fits
+    (taking the config's node for the old events then, the replay would refuse them)."""
+    import sqlalchemy as sa
+
+    from stoker.broker.store import Store, core_events
+
+    two = _cfg(tmp_path, gpu_slots=2, database_url=database_url)
+    with EmbeddedBroker(two) as eb:
+        a = _tenant(eb, "a")
+        token = a.http.headers["Authorization"].split()[1]
+        done = a.run([PY, "-c", "print('ran')"], job_class="hp", gpus=2)
+        assert done["exit_code"] == 0, done
+    store = Store(two.store_url)
+    try:
+        with store.transaction() as conn:  # as an older broker wrote it
+            conn.execute(sa.delete(core_events).where(core_events.c.kind == "node_added"))
+    finally:
+        store.close()
+    with EmbeddedBroker(two) as eb:
+        a = Api(eb.url, token)
+        assert a.http.get(f"/v1/jobs/{done['id']}").json()["exit_code"] == 0
+        hold = a.submit([PY, "-c", "import time; time.sleep(60)"], job_class="hp", gpus=2)
+        hold_id = hold.json()["id"]
+        _wait_for(lambda: a.http.get(f"/v1/jobs/{hold_id}").json()["state"] == "running")
+        queued = a.submit([PY, "-c", "print('queued ran')"], job_class="hp", gpus=2).json()["id"]
+    with EmbeddedBroker(_cfg(tmp_path, gpu_slots=1, database_url=database_url)) as eb:
+        a = Api(eb.url, token)
+        assert a.wait(hold_id, 10)["failure"] == "pod_died"
+        row = a.http.get(f"/v1/jobs/{queued}").json()
+        assert row["state"] == "queued" and row["waiting_reason"].startswith("no node fits")
+
+
+def test_a_close_whose_commit_fails_still_stops_the_pods(tmp_path: Path) -> None:
+    """A broker's close commits what its loop last wrote before it stops the pods; a
+    commit that fails then (the store busy or gone) must not skip the stop: the error is
+    the close's to report, the pods are its to stop all the same."""
+    import sqlalchemy as sa
+
+    from leaks import leftovers
+
+    eb = EmbeddedBroker(_cfg(tmp_path, gpu_slots=1)).start()
+    a = _tenant(eb, "a")
+    assert a.run([PY, "-c", "pass"])["exit_code"] == 0  # its pod stays warm
+    assert eb.broker is not None and eb.broker.scheduler is not None
+    sched = eb.broker.scheduler
+    assert any(p.state.value == "warm" for p in sched.core.pods.values())
+
+    def fail(store: object) -> None:
+        raise sa.exc.OperationalError("COMMIT", {}, Exception("database is locked"))
+
+    sched._batch.commit = fail  # type: ignore[method-assign]
+    sched._batch.event(sched._now, "tick", {})  # something left to commit on close
+    eb.stop()
+    assert not leftovers(tmp_path), leftovers(tmp_path)
+
+
+def test_a_start_that_fails_halfway_stops_the_pods_it_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker whose start fails after its loop started pods (a profile's spare pod) is
+    closed by its lifespan all the same: no pod, store or lock outlives the failed start."""
+    from leaks import leftovers
+    from stoker.broker.dashboard import Dashboard
+
+    started: list[bool] = []
+
+    async def fail(self: Dashboard) -> None:
+        sched = self.broker.scheduler
+        assert sched is not None
+        for _ in range(2000):  # the spare pod is up: a start that had pods fails now
+            if any(p.state.value == "warm" for p in sched.core.pods.values()):
+                break
+            await asyncio.sleep(0.01)
+        started.append(bool(sched.core.pods))
+        raise OSError("the dashboard could not start")
+
+    monkeypatch.setattr(Dashboard, "start", fail)
+    profiles = [BrokerProfile.simple("plain", min_warm=1)]
+    cfg = _cfg(tmp_path, gpu_slots=1, profiles=profiles)
+    with pytest.raises(RuntimeError, match="did not start"):
+        EmbeddedBroker(cfg).start()
+    assert started == [True]
+    assert not leftovers(tmp_path), leftovers(tmp_path)
 
 
 def test_reads_answer_what_is_stored_and_a_wait_returns_once_the_end_is(

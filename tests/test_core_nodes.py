@@ -126,3 +126,27 @@ def test_node_events_bring_the_core_to_the_discovered_cluster() -> None:
     ]
     core.handle_all(events, 1.0)
     assert node_events(core.cluster.nodes, seen) == []
+
+
+def test_a_node_with_other_cpu_slots_changes_in_place() -> None:
+    """NodeAdded carries a node's CPU slots (CPUs and memory): a CPU-only job is placed
+    only on a node that has both, and a node said again with other CPU slots alone keeps
+    its GPUs and pods (a broker upgraded to carry the memory says it of every node)."""
+    core = Core(
+        Cluster(),
+        [
+            Profile("gpu", gpu_model=A100, share=0.9, standby_share=0.1),
+            Profile("cpu", gpus=0, cpu=2.0, memory_gb=4.0),
+        ],
+    )
+    core.handle(NodeAdded("a1", A100, 1, cpu=16.0), 0.0)  # no memory: no CPU slots
+    with pytest.raises(CoreError, match="CPU-only"):
+        core.handle(JobSubmitted(JobSpec("c-1", "acme", "cpu", "t")), 1.0)
+    (start,) = _starts(core.handle(JobSubmitted(JobSpec("p-1", "acme", "gpu", "t")), 1.0))
+    core.handle(PodReady(start.pod), 2.0)
+    out = core.handle(NodeAdded("a1", A100, 1, cpu=16.0, memory_gb=64.0), 3.0)
+    assert out == [] and core.pods[start.pod].state is PodState.ACTIVE
+    assert core.cluster.cpu_shapes == {(16.0, 64.0): 1}
+    (cpu_start,) = _starts(core.handle(JobSubmitted(JobSpec("c-1", "acme", "cpu", "t")), 4.0))
+    assert cpu_start.node == "a1" and cpu_start.gpus == ()
+    core.check()

@@ -246,3 +246,62 @@ def test_keepalive_deadlines_stay_bounded_under_a_long_keepalive() -> None:
     assert len(c.warm._deadlines) <= 2 * 1 + 64
     assert c.next_deadline() == 999.5 + 3600.0
     assert c.handle(Tick(), 999.5 + 3600.0) == [StopPod("pod-1", "keepalive")]
+
+
+def _bound_gang(c: Core, spec: JobSpec, at: float) -> tuple[str, ...]:
+    """Submit a gang and make its pods ready: the BindJob's pods."""
+    c.handle(JobSubmitted(spec), at)
+    pods = tuple(c.jobs[spec.id].pods)
+    for pod in pods:
+        out = c.handle(PodReady(pod), at)
+        c.check()
+    assert out == [BindJob(spec.id, pods)]
+    return pods
+
+
+def test_a_failed_bind_of_one_rank_frees_the_gangs_room_once() -> None:
+    """The runtime fails to bind one rank of an hp gang (the live broker; a simulator
+    never fails a bind): its pod stops and, once gone, its card is free. The job's run is
+    over (its other rank is killed), so its books go with that pod: the card must not also
+    still count as the job's HP share (a card both free and HP's breaks the bound on an HP
+    job's room, ``no_hp``) until the other rank exits."""
+    c = core(gpus=2)
+    pods = _bound_gang(c, JobSpec("h", "t", "x", job_class=JobClass.HP, workers=2, gpus=1), 0.0)
+    c.handle(RankStarted("h", 0, pods[0]), 1.0)
+    assert c.handle(BindFailed("h", pods[1], "agent gone", infra=True), 2.0) == [
+        StopPod(pods[1], "bind_failed"),
+        KillJob("h", Failure.BIND_FAILED),
+    ]
+    c.check()
+    c.handle(PodGone(pods[1]), 3.0)
+    c.check()
+    assert c.gangs.used["any"]["hp"] == 0.0
+    out = c.handle(RankExited("h", 0, 143, Failure.BIND_FAILED, pods[0]), 4.0)
+    assert out == [StopPod(pods[0], "job_ended"), JobEnded("h", Failure.BIND_FAILED, 1)]
+    c.check()
+
+
+def test_a_spot_gang_whose_bind_failed_is_no_victim() -> None:
+    """A spot gang with a failed bind is ending (bind_failed) once its killed ranks exit.
+    Its cards are not reclaim room twice over (free, and its victim cards), and it is no
+    victim: an HP job that needs its cards waits for its end instead of evicting it (which
+    would count an eviction and re-queue a job that failed for the runtime's fault)."""
+    c = core(gpus=3)
+    c.handle(JobSubmitted(JobSpec("h0", "t", "x", job_class=JobClass.HP, gpus=1)), 0.0)
+    c.handle(PodReady(c.jobs["h0"].pods[0]), 0.0)
+    spot = JobSpec("s", "t", "x", job_class=JobClass.SPOT, workers=2, gpus=1)
+    pods = _bound_gang(c, spot, 0.0)
+    c.handle(RankStarted("s", 0, pods[0]), 1.0)
+    c.handle(BindFailed("s", pods[1], "agent gone", infra=True), 2.0)
+    c.handle(PodGone(pods[1]), 3.0)
+    c.check()
+    # one card free, one held by the dying rank: the HP job waits for it
+    out = c.handle(JobSubmitted(JobSpec("h", "t", "x", job_class=JobClass.HP, gpus=2)), 4.0)
+    c.check()
+    assert not any(isinstance(a, JobRequeued) for a in out), out
+    assert c.jobs["s"].state is JobState.BINDING and c.jobs["h"].state is JobState.QUEUED
+    out = c.handle(RankExited("s", 0, 143, Failure.BIND_FAILED, pods[0]), 5.0)
+    assert JobEnded("s", Failure.BIND_FAILED, 1) in out
+    c.handle(PodGone(pods[0]), 6.0)
+    c.check()
+    assert c.jobs["h"].state is JobState.PLACED

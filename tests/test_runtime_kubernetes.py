@@ -155,6 +155,8 @@ async def test_nodes_and_gpus_come_from_the_cluster(kube: Kube) -> None:
         ("gpu-a", H100, ["gpu-a/0", "gpu-a/1"]),
         ("gpu-b", "NVIDIA-L4", ["gpu-b/0", "gpu-b/1"]),
     ]
+    # the CPU slots CPU-only pods take: the node's allocatable CPUs and memory (GiB)
+    assert (nodes[0].cpu, nodes[0].memory_gb) == (32.0, 256.0)
     assert nodes[0].cpu == 32.0 and sorted(rt.devices) == [
         "gpu-a/0",
         "gpu-a/1",
@@ -750,3 +752,38 @@ async def test_the_node_watch_reports_nodes_that_join_change_and_leave(kube: Kub
     kube.api.drop_watches()
     assert await kube.until(rt, NodeUp | NodeDown) == NodeDown("gpu-a")
     assert sorted(rt.devices) == ["gpu-b/0", "gpu-b/1", "gpu-b/2", "gpu-b/3"]
+
+
+async def test_a_cpu_only_job_runs_on_the_clusters_nodes_cpu_slots(
+    kube: Kube, tmp_path: Path
+) -> None:
+    """A CPU-only profile's pods take a node's CPU slots, from its allocatable CPUs and
+    memory: the node events carry both, so the core places such a job (it was refused
+    with a 422 while they carried no memory) and a restarted broker's replay agrees."""
+    import httpx
+
+    from stoker.broker.app import Broker
+    from stoker.broker.config import BrokerConfig, BrokerProfile
+
+    cpu = BrokerProfile.simple("cpu", gpus=0)
+    cfg = BrokerConfig(data_dir=tmp_path / "data", profiles=[cpu], gpu_model=H100)
+    for round_ in range(2):  # the second: a restarted broker over the same store
+        broker = Broker(cfg, kube.runtime(profiles=[cpu.core]))
+        await broker.start()
+        transport = httpx.ASGITransport(app=broker.app)
+        try:
+            async with httpx.AsyncClient(transport=transport, base_url="http://broker") as http:
+                admin = {"Authorization": f"Bearer {broker.admin_token}"}
+                r = await http.post("/v1/tenants", json={"name": f"t{round_}"}, headers=admin)
+                auth = {"Authorization": f"Bearer {r.json()['token']}"}
+                body = {"profile": "cpu", "argv": ["sh", "-c", "echo cpu"], "reuse_tag": "t"}
+                r = await http.post("/v1/jobs", json=body, headers=auth)
+                assert r.status_code == 201, r.text
+                job = r.json()["id"]
+                r = await http.get(f"/v1/jobs/{job}/wait", params={"timeout_s": 60}, headers=auth)
+                assert r.json()["state"] == "finished" and r.json()["exit_code"] == 0, r.json()
+            node = broker.scheduler.core.cluster.nodes["gpu-a"]  # type: ignore[union-attr]
+            assert (node.cpu, node.memory_gb) == (32.0, 256.0)
+        finally:
+            await broker.close(stop_pods=True)
+    assert kube.api.pods() == {}

@@ -193,6 +193,9 @@ class JobView(BaseModel):
     # (``preempted``: evicted for HP work; it runs again, nothing lost)
     requeues: int = 0
     requeue_reason: str | None = None
+    # a queued job that no node fits now (a node left, or the broker's host has fewer GPUs
+    # than when it was submitted): why it waits aside; it starts once a node fits it again
+    waiting_reason: str | None = None
     # spot: guarantee periods succeeded (ran a whole guaranteed duration) and failed (evicted)
     guarantee_succeeded: int = 0
     guarantee_failed: int = 0

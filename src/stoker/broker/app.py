@@ -247,22 +247,26 @@ class Broker:
         if self.closed:
             return
         self.closed = True
-        if self.started:
-            self.started = False
-            await self.dashboard.close()
-            if self._lead_task is not None:
-                self._lead_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._lead_task
-            sched, self.scheduler = self.scheduler, None
-            if sched is not None:
-                await sched.close(stop_pods=stop_pods)
-            self.leadership.release()
-            if self._http is not None:
-                await self._http.aclose()
-        self.decisions.close()
-        self.store.close()
-        self.lock.release()
+        try:
+            if self.started:
+                self.started = False
+                await self.dashboard.close()
+                if self._lead_task is not None:
+                    self._lead_task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await self._lead_task
+                sched, self.scheduler = self.scheduler, None
+                try:
+                    if sched is not None:
+                        await sched.close(stop_pods=stop_pods)
+                finally:
+                    self.leadership.release()
+                    if self._http is not None:
+                        await self._http.aclose()
+        finally:  # whatever failed above: the store, the decision log and the lock go
+            self.decisions.close()
+            self.store.close()
+            self.lock.release()
 
 
 def _pid_note(pid_path: Path) -> str:
@@ -510,7 +514,11 @@ def create_app(broker: Broker) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        await broker.start()
+        try:
+            await broker.start()
+        except BaseException:  # a start that failed halfway may have started pods
+            await broker.close(stop_pods=broker.stop_pods_on_close)
+            raise
         yield
         await broker.close(stop_pods=broker.stop_pods_on_close)
 

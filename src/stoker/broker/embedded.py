@@ -16,6 +16,8 @@ import uvicorn
 from stoker.broker.app import Broker
 from stoker.broker.config import BrokerConfig
 
+_STOP_S = 120.0  # a close waits for runtime calls (10 s), then stops every pod
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -91,8 +93,10 @@ class EmbeddedBroker:
         if stop_pods is not None and self.broker is not None:
             self.broker.stop_pods_on_close = stop_pods
         self._server.should_exit = True  # the lifespan's end closes the broker (and its pods)
-        self._thread.join(60)
+        self._thread.join(_STOP_S)
         self._server = None
+        if self._thread.is_alive():  # its pods may outlive the caller: say so, never pass
+            raise TimeoutError(f"the broker did not stop within {_STOP_S} s")
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()

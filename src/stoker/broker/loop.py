@@ -180,8 +180,15 @@ def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
             return "job_forgotten", {"job": job}
         case PodForgotten(pod):
             return "pod_forgotten", {"pod": pod}
-        case NodeAdded(name, gpu_model, gpus, cpu):
-            return "node_added", {"name": name, "gpu_model": gpu_model, "gpus": gpus, "cpu": cpu}
+        case NodeAdded(name, gpu_model, gpus, cpu, memory_gb, gpu_ids):
+            return "node_added", {
+                "name": name,
+                "gpu_model": gpu_model,
+                "gpus": gpus,
+                "cpu": cpu,
+                "memory_gb": memory_gb,
+                "gpu_ids": list(gpu_ids),
+            }
         case NodeRemoved(name):
             return "node_removed", {"name": name}
         case Tick():
@@ -240,7 +247,14 @@ def decode_event(ev: StoredEvent) -> Event:
         case "pod_forgotten":
             return PodForgotten(d["pod"])
         case "node_added":
-            return NodeAdded(d["name"], d["gpu_model"], int(d["gpus"]), float(d["cpu"]))
+            return NodeAdded(
+                d["name"],
+                d["gpu_model"],
+                int(d["gpus"]),
+                float(d["cpu"]),
+                float(d.get("memory_gb", 0.0)),  # none in events logged before it was
+                tuple(d.get("gpu_ids", ())),
+            )
         case "node_removed":
             return NodeRemoved(d["name"])
         case "tick":
@@ -326,30 +340,49 @@ class Scheduler:
 
     def _new_core(self) -> Core:
         """The core with the configured policies (a preset from the core's registry, single
-        policies swapped by name) over this host's GPUs (one node, one GPU pool), or, on a
-        runtime with a cluster of its own (Kubernetes: ``discover``), over no node yet: the
-        cluster's nodes come as logged events (:func:`stoker.core.reconcile.node_events`),
-        so a replay rebuilds the cluster each past event saw."""
+        policies swapped by name) over no node yet: the nodes come as logged events (this
+        host's one node as its config says, :meth:`_local_node`; a runtime's own cluster,
+        Kubernetes', as ``discover`` finds it), so a replay rebuilds the cluster each past
+        event saw (:func:`stoker.core.reconcile.node_events`)."""
+        profiles = [replace(p.core, gpu_model=self.cfg.gpu_model) for p in self.profiles.values()]
+        return Core(Cluster(), profiles, self.preset.policies)
+
+    def _local_node(self) -> Node:
+        """This host as the core's one node: its GPUs (the runtime's device ids, which the
+        core's placements name), one GPU pool, and the CPU slots for CPU-only pods."""
         model = self.cfg.gpu_model
-        if hasattr(self.runtime, "discover"):
-            cluster = Cluster()
-        else:
-            gpus = [GPU(g, _NODE, i, model) for i, g in enumerate(self.gpus)]
-            slots = self.cfg.cpu_slots  # where CPU-only pods live
-            cluster = Cluster([Node(_NODE, model, gpus, slots.cpus, slots.memory_mb / 1024)])
-        profiles = [replace(p.core, gpu_model=model) for p in self.profiles.values()]
-        return Core(cluster, profiles, self.preset.policies)
+        gpus = [GPU(g, _NODE, i, model) for i, g in enumerate(self.gpus)]
+        slots = self.cfg.cpu_slots
+        return Node(_NODE, model, gpus, slots.cpus, slots.memory_mb / 1024)
+
+    def _replay(self, stored: list[StoredEvent], local: Node | None) -> bool:
+        """Replay the logged events into the fresh core (their actions were carried out
+        before). A store written before the local node was logged begins with other
+        events: its node is taken as there from the start, the one the first broker after
+        that change logged (or, on that first start, this config's). True when that node
+        is still to be logged."""
+        unlogged = False
+        if local is not None and stored and stored[0].kind != "node_added":
+            first = next(
+                (e for e in stored if e.kind == "node_added" and e.data["name"] == _NODE), None
+            )
+            unlogged = first is None
+            implied = node_added(local) if first is None else decode_event(first)
+            self.core.handle(implied, stored[0].at)
+        for ev in stored:
+            self.core.handle(decode_event(ev), max(ev.at, self._now))
+            self._now = max(self._now, ev.at)
+        return unlogged
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> dict[str, int]:
         """Rebuild the core from the store, reconcile it with the runtime's live pods, and
         start the reader and timer tasks. Returns what the reconciliation did."""
-        replayed = 0
-        for ev in self.store.events():
-            self.core.handle(decode_event(ev), max(ev.at, self._now))  # actions done before
-            self._now = max(self._now, ev.at)
-            replayed += 1
+        stored = list(self.store.events())
+        discover = getattr(self.runtime, "discover", None)
+        local = None if discover is not None else self._local_node()
+        unlogged = self._replay(stored, local)
         if forget := self._forgettable(self.core.jobs):
             # what a broker that stopped before its next flush had not forgotten yet: as
             # the replay, no action is carried out (none follows from forgetting)
@@ -357,13 +390,15 @@ class Scheduler:
         for row in self.store.unfinished_jobs():
             self._requests[row["id"]] = row
             self._out_seq[row["id"]] = self.store.last_output_seq(row["id"])
-        discover = getattr(self.runtime, "discover", None)
-        if discover is not None:
-            # nodes that joined or left while no broker watched (the core's answer)
-            for event in node_events(self.core.cluster.nodes, await discover()):
-                self._feed(event)
+        if unlogged and local is not None:
+            self._feed(node_added(local))  # the node the replay took: logged from now on
+        # nodes that joined, left or changed while no broker ran (the core's answer): the
+        # cluster's, or this host's as configured now (fewer GPUs, other CPU slots)
+        seen = [local] if local is not None else await discover()
+        for event in node_events(self.core.cluster.nodes, seen):
+            self._feed(event)
         report = await self._reconcile()
-        report["replayed"] = replayed
+        report["replayed"] = len(stored)
         if any(p.min_warm for p in self.preset.policies.profiles.values()):
             self._feed(Tick())  # the core starts the spare pods the minimums ask for now
             self._flush()
@@ -447,10 +482,22 @@ class Scheduler:
         """Stop the loop; pods keep running for the next broker unless ``stop_pods``."""
         self.ready = False
         self._closing = True  # from here on no new runtime call starts (see _carry_out)
-        with contextlib.suppress(Deposed):  # a deposed leader's last writes are refused
+        try:
+            with contextlib.suppress(Deposed):  # a deposed leader's last writes are refused
+                self._flush()
+                # the HP demand so far, the open minute too (the next broker's peak there
+                # merges)
+                self.store.record_hp_demand(self._new_demand(open_minute=True))
+        finally:  # a store that fails now (busy, gone) must not keep the pods running
+            await self._close_runtime(stop_pods)
+        with contextlib.suppress(Deposed):
             self._flush()
-            # the HP demand so far, the open minute too (the next broker's peak there merges)
-            self.store.record_hp_demand(self._new_demand(open_minute=True))
+        if self._recent_timer is not None:
+            self._recent_timer.cancel()
+
+    async def _close_runtime(self, stop_pods: bool) -> None:
+        """End the runtime calls and tasks, stop every pod with ``stop_pods``, and close
+        the runtime."""
         # runtime calls in flight finish first (bounded): a start cancelled halfway leaves a
         # sandbox the runtime never recorded, which no stop_all can find
         calls = [t for t in self._tasks if t not in self._service]
@@ -471,10 +518,6 @@ class Scheduler:
             if stop_all is not None:
                 await stop_all()
         await self.runtime.close()
-        with contextlib.suppress(Deposed):
-            self._flush()
-        if self._recent_timer is not None:
-            self._recent_timer.cancel()
 
     # ------------------------------------------------------------------ API calls
 
@@ -520,6 +563,7 @@ class Scheduler:
             "guarantee_s": req.guarantee_s,
             "requeues": 0,
             "requeue_reason": None,
+            "waiting_reason": None,
             "guarantee_succeeded": 0,
             "guarantee_failed": 0,
             "argv": list(req.argv),
@@ -615,7 +659,13 @@ class Scheduler:
             "failure": job.failure.value if job.failure else None,
             "guarantee_succeeded": job.periods_ok,
             "guarantee_failed": job.evictions,
+            "waiting_reason": self._waiting_reason(job.id),
         }
+
+    def _waiting_reason(self, job_id: str) -> str | None:
+        """Why a queued job waits aside (no node fits it now: the core's refusal), or None."""
+        why = self.core.unplaceable.get(job_id)
+        return None if why is None else f"no node fits: {why.reason} ({why.field})"
 
     async def wait(self, job_id: str, timeout_s: float) -> dict[str, Any] | None:
         """The job's row once finished or re-queued (preempted), or as it is when
@@ -763,6 +813,7 @@ class Scheduler:
                 job.finished,
                 job.periods_ok,
                 job.evictions,
+                self.core.unplaceable.get(job_id),
             )
             if self._synced.get(job_id) == view:
                 continue
@@ -774,6 +825,7 @@ class Scheduler:
                 "started": job.started,
                 "guarantee_succeeded": job.periods_ok,
                 "guarantee_failed": job.evictions,
+                "waiting_reason": self._waiting_reason(job_id),
             }
             row = self._requests[job_id]
             if job.started is not None and row.get("started") is None and job.path is not None:

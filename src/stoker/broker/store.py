@@ -64,6 +64,8 @@ jobs = sa.Table(
     sa.Column("failure", sa.String(32)),
     sa.Column("requeues", sa.Integer, nullable=False, default=0),
     sa.Column("requeue_reason", sa.String(32)),
+    # a queued job no node fits now (it waits aside, Core.unplaceable): why, else NULL
+    sa.Column("waiting_reason", sa.String(500)),
     sa.Column("guarantee_succeeded", sa.Integer, nullable=False, default=0),
     sa.Column("guarantee_failed", sa.Integer, nullable=False, default=0),
     sa.Column("labels", sa.JSON, nullable=False, default=dict),

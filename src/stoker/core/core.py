@@ -211,8 +211,11 @@ class Core:
                 self._forget_job(job)
             case PodForgotten(pod):
                 self._forget_pod(pod)
-            case NodeAdded(name, gpu_model, gpus, cpu):
-                self._node_added(Node(name, gpu_model, [], cpu), gpus, now, out)
+            case NodeAdded(name, gpu_model, gpus, cpu, memory_gb, gpu_ids):
+                ids = list(gpu_ids) or [f"{name}/{i}" for i in range(gpus)]
+                if len(ids) != gpus:
+                    raise CoreError(f"node {name}: {gpus} GPUs, {len(ids)} GPU ids")
+                self._node_added(Node(name, gpu_model, [], cpu, memory_gb), ids, now, out)
             case NodeRemoved(name):
                 self._node_removed(name, now, out)
             case Tick():
@@ -559,14 +562,22 @@ class Core:
 
     # ------------------------------------------------------------------ nodes
 
-    def _node_added(self, node: Node, gpus: int, now: float, out: list[Action]) -> None:
-        """A node joined (or changed shape: the old one goes first, as if removed)."""
+    def _node_added(self, node: Node, gpus: list[str], now: float, out: list[Action]) -> None:
+        """A node joined with these GPU ids (or changed shape: with other GPUs the old one
+        goes first, as if removed; other CPU slots alone change in place while its CPU-only
+        pods fit them)."""
         old = self.cluster.nodes.get(node.name)
         if old is not None:
-            if old.gpu_model == node.gpu_model and len(old.gpus) == gpus:
-                return  # the same node, said again
+            if (old.gpu_model, [g.id for g in old.gpus]) == (node.gpu_model, gpus):
+                if (old.cpu, old.memory_gb) == (node.cpu, node.memory_gb):
+                    return  # the same node, said again
+                if self.cluster.set_cpu_slots(node.name, node.cpu, node.memory_gb):
+                    self.warm.room_freed()
+                    # every queued job (the set-aside too): CPU-only ones may fit, or not
+                    self._sort_out([j.id for j in self.jobs.values() if j.state is JobState.QUEUED])
+                    return
             self._node_removed(node.name, now, out)
-        node.gpus = [GPU(f"{node.name}/{i}", node.name, i, node.gpu_model) for i in range(gpus)]
+        node.gpus = [GPU(g, node.name, i, node.gpu_model) for i, g in enumerate(gpus)]
         self.cluster.add_node(node)
         self.gangs.add_node(node)
         self.warm.room_freed()

@@ -137,12 +137,16 @@ class PodForgotten:
 @dataclass(frozen=True, slots=True)
 class NodeAdded:
     """A node joined the cluster (or came back, or changed shape): ``gpus`` cards of
-    ``gpu_model``, named ``<name>/<index>``, free for any part to place on."""
+    ``gpu_model``, named ``<name>/<index>`` (or ``gpu_ids``, where the runtime names its
+    cards otherwise: the local runtime's devices), free for any part to place on, and CPU
+    slots of ``cpu`` CPUs and ``memory_gb`` for CPU-only pods (none unless both are set)."""
 
     name: str
     gpu_model: str
     gpus: int
     cpu: float = 0.0
+    memory_gb: float = 0.0
+    gpu_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -404,6 +404,20 @@ class Cluster:
         self.touched.pop(name, None)
         return node
 
+    def set_cpu_slots(self, name: str, cpu: float, memory_gb: float) -> bool:
+        """Give a node other CPU slots in place (its GPUs and every pod stay); False, and
+        nothing changed, when what its CPU-only pods hold would not fit them."""
+        node = self.nodes[name]
+        used_cpu, used_mem = self._cpu_used.get(name, (0.0, 0.0))
+        if used_cpu > cpu + EPS or used_mem > memory_gb + EPS:
+            return False
+        if node.cpu > 0 and node.memory_gb > 0:
+            _uncount(self.cpu_shapes, (node.cpu, node.memory_gb))
+        node.cpu, node.memory_gb = cpu, memory_gb
+        if cpu > 0 and memory_gb > 0:
+            self.cpu_shapes[cpu, memory_gb] = self.cpu_shapes.get((cpu, memory_gb), 0) + 1
+        return True
+
     @property
     def total_gpus(self) -> int:
         return len(self.gpus)

@@ -105,8 +105,13 @@ def reconcile_job(job: str, state: JobState, ranks: Mapping[str, AgentReport]) -
 
 
 def node_added(node: Node) -> NodeAdded:
-    """A discovered node as the core's event."""
-    return NodeAdded(node.name, node.gpu_model, len(node.gpus), node.cpu)
+    """A node as the core's event (its GPU ids named only where they are not the
+    default ``<name>/<index>``)."""
+    ids = tuple(g.id for g in node.gpus)
+    named = ids != tuple(f"{node.name}/{i}" for i in range(len(ids)))
+    return NodeAdded(
+        node.name, node.gpu_model, len(ids), node.cpu, node.memory_gb, ids if named else ()
+    )
 
 
 def node_events(known: Mapping[str, Node], seen: Sequence[Node]) -> list[NodeAdded | NodeRemoved]:
@@ -116,11 +121,7 @@ def node_events(known: Mapping[str, Node], seen: Sequence[Node]) -> list[NodeAdd
     events: list[NodeAdded | NodeRemoved] = []
     for node in seen:
         old = known.get(node.name)
-        if old is None or (old.gpu_model, len(old.gpus), old.cpu) != (
-            node.gpu_model,
-            len(node.gpus),
-            node.cpu,
-        ):
+        if old is None or node_added(old) != node_added(node):
             events.append(node_added(node))
     names = {n.name for n in seen}
     events.extend(NodeRemoved(name) for name in sorted(set(known) - names))

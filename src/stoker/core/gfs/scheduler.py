@@ -461,7 +461,14 @@ class GangScheduler:
         self._gone(pod, now)
 
     def unfit(self, pod: Pod, now: float, out: list[Action]) -> None:
-        """A pod the runtime could not bind into: stopped (its job ends through the core)."""
+        """A pod the runtime could not bind into: stopped (its job ends through the core).
+        The job's run is over (its other ranks are killed), so its books go now, not when
+        its last rank exits: once this pod is gone its cards would count both as free and
+        as the job's (reclaim room, HP shares), and a dying spot job would be a victim."""
+        if pod.job is not None:
+            job = self.jobs[pod.job]
+            self._release(job)
+            self._dirty[self.pool_of(job)] = None
         self._stop_pod(pod, "bind_failed", now, out)
 
     def started(self, job: Job, now: float) -> None:

@@ -3,7 +3,8 @@
 A node with allocatable ``nvidia.com/gpu`` (the settings' ``gpu_resource``) becomes a core
 :class:`~stoker.core.model.Node` of the GPU model its label names (``nvidia.com/gpu.product``
 by default, set by NVIDIA's GPU feature discovery), with one :class:`GPU` per physical card,
-named ``<node>/<index>``. Under time-slicing the device plugin advertises each card as N
+named ``<node>/<index>``, and the CPU slots for CPU-only pods of its allocatable CPUs and
+memory. Under time-slicing the device plugin advertises each card as N
 replicas and GPU feature discovery labels ``nvidia.com/gpu.replicas``: the count is divided
 back to cards, because the core keeps the shares itself. Cordoned and not-ready nodes are
 left out.
@@ -32,11 +33,19 @@ def node_of(gpu: str) -> str:
     return node
 
 
+_SUFFIXES = {
+    **{s: 1024.0**i for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), 1)},
+    **{s: 1000.0**i for i, s in enumerate(("k", "M", "G", "T", "P", "E"), 1)},
+    "m": 1e-3,
+}
+
+
 def _quantity(text: str) -> float:
-    """A Kubernetes quantity as a number (the suffixes allocatable cpu and GPUs use)."""
-    text = str(text)
-    if text.endswith("m"):
-        return float(text[:-1]) / 1000.0
+    """A Kubernetes quantity as a number: ``500m`` CPUs, ``256Gi`` or ``1e9`` bytes."""
+    text = str(text).strip()
+    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * _SUFFIXES[suffix]
     return float(text)
 
 
@@ -63,7 +72,9 @@ def cluster_nodes(nodes: Iterable[dict[str, Any]], s: KubeSettings) -> list[Node
         name = str(meta["name"])
         model = str(labels.get(s.gpu_model_label, "unknown"))
         gpus = [GPU(gpu_id(name, i), name, i, model) for i in range(cards)]
-        out.append(Node(name, model, gpus, cpu=_quantity(alloc.get("cpu", "0"))))
+        # CPU-only pods' slots: the node's allocatable CPUs and memory (GiB, as the core's)
+        cpu, memory = _quantity(alloc.get("cpu", "0")), _quantity(alloc.get("memory", "0"))
+        out.append(Node(name, model, gpus, cpu=cpu, memory_gb=memory / 1024.0**3))
     return sorted(out, key=lambda n: n.name)
 
 

@@ -56,6 +56,7 @@ from stoker.agent import protocol
 from stoker.agent.binding import check_env
 from stoker.api.deps import check_deps
 from stoker.core.model import Failure, Node, Profile
+from stoker.core.reconcile import node_added
 from stoker.runtime.agent_link import AgentLink, AgentNotConnected
 from stoker.runtime.base import (
     BindRefused,
@@ -841,7 +842,7 @@ class KubernetesRuntime:
 
     async def _on_node_event(self, d: dict[str, Any], deleted: bool) -> None:
         """A node changed: NodeUp when the core's view of it did (joined, came back, other
-        GPUs), NodeDown when it can take no pod any more."""
+        GPUs or CPU slots), NodeDown when it can take no pod any more."""
         name = str((d.get("metadata") or {}).get("name"))
         now = [] if deleted else cluster_nodes([d], self.settings)
         old = self._nodes.get(name)
@@ -852,7 +853,7 @@ class KubernetesRuntime:
             return
         self._gpu_mem.update(gpu_memory_mib([d], self.settings))
         node = self._nodes[name] = now[0]
-        if old is None or (old.gpu_model, len(old.gpus)) != (node.gpu_model, len(node.gpus)):
+        if old is None or node_added(old) != node_added(node):
             await self._events.put(NodeUp(node))
 
     async def _relist(self, selector: dict[str, str] | None) -> str:
