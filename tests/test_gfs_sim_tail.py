@@ -185,3 +185,69 @@ def test_ranks_of_one_instant_start_in_one_batch_and_decide_the_same(monkeypatch
     assert {k: v for k, v in joined.items() if k not in strip} == {
         k: v for k, v in apart.items() if k not in strip
     }
+
+
+@pytest.mark.parametrize("name", ["chronus", "gfs", "yarn-cs"])
+def test_a_trace_run_forgets_gone_pods_and_decides_the_same(monkeypatch, name) -> None:
+    """The trace simulator tells the core to forget every hp and spot pod once it is gone
+    (``PodForgotten``, as the broker does after its commit; a full-fleet Chronus day starts
+    ~300 k pods): the registry holds the pods still there, and every job's record, the
+    events counted and every metric are those of a run that keeps them all."""
+    from stoker.core import PodForgotten, PodState
+    from stoker.sim.engine import Simulator
+
+    trace = _busy_trace()
+    window = Window(0.0, 86400.0, 2 * 86400.0)
+    sizes: list[int] = []
+    handle_all = Core.handle_all
+
+    def spy(self, events, now):
+        # every gone pod is forgotten at the head of the batch after the one it went in
+        gone = {p.id for p in self.pods.values() if p.state is PodState.GONE}
+        assert gone == {e.pod for e in events if isinstance(e, PodForgotten)}
+        sizes.append(len(self.pods))
+        return handle_all(self, events, now)
+
+    monkeypatch.setattr(Core, "handle_all", spy)
+    forgot, forgot_core = _run(trace, name, window, forecaster=_FlatForecaster())
+    most = max(sizes)
+    monkeypatch.setattr(Core, "handle_all", handle_all)
+    monkeypatch.setattr(Simulator, "_note_gone", lambda self, batch: None)
+    kept, kept_core = _run(trace, name, window, forecaster=_FlatForecaster())
+    assert len(kept_core.pods) > 3 * most  # kept, the registry grows with every pod started
+    record = lambda core: {  # noqa: E731
+        j.id: (j.finished, j.queue_s, j.first_start, j.evictions, j.periods_ok, j.overhead)
+        for j in core.jobs.values()
+    }
+    assert record(forgot_core) == record(kept_core)
+    strip = ("wall_s", "events_per_s")
+    assert {k: v for k, v in forgot.items() if k not in strip} == {
+        k: v for k, v in kept.items() if k not in strip
+    }
+
+
+def test_a_killed_runs_planned_exit_leaves_the_heap() -> None:
+    """Every job a Chronus lease returns had its exit planned; killed, that exit is called
+    off, so the engine's heap holds the planned exits of the running jobs and no more
+    (before, each lease left one per returned job, dropped only at its far time)."""
+    from stoker.sim.engine import Simulator
+
+    trace = _tail_trace()
+    heaps: list[tuple[int, int]] = []
+    deliver_all = Simulator.deliver_all
+
+    def spy(self, events):
+        deliver_all(self, events)
+        if not self._carrying:
+            live = len(self._heap) - len(self._cancelled)
+            heaps.append((live, len(self.runtime._running)))
+
+    original = Simulator.deliver_all
+    Simulator.deliver_all = spy  # type: ignore[method-assign]
+    try:
+        _run(trace, "chronus", Window(0.0, 0.0, 86400.0))
+    finally:
+        Simulator.deliver_all = original  # type: ignore[method-assign]
+    # the planned exits of running jobs, the next tick, a few submissions and rank starts:
+    # bounded by the running jobs, not by the leases returned so far
+    assert heaps and all(live <= running + 45 for live, running in heaps)

@@ -111,3 +111,20 @@ def test_bad_workload_input_names_the_field() -> None:
         mix(MixSpec(sessions=0), 0)
     with pytest.raises(ValueError, match="uniform"):
         Dist("uniform", 5.0, 1.0)
+
+
+def test_a_cancelled_event_never_runs_and_leaves_the_heap() -> None:
+    """``cancel``: the event is called off (the clock does not stop at it) and, once the
+    called-off events are half the heap, dropped from it; the rest run in their order."""
+    sim = _sim(_one_job())
+    seen: list[tuple[float, int]] = []
+    handles = [sim.at(1.0 + i / 2, lambda i=i: seen.append((sim.now, i))) for i in range(10)]
+    for h in handles[:4]:
+        sim.cancel(h)
+    assert len(sim._heap) == 10  # not half called off: still there, skipped when popped
+    sim.cancel(handles[5])
+    sim.cancel(handles[8])
+    # more than half of the heap called off: rebuilt without them
+    assert [e[2] for e in sorted(sim._heap)] == [handles[i] for i in (4, 6, 7, 9)]
+    sim.run()
+    assert seen == [(1.0 + i / 2, i) for i in (4, 6, 7, 9)]

@@ -18,7 +18,19 @@ from typing import Any, Protocol
 
 from threadpoolctl import threadpool_limits
 
-from stoker.core import Core, Event, JobEnded, JobSpec, JobSubmitted, Tick
+from stoker.core import (
+    Core,
+    Event,
+    JobClass,
+    JobEnded,
+    JobSpec,
+    JobSubmitted,
+    PodFailed,
+    PodForgotten,
+    PodGone,
+    PodState,
+    Tick,
+)
 from stoker.sim.virtual import VirtualRuntime
 
 
@@ -68,15 +80,26 @@ class Simulator:
         record_held: bool = True,
         tick_prio: int = 0,
         on_advance: Callable[[float, float], None] | None = None,
+        forget_gone: bool = False,
     ) -> None:
         """``record_held`` keeps the GPUs-held timeline (off for long traces);
         ``tick_prio`` orders Ticks among events at one instant (lower first);
-        ``on_advance(t0, t1)`` is told each time the clock moves (for time integrals)."""
+        ``on_advance(t0, t1)`` is told each time the clock moves (for time integrals);
+        ``forget_gone``: the core forgets every hp and spot pod once it is gone
+        (``PodForgotten``, as the broker tells it after its commit), so a long trace run
+        does not keep every pod it ever started (a full-fleet Chronus day starts ~300 k)."""
         self.core = core
         self.workload = workload
         self.now = start
         self._heap: list[tuple[float, int, int, Callable[..., None], tuple[Any, ...]]] = []
         self._seq = 0
+        # scheduled events called off (``cancel``), dropped when popped or when they are
+        # half the heap (a Chronus lease's returned jobs leave planned exits days ahead)
+        self._cancelled: set[int] = set()
+        self._forget_gone = forget_gone
+        # gone hp/spot pods the core forgets at the head of the next batch (not counted
+        # as events: the count is the news and submissions the core decided on)
+        self._gone: dict[str, None] = {}
         self._tick_at = math.inf
         self._tick_prio = tick_prio
         self._events = 0
@@ -92,19 +115,31 @@ class Simulator:
 
     # ------------------------------------------------------------------ scheduling
 
-    def at(self, t: float, fn: Callable[..., None], *args: Any, prio: int = 0) -> None:
+    def at(self, t: float, fn: Callable[..., None], *args: Any, prio: int = 0) -> int:
         """Run ``fn(*args)`` at virtual time ``t`` (never earlier than now); at one instant
-        lower ``prio`` first, then FIFO."""
+        lower ``prio`` first, then FIFO. Returns the event's handle for :meth:`cancel`."""
         self._seq += 1
         heapq.heappush(self._heap, (max(t, self.now), prio, self._seq, fn, args))
+        return self._seq
+
+    def cancel(self, handle: int) -> None:
+        """Call off a scheduled event (it would have done nothing): it never runs, and
+        the clock does not stop at its time."""
+        self._cancelled.add(handle)
+        if 2 * len(self._cancelled) > len(self._heap):
+            # the heap's order is (time, prio, seq), a total order: rebuilt, it pops the
+            # same events in the same order
+            self._heap = [e for e in self._heap if e[2] not in self._cancelled]
+            heapq.heapify(self._heap)
+            self._cancelled.clear()
 
     @property
     def scheduled(self) -> int:
         """How many events were ever scheduled (``at``): unchanged, nothing was since."""
         return self._seq
 
-    def after(self, delay: float, fn: Callable[..., None], *args: Any, prio: int = 0) -> None:
-        self.at(self.now + delay, fn, *args, prio=prio)
+    def after(self, delay: float, fn: Callable[..., None], *args: Any, prio: int = 0) -> int:
+        return self.at(self.now + delay, fn, *args, prio=prio)
 
     def deliver(self, event: Event) -> None:
         """Hand one event to the core now and carry out its actions."""
@@ -127,7 +162,12 @@ class Simulator:
         batch = list(events)
         while batch:
             self._events += len(batch)
+            if self._gone:
+                batch[:0] = [PodForgotten(pod) for pod in self._gone]
+                self._gone = {}
             actions = self.core.handle_all(batch, self.now)
+            if self._forget_gone:
+                self._note_gone(batch)
             self._carrying = True
             try:
                 for action in actions:
@@ -140,6 +180,19 @@ class Simulator:
             self._schedule_tick()
             self._sample_held()
             batch, self._news = self._news, []
+
+    def _note_gone(self, batch: Sequence[Event]) -> None:
+        """The hp and spot pods this batch's news left gone: forgotten next."""
+        pods = self.core.pods
+        for event in batch:
+            if isinstance(event, PodGone | PodFailed):
+                pod = pods.get(event.pod)
+                if (
+                    pod is not None
+                    and pod.state is PodState.GONE
+                    and pod.job_class is not JobClass.POOL
+                ):
+                    self._gone[event.pod] = None
 
     def submit(self, spec: JobSpec, run_s: float) -> None:
         """Submit a job now; once bound it runs for ``run_s`` seconds."""
@@ -182,7 +235,10 @@ class Simulator:
         self.workload.begin(self)
         self._sample_held()
         while self._heap and not self.workload.done:
-            t, _, _, fn, args = heapq.heappop(self._heap)
+            t, _, seq, fn, args = heapq.heappop(self._heap)
+            if seq in self._cancelled:
+                self._cancelled.discard(seq)
+                continue
             if t > max_time:
                 break
             if self._on_advance is not None and t > self.now:

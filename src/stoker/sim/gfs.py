@@ -386,7 +386,8 @@ def trace_simulator(
     on_advance: Callable[[float, float], None],
 ) -> Simulator:
     """The engine as a trace run drives it: no GPUs-held timeline (a long run), the core's
-    Tick after the submissions of an instant, ``on_advance`` told of every clock step."""
+    Tick after the submissions of an instant, ``on_advance`` told of every clock step, gone
+    hp and spot pods forgotten (a long run's registry holds only the pods still there)."""
     return Simulator(
         core,
         workload,
@@ -395,6 +396,7 @@ def trace_simulator(
         record_held=False,
         tick_prio=PRIO_TICK,
         on_advance=on_advance,
+        forget_gone=True,
     )
 
 

@@ -58,8 +58,9 @@ class VirtualRuntime:
         self._image_at: dict[tuple[str, str], float] = {key: 0.0 for key in prepulled}
         self._run_s: dict[str, float] = {}
         self._ended: dict[str, None] = {}
-        # bound job -> (its rank count, its run number), until it exits
-        self._running: dict[str, tuple[int, int]] = {}
+        # bound job -> (its rank count, its run number, its planned exit's handle), until
+        # it exits
+        self._running: dict[str, tuple[int, int, int]] = {}
         self._runs = 0
         self._bound: dict[str, None] = {}  # pods a job was bound into
         # the RankStarted news of the binds carried out at one instant with no bind time,
@@ -120,7 +121,6 @@ class VirtualRuntime:
                     self._bound.update(dict.fromkeys(pods))
                     bind = (p.rebind if again else p.bind).sample(rng)
                 self._runs += 1
-                self._running[job] = (len(pods), self._runs)
                 # a gang's ranks start (and exit) at one instant: one batch, one pass after
                 # them all (one per rank changed nothing until the last). Jobs bound at one
                 # instant with no bind time (a trace's, e.g. every job a Chronus lease
@@ -139,7 +139,8 @@ class VirtualRuntime:
                 else:
                     sim.after(bind, self._started, ranks)
                     starting = (sim.now, ranks, 0) if bind == 0.0 else None
-                sim.after(bind + run, self._exit, job, None, self._runs)
+                exit_at = sim.after(bind + run, self._exit, job, None, self._runs)
+                self._running[job] = (len(pods), self._runs, exit_at)
                 # a run of no time exits at this instant: what binds next starts after it
                 self._starting = (
                     (starting[0], starting[1], sim.scheduled)
@@ -163,7 +164,9 @@ class VirtualRuntime:
         if entry is None or (run is not None and entry[1] != run):
             return  # killed before its planned end (or the end of an earlier run)
         del self._running[job_id]
-        ranks = entry[0]
+        ranks, _, exit_at = entry
+        if run is None:
+            self.sim.cancel(exit_at)  # killed: its planned end would do nothing
         code = 0 if failure is None else 1
         self.sim.deliver_all(
             tuple(RankExited(job_id, rank, code, failure) for rank in range(ranks))

@@ -283,7 +283,8 @@ class GFSScorer:
             best_key = None
             for name in bucket:
                 info = nodes[name]
-                e = info.score_e(now)
+                # a calm node's score is a constant (Chronus never evicts: every node is)
+                e = info.score_e(now) if info.evictions else _CALM
                 key = (-info.used[job_class], -e if spot else e, info.ordinal)
                 if best_key is None or key < best_key:
                     best, best_key = name, key

@@ -945,7 +945,6 @@ class GangScheduler:
             job.pods.append(pod.id)
             place.extend((node, gid, share) for gid in cards)
         self.placement[job.id] = place
-        self._sync()
         self.allocated += job.gpus
         self.used[pool][cls] += job.gpus
         if cls is _HP:
@@ -960,15 +959,19 @@ class GangScheduler:
                 self.node_jobs[node][job.id] = cards
                 if not job.fractional:
                     info.spot_cards += len(cards)
-            self._refresh(info, grown=cls is _SPOT)  # spot work: a victim an HP job may take
+        # every node of the plan was touched (its cards taken): one refresh each, with the
+        # books above, in the order the cards were taken (the node index's tie order)
+        self._sync()
         if cls is _SPOT:
+            self._grown[pool] += 1  # spot work: a victim an HP job may take
             self.running_spot[pool][job.id] = None
         if kept:
             self._restart_in_place(job, now, out)
 
-    def _release(self, job: Job) -> None:
+    def _release(self, job: Job, refresh: bool = True) -> None:
         """The job's books: it no longer counts as hp or spot usage (its pods hold their
-        shares until they are gone)."""
+        shares until they are gone). ``refresh=False``: its nodes are refreshed by the
+        caller (a lease return frees the cards at once)."""
         self._rebind.pop(job.id, None)
         place = self.placement.pop(job.id, None)
         if place is None:
@@ -992,7 +995,8 @@ class GangScheduler:
                 del self.node_jobs[node][job.id]
                 if not job.fractional:
                     info.spot_cards -= len(cards)
-            self._refresh(info)
+            if refresh:
+                self._refresh(info)
         self.running_spot[pool].pop(job.id, None)
 
     def _sync(self) -> None:
@@ -1443,7 +1447,7 @@ class GangScheduler:
         if job.job_class is _SPOT:
             self._settle_ok(job, now, self._earned(job, now))
             self.settled.pop(job.id, None)
-        self._release(job)
+        self._release(job, refresh=False)
         out.append(KillJob(job.id, Failure.PREEMPTED, self.config.grace_s))
         # as the authors' ``release_resource``: the cards are free for the round's pass at
         # once (its pods' shares with them); the pods stay until the pass has re-placed it
@@ -1456,7 +1460,8 @@ class GangScheduler:
             self.host.warm.refresh_cards(pod.gpus)
         self._parked[job.id] = (job.pods, running)
         job.pods = []
-        # the node index follows each return in turn (the order its ties are broken in)
+        # the node index follows each return in turn (the order its ties are broken in):
+        # the job's nodes, touched by its freed cards, refreshed once with the books above
         self._sync()
         self._requeue(job, Failure.PREEMPTED, now, out, lease=True)
 
