@@ -1,14 +1,15 @@
 """The paper's ablations of GFS's scheduler (simplified placement, simplified preemption)
 and stoker's own GFS variants (``gfs-small-first``, ``gfs-eta-slack``, ``gfs-lend``,
-``gfs-fragments``, ``gfs-checkpoint-cost``): each differs from ``gfs`` in the one part it
-swaps, and only there."""
+``gfs-fragments``, ``gfs-checkpoint-cost``, ``gfs-reserve``, ``gfs-reserve-lend``): each
+differs from ``gfs`` in the one part it swaps, and only there."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from stoker.core import ForecastUpdated
+from stoker.core import ForecastUpdated, JobCancelled
+from stoker.core.actions import Action
 from stoker.core.gfs.placement import BestFitScorer, GFSScorer
 from stoker.core.gfs.preemption import FifoVictims, GFSVictims
 from stoker.core.registry import GANG_PRESETS, preset
@@ -27,6 +28,8 @@ from test_gfs_fidelity import _queued
         ("gfs-lend", GFSScorer, GFSVictims, "size"),
         ("gfs-checkpoint-cost", GFSScorer, GFSVictims, "size"),
         ("gfs-fragments", GFSScorer, GFSVictims, "size"),
+        ("gfs-reserve", GFSScorer, GFSVictims, "size"),
+        ("gfs-reserve-lend", GFSScorer, GFSVictims, "size"),
     ],
 )
 def test_each_variant_swaps_one_part_of_gfs(
@@ -153,3 +156,89 @@ def test_fragments_start_fractional_spot_on_shared_cards_past_the_quota(
     # one that fits only on the free card 1 waits for the quota under both
     assert bound(g.submit(spec("f2", "spot", 0.6, dur=1e5), 2.0)) == []
     assert bound(g.submit(spec("w", "spot", 1, dur=1e5), 3.0)) == []
+
+
+def test_only_the_reserve_presets_reserve() -> None:
+    reserving = {n for n in GANG_PRESETS if preset(n).policies.gangs.reserve_after_s < 1e300}
+    assert reserving == {"gfs-reserve", "gfs-reserve-lend"}
+    assert preset("gfs-reserve-lend").policies.gangs.lend_idle == 1.0
+
+
+def _reserve_run(name: str, cancel: bool = False) -> tuple[Gangs, list[list[Action]]]:
+    """Two 8-GPU nodes full of 1-GPU HP jobs (n0's run to 20,000 s, n1's to 7,200 s by
+    their durations), an 8-GPU HP job (big) queued at 10 s and a 1-GPU HP job every 600 s
+    after it; at 4,500 s a 1-GPU spot job. Then n1's jobs end one by one, then n0's.
+    Returns the driver and every event's actions."""
+    g = Gangs(cluster(8, 8), name)
+    log = []
+    for i in range(16):
+        log.append(g.submit(spec(f"s{i}", "hp", 1, dur=20_000 if i < 8 else 7_200), 0.0))
+    log.append(g.submit(spec("big", "hp", 8, dur=1e4), 10.0))
+    for k in range(1, 8):
+        log.append(g.submit(spec(f"q{k}", "hp", 1, dur=1e5), 10.0 + 600.0 * k))
+    log.append(g.submit(spec("sp", "spot", 1, dur=1e5), 4_500.0))
+    if cancel:
+        log.append(g.send(JobCancelled("big"), 5_000.0))
+    for i in range(16):
+        log.append(g.finish(f"s{8 + i % 8 if i < 8 else i - 8}", 7_200.0 + i))
+    return g, log
+
+
+def _bound_at(log: list[list[Action]], job: str) -> list[int]:
+    return [i for i, out in enumerate(log) if job in bound(out)]
+
+
+def test_reserve_drains_a_node_for_a_waiting_gang_while_small_jobs_keep_coming() -> None:
+    gfs, log = _reserve_run("gfs")
+    # GFS: big is tried first at every pass but never fits, and the 1-GPU HP jobs (then
+    # the spot job) backfill every card n1's jobs free: big starts only when n0 is empty
+    assert _bound_at(log, "big") == [len(log) - 1] and gfs.nodes("big") == {"n0"}
+    assert all(gfs.nodes(f"q{k}") == {"n1"} for k in range(1, 8)) and gfs.nodes("sp") == {"n1"}
+    g, log = _reserve_run("gfs-reserve")
+    # gfs-reserve: from its first failed pass after an hour queued (the 1-GPU job at
+    # 3,610 s) big holds n1 (n1's HP jobs end by 7,200 s by their run times, n0's by
+    # 20,000 s); nothing that runs past 7,200 s is placed there: the cards n1's jobs free
+    # stay idle (the 1-GPU jobs and the spot job wait) until big starts there
+    assert _bound_at(log, "big") == [len(log) - 9] and g.nodes("big") == {"n1"}
+    assert g.core.gangs._reserved == {}  # dropped when big started
+    # n0's jobs ending then hand its cards to the waiting jobs, HP first
+    assert sorted(j for out in log[-8:] for j in bound(out)) == [
+        *(f"q{k}" for k in range(1, 8)),
+        "sp",
+    ]
+    assert all(g.nodes(f"q{k}") == {"n0"} for k in range(1, 8)) and g.nodes("sp") == {"n0"}
+
+
+def test_reserve_holds_one_reservation_until_the_gang_starts_or_is_cancelled() -> None:
+    g = Gangs(cluster(8, 8), "gfs-reserve")
+    for i in range(16):
+        g.submit(spec(f"s{i}", "hp", 1, dur=20_000 if i < 8 else 7_200), 0.0)
+    g.submit(spec("big", "hp", 8, dur=1e4), 10.0)
+    g.submit(spec("big2", "hp", 8, dur=1e4), 20.0)
+    g.submit(spec("q1", "hp", 1, dur=1e5), 3_000.0)  # big has waited under an hour
+    assert g.core.gangs._reserved == {}
+    g.submit(spec("q2", "hp", 1, dur=1e5), 3_700.0)  # over an hour: the first big reserves
+    assert g.core.gangs._reserved == {"A": ("big", frozenset({"n1"}), 7_200.0)}
+    assert bound(g.finish("s8", 4_000.0)) == []  # n1's freed card is held for big
+    # EASY backfill: a job that ends before n1 drains (by its run time) may use it
+    assert bound(g.submit(spec("short", "hp", 1, dur=3_000), 4_000.0)) == ["short"]
+    assert g.nodes("short") == {"n1"}
+    g.finish("short", 4_050.0)
+    # big cancelled: its reservation ends, and big2 (queued over an hour, tried first)
+    # takes n1 over at the same pass: the freed card still waits for a whole node
+    assert bound(g.send(JobCancelled("big"), 4_100.0)) == []
+    assert g.core.gangs._reserved == {"A": ("big2", frozenset({"n1"}), 7_200.0)}
+    # cancelled with no other gang waiting, the reservation is gone: n1's cards go to the
+    # 1-GPU jobs as they free
+    cancelled, log = _reserve_run("gfs-reserve", cancel=True)
+    assert cancelled.core.gangs._reserved == {}
+    assert _bound_at(log, "q1") == [len(log) - 16] and cancelled.nodes("q1") == {"n1"}
+
+
+def test_reserve_is_gfs_until_a_gang_waits_and_is_deterministic() -> None:
+    _, gfs = _reserve_run("gfs")
+    _, first = _reserve_run("gfs-reserve")
+    _, again = _reserve_run("gfs-reserve")
+    assert first == again  # the same events, the same actions
+    # before big's hour in the queue the two make the same decisions
+    assert first[:22] == gfs[:22] and first != gfs

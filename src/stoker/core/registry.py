@@ -19,11 +19,12 @@ authors' simulator runs them; ``yarn-cs-noquota``, ``lyra-noquota``, ``fgd-noquo
 ungated), ``static-quota``,
 ``min-runtime``, ``gfs-naive``, ``gfs-fixed-eta``, ``gfs-simple-placement`` and
 ``gfs-simple-preemption`` (the paper's ablations of its scheduler's two halves), and
-``gfs-small-first``, ``gfs-eta-slack``, ``gfs-lend``, ``gfs-fragments`` and
-``gfs-checkpoint-cost`` (stoker's own: GFS with spot queued smallest request first; GFS
-whose eta may grow to 2; GFS lending spot what HP does not hold while no HP job waits; GFS
-starting fractional spot on shared cards past the quota; GFS costing victims by the work
-lost since their last checkpoint).
+``gfs-small-first``, ``gfs-eta-slack``, ``gfs-lend``, ``gfs-fragments``,
+``gfs-checkpoint-cost``, ``gfs-reserve`` and ``gfs-reserve-lend`` (stoker's own: GFS with
+spot queued smallest request first; GFS whose eta may grow to 2; GFS lending spot what HP
+does not hold while no HP job waits; GFS starting fractional spot on shared cards past the
+quota; GFS costing victims by the work lost since their last checkpoint; GFS reserving
+nodes for a whole-GPU HP job that has waited an hour; the last two together).
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ CHRONUS_RESTART_S = 120.0
 ETA_SLACK_CEILING = 2.0
 # gfs-lend's share of the GPUs HP does not hold that spot may take while no HP job waits
 LEND_SHARE = 1.0
+# gfs-reserve's wait before a whole-GPU HP job that finds no room reserves nodes to drain
+RESERVE_AFTER_S = 3600.0
 # the paper's comparison set for hp/spot
 PAPER_BASELINES = ("yarn-cs", "chronus", "lyra", "fgd")
 
@@ -225,6 +228,15 @@ _PRESETS: dict[str, _Entry] = {
     # run started (the authors' code)
     "gfs-checkpoint-cost": _gfs_variant(
         "gfs-checkpoint-cost", victims=lambda p: GFSVictims("paper")
+    ),
+    # stoker's own (beyond the paper): a whole-GPU HP job that has waited an hour and finds
+    # no room reserves the nodes closest to holding it; nothing else is placed there until
+    # it starts (instead of smaller HP and spot backfilling the cards it waits for)
+    "gfs-reserve": _gfs_variant("gfs-reserve", reserve_after_s=RESERVE_AFTER_S),
+    # the same with gfs-lend's quota: one capacity model, where spot borrows what HP does
+    # not hold while no HP waits and a waiting HP gang holds back the nodes it drains
+    "gfs-reserve-lend": _gfs_variant(
+        "gfs-reserve-lend", reserve_after_s=RESERVE_AFTER_S, lend_idle=LEND_SHARE
     ),
     # the paper's baselines: as the authors' simulator builds them, spot gated by the same
     # forecast quota as GFS (fifo_spot.py, lyra.py, fgd.py; chronus.py has none)

@@ -197,13 +197,20 @@ class GangPlan:
     the bucket's order) and then the planned nodes left with that many GPUs (in the order
     they were first planned). Kept incrementally (``take``), a gang of many workers plans
     in time linear in its workers: rebuilt for every worker it was quadratic. The pool's
-    index must not change while a plan is used (planning changes nothing).
+    index must not change while a plan is used (planning changes nothing). Nodes in
+    ``exclude`` (reserved for another job) are never candidates.
     """
 
-    __slots__ = ("_heads", "_iters", "_rest", "_seq", "index", "taken")
+    __slots__ = ("_heads", "_iters", "_rest", "_seq", "exclude", "index", "taken")
 
-    def __init__(self, index: PoolIndex, taken: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        index: PoolIndex,
+        taken: dict[str, int] | None = None,
+        exclude: frozenset[str] = frozenset(),
+    ) -> None:
         self.index = index
+        self.exclude = exclude
         self.taken: dict[str, int] = {}  # node -> GPUs planned there, in first-plan order
         # per free count: the first unplanned nodes of the bucket seen so far, and where
         # the walk over the bucket stands
@@ -239,8 +246,9 @@ class GangPlan:
             self._iters[free] = iter(self.index.by_free[free])
         if len(head) < SCAN_CAP:
             taken = self.taken
+            exclude = self.exclude
             for name in self._iters[free]:
-                if name not in taken:
+                if name not in taken and name not in exclude:
                     head.append(name)
                     if len(head) >= SCAN_CAP:
                         break

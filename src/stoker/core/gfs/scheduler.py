@@ -107,6 +107,14 @@ class GFSConfig:
     # past the quota (it leaves every whole card to HP; only a fractional HP job can want
     # that share, and it may evict it)
     lend_fragments: bool = False
+    # stoker's ``gfs-reserve`` (inf: GFS's backfill, never a reservation): a whole-GPU HP
+    # job that has queued this long and finds no room, free or by eviction, reserves the
+    # nodes closest to holding it (:meth:`GangScheduler._reserve`); no other hp or spot
+    # job is placed there (nor reclaims there) until it starts or leaves the queue, so it
+    # starts when those nodes drain instead of waiting while smaller jobs backfill them.
+    # One reservation per GPU pool at a time (Slurm's backfill with a reservation for the
+    # top job, Kubernetes' nominated node)
+    reserve_after_s: float = math.inf
     grace_s: float = 0.0  # an evicted spot job's SIGTERM-to-SIGKILL grace
     # the authors' gate (every policy's ``simulate``): with a window (start, end), no spot
     # job starts before ``start``, the quota holds in [start, end) and none after; HP
@@ -122,6 +130,8 @@ class GFSConfig:
             raise ValueError(f"queue must be one of {', '.join(QUEUE_ORDERS)}, got {self.queue!r}")
         if not 0.0 <= self.lend_idle <= 1.0:
             raise ValueError(f"lend_idle must be in [0, 1], got {self.lend_idle}")
+        if not self.reserve_after_s >= 0:
+            raise ValueError(f"reserve_after_s must be >= 0, got {self.reserve_after_s}")
         for name in (
             "guarantee_s",
             "checkpoint_s",
@@ -253,6 +263,12 @@ def _per_node(place: list[tuple[str, str, float]]) -> dict[str, tuple[list[str],
     return out
 
 
+def _ends_by(job: Job, now: float, until: float) -> bool:
+    """Whether ``job``, started now, ends by ``until`` by its known run time (its restart
+    overhead and the work left; unknown, as live: no)."""
+    return job.spec.duration is not None and now + job.overhead + job.remaining <= until + EPS
+
+
 class GangScheduler:
     """hp and spot jobs over the core's cluster; see the module docstring."""
 
@@ -289,6 +305,12 @@ class GangScheduler:
         # the last failed free-room plan of an HP job: (job, now, pool epoch, the plan of
         # its first workers, the worker that found no room)
         self._free_prefix: tuple[str, float, int, GangPlan, int] | None = None
+        # per pool, the HP job holding its reservation, the nodes reserved for it and when
+        # they will have drained for it (``reserve_after_s``): no other hp or spot job is
+        # placed or reclaims there unless it ends by then
+        self._reserved: dict[str, tuple[str, frozenset[str], float]] = {}
+        # per pool, the first HP job of the current pass (queue order) that may reserve
+        self._to_reserve: dict[str, Job] = {}
         # HP jobs waiting for the pods stopped to make their room, and the reverse index
         self._awaiting: dict[str, set[str]] = {}
         self._awaiting_by_pod: dict[str, str] = {}
@@ -352,6 +374,9 @@ class GangScheduler:
         """A node left the cluster (nothing of hp or spot is placed there any more: the core
         failed its pods first)."""
         info = self.pools[self.nodes.pop(name).pool].remove(name)
+        held = self._reserved.get(info.pool)
+        if held is not None and name in held[1]:
+            self._unreserve(self.jobs[held[0]])  # the next failed search reserves afresh
         self.busy_cards -= info.total - info.full_free
         del self.node_jobs[name]
         self._resize(info.pool)
@@ -382,6 +407,7 @@ class GangScheduler:
         pool as it is now (:attr:`Core.unplaceable`)."""
         self._awaiting_clear(job.id)  # what is stopping for it goes to whoever fits
         self._failed.pop(job.id, None)
+        self._unreserve(job)
         pool = self.pool_of(job)
         self.queues[pool][job.job_class].drop(job)
         self._dirty[pool] = None
@@ -417,6 +443,7 @@ class GangScheduler:
         if job.state is JobState.QUEUED:
             self._awaiting_clear(job.id)
             self._failed.pop(job.id, None)
+            self._unreserve(job)
             self.queues[self.pool_of(job)][job.job_class].drop(job)
             self.host.end_job(job, Failure.CANCELLED, None, now, out)
             self._dirty[self.pool_of(job)] = None
@@ -575,6 +602,12 @@ class GangScheduler:
             job = self.jobs[jid]
             if job.state not in (JobState.PLACED, JobState.BINDING, JobState.RUNNING):
                 raise AssertionError(f"job {jid} holds a placement in state {job.state}")
+        for pool, (jid, reserved, _) in self._reserved.items():
+            job = self.jobs[jid]
+            if job.state is not JobState.QUEUED or self.pool_of(job) != pool:
+                raise AssertionError(f"{pool}: reserved for job {jid} in state {job.state}")
+            if not reserved <= self.pools[pool].nodes.keys():
+                raise AssertionError(f"{pool}: reserved nodes {sorted(reserved)} not all its")
         for info in self.nodes.values():
             free = sum(1 for g in self.cluster.nodes[info.name].gpus if g.used < EPS)
             if free != info.full_free and info.name not in self.cluster.touched:
@@ -709,13 +742,21 @@ class GangScheduler:
     # ------------------------------------------------------------ the pass
 
     def _pass_pool(self, pool: str, now: float, out: list[Action]) -> None:
-        """HP then spot, each class in its queue's order (failures do not cross classes)."""
+        """HP then spot, each class in its queue's order (failures do not cross classes).
+        With ``reserve_after_s`` the pass's first HP job in queue order that may reserve
+        does, as soon as the pool holds no reservation: at once, or after the HP pass
+        where the holder started in it (the reservation goes to the queue's head, not to
+        whichever job failed after the holder started)."""
         for cls in (_HP, _SPOT):
             queue = self.queues[pool][cls]
             if queue.order.stop:
                 self._pass_stop(queue, pool, now, out)
             else:
                 self._pass_skip(queue, now, out)
+            if cls is _HP and self._to_reserve:
+                job = self._to_reserve.pop(pool, None)
+                if job is not None and pool not in self._reserved:
+                    self._reserve(job, pool)
 
     def _pass_skip(self, queue: _Queue, now: float, out: list[Action]) -> None:
         """GFS's skip rule: a job that cannot start skips the rest of its request's bucket
@@ -734,7 +775,25 @@ class GangScheduler:
                     continue
                 if result == _HOLD:
                     return
+                if self._reserved:
+                    self._backfill(queue, k, job, now, out)
                 break
+
+    def _backfill(self, queue: _Queue, k: float, head: Job, now: float, out: list[Action]) -> None:
+        """The skip rule's premise (a bucket's later jobs fail as its head did) does not
+        hold beside a reservation: a later job that ends before the reserved nodes drain
+        may go there. Try those (by their known run times) in the bucket's order."""
+        held = self._reserved.get(self.pool_of(head))
+        if held is None:
+            return
+        for entry in queue.buckets[k][1:]:
+            job = self.jobs[entry[1]]
+            if (
+                job.state is JobState.QUEUED
+                and _ends_by(job, now, held[2])
+                and self._try_start(job, now, out) == _STARTED
+            ):
+                queue.remove(k, entry)
 
     def _pass_stop(self, queue: _Queue, pool: str, now: float, out: list[Action]) -> None:
         """The queue's order among the jobs within the spot quota (every job for HP); the
@@ -822,6 +881,16 @@ class GangScheduler:
                 return _NO_ROOM
             self._start(job, plan, now, out)
             return _STARTED
+        result = self._try_start_hp(job, pool, now, out)
+        if result == _NO_ROOM and self._may_reserve(job, now):
+            first = self._to_reserve.setdefault(pool, job)
+            if pool not in self._reserved:
+                self._reserve(first, pool)
+        return result
+
+    def _try_start_hp(self, job: Job, pool: str, now: float, out: list[Action]) -> str:
+        """An HP job's start: free room, else reclaim (``_NO_ROOM`` while pods stop for it
+        or nothing makes its room)."""
         if job.id in self._awaiting:
             return _NO_ROOM  # pods are stopping for it: nothing more goes meanwhile
         state = self._state(pool, now)
@@ -865,6 +934,85 @@ class GangScheduler:
         if job.id not in self._awaiting and self._state(pool, now) == state:
             self._failed[job.id] = state
 
+    # ------------------------------------------------------------ reservations
+
+    def _blocked(self, job: Job, now: float) -> frozenset[str]:
+        """The nodes reserved in ``job``'s pool for another job, unless ``job`` would end
+        before they drain for it by its known run time (EASY backfill; none: no
+        reservation)."""
+        if not self._reserved:
+            return frozenset()
+        held = self._reserved.get(self.pool_of(job))
+        if held is None or held[0] == job.id or _ends_by(job, now, held[2]):
+            return frozenset()
+        return held[1]
+
+    def _may_reserve(self, job: Job, now: float) -> bool:
+        """An HP job of more than one whole card (what smaller jobs backfilling can starve)
+        that found no room may reserve once it has queued ``reserve_after_s``, unless pods
+        stop for it."""
+        return (
+            now - job.queued_since >= self.config.reserve_after_s - EPS
+            and not job.fractional
+            and job.gpus >= 2.0 - EPS
+            and job.id not in self._awaiting
+        )
+
+    def _reserve(self, job: Job, pool: str) -> None:
+        """Reserve for ``job`` the nodes that will hold it soonest (:meth:`_ready_at`), in
+        node order among equals, until they hold every worker; they drain for it by the
+        latest of their times."""
+        need = int(job.per_worker)
+        ranked = sorted(
+            (self._ready_at(info, need), info.ordinal, info)
+            for info in self.pools[pool].nodes.values()
+            if info.total >= need
+        )
+        nodes: list[str] = []
+        slots = 0
+        for ready, _, info in ranked:
+            nodes.append(info.name)
+            slots += info.total // need
+            if slots >= job.spec.workers:
+                self._reserved[pool] = (job.id, frozenset(nodes), ready)
+                self._epoch[pool] += 1
+                return
+
+    def _ready_at(self, info: NodeInfo, need: int) -> float:
+        """When ``need`` of a node's cards will carry nothing a whole-GPU HP worker cannot
+        reclaim (an HP share or a fractional spot job's), by those jobs' known run times
+        (inf if one is unknown: a live job runs until it exits)."""
+        until = []
+        for gpu in self.cluster.nodes[info.name].gpus:
+            end = -math.inf
+            for owner in gpu.allocs:
+                pod = self.pods.get(owner)
+                jid = None if pod is None else pod.job or pod.pending_job
+                if jid is None:
+                    continue  # an idle pod: reclaimed for the asking
+                held = self.jobs[jid]
+                if held.job_class is _SPOT and not held.fractional:
+                    continue  # a victim
+                known = held.spec.duration is not None
+                ran = held.run_start + held.overhead + held.remaining if known else math.inf
+                end = max(end, ran)
+            until.append(end)
+        return sorted(until)[need - 1]
+
+    def _unreserve(self, job: Job) -> None:
+        """``job`` started or left the queue: its reservation (if any) ends, and what it
+        held back is room for the searches that failed meanwhile."""
+        if not self._reserved:
+            return
+        pool = self.pool_of(job)
+        held = self._reserved.get(pool)
+        if held is None or held[0] != job.id:
+            return
+        del self._reserved[pool]
+        self._epoch[pool] += 1
+        self._grown[pool] += 1
+        self._dirty[pool] = None
+
     # ------------------------------------------------------------ placement
 
     def _plan_free(self, job: Job, now: float) -> list[tuple[str, tuple[str, ...], float]] | None:
@@ -878,7 +1026,10 @@ class GangScheduler:
             # (a walk per worker was quadratic in its workers)
             plan = []
             workers = job.spec.workers
+            blocked = self._blocked(job, now)
             for gpu in self.cluster.gpus_with_room(pool, need):
+                if gpu.node in blocked:
+                    continue
                 taken = 0.0
                 while gpu.free - taken >= need - EPS:
                     taken += need
@@ -887,7 +1038,7 @@ class GangScheduler:
                         return plan
             return None
         count = int(need)
-        gang = GangPlan(self.pools[pool])
+        gang = GangPlan(self.pools[pool], exclude=self._blocked(job, now))
         nodes: list[str] = []
         for worker in range(job.spec.workers):
             node = self.config.scorer.choose(gang, job.job_class, count, now)
@@ -926,6 +1077,7 @@ class GangScheduler:
         cls = job.job_class
         self.host.move_job(job, JobState.PLACED, now)
         self._failed.pop(job.id, None)
+        self._unreserve(job)
         job.placed = now
         job.queue_s += now - job.queued_since
         job.run_start = now
@@ -1140,7 +1292,8 @@ class GangScheduler:
             checkpoint_s=self.config.checkpoint_s,
         )
         need = job.per_worker
-        gang = GangPlan(self.pools[pool])  # whole-GPU workers: node -> cards planned
+        blocked = self._blocked(job, now)
+        gang = GangPlan(self.pools[pool], exclude=blocked)  # whole-GPU workers: node -> cards
         shares: dict[str, float] = {}  # fractional workers: gpu -> share planned
         freed: dict[str, int] = {}  # node -> whole cards freed by chosen spot victims
         idle_used: dict[str, None] = {}  # idle-only cards already counted
@@ -1168,7 +1321,7 @@ class GangScheduler:
                     (
                         g
                         for g in self.cluster.gpus_with_room(pool, need)
-                        if g.free - shares.get(g.id, 0.0) >= need - EPS
+                        if g.free - shares.get(g.id, 0.0) >= need - EPS and g.node not in blocked
                     ),
                     None,
                 )
@@ -1185,7 +1338,7 @@ class GangScheduler:
                     gang.take(node, int(need))
                     continue
             if job.fractional:
-                cands = self._card_candidates(job, evicted, shares, stop, now, spot)
+                cands = self._card_candidates(job, evicted, shares, stop, now, spot, blocked)
             else:
                 cands = self._node_candidates(
                     job, evicted, gang, freed, idle, idle_used, now, spot, not free_first
@@ -1269,7 +1422,7 @@ class GangScheduler:
             out = []
             for name in names:
                 info = self.nodes[name]
-                if info.total < need:
+                if info.total < need or name in gang.exclude:
                     continue
                 cards = [(c, g) for c, g in idle.get(name, ()) if g not in idle_used]
                 # the plan counts the idle cards earlier workers stop too: those are not free room
@@ -1331,7 +1484,11 @@ class GangScheduler:
             found = []
             for _, name in pool.by_room[room]:
                 # a node holding only fractional spot work has room, not victims
-                if name not in own and (free_nodes or nodes[name].spot_cards):
+                if (
+                    name not in own
+                    and name not in gang.exclude
+                    and (free_nodes or nodes[name].spot_cards)
+                ):
                     found.append(name)
                     if reads == "first":
                         break
@@ -1366,12 +1523,15 @@ class GangScheduler:
         stop: dict[str, Pod],
         now: float,
         spot: bool,
+        blocked: frozenset[str],
     ) -> list[Candidate]:
         need = job.per_worker
         pool = self.pool_of(job)
         names = dict.fromkeys(self.host.warm.idle_nodes(pool))
         if spot:
             names.update(self.pools[pool].spot_nodes)
+        for name in blocked:
+            names.pop(name, None)
         gone = {p for v in evicted.values() for p in v.pods} | set(stop)
         out = []
         with_hp: list[Candidate] = []  # cards already carrying HP (the authors' first choice)
