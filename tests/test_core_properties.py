@@ -12,6 +12,8 @@ Pool, hp and spot jobs go through the one core together:
 - spot usage is within its GPU pool's quota whenever spot is admitted;
 - a job ends once (``JobEnded``) and is never bound again after it;
 - no GPU holds more than 1.0 (``Core.check``: shares, indexes, idle total, queues);
+- the warm budget's HP cap, followed only for the GPU pools whose inputs moved, equals its
+  full recomputation after every scheduling pass;
 - every submitted job is queued, placed, binding, running or finished, and a job that is
   placed, binding or running only points at live pods (a dead pod would strand it);
 - no queue waits while its head would fit in free room;
@@ -152,6 +154,14 @@ class CoreMachine(RuleBasedStateMachine):
     @initialize(policy=st.integers(0, len(POLICIES) - 1), nodes=st.integers(1, 2))
     def setup(self, policy: int, nodes: int) -> None:
         core = Core(_cluster(nodes), PROFILES, POLICIES[policy]())
+        follow = core._follow_hp_cap
+
+        def follow_checked(now: float) -> None:
+            # the warm cap, followed pool by pool, is its full recomputation (order too)
+            follow(now)
+            assert list(core.warm.hp_cap.items()) == list(core._hp_cap(now).items())
+
+        core._follow_hp_cap = follow_checked  # type: ignore[method-assign]
         self.d = Driver(core)
         self.policy = policy
         self.nodes = nodes

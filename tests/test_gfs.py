@@ -489,6 +489,17 @@ def test_keepalive_cap_follows_the_keepalive_idle_pods_hold() -> None:
     assert cap(g, 1.0) == pytest.approx(2.0 - 2.0 * 360 / 3600)
 
 
+def test_the_warm_cap_follows_a_pool_whose_last_warm_pod_went() -> None:
+    # the cap is set again only for pools whose inputs moved: a pool whose last warm pod
+    # just went (no new forecast, no HP change) must fall back to a new caller's keep-alive
+    g = Gangs(cluster(2), "gfs")
+    pod = _warm_pod(g, "pj", 0.0)  # warm from 2 s to 62 s
+    g.send(ForecastUpdated("t", "A", (2.0,), (0.0,)), 5.0)
+    assert g.core.warm.hp_cap["A"] == pytest.approx(2.0 - 2.0 * 57 / 3600)
+    assert StopPod(pod, "keepalive") in g.send(Tick(), 62.0)
+    assert g.core.warm.hp_cap["A"] == pytest.approx(2.0 - 2.0 * 60 / 3600)
+
+
 PRESETS_CAP = ("gfs", "warm-strict", "warm-new-only", "warm-uncapped")
 
 

@@ -141,6 +141,11 @@ class Core:
         # GPU pools whose summed forecast changed and whose quota and warm cap do not yet
         # follow it: set once after a run of forecasts (one query brings every tenant's)
         self._forecast_pools: dict[str, None] = {}
+        # GPU pools whose warm cap (:meth:`_follow_hp_cap`) may have moved since it was
+        # last set: a new forecast or a node joining or leaving there; and the pools whose
+        # cap ran on a warm pod's keep-alive deadline then (it runs down with time)
+        self._cap_stale: dict[str, None] = {}
+        self._cap_timed: list[str] = []
         # pods whose stop failed: they hold their share until the runtime confirms; the stop
         # is asked again at the time given here
         self._stop_retry: dict[str, float] = {}
@@ -173,7 +178,7 @@ class Core:
         # hp and spot first (guaranteed work before loop jobs take free room), then pools
         self.gangs.schedule(now, out)
         # the warm cap may follow what HP holds now: set after HP's placements
-        self.warm.hp_cap = self._hp_cap(now)
+        self._follow_hp_cap(now)
         self.warm.after(now, out)
         return out
 
@@ -578,6 +583,7 @@ class Core:
                     return
             self._node_removed(node.name, now, out)
         node.gpus = [GPU(g, node.name, i, node.gpu_model) for i, g in enumerate(gpus)]
+        self._cap_stale[node.gpu_model] = None
         self.cluster.add_node(node)
         self.gangs.add_node(node)
         self.warm.room_freed()
@@ -596,6 +602,7 @@ class Core:
                 self._pod_event(pid, now, out, failed=Failure.POD_DIED)
         stopping = {a.pod for a in out if isinstance(a, StopPod)}
         out.extend(StopPod(pid, "node_removed") for pid in on_node if pid not in stopping)
+        self._cap_stale[self.cluster.nodes[name].gpu_model] = None
         self.gangs.remove_node(name)
         self.cluster.remove_node(name)
         # every queued job, the ones just re-queued from this node's pods too
@@ -648,6 +655,7 @@ class Core:
             per[tenant] = new
         self.forecast[gpu_model] = (total_mean, total_var)
         self._forecast_pools[gpu_model] = None
+        self._cap_stale[gpu_model] = None
 
     def _settle_forecasts(self) -> None:
         """The spot quota follows the pools' summed forecasts (once per pool for a query's
@@ -659,6 +667,34 @@ class Core:
             self.gangs.set_forecast(pool, *self.forecast[pool])
         self._forecast_pools = {}
 
+    def _follow_hp_cap(self, now: float) -> None:
+        """Set the warm budget's HP cap (:meth:`_hp_cap`) after a scheduling pass, pool by
+        pool for the pools whose inputs may have moved since the last pass: a new forecast,
+        a node joining or leaving, the HP GPUs running there, a warm pod's keep-alive
+        deadline (before or now). The others keep their cap: it is a function of those
+        inputs alone, so the result is :meth:`_hp_cap`'s (a test compares them after every
+        event); a pool whose cap appears or goes rebuilds the whole map in forecast order
+        (the order in which :meth:`WarmPools._enforce_hp_cap` walks it)."""
+        stale = self._cap_stale
+        stale.update(dict.fromkeys(self.gangs.hp_moved()))
+        timed = self.warm.timed_models()
+        stale.update(dict.fromkeys(self._cap_timed))
+        stale.update(dict.fromkeys(timed))
+        self._cap_timed = timed
+        if not stale:
+            return
+        cap = self.warm.hp_cap
+        for model in stale:
+            if model not in self.forecast:
+                continue
+            bound = self._cap_of(model, now)
+            if (bound is None) != (model not in cap):
+                self.warm.hp_cap = self._hp_cap(now)
+                break
+            if bound is not None:
+                cap[model] = bound
+        stale.clear()
+
     def _hp_cap(self, now: float) -> dict[str, float]:
         """Per GPU pool with a forecast, the GPUs idle pods there may hold so that HP
         finds its room, by the warm cap policy (from the pool's capacity, the HP GPUs
@@ -666,18 +702,21 @@ class Core:
         yet hold their cards by keep-alive). A pool without a forecast (or
         under a policy with no bound) is not capped; one pool's slack never lets idle pods
         hold another pool's HP room."""
-        rule = self.policies.warm_cap
-        capacity = self.cluster.capacity
         cap: dict[str, float] = {}
-        for model, (mean, var) in self.forecast.items():
-            gpus = capacity.get(model)
-            if gpus is None:
-                continue
-            used = self.gangs.used.get(model)
-            hp_used = used[JobClass.HP] if used is not None else 0.0
-            sd = math.sqrt(max(float(var[0]), 0.0))
-            horizon = self.warm.keepalive_left(model, now)
-            bound = rule.cap(gpus, hp_used, float(mean[0]), sd, self._z, horizon)
+        for model in self.forecast:
+            bound = self._cap_of(model, now)
             if bound is not None:
                 cap[model] = bound
         return cap
+
+    def _cap_of(self, model: str, now: float) -> float | None:
+        """The warm cap of one GPU pool with a forecast (None: not capped)."""
+        gpus = self.cluster.capacity.get(model)
+        if gpus is None:
+            return None
+        mean, var = self.forecast[model]
+        used = self.gangs.used.get(model)
+        hp_used = used[JobClass.HP] if used is not None else 0.0
+        sd = math.sqrt(max(float(var[0]), 0.0))
+        horizon = self.warm.keepalive_left(model, now)
+        return self.policies.warm_cap.cap(gpus, hp_used, float(mean[0]), sd, self._z, horizon)

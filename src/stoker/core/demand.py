@@ -152,8 +152,9 @@ class _Ring:
     maximum of its clock hour up to it (``upto``) and from it to the hour's end
     (``onward``). Any 60-minute block ``[i, i + 60)`` spans at most two clock hours, so its
     peak is ``max(onward[i], upto[i + 59])`` (van Herk / Gil-Werman): a query of ``H``
-    hourly peaks reads ``2 H`` numbers per series, and each minute the clock passes
-    rewrites one clock hour's maxima. Rows in (pool, tenant) order."""
+    hourly peaks reads ``2 H`` numbers per series; each minute the clock passes extends its
+    clock hour's ``upto`` by one column, and each clock hour's ``onward`` is written once,
+    when the hour is whole. Rows in (pool, tenant) order."""
 
     def __init__(self, hours: int) -> None:
         if hours < 1:
@@ -193,16 +194,30 @@ class _Ring:
         self._maxima(lo, end)
 
     def _maxima(self, lo: int, end: int) -> None:
-        """Rewrite the running maxima of the clock hours minutes ``[lo, end)`` touch (the
-        minutes of the newest one from ``end`` on are stale until written: its ``upto``
-        before ``end`` does not read them, its ``onward`` is not read until it is whole)."""
+        """Bring the running maxima up to date after minutes ``[lo, end)`` were written.
+
+        ``upto`` goes on over the new minutes from the one before ``lo`` when it is in the
+        same clock hour (up to date: every minute before ``lo`` was written and brought up
+        to date before), else from the hour's start; ``onward`` is written once a clock hour
+        is whole, as it is not read before (the minutes of the newest hour from ``end`` on
+        are stale until written: its ``upto`` before ``end`` does not read them)."""
         h = MINUTES_PER_HOUR
         first = max(lo // h, -(-(end - self.size) // h))  # the oldest hour whole in the ring
         for hour in range(first, (end - 1) // h + 1):
             s = hour * h % self.size
-            block = self.data[:, s : s + h]
-            np.maximum.accumulate(block, axis=1, out=self.upto[:, s : s + h])
-            self.onward[:, s : s + h] = np.maximum.accumulate(block[:, ::-1], axis=1)[:, ::-1]
+            i = max(lo, hour * h) % self.size
+            stop = s + min(h, end - hour * h)
+            upto = self.upto
+            if i == s:
+                np.maximum.accumulate(self.data[:, s:stop], axis=1, out=upto[:, s:stop])
+            elif stop - i == 1:  # one minute passed (the common case)
+                np.maximum(upto[:, i - 1], self.data[:, i], out=upto[:, i])
+            else:
+                np.maximum.accumulate(self.data[:, i:stop], axis=1, out=upto[:, i:stop])
+                np.maximum(upto[:, i:stop], upto[:, i - 1 : i], out=upto[:, i:stop])
+            if end >= (hour + 1) * h:
+                block = self.data[:, s : s + h]
+                self.onward[:, s : s + h] = np.maximum.accumulate(block[:, ::-1], axis=1)[:, ::-1]
 
     def peaks(self, end: int, hours: int) -> np.ndarray:
         """The peaks of the ``hours`` blocks ``[end - 60 k, end - 60 (k - 1))``, oldest

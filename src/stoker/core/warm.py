@@ -189,6 +189,11 @@ class WarmPools:
             return max(0.0, max(until.values()) - now)
         return self._first_ttl.get(model, 0.0)
 
+    def timed_models(self) -> list[str]:
+        """The GPU models with a warm pod's keep-alive deadline: their
+        :meth:`keepalive_left` runs down with time (the others' is fixed)."""
+        return [model for model, until in self._warm_until.items() if until]
+
     def _note_deadline(self, pod: Pod) -> None:
         if pod.gpus:  # a CPU-only pod holds no card a GPU pool's HP could need
             self._warm_until.setdefault(self._model_of(pod), {})[pod.id] = pod.deadline
@@ -1063,6 +1068,8 @@ class WarmPools:
     # ------------------------------------------------------------------ budget
 
     def _enforce_budget(self, now: float, out: list[Action]) -> None:
+        if not self._idle:
+            return  # no idle pod to stop (the hp/spot-only case: skip reading the limits)
         self._enforce_hp_cap(now, out)
         limit = self.budget_limit()
         if self._idle_gpus <= limit + EPS:

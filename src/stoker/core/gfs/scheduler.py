@@ -320,6 +320,8 @@ class GangScheduler:
         self._next_lease = start + self.config.lease_s
         # HP jobs whose remaining lease returns are charged at their next start
         self._closed: dict[str, None] = {}
+        # pools whose running HP GPUs changed since the core last asked (:meth:`hp_moved`)
+        self._hp_moved: dict[str, None] = {}
         # a lease flush's returned jobs: the pods each keeps until the round's pass re-places
         # it (on the same cards: it restarts in them; else they stop), and the ranks of its
         # returned run still to report their exit
@@ -391,6 +393,13 @@ class GangScheduler:
         self._dirty[pool] = None
 
     # ------------------------------------------------------------ called by the core
+
+    def hp_moved(self) -> list[str]:
+        """The pools whose running HP GPUs (:attr:`used`) changed since the last call (the
+        warm budget's HP cap follows them: ``Core._follow_hp_cap``)."""
+        moved = list(self._hp_moved)
+        self._hp_moved.clear()
+        return moved
 
     def submit(self, job: Job, now: float) -> None:
         """A new hp or spot job (the core checked that its shape fits its GPU pool)."""
@@ -1100,6 +1109,7 @@ class GangScheduler:
         self.allocated += job.gpus
         self.used[pool][cls] += job.gpus
         if cls is _HP:
+            self._hp_moved[pool] = None
             # the demand the forecaster learns is running HP GPUs (the authors' recorder)
             self.host.demand.add(job.spec.tenant, pool, job.gpus)
             for _, gid, share in place:
@@ -1133,6 +1143,7 @@ class GangScheduler:
         self.allocated -= job.gpus
         self.used[pool][cls] -= job.gpus
         if cls is _HP:
+            self._hp_moved[pool] = None
             self.host.demand.add(job.spec.tenant, pool, -job.gpus)
             for _, gid, share in place:
                 self.pools[pool].add_hp(gid, -share)
