@@ -207,8 +207,7 @@ class Core:
             case ForecastUpdated(tenant, gpu_model, mean, var):
                 self._forecast(tenant, gpu_model, mean, var)
             case KeepAliveRenewed(tenant, tag, profile, keepalive_s):
-                if profile not in self.profiles:
-                    raise CoreError(f"unknown profile {profile!r}")
+                self._profile(profile)
                 if not (keepalive_s > 0 and math.isfinite(keepalive_s)):
                     raise CoreError(f"keepalive_s: must be finite and > 0, got {keepalive_s}")
                 self.warm.renew((profile, tenant, tag), now + keepalive_s)
@@ -351,9 +350,7 @@ class Core:
         an error (:class:`CoreError`), so no driver queues a job that never starts (the
         broker answers it with a 422 naming the field, the simulator leaves such trace
         jobs out). Raises :class:`CoreError` for an unknown profile."""
-        profile = self.profiles.get(spec.profile)
-        if profile is None:
-            raise CoreError(f"unknown profile {spec.profile!r}")
+        profile = self._profile(spec.profile)
         if profile.cpu_only:
             if spec.job_class is not JobClass.POOL:
                 return Refusal(
@@ -386,10 +383,15 @@ class Core:
             pool_field="profile" if spec.gpu_model is None else "gpu_model",
         )
 
-    def _submit(self, spec: JobSpec, now: float, out: list[Action]) -> None:
-        profile = self.profiles.get(spec.profile)
+    def _profile(self, name: str) -> Profile:
+        """The profile of this name; :class:`CoreError` for one the core does not know."""
+        profile = self.profiles.get(name)
         if profile is None:
-            raise CoreError(f"unknown profile {spec.profile!r}")
+            raise CoreError(f"unknown profile {name!r}")
+        return profile
+
+    def _submit(self, spec: JobSpec, now: float, out: list[Action]) -> None:
+        profile = self._profile(spec.profile)
         if spec.id in self.jobs:
             raise CoreError(f"duplicate job id {spec.id!r}")
         if spec.job_class is JobClass.POOL:
@@ -579,7 +581,7 @@ class Core:
                 if self.cluster.set_cpu_slots(node.name, node.cpu, node.memory_gb):
                     self.warm.room_freed()
                     # every queued job (the set-aside too): CPU-only ones may fit, or not
-                    self._sort_out([j.id for j in self.jobs.values() if j.state is JobState.QUEUED])
+                    self._sort_out(self._queued_ids())
                     return
             self._node_removed(node.name, now, out)
         node.gpus = [GPU(g, node.name, i, node.gpu_model) for i, g in enumerate(gpus)]
@@ -606,7 +608,11 @@ class Core:
         self.gangs.remove_node(name)
         self.cluster.remove_node(name)
         # every queued job, the ones just re-queued from this node's pods too
-        self._sort_out([j.id for j in self.jobs.values() if j.state is JobState.QUEUED])
+        self._sort_out(self._queued_ids())
+
+    def _queued_ids(self) -> list[str]:
+        """Every queued job's id, those set aside included."""
+        return [j.id for j in self.jobs.values() if j.state is JobState.QUEUED]
 
     def _sort_out(self, queued: list[str]) -> None:
         """After a node joined or left: of these queued jobs, those that can start nowhere
