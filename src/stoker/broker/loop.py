@@ -46,7 +46,9 @@ from stoker.core import (
     KillJob,
     Node,
     NodeAdded,
+    NodeChanged,
     NodeRemoved,
+    NodeShape,
     PodFailed,
     PodForgotten,
     PodGone,
@@ -70,6 +72,7 @@ from stoker.core.reconcile import (
     Outcome,
     Rebind,
     node_added,
+    node_change,
     node_events,
     reconcile_job,
 )
@@ -123,6 +126,9 @@ class JobRequest:
     gpus: float | None = None  # per worker; None: the profile's
     guarantee_s: float | None = None  # spot only; None: the core's default
     labels: dict[str, str] = field(default_factory=dict)
+
+
+_NODE_KINDS = {NodeAdded: "node_added", NodeChanged: "node_changed"}
 
 
 def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
@@ -180,8 +186,8 @@ def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
             return "job_forgotten", {"job": job}
         case PodForgotten(pod):
             return "pod_forgotten", {"pod": pod}
-        case NodeAdded(name, gpu_model, gpus, cpu, memory_gb, gpu_ids):
-            return "node_added", {
+        case NodeShape(name, gpu_model, gpus, cpu, memory_gb, gpu_ids):
+            return _NODE_KINDS[type(event)], {
                 "name": name,
                 "gpu_model": gpu_model,
                 "gpus": gpus,
@@ -246,8 +252,8 @@ def decode_event(ev: StoredEvent) -> Event:
             return JobForgotten(d["job"])
         case "pod_forgotten":
             return PodForgotten(d["pod"])
-        case "node_added":
-            return NodeAdded(
+        case "node_added" | "node_changed":
+            return (NodeAdded if ev.kind == "node_added" else NodeChanged)(
                 d["name"],
                 d["gpu_model"],
                 int(d["gpus"]),
@@ -1128,7 +1134,9 @@ class Scheduler:
             case JobExited(job, pod, exit_code, failure):
                 self._job_exited(job, pod, exit_code, failure)
             case NodeUp(node):
-                self._feed(node_added(node))
+                # the core's answer: a new node added, a known one changed in place
+                if (change := node_change(core.cluster.nodes.get(node.name), node)) is not None:
+                    self._feed(change)
             case NodeDown(name):
                 self._feed(NodeRemoved(name))
 

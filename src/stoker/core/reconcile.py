@@ -15,8 +15,10 @@ clock) :func:`reconcile_job` answers one of:
 - :class:`Lost`: the store says it ran but an agent knows nothing of it: it failed with the
   pod (``pod_died``), a typed failure that is true.
 
-:func:`node_events` compares the core's nodes with those a runtime with a cluster of its own
-(Kubernetes) discovers, and answers with the node events that make the core agree.
+:func:`node_events` compares the core's nodes with those the cluster has now (the nodes a
+runtime with a cluster of its own, Kubernetes, discovers; this host's as configured), and
+answers with the node events that make the core agree: a node that changed is changed in
+place (:class:`~stoker.core.events.NodeChanged`), so the pods on the cards it kept live on.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from stoker.core.events import NodeAdded, NodeRemoved
+from stoker.core.events import NodeAdded, NodeChanged, NodeRemoved
 from stoker.core.model import Failure, JobState, Node
 
 
@@ -114,15 +116,29 @@ def node_added(node: Node) -> NodeAdded:
     )
 
 
-def node_events(known: Mapping[str, Node], seen: Sequence[Node]) -> list[NodeAdded | NodeRemoved]:
+def node_change(old: Node | None, node: Node) -> NodeAdded | NodeChanged | None:
+    """The event that brings the core's node of this name (``old``; None: it has none) to
+    ``node`` as the cluster has it: NodeAdded for a new one, NodeChanged for one of another
+    shape (GPUs, GPU model, CPU slots: the core changes it in place, keeping the pods on
+    the cards it keeps), None when they agree."""
+    seen = node_added(node)
+    if old is None:
+        return seen
+    if node_added(old) == seen:
+        return None
+    return NodeChanged(*(getattr(seen, f) for f in NodeChanged.__match_args__))
+
+
+def node_events(
+    known: Mapping[str, Node], seen: Sequence[Node]
+) -> list[NodeAdded | NodeChanged | NodeRemoved]:
     """The events that bring the core's nodes (``known``, by name) to the cluster's
-    (``seen``): NodeAdded for a node it lacks or has with another shape (GPU model, GPU
-    count or CPU slots), NodeRemoved (in name order) for one the cluster no longer has."""
-    events: list[NodeAdded | NodeRemoved] = []
+    (``seen``): :func:`node_change` for each node seen, NodeRemoved (in name order) for
+    one the cluster no longer has."""
+    events: list[NodeAdded | NodeChanged | NodeRemoved] = []
     for node in seen:
-        old = known.get(node.name)
-        if old is None or node_added(old) != node_added(node):
-            events.append(node_added(node))
+        if (event := node_change(known.get(node.name), node)) is not None:
+            events.append(event)
     names = {n.name for n in seen}
     events.extend(NodeRemoved(name) for name in sorted(set(known) - names))
     return events
