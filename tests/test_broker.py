@@ -575,6 +575,63 @@ def test_a_store_written_before_the_node_was_logged_replays_on_its_node(
         assert row["state"] == "queued" and row["waiting_reason"].startswith("no node fits")
 
 
+def test_a_store_written_before_the_node_was_logged_replays_on_a_host_that_shrank(
+    tmp_path: Path, database_url: str
+) -> None:
+    """A store from before this host's node was logged, first opened by a broker with fewer
+    GPUs than the one that wrote it (the upgrade and the shrink in one restart): the replay
+    takes the node the log implies (the smallest from this host's naming on which the log
+    replays and agrees with the stored jobs), logs it, then meets the shrink as the node's
+    change in place: the job on the GPU still there runs on, the one whose pod held the
+    lost GPU ends pod_died, a queued job that no longer fits waits aside."""
+    import sqlalchemy as sa
+
+    from leaks import leftovers
+    from stoker.broker.store import Store, core_events
+
+    two = _cfg(tmp_path, gpu_slots=2, database_url=database_url)
+    eb = EmbeddedBroker(two, stop_pods=False).start()
+    a = _tenant(eb, "a")
+    token = a.http.headers["Authorization"].split()[1]
+    assert a.run([PY, "-c", "print('ran')"], job_class="hp", gpus=2)["exit_code"] == 0
+    gated = [a.submit([PY, "-c", _GATED], job_class="hp", gpus=1).json()["id"] for _ in "01"]
+    for jid in gated:
+        _wait_for(lambda jid=jid: a.http.get(f"/v1/jobs/{jid}").json()["state"] == "running")
+    assert eb.broker is not None and eb.broker.scheduler is not None
+    pods = eb.broker.scheduler.core.pods
+    pod = {jid: a.http.get(f"/v1/jobs/{jid}").json()["pods"][0] for jid in gated}
+    on0, on1 = sorted(gated, key=lambda j: pods[pod[j]].gpus)
+    queued = a.submit([PY, "-c", "print('queued ran')"], job_class="hp", gpus=2).json()["id"]
+    eb.stop(stop_pods=False)
+    store = Store(two.store_url)
+    try:
+        with store.transaction() as conn:  # as an older broker wrote it
+            conn.execute(sa.delete(core_events).where(core_events.c.kind == "node_added"))
+    finally:
+        store.close()
+    with EmbeddedBroker(_cfg(tmp_path, gpu_slots=1, database_url=database_url)) as eb:
+        assert eb.broker is not None and eb.broker.scheduler is not None
+        a = Api(eb.url, token)
+        lost = a.wait(on1, 10)
+        assert (lost["state"], lost["failure"]) == ("finished", "pod_died"), lost
+        _wait_for(lambda: not _runs(eb, pod[on1]))
+        _release(eb, pod[on0])
+        kept = a.wait(on0, 30)
+        assert (kept["exit_code"], a.output(on0)) == (0, "vgpu0\nafter vgpu0\n"), kept
+        row = a.http.get(f"/v1/jobs/{queued}").json()
+        assert row["state"] == "queued" and row["waiting_reason"].startswith("no node fits")
+        db = eb.cfg
+    # the node the replay took is logged at the head of what that broker wrote, then the
+    # shrink as its change
+    store = Store(db.store_url)
+    try:
+        kinds = [(e.kind, e.data.get("gpu_ids")) for e in store.events() if "node" in e.kind]
+    finally:
+        store.close()
+    assert kinds == [("node_added", ["vgpu0", "vgpu1"]), ("node_changed", ["vgpu0"])], kinds
+    assert not leftovers(tmp_path), leftovers(tmp_path)
+
+
 def test_a_close_whose_commit_fails_still_stops_the_pods(tmp_path: Path) -> None:
     """A broker's close commits what its loop last wrote before it stops the pods; a
     commit that fails then (the store busy or gone) must not skip the stop: the error is

@@ -31,6 +31,7 @@ from stoker.core import (
     BindJob,
     Cluster,
     Core,
+    CoreError,
     Event,
     Failure,
     ForecastUpdated,
@@ -65,16 +66,19 @@ from stoker.core import (
     Tick,
 )
 from stoker.core.reconcile import (
+    LEGACY_MORE_GPUS,
     AgentReport,
     Await,
     Finish,
     Lost,
     Outcome,
     Rebind,
+    legacy_nodes,
     node_added,
     node_change,
     node_events,
     reconcile_job,
+    replay_agrees,
 )
 from stoker.forecast import DEFAULT_FORECASTER
 from stoker.runtime.base import (
@@ -268,6 +272,20 @@ def decode_event(ev: StoredEvent) -> Event:
     raise ValueError(f"stored event {ev.seq}: unknown kind {ev.kind!r}")
 
 
+def _replay_into(
+    core: Core, implied: Event | None, events: list[tuple[Event, float]], now: float
+) -> float:
+    """Hand ``core`` the logged events (``implied`` first, at the first one's time) and
+    return the last time handed. Times never go back: an event logged with an earlier
+    clock is handed at the latest time so far."""
+    if implied is not None and events:
+        core.handle(implied, events[0][1])
+    for event, at in events:
+        core.handle(event, max(at, now))
+        now = max(now, at)
+    return now
+
+
 class Refused(Exception):
     """A job the core refuses: it could never start on this cluster (``refusal`` names
     the field and says why). Nothing of it was stored."""
@@ -361,24 +379,48 @@ class Scheduler:
         slots = self.cfg.cpu_slots
         return Node(_NODE, model, gpus, slots.cpus, slots.memory_mb / 1024)
 
-    def _replay(self, stored: list[StoredEvent], local: Node | None) -> bool:
+    def _replay(self, stored: list[StoredEvent], local: Node | None) -> NodeAdded | None:
         """Replay the logged events into the fresh core (their actions were carried out
         before). A store written before the local node was logged begins with other
         events: its node is taken as there from the start, the one the first broker after
-        that change logged (or, on that first start, this config's). True when that node
-        is still to be logged."""
-        unlogged = False
+        that change logged, or, on that first start, the one the log implies
+        (:meth:`_implied_node`), which is returned: still to be logged."""
+        events = [(decode_event(ev), ev.at) for ev in stored]
+        implied: Event | None = None
+        unlogged: NodeAdded | None = None
         if local is not None and stored and stored[0].kind != "node_added":
             first = next(
                 (e for e in stored if e.kind == "node_added" and e.data["name"] == _NODE), None
             )
-            unlogged = first is None
-            implied = node_added(local) if first is None else decode_event(first)
-            self.core.handle(implied, stored[0].at)
-        for ev in stored:
-            self.core.handle(decode_event(ev), max(ev.at, self._now))
-            self._now = max(self._now, ev.at)
+            if first is None:
+                implied = unlogged = self._implied_node(events, local)
+            else:
+                implied = decode_event(first)
+        self._now = _replay_into(self.core, implied, events, self._now)
         return unlogged
+
+    def _implied_node(self, events: list[tuple[Event, float]], local: Node) -> NodeAdded:
+        """The node a log from before this host's node was logged ran on: the first of
+        :func:`stoker.core.reconcile.legacy_nodes` (this host's as configured now, then
+        with more GPUs, then fewer) on which it replays and leaves the stored unfinished
+        jobs as stored (:func:`stoker.core.reconcile.replay_agrees`), so a host that also
+        lost GPUs in the upgrade's restart replays on the GPUs it had, and meets the loss
+        as its node's change after."""
+        rows = self.store.unfinished_jobs()
+        for node in legacy_nodes(local):
+            core = self._new_core()
+            try:
+                _replay_into(core, node_added(node), events, self._now)
+            except CoreError:
+                continue  # a job the log accepted is refused here: not the node it ran on
+            if replay_agrees(core.jobs, rows):
+                return node_added(node)
+        raise RuntimeError(
+            "the store was written before this host's node was logged, and on none of the "
+            f"nodes tried (this host's {len(local.gpus)} GPUs, up to {LEGACY_MORE_GPUS} more, "
+            "or fewer) does its log replay as stored: start this broker once with the config "
+            "that wrote it, then change the config"
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -396,8 +438,8 @@ class Scheduler:
         for row in self.store.unfinished_jobs():
             self._requests[row["id"]] = row
             self._out_seq[row["id"]] = self.store.last_output_seq(row["id"])
-        if unlogged and local is not None:
-            self._feed(node_added(local))  # the node the replay took: logged from now on
+        if unlogged is not None:
+            self._feed(unlogged)  # the node the replay took: logged from now on
         # nodes that joined, left or changed while no broker ran (the core's answer): the
         # cluster's, or this host's as configured now (fewer GPUs, other CPU slots)
         seen = [local] if local is not None else await discover()

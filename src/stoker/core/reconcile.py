@@ -23,11 +23,13 @@ place (:class:`~stoker.core.events.NodeChanged`), so the pods on the cards it ke
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from stoker.core.events import NodeAdded, NodeChanged, NodeRemoved
-from stoker.core.model import Failure, JobState, Node
+from stoker.core.model import GPU, Failure, Job, JobState, Node
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,3 +144,46 @@ def node_events(
     names = {n.name for n in seen}
     events.extend(NodeRemoved(name) for name in sorted(set(known) - names))
     return events
+
+
+# how many GPUs more than this host has now a log from before its node was logged is tried
+# on (a host that lost more than this in the upgrade's restart is refused, with the remedy)
+LEGACY_MORE_GPUS = 16
+
+
+def legacy_nodes(local: Node, more: int = LEGACY_MORE_GPUS) -> Iterator[Node]:
+    """The nodes a log written before this host's node was logged may have run on, the
+    likeliest first: this host's as configured now, then with 1 to ``more`` GPUs more
+    (named on from its last GPU id's number, as the runtime names them: ``vgpu1`` ->
+    ``vgpu2``; none when it has no GPU to name them by), then with fewer (its first
+    ones). The broker takes the first on which the log replays and
+    :func:`replay_agrees`."""
+    yield local
+    named = re.fullmatch(r"(.*?)(\d+)", local.gpus[-1].id) if local.gpus else None
+    if named is not None:
+        prefix, last = named.group(1), int(named.group(2))
+        for extra in range(1, more + 1):
+            ids = [g.id for g in local.gpus] + [f"{prefix}{last + i}" for i in range(1, extra + 1)]
+            yield _with_gpus(local, ids)
+    for count in range(len(local.gpus) - 1, 0, -1):
+        yield _with_gpus(local, [g.id for g in local.gpus[:count]])
+
+
+def _with_gpus(node: Node, ids: list[str]) -> Node:
+    gpus = [GPU(g, node.name, i, node.gpu_model) for i, g in enumerate(ids)]
+    return Node(node.name, node.gpu_model, gpus, node.cpu, node.memory_gb)
+
+
+def replay_agrees(jobs: Mapping[str, Job], stored: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a replayed core's unfinished jobs are the stored unfinished ones (``stored``:
+    their rows), each in the state and pods its row has. The rows are written in the very
+    commits that log the events, so a replay on the cluster the log ran on agrees; one on
+    another (fewer GPUs: a job started later or never; more: sooner) does not, once any
+    unfinished job's placement depended on it."""
+    rows = {r["id"]: (r["state"], list(r["pods"])) for r in stored}
+    held = {
+        j.id: (j.state.value, list(j.pods))
+        for j in jobs.values()
+        if j.state is not JobState.FINISHED
+    }
+    return held == rows
