@@ -385,7 +385,8 @@ class CoreMachine(RuleBasedStateMachine):
         d = self.d
         if self.nodes == 2 and "node-1" not in d.core.cluster.nodes:
             self.node_returns()  # what waits aside for it runs too
-        self.node_changes([0, 1], 2.0)  # the first node as it was: what waits for it runs
+        # the first node with every card it had in the run: what waits for them runs
+        self.node_changes([0, 1, 2, 3], 2.0)
         for tenant in ("t", "u"):  # HP is forecast gone: every waiting spot job may run
             d.send(ForecastUpdated(tenant, "any", (0.0,), (0.0,)))
         for _ in range(100):
