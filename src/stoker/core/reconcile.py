@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from stoker.core.events import NodeAdded, NodeChanged, NodeRemoved
 from stoker.core.model import GPU, Failure, Job, JobState, Node
@@ -108,14 +108,20 @@ def reconcile_job(job: str, state: JobState, ranks: Mapping[str, AgentReport]) -
     return Finish(outcome.exit_code, outcome.failure)
 
 
+_Said = TypeVar("_Said", NodeAdded, NodeChanged)
+
+
 def node_added(node: Node) -> NodeAdded:
     """A node as the core's event (its GPU ids named only where they are not the
     default ``<name>/<index>``)."""
+    return _said(NodeAdded, node)
+
+
+def _said(kind: type[_Said], node: Node) -> _Said:
+    """``node`` as an event of ``kind`` (NodeAdded or NodeChanged: the same fields)."""
     ids = tuple(g.id for g in node.gpus)
     named = ids != tuple(f"{node.name}/{i}" for i in range(len(ids)))
-    return NodeAdded(
-        node.name, node.gpu_model, len(ids), node.cpu, node.memory_gb, ids if named else ()
-    )
+    return kind(node.name, node.gpu_model, len(ids), node.cpu, node.memory_gb, ids if named else ())
 
 
 def node_change(old: Node | None, node: Node) -> NodeAdded | NodeChanged | None:
@@ -123,12 +129,11 @@ def node_change(old: Node | None, node: Node) -> NodeAdded | NodeChanged | None:
     ``node`` as the cluster has it: NodeAdded for a new one, NodeChanged for one of another
     shape (GPUs, GPU model, CPU slots: the core changes it in place, keeping the pods on
     the cards it keeps), None when they agree."""
-    seen = node_added(node)
     if old is None:
-        return seen
-    if node_added(old) == seen:
+        return node_added(node)
+    if node_added(old) == node_added(node):
         return None
-    return NodeChanged(*(getattr(seen, f) for f in NodeChanged.__match_args__))
+    return _said(NodeChanged, node)
 
 
 def node_events(
