@@ -445,6 +445,99 @@ def test_a_restart_with_fewer_gpus_sets_aside_what_no_longer_fits(
             assert says in a.output(jid)
 
 
+# a job that says which GPUs its pod was given, then waits until the test lets it end (a
+# file in its workspace), so it outlives broker restarts without racing a sleep
+_GATED = (
+    "import os, pathlib, time\n"
+    "print(os.environ['STOKER_GPUS'], flush=True)\n"
+    "while not pathlib.Path('/workspace/go').exists(): time.sleep(0.05)\n"
+    "print('after', os.environ['STOKER_GPUS'])\n"
+)
+
+
+def _release(eb: EmbeddedBroker, pod: str) -> None:
+    """Let the gated job in ``pod`` end (the pod's workspace, as the host sees it)."""
+    assert eb.broker is not None and eb.broker.scheduler is not None
+    workspace = eb.broker.scheduler.runtime.pod_info(pod).workspace  # type: ignore[attr-defined]
+    (workspace / "go").write_text("")
+
+
+def _runs(eb: EmbeddedBroker, pod: str) -> bool:
+    """Whether the broker's runtime has ``pod`` live (not stopped, not stopping)."""
+    assert eb.broker is not None and eb.broker.scheduler is not None
+    try:
+        eb.broker.scheduler.runtime.pod_info(pod)  # type: ignore[attr-defined]
+    except KeyError:
+        return False
+    return True
+
+
+def test_a_restart_with_another_gpu_set_changes_the_node_in_place(
+    tmp_path: Path, database_url: str
+) -> None:
+    """A broker restarted with other GPUs meets them as its node's change in place
+    (NodeChanged): the pods on GPUs still there are adopted and their jobs run on, on the
+    GPUs they were bound to and no other; new GPUs take work at once; a restart that takes
+    a GPU away fails only the pod on it (its job pod_died, the pod stopped)."""
+    from leaks import leftovers
+
+    cfgs = {n: _cfg(tmp_path, gpu_slots=n, database_url=database_url) for n in (1, 2, 3)}
+    eb = EmbeddedBroker(cfgs[2], stop_pods=False).start()
+    a = _tenant(eb, "a")
+    token = a.http.headers["Authorization"].split()[1]
+    gated = [a.submit([PY, "-c", _GATED], job_class="hp", gpus=1).json()["id"] for _ in "01"]
+    for jid in gated:
+        _wait_for(lambda jid=jid: a.http.get(f"/v1/jobs/{jid}").json()["state"] == "running")
+    pod = {jid: a.http.get(f"/v1/jobs/{jid}").json()["pods"][0] for jid in gated}
+    assert eb.broker is not None and eb.broker.scheduler is not None
+    gpus = {jid: eb.broker.scheduler.core.pods[pod[jid]].gpus for jid in gated}
+    assert sorted(gpus.values()) == [["vgpu0"], ["vgpu1"]]
+    on0, on1 = sorted(gated, key=lambda j: gpus[j])
+    waits = a.submit([PY, "-c", "print('waited')"], job_class="hp", gpus=2).json()["id"]
+    eb.stop(stop_pods=False)
+
+    # one GPU more: nothing is lost, the jobs run on where they were, the new GPU runs work
+    eb = EmbeddedBroker(cfgs[3], stop_pods=False).start()
+    try:
+        assert eb.broker is not None and eb.broker.scheduler is not None
+        rec = eb.broker.recovery
+        assert (rec["adopted"], rec["lost"], rec["jobs_lost"], rec["orphans_stopped"]) == (
+            2,
+            0,
+            0,
+            0,
+        ), rec
+        a = Api(eb.url, token)
+        sched = eb.broker.scheduler
+        for jid in gated:
+            assert a.http.get(f"/v1/jobs/{jid}").json()["state"] == "running"
+            assert sched.core.pods[pod[jid]].gpus == gpus[jid]
+            info = sched.runtime.pod_info(pod[jid])  # type: ignore[attr-defined]
+            assert list(info.gpus) == gpus[jid]  # the pod was given no GPU it lacked
+        new = a.run([PY, "-c", "import os; print(os.environ['STOKER_GPUS'])"], job_class="hp")
+        assert (new["exit_code"], a.output(new["id"])) == (0, "vgpu2\n"), new
+        assert a.http.get(f"/v1/jobs/{waits}").json()["state"] == "queued"
+    finally:
+        eb.stop(stop_pods=False)
+
+    # down to one GPU: the job on vgpu1 loses its pod, the one on vgpu0 runs to its end
+    with EmbeddedBroker(cfgs[1]) as eb:
+        assert eb.broker is not None and eb.broker.scheduler is not None
+        rec = eb.broker.recovery
+        assert (rec["adopted"], rec["lost"], rec["jobs_lost"]) == (1, 0, 0), rec
+        a = Api(eb.url, token)
+        lost = a.wait(on1, 10)
+        assert (lost["state"], lost["failure"]) == ("finished", "pod_died"), lost
+        _wait_for(lambda: not _runs(eb, pod[on1]))  # its pod stopped
+        _release(eb, pod[on0])
+        kept = a.wait(on0, 30)
+        assert (kept["exit_code"], kept["failure"]) == (0, None), kept
+        assert a.output(on0) == "vgpu0\nafter vgpu0\n"
+        row = a.http.get(f"/v1/jobs/{waits}").json()
+        assert row["state"] == "queued" and row["waiting_reason"].startswith("no node fits")
+    assert not leftovers(tmp_path), leftovers(tmp_path)
+
+
 def test_a_store_written_before_the_node_was_logged_replays_on_its_node(
     tmp_path: Path, database_url: str
 ) -> None:
@@ -480,6 +573,63 @@ def test_a_store_written_before_the_node_was_logged_replays_on_its_node(
         assert a.wait(hold_id, 10)["failure"] == "pod_died"
         row = a.http.get(f"/v1/jobs/{queued}").json()
         assert row["state"] == "queued" and row["waiting_reason"].startswith("no node fits")
+
+
+def test_a_store_written_before_the_node_was_logged_replays_on_a_host_that_shrank(
+    tmp_path: Path, database_url: str
+) -> None:
+    """A store from before this host's node was logged, first opened by a broker with fewer
+    GPUs than the one that wrote it (the upgrade and the shrink in one restart): the replay
+    takes the node the log implies (the smallest from this host's naming on which the log
+    replays and agrees with the stored jobs), logs it, then meets the shrink as the node's
+    change in place: the job on the GPU still there runs on, the one whose pod held the
+    lost GPU ends pod_died, a queued job that no longer fits waits aside."""
+    import sqlalchemy as sa
+
+    from leaks import leftovers
+    from stoker.broker.store import Store, core_events
+
+    two = _cfg(tmp_path, gpu_slots=2, database_url=database_url)
+    eb = EmbeddedBroker(two, stop_pods=False).start()
+    a = _tenant(eb, "a")
+    token = a.http.headers["Authorization"].split()[1]
+    assert a.run([PY, "-c", "print('ran')"], job_class="hp", gpus=2)["exit_code"] == 0
+    gated = [a.submit([PY, "-c", _GATED], job_class="hp", gpus=1).json()["id"] for _ in "01"]
+    for jid in gated:
+        _wait_for(lambda jid=jid: a.http.get(f"/v1/jobs/{jid}").json()["state"] == "running")
+    assert eb.broker is not None and eb.broker.scheduler is not None
+    pods = eb.broker.scheduler.core.pods
+    pod = {jid: a.http.get(f"/v1/jobs/{jid}").json()["pods"][0] for jid in gated}
+    on0, on1 = sorted(gated, key=lambda j: pods[pod[j]].gpus)
+    queued = a.submit([PY, "-c", "print('queued ran')"], job_class="hp", gpus=2).json()["id"]
+    eb.stop(stop_pods=False)
+    store = Store(two.store_url)
+    try:
+        with store.transaction() as conn:  # as an older broker wrote it
+            conn.execute(sa.delete(core_events).where(core_events.c.kind == "node_added"))
+    finally:
+        store.close()
+    with EmbeddedBroker(_cfg(tmp_path, gpu_slots=1, database_url=database_url)) as eb:
+        assert eb.broker is not None and eb.broker.scheduler is not None
+        a = Api(eb.url, token)
+        lost = a.wait(on1, 10)
+        assert (lost["state"], lost["failure"]) == ("finished", "pod_died"), lost
+        _wait_for(lambda: not _runs(eb, pod[on1]))
+        _release(eb, pod[on0])
+        kept = a.wait(on0, 30)
+        assert (kept["exit_code"], a.output(on0)) == (0, "vgpu0\nafter vgpu0\n"), kept
+        row = a.http.get(f"/v1/jobs/{queued}").json()
+        assert row["state"] == "queued" and row["waiting_reason"].startswith("no node fits")
+        db = eb.cfg
+    # the node the replay took is logged at the head of what that broker wrote, then the
+    # shrink as its change
+    store = Store(db.store_url)
+    try:
+        kinds = [(e.kind, e.data.get("gpu_ids")) for e in store.events() if "node" in e.kind]
+    finally:
+        store.close()
+    assert kinds == [("node_added", ["vgpu0", "vgpu1"]), ("node_changed", ["vgpu0"])], kinds
+    assert not leftovers(tmp_path), leftovers(tmp_path)
 
 
 def test_a_close_whose_commit_fails_still_stops_the_pods(tmp_path: Path) -> None:

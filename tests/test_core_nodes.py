@@ -17,9 +17,11 @@ from stoker.core import (
     JobSpec,
     JobSubmitted,
     NodeAdded,
+    NodeChanged,
     NodeRemoved,
     PodReady,
     Profile,
+    RankExited,
     RankStarted,
     StartPod,
     StopPod,
@@ -120,7 +122,7 @@ def test_node_events_bring_the_core_to_the_discovered_cluster() -> None:
     ]
     events = node_events(core.cluster.nodes, seen)
     assert events == [
-        NodeAdded("a2", A100, 4, 16.0),
+        NodeChanged("a2", A100, 4, 16.0),  # changed in place: its pods on a2/0-3 stay
         NodeAdded("b1", H100, 2, 8.0),
         NodeRemoved("h1"),
     ]
@@ -149,4 +151,112 @@ def test_a_node_with_other_cpu_slots_changes_in_place() -> None:
     assert core.cluster.cpu_shapes == {(16.0, 64.0): 1}
     (cpu_start,) = _starts(core.handle(JobSubmitted(JobSpec("c-1", "acme", "cpu", "t")), 4.0))
     assert cpu_start.node == "a1" and cpu_start.gpus == ()
+    core.check()
+
+
+def _hp(jid: str, gpus: int) -> JobSpec:
+    return JobSpec(jid, "acme", "gpu", job_class=JobClass.HP, gpus=gpus, gpu_model=A100)
+
+
+def _run(core: Core, spec: JobSpec, now: float) -> StartPod:
+    """Submit a one-worker job and see it start and run; its pod's StartPod."""
+    (start,) = _starts(core.handle(JobSubmitted(spec), now))
+    assert BindJob(spec.id, (start.pod,)) in core.handle(PodReady(start.pod), now)
+    core.handle(RankStarted(spec.id, 0, start.pod), now)
+    return start
+
+
+def test_a_node_changed_in_place_keeps_the_pods_on_the_cards_it_kept() -> None:
+    """NodeChanged (a host restarted with another GPU set): a running job whose cards are
+    still there keeps running in its pod and on those cards alone; a pod on a lost card
+    fails (its job ends pod_died) and is stopped; new cards take queued work."""
+    core = _core()
+    ids = ("h/0", "h/1", "h/2", "h/3")
+    core.handle(NodeAdded("h", A100, 4, gpu_ids=ids), 0.0)
+    on = {}  # card -> (the job on it, its pod)
+    for i in range(4):
+        start = _run(core, _hp(f"j{i}", 1), 1.0)
+        on[start.gpus[0]] = (f"j{i}", start.pod)
+    assert sorted(on) == list(ids)
+    core.handle(JobSubmitted(_hp("wait", 2)), 2.0)  # no room: queued
+    assert core.jobs["wait"].state is JobState.QUEUED
+    change = NodeChanged("h", A100, 4, gpu_ids=("h/0", "h/3", "h/4", "h/5"))
+    out = core.handle(change, 3.0)
+    core.check()
+    assert {a.pod for a in out if isinstance(a, StopPod)} == {on["h/1"][1], on["h/2"][1]}
+    assert all(a.reason == "node_changed" for a in out if isinstance(a, StopPod))
+    ended = {a.job: a.failure for a in out if isinstance(a, JobEnded)}
+    assert ended == {on["h/1"][0]: Failure.POD_DIED, on["h/2"][0]: Failure.POD_DIED}
+    for gpu in ("h/0", "h/3"):
+        job, pod = core.jobs[on[gpu][0]], core.pods[on[gpu][1]]
+        assert (pod.state, job.state, job.pods) == (PodState.ACTIVE, JobState.RUNNING, [pod.id])
+        assert pod.gpus == [gpu]  # never more cards than it was given
+    # the new cards run the 2-GPU job that waited
+    assert [(s.node, sorted(s.gpus)) for s in _starts(out)] == [("h", ["h/4", "h/5"])]
+    assert [g.id for g in core.cluster.nodes["h"].gpus] == ["h/0", "h/3", "h/4", "h/5"]
+    assert core.cluster.capacity == {A100: 4} and core.cluster.sizes == {A100: {4: 1}}
+    # the jobs still running end as usual, their cards free again
+    for gpu in ("h/0", "h/3"):
+        job, pod = on[gpu]
+        core.handle(RankExited(job, 0, 0, None, pod), 4.0)
+        assert (core.jobs[job].state, core.jobs[job].failure) == (JobState.FINISHED, None)
+    core.check()
+
+
+def test_a_node_that_grows_in_place_fails_nothing_and_runs_what_waited() -> None:
+    """A host restarted with more GPUs: no pod fails, no action touches the running job,
+    and a queued job that needed the new cards starts on them; a job set aside on the
+    smaller node goes back to its queue."""
+    core = _core()
+    core.handle(NodeAdded("h", A100, 2), 0.0)
+    start = _run(core, _hp("run", 2), 1.0)
+    core.handle(JobSubmitted(_hp("next", 2)), 2.0)
+    out = core.handle(NodeChanged("h", A100, 4), 3.0)
+    core.check()
+    assert not [a for a in out if isinstance(a, (StopPod, JobEnded, JobRequeued))]
+    assert [sorted(s.gpus) for s in _starts(out)] == [["h/2", "h/3"]]
+    assert core.jobs["run"].state is JobState.RUNNING and core.pods[start.pod].gpus == list(
+        start.gpus
+    )
+    # back to 2 GPUs, the ones "run" holds: "next" (on h/2, h/3) fails, "run" stays
+    out = core.handle(NodeChanged("h", A100, 2), 4.0)
+    assert core.jobs["run"].state is JobState.RUNNING
+    assert core.jobs["next"].state is JobState.QUEUED  # it never ran: re-queued
+    assert JobRequeued("next", Failure.POD_DIED) in out
+    assert StopPod(core.jobs["run"].pods[0], "node_changed") not in out
+    core.check()
+    # grown again: "next" starts on the new cards
+    out = core.handle(NodeChanged("h", A100, 4), 5.0)
+    assert [sorted(s.gpus) for s in _starts(out)] == [["h/2", "h/3"]]
+    core.check()
+
+
+def test_a_node_changed_in_place_stops_cpu_pods_beyond_its_new_slots_newest_first() -> None:
+    core = Core(
+        Cluster(),
+        [
+            Profile("gpu", gpu_model=A100, share=0.9, standby_share=0.1),
+            Profile("cpu", gpus=0, cpu=2.0, memory_gb=4.0),
+        ],
+    )
+    core.handle(NodeAdded("a1", A100, 1, cpu=8.0, memory_gb=16.0), 0.0)
+    pods = []
+    for i in range(3):
+        spec = JobSpec(f"c{i}", "acme", "cpu", f"t{i}")
+        (start,) = _starts(core.handle(JobSubmitted(spec), float(i)))
+        pods.append(start.pod)
+    out = core.handle(NodeChanged("a1", A100, 1, cpu=4.0, memory_gb=16.0), 5.0)
+    core.check()
+    assert [a.pod for a in out if isinstance(a, StopPod)] == [pods[2]]
+    assert all(core.pods[p].state is not PodState.GONE for p in pods[:2])
+    assert core.cluster.nodes["a1"].cpu == 4.0
+
+
+def test_a_node_changed_to_another_gpu_model_is_a_new_pool() -> None:
+    core = _core()
+    core.handle(NodeAdded("n", A100, 1), 0.0)
+    start = _run(core, JobSpec("p-1", "acme", "gpu", "t"), 1.0)
+    out = core.handle(NodeChanged("n", H100, 1), 2.0)
+    assert StopPod(start.pod, "node_removed") in out
+    assert core.cluster.capacity == {A100: 0, H100: 1}
     core.check()

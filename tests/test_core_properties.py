@@ -64,6 +64,7 @@ from stoker.core import (
     KillJob,
     Node,
     NodeAdded,
+    NodeChanged,
     NodeRemoved,
     PodFailed,
     PodForgotten,
@@ -262,6 +263,21 @@ class CoreMachine(RuleBasedStateMachine):
     def node_returns(self) -> None:
         self.d.send(NodeAdded("node-1", "any", 2, cpu=2.0))
 
+    @precondition(lambda self: "node-0" in self.d.core.cluster.nodes)
+    @rule(
+        cards=st.lists(st.integers(0, 3), min_size=1, max_size=4, unique=True),
+        slots=st.sampled_from([0.0, 1.0, 2.0, 3.0]),
+    )
+    def node_changes(self, cards: list[int], slots: float) -> None:
+        """The first node changes in place (a host restarted with other GPUs or memory):
+        the pods on the cards it keeps stay, the others fail, new cards are free."""
+        ids = tuple(f"node-0/{i}" for i in cards)
+        self.d.send(NodeChanged("node-0", "any", len(ids), slots, slots, ids))
+        kept = set(ids)
+        for pod in self.d.core.pods.values():
+            if pod.node == "node-0" and pod.state is not PodState.GONE:
+                assert kept.issuperset(pod.gpus), f"{pod.id} lives on a lost card"
+
     @rule(
         tenant=st.sampled_from(["t", "u"]),
         tag=st.sampled_from(["a", "b"]),
@@ -369,6 +385,8 @@ class CoreMachine(RuleBasedStateMachine):
         d = self.d
         if self.nodes == 2 and "node-1" not in d.core.cluster.nodes:
             self.node_returns()  # what waits aside for it runs too
+        # the first node with every card it had in the run: what waits for them runs
+        self.node_changes([0, 1, 2, 3], 2.0)
         for tenant in ("t", "u"):  # HP is forecast gone: every waiting spot job may run
             d.send(ForecastUpdated(tenant, "any", (0.0,), (0.0,)))
         for _ in range(100):

@@ -66,3 +66,50 @@ def test_gang_outcome_is_the_first_failing_rank() -> None:
     assert job_outcome([OK, OK]) == OK
     assert job_outcome([OK, Outcome(9), BAD]) == Outcome(9, Failure.USER_ERROR)
     assert job_outcome([Outcome(137, Failure.TIMEOUT)]) == Outcome(137, Failure.TIMEOUT)
+
+
+def test_a_log_from_before_the_node_was_logged_names_the_node_it_ran_on() -> None:
+    """A log without its node replays on the first of ``legacy_nodes`` that it agrees
+    with: three one-GPU jobs ran on a host of three GPUs that has two now. On two GPUs the
+    log replays without an error (the third job queues), but its stored row says it runs:
+    that node disagrees; the node of three GPUs agrees (so does one of four, tried after
+    it), and one of one GPU does not."""
+    from stoker.core import (
+        Cluster,
+        Core,
+        JobSpec,
+        JobSubmitted,
+        PodReady,
+        Profile,
+        RankStarted,
+        StartPod,
+    )
+    from stoker.core.model import GPU, JobClass, Node
+    from stoker.core.reconcile import legacy_nodes, node_added, replay_agrees
+
+    def node(n: int) -> Node:
+        return Node("local", "any", [GPU(f"vgpu{i}", "local", i, "any") for i in range(n)])
+
+    def replay(on: Node) -> Core:
+        core = Core(Cluster(), [Profile("x")])
+        core.handle(node_added(on), 0.0)
+        for i in range(3):
+            spec = JobSpec(f"j{i}", "t", "x", job_class=JobClass.HP, gpus=1)
+            for start in core.handle(JobSubmitted(spec), 1.0 + i):
+                assert isinstance(start, StartPod)
+                core.handle(PodReady(start.pod), 1.5 + i)
+                core.handle(RankStarted(f"j{i}", 0, start.pod), 1.5 + i)
+        return core
+
+    ran = replay(node(3))
+    rows = [{"id": j.id, "state": j.state.value, "pods": list(j.pods)} for j in ran.jobs.values()]
+    assert [r["state"] for r in rows] == ["running"] * 3
+    tried = [[g.id for g in n.gpus] for n in legacy_nodes(node(2), more=2)]
+    assert tried == [
+        ["vgpu0", "vgpu1"],
+        ["vgpu0", "vgpu1", "vgpu2"],
+        ["vgpu0", "vgpu1", "vgpu2", "vgpu3"],
+        ["vgpu0"],
+    ]
+    agrees = [replay_agrees(replay(n).jobs, rows) for n in legacy_nodes(node(2), more=2)]
+    assert agrees == [False, True, True, False]  # the first that agrees is the one it ran on

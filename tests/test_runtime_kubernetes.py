@@ -787,3 +787,71 @@ async def test_a_cpu_only_job_runs_on_the_clusters_nodes_cpu_slots(
         finally:
             await broker.close(stop_pods=True)
     assert kube.api.pods() == {}
+
+
+async def test_a_node_whose_gpus_change_keeps_its_running_pods(kube: Kube, tmp_path: Path) -> None:
+    """A node whose allocatable GPUs change (a device plugin restarted with more cards) is
+    changed in place through the broker (NodeUp -> NodeChanged): the job running there
+    runs on in its pod, and a job that waited for room starts on the new cards."""
+    import httpx
+
+    from stoker.broker.app import Broker
+    from stoker.broker.config import BrokerConfig, BrokerProfile
+    from stoker.core import NodeChanged
+
+    gpu = BrokerProfile.simple("gpu", standby=False)
+    cfg = BrokerConfig(data_dir=tmp_path / "data", profiles=[gpu], gpu_model=H100)
+    broker = Broker(cfg, kube.runtime(profiles=[gpu.core]))
+    await broker.start()
+    assert broker.scheduler is not None
+    core = broker.scheduler.core
+    decisions: list[tuple[Any, list[Any], float]] = []
+    broker.scheduler.on_decision.append(lambda *d: decisions.append(d))
+    transport = httpx.ASGITransport(app=broker.app)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://broker") as http:
+            admin = {"Authorization": f"Bearer {broker.admin_token}"}
+            r = await http.post("/v1/tenants", json={"name": "t"}, headers=admin)
+            auth = {"Authorization": f"Bearer {r.json()['token']}"}
+
+            async def submit(argv: list[str], gpus: int) -> str:
+                body = {"profile": "gpu", "argv": argv, "reuse_tag": "t", "job_class": "hp"}
+                body["gpus"] = gpus
+                r = await http.post("/v1/jobs", json=body, headers=auth)
+                assert r.status_code == 201, r.text
+                return str(r.json()["id"])
+
+            async def row(job: str) -> dict[str, Any]:
+                got: dict[str, Any] = (await http.get(f"/v1/jobs/{job}", headers=auth)).json()
+                return got
+
+            running = await submit(["sh", "-c", "sleep 4; echo done"], 1)
+            for _ in range(600):
+                if (await row(running))["state"] == "running":
+                    break
+                await asyncio.sleep(0.02)
+            pod = (await row(running))["pods"][0]
+            waits = await submit(["sh", "-c", "echo waited"], 2)
+            assert (await row(waits))["state"] == "queued"
+            node = kube.api.objects[("nodes", "gpu-a")]
+            grown = {**node["status"], "allocatable": {**node["status"]["allocatable"]}}
+            grown["allocatable"]["nvidia.com/gpu"] = "4"
+            kube.api._store("nodes", {**node, "status": grown}, "MODIFIED")
+            for _ in range(600):
+                if len(core.cluster.nodes["gpu-a"].gpus) == 4:
+                    break
+                await asyncio.sleep(0.02)
+            assert len(core.cluster.nodes["gpu-a"].gpus) == 4
+            assert (await row(running))["state"] == "running"
+            assert core.pods[pod].gpus == ["gpu-a/0"] and core.pods[pod].state.value == "active"
+            # the core's answer to the change: the waiting job starts on new cards, no stop
+            (answer,) = [a for e, a, _ in decisions if isinstance(e, NodeChanged)]
+            assert [(type(a).__name__, len(a.gpus)) for a in answer] == [("StartPod", 2)]
+            assert "gpu-a/0" not in answer[0].gpus
+            r = await http.get(f"/v1/jobs/{waits}/wait", params={"timeout_s": 60}, headers=auth)
+            assert r.json()["exit_code"] == 0, r.json()
+            r = await http.get(f"/v1/jobs/{running}/wait", params={"timeout_s": 60}, headers=auth)
+            assert (r.json()["exit_code"], r.json()["failure"]) == (0, None), r.json()
+    finally:
+        await broker.close(stop_pods=True)
+    assert kube.api.pods() == {}

@@ -31,6 +31,7 @@ from stoker.core import (
     BindJob,
     Cluster,
     Core,
+    CoreError,
     Event,
     Failure,
     ForecastUpdated,
@@ -46,7 +47,9 @@ from stoker.core import (
     KillJob,
     Node,
     NodeAdded,
+    NodeChanged,
     NodeRemoved,
+    NodeShape,
     PodFailed,
     PodForgotten,
     PodGone,
@@ -63,15 +66,19 @@ from stoker.core import (
     Tick,
 )
 from stoker.core.reconcile import (
+    LEGACY_MORE_GPUS,
     AgentReport,
     Await,
     Finish,
     Lost,
     Outcome,
     Rebind,
+    legacy_nodes,
     node_added,
+    node_change,
     node_events,
     reconcile_job,
+    replay_agrees,
 )
 from stoker.forecast import DEFAULT_FORECASTER
 from stoker.runtime.base import (
@@ -123,6 +130,9 @@ class JobRequest:
     gpus: float | None = None  # per worker; None: the profile's
     guarantee_s: float | None = None  # spot only; None: the core's default
     labels: dict[str, str] = field(default_factory=dict)
+
+
+_NODE_KINDS = {NodeAdded: "node_added", NodeChanged: "node_changed"}
 
 
 def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
@@ -180,8 +190,8 @@ def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
             return "job_forgotten", {"job": job}
         case PodForgotten(pod):
             return "pod_forgotten", {"pod": pod}
-        case NodeAdded(name, gpu_model, gpus, cpu, memory_gb, gpu_ids):
-            return "node_added", {
+        case NodeShape(name, gpu_model, gpus, cpu, memory_gb, gpu_ids):
+            return _NODE_KINDS[type(event)], {
                 "name": name,
                 "gpu_model": gpu_model,
                 "gpus": gpus,
@@ -246,8 +256,8 @@ def decode_event(ev: StoredEvent) -> Event:
             return JobForgotten(d["job"])
         case "pod_forgotten":
             return PodForgotten(d["pod"])
-        case "node_added":
-            return NodeAdded(
+        case "node_added" | "node_changed":
+            return (NodeAdded if ev.kind == "node_added" else NodeChanged)(
                 d["name"],
                 d["gpu_model"],
                 int(d["gpus"]),
@@ -260,6 +270,20 @@ def decode_event(ev: StoredEvent) -> Event:
         case "tick":
             return Tick()
     raise ValueError(f"stored event {ev.seq}: unknown kind {ev.kind!r}")
+
+
+def _replay_into(
+    core: Core, implied: Event | None, events: list[tuple[Event, float]], now: float
+) -> float:
+    """Hand ``core`` the logged events (``implied`` first, at the first one's time) and
+    return the last time handed. Times never go back: an event logged with an earlier
+    clock is handed at the latest time so far."""
+    if implied is not None and events:
+        core.handle(implied, events[0][1])
+    for event, at in events:
+        core.handle(event, max(at, now))
+        now = max(now, at)
+    return now
 
 
 class Refused(Exception):
@@ -355,24 +379,48 @@ class Scheduler:
         slots = self.cfg.cpu_slots
         return Node(_NODE, model, gpus, slots.cpus, slots.memory_mb / 1024)
 
-    def _replay(self, stored: list[StoredEvent], local: Node | None) -> bool:
+    def _replay(self, stored: list[StoredEvent], local: Node | None) -> NodeAdded | None:
         """Replay the logged events into the fresh core (their actions were carried out
         before). A store written before the local node was logged begins with other
         events: its node is taken as there from the start, the one the first broker after
-        that change logged (or, on that first start, this config's). True when that node
-        is still to be logged."""
-        unlogged = False
+        that change logged, or, on that first start, the one the log implies
+        (:meth:`_implied_node`), which is returned: still to be logged."""
+        events = [(decode_event(ev), ev.at) for ev in stored]
+        implied: Event | None = None
+        unlogged: NodeAdded | None = None
         if local is not None and stored and stored[0].kind != "node_added":
             first = next(
                 (e for e in stored if e.kind == "node_added" and e.data["name"] == _NODE), None
             )
-            unlogged = first is None
-            implied = node_added(local) if first is None else decode_event(first)
-            self.core.handle(implied, stored[0].at)
-        for ev in stored:
-            self.core.handle(decode_event(ev), max(ev.at, self._now))
-            self._now = max(self._now, ev.at)
+            if first is None:
+                implied = unlogged = self._implied_node(events, local)
+            else:
+                implied = decode_event(first)
+        self._now = _replay_into(self.core, implied, events, self._now)
         return unlogged
+
+    def _implied_node(self, events: list[tuple[Event, float]], local: Node) -> NodeAdded:
+        """The node a log from before this host's node was logged ran on: the first of
+        :func:`stoker.core.reconcile.legacy_nodes` (this host's as configured now, then
+        with more GPUs, then fewer) on which it replays and leaves the stored unfinished
+        jobs as stored (:func:`stoker.core.reconcile.replay_agrees`), so a host that also
+        lost GPUs in the upgrade's restart replays on the GPUs it had, and meets the loss
+        as its node's change after."""
+        rows = self.store.unfinished_jobs()
+        for node in legacy_nodes(local):
+            core = self._new_core()
+            try:
+                _replay_into(core, node_added(node), events, self._now)
+            except CoreError:
+                continue  # a job the log accepted is refused here: not the node it ran on
+            if replay_agrees(core.jobs, rows):
+                return node_added(node)
+        raise RuntimeError(
+            "the store was written before this host's node was logged, and on none of the "
+            f"nodes tried (this host's {len(local.gpus)} GPUs, up to {LEGACY_MORE_GPUS} more, "
+            "or fewer) does its log replay as stored: start this broker once with the config "
+            "that wrote it, then change the config"
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -390,8 +438,8 @@ class Scheduler:
         for row in self.store.unfinished_jobs():
             self._requests[row["id"]] = row
             self._out_seq[row["id"]] = self.store.last_output_seq(row["id"])
-        if unlogged and local is not None:
-            self._feed(node_added(local))  # the node the replay took: logged from now on
+        if unlogged is not None:
+            self._feed(unlogged)  # the node the replay took: logged from now on
         # nodes that joined, left or changed while no broker ran (the core's answer): the
         # cluster's, or this host's as configured now (fewer GPUs, other CPU slots)
         seen = [local] if local is not None else await discover()
@@ -1128,7 +1176,9 @@ class Scheduler:
             case JobExited(job, pod, exit_code, failure):
                 self._job_exited(job, pod, exit_code, failure)
             case NodeUp(node):
-                self._feed(node_added(node))
+                # the core's answer: a new node added, a known one changed in place
+                if (change := node_change(core.cluster.nodes.get(node.name), node)) is not None:
+                    self._feed(change)
             case NodeDown(name):
                 self._feed(NodeRemoved(name))
 

@@ -30,8 +30,9 @@ from stoker.core.events import (
     JobForgotten,
     JobSubmitted,
     KeepAliveRenewed,
-    NodeAdded,
+    NodeChanged,
     NodeRemoved,
+    NodeShape,
     PodFailed,
     PodForgotten,
     PodGone,
@@ -215,11 +216,12 @@ class Core:
                 self._forget_job(job)
             case PodForgotten(pod):
                 self._forget_pod(pod)
-            case NodeAdded(name, gpu_model, gpus, cpu, memory_gb, gpu_ids):
+            case NodeShape(name, gpu_model, gpus, cpu, memory_gb, gpu_ids):
                 ids = list(gpu_ids) or [f"{name}/{i}" for i in range(gpus)]
                 if len(ids) != gpus:
                     raise CoreError(f"node {name}: {gpus} GPUs, {len(ids)} GPU ids")
-                self._node_added(Node(name, gpu_model, [], cpu, memory_gb), ids, now, out)
+                node = Node(name, gpu_model, [], cpu, memory_gb)
+                self._node_added(node, ids, now, out, in_place=isinstance(event, NodeChanged))
             case NodeRemoved(name):
                 self._node_removed(name, now, out)
             case Tick():
@@ -569,20 +571,26 @@ class Core:
 
     # ------------------------------------------------------------------ nodes
 
-    def _node_added(self, node: Node, gpus: list[str], now: float, out: list[Action]) -> None:
-        """A node joined with these GPU ids (or changed shape: with other GPUs the old one
-        goes first, as if removed; other CPU slots alone change in place while its CPU-only
-        pods fit them)."""
+    def _node_added(
+        self, node: Node, gpus: list[str], now: float, out: list[Action], in_place: bool
+    ) -> None:
+        """A node joined with these GPU ids, or one the core has changed shape: in place
+        (``in_place``, NodeChanged, the same GPU model) or, as NodeAdded says it, with other
+        GPUs the old node goes first, as if removed, and other CPU slots alone change in
+        place while its CPU-only pods fit them."""
         old = self.cluster.nodes.get(node.name)
         if old is not None:
-            if (old.gpu_model, [g.id for g in old.gpus]) == (node.gpu_model, gpus):
-                if (old.cpu, old.memory_gb) == (node.cpu, node.memory_gb):
-                    return  # the same node, said again
-                if self.cluster.set_cpu_slots(node.name, node.cpu, node.memory_gb):
-                    self.warm.room_freed()
-                    # every queued job (the set-aside too): CPU-only ones may fit, or not
-                    self._sort_out(self._queued_ids())
-                    return
+            same_gpus = (old.gpu_model, [g.id for g in old.gpus]) == (node.gpu_model, gpus)
+            if same_gpus and (old.cpu, old.memory_gb) == (node.cpu, node.memory_gb):
+                return  # the same node, said again
+            if in_place and old.gpu_model == node.gpu_model:
+                self._node_changed(node, gpus, now, out)
+                return
+            if same_gpus and self.cluster.set_cpu_slots(node.name, node.cpu, node.memory_gb):
+                self.warm.room_freed()
+                # every queued job (the set-aside too): CPU-only ones may fit, or not
+                self._sort_out(self._queued_ids())
+                return
             self._node_removed(node.name, now, out)
         node.gpus = [GPU(g, node.name, i, node.gpu_model) for i, g in enumerate(gpus)]
         self._cap_stale[node.gpu_model] = None
@@ -590,6 +598,31 @@ class Core:
         self.gangs.add_node(node)
         self.warm.room_freed()
         self._sort_out(list(self.unplaceable))  # a job set aside may fit again
+
+    def _node_changed(self, node: Node, gpus: list[str], now: float, out: list[Action]) -> None:
+        """The node (the core has it, of the same GPU model) takes these cards and CPU
+        slots in place: the pods on the cards it keeps stay, with their jobs; a pod on a
+        card it lost fails, and so do its CPU-only pods beyond its new slots, the newest
+        first; new cards and slots are free room."""
+        name = node.name
+        lost = {g.id for g in self.cluster.nodes[name].gpus}.difference(gpus)
+        on_node = [p for p in self.pods.values() if p.node == name and p.state is not PodState.GONE]
+        cut_off = [p.id for p in on_node if lost.intersection(p.gpus)]
+        self._fail_pods(cut_off, "node_changed", now, out)
+        if [g.id for g in self.cluster.nodes[name].gpus] != gpus:
+            self.cluster.set_gpus(name, gpus)
+            self.gangs.resize_node(name)
+            self._cap_stale[node.gpu_model] = None
+        cpu_pods = sorted(
+            (p for p in on_node if p.id in self.cluster.cpu_allocs), key=lambda p: (p.created, p.id)
+        )
+        while not self.cluster.set_cpu_slots(name, node.cpu, node.memory_gb):
+            newest = cpu_pods.pop()
+            if newest.state is not PodState.GONE:
+                self._fail_pods([newest.id], "node_changed", now, out)
+        self.warm.room_freed()
+        # every queued job: those set aside may fit now, others may no longer
+        self._sort_out(self._queued_ids())
 
     def _node_removed(self, name: str, now: float, out: list[Action]) -> None:
         """A node left: each pod on it fails (its job typed ``pod_died``: re-queued if it
@@ -599,16 +632,21 @@ class Core:
         on_node = [
             p.id for p in self.pods.values() if p.node == name and p.state is not PodState.GONE
         ]
-        for pid in on_node:
-            if self.pods[pid].state is not PodState.GONE:
-                self._pod_event(pid, now, out, failed=Failure.POD_DIED)
-        stopping = {a.pod for a in out if isinstance(a, StopPod)}
-        out.extend(StopPod(pid, "node_removed") for pid in on_node if pid not in stopping)
+        self._fail_pods(on_node, "node_removed", now, out)
         self._cap_stale[self.cluster.nodes[name].gpu_model] = None
         self.gangs.remove_node(name)
         self.cluster.remove_node(name)
         # every queued job, the ones just re-queued from this node's pods too
         self._sort_out(self._queued_ids())
+
+    def _fail_pods(self, pods: list[str], reason: str, now: float, out: list[Action]) -> None:
+        """Pods whose node (or cards) went: each fails (``pod_died``; its job typed so, or
+        re-queued if it never ran) and is stopped, in case it still runs."""
+        for pid in pods:
+            if self.pods[pid].state is not PodState.GONE:  # a gang's pod may have gone
+                self._pod_event(pid, now, out, failed=Failure.POD_DIED)
+        stopping = {a.pod for a in out if isinstance(a, StopPod)}
+        out.extend(StopPod(pid, reason) for pid in pods if pid not in stopping)
 
     def _queued_ids(self) -> list[str]:
         """Every queued job's id, those set aside included."""

@@ -135,11 +135,11 @@ class PodForgotten:
 
 
 @dataclass(frozen=True, slots=True)
-class NodeAdded:
-    """A node joined the cluster (or came back, or changed shape): ``gpus`` cards of
-    ``gpu_model``, named ``<name>/<index>`` (or ``gpu_ids``, where the runtime names its
-    cards otherwise: the local runtime's devices), free for any part to place on, and CPU
-    slots of ``cpu`` CPUs and ``memory_gb`` for CPU-only pods (none unless both are set)."""
+class NodeShape:
+    """A node as the cluster has it: ``gpus`` cards of ``gpu_model``, named
+    ``<name>/<index>`` (or ``gpu_ids``, where the runtime names its cards otherwise: the
+    local runtime's devices), and CPU slots of ``cpu`` CPUs and ``memory_gb`` for CPU-only
+    pods (none unless both are set). What :class:`NodeAdded` and :class:`NodeChanged` say."""
 
     name: str
     gpu_model: str
@@ -147,6 +147,26 @@ class NodeAdded:
     cpu: float = 0.0
     memory_gb: float = 0.0
     gpu_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAdded(NodeShape):
+    """A node joined the cluster (or came back): its cards free for any part to place on.
+    Said of a node the core has, with another shape, the old node goes first, as if
+    removed (its pods fail ``pod_died``; other CPU slots alone change in place while its
+    CPU-only pods fit them): what the event meant when logged before :class:`NodeChanged`
+    existed, kept so those logs replay as they ran."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeChanged(NodeShape):
+    """A node the core has changed shape in place (a host restarted with other GPUs or
+    memory, a Kubernetes node whose allocatable changed): the pods on the cards it kept
+    stay, with their jobs; a pod on a card it lost fails (``pod_died``: its job re-queued
+    if it never ran, else ended typed) and is stopped, in case it still runs, as are its
+    CPU-only pods beyond its new CPU slots (the newest first); new cards are free. Another
+    GPU model is another pool: every pod fails, as for NodeAdded. Of a node the core lacks:
+    as NodeAdded."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +199,7 @@ Event = (
     | JobForgotten
     | PodForgotten
     | NodeAdded
+    | NodeChanged
     | NodeRemoved
     | Tick
 )

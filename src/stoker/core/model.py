@@ -404,6 +404,36 @@ class Cluster:
         self.touched.pop(name, None)
         return node
 
+    def set_gpus(self, name: str, gpu_ids: list[str]) -> None:
+        """Give a node these cards in place, in this order: a card it keeps stays as it is
+        (its shares with it), a card it loses must hold no share, a new one is free."""
+        node = self.nodes[name]
+        kept = {g.id: g for g in node.gpus}
+        ids = set(gpu_ids)
+        if len(ids) != len(gpu_ids):
+            raise ValueError(f"node {name}: GPU ids {gpu_ids} repeat")
+        if taken := [g for g in gpu_ids if g not in kept and g in self.gpus]:
+            raise ValueError(f"node {name}: GPUs {taken} belong to another node")
+        if held := [g.id for g in node.gpus if g.id not in ids and g.allocs]:
+            raise ValueError(f"node {name}: GPUs {held} still hold shares")
+        buckets = self._free[node.gpu_model]
+        for gpu in node.gpus:
+            if gpu.id not in ids:
+                del self.gpus[gpu.id]
+                del buckets[_bucket(gpu.free)][gpu.id]
+        sizes = self.sizes[node.gpu_model]
+        _uncount(sizes, len(node.gpus))
+        sizes[len(gpu_ids)] = sizes.get(len(gpu_ids), 0) + 1
+        self.capacity[node.gpu_model] += len(gpu_ids) - len(node.gpus)
+        node.gpus = []
+        for i, gid in enumerate(gpu_ids):
+            gpu = kept.get(gid)
+            if gpu is None:
+                gpu = self.gpus[gid] = GPU(gid, name, i, node.gpu_model)
+                buckets[_bucket(gpu.free)][gid] = None
+            gpu.index = i
+            node.gpus.append(gpu)
+
     def set_cpu_slots(self, name: str, cpu: float, memory_gb: float) -> bool:
         """Give a node other CPU slots in place (its GPUs and every pod stay); False, and
         nothing changed, when what its CPU-only pods hold would not fit them."""

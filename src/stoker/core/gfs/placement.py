@@ -127,6 +127,13 @@ class PoolIndex:
         self._rebucket(info, -1)
         return info
 
+    def resize(self, info: NodeInfo, total: int) -> None:
+        """The node has ``total`` cards now (the ones it lost carried no HP share); its
+        free-count and no-HP buckets follow at the next :meth:`move`."""
+        self.grow(total)
+        self.by_hp_share[0] += total - info.total
+        info.total = total
+
     def move(self, info: NodeInfo, full_free: int) -> None:
         """The node's free cards or its books changed: re-bucket it."""
         if full_free != info.full_free:

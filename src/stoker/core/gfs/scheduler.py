@@ -384,6 +384,20 @@ class GangScheduler:
         self._resize(info.pool)
         self._grown[info.pool] += 1
 
+    def resize_node(self, name: str) -> None:
+        """A node's cards changed in place (the core failed the pods on the cards it lost
+        first, so those carried no share): the work on the cards it kept stays, its pool's
+        index and capacity follow, and new cards are room a failed search did not see."""
+        info = self.nodes[name]
+        held = self._reserved.get(info.pool)
+        if held is not None and name in held[1]:
+            self._unreserve(self.jobs[held[0]])  # its drain time was the old node's
+        total = len(self.cluster.nodes[name].gpus)
+        self.busy_cards += total - info.total  # busy = total - full_free, refreshed below
+        self.pools[info.pool].resize(info, total)
+        self._refresh(info, grown=True)
+        self._resize(info.pool)
+
     def _resize(self, pool: str) -> None:
         """The pool's capacity changed: its spot quota follows (from its forecast, if any)."""
         self.capacity[pool] = self.cluster.capacity.get(pool, 0)
