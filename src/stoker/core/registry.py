@@ -65,6 +65,8 @@ ETA_SLACK_CEILING = 2.0
 LEND_SHARE = 1.0
 # gfs-reserve's wait before a whole-GPU HP job that finds no room reserves nodes to drain
 RESERVE_AFTER_S = 3600.0
+# gfs-reserve-day's bound on how far ahead a reservation's nodes may drain
+RESERVE_WITHIN_S = 86400.0
 # the paper's comparison set for hp/spot
 PAPER_BASELINES = ("yarn-cs", "chronus", "lyra", "fgd")
 
@@ -237,6 +239,23 @@ _PRESETS: dict[str, _Entry] = {
     # not hold while no HP waits and a waiting HP gang holds back the nodes it drains
     "gfs-reserve-lend": _gfs_variant(
         "gfs-reserve-lend", reserve_after_s=RESERVE_AFTER_S, lend_idle=LEND_SHARE
+    ),
+    # stoker's own (beyond the paper): gfs-reserve, but only a reservation whose nodes drain
+    # within a day (a drain further away keeps GFS's backfill until it comes that close)
+    "gfs-reserve-day": _gfs_variant(
+        "gfs-reserve-day", reserve_after_s=RESERVE_AFTER_S, reserve_within_s=RESERVE_WITHIN_S
+    ),
+    # stoker's own (beyond the paper): gfs-reserve for HP jobs whose workers take two cards or
+    # more (what backfilling fragments); a gang of 1-GPU workers waits as under GFS
+    "gfs-reserve-multi": _gfs_variant(
+        "gfs-reserve-multi", reserve_after_s=RESERVE_AFTER_S, reserve_min_worker=2.0
+    ),
+    # both bounds: workers of two cards or more, nodes that drain within a day
+    "gfs-reserve-multi-day": _gfs_variant(
+        "gfs-reserve-multi-day",
+        reserve_after_s=RESERVE_AFTER_S,
+        reserve_min_worker=2.0,
+        reserve_within_s=RESERVE_WITHIN_S,
     ),
     # the paper's baselines: as the authors' simulator builds them, spot gated by the same
     # forecast quota as GFS (fifo_spot.py, lyra.py, fgd.py; chronus.py has none)
