@@ -1,7 +1,8 @@
 """The paper's ablations of GFS's scheduler (simplified placement, simplified preemption)
 and stoker's own GFS variants (``gfs-small-first``, ``gfs-eta-slack``, ``gfs-lend``,
 ``gfs-fragments``, ``gfs-checkpoint-cost``, ``gfs-reserve`` and its bounded forms
-``gfs-reserve-day``, ``gfs-reserve-multi``, ``gfs-reserve-multi-day``, and
+``gfs-reserve-day``, ``gfs-reserve-multi``, ``gfs-reserve-multi-day``,
+``gfs-reserve-gangs``, and
 ``gfs-reserve-lend``): each differs from ``gfs`` in the one part it swaps, and only there."""
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from test_gfs_fidelity import _queued
         ("gfs-reserve-day", GFSScorer, GFSVictims, "size"),
         ("gfs-reserve-multi", GFSScorer, GFSVictims, "size"),
         ("gfs-reserve-multi-day", GFSScorer, GFSVictims, "size"),
+        ("gfs-reserve-gangs", GFSScorer, GFSVictims, "size"),
     ],
 )
 def test_each_variant_swaps_one_part_of_gfs(
@@ -172,18 +174,21 @@ def test_only_the_reserve_presets_reserve() -> None:
         "gfs-reserve-day",
         "gfs-reserve-multi",
         "gfs-reserve-multi-day",
+        "gfs-reserve-gangs",
     }
     assert preset("gfs-reserve-lend").policies.gangs.lend_idle == 1.0
+    configs = {n: preset(n).policies.gangs for n in reserving}
     bounds = {
-        n: (preset(n).policies.gangs.reserve_within_s, preset(n).policies.gangs.reserve_min_worker)
-        for n in reserving
+        n: (c.reserve_within_s, c.reserve_min_worker, c.reserve_min_workers)
+        for n, c in configs.items()
     }
     assert bounds == {
-        "gfs-reserve": (math.inf, 1.0),
-        "gfs-reserve-lend": (math.inf, 1.0),
-        "gfs-reserve-day": (86_400.0, 1.0),
-        "gfs-reserve-multi": (math.inf, 2.0),
-        "gfs-reserve-multi-day": (86_400.0, 2.0),
+        "gfs-reserve": (math.inf, 1.0, 1),
+        "gfs-reserve-lend": (math.inf, 1.0, 1),
+        "gfs-reserve-day": (86_400.0, 1.0, 1),
+        "gfs-reserve-multi": (math.inf, 2.0, 1),
+        "gfs-reserve-multi-day": (86_400.0, 2.0, 1),
+        "gfs-reserve-gangs": (math.inf, 2.0, 2),
     }
 
 
@@ -324,3 +329,15 @@ def test_reserve_multi_reserves_only_for_workers_of_several_cards() -> None:
     reserve, multi = (_gang_run(n, 2, 1) for n in ("gfs-reserve", "gfs-reserve-multi"))
     assert bound(_gang_run("gfs", 2, 1)[-1]) == ["sp"]
     assert bound(multi[-1]) == [] and multi == reserve
+
+
+def test_reserve_gangs_reserves_only_for_gangs_of_multi_card_workers() -> None:
+    # one 2-GPU worker: gfs-reserve-multi holds n1's freed card from the spot job,
+    # gfs-reserve-gangs does not reserve for a single worker: its actions are GFS's
+    gfs, multi, gangs = (
+        _gang_run(n, 2, 1) for n in ("gfs", "gfs-reserve-multi", "gfs-reserve-gangs")
+    )
+    assert bound(multi[-1]) == [] and gangs == gfs
+    # two workers of two cards: it reserves n1 (both fit there) and holds the freed card
+    assert bound(_gang_run("gfs", 2, 2)[-1]) == ["sp"]
+    assert bound(_gang_run("gfs-reserve-gangs", 2, 2)[-1]) == []

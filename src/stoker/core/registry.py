@@ -257,6 +257,14 @@ _PRESETS: dict[str, _Entry] = {
         reserve_min_worker=2.0,
         reserve_within_s=RESERVE_WITHIN_S,
     ),
+    # gfs-reserve-multi for gangs only: an HP job of two workers or more, each of two cards or
+    # more (a single worker waits as under GFS)
+    "gfs-reserve-gangs": _gfs_variant(
+        "gfs-reserve-gangs",
+        reserve_after_s=RESERVE_AFTER_S,
+        reserve_min_worker=2.0,
+        reserve_min_workers=2,
+    ),
     # the paper's baselines: as the authors' simulator builds them, spot gated by the same
     # forecast quota as GFS (fifo_spot.py, lyra.py, fgd.py; chronus.py has none)
     **_baseline("yarn-cs", _YARN),

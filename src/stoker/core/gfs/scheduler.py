@@ -125,6 +125,11 @@ class GFSConfig:
     # cards, so backfilling fragments nothing for them, while their reservation keeps the
     # cards they wait for from spot; a worker of several cards needs them free on one node
     reserve_min_worker: float = 1.0
+    # stoker's ``gfs-reserve-gangs`` (with ``reserve_after_s``; 1: any job): the fewest
+    # workers a job must have to reserve. The skip rule holds a bucket's later HP jobs
+    # behind a waiting gang (they go by submit time, not by workers), so a gang's
+    # reservation, beside which they backfill, is where GFS leaves the most room unused
+    reserve_min_workers: int = 1
     grace_s: float = 0.0  # an evicted spot job's SIGTERM-to-SIGKILL grace
     # the authors' gate (every policy's ``simulate``): with a window (start, end), no spot
     # job starts before ``start``, the quota holds in [start, end) and none after; HP
@@ -980,6 +985,7 @@ class GangScheduler:
             and not job.fractional
             and job.gpus >= 2.0 - EPS
             and job.per_worker >= self.config.reserve_min_worker - EPS
+            and job.spec.workers >= self.config.reserve_min_workers
             and job.id not in self._awaiting
         )
 
