@@ -341,3 +341,25 @@ def test_reserve_gangs_reserves_only_for_gangs_of_multi_card_workers() -> None:
     # two workers of two cards: it reserves n1 (both fit there) and holds the freed card
     assert bound(_gang_run("gfs", 2, 2)[-1]) == ["sp"]
     assert bound(_gang_run("gfs-reserve-gangs", 2, 2)[-1]) == []
+
+
+def test_reserve_counts_each_slot_of_a_node_by_its_own_drain() -> None:
+    g = Gangs(cluster(8, 8), "gfs-reserve")
+    for i in range(8):
+        g.submit(spec(f"s{i}", "hp", 1, dur=7_200), 0.0)  # n0 full until 7,200 s
+    g.submit(spec("long", "hp", 4, dur=1e6), 0.0)  # n1: half held for good
+    for i in range(4):
+        g.submit(spec(f"t{i}", "hp", 1, dur=1_000), 0.0)
+    assert g.nodes("long") == {"n1"} and g.nodes("t0") == {"n1"}
+    g.submit(spec("gang", "hp", 4, workers=2, dur=1e4), 10.0)
+    for i in range(4):
+        g.finish(f"t{i}", 1_000.0)  # n1 holds one 4-GPU worker now, a second only in 1e6 s
+    # after an hour the gang reserves one slot of n1 and one of n0 (when n0 drains), not
+    # both of n1's as if the node drained whole: so a job that ends by 7,200 s may still
+    # use n1's free cards meanwhile
+    out = g.submit(spec("short", "hp", 1, dur=3_000), 3_700.0)
+    assert g.core.gangs._reserved == {"A": ("gang", frozenset({"n0", "n1"}), 7_200.0)}
+    assert bound(out) == ["short"] and g.nodes("short") == {"n1"}
+    assert bound(g.finish("s0", 7_200.0) + g.finish("short", 7_200.0)) == []
+    done = [j for i in range(1, 8) for j in bound(g.finish(f"s{i}", 7_200.0))]
+    assert done == ["gang"] and g.nodes("gang") == {"n0", "n1"}

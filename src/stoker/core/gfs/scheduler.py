@@ -990,7 +990,7 @@ class GangScheduler:
         )
 
     def _reserve(self, job: Job, pool: str, now: float) -> None:
-        """Reserve for ``job`` the nodes that will hold it soonest (:meth:`_ready_at`), in
+        """Reserve for ``job`` the nodes that will hold it soonest (:meth:`_plan_reserve`), in
         node order among equals, until they hold every worker; they drain for it by the
         latest of their times. Not if that is more than ``reserve_within_s`` away."""
         too_far = self._too_far
@@ -1010,26 +1010,26 @@ class GangScheduler:
 
     def _plan_reserve(self, job: Job, pool: str) -> tuple[frozenset[str], float] | None:
         """The nodes that will hold ``job`` soonest and when they will have drained for it
-        (None: the pool's nodes cannot hold it)."""
+        (None: the pool's nodes cannot hold it): its workers' slots soonest first
+        (:meth:`_slots_ready`), in node order among equals."""
         need = int(job.per_worker)
         ranked = sorted(
-            (self._ready_at(info, need), info.ordinal, info)
+            (ready, info.ordinal, k, info.name)
             for info in self.pools[pool].nodes.values()
             if info.total >= need
+            for k, ready in enumerate(self._slots_ready(info, need))
         )
-        nodes: list[str] = []
-        slots = 0
-        for ready, _, info in ranked:
-            nodes.append(info.name)
-            slots += info.total // need
-            if slots >= job.spec.workers:
-                return frozenset(nodes), ready
-        return None
+        chosen = ranked[: job.spec.workers]
+        if len(chosen) < job.spec.workers:
+            return None
+        return frozenset(name for *_, name in chosen), chosen[-1][0]
 
-    def _ready_at(self, info: NodeInfo, need: int) -> float:
-        """When ``need`` of a node's cards will carry nothing a whole-GPU HP worker cannot
-        reclaim (an HP share or a fractional spot job's), by those jobs' known run times
-        (inf if one is unknown: a live job runs until it exits)."""
+    def _slots_ready(self, info: NodeInfo, need: int) -> list[float]:
+        """When each of a node's ``need``-card slots will carry nothing a whole-GPU HP worker
+        cannot reclaim (an HP share or a fractional spot job's), by those jobs' known run
+        times (inf if one is unknown: a live job runs until it exits): the k-th slot when
+        k x ``need`` of its cards have. Each slot has its own time: a node half held by a
+        long HP job holds a worker now and a second one only when that job ends."""
         until = []
         for gpu in self.cluster.nodes[info.name].gpus:
             end = -math.inf
@@ -1045,7 +1045,8 @@ class GangScheduler:
                 ran = held.run_start + held.overhead + held.remaining if known else math.inf
                 end = max(end, ran)
             until.append(end)
-        return sorted(until)[need - 1]
+        until.sort()
+        return until[need - 1 :: need]
 
     def _unreserve(self, job: Job) -> None:
         """``job`` started or left the queue: its reservation (if any) ends, and what it
