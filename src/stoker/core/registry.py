@@ -20,11 +20,14 @@ ungated), ``static-quota``,
 ``min-runtime``, ``gfs-naive``, ``gfs-fixed-eta``, ``gfs-simple-placement`` and
 ``gfs-simple-preemption`` (the paper's ablations of its scheduler's two halves), and
 ``gfs-small-first``, ``gfs-eta-slack``, ``gfs-lend``, ``gfs-fragments``,
-``gfs-checkpoint-cost``, ``gfs-reserve`` and ``gfs-reserve-lend`` (stoker's own: GFS with
-spot queued smallest request first; GFS whose eta may grow to 2; GFS lending spot what HP
-does not hold while no HP job waits; GFS starting fractional spot on shared cards past the
-quota; GFS costing victims by the work lost since their last checkpoint; GFS reserving
-nodes for a whole-GPU HP job that has waited an hour; the last two together).
+``gfs-checkpoint-cost``, ``gfs-reserve``, ``gfs-reserve-lend``, ``gfs-reserve-day``,
+``gfs-reserve-multi``, ``gfs-reserve-multi-day`` and ``gfs-reserve-gangs`` (stoker's own:
+GFS with spot queued smallest request first; GFS whose eta may grow to 2; GFS lending spot
+what HP does not hold while no HP job waits; GFS starting fractional spot on shared cards
+past the quota; GFS costing victims by the work lost since their last checkpoint; GFS
+reserving nodes for a whole-GPU HP job that has waited an hour; that with lending; and
+that bounded: to nodes that drain within a day, to workers of two cards or more, both, or
+to gangs of such workers).
 """
 
 from __future__ import annotations
