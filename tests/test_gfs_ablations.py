@@ -1,9 +1,13 @@
 """The paper's ablations of GFS's scheduler (simplified placement, simplified preemption)
 and stoker's own GFS variants (``gfs-small-first``, ``gfs-eta-slack``, ``gfs-lend``,
-``gfs-fragments``, ``gfs-checkpoint-cost``, ``gfs-reserve``, ``gfs-reserve-lend``): each
-differs from ``gfs`` in the one part it swaps, and only there."""
+``gfs-fragments``, ``gfs-checkpoint-cost``, ``gfs-reserve`` and its bounded forms
+``gfs-reserve-day``, ``gfs-reserve-multi``, ``gfs-reserve-multi-day``,
+``gfs-reserve-gangs``, and
+``gfs-reserve-lend``): each differs from ``gfs`` in the one part it swaps, and only there."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -30,6 +34,10 @@ from test_gfs_fidelity import _queued
         ("gfs-fragments", GFSScorer, GFSVictims, "size"),
         ("gfs-reserve", GFSScorer, GFSVictims, "size"),
         ("gfs-reserve-lend", GFSScorer, GFSVictims, "size"),
+        ("gfs-reserve-day", GFSScorer, GFSVictims, "size"),
+        ("gfs-reserve-multi", GFSScorer, GFSVictims, "size"),
+        ("gfs-reserve-multi-day", GFSScorer, GFSVictims, "size"),
+        ("gfs-reserve-gangs", GFSScorer, GFSVictims, "size"),
     ],
 )
 def test_each_variant_swaps_one_part_of_gfs(
@@ -160,8 +168,28 @@ def test_fragments_start_fractional_spot_on_shared_cards_past_the_quota(
 
 def test_only_the_reserve_presets_reserve() -> None:
     reserving = {n for n in GANG_PRESETS if preset(n).policies.gangs.reserve_after_s < 1e300}
-    assert reserving == {"gfs-reserve", "gfs-reserve-lend"}
+    assert reserving == {
+        "gfs-reserve",
+        "gfs-reserve-lend",
+        "gfs-reserve-day",
+        "gfs-reserve-multi",
+        "gfs-reserve-multi-day",
+        "gfs-reserve-gangs",
+    }
     assert preset("gfs-reserve-lend").policies.gangs.lend_idle == 1.0
+    configs = {n: preset(n).policies.gangs for n in reserving}
+    bounds = {
+        n: (c.reserve_within_s, c.reserve_min_worker, c.reserve_min_workers)
+        for n, c in configs.items()
+    }
+    assert bounds == {
+        "gfs-reserve": (math.inf, 1.0, 1),
+        "gfs-reserve-lend": (math.inf, 1.0, 1),
+        "gfs-reserve-day": (86_400.0, 1.0, 1),
+        "gfs-reserve-multi": (math.inf, 2.0, 1),
+        "gfs-reserve-multi-day": (86_400.0, 2.0, 1),
+        "gfs-reserve-gangs": (math.inf, 2.0, 2),
+    }
 
 
 def _reserve_run(name: str, cancel: bool = False) -> tuple[Gangs, list[list[Action]]]:
@@ -242,3 +270,96 @@ def test_reserve_is_gfs_until_a_gang_waits_and_is_deterministic() -> None:
     assert first == again  # the same events, the same actions
     # before big's hour in the queue the two make the same decisions
     assert first[:22] == gfs[:22] and first != gfs
+
+
+def _far_run(name: str) -> tuple[dict, list[str], dict]:
+    """Two 8-GPU nodes full of 1-GPU HP jobs (n0's run to 200,000 s, n1's to 100,000 s by
+    their durations) and an 8-GPU HP job (big) queued at 10 s; a 1-GPU HP job (q1) comes
+    after big's hour, one of n1's jobs ends early at 5,000 s, another HP job comes at
+    20,000 s. Returns the reservations after q1, the jobs bound at 5,000 s and the
+    reservations at the end."""
+    g = Gangs(cluster(8, 8), name)
+    for i in range(16):
+        g.submit(spec(f"s{i}", "hp", 1, dur=200_000 if i < 8 else 100_000), 0.0)
+    g.submit(spec("big", "hp", 8, dur=1e4), 10.0)
+    g.submit(spec("q1", "hp", 1, dur=1e5), 3_700.0)
+    early = dict(g.core.gangs._reserved)
+    freed = bound(g.finish("s8", 5_000.0))
+    g.submit(spec("q2", "hp", 1, dur=1e5), 20_000.0)
+    return early, freed, dict(g.core.gangs._reserved)
+
+
+def test_reserve_day_waits_until_the_nodes_drain_within_a_day() -> None:
+    # gfs-reserve: after big's hour it holds n1, which drains only at 100,000 s (over a day
+    # away); the card freed at 5,000 s stays idle (q1 would run past 100,000 s)
+    n1 = frozenset({"n1"})
+    assert _far_run("gfs-reserve") == (
+        {"A": ("big", n1, 100_000.0)},
+        [],
+        {"A": ("big", n1, 100_000.0)},
+    )
+    # gfs-reserve-day: no reservation while the drain is over a day away, so the freed card
+    # goes to q1 as under GFS; at 20,000 s n1 drains (q1's end, 105,000 s) within a day:
+    # big reserves it then
+    assert _far_run("gfs-reserve-day") == ({}, ["q1"], {"A": ("big", n1, 105_000.0)})
+    assert _far_run("gfs")[:2] == ({}, ["q1"])
+
+
+def _gang_run(name: str, req: float, workers: int) -> list[list[Action]]:
+    """Two 4-GPU nodes full of 1-GPU HP jobs (n0's run to 20,000 s, n1's to 7,200 s), an
+    HP job of ``workers`` x ``req`` GPUs queued at 10 s, a 1-GPU spot job at 3,700 s (the
+    pass after the HP job's hour), one of n1's jobs ending at 5,000 s. Every event's
+    actions."""
+    g = Gangs(cluster(4, 4), name)
+    log = [g.submit(spec(f"s{i}", "hp", 1, dur=20_000 if i < 4 else 7_200), 0.0) for i in range(8)]
+    log.append(g.submit(spec("gang", "hp", req, workers=workers, dur=1e4), 10.0))
+    log.append(g.submit(spec("sp", "spot", 1, dur=1e5), 3_700.0))
+    log.append(g.finish("s4", 5_000.0))
+    return log
+
+
+def test_reserve_multi_reserves_only_for_workers_of_several_cards() -> None:
+    # a gang of five 1-GPU workers: gfs-reserve holds the nodes for it and the spot job
+    # does not get the card freed at 5,000 s (it runs past their drain); gfs-reserve-multi
+    # does not reserve for workers of one card: its actions are GFS's (the spot job starts)
+    gfs, reserve, multi = (_gang_run(n, 1, 5) for n in ("gfs", "gfs-reserve", "gfs-reserve-multi"))
+    assert bound(gfs[-1]) == ["sp"] and bound(reserve[-1]) == []
+    assert multi == gfs
+    # one 2-GPU worker: both reserve n1 (it drains first) and hold its freed card
+    reserve, multi = (_gang_run(n, 2, 1) for n in ("gfs-reserve", "gfs-reserve-multi"))
+    assert bound(_gang_run("gfs", 2, 1)[-1]) == ["sp"]
+    assert bound(multi[-1]) == [] and multi == reserve
+
+
+def test_reserve_gangs_reserves_only_for_gangs_of_multi_card_workers() -> None:
+    # one 2-GPU worker: gfs-reserve-multi holds n1's freed card from the spot job,
+    # gfs-reserve-gangs does not reserve for a single worker: its actions are GFS's
+    gfs, multi, gangs = (
+        _gang_run(n, 2, 1) for n in ("gfs", "gfs-reserve-multi", "gfs-reserve-gangs")
+    )
+    assert bound(multi[-1]) == [] and gangs == gfs
+    # two workers of two cards: it reserves n1 (both fit there) and holds the freed card
+    assert bound(_gang_run("gfs", 2, 2)[-1]) == ["sp"]
+    assert bound(_gang_run("gfs-reserve-gangs", 2, 2)[-1]) == []
+
+
+def test_reserve_counts_each_slot_of_a_node_by_its_own_drain() -> None:
+    g = Gangs(cluster(8, 8), "gfs-reserve")
+    for i in range(8):
+        g.submit(spec(f"s{i}", "hp", 1, dur=7_200), 0.0)  # n0 full until 7,200 s
+    g.submit(spec("long", "hp", 4, dur=1e6), 0.0)  # n1: half held for good
+    for i in range(4):
+        g.submit(spec(f"t{i}", "hp", 1, dur=1_000), 0.0)
+    assert g.nodes("long") == {"n1"} and g.nodes("t0") == {"n1"}
+    g.submit(spec("gang", "hp", 4, workers=2, dur=1e4), 10.0)
+    for i in range(4):
+        g.finish(f"t{i}", 1_000.0)  # n1 holds one 4-GPU worker now, a second only in 1e6 s
+    # after an hour the gang reserves one slot of n1 and one of n0 (when n0 drains), not
+    # both of n1's as if the node drained whole: so a job that ends by 7,200 s may still
+    # use n1's free cards meanwhile
+    out = g.submit(spec("short", "hp", 1, dur=3_000), 3_700.0)
+    assert g.core.gangs._reserved == {"A": ("gang", frozenset({"n0", "n1"}), 7_200.0)}
+    assert bound(out) == ["short"] and g.nodes("short") == {"n1"}
+    assert bound(g.finish("s0", 7_200.0) + g.finish("short", 7_200.0)) == []
+    done = [j for i in range(1, 8) for j in bound(g.finish(f"s{i}", 7_200.0))]
+    assert done == ["gang"] and g.nodes("gang") == {"n0", "n1"}

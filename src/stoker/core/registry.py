@@ -20,11 +20,14 @@ ungated), ``static-quota``,
 ``min-runtime``, ``gfs-naive``, ``gfs-fixed-eta``, ``gfs-simple-placement`` and
 ``gfs-simple-preemption`` (the paper's ablations of its scheduler's two halves), and
 ``gfs-small-first``, ``gfs-eta-slack``, ``gfs-lend``, ``gfs-fragments``,
-``gfs-checkpoint-cost``, ``gfs-reserve`` and ``gfs-reserve-lend`` (stoker's own: GFS with
-spot queued smallest request first; GFS whose eta may grow to 2; GFS lending spot what HP
-does not hold while no HP job waits; GFS starting fractional spot on shared cards past the
-quota; GFS costing victims by the work lost since their last checkpoint; GFS reserving
-nodes for a whole-GPU HP job that has waited an hour; the last two together).
+``gfs-checkpoint-cost``, ``gfs-reserve``, ``gfs-reserve-lend``, ``gfs-reserve-day``,
+``gfs-reserve-multi``, ``gfs-reserve-multi-day`` and ``gfs-reserve-gangs`` (stoker's own:
+GFS with spot queued smallest request first; GFS whose eta may grow to 2; GFS lending spot
+what HP does not hold while no HP job waits; GFS starting fractional spot on shared cards
+past the quota; GFS costing victims by the work lost since their last checkpoint; GFS
+reserving nodes for a whole-GPU HP job that has waited an hour; that with lending; and
+that bounded: to nodes that drain within a day, to workers of two cards or more, both, or
+to gangs of such workers).
 """
 
 from __future__ import annotations
@@ -65,6 +68,8 @@ ETA_SLACK_CEILING = 2.0
 LEND_SHARE = 1.0
 # gfs-reserve's wait before a whole-GPU HP job that finds no room reserves nodes to drain
 RESERVE_AFTER_S = 3600.0
+# gfs-reserve-day's bound on how far ahead a reservation's nodes may drain
+RESERVE_WITHIN_S = 86400.0
 # the paper's comparison set for hp/spot
 PAPER_BASELINES = ("yarn-cs", "chronus", "lyra", "fgd")
 
@@ -237,6 +242,31 @@ _PRESETS: dict[str, _Entry] = {
     # not hold while no HP waits and a waiting HP gang holds back the nodes it drains
     "gfs-reserve-lend": _gfs_variant(
         "gfs-reserve-lend", reserve_after_s=RESERVE_AFTER_S, lend_idle=LEND_SHARE
+    ),
+    # stoker's own (beyond the paper): gfs-reserve, but only a reservation whose nodes drain
+    # within a day (a drain further away keeps GFS's backfill until it comes that close)
+    "gfs-reserve-day": _gfs_variant(
+        "gfs-reserve-day", reserve_after_s=RESERVE_AFTER_S, reserve_within_s=RESERVE_WITHIN_S
+    ),
+    # stoker's own (beyond the paper): gfs-reserve for HP jobs whose workers take two cards or
+    # more (what backfilling fragments); a gang of 1-GPU workers waits as under GFS
+    "gfs-reserve-multi": _gfs_variant(
+        "gfs-reserve-multi", reserve_after_s=RESERVE_AFTER_S, reserve_min_worker=2.0
+    ),
+    # both bounds: workers of two cards or more, nodes that drain within a day
+    "gfs-reserve-multi-day": _gfs_variant(
+        "gfs-reserve-multi-day",
+        reserve_after_s=RESERVE_AFTER_S,
+        reserve_min_worker=2.0,
+        reserve_within_s=RESERVE_WITHIN_S,
+    ),
+    # gfs-reserve-multi for gangs only: an HP job of two workers or more, each of two cards or
+    # more (a single worker waits as under GFS)
+    "gfs-reserve-gangs": _gfs_variant(
+        "gfs-reserve-gangs",
+        reserve_after_s=RESERVE_AFTER_S,
+        reserve_min_worker=2.0,
+        reserve_min_workers=2,
     ),
     # the paper's baselines: as the authors' simulator builds them, spot gated by the same
     # forecast quota as GFS (fifo_spot.py, lyra.py, fgd.py; chronus.py has none)

@@ -115,6 +115,21 @@ class GFSConfig:
     # One reservation per GPU pool at a time (Slurm's backfill with a reservation for the
     # top job, Kubernetes' nominated node)
     reserve_after_s: float = math.inf
+    # stoker's ``gfs-reserve-day`` (with ``reserve_after_s``; inf: any drain): a reservation
+    # is made only when its nodes drain within this. A drain days away holds the cards from
+    # every job that does not end by then; GFS's backfill goes on instead, and the job
+    # reserves once its nodes are that close
+    reserve_within_s: float = math.inf
+    # stoker's ``gfs-reserve-multi`` (with ``reserve_after_s``; 1: any whole-GPU worker): the
+    # smallest per-worker request that may reserve. Workers of one card fit on any free
+    # cards, so backfilling fragments nothing for them, while their reservation keeps the
+    # cards they wait for from spot; a worker of several cards needs them free on one node
+    reserve_min_worker: float = 1.0
+    # stoker's ``gfs-reserve-gangs`` (with ``reserve_after_s``; 1: any job): the fewest
+    # workers a job must have to reserve. The skip rule holds a bucket's later HP jobs
+    # behind a waiting gang (they go by submit time, not by workers), so a gang's
+    # reservation, beside which they backfill, is where GFS leaves the most room unused
+    reserve_min_workers: int = 1
     grace_s: float = 0.0  # an evicted spot job's SIGTERM-to-SIGKILL grace
     # the authors' gate (every policy's ``simulate``): with a window (start, end), no spot
     # job starts before ``start``, the quota holds in [start, end) and none after; HP
@@ -132,6 +147,8 @@ class GFSConfig:
             raise ValueError(f"lend_idle must be in [0, 1], got {self.lend_idle}")
         if not self.reserve_after_s >= 0:
             raise ValueError(f"reserve_after_s must be >= 0, got {self.reserve_after_s}")
+        if not self.reserve_within_s > 0:
+            raise ValueError(f"reserve_within_s must be > 0, got {self.reserve_within_s}")
         for name in (
             "guarantee_s",
             "checkpoint_s",
@@ -311,6 +328,9 @@ class GangScheduler:
         self._reserved: dict[str, tuple[str, frozenset[str], float]] = {}
         # per pool, the first HP job of the current pass (queue order) that may reserve
         self._to_reserve: dict[str, Job] = {}
+        # the last reservation planned and not made (``reserve_within_s``: its nodes drain
+        # too late): (job, the pool's epoch, nodes, ready); valid while the epoch holds
+        self._too_far: tuple[str, int, frozenset[str], float] | None = None
         # HP jobs waiting for the pods stopped to make their room, and the reverse index
         self._awaiting: dict[str, set[str]] = {}
         self._awaiting_by_pod: dict[str, str] = {}
@@ -779,7 +799,7 @@ class GangScheduler:
             if cls is _HP and self._to_reserve:
                 job = self._to_reserve.pop(pool, None)
                 if job is not None and pool not in self._reserved:
-                    self._reserve(job, pool)
+                    self._reserve(job, pool, now)
 
     def _pass_skip(self, queue: _Queue, now: float, out: list[Action]) -> None:
         """GFS's skip rule: a job that cannot start skips the rest of its request's bucket
@@ -908,7 +928,7 @@ class GangScheduler:
         if result == _NO_ROOM and self._may_reserve(job, now):
             first = self._to_reserve.setdefault(pool, job)
             if pool not in self._reserved:
-                self._reserve(first, pool)
+                self._reserve(first, pool, now)
         return result
 
     def _try_start_hp(self, job: Job, pool: str, now: float, out: list[Action]) -> str:
@@ -978,33 +998,52 @@ class GangScheduler:
             now - job.queued_since >= self.config.reserve_after_s - EPS
             and not job.fractional
             and job.gpus >= 2.0 - EPS
+            and job.per_worker >= self.config.reserve_min_worker - EPS
+            and job.spec.workers >= self.config.reserve_min_workers
             and job.id not in self._awaiting
         )
 
-    def _reserve(self, job: Job, pool: str) -> None:
-        """Reserve for ``job`` the nodes that will hold it soonest (:meth:`_ready_at`), in
+    def _reserve(self, job: Job, pool: str, now: float) -> None:
+        """Reserve for ``job`` the nodes that will hold it soonest (:meth:`_plan_reserve`), in
         node order among equals, until they hold every worker; they drain for it by the
-        latest of their times."""
+        latest of their times. Not if that is more than ``reserve_within_s`` away."""
+        too_far = self._too_far
+        if too_far is not None and too_far[:2] == (job.id, self._epoch[pool]):
+            planned: tuple[frozenset[str], float] | None = too_far[2:]
+        else:
+            planned = self._plan_reserve(job, pool)
+        if planned is None:
+            return
+        nodes, ready = planned
+        if ready - now > self.config.reserve_within_s + EPS:
+            # the nodes change only with the pool's books: plan again only then
+            self._too_far = (job.id, self._epoch[pool], nodes, ready)
+            return
+        self._reserved[pool] = (job.id, nodes, ready)
+        self._epoch[pool] += 1
+
+    def _plan_reserve(self, job: Job, pool: str) -> tuple[frozenset[str], float] | None:
+        """The nodes that will hold ``job`` soonest and when they will have drained for it
+        (None: the pool's nodes cannot hold it): its workers' slots soonest first
+        (:meth:`_slots_ready`), in node order among equals."""
         need = int(job.per_worker)
         ranked = sorted(
-            (self._ready_at(info, need), info.ordinal, info)
+            (ready, info.ordinal, k, info.name)
             for info in self.pools[pool].nodes.values()
             if info.total >= need
+            for k, ready in enumerate(self._slots_ready(info, need))
         )
-        nodes: list[str] = []
-        slots = 0
-        for ready, _, info in ranked:
-            nodes.append(info.name)
-            slots += info.total // need
-            if slots >= job.spec.workers:
-                self._reserved[pool] = (job.id, frozenset(nodes), ready)
-                self._epoch[pool] += 1
-                return
+        chosen = ranked[: job.spec.workers]
+        if len(chosen) < job.spec.workers:
+            return None
+        return frozenset(name for *_, name in chosen), chosen[-1][0]
 
-    def _ready_at(self, info: NodeInfo, need: int) -> float:
-        """When ``need`` of a node's cards will carry nothing a whole-GPU HP worker cannot
-        reclaim (an HP share or a fractional spot job's), by those jobs' known run times
-        (inf if one is unknown: a live job runs until it exits)."""
+    def _slots_ready(self, info: NodeInfo, need: int) -> list[float]:
+        """When each of a node's ``need``-card slots will carry nothing a whole-GPU HP worker
+        cannot reclaim (an HP share or a fractional spot job's), by those jobs' known run
+        times (inf if one is unknown: a live job runs until it exits): the k-th slot when
+        k x ``need`` of its cards have. Each slot has its own time: a node half held by a
+        long HP job holds a worker now and a second one only when that job ends."""
         until = []
         for gpu in self.cluster.nodes[info.name].gpus:
             end = -math.inf
@@ -1020,7 +1059,8 @@ class GangScheduler:
                 ran = held.run_start + held.overhead + held.remaining if known else math.inf
                 end = max(end, ran)
             until.append(end)
-        return sorted(until)[need - 1]
+        until.sort()
+        return until[need - 1 :: need]
 
     def _unreserve(self, job: Job) -> None:
         """``job`` started or left the queue: its reservation (if any) ends, and what it
