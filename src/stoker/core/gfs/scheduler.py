@@ -198,9 +198,9 @@ class _Queue:
     With the skip rule a bucket is one per-worker request (largest first; later jobs of a
     bucket fail as its first did, so a failure skips the bucket); with ``stop`` a bucket is
     one total GPU count, so the jobs within a spot quota are the heads of the buckets at or
-    below it, and a pass merges those heads in the queue's order. The heads are also kept
-    in the queue's order (:meth:`first`): a pass after every event, with a backlog of many
-    sizes, merged every bucket's head to find the first.
+    below it, and a pass takes the first of those heads in the queue's order. The heads
+    are kept sorted in that order (:meth:`first`), so a pass (after every event) does not
+    merge every bucket's head: an HP backlog holds hundreds of sizes.
     """
 
     def __init__(self, order: QueueOrder, job_class: JobClass) -> None:
@@ -939,7 +939,8 @@ class GangScheduler:
         if self._failed.get(job.id) == state:
             return _NO_ROOM
         if self.pools[pool].hp_slots(job.per_worker) < job.spec.workers or self._no_room(job, pool):
-            # too little room without HP for its workers: every search fails until HP leaves
+            # too little room for its workers (cards without HP; free and whole-GPU spot
+            # cards): every search fails until that grows
             self._remember_failure(job, pool, state, now)
             return _NO_ROOM
         if (
