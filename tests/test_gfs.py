@@ -1006,14 +1006,97 @@ def test_a_failed_search_is_not_repeated_and_decides_the_same(monkeypatch, name)
         return log, searches[0]
 
     remembered, fewer = run()
-    # every search's state looks new: nothing is remembered; and the bound on an HP job's
-    # room (cards without HP) never spares a search
+    # every search's state looks new: nothing is remembered; and the bounds on an HP job's
+    # room (cards without HP; free and whole-GPU spot cards) never spare a search
     monkeypatch.setattr(GangScheduler, "_state", lambda self, pool, now: object())
     monkeypatch.setattr(PoolIndex, "hp_slots", lambda self, need: 10**9)
+    monkeypatch.setattr(PoolIndex, "reclaim_slots", lambda self, need: 10**9)
     searched, every = run()
     assert remembered == searched
     assert len(remembered) > 1000
     assert fewer < every
+
+
+@pytest.mark.parametrize("name", ["fgd", "yarn-cs", "gfs"])
+def test_a_blocked_hp_job_is_searched_again_only_once_a_node_could_hold_it(
+    monkeypatch, name
+) -> None:
+    """A whole-GPU HP job that fits nowhere is searched again only once some node's free
+    and whole-GPU spot cards could hold it: cards held by the stopping pods of ended jobs
+    (no HP share: the bound on cards without HP counts them) or freed short of its
+    request spare the search; the card that completes a node's room beside a spot job's
+    starts it (the spot job evicted), as searching on every event does."""
+    from dataclasses import replace
+
+    from stoker.core.gfs.placement import PoolIndex
+    from stoker.core.gfs.scheduler import GangScheduler
+
+    def run() -> tuple[list[tuple[float, Action]], list[float]]:
+        gangs = replace(preset(name).policies.gangs, quota=StaticQuota(1.0))
+        core = Core(cluster(4, 4), [Profile("A", gpu_model="A")], Policies(gangs=gangs))
+        log: list[tuple[float, Action]] = []
+        held: list[str] = []  # pods asked to stop, not gone yet
+        hold = [False]
+
+        def send(event, now: float) -> None:
+            out = core.handle(event, now)
+            core.check()
+            for a in out:
+                log.append((now, a))
+                match a:
+                    case StartPod(pod=pod):
+                        send(PodReady(pod), now)
+                    case BindJob(job=job, pods=pods):
+                        for rank in range(len(pods)):
+                            send(RankStarted(job, rank), now)
+                    case StopPod(pod=pod) if hold[0]:
+                        held.append(pod)
+                    case StopPod(pod=pod):
+                        send(PodGone(pod), now)
+                    case KillJob(job=job, reason=Failure.PREEMPTED):
+                        send(RankExited(job, 0, 1, Failure.PREEMPTED), now)
+
+        searches: list[float] = []
+
+        def counted(method):
+            def search(sched, job, now, *args, **kw):
+                if job.id == "h":
+                    searches.append(now)
+                return method(sched, job, now, *args, **kw)
+
+            return search
+
+        with monkeypatch.context() as m:
+            for method in ("_plan_free", "_reclaim"):
+                m.setattr(GangScheduler, method, counted(getattr(GangScheduler, method)))
+            for job, gpus in (("a", 4), ("b", 2), ("c", 2)):
+                send(JobSubmitted(spec(job, "hp", gpus, dur=1e5)), 0.0)
+            send(JobSubmitted(spec("h", "hp", 4, dur=1e5)), 1.0)  # both nodes full of HP
+            hold[0] = True
+            send(RankExited("b", 0), 2.0)
+            send(RankExited("c", 0), 3.0)
+            # b's and c's node: four cards without HP, held by their stopping pods
+            assert core.gangs.pools["A"].by_no_hp[4] == 1
+            b, c = held[:2]
+            send(PodGone(b), 4.0)  # two cards free: a spot job takes one
+            send(JobSubmitted(spec("s", "spot", 1, dur=1e5)), 5.0)
+            assert core.jobs["s"].state is JobState.RUNNING
+            send(Tick(), 6.0)
+            send(PodGone(c), 7.0)  # three cards free and the spot job's: h's room
+            assert core.jobs["s"].state is JobState.QUEUED  # evicted, its pod stopping
+            send(PodGone(held[2]), 8.0)
+            assert core.jobs["h"].state is JobState.RUNNING
+        return log, searches
+
+    remembered, fewer = run()
+    assert not [t for t in fewer if 2.0 <= t <= 6.0]
+    # every search's state looks new and no bound spares one
+    monkeypatch.setattr(GangScheduler, "_state", lambda self, pool, now: object())
+    monkeypatch.setattr(PoolIndex, "hp_slots", lambda self, need: 10**9)
+    monkeypatch.setattr(PoolIndex, "reclaim_slots", lambda self, need: 10**9)
+    searched, every = run()
+    assert remembered == searched
+    assert [t for t in every if 2.0 <= t <= 6.0]
 
 
 def test_forecasters_run_on_one_blas_thread_in_the_simulator() -> None:

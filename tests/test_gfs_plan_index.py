@@ -139,7 +139,8 @@ def _searches(
     monkeypatch, job_id: str, bounded: bool, nodes: tuple[int, ...], scenario
 ) -> tuple[int, list]:
     """Run ``scenario`` (it returns its log) on a cluster of ``nodes`` counting the searches
-    for ``job_id``'s room; ``bounded=False`` switches the bound on an HP job's room off."""
+    for ``job_id``'s room; ``bounded=False`` switches the bounds on an HP job's room off
+    (cards without HP; free and whole-GPU spot cards)."""
     searches = [0]
     plan_free = GangScheduler._plan_free
 
@@ -152,6 +153,7 @@ def _searches(
         m.setattr(GangScheduler, "_plan_free", counted)
         if not bounded:
             m.setattr(PoolIndex, "hp_slots", lambda self, need: 10**9)
+            m.setattr(PoolIndex, "reclaim_slots", lambda self, need: 10**9)
         log = scenario(Gangs(cluster(*nodes), static()))
     return searches[0], log
 

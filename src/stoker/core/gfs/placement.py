@@ -57,6 +57,9 @@ class NodeInfo:
     spot_cards: int = 0
     # the node's reclaim room while it holds spot work: full_free + spot_cards (-1: none)
     room: int = -1
+    # full_free + spot_cards on every node: the most a whole-GPU HP worker may take here
+    # while no idle pod is in the pool (:meth:`PoolIndex.reclaim_slots`)
+    reach: int = 0
     evictions: deque[float] = field(default_factory=deque)  # spot eviction times, last 24 h
 
     def recent_evictions(self, now: float) -> tuple[int, int]:
@@ -84,7 +87,8 @@ class PoolIndex:
     """Nodes of one pool bucketed by fully free GPU count; spot-holding nodes apart, and
     bucketed by their reclaim room (free cards and cards of whole-GPU spot jobs), each
     bucket in node order; the nodes counted by cards carrying no HP and the cards by their
-    HP share (what bounds an HP job's room: :meth:`hp_slots`)."""
+    HP share (what bounds an HP job's room: :meth:`hp_slots`), and by their free and
+    whole-GPU spot cards (:meth:`reclaim_slots`)."""
 
     def __init__(self, pool: str, max_gpus: int) -> None:
         self.pool = pool
@@ -99,6 +103,7 @@ class PoolIndex:
         # (a worker's failed bind: the others are killed and exit later) counts as free and
         # as the job's meanwhile, as a reclaim's own count of the node has it
         self.by_room: list[list[tuple[int, str]]] = [[] for _ in range(2 * max_gpus + 1)]
+        self.by_reach: list[int] = [0] * (2 * max_gpus + 1)  # nodes per NodeInfo.reach
         self.nodes: dict[str, NodeInfo] = {}
 
     def grow(self, max_gpus: int) -> None:
@@ -108,6 +113,7 @@ class PoolIndex:
             self.by_free += [{} for _ in range(extra)]
             self.by_no_hp += [0] * extra
             self.by_room += [[] for _ in range(2 * extra)]
+            self.by_reach += [0] * (2 * extra)
             self.max_gpus = max_gpus
 
     def add(self, info: NodeInfo) -> None:
@@ -116,12 +122,15 @@ class PoolIndex:
         self.by_free[info.full_free][info.name] = None
         info.no_hp = no_hp_cards(info)
         self.by_no_hp[info.no_hp] += 1
+        info.reach = info.full_free + info.spot_cards
+        self.by_reach[info.reach] += 1
         self.by_hp_share[0] += info.total  # HP comes to a node only once it is here
 
     def remove(self, name: str) -> NodeInfo:
         info = self.nodes.pop(name)
         del self.by_free[info.full_free][name]
         self.by_no_hp[info.no_hp] -= 1
+        self.by_reach[info.reach] -= 1
         self.by_hp_share[0] -= info.total  # nothing of HP is placed there any more
         self.spot_nodes.pop(name, None)
         self._rebucket(info, -1)
@@ -145,6 +154,11 @@ class PoolIndex:
             self.by_no_hp[info.no_hp] -= 1
             self.by_no_hp[no_hp] += 1
             info.no_hp = no_hp
+        reach = full_free + info.spot_cards
+        if reach != info.reach:
+            self.by_reach[info.reach] -= 1
+            self.by_reach[reach] += 1
+            info.reach = reach
         if info.used["spot"] > 1e-9:
             self.spot_nodes[info.name] = None
             self._rebucket(info, full_free + info.spot_cards)
@@ -189,6 +203,15 @@ class PoolIndex:
             for b, n in enumerate(self.by_hp_share)
             if n
         )
+
+    def reclaim_slots(self, need: int) -> int:
+        """How many whole-GPU workers of ``need`` GPUs the pool could hold at most from its
+        free cards and its whole-GPU spot jobs' cards (a reclaim's room; idle pods aside):
+        a node holds at most (free + spot cards) // need of them. Unlike :meth:`hp_slots`
+        it does not count cards held by the pods of an ended job until they are gone, nor
+        cards of fractional spot work: no whole-GPU worker's room."""
+        reach = self.by_reach
+        return sum(reach[r] * (r // need) for r in range(need, len(reach)))
 
 
 def _steps(share: float) -> int:

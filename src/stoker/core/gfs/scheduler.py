@@ -215,7 +215,9 @@ class _Queue:
     With the skip rule a bucket is one per-worker request (largest first; later jobs of a
     bucket fail as its first did, so a failure skips the bucket); with ``stop`` a bucket is
     one total GPU count, so the jobs within a spot quota are the heads of the buckets at or
-    below it, and a pass merges those heads in the queue's order.
+    below it, and a pass takes the first of those heads in the queue's order. The heads
+    are kept sorted in that order (:meth:`first`), so a pass (after every event) does not
+    merge every bucket's head: an HP backlog holds hundreds of sizes.
     """
 
     def __init__(self, order: QueueOrder, job_class: JobClass) -> None:
@@ -226,6 +228,8 @@ class _Queue:
         self.buckets: dict[float, list[tuple[tuple[float, ...], str]]] = {}
         self.keys: list[float] = []
         self.size = 0
+        # (head entry, bucket) per bucket, in the queue's order
+        self._heads: list[tuple[tuple[tuple[float, ...], str], float]] = []
 
     def bucket(self, job: Job) -> float:
         return job.gpus if self.order.stop else self.sign * job.per_worker
@@ -239,20 +243,44 @@ class _Queue:
         """Queue by submit time, or a re-queued job at ``now`` where the order says so."""
         at = now if requeue and self.order.at_back else job.submitted
         k = self.bucket(job)
+        entry = self.entry(job, at)
         entries = self.buckets.get(k)
         if entries is None:
             entries = self.buckets[k] = []
             bisect.insort(self.keys, k)
-        bisect.insort(entries, self.entry(job, at))
+        elif entry < entries[0]:
+            self._unhead(entries[0], k)
+        else:
+            bisect.insort(entries, entry)
+            self.size += 1
+            return
+        entries.insert(0, entry)
+        bisect.insort(self._heads, (entry, k))
         self.size += 1
 
     def remove(self, k: float, entry: tuple[tuple[float, ...], str]) -> None:
         entries = self.buckets[k]
-        del entries[bisect.bisect_left(entries, entry)]
+        i = bisect.bisect_left(entries, entry)
+        del entries[i]
         self.size -= 1
+        if i == 0:
+            self._unhead(entry, k)
+            if entries:
+                bisect.insort(self._heads, (entries[0], k))
         if not entries:
             del self.buckets[k]
             self.keys.remove(k)
+
+    def _unhead(self, entry: tuple[tuple[float, ...], str], k: float) -> None:
+        del self._heads[bisect.bisect_left(self._heads, (entry, k))]
+
+    def first(self, room: float) -> tuple[float, tuple[tuple[float, ...], str]] | None:
+        """The first queued job, in the queue's order, of a bucket at most ``room`` (a spot
+        pass: the GPUs its quota still admits), as (bucket, entry); None if none."""
+        for entry, k in self._heads:
+            if k <= room + EPS:
+                return k, entry
+        return None
 
     def drop(self, job: Job) -> None:
         """Take a cancelled job out (O(its bucket)): a finished job may be forgotten, so
@@ -262,6 +290,11 @@ class _Queue:
 
     def heads(self) -> list[str]:
         return [self.buckets[k][0][1] for k in self.keys]
+
+    def check(self) -> None:
+        """Raise if the heads kept in order are not the buckets' heads."""
+        if self._heads != sorted((entries[0], k) for k, entries in self.buckets.items()):
+            raise AssertionError(f"queue heads {self._heads} are stale")
 
 
 # ---------------------------------------------------------------- the scheduler
@@ -633,6 +666,7 @@ class GangScheduler:
         """Raise if an invariant fails (tests call it after every event)."""
         for pool in self.pools:
             for cls in (_HP, _SPOT):
+                self.queues[pool][cls].check()
                 held = sum(
                     s
                     for jid, place in self.placement.items()
@@ -690,6 +724,11 @@ class GangScheduler:
                     rooms[info.full_free + spot_cards].append((info.ordinal, info.name))
             if [sorted(b) for b in rooms] != index.by_room:
                 raise AssertionError(f"{pool}: spot nodes by reclaim room are stale")
+            reach = [0] * len(index.by_reach)
+            for info in index.nodes.values():
+                reach[info.full_free + info.spot_cards] += 1
+            if reach != index.by_reach:
+                raise AssertionError(f"{pool}: nodes by free and spot cards {index.by_reach}")
             cards = [0] * (HP_SHARE_STEPS + 1)
             for info in index.nodes.values():
                 for gpu in self.cluster.nodes[info.name].gpus:
@@ -843,13 +882,7 @@ class GangScheduler:
         first that cannot be placed ends the pass."""
         while queue.size:
             room = self._quota_room(pool, now) if queue is self.queues[pool][_SPOT] else math.inf
-            best = None
-            for k in queue.keys:
-                if k > room + EPS:
-                    break
-                head = queue.buckets[k][0]
-                if best is None or head < best[1]:
-                    best = (k, head)
+            best = queue.first(room)
             if best is None:
                 return
             k, entry = best
@@ -939,8 +972,9 @@ class GangScheduler:
         state = self._state(pool, now)
         if self._failed.get(job.id) == state:
             return _NO_ROOM
-        if self.pools[pool].hp_slots(job.per_worker) < job.spec.workers:
-            # too little room without HP for its workers: every search fails until HP leaves
+        if self.pools[pool].hp_slots(job.per_worker) < job.spec.workers or self._no_room(job, pool):
+            # too little room for its workers (cards without HP; free and whole-GPU spot
+            # cards): every search fails until that grows
             self._remember_failure(job, pool, state, now)
             return _NO_ROOM
         if (
@@ -958,6 +992,22 @@ class GangScheduler:
         self._free_prefix = None  # read by that reclaim only
         self._remember_failure(job, pool, state, now)
         return _NO_ROOM
+
+    def _no_room(self, job: Job, pool: str) -> bool:
+        """Whether a whole-GPU HP job's search must fail, by the pool's reclaim room alone.
+
+        Each of its workers takes a node's free cards, its idle pods' cards and its
+        whole-GPU spot jobs' cards and no other (:meth:`_plan_free`, and
+        :meth:`_node_candidates`: a node is a candidate only while those cover the request
+        beside what earlier workers took there), so a node holds at most (free + spot +
+        idle cards) // request of them. With no idle pod in the pool,
+        :meth:`PoolIndex.reclaim_slots` bounds that sum: under the job's workers, its
+        search (free room, then reclaim) would find nothing and change nothing. It spares
+        the searches the failure memo does not: a blocked head's pool grows at every
+        release, most of them freeing fewer cards than it needs (issue 9: an HP backlog)."""
+        if job.fractional or self.host.warm.idle_nodes(pool):
+            return False
+        return self.pools[pool].reclaim_slots(int(job.per_worker)) < job.spec.workers
 
     def _state(self, pool: str, now: float) -> tuple[int, int, float | None, bool]:
         """What a search for room in ``pool`` reads: the pool's growth, the warm pools' (idle
