@@ -46,7 +46,14 @@ from stoker.core.core import Policies, ProfilePolicies
 from stoker.core.gfs import GFSConfig, GuaranteeLedger
 from stoker.core.gfs.jobs import restart_overhead
 from stoker.core.gfs.placement import eviction_score, fragmentation
-from stoker.core.gfs.preemption import Candidate, GFSVictims, PreemptContext
+from stoker.core.gfs.preemption import (
+    Candidate,
+    FGDVictims,
+    FifoVictims,
+    GFSVictims,
+    LyraVictims,
+    PreemptContext,
+)
 from stoker.core.gfs.quota import EtaController, StaticQuota, forecast_quota
 from stoker.core.policies import AlwaysOn, FittedKeepAlive
 from stoker.forecast.base import BatchPredictor
@@ -370,6 +377,22 @@ def test_reclaim_mixes_idle_pods_and_spot_on_one_node_for_a_gang() -> None:
     out = g.submit(spec("h", "hp", 2), 4.0)
     assert evicted(out) == ["s0"] and pod in [a.pod for a in out if isinstance(a, StopPod)]
     assert "h" in bound(out) and g.core.jobs["s1"].state is JobState.RUNNING
+
+
+@pytest.mark.parametrize("victims", [FifoVictims, FGDVictims, LyraVictims, GFSVictims])
+def test_a_gang_evicts_for_the_workers_free_room_did_not_take(victims) -> None:
+    # n0: its first card free, a spot job on the second. A 2-worker 1-GPU HP gang: worker
+    # 0 takes the free card, worker 1 needs the spot job's. A chooser by card order saw the
+    # free card worker 0 took as still free, chose no victim, and the gang waited (with a
+    # victim chosen short of its room, FGD evicted and failed at one instant for ever)
+    g = Gangs(cluster(2), static(victims=victims()))
+    g.submit(spec("s0", "spot", 1, dur=1e5), 0.0)
+    g.submit(spec("s", "spot", 1, dur=1e5), 0.0)
+    assert g.cards("s0") == ["n0/0"]
+    g.finish("s0", 5.0)
+    out = g.submit(spec("h", "hp", 1, 2), 10.0)
+    assert evicted(out) == ["s"]
+    assert "h" in bound(out) and len(set(g.cards("h"))) == 2
 
 
 def test_fractional_hp_takes_a_standby_share() -> None:

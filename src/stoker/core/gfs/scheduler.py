@@ -1560,7 +1560,14 @@ class GangScheduler:
                     info.ordinal,
                     float(free + len(cards)),
                     victims,
-                    card_order=partial(self._card_order, name, held, [g for _, g in cards]),
+                    card_order=partial(
+                        self._card_order,
+                        name,
+                        held,
+                        [g for _, g in cards],
+                        evicted,
+                        gang.taken.get(name, 0) - used_idle,
+                    ),
                 )
                 if cand.no_hp < need - EPS:
                     continue
@@ -1616,19 +1623,40 @@ class GangScheduler:
         return out
 
     def _card_order(
-        self, name: str, held: list[tuple[str, list[str]]], idle: list[str]
+        self,
+        name: str,
+        held: list[tuple[str, list[str]]],
+        idle: list[str],
+        evicted: dict[str, Job],
+        taken: int,
     ) -> tuple[tuple[str, str | None], ...]:
         """A node's cards a reclaim may use, in card order, each with the spot job holding
-        it (None: free, or idle pods): :attr:`Candidate.cards`."""
+        it (None: free, or idle pods): :attr:`Candidate.cards`. As the plan stands: the
+        cards of victims already chosen are free, and the first ``taken`` free ones are
+        left out (the plan's earlier workers took them). Listed as free in the books, a
+        chooser by card order (``first_cards``) would pick them again and evict too little:
+        the HP job then fails on its victims' room, and evicts again (a livelock at one
+        instant on FGD's 184 days)."""
         holder: dict[str, str] = {}  # card -> the spot job holding it whole
         for jid, mine in held:
             holder.update(dict.fromkeys(mine, jid))
         idle_ids = set(idle)
-        return tuple(
-            (g.id, holder.get(g.id))
-            for g in self.cluster.nodes[name].gpus
-            if g.id in holder or g.id in idle_ids or g.used < EPS
-        )
+        freed = {
+            gid
+            for v in evicted.values()
+            for n, gid, share in self.placement[v.id]
+            if n == name and share >= 1.0 - EPS
+        }
+        order: list[tuple[str, str | None]] = []
+        for g in self.cluster.nodes[name].gpus:
+            if g.id in holder or g.id in idle_ids:
+                order.append((g.id, holder.get(g.id)))
+            elif g.used < EPS or g.id in freed:
+                if taken > 0:
+                    taken -= 1
+                    continue
+                order.append((g.id, None))
+        return tuple(order)
 
     def _card_candidates(
         self,
