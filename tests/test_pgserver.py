@@ -86,3 +86,65 @@ def test_a_stopped_server_leaves_no_watchdog() -> None:
     server.stop()
     assert watchdog.poll() is not None, "the watchdog outlived a clean stop"
     assert not server.root.exists()
+
+
+# initdb here stands in for PostgreSQL's own (not ours): it marks that it runs, with its
+# pid, and waits, so the owner can be killed while the cluster is being made
+SLOW_INITDB = """#!/bin/sh
+echo $$ > initdb-running
+exec sleep 120
+"""
+
+OWNER_IN_INITDB = """
+import sys
+from pathlib import Path
+from stoker.broker.pgserver import PgServer
+server = PgServer()
+server.bindir = Path(sys.argv[1])
+print(server.root, flush=True)
+server.start()
+"""
+
+
+def test_an_owner_killed_during_initdb_leaves_no_directory() -> None:
+    import shutil
+    import tempfile
+
+    from stoker.broker.pgserver import PostgresMissing, find_bindir
+
+    try:
+        find_bindir()
+    except PostgresMissing as exc:
+        _missing(str(exc))
+    bindir = Path(tempfile.mkdtemp(prefix="stoker-test-initdb-"))
+    bindir.chmod(0o755)  # the server's user runs it
+    (bindir / "initdb").write_text(SLOW_INITDB)
+    (bindir / "initdb").chmod(0o755)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER_IN_INITDB, str(bindir)], stdout=subprocess.PIPE, text=True
+    )
+    initdb: int | None = None
+    root: Path | None = None
+    try:
+        assert owner.stdout is not None
+        root = Path(owner.stdout.readline().strip())
+        mark = root / "initdb-running"
+        deadline = time.monotonic() + 60
+        while not (mark.exists() and mark.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        initdb = int(mark.read_text())
+        owner.send_signal(signal.SIGKILL)  # no finally, no atexit: only the watchdog acts
+        owner.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while root.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not root.exists(), "a server directory outlived an owner killed in initdb"
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+        if initdb is not None and _alive(initdb):
+            os.kill(initdb, signal.SIGKILL)
+        if root is not None:
+            shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(bindir, ignore_errors=True)

@@ -85,10 +85,11 @@ class PgServer:
                     " creates it)"
                 ) from None
             os.chown(self.root, pw.pw_uid, pw.pw_gid)
-        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
         # The watchdog holds the read end of a pipe only this process writes to: when this
         # process ends, however it ends, the pipe closes and the watchdog stops the server
-        # and removes its directory. Its own session keeps a terminal's Ctrl-C off it.
+        # and removes its directory. Started before initdb, so an owner killed while the
+        # cluster is being made leaves nothing either. Its own session keeps a terminal's
+        # Ctrl-C off it.
         self._watchdog = subprocess.Popen(
             [
                 sys.executable,
@@ -102,6 +103,7 @@ class PgServer:
             stdin=subprocess.PIPE,
             start_new_session=True,
         )
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
         opts = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c fsync=off"
         self.running = True  # from here on stop() tries pg_ctl stop
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", opts, "-w", "start")
