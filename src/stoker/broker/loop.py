@@ -31,7 +31,6 @@ from stoker.core import (
     BindJob,
     Cluster,
     Core,
-    CoreError,
     Event,
     Failure,
     ForecastUpdated,
@@ -66,19 +65,17 @@ from stoker.core import (
     Tick,
 )
 from stoker.core.reconcile import (
-    LEGACY_MORE_GPUS,
     AgentReport,
     Await,
     Finish,
     Lost,
     Outcome,
     Rebind,
-    legacy_nodes,
-    node_added,
+    implied_node,
     node_change,
     node_events,
     reconcile_job,
-    replay_agrees,
+    replay_into,
 )
 from stoker.forecast import DEFAULT_FORECASTER
 from stoker.runtime.base import (
@@ -272,20 +269,6 @@ def decode_event(ev: StoredEvent) -> Event:
     raise ValueError(f"stored event {ev.seq}: unknown kind {ev.kind!r}")
 
 
-def _replay_into(
-    core: Core, implied: Event | None, events: list[tuple[Event, float]], now: float
-) -> float:
-    """Hand ``core`` the logged events (``implied`` first, at the first one's time) and
-    return the last time handed. Times never go back: an event logged with an earlier
-    clock is handed at the latest time so far."""
-    if implied is not None and events:
-        core.handle(implied, events[0][1])
-    for event, at in events:
-        core.handle(event, max(at, now))
-        now = max(now, at)
-    return now
-
-
 class Refused(Exception):
     """A job the core refuses: it could never start on this cluster (``refusal`` names
     the field and says why). Nothing of it was stored."""
@@ -384,7 +367,7 @@ class Scheduler:
         before). A store written before the local node was logged begins with other
         events: its node is taken as there from the start, the one the first broker after
         that change logged, or, on that first start, the one the log implies
-        (:meth:`_implied_node`), which is returned: still to be logged."""
+        (:func:`stoker.core.reconcile.implied_node`), which is returned: still to be logged."""
         events = [(decode_event(ev), ev.at) for ev in stored]
         implied: Event | None = None
         unlogged: NodeAdded | None = None
@@ -393,34 +376,12 @@ class Scheduler:
                 (e for e in stored if e.kind == "node_added" and e.data["name"] == _NODE), None
             )
             if first is None:
-                implied = unlogged = self._implied_node(events, local)
+                rows = self.store.unfinished_jobs()
+                implied = unlogged = implied_node(self._new_core, local, events, rows, self._now)
             else:
                 implied = decode_event(first)
-        self._now = _replay_into(self.core, implied, events, self._now)
+        self._now = replay_into(self.core, implied, events, self._now)
         return unlogged
-
-    def _implied_node(self, events: list[tuple[Event, float]], local: Node) -> NodeAdded:
-        """The node a log from before this host's node was logged ran on: the first of
-        :func:`stoker.core.reconcile.legacy_nodes` (this host's as configured now, then
-        with more GPUs, then fewer) on which it replays and leaves the stored unfinished
-        jobs as stored (:func:`stoker.core.reconcile.replay_agrees`), so a host that also
-        lost GPUs in the upgrade's restart replays on the GPUs it had, and meets the loss
-        as its node's change after."""
-        rows = self.store.unfinished_jobs()
-        for node in legacy_nodes(local):
-            core = self._new_core()
-            try:
-                _replay_into(core, node_added(node), events, self._now)
-            except CoreError:
-                continue  # a job the log accepted is refused here: not the node it ran on
-            if replay_agrees(core.jobs, rows):
-                return node_added(node)
-        raise RuntimeError(
-            "the store was written before this host's node was logged, and on none of the "
-            f"nodes tried (this host's {len(local.gpus)} GPUs, up to {LEGACY_MORE_GPUS} more, "
-            "or fewer) does its log replay as stored: start this broker once with the config "
-            "that wrote it, then change the config"
-        )
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -24,12 +24,13 @@ place (:class:`~stoker.core.events.NodeChanged`), so the pods on the cards it ke
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from stoker.core.events import NodeAdded, NodeChanged, NodeRemoved
-from stoker.core.model import GPU, Failure, Job, JobState, Node
+from stoker.core.core import Core
+from stoker.core.events import Event, NodeAdded, NodeChanged, NodeRemoved
+from stoker.core.model import GPU, CoreError, Failure, Job, JobState, Node
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +162,7 @@ def legacy_nodes(local: Node, more: int = LEGACY_MORE_GPUS) -> Iterator[Node]:
     likeliest first: this host's as configured now, then with 1 to ``more`` GPUs more
     (named on from its last GPU id's number, as the runtime names them: ``vgpu1`` ->
     ``vgpu2``; none when it has no GPU to name them by), then with fewer (its first
-    ones). The broker takes the first on which the log replays and
+    ones). :func:`implied_node` takes the first on which the log replays and
     :func:`replay_agrees`."""
     yield local
     named = re.fullmatch(r"(.*?)(\d+)", local.gpus[-1].id) if local.gpus else None
@@ -192,3 +193,47 @@ def replay_agrees(jobs: Mapping[str, Job], stored: Sequence[Mapping[str, Any]]) 
         if j.state is not JobState.FINISHED
     }
     return held == rows
+
+
+def replay_into(
+    core: Core, implied: Event | None, events: Sequence[tuple[Event, float]], now: float
+) -> float:
+    """Hand ``core`` the logged events (``implied`` first, at the first one's time) and
+    return the last time handed. Times never go back: an event logged with an earlier
+    clock is handed at the latest time so far."""
+    if implied is not None and events:
+        core.handle(implied, events[0][1])
+    for event, at in events:
+        core.handle(event, max(at, now))
+        now = max(now, at)
+    return now
+
+
+def implied_node(
+    new_core: Callable[[], Core],
+    local: Node,
+    events: Sequence[tuple[Event, float]],
+    stored: Sequence[Mapping[str, Any]],
+    now: float,
+) -> NodeAdded:
+    """The node a log from before this host's node was logged ran on: the first of
+    :func:`legacy_nodes` (this host's as configured now, then with more GPUs, then fewer)
+    on which the log replays into a fresh core (``new_core``) and leaves the stored
+    unfinished jobs (``stored``: their rows) as stored (:func:`replay_agrees`), so a host
+    that also lost GPUs in the upgrade's restart replays on the GPUs it had and meets the
+    loss as its node's change after. Raises RuntimeError when none does: replaying on a
+    wrong node could run a job twice."""
+    for node in legacy_nodes(local):
+        core = new_core()
+        try:
+            replay_into(core, node_added(node), events, now)
+        except CoreError:
+            continue  # a job the log accepted is refused here: not the node it ran on
+        if replay_agrees(core.jobs, stored):
+            return node_added(node)
+    raise RuntimeError(
+        "the store was written before this host's node was logged, and on none of the "
+        f"nodes tried (this host's {len(local.gpus)} GPUs, up to {LEGACY_MORE_GPUS} more, "
+        "or fewer) does its log replay as stored: start this broker once with the config "
+        "that wrote it, then change the config"
+    )
