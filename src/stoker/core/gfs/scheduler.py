@@ -1410,8 +1410,11 @@ class GangScheduler:
         blocked = self._blocked(job, now)
         gang = GangPlan(self.pools[pool], exclude=blocked)  # whole-GPU workers: node -> cards
         shares: dict[str, float] = {}  # fractional workers: gpu -> share planned
-        freed: dict[str, int] = {}  # node -> whole cards freed by chosen spot victims
+        freed: dict[str, set[str]] = {}  # node -> whole cards freed by chosen spot victims
         idle_used: dict[str, None] = {}  # idle-only cards already counted
+        # each node's candidate as the plan stands, kept until the plan touches the node
+        # (a worker taking it, a victim there): a big gang's workers read the same nodes
+        seen: dict[str, Candidate | None] = {}
         stop: dict[str, Pod] = {}
         # the free-room plan that just failed for this HP job placed its first ``known``
         # workers as the loop below would (no victim yet) and found no room for the next:
@@ -1451,12 +1454,13 @@ class GangScheduler:
                 )
                 if node is not None and node not in freed:
                     gang.take(node, int(need))
+                    seen.pop(node, None)
                     continue
             if job.fractional:
                 cands = self._card_candidates(job, evicted, shares, stop, now, spot, blocked)
             else:
                 cands = self._node_candidates(
-                    job, evicted, gang, freed, idle, idle_used, now, spot, not free_first
+                    job, evicted, gang, freed, idle, idle_used, seen, now, spot, not free_first
                 )
             if not cands:
                 return None
@@ -1470,9 +1474,10 @@ class GangScheduler:
             cand, victims = pick
             for v in victims:
                 evicted[v.id] = v
-                for n, _, s in self.placement[v.id]:
+                for n, gid, s in self.placement[v.id]:
+                    seen.pop(n, None)
                     if s >= 1.0 - EPS:
-                        freed[n] = freed.get(n, 0) + 1
+                        freed.setdefault(n, set()).add(gid)
             if job.fractional:
                 gid = cand.gpu or ""
                 room = self.cluster.gpus[gid].free - shares.get(gid, 0.0)
@@ -1494,7 +1499,8 @@ class GangScheduler:
                 node = cand.node
                 info = self.nodes[node]
                 used_idle = sum(1 for _, gid in idle.get(node, ()) if gid in idle_used)
-                room = info.full_free - gang.taken.get(node, 0) + freed.get(node, 0) + used_idle
+                room = info.full_free - gang.taken.get(node, 0) + used_idle
+                room += len(freed.get(node, ()))
                 short = int(need) - room
                 for _, gid in idle.get(node, ()):
                     if short <= 0:
@@ -1506,6 +1512,7 @@ class GangScheduler:
                     for owner in self.cluster.gpus[gid].allocs:
                         stop[owner] = self.pods[owner]
                 gang.take(node, int(need))
+                seen.pop(node, None)
         return list(stop.values()), evicted
 
     def _evictable(self, victim: Job, now: float) -> bool:
@@ -1516,9 +1523,10 @@ class GangScheduler:
         job: Job,
         evicted: dict[str, Job],
         gang: GangPlan,
-        freed: dict[str, int],
+        freed: dict[str, set[str]],
         idle: dict[str, list[tuple[tuple[int, float], str]]],
         idle_used: dict[str, None],
+        seen: dict[str, Candidate | None],
         now: float,
         spot: bool,
         free_nodes: bool = False,
@@ -1529,55 +1537,62 @@ class GangScheduler:
         from its reclaim-room index (their room is their free cards and their whole-GPU
         spot jobs' cards), only the buckets and nodes the chooser reads; with
         ``free_nodes``, nodes with free room only, a bounded scan per free count as
-        placement does."""
+        placement does. ``seen``: each node's candidate (None: not one) as the plan stands,
+        read and filled here, emptied by the plan for the nodes it touches."""
         need = int(job.per_worker)
         pool = self.pools[self.pool_of(job)]
+
+        def one(name: str) -> Candidate | None:
+            info = self.nodes[name]
+            if info.total < need or name in gang.exclude:
+                return None
+            cards = [(c, g) for c, g in idle.get(name, ()) if g not in idle_used]
+            # the plan counts the idle cards earlier workers stop too: those are not free room
+            used_idle = len(idle.get(name, ())) - len(cards)
+            freed_here = freed.get(name, set())
+            free = info.full_free - gang.taken.get(name, 0) + len(freed_here) + used_idle
+            victims: list[tuple[Job, float]] = []
+            held: list[tuple[str, list[str]]] = []  # each victim and the cards it holds here
+            # spot on the node's cards that carry no HP (a whole-GPU worker's cards never do)
+            if spot:
+                for jid, mine in self.node_jobs[name].items():
+                    v = self.jobs[jid]
+                    if jid in evicted or v.fractional or not self._evictable(v, now):
+                        continue
+                    held.append((jid, mine))
+                    victims.append((v, float(len(mine))))
+            if not victims and not cards and not (free_nodes and free >= need - EPS):
+                return None
+            cand = Candidate(
+                name,
+                info.ordinal,
+                float(free + len(cards)),
+                victims,
+                card_order=partial(
+                    self._card_order,
+                    name,
+                    held,
+                    [g for _, g in cards],
+                    freed_here,
+                    gang.taken.get(name, 0) - used_idle,
+                ),
+            )
+            if cand.no_hp < need - EPS:
+                return None
+            # the idle cards it would stop, cheapest first
+            short = max(0, int(need) - int(free))
+            cand.cost = (
+                sum(c[0] for c, _ in cards[:short]),
+                sum(c[1] for c, _ in cards[:short]),
+            )
+            return cand
 
         def build(names: Iterable[str]) -> list[Candidate]:
             out = []
             for name in names:
-                info = self.nodes[name]
-                if info.total < need or name in gang.exclude:
-                    continue
-                cards = [(c, g) for c, g in idle.get(name, ()) if g not in idle_used]
-                # the plan counts the idle cards earlier workers stop too: those are not free room
-                used_idle = len(idle.get(name, ())) - len(cards)
-                free = info.full_free - gang.taken.get(name, 0) + freed.get(name, 0) + used_idle
-                victims: list[tuple[Job, float]] = []
-                held: list[tuple[str, list[str]]] = []  # each victim and the cards it holds here
-                # spot on the node's cards that carry no HP (a whole-GPU worker's cards never do)
-                if spot:
-                    for jid, mine in self.node_jobs[name].items():
-                        v = self.jobs[jid]
-                        if jid in evicted or v.fractional or not self._evictable(v, now):
-                            continue
-                        held.append((jid, mine))
-                        victims.append((v, float(len(mine))))
-                if not victims and not cards and not (free_nodes and free >= need - EPS):
-                    continue
-                cand = Candidate(
-                    name,
-                    info.ordinal,
-                    float(free + len(cards)),
-                    victims,
-                    card_order=partial(
-                        self._card_order,
-                        name,
-                        held,
-                        [g for _, g in cards],
-                        evicted,
-                        gang.taken.get(name, 0) - used_idle,
-                    ),
-                )
-                if cand.no_hp < need - EPS:
-                    continue
-                # the idle cards it would stop, cheapest first
-                short = max(0, int(need) - int(free))
-                cand.cost = (
-                    sum(c[0] for c, _ in cards[:short]),
-                    sum(c[1] for c, _ in cards[:short]),
-                )
-                out.append(cand)
+                cand = seen[name] if name in seen else seen.setdefault(name, one(name))
+                if cand is not None:
+                    out.append(cand)
             return out
 
         heads: dict[int, list[str]] = {}
@@ -1627,12 +1642,13 @@ class GangScheduler:
         name: str,
         held: list[tuple[str, list[str]]],
         idle: list[str],
-        evicted: dict[str, Job],
+        freed: set[str],
         taken: int,
     ) -> tuple[tuple[str, str | None], ...]:
         """A node's cards a reclaim may use, in card order, each with the spot job holding
         it (None: free, or idle pods): :attr:`Candidate.cards`. As the plan stands: the
-        cards of victims already chosen are free, and the first ``taken`` free ones are
+        cards of victims already chosen (``freed``, kept by the plan as it goes: a big
+        gang's victims are many) are free, and the first ``taken`` free ones are
         left out (the plan's earlier workers took them). Listed as free in the books, a
         chooser by card order (``first_cards``) would pick them again and evict too little:
         the HP job then fails on its victims' room, and evicts again (a livelock at one
@@ -1641,12 +1657,6 @@ class GangScheduler:
         for jid, mine in held:
             holder.update(dict.fromkeys(mine, jid))
         idle_ids = set(idle)
-        freed = {
-            gid
-            for v in evicted.values()
-            for n, gid, share in self.placement[v.id]
-            if n == name and share >= 1.0 - EPS
-        }
         order: list[tuple[str, str | None]] = []
         for g in self.cluster.nodes[name].gpus:
             if g.id in holder or g.id in idle_ids:
