@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 
 import pytest
 
-from leaks import leftovers
+from leaks import leftovers, reap
 from stoker.core import (
     Action,
     BindJob,
@@ -157,13 +157,15 @@ def driver() -> Driver:
 @pytest.fixture(autouse=True)
 def _nothing_outlives_the_test(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fail the test that left a sandbox, process, pod cgroup or workspace mount under its
-    own ``tmp_path`` (checked after every other fixture of it has been torn down)."""
+    own ``tmp_path`` (checked after every other fixture of it has been torn down), and stop
+    what it left."""
     if "tmp_path" not in request.fixturenames:
         yield
         return
     root = request.getfixturevalue("tmp_path")  # set up before (so torn down after) ours
     yield
     if left := leftovers(root):
+        reap(left)  # a failing test must not leak past the run either
         pytest.fail(f"{request.node.nodeid} left {left}", pytrace=False)
 
 
@@ -174,6 +176,7 @@ def _nothing_outlives_the_suite(tmp_path_factory: pytest.TempPathFactory) -> Ite
     yield
     left = leftovers(tmp_path_factory.getbasetemp())
     if left:
+        reap(left)
         pytest.fail(f"the suite left {left}", pytrace=False)
 
 

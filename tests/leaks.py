@@ -7,7 +7,11 @@ other suites) never count."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,3 +67,40 @@ def _mounts_below(root: Path) -> tuple[str, ...]:
         if point.startswith(f"{root}/"):
             found.append(point)
     return tuple(sorted(found))
+
+
+def reap(left: Leftovers, timeout_s: float = 10.0) -> None:
+    """Stop what a failed test left (its processes and their cgroups' members killed, the
+    cgroups removed, the mounts detached), so that a test that fails leaks nothing past the
+    run: the failure is still reported, from ``left``."""
+    for line in left.processes:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(int(line.split(" ", 1)[0]), signal.SIGKILL)
+    deadline = time.monotonic() + timeout_s
+    # deepest first: a v2 group is removed only once its children are
+    for group in sorted(left.cgroups, key=lambda g: g.count("/"), reverse=True):
+        path = Path(group)
+        kill = path / "cgroup.kill"
+        with contextlib.suppress(OSError):
+            kill.write_text("1")
+        while time.monotonic() < deadline:
+            try:
+                pids = [int(p) for p in (path / "cgroup.procs").read_text().split()]
+            except OSError:
+                break
+            if not pids:
+                break
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.01)
+        while time.monotonic() < deadline:
+            try:
+                path.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.01)
+    for point in sorted(left.mounts, key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], check=False, capture_output=True)

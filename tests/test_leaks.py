@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from leaks import leftovers
+from leaks import leftovers, reap
 from stoker.broker.bench import BrokerProcess, run_bench, run_demo
 
 pytestmark = [
@@ -165,4 +165,18 @@ def test_down_stops_the_pods_a_killed_broker_left(tmp_path: Path) -> None:
         timeout=120,
     )
     assert down.returncode == 0 and "stopped 1 pods" in down.stderr, down.stderr
+    assert not leftovers(tmp_path), leftovers(tmp_path)
+
+
+def test_what_a_failed_test_left_is_reaped(tmp_path: Path) -> None:
+    """The suite's leak check stops what a failing test left (a crashed broker's pods:
+    sandboxes, their cgroups and workspace mounts), so a test that fails before its own
+    clean-up leaks nothing past the run."""
+    no_standby = [{"name": "plain", "share": 1.0, "standby_share": 0.0}]
+    bp = BrokerProcess(tmp_path / "data", no_standby, gpu_slots=2)
+    _running(_api(bp), SLEEP)
+    bp.kill()  # as a failing test would leave it: nobody stops the pods
+    left = leftovers(tmp_path)
+    assert left.sandboxes >= 1 and left.cgroups, left
+    reap(left)
     assert not leftovers(tmp_path), leftovers(tmp_path)
