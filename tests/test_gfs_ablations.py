@@ -343,6 +343,22 @@ def test_reserve_gangs_reserves_only_for_gangs_of_multi_card_workers() -> None:
     assert bound(_gang_run("gfs-reserve-gangs", 2, 2)[-1]) == []
 
 
+def test_backfill_still_tries_a_smaller_gang_after_a_larger_one_found_no_room() -> None:
+    g = Gangs(cluster(4, 4, 4), "gfs-reserve")
+    g.submit(spec("h0", "hp", 4, dur=20_000), 0.0)  # n0
+    g.submit(spec("h1", "hp", 4, dur=7_200), 0.0)  # n1
+    g.submit(spec("h2", "hp", 2, dur=20_000), 0.0)  # n2: two cards free
+    g.submit(spec("gang", "hp", 2, workers=2, dur=1e4), 10.0)
+    # after its hour the gang reserves n2's free slot and n1's first (both by 7,200 s);
+    # two jobs of its bucket that end before then come: two 2-GPU workers find one slot
+    # (no room), one 2-GPU worker fits on n2: the backfill skips only jobs asking as much
+    # as the one that failed
+    assert bound(g.submit(spec("a2", "hp", 2, workers=2, dur=1_000), 3_700.0)) == []
+    assert g.core.gangs._reserved == {"A": ("gang", frozenset({"n1", "n2"}), 7_200.0)}
+    assert bound(g.submit(spec("b1", "hp", 2, dur=1_000), 3_700.0)) == ["b1"]
+    assert g.nodes("b1") == {"n2"}
+
+
 def test_reserve_counts_each_slot_of_a_node_by_its_own_drain() -> None:
     g = Gangs(cluster(8, 8), "gfs-reserve")
     for i in range(8):

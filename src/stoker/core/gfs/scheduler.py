@@ -864,18 +864,46 @@ class GangScheduler:
     def _backfill(self, queue: _Queue, k: float, head: Job, now: float, out: list[Action]) -> None:
         """The skip rule's premise (a bucket's later jobs fail as its head did) does not
         hold beside a reservation: a later job that ends before the reserved nodes drain
-        may go there. Try those (by their known run times) in the bucket's order."""
-        held = self._reserved.get(self.pool_of(head))
+        may go there. Try those (by their known run times) in the bucket's order.
+
+        Every job tried here sees the same nodes (none reserved against it) and the same
+        quota, so once one fails acting on nothing, a later one asking as much fails alike
+        and is not tried: as many workers where it found no room, as many GPUs where it
+        was over a plain quota (no ``oversize_alone``, no ``lend_fragments``). An HP job
+        that could be the pass's reservation candidate is tried still. Spot jobs of a
+        bucket go by their workers, so the first such failure ends the spot bucket
+        (Philly: thousands of 1-GPU HP and spot jobs were tried one by one at every
+        pass)."""
+        pool = self.pool_of(head)
+        held = self._reserved.get(pool)
         if held is None:
             return
+        no_room = over_quota = math.inf  # the fewest workers, the fewest GPUs that failed
+        plain_quota = not (self.config.oversize_alone or self.config.lend_fragments)
         for entry in queue.buckets[k][1:]:
             job = self.jobs[entry[1]]
-            if (
-                job.state is JobState.QUEUED
-                and _ends_by(job, now, held[2])
-                and self._try_start(job, now, out) == _STARTED
-            ):
+            if job.state is not JobState.QUEUED or not _ends_by(job, now, held[2]):
+                continue
+            if job.spec.workers >= no_room or job.gpus >= over_quota - EPS:
+                if job.job_class is _SPOT and queue.fewer_workers:
+                    return  # the later ones ask at least as much
+                if job.job_class is _SPOT:
+                    continue
+                if pool in self._to_reserve or not self._may_reserve(job, now):
+                    if no_room <= 1 and pool in self._to_reserve:
+                        return  # every later job fails alike
+                    continue
+            acted = len(out)
+            result = self._try_start(job, now, out)
+            if result == _STARTED:
                 queue.remove(k, entry)
+            elif result == _HOLD:
+                return  # room is being freed for a job: no spot job starts
+            elif len(out) == acted and job.id not in self._awaiting:
+                if result == _NO_ROOM:
+                    no_room = min(no_room, job.spec.workers)
+                elif plain_quota:  # over the spot quota
+                    over_quota = min(over_quota, job.gpus)
 
     def _pass_stop(self, queue: _Queue, pool: str, now: float, out: list[Action]) -> None:
         """The queue's order among the jobs within the spot quota (every job for HP); the
