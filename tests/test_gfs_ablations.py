@@ -190,6 +190,7 @@ def test_only_the_reserve_presets_reserve() -> None:
         "gfs-reserve-multi-day": (86_400.0, 2.0, 1),
         "gfs-reserve-gangs": (math.inf, 2.0, 2),
     }
+    assert {n for n, c in configs.items() if c.reserve_smaller_first} == {"gfs-reserve-gangs"}
 
 
 def _reserve_run(name: str, cancel: bool = False) -> tuple[Gangs, list[list[Action]]]:
@@ -340,6 +341,37 @@ def test_reserve_gangs_reserves_only_for_gangs_of_multi_card_workers() -> None:
     assert bound(multi[-1]) == [] and gangs == gfs
     # two workers of two cards: it reserves n1 (both fit there) and holds the freed card
     assert bound(_gang_run("gfs", 2, 2)[-1]) == ["sp"]
+    assert bound(_gang_run("gfs-reserve-gangs", 2, 2)[-1]) == []
+
+
+def _smaller_run(name: str, smaller_first: bool | None = None) -> tuple[dict, list[list[Action]]]:
+    """Two 4-GPU nodes full of 1-GPU HP jobs (n0's run to 20,000 s, n1's to 7,200 s), a
+    2 x 2-GPU HP gang queued at 10 s, a 1-GPU HP job (small, run past 7,200 s) at 3,700 s
+    (the pass after the gang's hour), one of n1's jobs ending at 5,000 s. The reservations
+    after small came, and every event's actions."""
+    p = preset(name)
+    if smaller_first is not None:
+        p.policies.gangs.reserve_smaller_first = smaller_first
+    g = Gangs(cluster(4, 4), p.policies)
+    log = [g.submit(spec(f"s{i}", "hp", 1, dur=20_000 if i < 4 else 7_200), 0.0) for i in range(8)]
+    log.append(g.submit(spec("gang", "hp", 2, workers=2, dur=1e4), 10.0))
+    log.append(g.submit(spec("small", "hp", 1, dur=1e5), 3_700.0))
+    reserved = dict(g.core.gangs._reserved)
+    log.append(g.finish("s4", 5_000.0))
+    return reserved, log
+
+
+def test_reserve_gangs_does_not_reserve_while_a_smaller_hp_job_waits() -> None:
+    # without the bound the gang reserves n1 though a 1-GPU HP job waits for any card:
+    # the card n1 frees at 5,000 s is held for the gang (small runs past n1's drain)
+    reserved, log = _smaller_run("gfs-reserve-gangs", smaller_first=False)
+    assert reserved == {"A": ("gang", frozenset({"n1"}), 7_200.0)} and bound(log[-1]) == []
+    # with it (the preset's) small waiting after the HP pass keeps the gang from reserving:
+    # the freed card goes to small, every action GFS's
+    reserved, log = _smaller_run("gfs-reserve-gangs")
+    assert reserved == {} and bound(log[-1]) == ["small"]
+    assert log == _smaller_run("gfs")[1]
+    # with only spot waiting beside it the gang still reserves (and holds the card)
     assert bound(_gang_run("gfs-reserve-gangs", 2, 2)[-1]) == []
 
 

@@ -130,6 +130,13 @@ class GFSConfig:
     # behind a waiting gang (they go by submit time, not by workers), so a gang's
     # reservation, beside which they backfill, is where GFS leaves the most room unused
     reserve_min_workers: int = 1
+    # stoker's ``gfs-reserve-gangs`` (with ``reserve_after_s``): smaller HP jobs first. A
+    # job reserves only when, after the HP pass, no HP job of a smaller per-worker request
+    # waits in its pool. One that waits finds no card at all (it needs fewer than the gang's
+    # workers), so the pool is short of cards for HP, not fragmented: a reservation there
+    # only hands the cards to the gang ahead of the many small jobs (Philly contended),
+    # where GFS's skip rule leaves the gang waiting and the small jobs served
+    reserve_smaller_first: bool = False
     grace_s: float = 0.0  # an evicted spot job's SIGTERM-to-SIGKILL grace
     # the authors' gate (every policy's ``simulate``): with a window (start, end), no spot
     # job starts before ``start``, the quota holds in [start, end) and none after; HP
@@ -147,6 +154,8 @@ class GFSConfig:
             raise ValueError(f"lend_idle must be in [0, 1], got {self.lend_idle}")
         if not self.reserve_after_s >= 0:
             raise ValueError(f"reserve_after_s must be >= 0, got {self.reserve_after_s}")
+        if self.reserve_smaller_first and QUEUE_ORDERS[self.queue].stop:
+            raise ValueError("reserve_smaller_first needs a queue by request (the skip rule)")
         if not self.reserve_within_s > 0:
             raise ValueError(f"reserve_within_s must be > 0, got {self.reserve_within_s}")
         for name in (
@@ -837,7 +846,11 @@ class GangScheduler:
                 self._pass_skip(queue, now, out)
             if cls is _HP and self._to_reserve:
                 job = self._to_reserve.pop(pool, None)
-                if job is not None and pool not in self._reserved:
+                if (
+                    job is not None
+                    and pool not in self._reserved
+                    and not self._smaller_waits(job, queue)
+                ):
                     self._reserve(job, pool, now)
 
     def _pass_skip(self, queue: _Queue, now: float, out: list[Action]) -> None:
@@ -988,7 +1001,8 @@ class GangScheduler:
         result = self._try_start_hp(job, pool, now, out)
         if result == _NO_ROOM and self._may_reserve(job, now):
             first = self._to_reserve.setdefault(pool, job)
-            if pool not in self._reserved:
+            # smaller HP jobs first: whether one waits is known only after the HP pass
+            if pool not in self._reserved and not self.config.reserve_smaller_first:
                 self._reserve(first, pool, now)
         return result
 
@@ -1080,6 +1094,12 @@ class GangScheduler:
             and job.spec.workers >= self.config.reserve_min_workers
             and job.id not in self._awaiting
         )
+
+    def _smaller_waits(self, job: Job, queue: _Queue) -> bool:
+        """With ``reserve_smaller_first``: whether an HP job of a smaller per-worker request
+        than ``job``'s waits in its pool's HP ``queue`` (after the pass: it found no room)."""
+        # the skip rule's HP buckets are -request, ascending: a smaller request's is later
+        return self.config.reserve_smaller_first and queue.keys[-1] > queue.bucket(job) + EPS
 
     def _reserve(self, job: Job, pool: str, now: float) -> None:
         """Reserve for ``job`` the nodes that will hold it soonest (:meth:`_plan_reserve`), in
