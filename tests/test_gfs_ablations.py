@@ -375,6 +375,24 @@ def test_reserve_gangs_does_not_reserve_while_a_smaller_hp_job_waits() -> None:
     assert bound(_gang_run("gfs-reserve-gangs", 2, 2)[-1]) == []
 
 
+def test_reserve_gangs_gives_its_reservation_up_when_a_smaller_hp_job_comes() -> None:
+    g = Gangs(cluster(4, 4), "gfs-reserve-gangs")
+    for i in range(8):
+        g.submit(spec(f"s{i}", "hp", 1, dur=20_000 if i < 4 else 7_200), 0.0)
+    g.submit(spec("gang", "hp", 2, workers=2, dur=1e4), 10.0)
+    g.submit(spec("sp", "spot", 1, dur=1e5), 3_700.0)  # the pass after the gang's hour
+    assert g.core.gangs._reserved == {"A": ("gang", frozenset({"n1"}), 7_200.0)}
+    # a 1-GPU HP job comes and finds no card: the reservation is given up after that pass,
+    # and the card n1 frees next goes to it (it runs past n1's drain: held, it would wait)
+    assert bound(g.submit(spec("small", "hp", 1, dur=1e5), 4_000.0)) == []
+    assert g.core.gangs._reserved == {}
+    assert bound(g.finish("s4", 5_000.0)) == ["small"]
+    # once no smaller job waits the gang reserves again: one slot of n1 by 7,200 s (small
+    # holds one of its cards), one of n0 by 20,000 s
+    g.finish("s5", 5_100.0)
+    assert g.core.gangs._reserved == {"A": ("gang", frozenset({"n0", "n1"}), 20_000.0)}
+
+
 def test_backfill_still_tries_a_smaller_gang_after_a_larger_one_found_no_room() -> None:
     g = Gangs(cluster(4, 4, 4), "gfs-reserve")
     g.submit(spec("h0", "hp", 4, dur=20_000), 0.0)  # n0

@@ -132,10 +132,11 @@ class GFSConfig:
     reserve_min_workers: int = 1
     # stoker's ``gfs-reserve-gangs`` (with ``reserve_after_s``): smaller HP jobs first. A
     # job reserves only when, after the HP pass, no HP job of a smaller per-worker request
-    # waits in its pool. One that waits finds no card at all (it needs fewer than the gang's
-    # workers), so the pool is short of cards for HP, not fragmented: a reservation there
-    # only hands the cards to the gang ahead of the many small jobs (Philly contended),
-    # where GFS's skip rule leaves the gang waiting and the small jobs served
+    # waits in its pool, and gives its reservation up after a pass where one does. One that
+    # waits finds no card at all (it needs fewer than the gang's workers), so the pool is
+    # short of cards for HP, not fragmented: a reservation there only hands the cards to
+    # the gang ahead of the many small jobs (Philly contended), where GFS's skip rule leaves
+    # the gang waiting and the small jobs served
     reserve_smaller_first: bool = False
     grace_s: float = 0.0  # an evicted spot job's SIGTERM-to-SIGKILL grace
     # the authors' gate (every policy's ``simulate``): with a window (start, end), no spot
@@ -837,7 +838,8 @@ class GangScheduler:
         With ``reserve_after_s`` the pass's first HP job in queue order that may reserve
         does, as soon as the pool holds no reservation: at once, or after the HP pass
         where the holder started in it (the reservation goes to the queue's head, not to
-        whichever job failed after the holder started)."""
+        whichever job failed after the holder started); with ``reserve_smaller_first``
+        after the HP pass, and not while a smaller HP job waits."""
         for cls in (_HP, _SPOT):
             queue = self.queues[pool][cls]
             if queue.order.stop:
@@ -852,6 +854,11 @@ class GangScheduler:
                     and not self._smaller_waits(job, queue)
                 ):
                     self._reserve(job, pool, now)
+        held = self._reserved.get(pool)
+        if held is not None and self._smaller_waits(self.jobs[held[0]], self.queues[pool][_HP]):
+            # held only while no smaller HP job waits: given up after the pass, so the next
+            # pass offers the nodes to HP first (the holder reserves again once none waits)
+            self._unreserve(self.jobs[held[0]])
 
     def _pass_skip(self, queue: _Queue, now: float, out: list[Action]) -> None:
         """GFS's skip rule: a job that cannot start skips the rest of its request's bucket
