@@ -4,13 +4,14 @@
 
 The defaults are the issue's run: the generated v2026 jobs on the real node list (10,412
 GPUs), a 30-day window after 28 warm days (2 of them simulated), forecasts every 5 minutes
-and refits daily, medium load. Each policy runs in its own forked process (its peak RSS is
-its own), one after another. Prints one JSON line per policy (wall time, events/s, peak
-RSS, the machine's load average at its start and end) and writes them all to ``--out``
-with the commit measured. With ``--profile`` each run is under cProfile and
-its time is split into what the forecaster costs (refits, queries), what the core costs
-(``Core.handle_all``) and the driver's rest; the ``.prof`` files go beside
-``--out``.
+and refits daily, medium load. ``--trace philly --trace-path DIR --capacity-scale 0.2``
+runs a real trace as ``stoker sim gfs`` does (its jobs as they are: medium load). Each
+policy runs in its own forked process (its peak RSS is its own), one after another. Prints
+one JSON line per policy (wall time, events/s, peak RSS, the machine's load average at its
+start and end) and writes them all to ``--out`` with the commit measured. With
+``--profile`` each run is under cProfile and its time is split into what the forecaster
+costs (refits, queries), what the core costs (``Core.handle_all``) and the driver's rest;
+the ``.prof`` files go beside ``--out``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 from stoker.core.registry import preset as policy
 from stoker.forecast.base import Cadence
 from stoker.sim.gfs import Setup, policy_forecaster, prepare_trace, simulate
+from stoker.traces.scale import CapacityScale
 
 
 def breakdown(stats: pstats.Stats) -> dict[str, float]:
@@ -109,6 +111,9 @@ def _tree() -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", default="v2026", help="v2026 | openb | philly")
+    ap.add_argument("--trace-path", default=None, help="the trace's files (as stoker sim gfs)")
+    ap.add_argument("--capacity-scale", default="1", help="as stoker sim gfs")
     ap.add_argument("--days", type=float, default=30.0)
     ap.add_argument("--warm-days", type=float, default=28.0)
     ap.add_argument("--burn-in-days", type=float, default=2.0)
@@ -127,11 +132,12 @@ def main() -> None:
         warm_days=args.warm_days,
         burn_in_days=args.burn_in_days,
         scale=args.scale,
+        capacity_scale=CapacityScale.parse(args.capacity_scale),
     )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
-    trace, window = prepare_trace("v2026", None, setup)
+    trace, window = prepare_trace(args.trace, args.trace_path, setup)
     prep = time.perf_counter() - t
     cadence = Cadence(query_every_min=args.query_every_min, refit_every_min=args.refit_every_min)
     _RUN.update(trace=trace, window=window, cadence=cadence, args=args)
@@ -144,6 +150,9 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
     setup_doc = {
+        "trace": args.trace,
+        "trace_path": args.trace_path,
+        "capacity_scale": args.capacity_scale,
         "days": args.days,
         "warm_days": args.warm_days,
         "burn_in_days": args.burn_in_days,

@@ -190,6 +190,7 @@ def test_only_the_reserve_presets_reserve() -> None:
         "gfs-reserve-multi-day": (86_400.0, 2.0, 1),
         "gfs-reserve-gangs": (math.inf, 2.0, 2),
     }
+    assert {n for n, c in configs.items() if c.reserve_smaller_first} == {"gfs-reserve-gangs"}
 
 
 def _reserve_run(name: str, cancel: bool = False) -> tuple[Gangs, list[list[Action]]]:
@@ -341,6 +342,71 @@ def test_reserve_gangs_reserves_only_for_gangs_of_multi_card_workers() -> None:
     # two workers of two cards: it reserves n1 (both fit there) and holds the freed card
     assert bound(_gang_run("gfs", 2, 2)[-1]) == ["sp"]
     assert bound(_gang_run("gfs-reserve-gangs", 2, 2)[-1]) == []
+
+
+def _smaller_run(name: str, smaller_first: bool | None = None) -> tuple[dict, list[list[Action]]]:
+    """Two 4-GPU nodes full of 1-GPU HP jobs (n0's run to 20,000 s, n1's to 7,200 s), a
+    2 x 2-GPU HP gang queued at 10 s, a 1-GPU HP job (small, run past 7,200 s) at 3,700 s
+    (the pass after the gang's hour), one of n1's jobs ending at 5,000 s. The reservations
+    after small came, and every event's actions."""
+    p = preset(name)
+    if smaller_first is not None:
+        p.policies.gangs.reserve_smaller_first = smaller_first
+    g = Gangs(cluster(4, 4), p.policies)
+    log = [g.submit(spec(f"s{i}", "hp", 1, dur=20_000 if i < 4 else 7_200), 0.0) for i in range(8)]
+    log.append(g.submit(spec("gang", "hp", 2, workers=2, dur=1e4), 10.0))
+    log.append(g.submit(spec("small", "hp", 1, dur=1e5), 3_700.0))
+    reserved = dict(g.core.gangs._reserved)
+    log.append(g.finish("s4", 5_000.0))
+    return reserved, log
+
+
+def test_reserve_gangs_does_not_reserve_while_a_smaller_hp_job_waits() -> None:
+    # without the bound the gang reserves n1 though a 1-GPU HP job waits for any card:
+    # the card n1 frees at 5,000 s is held for the gang (small runs past n1's drain)
+    reserved, log = _smaller_run("gfs-reserve-gangs", smaller_first=False)
+    assert reserved == {"A": ("gang", frozenset({"n1"}), 7_200.0)} and bound(log[-1]) == []
+    # with it (the preset's) small waiting after the HP pass keeps the gang from reserving:
+    # the freed card goes to small, every action GFS's
+    reserved, log = _smaller_run("gfs-reserve-gangs")
+    assert reserved == {} and bound(log[-1]) == ["small"]
+    assert log == _smaller_run("gfs")[1]
+    # with only spot waiting beside it the gang still reserves (and holds the card)
+    assert bound(_gang_run("gfs-reserve-gangs", 2, 2)[-1]) == []
+
+
+def test_reserve_gangs_gives_its_reservation_up_when_a_smaller_hp_job_comes() -> None:
+    g = Gangs(cluster(4, 4), "gfs-reserve-gangs")
+    for i in range(8):
+        g.submit(spec(f"s{i}", "hp", 1, dur=20_000 if i < 4 else 7_200), 0.0)
+    g.submit(spec("gang", "hp", 2, workers=2, dur=1e4), 10.0)
+    g.submit(spec("sp", "spot", 1, dur=1e5), 3_700.0)  # the pass after the gang's hour
+    assert g.core.gangs._reserved == {"A": ("gang", frozenset({"n1"}), 7_200.0)}
+    # a 1-GPU HP job comes and finds no card: the reservation is given up after that pass,
+    # and the card n1 frees next goes to it (it runs past n1's drain: held, it would wait)
+    assert bound(g.submit(spec("small", "hp", 1, dur=1e5), 4_000.0)) == []
+    assert g.core.gangs._reserved == {}
+    assert bound(g.finish("s4", 5_000.0)) == ["small"]
+    # once no smaller job waits the gang reserves again: one slot of n1 by 7,200 s (small
+    # holds one of its cards), one of n0 by 20,000 s
+    g.finish("s5", 5_100.0)
+    assert g.core.gangs._reserved == {"A": ("gang", frozenset({"n0", "n1"}), 20_000.0)}
+
+
+def test_backfill_still_tries_a_smaller_gang_after_a_larger_one_found_no_room() -> None:
+    g = Gangs(cluster(4, 4, 4), "gfs-reserve")
+    g.submit(spec("h0", "hp", 4, dur=20_000), 0.0)  # n0
+    g.submit(spec("h1", "hp", 4, dur=7_200), 0.0)  # n1
+    g.submit(spec("h2", "hp", 2, dur=20_000), 0.0)  # n2: two cards free
+    g.submit(spec("gang", "hp", 2, workers=2, dur=1e4), 10.0)
+    # after its hour the gang reserves n2's free slot and n1's first (both by 7,200 s);
+    # two jobs of its bucket that end before then come: two 2-GPU workers find one slot
+    # (no room), one 2-GPU worker fits on n2: the backfill skips only jobs asking as much
+    # as the one that failed
+    assert bound(g.submit(spec("a2", "hp", 2, workers=2, dur=1_000), 3_700.0)) == []
+    assert g.core.gangs._reserved == {"A": ("gang", frozenset({"n1", "n2"}), 7_200.0)}
+    assert bound(g.submit(spec("b1", "hp", 2, dur=1_000), 3_700.0)) == ["b1"]
+    assert g.nodes("b1") == {"n2"}
 
 
 def test_reserve_counts_each_slot_of_a_node_by_its_own_drain() -> None:

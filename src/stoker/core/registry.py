@@ -27,7 +27,7 @@ what HP does not hold while no HP job waits; GFS starting fractional spot on sha
 past the quota; GFS costing victims by the work lost since their last checkpoint; GFS
 reserving nodes for a whole-GPU HP job that has waited an hour; that with lending; and
 that bounded: to nodes that drain within a day, to workers of two cards or more, both, or
-to gangs of such workers).
+to gangs of such workers while no smaller HP job waits).
 """
 
 from __future__ import annotations
@@ -261,12 +261,15 @@ _PRESETS: dict[str, _Entry] = {
         reserve_within_s=RESERVE_WITHIN_S,
     ),
     # gfs-reserve-multi for gangs only: an HP job of two workers or more, each of two cards or
-    # more (a single worker waits as under GFS)
+    # more (a single worker waits as under GFS), and only while no HP job of a smaller
+    # request waits in the pool (one that waits finds no card: the pool is short of cards
+    # for HP, and a reservation would only serve the gang before the many small jobs)
     "gfs-reserve-gangs": _gfs_variant(
         "gfs-reserve-gangs",
         reserve_after_s=RESERVE_AFTER_S,
         reserve_min_worker=2.0,
         reserve_min_workers=2,
+        reserve_smaller_first=True,
     ),
     # the paper's baselines: as the authors' simulator builds them, spot gated by the same
     # forecast quota as GFS (fifo_spot.py, lyra.py, fgd.py; chronus.py has none)

@@ -130,6 +130,14 @@ class GFSConfig:
     # behind a waiting gang (they go by submit time, not by workers), so a gang's
     # reservation, beside which they backfill, is where GFS leaves the most room unused
     reserve_min_workers: int = 1
+    # stoker's ``gfs-reserve-gangs`` (with ``reserve_after_s``): smaller HP jobs first. A
+    # job reserves only when, after the HP pass, no HP job of a smaller per-worker request
+    # waits in its pool, and gives its reservation up after a pass where one does. One that
+    # waits finds no card at all (it needs fewer than the gang's workers), so the pool is
+    # short of cards for HP, not fragmented: a reservation there only hands the cards to
+    # the gang ahead of the many small jobs (Philly contended), where GFS's skip rule leaves
+    # the gang waiting and the small jobs served
+    reserve_smaller_first: bool = False
     grace_s: float = 0.0  # an evicted spot job's SIGTERM-to-SIGKILL grace
     # the authors' gate (every policy's ``simulate``): with a window (start, end), no spot
     # job starts before ``start``, the quota holds in [start, end) and none after; HP
@@ -147,6 +155,8 @@ class GFSConfig:
             raise ValueError(f"lend_idle must be in [0, 1], got {self.lend_idle}")
         if not self.reserve_after_s >= 0:
             raise ValueError(f"reserve_after_s must be >= 0, got {self.reserve_after_s}")
+        if self.reserve_smaller_first and QUEUE_ORDERS[self.queue].stop:
+            raise ValueError("reserve_smaller_first needs a queue by request (the skip rule)")
         if not self.reserve_within_s > 0:
             raise ValueError(f"reserve_within_s must be > 0, got {self.reserve_within_s}")
         for name in (
@@ -828,7 +838,8 @@ class GangScheduler:
         With ``reserve_after_s`` the pass's first HP job in queue order that may reserve
         does, as soon as the pool holds no reservation: at once, or after the HP pass
         where the holder started in it (the reservation goes to the queue's head, not to
-        whichever job failed after the holder started)."""
+        whichever job failed after the holder started); with ``reserve_smaller_first``
+        after the HP pass, and not while a smaller HP job waits."""
         for cls in (_HP, _SPOT):
             queue = self.queues[pool][cls]
             if queue.order.stop:
@@ -837,8 +848,17 @@ class GangScheduler:
                 self._pass_skip(queue, now, out)
             if cls is _HP and self._to_reserve:
                 job = self._to_reserve.pop(pool, None)
-                if job is not None and pool not in self._reserved:
+                if (
+                    job is not None
+                    and pool not in self._reserved
+                    and not self._smaller_waits(job, queue)
+                ):
                     self._reserve(job, pool, now)
+        held = self._reserved.get(pool)
+        if held is not None and self._smaller_waits(self.jobs[held[0]], self.queues[pool][_HP]):
+            # held only while no smaller HP job waits: given up after the pass, so the next
+            # pass offers the nodes to HP first (the holder reserves again once none waits)
+            self._unreserve(self.jobs[held[0]])
 
     def _pass_skip(self, queue: _Queue, now: float, out: list[Action]) -> None:
         """GFS's skip rule: a job that cannot start skips the rest of its request's bucket
@@ -864,18 +884,46 @@ class GangScheduler:
     def _backfill(self, queue: _Queue, k: float, head: Job, now: float, out: list[Action]) -> None:
         """The skip rule's premise (a bucket's later jobs fail as its head did) does not
         hold beside a reservation: a later job that ends before the reserved nodes drain
-        may go there. Try those (by their known run times) in the bucket's order."""
-        held = self._reserved.get(self.pool_of(head))
+        may go there. Try those (by their known run times) in the bucket's order.
+
+        Every job tried here sees the same nodes (none reserved against it) and the same
+        quota, so once one fails acting on nothing, a later one asking as much fails alike
+        and is not tried: as many workers where it found no room, as many GPUs where it
+        was over a plain quota (no ``oversize_alone``, no ``lend_fragments``). An HP job
+        that could be the pass's reservation candidate is tried still. Spot jobs of a
+        bucket go by their workers, so the first such failure ends the spot bucket
+        (Philly: thousands of 1-GPU HP and spot jobs were tried one by one at every
+        pass)."""
+        pool = self.pool_of(head)
+        held = self._reserved.get(pool)
         if held is None:
             return
+        no_room = over_quota = math.inf  # the fewest workers, the fewest GPUs that failed
+        plain_quota = not (self.config.oversize_alone or self.config.lend_fragments)
         for entry in queue.buckets[k][1:]:
             job = self.jobs[entry[1]]
-            if (
-                job.state is JobState.QUEUED
-                and _ends_by(job, now, held[2])
-                and self._try_start(job, now, out) == _STARTED
-            ):
+            if job.state is not JobState.QUEUED or not _ends_by(job, now, held[2]):
+                continue
+            if job.spec.workers >= no_room or job.gpus >= over_quota - EPS:
+                if job.job_class is _SPOT and queue.fewer_workers:
+                    return  # the later ones ask at least as much
+                if job.job_class is _SPOT:
+                    continue
+                if pool in self._to_reserve or not self._may_reserve(job, now):
+                    if no_room <= 1 and pool in self._to_reserve:
+                        return  # every later job fails alike
+                    continue
+            acted = len(out)
+            result = self._try_start(job, now, out)
+            if result == _STARTED:
                 queue.remove(k, entry)
+            elif result == _HOLD:
+                return  # room is being freed for a job: no spot job starts
+            elif len(out) == acted and job.id not in self._awaiting:
+                if result == _NO_ROOM:
+                    no_room = min(no_room, job.spec.workers)
+                elif plain_quota:  # over the spot quota
+                    over_quota = min(over_quota, job.gpus)
 
     def _pass_stop(self, queue: _Queue, pool: str, now: float, out: list[Action]) -> None:
         """The queue's order among the jobs within the spot quota (every job for HP); the
@@ -960,7 +1008,8 @@ class GangScheduler:
         result = self._try_start_hp(job, pool, now, out)
         if result == _NO_ROOM and self._may_reserve(job, now):
             first = self._to_reserve.setdefault(pool, job)
-            if pool not in self._reserved:
+            # smaller HP jobs first: whether one waits is known only after the HP pass
+            if pool not in self._reserved and not self.config.reserve_smaller_first:
                 self._reserve(first, pool, now)
         return result
 
@@ -1052,6 +1101,12 @@ class GangScheduler:
             and job.spec.workers >= self.config.reserve_min_workers
             and job.id not in self._awaiting
         )
+
+    def _smaller_waits(self, job: Job, queue: _Queue) -> bool:
+        """With ``reserve_smaller_first``: whether an HP job of a smaller per-worker request
+        than ``job``'s waits in its pool's HP ``queue`` (after the pass: it found no room)."""
+        # the skip rule's HP buckets are -request, ascending: a smaller request's is later
+        return self.config.reserve_smaller_first and queue.keys[-1] > queue.bucket(job) + EPS
 
     def _reserve(self, job: Job, pool: str, now: float) -> None:
         """Reserve for ``job`` the nodes that will hold it soonest (:meth:`_plan_reserve`), in
