@@ -18,6 +18,11 @@ total GPUs, by per-worker request and by GPU pool, HP queueing by pool, and the 
 HP queueing of the jobs submitted on each day of the window, and the window's hourly means
 of the spot quota, HP and spot GPUs held and HP's forecast quantile (every pool summed);
 with the CPU seconds it took.
+
+The per-class order and the breakdown are a probe's, not the core's: while a variant runs,
+the scheduler module's ``_Queue`` is wrapped to build each class's queue with that class's
+order, and the simulator's ``_metrics`` to read the finished jobs; both are restored after.
+The findings (docs/gfs.md, "Where Lyra's spot queueing comes from") made no preset.
 """
 
 from __future__ import annotations
@@ -26,7 +31,6 @@ import argparse
 import json
 import os
 import resource
-import sys
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
@@ -179,7 +183,6 @@ def main() -> None:
             )
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(doc, indent=1, sort_keys=True))
-    sys.exit(0)
 
 
 if __name__ == "__main__":
