@@ -1,0 +1,189 @@
+"""Where Lyra's spot queueing differs from GFS's: GFS and Lyra with one part swapped at a time.
+
+    .venv/bin/python benchmarks/probe_lyra_spot.py --out /var/tmp/probe.json \\
+        --scale 0.1 --days 7 --warm-days 14 --burn-in-days 1 --query-every-min 30 \\
+        --load medium --seed 0 --variant gfs --variant lyra --variant gfs+lyra-victims
+
+``gfs`` and ``lyra`` (registry presets, spot gated by the same forecast quota) differ in
+their victim chooser (GFS's two-pointer walk on the cheapest node, Lyra's costliest cards)
+and their queue order (GFS: the largest per-worker request first, spot of one request by
+fewer workers first, a failure skips its request's bucket; Lyra: the largest request first
+by list order, the first failure ends the class's pass, a re-queued job at the back). A
+variant is a preset with some of the other's parts: the victim chooser, and the queue order
+of each class on its own (the registry's ``queue`` sets both classes' order; the probe
+builds each class's queue with its own order). Each variant runs in this process as
+``stoker sim gfs`` runs it (same trace cut, load copies, forecaster, window gate), and
+prints and writes its metrics and a breakdown from the jobs themselves: spot queueing by
+total GPUs, by per-worker request and by GPU pool, HP queueing by pool, and the spot and
+HP queueing of the jobs submitted on each day of the window, and the window's hourly means
+of the spot quota, HP and spot GPUs held and HP's forecast quantile (every pool summed);
+with the CPU seconds it took.
+
+The per-class order and the breakdown are a probe's, not the core's: while a variant runs,
+the scheduler module's ``_Queue`` is wrapped to build each class's queue with that class's
+order, and the simulator's ``_metrics`` to read the finished jobs; both are restored after.
+The findings (docs/gfs.md, "Where Lyra's spot queueing comes from") made no preset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import stoker.core.gfs.scheduler as sched
+import stoker.sim.gfs as simgfs
+from stoker.core.gfs.preemption import GFSVictims, LyraVictims
+from stoker.core.model import JobClass
+from stoker.core.registry import preset
+from stoker.forecast.base import Cadence
+from stoker.sim.gfs import (
+    LOADS,
+    Setup,
+    policy_forecaster,
+    prepare_trace,
+    scale_spot_load,
+    simulate,
+)
+from stoker.traces import Trace
+
+_O = sched.QUEUE_ORDERS
+# queue orders the probe mixes beside the registry's: Lyra's with one of its traits undone
+_ORDERS: dict[str, sched.QueueOrder] = {
+    **_O,
+    # Lyra's stop rule, re-queued jobs at their submit time (GFS's)
+    "size-stop-submit": replace(_O["size-stop"], name="size-stop-submit", at_back=False),
+    # Lyra's stop rule with GFS's fewer-workers tie-break and submit time
+    "size-stop-workers": replace(
+        _O["size-stop"], name="size-stop-workers", at_back=False, fewer_workers=True
+    ),
+}
+
+# name: (preset, victims or None: the preset's, HP queue order, spot queue order)
+VARIANTS: dict[str, tuple[str, str | None, str, str]] = {
+    "gfs": ("gfs", None, "size", "size"),
+    "lyra": ("lyra", None, "size-stop", "size-stop"),
+    "gfs+lyra-victims": ("gfs", "lyra", "size", "size"),
+    "gfs+lyra-queue": ("gfs", None, "size-stop", "size-stop"),
+    "gfs+lyra-hp-queue": ("gfs", None, "size-stop", "size"),
+    "gfs+lyra-spot-queue": ("gfs", None, "size", "size-stop"),
+    "gfs+lyra-spot-queue-submit": ("gfs", None, "size", "size-stop-submit"),
+    "gfs+lyra-spot-queue-workers": ("gfs", None, "size", "size-stop-workers"),
+    "lyra+gfs-victims": ("lyra", "gfs", "size-stop", "size-stop"),
+    "lyra+gfs-hp-queue": ("lyra", None, "size", "size-stop"),
+    "lyra+gfs-spot-queue": ("lyra", None, "size-stop", "size"),
+}
+_VICTIMS = {"gfs": GFSVictims, "lyra": LyraVictims}
+
+
+def _breakdown(core: Any, jobs: list[Any], window: simgfs.Window) -> dict[str, Any]:
+    """Spot and HP queueing of the measured jobs, split by size, pool and submit day."""
+    measured = [j for j in jobs if window.start <= j.submit_time < window.end]
+    groups: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for tj in measured:
+        job = core.jobs[tj.name]
+        cls = "spot" if job.job_class is JobClass.SPOT else "hp"
+        pool = core.gangs.pool_of(job)
+        day = int((tj.submit_time - window.start) // 86400)
+        groups[f"{cls}.by_pool"][pool].append(job.queue_s)
+        groups[f"{cls}.by_day"][str(day)].append(job.queue_s)
+        groups[f"{cls}.by_gpus"][f"{job.gpus:g}"].append(job.queue_s)
+        if cls == "spot":
+            groups["spot.by_per_worker"][f"{job.per_worker:g}"].append(job.queue_s)
+            groups["spot.by_workers"][str(job.spec.workers)].append(job.queue_s)
+            groups["spot.evictions_by_pool"][pool].append(float(job.evictions))
+    return {
+        group: {k: {"jobs": len(v), "mean": sum(v) / len(v), "sum": sum(v)} for k, v in g.items()}
+        for group, g in groups.items()
+    }
+
+
+def run_variant(
+    name: str, trace: Trace, window: simgfs.Window, cadence: Cadence, forecaster: str
+) -> dict[str, Any]:
+    """One variant over ``trace``: its metrics, breakdown and CPU seconds."""
+    base, victims, hp_order, spot_order = VARIANTS[name]
+    spec = preset(base)
+    if victims is not None:
+        spec.policies.gangs.victims = _VICTIMS[victims]()
+    orders = {JobClass.HP: _ORDERS[hp_order], JobClass.SPOT: _ORDERS[spot_order]}
+    queue, metrics_of = sched._Queue, simgfs._metrics
+    seen: dict[str, Any] = {}
+
+    def per_class(order: sched.QueueOrder, cls: JobClass) -> sched._Queue:
+        return queue(orders[cls], cls)
+
+    def capture(core: Any, jobs: list[Any], win: simgfs.Window, *rest: Any) -> dict[str, object]:
+        seen["breakdown"] = _breakdown(core, jobs, win)
+        return metrics_of(core, jobs, win, *rest)
+
+    sched._Queue, simgfs._metrics = per_class, capture  # type: ignore[assignment,misc]
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    try:
+        result = simulate(
+            trace,
+            spec,
+            window,
+            forecaster=policy_forecaster(spec.forecaster, cadence, forecaster, trace.notes),
+            cadence=cadence,
+        )
+    finally:
+        sched._Queue, simgfs._metrics = queue, metrics_of  # type: ignore[misc]
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    tl = result.timeline
+    inside = [i for i, t in enumerate(tl["t"]) if window.start <= t < window.end]
+    means = {k: sum(tl[k][i] for i in inside) / len(inside) for k in tl if k != "t" and inside}
+    return {
+        "metrics": result.metrics,
+        "breakdown": seen["breakdown"],
+        "window_means": means,
+        "cpu_s": round(cpu, 1),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--variant", action="append", choices=list(VARIANTS), required=True)
+    ap.add_argument("--load", action="append", choices=list(LOADS))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--days", type=float, default=30.0)
+    ap.add_argument("--warm-days", type=float, default=28.0)
+    ap.add_argument("--burn-in-days", type=float, default=2.0)
+    ap.add_argument("--query-every-min", type=int, default=5)
+    ap.add_argument("--forecaster", default="ridge")
+    args = ap.parse_args()
+    setup = Setup(args.days, args.warm_days, args.burn_in_days, args.scale, args.seed)
+    cadence = Cadence(refit_every_min=1440, query_every_min=args.query_every_min)
+    base, window = prepare_trace("v2026", None, setup)
+    doc: dict[str, Any] = {"setup": vars(args) | {"out": str(args.out)}, "results": {}}
+    if args.out.exists():
+        doc["results"] = json.loads(args.out.read_text())["results"]
+    for load in args.load or ["medium"]:
+        jobs = scale_spot_load(base.jobs, LOADS[load], args.seed)
+        trace = Trace(base.name, base.nodes, jobs, base.source, dict(base.notes))
+        for name in args.variant:
+            r = run_variant(name, trace, window, cadence, args.forecaster)
+            r["load_avg"] = round(os.getloadavg()[0], 2)
+            doc["results"].setdefault(load, {})[name] = r
+            m = r["metrics"]
+            print(
+                f"{load}/{name}: spot ev {m['spot.eviction_rate']:.4f} "
+                f"q {m['spot.mean_queue_s']:,.0f} hp q {m['hp.mean_queue_s']:,.0f} "
+                f"p99 {m['hp.p99_jct_s']:,.0f} alloc {m['gpu_allocation_rate']:.3f} "
+                f"({r['cpu_s']} CPU-s)",
+                flush=True,
+            )
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(doc, indent=1, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
