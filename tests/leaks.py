@@ -11,11 +11,10 @@ import contextlib
 import os
 import signal
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from stoker.runtime.cgroups import CGROUP_ROOT
+from stoker.runtime.cgroups import CGROUP_ROOT, CgroupError, PodCgroup
 from stoker.runtime.local import cgroup_prefix
 
 
@@ -70,37 +69,21 @@ def _mounts_below(root: Path) -> tuple[str, ...]:
 
 
 def reap(left: Leftovers, timeout_s: float = 10.0) -> None:
-    """Stop what a failed test left (its processes and their cgroups' members killed, the
-    cgroups removed, the mounts detached), so that a test that fails leaks nothing past the
-    run: the failure is still reported, from ``left``."""
+    """Stop what a failed test left (its processes killed, its pods' cgroups emptied and
+    removed as the runtime does it, :class:`PodCgroup`, the mounts detached), so that a
+    test that fails leaks nothing past the run: the failure is still reported, from
+    ``left``."""
     for line in left.processes:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(int(line.split(" ", 1)[0]), signal.SIGKILL)
-    deadline = time.monotonic() + timeout_s
-    # deepest first: a v2 group is removed only once its children are
-    for group in sorted(left.cgroups, key=lambda g: g.count("/"), reverse=True):
-        path = Path(group)
-        kill = path / "cgroup.kill"
-        with contextlib.suppress(OSError):
-            kill.write_text("1")
-        while time.monotonic() < deadline:
-            try:
-                pids = [int(p) for p in (path / "cgroup.procs").read_text().split()]
-            except OSError:
-                break
-            if not pids:
-                break
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.01)
-        while time.monotonic() < deadline:
-            try:
-                path.rmdir()
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.01)
+    pods: dict[str, PodCgroup] = {}  # a pod's groups: v2's, or one per v1 controller
+    for group in map(Path, left.cgroups):
+        pod = pods.setdefault(group.name, PodCgroup(group.name))
+        v2 = (group / "cgroup.controllers").exists()
+        pod.dirs["v2" if v2 else str(group.parent)] = group
+    for pod in pods.values():
+        with contextlib.suppress(CgroupError):
+            pod.kill_all(timeout_s)
+        pod.remove()
     for point in sorted(left.mounts, key=len, reverse=True):
         subprocess.run(["umount", "-l", point], check=False, capture_output=True)
