@@ -85,9 +85,11 @@ class Rig:
         await self.rt.bind(pod, JobBinding(job=job, argv=tuple(argv), **kw))  # type: ignore[arg-type]
         return await self.collect(job)
 
-    async def pod(self, profile: RuntimeProfile = PLAIN, standby: bool = False) -> str:
+    async def pod(
+        self, profile: RuntimeProfile = PLAIN, standby: bool = False, gpus: tuple[str, ...] = ()
+    ) -> str:
         pod = f"p{uuid.uuid4().hex[:10]}"
-        await self.rt.start_pod(pod, profile, ("vgpu0",), standby)
+        await self.rt.start_pod(pod, profile, gpus or ("vgpu0",), standby)
         assert await self.until(PodUp) == PodUp(pod)
         return pod
 

@@ -346,6 +346,89 @@ print(json.dumps({{"cmds": cmds, "seen": seen}}))
     assert not any("pytest" in c for c in cmds)
 
 
+# ---------------------------------------------------------------- GPUs
+
+# two cards of a mixed host, as NVML reports them: NVML's index (PCI order), CUDA's would
+# put the faster A100 first; the device nodes' minors are not the indices either
+_CARDS = (
+    ("Tesla T4", "GPU-6a1f0c3e-0000-4000-8000-00000000a0a0", 1, 15360),
+    ("NVIDIA A100-SXM4-80GB", "GPU-9b2e1d4f-0000-4000-8000-00000000b1b1", 0, 81920),
+)
+
+
+@pytest.fixture
+def mixed_gpu_host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """NVML of the real client library answering for two cards (no GPU here: its driver
+    calls are replaced, its memory record is the library's own), and a device dir with
+    their nodes and the driver's control nodes, each file naming what it stands for."""
+    import pynvml
+
+    def memory(i: int) -> Any:
+        info = pynvml.c_nvmlMemory_t()
+        info.total = _CARDS[i][3] * 1024 * 1024
+        return info
+
+    for name, fn in {
+        "nvmlInit": lambda: None,
+        "nvmlShutdown": lambda: None,
+        "nvmlDeviceGetCount": lambda: len(_CARDS),
+        "nvmlDeviceGetHandleByIndex": lambda i: i,
+        "nvmlDeviceGetName": lambda i: _CARDS[i][0],
+        "nvmlDeviceGetUUID": lambda i: _CARDS[i][1],
+        "nvmlDeviceGetMinorNumber": lambda i: _CARDS[i][2],
+        "nvmlDeviceGetMemoryInfo": memory,
+    }.items():
+        monkeypatch.setattr(pynvml, name, fn)
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    dev.chmod(0o755)
+    names = [f"nvidia{minor}" for _, _, minor, _ in _CARDS] + ["nvidiactl", "nvidia-uvm"]
+    for name in names:
+        (dev / name).write_text(name)
+        (dev / name).chmod(0o644)
+    return dev
+
+
+# the job drops the binding it was given and looks for every card's node
+_GPU_GRAB = """
+import json, os
+visible = os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+read = {}
+for name in sorted(os.listdir("/dev")):
+    if name.startswith("nvidia"):
+        with open(f"/dev/{name}") as f:
+            read[name] = f.read()
+for n in range(8):
+    try:
+        read.setdefault(f"nvidia{n}", open(f"/dev/nvidia{n}").read())
+    except OSError:
+        pass
+print(json.dumps({"visible": visible, "read": read}))
+"""
+
+
+async def test_a_job_reaches_only_its_own_gpus(mixed_gpu_host: Path, tmp_path: Path) -> None:
+    """On a host of two real cards a pod is told its card by UUID (an NVML index would name
+    the other card to CUDA here), and a job that drops CUDA_VISIBLE_DEVICES still finds no
+    other pod's card: only its own card's device node and the control nodes are in the
+    pod; a promoted standby pod likewise."""
+    async with Rig.open(tmp_path / "state", dev_dir=mixed_gpu_host) as rig:
+        by_id = {d.id: (d.uuid, d.minor, d.virtual) for d in rig.rt.devices.values()}
+        assert by_id == {"gpu0": (_CARDS[0][1], 1, False), "gpu1": (_CARDS[1][1], 0, False)}
+        t4 = await rig.pod(gpus=("gpu0",))
+        a100 = await rig.pod(standby=True, gpus=("gpu1",))
+        assert (await rig.rt.ping(a100))["cuda_visible_devices"] == ""
+        await rig.rt.promote(a100)
+        assert await rig.until(PodUp) == PodUp(a100)
+        control = {"nvidiactl": "nvidiactl", "nvidia-uvm": "nvidia-uvm"}
+        for pod, (_, uuid_, minor, _) in ((t4, _CARDS[0]), (a100, _CARDS[1])):
+            res = _json(await _py(rig, pod, _GPU_GRAB))
+            assert res == {
+                "visible": uuid_,
+                "read": {**control, f"nvidia{minor}": f"nvidia{minor}"},
+            }, res
+
+
 # ---------------------------------------------------------------- network
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import glob
 import hashlib
 import json
 import os
@@ -55,7 +54,7 @@ from stoker.runtime.base import (
 from stoker.runtime.cgroups import PodCgroup
 from stoker.runtime.code import CodeStore
 from stoker.runtime.envs import EnvBuilder, EnvBuildError, top_level_modules
-from stoker.runtime.gpus import GpuDevice, cuda_visible_devices, discover
+from stoker.runtime.gpus import GpuDevice, cuda_visible_devices, device_nodes, discover
 
 _EXIT_REPORT_S = 5.0  # how long a killed job's exit report may take to arrive
 _POD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")
@@ -250,6 +249,7 @@ class LocalRuntime:
         state_dir: Path | str,
         *,
         gpu_slots: int = 0,
+        dev_dir: Path | str = "/dev",
         code_cache_dir: Path | str | None = None,
         env_dir: Path | str | None = None,
         find_links: tuple[Path, ...] = (),
@@ -277,6 +277,8 @@ class LocalRuntime:
             build_user=(build_uid, build_uid) if root else None,
         )
         self.devices: dict[str, GpuDevice] = {d.id: d for d in discover(gpu_slots)}
+        # the host's device nodes (elsewhere when the runtime runs in a container)
+        self.dev_dir = Path(dev_dir)
         self.start_timeout_s = start_timeout_s
         if recycle not in ("scrub", "restart"):
             raise ValueError(f"recycle: 'scrub' or 'restart', not {recycle!r}")
@@ -407,8 +409,7 @@ class LocalRuntime:
             "STOKER_GPUS": "" if rec.standby else ",".join(rec.gpus),
             "STOKER_POD": rec.id,
         }
-        real = any(not self.devices[g].virtual for g in rec.gpus)
-        devices = tuple(sorted(glob.glob("/dev/nvidia*"))) if real else ()
+        devices = device_nodes(self.devices, rec.gpus, self.dev_dir)
         argv = (rec.python, "-m", "stoker.agent", "--pod", rec.id, "--sandboxed")
         argv += ("--socket", f"{sandbox.SOCK_DIR}/{sandbox.SOCKET_NAME}")
         argv += ("--workspace", sandbox.WORKSPACE, "--preload", ",".join(rec.profile.preload))

@@ -128,7 +128,7 @@ class SandboxSpec:
     info_fd: int | None = None  # bwrap writes {"child-pid": N} here
     drop_to: tuple[int, int] | None = None  # (uid, gid) when bwrap runs as root
     agent_caps: bool = False  # with drop_to: keep CAP_SETUID, CAP_SETGID, CAP_KILL (the agent)
-    devices: tuple[str, ...] = ()  # host device nodes passed through (GPUs)
+    devices: tuple[tuple[str, str], ...] = ()  # (host, in the pod) device nodes (GPUs)
     expose: tuple[Path, ...] = ()  # host paths the sandbox must reach (its interpreter)
     seccomp_fd: int | None = None  # a compiled filter (stoker.runtime.seccomp)
     tmp_mb: int | None = None  # size of /tmp and of /dev/shm (each)
@@ -211,8 +211,8 @@ def build_command(spec: SandboxSpec, bwrap: str | None = None) -> list[str]:
     hidden = [Path(h).resolve() for h in spec.hide]
     size = [] if spec.tmp_mb is None else ["--size", str(spec.tmp_mb * 1024 * 1024)]
     cmd += _layered(exposed, hidden, size)
-    for dev in spec.devices:
-        cmd += ["--dev-bind", dev, dev]
+    for host_dev, dest in spec.devices:
+        cmd += ["--dev-bind", host_dev, dest]
     for b in spec.binds:  # the sandbox's own paths, on the root tmpfs
         cmd += _parents(Path(b.dest), Path("/"))
         cmd += ["--bind" if b.writable else "--ro-bind", str(b.host), b.dest]
