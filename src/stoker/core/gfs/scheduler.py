@@ -376,8 +376,9 @@ class GangScheduler:
         # until its pods are gone, neither of which makes a failed search succeed
         self._grown: dict[str, int] = {}
         self._failed: dict[str, tuple[int, int, float | None, bool]] = {}
-        # the same for a search on free room only (``reserve_backfill_free``): such a
-        # failure says nothing of a search that may evict, in the same state
+        # the same for a search that may not evict (a job backfilled under
+        # ``reserve_backfill_free``, or waiting out ``hp_evict_after_s``): such a failure
+        # says nothing of a search that may evict, in the same state
         self._failed_free: dict[str, tuple[int, int, float | None, bool]] = {}
         # the last failed free-room plan of an HP job: (job, now, pool epoch, the plan of
         # its first workers, the worker that found no room)
