@@ -2,7 +2,7 @@
 and stoker's own GFS variants (``gfs-small-first``, ``gfs-eta-slack``, ``gfs-lend``,
 ``gfs-fragments``, ``gfs-checkpoint-cost``, ``gfs-reserve`` and its bounded forms
 ``gfs-reserve-day``, ``gfs-reserve-multi``, ``gfs-reserve-multi-day``,
-``gfs-reserve-gangs``, and
+``gfs-reserve-gangs``, ``gfs-reserve-patient``, and
 ``gfs-reserve-lend``): each differs from ``gfs`` in the one part it swaps, and only there."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from stoker.core import ForecastUpdated, JobCancelled
+from stoker.core import ForecastUpdated, JobCancelled, Tick
 from stoker.core.actions import Action
 from stoker.core.gfs.placement import BestFitScorer, GFSScorer
 from stoker.core.gfs.preemption import FifoVictims, GFSVictims
@@ -38,6 +38,7 @@ from test_gfs_fidelity import _queued
         ("gfs-reserve-multi", GFSScorer, GFSVictims, "size"),
         ("gfs-reserve-multi-day", GFSScorer, GFSVictims, "size"),
         ("gfs-reserve-gangs", GFSScorer, GFSVictims, "size"),
+        ("gfs-reserve-patient", GFSScorer, GFSVictims, "size"),
     ],
 )
 def test_each_variant_swaps_one_part_of_gfs(
@@ -175,6 +176,7 @@ def test_only_the_reserve_presets_reserve() -> None:
         "gfs-reserve-multi",
         "gfs-reserve-multi-day",
         "gfs-reserve-gangs",
+        "gfs-reserve-patient",
     }
     assert preset("gfs-reserve-lend").policies.gangs.lend_idle == 1.0
     configs = {n: preset(n).policies.gangs for n in reserving}
@@ -189,8 +191,17 @@ def test_only_the_reserve_presets_reserve() -> None:
         "gfs-reserve-multi": (math.inf, 2.0, 1),
         "gfs-reserve-multi-day": (86_400.0, 2.0, 1),
         "gfs-reserve-gangs": (math.inf, 2.0, 2),
+        "gfs-reserve-patient": (math.inf, 2.0, 2),
     }
-    assert {n for n, c in configs.items() if c.reserve_smaller_first} == {"gfs-reserve-gangs"}
+    assert {n for n, c in configs.items() if c.reserve_smaller_first} == {
+        "gfs-reserve-gangs",
+        "gfs-reserve-patient",
+    }
+    patient = {n for n, c in configs.items() if c.reserve_backfill_free}
+    assert (
+        patient == {n for n, c in configs.items() if c.hp_evict_after_s} == {"gfs-reserve-patient"}
+    )
+    assert {n for n in GANG_PRESETS if preset(n).policies.gangs.hp_evict_after_s} == patient
 
 
 def _reserve_run(name: str, cancel: bool = False) -> tuple[Gangs, list[list[Action]]]:
@@ -429,3 +440,77 @@ def test_reserve_counts_each_slot_of_a_node_by_its_own_drain() -> None:
     assert bound(g.finish("s0", 7_200.0) + g.finish("short", 7_200.0)) == []
     done = [j for i in range(1, 8) for j in bound(g.finish(f"s{i}", 7_200.0))]
     assert done == ["gang"] and g.nodes("gang") == {"n0", "n1"}
+
+
+def _backfill_run(name: str, free: bool = False) -> tuple[Gangs, list[list[Action]]]:
+    """Three 4-GPU nodes: n0 full of 1-GPU HP jobs (to 20,000 s), n1 of two 2-GPU HP jobs
+    (to 7,200 s), n2 of two 1-GPU HP jobs (to 20,000 s) and a 2-GPU spot job (sp). A
+    3 x 2-GPU HP gang queued at 10 s (room for two workers at most, by evicting sp), a
+    2-GPU HP job (x, 1,000 s: it ends before n1 drains) at 3,700 s (the pass after the
+    gang's hour), a 1-GPU spot job at 3,800 s, one of n1's jobs ending at 4,000 s. With
+    ``free``: ``reserve_backfill_free``. The driver and every event's actions."""
+    p = preset(name)
+    p.policies.gangs.reserve_backfill_free = free
+    g = Gangs(cluster(4, 4, 4), p.policies)
+    log = [g.submit(spec(f"a{i}", "hp", 1, dur=20_000), 0.0) for i in range(4)]
+    log += [g.submit(spec(f"b{i}", "hp", 2, dur=7_200), 0.0) for i in range(2)]
+    log += [g.submit(spec(f"c{i}", "hp", 1, dur=20_000), 0.0) for i in range(2)]
+    log.append(g.submit(spec("sp", "spot", 2, dur=1e5), 0.0))
+    assert [g.nodes(j) for j in ("a0", "b0", "c0", "sp")] == [{"n0"}, {"n1"}, {"n2"}, {"n2"}]
+    log.append(g.submit(spec("gang", "hp", 2, workers=3, dur=1e4), 10.0))
+    log.append(g.submit(spec("x", "hp", 2, dur=1_000), 3_700.0))
+    log.append(g.submit(spec("late", "spot", 1, dur=1e5), 3_800.0))
+    log.append(g.finish("b0", 4_000.0))
+    return g, log
+
+
+def test_reserve_backfill_free_backfills_on_free_room_only() -> None:
+    # GFS: the gang heads the 2-GPU bucket and never fits, so x (behind it) is never tried
+    _, log = _backfill_run("gfs")
+    assert not any(evicted(out) for out in log) and "x" not in bound(log[-1])
+    # gfs-reserve-gangs: the gang reserves n1 and n2 (n2's slot holds only spot: ready now),
+    # and at the next pass x, which ends before they drain, is backfilled by evicting sp
+    g, log = _backfill_run("gfs-reserve-gangs")
+    assert g.core.gangs._reserved["A"] == ("gang", frozenset({"n1", "n2"}), 7_200.0)
+    assert evicted(log[-2]) == ["sp"] and bound(log[-2]) == ["x"] and g.nodes("x") == {"n2"}
+    # with reserve_backfill_free (gfs-reserve-patient's) the same reservation, but x
+    # backfilled takes free room only: it evicts nothing and starts when n1 frees two cards
+    g, log = _backfill_run("gfs-reserve-gangs", free=True)
+    assert g.core.gangs._reserved["A"] == ("gang", frozenset({"n1", "n2"}), 7_200.0)
+    assert not any(evicted(out) for out in log)
+    assert bound(log[-1]) == ["x"] and g.nodes("x") == {"n1"}
+
+
+def _evict_after_run(after: float) -> tuple[Gangs, list[list[Action]], dict[float, list[Action]]]:
+    """Two 4-GPU nodes: an HP job (r) on n0 until 300 s, a spot job (s) on n1; a 4-GPU HP
+    job (h) at 100 s, and a second (h2) at 400 s; r ends at 300 s. GFS with HP evicting
+    only after ``after`` s queued. The driver, every event's actions, and those of a Tick
+    at each deadline the core asks for before 2,000 s, by its time."""
+    p = preset("gfs")
+    p.policies.gangs.hp_evict_after_s = after
+    g = Gangs(cluster(4, 4), p.policies)
+    log = [g.submit(spec("r", "hp", 4, dur=300), 0.0), g.submit(spec("s", "spot", 4, dur=1e5), 0.0)]
+    assert (g.nodes("r"), g.nodes("s")) == ({"n0"}, {"n1"})
+    log.append(g.submit(spec("h", "hp", 4, dur=1e5), 100.0))
+    log.append(g.finish("r", 300.0))
+    log.append(g.submit(spec("h2", "hp", 4, dur=1e5), 400.0))
+    ticks: dict[float, list[Action]] = {}
+    while (due := g.core.next_deadline()) is not None and due < 2_000.0:
+        ticks[due] = g.send(Tick(), due)
+    return g, log, ticks
+
+
+def test_hp_evict_after_waits_for_room_before_evicting() -> None:
+    # GFS: h evicts s at once (n0 is full); r's end then leaves n0 to h2
+    _, log, ticks = _evict_after_run(0.0)
+    assert evicted(log[2]) == ["s"] and bound(log[2]) == ["h"] and bound(log[4]) == ["h2"]
+    assert not any(ticks.values())
+    # after 600 s: h takes no victim at 100 s, and r's end at 300 s gives it n0 without one;
+    # h2 finds no free room either and evicts s when its 600 s are up (a Tick at 1,000 s)
+    g, log, ticks = _evict_after_run(600.0)
+    assert not evicted(log[2]) and bound(log[3]) == ["h"] and g.nodes("h") == {"n0"}
+    assert not any(evicted(out) for out in log)
+    assert {t: (evicted(out), bound(out)) for t, out in ticks.items() if out} == {
+        1_000.0: (["s"], ["h2"])
+    }
+    assert g.core.jobs["h2"].queue_s == 600.0

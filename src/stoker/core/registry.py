@@ -21,13 +21,15 @@ ungated), ``static-quota``,
 ``gfs-simple-preemption`` (the paper's ablations of its scheduler's two halves), and
 ``gfs-small-first``, ``gfs-eta-slack``, ``gfs-lend``, ``gfs-fragments``,
 ``gfs-checkpoint-cost``, ``gfs-reserve``, ``gfs-reserve-lend``, ``gfs-reserve-day``,
-``gfs-reserve-multi``, ``gfs-reserve-multi-day`` and ``gfs-reserve-gangs`` (stoker's own:
-GFS with spot queued smallest request first; GFS whose eta may grow to 2; GFS lending spot
-what HP does not hold while no HP job waits; GFS starting fractional spot on shared cards
-past the quota; GFS costing victims by the work lost since their last checkpoint; GFS
-reserving nodes for a whole-GPU HP job that has waited an hour; that with lending; and
-that bounded: to nodes that drain within a day, to workers of two cards or more, both, or
-to gangs of such workers while no smaller HP job waits).
+``gfs-reserve-multi``, ``gfs-reserve-multi-day``, ``gfs-reserve-gangs`` and
+``gfs-reserve-patient`` (stoker's own: GFS with spot queued smallest request first; GFS whose
+eta may grow to 2; GFS lending spot what HP does not hold while no HP job waits; GFS
+starting fractional spot on shared cards past the quota; GFS costing victims by the work
+lost since their last checkpoint; GFS reserving nodes for a whole-GPU HP job that has
+waited an hour; that with lending; and that bounded: to nodes that drain within a day, to
+workers of two cards or more, both, or to gangs of such workers while no smaller HP job
+waits; and the last with HP evicting only after half an hour queued and never to
+backfill).
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ LEND_SHARE = 1.0
 RESERVE_AFTER_S = 3600.0
 # gfs-reserve-day's bound on how far ahead a reservation's nodes may drain
 RESERVE_WITHIN_S = 86400.0
+# gfs-reserve-patient's wait before an HP job that finds no free room evicts spot: under
+# the reservation's hour, so a gang that evicting would start does so before it reserves
+HP_EVICT_AFTER_S = 1800.0
 # the paper's comparison set for hp/spot
 PAPER_BASELINES = ("yarn-cs", "chronus", "lyra", "fgd")
 
@@ -270,6 +275,19 @@ _PRESETS: dict[str, _Entry] = {
         reserve_min_worker=2.0,
         reserve_min_workers=2,
         reserve_smaller_first=True,
+    ),
+    # gfs-reserve-gangs that evicts less: its backfill beside a reservation starts HP on
+    # free room only (a job GFS's skip rule would have kept waiting evicts no spot job to
+    # start early), and an HP job evicts only after half an hour queued (room freed by
+    # jobs ending meanwhile is taken first)
+    "gfs-reserve-patient": _gfs_variant(
+        "gfs-reserve-patient",
+        reserve_after_s=RESERVE_AFTER_S,
+        reserve_min_worker=2.0,
+        reserve_min_workers=2,
+        reserve_smaller_first=True,
+        reserve_backfill_free=True,
+        hp_evict_after_s=HP_EVICT_AFTER_S,
     ),
     # the paper's baselines: as the authors' simulator builds them, spot gated by the same
     # forecast quota as GFS (fifo_spot.py, lyra.py, fgd.py; chronus.py has none)

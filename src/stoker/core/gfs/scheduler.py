@@ -15,6 +15,7 @@ stopped and the job re-queued (``JobRequeued``): it runs again, nothing is lost.
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -138,6 +139,17 @@ class GFSConfig:
     # the gang ahead of the many small jobs (Philly contended), where GFS's skip rule leaves
     # the gang waiting and the small jobs served
     reserve_smaller_first: bool = False
+    # stoker's ``gfs-reserve-patient`` (with ``reserve_after_s``): a job backfilled beside a
+    # reservation starts on free room (and idle pods) only, never by evicting spot. GFS's
+    # skip rule keeps those jobs (a bucket's later ones) from trying at all; backfilled,
+    # they start before the reserved nodes drain and, under GFS's victim chooser, evict
+    # the spot jobs GFS would have left running (v2026: the reservation's extra evictions)
+    reserve_backfill_free: bool = False
+    # stoker's ``gfs-reserve-patient`` (0: GFS's, at once): an HP job evicts spot only once
+    # it has queued this long; before, it takes free room and idle pods only (a pass is due
+    # when the wait is up). Jobs end all the time in a busy pool, so a short wait often
+    # finds the room without an eviction
+    hp_evict_after_s: float = 0.0
     grace_s: float = 0.0  # an evicted spot job's SIGTERM-to-SIGKILL grace
     # the authors' gate (every policy's ``simulate``): with a window (start, end), no spot
     # job starts before ``start``, the quota holds in [start, end) and none after; HP
@@ -157,6 +169,8 @@ class GFSConfig:
             raise ValueError(f"reserve_after_s must be >= 0, got {self.reserve_after_s}")
         if self.reserve_smaller_first and QUEUE_ORDERS[self.queue].stop:
             raise ValueError("reserve_smaller_first needs a queue by request (the skip rule)")
+        if not self.hp_evict_after_s >= 0:
+            raise ValueError(f"hp_evict_after_s must be >= 0, got {self.hp_evict_after_s}")
         if not self.reserve_within_s > 0:
             raise ValueError(f"reserve_within_s must be > 0, got {self.reserve_within_s}")
         for name in (
@@ -362,6 +376,10 @@ class GangScheduler:
         # until its pods are gone, neither of which makes a failed search succeed
         self._grown: dict[str, int] = {}
         self._failed: dict[str, tuple[int, int, float | None, bool]] = {}
+        # the same for a search that may not evict (a job backfilled under
+        # ``reserve_backfill_free``, or waiting out ``hp_evict_after_s``): such a failure
+        # says nothing of a search that may evict, in the same state
+        self._failed_free: dict[str, tuple[int, int, float | None, bool]] = {}
         # the last failed free-room plan of an HP job: (job, now, pool epoch, the plan of
         # its first workers, the worker that found no room)
         self._free_prefix: tuple[str, float, int, GangPlan, int] | None = None
@@ -377,6 +395,10 @@ class GangScheduler:
         # HP jobs waiting for the pods stopped to make their room, and the reverse index
         self._awaiting: dict[str, set[str]] = {}
         self._awaiting_by_pod: dict[str, str] = {}
+        # ``hp_evict_after_s``: when HP jobs that found no room without evicting may evict
+        # (a heap of (time, job); each job once, while it is in ``_evict_due``)
+        self._evict_wake: list[tuple[float, str]] = []
+        self._evict_due: set[str] = set()
         self._last_eta = start
         self._next_eta = start + self.config.eta_every_s
         self._next_round = start
@@ -492,7 +514,7 @@ class GangScheduler:
         """Take a queued job out of its queue, still queued: it can start nowhere on its
         pool as it is now (:attr:`Core.unplaceable`)."""
         self._awaiting_clear(job.id)  # what is stopping for it goes to whoever fits
-        self._failed.pop(job.id, None)
+        self._forget_failure(job.id)
         self._unreserve(job)
         pool = self.pool_of(job)
         self.queues[pool][job.job_class].drop(job)
@@ -528,7 +550,7 @@ class GangScheduler:
         self._closed.pop(job.id, None)
         if job.state is JobState.QUEUED:
             self._awaiting_clear(job.id)
-            self._failed.pop(job.id, None)
+            self._forget_failure(job.id)
             self._unreserve(job)
             self.queues[self.pool_of(job)][job.job_class].drop(job)
             self.host.end_job(job, Failure.CANCELLED, None, now, out)
@@ -618,6 +640,12 @@ class GangScheduler:
         if edges and now + EPS >= edges[0]:
             self._gate_seen = now
             self._dirty.update(dict.fromkeys(self.pools))
+        while self._evict_wake and self._evict_wake[0][0] <= now + EPS:
+            _, jid = heapq.heappop(self._evict_wake)
+            self._evict_due.discard(jid)
+            job = self.jobs.get(jid)
+            if job is not None and job.state is JobState.QUEUED:
+                self._dirty[self.pool_of(job)] = None  # it may evict now
         if now + EPS >= self._next_eta:
             self._feedback(now)
             self._next_eta = now + self.config.eta_every_s
@@ -653,6 +681,8 @@ class GangScheduler:
         if not self._active:
             return None
         due = self._next_eta
+        if self._evict_wake:
+            due = min(due, self._evict_wake[0][0])
         if self.config.round_s > 0:
             due = min(due, self._next_round)
         edges = self._gate_edges()
@@ -914,7 +944,7 @@ class GangScheduler:
                         return  # every later job fails alike
                     continue
             acted = len(out)
-            result = self._try_start(job, now, out)
+            result = self._try_start(job, now, out, evict=not self.config.reserve_backfill_free)
             if result == _STARTED:
                 queue.remove(k, entry)
             elif result == _HOLD:
@@ -972,9 +1002,10 @@ class GangScheduler:
         gpus = self.cluster.gpus
         return plan is not None and all(gpus[c].used > EPS for _, cards, _ in plan for c in cards)
 
-    def _try_start(self, job: Job, now: float, out: list[Action]) -> str:
+    def _try_start(self, job: Job, now: float, out: list[Action], evict: bool = True) -> str:
         """Start ``job`` if it may and fits; else why not (``_QUOTA``: over the spot quota,
-        ``_HOLD``: room is being freed for an HP job, nothing else starts; ``_NO_ROOM``)."""
+        ``_HOLD``: room is being freed for an HP job, nothing else starts; ``_NO_ROOM``).
+        Without ``evict`` an HP job takes free room and idle pods only."""
         pool = self.pool_of(job)
         if job.job_class is _SPOT:
             if self.freeing_room(pool):
@@ -1005,7 +1036,7 @@ class GangScheduler:
                 return _NO_ROOM
             self._start(job, plan, now, out)
             return _STARTED
-        result = self._try_start_hp(job, pool, now, out)
+        result = self._try_start_hp(job, pool, now, out, evict)
         if result == _NO_ROOM and self._may_reserve(job, now):
             first = self._to_reserve.setdefault(pool, job)
             # smaller HP jobs first: whether one waits is known only after the HP pass
@@ -1013,13 +1044,24 @@ class GangScheduler:
                 self._reserve(first, pool, now)
         return result
 
-    def _try_start_hp(self, job: Job, pool: str, now: float, out: list[Action]) -> str:
+    def _try_start_hp(
+        self, job: Job, pool: str, now: float, out: list[Action], evict: bool = True
+    ) -> str:
         """An HP job's start: free room, else reclaim (``_NO_ROOM`` while pods stop for it
-        or nothing makes its room)."""
+        or nothing makes its room); without ``evict``, idle pods only."""
         if job.id in self._awaiting:
             return _NO_ROOM  # pods are stopping for it: nothing more goes meanwhile
+        if evict and now - job.queued_since < self.config.hp_evict_after_s - EPS:
+            evict = False  # not yet: a pass is due when it may
+            if job.id not in self._evict_due:
+                self._evict_due.add(job.id)
+                wake = (job.queued_since + self.config.hp_evict_after_s, job.id)
+                heapq.heappush(self._evict_wake, wake)
         state = self._state(pool, now)
-        if self._failed.get(job.id) == state:
+        # a failed search that could evict says the one without eviction fails too
+        if self._failed.get(job.id) == state or (
+            not evict and self._failed_free.get(job.id) == state
+        ):
             return _NO_ROOM
         if self.pools[pool].hp_slots(job.per_worker) < job.spec.workers or self._no_room(job, pool):
             # too little room for its workers (cards without HP; free and whole-GPU spot
@@ -1027,7 +1069,8 @@ class GangScheduler:
             self._remember_failure(job, pool, state, now)
             return _NO_ROOM
         if (
-            self.config.hp_preempt_first
+            evict
+            and self.config.hp_preempt_first
             and not job.fractional
             and job.spec.workers == 1
             and self._reclaim(job, now, out, free_first=False)
@@ -1037,9 +1080,9 @@ class GangScheduler:
         if plan is not None:
             self._start(job, plan, now, out)
             return _STARTED
-        self._reclaim(job, now, out)
+        self._reclaim(job, now, out, preempt=evict)
         self._free_prefix = None  # read by that reclaim only
-        self._remember_failure(job, pool, state, now)
+        self._remember_failure(job, pool, state, now, evict)
         return _NO_ROOM
 
     def _no_room(self, job: Job, pool: str) -> bool:
@@ -1068,13 +1111,24 @@ class GangScheduler:
         return (self._grown[pool], self.host.warm.epoch, timed, gate is None or now >= gate[0])
 
     def _remember_failure(
-        self, job: Job, pool: str, state: tuple[int, int, float | None, bool], now: float
+        self,
+        job: Job,
+        pool: str,
+        state: tuple[int, int, float | None, bool],
+        now: float,
+        evict: bool = True,
     ) -> None:
         """A search that found neither free room nor anything to reclaim changed nothing:
         until ``state`` moves on the same search fails alike (an HP job that fits nowhere
-        is otherwise searched again on every event of its pool)."""
+        is otherwise searched again on every event of its pool). Without ``evict`` (free
+        room and idle pods only) it is remembered apart."""
         if job.id not in self._awaiting and self._state(pool, now) == state:
-            self._failed[job.id] = state
+            (self._failed if evict else self._failed_free)[job.id] = state
+
+    def _forget_failure(self, job_id: str) -> None:
+        """The job started or left the queue: its failed searches are void."""
+        self._failed.pop(job_id, None)
+        self._failed_free.pop(job_id, None)
 
     # ------------------------------------------------------------ reservations
 
@@ -1244,7 +1298,7 @@ class GangScheduler:
         pool = self.pool_of(job)
         cls = job.job_class
         self.host.move_job(job, JobState.PLACED, now)
-        self._failed.pop(job.id, None)
+        self._forget_failure(job.id)
         self._unreserve(job)
         job.placed = now
         job.queue_s += now - job.queued_since
@@ -1393,19 +1447,21 @@ class GangScheduler:
         *,
         standby_only: bool = False,
         free_first: bool = True,
+        preempt: bool = True,
     ) -> bool:
         """The one chain for an HP job that fits nowhere: idle pods alone if they make the
         room, else the cheapest mix of idle pods and spot victims. A spot job (with
         ``standby_only``) takes only cards held by idle standby pods, never a warm pod or
         another spot job. Without ``free_first`` (``hp_preempt_first``) free nodes and spot
         nodes are one set of candidates for the victim chooser. What is stopped is awaited;
-        the job starts on the pass after the last pod is gone. True when something stops."""
+        the job starts on the pass after the last pod is gone. Without ``preempt`` no spot
+        job is a victim. True when something stops."""
         idle = self.host.warm.idle_cards(self.pool_of(job))
         if standby_only:
             idle = {n: [c for c in cards if c[0][0] == 0] for n, cards in idle.items()}
             idle = {n: cards for n, cards in idle.items() if cards}
         gate = self.config.window
-        preempt = self.config.preempt and (gate is None or now >= gate[0])
+        preempt = preempt and self.config.preempt and (gate is None or now >= gate[0])
         if free_first:
             plan = self._plan_victims(job, idle, now, spot=False)
             if plan is None and not standby_only and preempt:

@@ -1,0 +1,207 @@
+"""Which HP jobs evict spot: each eviction counted by the evicting job's kind and GPU pool.
+
+    .venv/bin/python benchmarks/probe_evictions.py --out /var/tmp/evictions.json \\
+        --load medium --seed 0 --policy gfs --policy gfs-reserve-gangs \\
+        --policy gfs-reserve-gangs+reserve_backfill_free=1
+
+A policy is a registry preset, optionally with ``GFSConfig`` fields set after ``+``
+(``name+field=value+...``; the value is cast to the field's type: 1 / 0 for a bool). Each
+runs in this process as ``stoker sim gfs --trace v2026`` runs it (same trace cut, load
+copies, forecaster, window gate; the defaults are the full-fleet month's, ``--scale 0.1
+--days 7 --warm-days 14 --burn-in-days 1 --query-every-min 30`` the 1/10-scale setup), and
+prints and writes its metrics, each class's queueing by pool (job-s) and its evictions of
+measured spot jobs (submitted in the window: those the eviction rate counts) split by GPU
+pool and by the evicting HP job's kind: ``holder`` (it held its pool's reservation at some
+time), ``backfill`` (tried beside a reservation, behind its bucket's head), else by its
+shape: ``1gpu``, ``1gpu-gang``, ``multi`` (one worker of several cards), ``gang`` (several
+such workers), ``frac``; each pool's eta over the window (its mean and the share of hourly
+feedback steps below 1); with the CPU seconds it took.
+
+The counting is a probe's, not the core's: while a policy runs, the scheduler's
+``_reclaim``, ``_evict``, ``_reserve``, ``_backfill`` and ``_feedback`` are wrapped to see
+who evicts and when, and the simulator's ``_metrics`` to read the window; all are restored
+after. The findings are in docs/gfs.md, "Beating GFS on every figure".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import stoker.core.gfs.scheduler as sched
+import stoker.sim.gfs as simgfs
+from stoker.core.model import JobClass
+from stoker.core.registry import preset
+from stoker.forecast.base import Cadence
+from stoker.sim.gfs import LOADS, Setup, policy_forecaster, prepare_trace, scale_spot_load
+from stoker.traces import Trace
+
+GS = sched.GangScheduler
+
+
+def build(policy: str) -> Any:
+    """The preset named before the first ``+``, with each ``field=value`` after it set."""
+    name, *fields = policy.split("+")
+    spec = preset(name)
+    gangs = spec.policies.gangs
+    for item in fields:
+        key, value = item.split("=", 1)
+        kind = type(getattr(gangs, key))
+        setattr(gangs, key, bool(int(value)) if kind is bool else kind(value))
+    return spec
+
+
+def _kind(job: Any, holders: set[str], in_backfill: bool) -> str:
+    if job.id in holders:
+        return "holder"
+    if in_backfill:
+        return "backfill"
+    if job.fractional:
+        return "frac"
+    if job.per_worker <= 1.0:
+        return "1gpu" if job.spec.workers == 1 else "1gpu-gang"
+    return "multi" if job.spec.workers == 1 else "gang"
+
+
+def run_policy(policy: str, trace: Trace, window: simgfs.Window, cadence: Cadence) -> dict:
+    """One policy over ``trace``: its metrics, evictions by kind and pool, CPU seconds."""
+    spec = build(policy)
+    seen: list[tuple[Any, str, bool]] = []  # (victim, its pool, whether in a backfill)
+    holders: set[str] = set()
+    state: dict[str, Any] = {"hp": None, "backfill": False}
+    orig = (GS._reclaim, GS._evict, GS._reserve, GS._backfill)
+    etas: dict[str, list[float]] = {}  # each pool's eta after each feedback step in the window
+    feedback = GS._feedback
+    metrics_of = simgfs._metrics
+
+    def reclaim(self: Any, job: Any, now: float, out: list, **kw: Any) -> bool:
+        before, state["hp"] = state["hp"], job
+        try:
+            return orig[0](self, job, now, out, **kw)
+        finally:
+            state["hp"] = before
+
+    def evict(self: Any, victim: Any, now: float, out: list) -> None:
+        seen.append((victim.id, state["hp"], state["backfill"]))
+        orig[1](self, victim, now, out)
+
+    def reserve(self: Any, job: Any, pool: str, now: float) -> None:
+        orig[2](self, job, pool, now)
+        held = self._reserved.get(pool)
+        if held is not None and held[0] == job.id:
+            holders.add(job.id)
+
+    def backfill(self: Any, *args: Any) -> None:
+        state["backfill"] = True
+        try:
+            orig[3](self, *args)
+        finally:
+            state["backfill"] = False
+
+    def step(self: Any, now: float) -> None:
+        feedback(self, now)
+        if window.start <= now < window.end:
+            for pool in self.pools:
+                etas.setdefault(pool, []).append(self.eta(pool))
+
+    captured: dict[str, Any] = {}
+
+    def capture(core: Any, jobs: list, win: simgfs.Window, *rest: Any) -> dict[str, object]:
+        captured["core"] = core
+        return metrics_of(core, jobs, win, *rest)
+
+    GS._reclaim, GS._evict, GS._reserve, GS._backfill = reclaim, evict, reserve, backfill  # type: ignore[method-assign]
+    GS._feedback = step  # type: ignore[method-assign]
+    simgfs._metrics = capture  # type: ignore[assignment]
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    try:
+        result = simgfs.simulate(
+            trace,
+            spec,
+            window,
+            forecaster=policy_forecaster(spec.forecaster, cadence, "ridge", trace.notes),
+            cadence=cadence,
+        )
+    finally:
+        GS._reclaim, GS._evict, GS._reserve, GS._backfill = orig  # type: ignore[method-assign]
+        GS._feedback = feedback  # type: ignore[method-assign]
+        simgfs._metrics = metrics_of  # type: ignore[assignment]
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    core = captured["core"]
+    counts: Counter[str] = Counter()
+    for victim, hp, in_backfill in seen:
+        job = core.jobs[victim]
+        if not window.start <= job.submitted < window.end:
+            continue  # not a measured job: the eviction rate does not count it
+        kind = "none" if hp is None else _kind(hp, holders, in_backfill)
+        counts[f"{core.gangs.pool_of(job)}/{kind}"] += 1
+    queued: dict[str, float] = {}  # measured jobs' queueing, job-s, by class and pool
+    for job in core.jobs.values():
+        if job.job_class in (JobClass.HP, JobClass.SPOT) and (
+            window.start <= job.submitted < window.end
+        ):
+            key = f"{job.job_class.value}/{core.gangs.pool_of(job)}"
+            queued[key] = queued.get(key, 0.0) + job.queue_s
+    return {
+        "metrics": result.metrics,
+        "evictions": sum(counts.values()),
+        "evictions_by_pool_kind": dict(sorted(counts.items())),
+        "queue_job_s_by_class_pool": {k: round(v) for k, v in sorted(queued.items())},
+        # eta in the window: its mean and the share of feedback steps below 1, by pool
+        "eta_by_pool": {
+            pool: {
+                "mean": round(sum(v) / len(v), 4),
+                "below_1": round(sum(1 for e in v if e < 1.0 - 1e-9) / len(v), 4),
+            }
+            for pool, v in sorted(etas.items())
+        },
+        "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--policy", action="append", required=True)
+    ap.add_argument("--load", action="append", choices=list(LOADS))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--days", type=float, default=30.0)
+    ap.add_argument("--warm-days", type=float, default=28.0)
+    ap.add_argument("--burn-in-days", type=float, default=2.0)
+    ap.add_argument("--query-every-min", type=int, default=5)
+    args = ap.parse_args()
+    setup = Setup(args.days, args.warm_days, args.burn_in_days, args.scale, args.seed)
+    cadence = Cadence(refit_every_min=1440, query_every_min=args.query_every_min)
+    base, window = prepare_trace("v2026", None, setup)
+    doc: dict[str, Any] = {"setup": vars(args) | {"out": str(args.out)}, "results": {}}
+    if args.out.exists():
+        doc["results"] = json.loads(args.out.read_text())["results"]
+    for load in args.load or ["medium"]:
+        jobs = scale_spot_load(base.jobs, LOADS[load], args.seed)
+        trace = Trace(base.name, base.nodes, jobs, base.source, dict(base.notes))
+        for policy in args.policy:
+            r = run_policy(policy, trace, window, cadence)
+            r["load_avg"] = round(os.getloadavg()[0], 2)
+            doc["results"].setdefault(load, {})[policy] = r
+            m = r["metrics"]
+            print(
+                f"{load}/{policy}: spot ev {m['spot.eviction_rate']:.4f} "
+                f"({r['evictions']} evictions) q {m['spot.mean_queue_s']:,.0f} "
+                f"hp q {m['hp.mean_queue_s']:,.0f} p99 {m['hp.p99_jct_s']:,.0f} "
+                f"({r['cpu_s']} CPU-s)",
+                flush=True,
+            )
+            for key, n in r["evictions_by_pool_kind"].items():
+                print(f"    {key}: {n}")
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(doc, indent=1, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
