@@ -75,6 +75,14 @@ RESERVE_WITHIN_S = 86400.0
 # gfs-reserve-patient's wait before an HP job that finds no free room evicts spot: under
 # the reservation's hour, so a gang that evicting would start does so before it reserves
 HP_EVICT_AFTER_S = 1800.0
+# gfs-reserve-gangs's reservation (gfs-reserve-patient's too): gangs of workers of two
+# cards or more, after an hour queued, while no HP job of a smaller request waits
+_RESERVE_GANGS: dict[str, object] = {
+    "reserve_after_s": RESERVE_AFTER_S,
+    "reserve_min_worker": 2.0,
+    "reserve_min_workers": 2,
+    "reserve_smaller_first": True,
+}
 # the paper's comparison set for hp/spot
 PAPER_BASELINES = ("yarn-cs", "chronus", "lyra", "fgd")
 
@@ -269,23 +277,14 @@ _PRESETS: dict[str, _Entry] = {
     # more (a single worker waits as under GFS), and only while no HP job of a smaller
     # request waits in the pool (one that waits finds no card: the pool is short of cards
     # for HP, and a reservation would only serve the gang before the many small jobs)
-    "gfs-reserve-gangs": _gfs_variant(
-        "gfs-reserve-gangs",
-        reserve_after_s=RESERVE_AFTER_S,
-        reserve_min_worker=2.0,
-        reserve_min_workers=2,
-        reserve_smaller_first=True,
-    ),
+    "gfs-reserve-gangs": _gfs_variant("gfs-reserve-gangs", **_RESERVE_GANGS),
     # gfs-reserve-gangs that evicts less: its backfill beside a reservation starts HP on
     # free room only (a job GFS's skip rule would have kept waiting evicts no spot job to
     # start early), and an HP job evicts only after half an hour queued (room freed by
     # jobs ending meanwhile is taken first)
     "gfs-reserve-patient": _gfs_variant(
         "gfs-reserve-patient",
-        reserve_after_s=RESERVE_AFTER_S,
-        reserve_min_worker=2.0,
-        reserve_min_workers=2,
-        reserve_smaller_first=True,
+        **_RESERVE_GANGS,
         reserve_backfill_free=True,
         hp_evict_after_s=HP_EVICT_AFTER_S,
     ),
