@@ -28,26 +28,20 @@ The findings (docs/gfs.md, "Where Lyra's spot queueing comes from") made no pres
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import resource
 from collections import defaultdict
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import stoker.core.gfs.scheduler as sched
 import stoker.sim.gfs as simgfs
+from probe_month import month_options, run_month
 from stoker.core.gfs.preemption import GFSVictims, LyraVictims
 from stoker.core.model import JobClass
 from stoker.core.registry import preset
 from stoker.forecast.base import Cadence
 from stoker.sim.gfs import (
-    LOADS,
-    Setup,
     policy_forecaster,
-    prepare_trace,
-    scale_spot_load,
     simulate,
 )
 from stoker.traces import Trace
@@ -147,42 +141,28 @@ def run_variant(
     }
 
 
+def _show(load: str, name: str, r: dict[str, Any]) -> None:
+    m = r["metrics"]
+    print(
+        f"{load}/{name}: spot ev {m['spot.eviction_rate']:.4f} "
+        f"q {m['spot.mean_queue_s']:,.0f} hp q {m['hp.mean_queue_s']:,.0f} "
+        f"p99 {m['hp.p99_jct_s']:,.0f} alloc {m['gpu_allocation_rate']:.3f} "
+        f"({r['cpu_s']} CPU-s)",
+        flush=True,
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--variant", action="append", choices=list(VARIANTS), required=True)
-    ap.add_argument("--load", action="append", choices=list(LOADS))
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--scale", type=float, default=1.0)
-    ap.add_argument("--days", type=float, default=30.0)
-    ap.add_argument("--warm-days", type=float, default=28.0)
-    ap.add_argument("--burn-in-days", type=float, default=2.0)
-    ap.add_argument("--query-every-min", type=int, default=5)
     ap.add_argument("--forecaster", default="ridge")
+    month_options(ap)
     args = ap.parse_args()
-    setup = Setup(args.days, args.warm_days, args.burn_in_days, args.scale, args.seed)
-    cadence = Cadence(refit_every_min=1440, query_every_min=args.query_every_min)
-    base, window = prepare_trace("v2026", None, setup)
-    doc: dict[str, Any] = {"setup": vars(args) | {"out": str(args.out)}, "results": {}}
-    if args.out.exists():
-        doc["results"] = json.loads(args.out.read_text())["results"]
-    for load in args.load or ["medium"]:
-        jobs = scale_spot_load(base.jobs, LOADS[load], args.seed)
-        trace = Trace(base.name, base.nodes, jobs, base.source, dict(base.notes))
-        for name in args.variant:
-            r = run_variant(name, trace, window, cadence, args.forecaster)
-            r["load_avg"] = round(os.getloadavg()[0], 2)
-            doc["results"].setdefault(load, {})[name] = r
-            m = r["metrics"]
-            print(
-                f"{load}/{name}: spot ev {m['spot.eviction_rate']:.4f} "
-                f"q {m['spot.mean_queue_s']:,.0f} hp q {m['hp.mean_queue_s']:,.0f} "
-                f"p99 {m['hp.p99_jct_s']:,.0f} alloc {m['gpu_allocation_rate']:.3f} "
-                f"({r['cpu_s']} CPU-s)",
-                flush=True,
-            )
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(doc, indent=1, sort_keys=True))
+
+    def run(name: str, trace: Trace, window: simgfs.Window, cadence: Cadence) -> dict[str, Any]:
+        return run_variant(name, trace, window, cadence, args.forecaster)
+
+    run_month(args, args.variant, run, _show)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,59 @@
+"""What the full-fleet month probes share (``probe_evictions.py``, ``probe_lyra_spot.py``):
+their trace options, the v2026 month at each load as ``stoker sim gfs`` cuts it, and the
+results file each run is added to as it ends (a rerun keeps the runs already there)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from stoker.forecast.base import Cadence
+from stoker.sim.gfs import LOADS, Setup, Window, prepare_trace, scale_spot_load
+from stoker.traces import Trace
+
+
+def month_options(ap: argparse.ArgumentParser) -> None:
+    """The options of the month's cut (defaults: the full-fleet month; ``--scale 0.1 --days
+    7 --warm-days 14 --burn-in-days 1 --query-every-min 30`` is the 1/10-scale setup)."""
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--load", action="append", choices=list(LOADS))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--days", type=float, default=30.0)
+    ap.add_argument("--warm-days", type=float, default=28.0)
+    ap.add_argument("--burn-in-days", type=float, default=2.0)
+    ap.add_argument("--query-every-min", type=int, default=5)
+
+
+def run_month(
+    args: argparse.Namespace,
+    names: list[str],
+    run: Callable[[str, Trace, Window, Cadence], dict[str, Any]],
+    show: Callable[[str, str, dict[str, Any]], None],
+) -> None:
+    """``run(name, trace, window, cadence)`` for each load (medium unless named) and name;
+    each result, with the load average at its end, written to ``args.out`` and shown."""
+    setup = Setup(args.days, args.warm_days, args.burn_in_days, args.scale, args.seed)
+    cadence = Cadence(refit_every_min=1440, query_every_min=args.query_every_min)
+    base, window = prepare_trace("v2026", None, setup)
+    doc: dict[str, Any] = {"setup": vars(args) | {"out": str(args.out)}, "results": {}}
+    if args.out.exists():
+        doc["results"] = json.loads(args.out.read_text())["results"]
+    for load, trace in _loads(args, base):
+        for name in names:
+            r = run(name, trace, window, cadence)
+            r["load_avg"] = round(os.getloadavg()[0], 2)
+            doc["results"].setdefault(load, {})[name] = r
+            show(load, name, r)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(doc, indent=1, sort_keys=True))
+
+
+def _loads(args: argparse.Namespace, base: Trace) -> Iterator[tuple[str, Trace]]:
+    for load in args.load or ["medium"]:
+        jobs = scale_spot_load(base.jobs, LOADS[load], args.seed)
+        yield load, Trace(base.name, base.nodes, jobs, base.source, dict(base.notes))
