@@ -26,17 +26,15 @@ after. The findings are in docs/gfs.md, "Beating GFS on every figure".
 from __future__ import annotations
 
 import argparse
-import resource
 from collections import Counter
 from typing import Any
 
 import stoker.core.gfs.scheduler as sched
 import stoker.sim.gfs as simgfs
-from probe_month import month_options, run_month
+from probe_month import month_options, run_month, simulate_probed
 from stoker.core.model import JobClass
 from stoker.core.registry import preset
 from stoker.forecast.base import Cadence
-from stoker.sim.gfs import policy_forecaster
 from stoker.traces import Trace
 
 GS = sched.GangScheduler
@@ -75,7 +73,6 @@ def run_policy(policy: str, trace: Trace, window: simgfs.Window, cadence: Cadenc
     orig = (GS._reclaim, GS._evict, GS._reserve, GS._backfill)
     etas: dict[str, list[float]] = {}  # each pool's eta after each feedback step in the window
     feedback = GS._feedback
-    metrics_of = simgfs._metrics
 
     def reclaim(self: Any, job: Any, now: float, out: list, **kw: Any) -> bool:
         before, state["hp"] = state["hp"], job
@@ -107,30 +104,11 @@ def run_policy(policy: str, trace: Trace, window: simgfs.Window, cadence: Cadenc
             for pool in self.pools:
                 etas.setdefault(pool, []).append(self.eta(pool))
 
-    captured: dict[str, Any] = {}
-
-    def capture(core: Any, jobs: list, win: simgfs.Window, *rest: Any) -> dict[str, object]:
-        captured["core"] = core
-        return metrics_of(core, jobs, win, *rest)
-
-    GS._reclaim, GS._evict, GS._reserve, GS._backfill = reclaim, evict, reserve, backfill  # type: ignore[method-assign]
-    GS._feedback = step  # type: ignore[method-assign]
-    simgfs._metrics = capture  # type: ignore[assignment]
-    before = resource.getrusage(resource.RUSAGE_SELF)
-    try:
-        result = simgfs.simulate(
-            trace,
-            spec,
-            window,
-            forecaster=policy_forecaster(spec.forecaster, cadence, "ridge", trace.notes),
-            cadence=cadence,
-        )
-    finally:
-        GS._reclaim, GS._evict, GS._reserve, GS._backfill = orig  # type: ignore[method-assign]
-        GS._feedback = feedback  # type: ignore[method-assign]
-        simgfs._metrics = metrics_of  # type: ignore[assignment]
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    core = captured["core"]
+    wrappers = {"_reclaim": reclaim, "_evict": evict, "_reserve": reserve, "_backfill": backfill}
+    patches: list[tuple[object, str, object]] = [(GS, n, f) for n, f in wrappers.items()]
+    result, core, _, cpu = simulate_probed(
+        trace, spec, window, cadence, "ridge", [*patches, (GS, "_feedback", step)]
+    )
     counts: Counter[str] = Counter()
     for victim, hp, in_backfill in seen:
         job = core.jobs[victim]
@@ -158,7 +136,7 @@ def run_policy(policy: str, trace: Trace, window: simgfs.Window, cadence: Cadenc
             }
             for pool, v in sorted(etas.items())
         },
-        "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
+        "cpu_s": cpu,
     }
 
 

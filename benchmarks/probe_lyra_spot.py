@@ -28,22 +28,17 @@ The findings (docs/gfs.md, "Where Lyra's spot queueing comes from") made no pres
 from __future__ import annotations
 
 import argparse
-import resource
 from collections import defaultdict
 from dataclasses import replace
 from typing import Any
 
 import stoker.core.gfs.scheduler as sched
 import stoker.sim.gfs as simgfs
-from probe_month import month_options, run_month
+from probe_month import month_options, run_month, simulate_probed
 from stoker.core.gfs.preemption import GFSVictims, LyraVictims
 from stoker.core.model import JobClass
 from stoker.core.registry import preset
 from stoker.forecast.base import Cadence
-from stoker.sim.gfs import (
-    policy_forecaster,
-    simulate,
-)
 from stoker.traces import Trace
 
 _O = sched.QUEUE_ORDERS
@@ -106,38 +101,22 @@ def run_variant(
     if victims is not None:
         spec.policies.gangs.victims = _VICTIMS[victims]()
     orders = {JobClass.HP: _ORDERS[hp_order], JobClass.SPOT: _ORDERS[spot_order]}
-    queue, metrics_of = sched._Queue, simgfs._metrics
-    seen: dict[str, Any] = {}
+    queue = sched._Queue
 
     def per_class(order: sched.QueueOrder, cls: JobClass) -> sched._Queue:
         return queue(orders[cls], cls)
 
-    def capture(core: Any, jobs: list[Any], win: simgfs.Window, *rest: Any) -> dict[str, object]:
-        seen["breakdown"] = _breakdown(core, jobs, win)
-        return metrics_of(core, jobs, win, *rest)
-
-    sched._Queue, simgfs._metrics = per_class, capture  # type: ignore[assignment,misc]
-    before = resource.getrusage(resource.RUSAGE_SELF)
-    try:
-        result = simulate(
-            trace,
-            spec,
-            window,
-            forecaster=policy_forecaster(spec.forecaster, cadence, forecaster, trace.notes),
-            cadence=cadence,
-        )
-    finally:
-        sched._Queue, simgfs._metrics = queue, metrics_of  # type: ignore[misc]
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    result, core, jobs, cpu = simulate_probed(
+        trace, spec, window, cadence, forecaster, [(sched, "_Queue", per_class)]
+    )
     tl = result.timeline
     inside = [i for i, t in enumerate(tl["t"]) if window.start <= t < window.end]
     means = {k: sum(tl[k][i] for i in inside) / len(inside) for k in tl if k != "t" and inside}
     return {
         "metrics": result.metrics,
-        "breakdown": seen["breakdown"],
+        "breakdown": _breakdown(core, jobs, window),
         "window_means": means,
-        "cpu_s": round(cpu, 1),
+        "cpu_s": cpu,
     }
 
 

@@ -1,18 +1,22 @@
 """What the full-fleet month probes share (``probe_evictions.py``, ``probe_lyra_spot.py``):
-their trace options, the v2026 month at each load as ``stoker sim gfs`` cuts it, and the
-results file each run is added to as it ends (a rerun keeps the runs already there)."""
+their trace options, the v2026 month at each load as ``stoker sim gfs`` cuts it, one run
+with the probe's wrappers in place, and the results file each run is added to as it ends
+(a rerun keeps the runs already there)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import resource
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import stoker.sim.gfs as simgfs
+from stoker.core.registry import Preset
 from stoker.forecast.base import Cadence
-from stoker.sim.gfs import LOADS, Setup, Window, prepare_trace, scale_spot_load
+from stoker.sim.gfs import LOADS, Setup, Window, policy_forecaster, prepare_trace, scale_spot_load
 from stoker.traces import Trace
 
 
@@ -27,6 +31,45 @@ def month_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--warm-days", type=float, default=28.0)
     ap.add_argument("--burn-in-days", type=float, default=2.0)
     ap.add_argument("--query-every-min", type=int, default=5)
+
+
+def simulate_probed(
+    trace: Trace,
+    spec: Preset,
+    window: Window,
+    cadence: Cadence,
+    forecaster: str,
+    patches: list[tuple[object, str, object]],
+) -> tuple[simgfs.TraceResult, Any, list[Any], float]:
+    """``spec`` over ``trace`` as ``stoker sim gfs`` runs it, each ``(owner, name, value)``
+    of ``patches`` set for the run and put back after (a probe's wrappers of private
+    names): the result, the core and the jobs its metrics were read from, CPU seconds."""
+    seen: dict[str, Any] = {}
+    metrics_of = simgfs._metrics
+
+    def capture(core: Any, jobs: list[Any], win: Window, *rest: Any) -> dict[str, object]:
+        seen["core"], seen["jobs"] = core, jobs
+        return metrics_of(core, jobs, win, *rest)
+
+    patches = [*patches, (simgfs, "_metrics", capture)]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    for owner, name, value in patches:
+        setattr(owner, name, value)
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    try:
+        result = simgfs.simulate(
+            trace,
+            spec,
+            window,
+            forecaster=policy_forecaster(spec.forecaster, cadence, forecaster, trace.notes),
+            cadence=cadence,
+        )
+    finally:
+        for owner, name, value in reversed(saved):
+            setattr(owner, name, value)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return result, seen["core"], seen["jobs"], round(cpu, 1)
 
 
 def run_month(

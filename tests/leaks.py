@@ -10,12 +10,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from stoker.runtime.cgroups import CGROUP_ROOT, CgroupError, PodCgroup
-from stoker.runtime.local import cgroup_prefix
+from stoker.runtime.local import cgroup_prefix, unmount
 
 
 @dataclass(frozen=True)
@@ -86,4 +85,4 @@ def reap(left: Leftovers, timeout_s: float = 10.0) -> None:
             pod.kill_all(timeout_s)
         pod.remove()
     for point in sorted(left.mounts, key=len, reverse=True):
-        subprocess.run(["umount", "-l", point], check=False, capture_output=True)
+        unmount(Path(point))

@@ -94,7 +94,7 @@ def device_nodes(
 ) -> tuple[tuple[str, str], ...]:
     """The device nodes a pod holding ``gpus`` gets, as (host path, path in the pod): each
     of its cards' ``nvidia<minor>`` and the control nodes the host has; no other card's
-    node. None for virtual slots. ``dev_dir``: where the host's nodes are."""
+    node; none for virtual slots. ``dev_dir``: where the host's nodes are."""
     real = _real(devices, gpus)
     if not real:
         return ()

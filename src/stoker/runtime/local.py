@@ -223,7 +223,8 @@ def _mount_tmpfs(path: Path, size_mb: int, owner: tuple[int, int]) -> None:
     )
 
 
-def _unmount(path: Path) -> None:
+def unmount(path: Path) -> None:
+    """Detach the mount at ``path`` if there is one."""
     if os.path.ismount(path):
         # lazily: a process of the pod may still be on its way out
         subprocess.run(["umount", "--lazy", str(path)], check=False, capture_output=True)
@@ -233,7 +234,7 @@ def _clear_pod(rec: _Pod) -> None:
     """Remove what is left of a killed pod on the host: its groups, its workspace's tmpfs,
     its directory."""
     rec.cgroup.remove()
-    _unmount(rec.dir / "workspace")
+    unmount(rec.dir / "workspace")
     shutil.rmtree(rec.dir, ignore_errors=True)
 
 
@@ -735,7 +736,7 @@ class LocalRuntime:
                 data = json.loads((d / "pod.json").read_text())
             except (OSError, ValueError):
                 # died before its record: no process was started yet
-                await asyncio.to_thread(_unmount, d / "workspace")
+                await asyncio.to_thread(unmount, d / "workspace")
                 await asyncio.to_thread(shutil.rmtree, d, True)
                 continue
             await self._adopt(data, d)
