@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import stoker.traces.load as trace_load
 from stoker.cli.main import app
 from stoker.traces import calibration as cal
 from stoker.traces.check import compare, published, published_from_aggregates
@@ -23,7 +24,7 @@ from stoker.traces.gfs_v2026 import (
     load_v2026,
     write_jobs,
 )
-from stoker.traces.load import load_trace, shared_data_dir
+from stoker.traces.load import FLEET_REBUILT, NODE_LIST_NOTE, load_trace, shared_data_dir
 from stoker.traces.openb import load_openb
 
 DATA = shared_data_dir()
@@ -332,6 +333,42 @@ def test_load_trace_kinds(tmp_path: Path) -> None:
         load_trace("openb", None, 0)
     with pytest.raises(ValueError, match="scale"):
         load_trace("v2026", tmp_path, 0, scale=0.5)
+
+
+def test_the_data_folder_beside_the_checkout_is_found_from_any_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # <root>/checkout/src/stoker/traces/load.py finds <root>/shared/data from anywhere (the
+    # lookup once went one folder too high and found it only from the checkout itself)
+    data = tmp_path / "shared" / "data"
+    data.mkdir(parents=True)
+    module = tmp_path / "checkout" / "src" / "stoker" / "traces" / "load.py"
+    monkeypatch.setattr(trace_load, "__file__", str(module))
+    monkeypatch.delenv(trace_load.DATA_ENV, raising=False)
+    elsewhere = tmp_path / "elsewhere" / "deeper"
+    elsewhere.mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    assert shared_data_dir() == data
+    monkeypatch.setenv(trace_load.DATA_ENV, str(tmp_path / "elsewhere"))
+    assert shared_data_dir() == tmp_path / "elsewhere"  # the variable comes first
+
+
+def test_a_v2026_trace_says_which_node_list_it_has(tmp_path: Path) -> None:
+    # generated jobs on a data folder without the node list: the fleet rebuilt, and said
+    bare = load_trace("v2026", None, 3, days=1, start_day=40, scale=0.01, data_dir=tmp_path)
+    assert bare.notes[NODE_LIST_NOTE] == FLEET_REBUILT
+    assert sum(n.gpus for n in bare.nodes) == cal.FLEET_GPUS
+    folder = tmp_path / trace_load.V2026_DIR
+    folder.mkdir()
+    _write(folder)
+    real = load_trace("v2026", None, 3, days=1, start_day=40, scale=0.01, data_dir=tmp_path)
+    assert real.notes[NODE_LIST_NOTE] == str(folder / "node_info_df.csv")
+    assert len(real.nodes) == 4  # NODES_CSV's
+    # a release folder's own node list is the one named, whatever the data folder has
+    (tmp_path / "release").mkdir()
+    own = _write(tmp_path / "release")
+    loaded = load_trace("v2026", own, 0, data_dir=tmp_path)
+    assert loaded.notes[NODE_LIST_NOTE] == str(own / "node_info_df.csv")
 
 
 def test_cli_generate_and_check(tmp_path: Path) -> None:

@@ -95,6 +95,7 @@ def sim_gfs(
     )
     from stoker.sim.report_html import render
     from stoker.traces import TRACE_KINDS, Trace
+    from stoker.traces.load import DATA_ENV, FLEET_REBUILT, NODE_LIST_NOTE
     from stoker.traces.scale import CapacityScale
 
     console = Console(width=200)
@@ -131,6 +132,12 @@ def sim_gfs(
         setup = Setup(days, warm_days, burn_in_days, scale, seed, capacity, time_scale)
         cadence = Cadence(refit_every_min=refit_every_min, query_every_min=query_every_min)
         base, window = prepare_trace(trace, trace_path, setup)
+        if base.notes.get(NODE_LIST_NOTE) == FLEET_REBUILT:
+            console.print(
+                f"note: {trace}'s nodes are {FLEET_REBUILT}; set {DATA_ENV} to the shared data"
+                " folder for the real node list",
+                markup=False,
+            )
         runs: dict[str, dict[str, TraceResult]] = {}
         with steps(console) as bar:
             task = bar.add_task("simulating", total=len(loads) * len(names))
@@ -167,6 +174,8 @@ def sim_gfs(
         "trace_path": trace_path,
         "source": base.source,
         "nodes": len(base.nodes),
+        # v2026: the node list's file, or that the fleet was rebuilt from its counts
+        "node_list": base.notes.get(NODE_LIST_NOTE),
         "jobs_left_out_too_large": int(base.notes.get("left_out_too_large", "0")),
         # jobs of a GPU model left out by --capacity-scale MODEL=0
         "jobs_left_out_model_dropped": int(base.notes.get("left_out_model_dropped", "0")),

@@ -36,6 +36,8 @@ def v2026_calendar_notes(start_day: float = 0.0) -> dict[str, str]:
 
 NODE_FILE = "node_info_df.csv"
 JOB_FILE = "job_info_df.csv"
+# a trace's note naming the node list file it was loaded with
+NODE_LIST_NOTE = "node_list"
 NODE_COLUMNS = ("gpu_model", "gpu_capacity_num", "cpu_num", "node_name")
 JOB_COLUMNS = (
     "job_name",
@@ -214,9 +216,10 @@ def load_v2026(path: str | Path, nodes: list[TraceNode] | None = None) -> Trace:
     elif nodes is None:
         raise TraceFormatError(f"{node_file}: no such file (and no node list given)")
     jobs = load_jobs(job_file)
-    return Trace(
-        name="v2026", nodes=nodes, jobs=jobs, source=str(job_file), notes=v2026_calendar_notes()
-    )
+    notes = v2026_calendar_notes()
+    if node_file.is_file():
+        notes[NODE_LIST_NOTE] = str(node_file)
+    return Trace(name="v2026", nodes=nodes, jobs=jobs, source=str(job_file), notes=notes)
 
 
 def _fmt(value: float) -> str:

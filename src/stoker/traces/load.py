@@ -10,12 +10,14 @@ from pathlib import Path
 from stoker.traces import calibration as cal
 from stoker.traces.base import Trace, TraceNode
 from stoker.traces.generator import GeneratorConfig, fleet_nodes, generate_trace
-from stoker.traces.gfs_v2026 import NODE_FILE, load_nodes, load_v2026
+from stoker.traces.gfs_v2026 import NODE_FILE, NODE_LIST_NOTE, load_nodes, load_v2026
 from stoker.traces.openb import load_openb
 
 TRACE_KINDS = ("v2026", "openb", "philly")
 DATA_ENV = "STOKER_DATA_DIR"
 V2026_DIR = "alibaba-spot-v2026"
+# a v2026 trace's node_list note when the data folder has no node list
+FLEET_REBUILT = "rebuilt from the published counts (no node list in the data folder)"
 
 
 def shared_data_dir() -> Path | None:
@@ -23,8 +25,8 @@ def shared_data_dir() -> Path | None:
     project checkout (or beside the working directory); None when none exists."""
     env = os.environ.get(DATA_ENV)
     candidates = [Path(env)] if env else []
-    # src/stoker/traces/load.py -> the checkout is parents[4]
-    candidates.append(Path(__file__).resolve().parents[4].parent / "shared" / "data")
+    # <checkout>/src/stoker/traces/load.py: the checkout is parents[3]
+    candidates.append(Path(__file__).resolve().parents[3].parent / "shared" / "data")
     candidates.append(Path.cwd().parent / "shared" / "data")
     for folder in candidates:
         if folder.is_dir():
@@ -32,12 +34,18 @@ def shared_data_dir() -> Path | None:
     return None
 
 
-def v2026_nodes(data_dir: Path | None = None) -> list[TraceNode]:
-    """The real GFS node list from the data folder, else the fleet rebuilt from its counts."""
+def v2026_node_list(data_dir: Path | None = None) -> Path | None:
+    """The real GFS node list's file in the data folder, None when it is not there."""
     folder = data_dir if data_dir is not None else shared_data_dir()
     if folder is not None and (folder / V2026_DIR / NODE_FILE).is_file():
-        return load_nodes(folder / V2026_DIR / NODE_FILE)
-    return fleet_nodes()
+        return folder / V2026_DIR / NODE_FILE
+    return None
+
+
+def v2026_nodes(data_dir: Path | None = None) -> list[TraceNode]:
+    """The real GFS node list from the data folder, else the fleet rebuilt from its counts."""
+    node_list = v2026_node_list(data_dir)
+    return load_nodes(node_list) if node_list is not None else fleet_nodes()
 
 
 def _window(trace: Trace, start_day: int, days: float | None) -> Trace:
@@ -99,8 +107,14 @@ def load_trace(
                 start_day=start_day,
                 scale=scale,
             )
-            return generate_trace(cfg, nodes=nodes)
-        return _window(load_v2026(path, nodes=nodes), start_day, days)
+            trace = generate_trace(cfg, nodes=nodes)
+        else:
+            trace = _window(load_v2026(path, nodes=nodes), start_day, days)
+        # which cluster a run had (the rebuilt fleet differs node by node, so results do);
+        # a release folder with its own node list has said so
+        node_list = v2026_node_list(folder)
+        trace.notes.setdefault(NODE_LIST_NOTE, str(node_list) if node_list else FLEET_REBUILT)
+        return trace
     if path is None:
         raise ValueError(f"path: the {kind} trace needs its files (e.g. under {folder})")
     if kind == "openb":
