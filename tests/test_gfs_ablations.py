@@ -2,7 +2,7 @@
 and stoker's own GFS variants (``gfs-small-first``, ``gfs-eta-slack``, ``gfs-lend``,
 ``gfs-fragments``, ``gfs-checkpoint-cost``, ``gfs-reserve`` and its bounded forms
 ``gfs-reserve-day``, ``gfs-reserve-multi``, ``gfs-reserve-multi-day``,
-``gfs-reserve-gangs``, ``gfs-reserve-patient``, and
+``gfs-reserve-gangs``, ``gfs-reserve-patient``, ``gfs-reserve-patient-lend`` and
 ``gfs-reserve-lend``): each differs from ``gfs`` in the one part it swaps, and only there."""
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from test_gfs_fidelity import _queued
         ("gfs-reserve-multi-day", GFSScorer, GFSVictims, "size"),
         ("gfs-reserve-gangs", GFSScorer, GFSVictims, "size"),
         ("gfs-reserve-patient", GFSScorer, GFSVictims, "size"),
+        ("gfs-reserve-patient-lend", GFSScorer, GFSVictims, "size"),
     ],
 )
 def test_each_variant_swaps_one_part_of_gfs(
@@ -130,6 +131,20 @@ def test_lend_gives_spot_what_hp_does_not_hold_while_no_hp_waits() -> None:
     assert first == ["s1", "s2"] and victims == ["s1"] and late == [] and quota == 0.0
 
 
+def test_patient_lend_lends_half_and_hp_takes_free_room_back_first() -> None:
+    # gfs-reserve-patient lends nothing: the forecast reserves the whole pool
+    assert _lend_run("gfs-reserve-patient") == ([], [], [], 0.0)
+    # gfs-reserve-patient-lend lends half the 6 GPUs HP does not hold: the 2-GPU spot job
+    # starts, the 4-GPU one does not; the next HP job takes the 4 free GPUs without a
+    # victim (gfs-lend evicted s1 for it); with HP queued nothing is lent
+    assert _lend_run("gfs-reserve-patient-lend") == (["s2"], [], [], 0.0)
+    config = preset("gfs-reserve-patient-lend").policies.gangs
+    patient = preset("gfs-reserve-patient").policies.gangs
+    assert config.lend_idle == 0.5 and patient.lend_idle == 0.0
+    same = ("reserve_after_s", "reserve_backfill_free", "hp_evict_after_s", "reserve_min_workers")
+    assert all(getattr(config, f) == getattr(patient, f) for f in same)
+
+
 def test_lend_shrinks_with_eta_when_lending_evicts() -> None:
     p = preset("gfs-lend")
     g = Gangs(cluster(4, 4), p.policies)
@@ -177,6 +192,7 @@ def test_only_the_reserve_presets_reserve() -> None:
         "gfs-reserve-multi-day",
         "gfs-reserve-gangs",
         "gfs-reserve-patient",
+        "gfs-reserve-patient-lend",
     }
     assert preset("gfs-reserve-lend").policies.gangs.lend_idle == 1.0
     configs = {n: preset(n).policies.gangs for n in reserving}
@@ -192,15 +208,16 @@ def test_only_the_reserve_presets_reserve() -> None:
         "gfs-reserve-multi-day": (86_400.0, 2.0, 1),
         "gfs-reserve-gangs": (math.inf, 2.0, 2),
         "gfs-reserve-patient": (math.inf, 2.0, 2),
+        "gfs-reserve-patient-lend": (math.inf, 2.0, 2),
     }
     assert {n for n, c in configs.items() if c.reserve_smaller_first} == {
         "gfs-reserve-gangs",
         "gfs-reserve-patient",
+        "gfs-reserve-patient-lend",
     }
     patient = {n for n, c in configs.items() if c.reserve_backfill_free}
-    assert (
-        patient == {n for n, c in configs.items() if c.hp_evict_after_s} == {"gfs-reserve-patient"}
-    )
+    assert patient == {n for n, c in configs.items() if c.hp_evict_after_s}
+    assert patient == {"gfs-reserve-patient", "gfs-reserve-patient-lend"}
     assert {n for n in GANG_PRESETS if preset(n).policies.gangs.hp_evict_after_s} == patient
 
 

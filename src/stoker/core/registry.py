@@ -21,15 +21,16 @@ ungated), ``static-quota``,
 ``gfs-simple-preemption`` (the paper's ablations of its scheduler's two halves), and
 ``gfs-small-first``, ``gfs-eta-slack``, ``gfs-lend``, ``gfs-fragments``,
 ``gfs-checkpoint-cost``, ``gfs-reserve``, ``gfs-reserve-lend``, ``gfs-reserve-day``,
-``gfs-reserve-multi``, ``gfs-reserve-multi-day``, ``gfs-reserve-gangs`` and
-``gfs-reserve-patient`` (stoker's own: GFS with spot queued smallest request first; GFS whose
-eta may grow to 2; GFS lending spot what HP does not hold while no HP job waits; GFS
-starting fractional spot on shared cards past the quota; GFS costing victims by the work
-lost since their last checkpoint; GFS reserving nodes for a whole-GPU HP job that has
-waited an hour; that with lending; and that bounded: to nodes that drain within a day, to
-workers of two cards or more, both, or to gangs of such workers while no smaller HP job
-waits; and the last with HP evicting only after half an hour queued and never to
-backfill).
+``gfs-reserve-multi``, ``gfs-reserve-multi-day``, ``gfs-reserve-gangs``,
+``gfs-reserve-patient`` and ``gfs-reserve-patient-lend`` (stoker's own: GFS with spot
+queued smallest request first; GFS whose eta may grow to 2; GFS lending spot what HP does
+not hold while no HP job waits; GFS starting fractional spot on shared cards past the
+quota; GFS costing victims by the work lost since their last checkpoint; GFS reserving
+nodes for a whole-GPU HP job that has waited an hour; that with lending; and that
+bounded: to nodes that drain within a day, to workers of two cards or more, both, or to
+gangs of such workers while no smaller HP job waits; and the last with HP evicting only
+after half an hour queued and never to backfill, then also lending spot half of what HP
+does not hold while no HP job waits).
 """
 
 from __future__ import annotations
@@ -75,6 +76,10 @@ RESERVE_WITHIN_S = 86400.0
 # gfs-reserve-patient's wait before an HP job that finds no free room evicts spot: under
 # the reservation's hour, so a gang that evicting would start does so before it reserves
 HP_EVICT_AFTER_S = 1800.0
+# gfs-reserve-patient-lend's share lent (gfs-lend's is all): half, the best of 0.25, 0.5,
+# 0.75 and 1 on the ten 1/10-scale v2026 seeds (docs/gfs.md); what is lent past the
+# forecast is what HP takes back by evicting, so a smaller loan evicts less
+PATIENT_LEND_SHARE = 0.5
 # gfs-reserve-gangs's reservation (gfs-reserve-patient's too): gangs of workers of two
 # cards or more, after an hour queued, while no HP job of a smaller request waits
 _RESERVE_GANGS: dict[str, object] = {
@@ -82,6 +87,13 @@ _RESERVE_GANGS: dict[str, object] = {
     "reserve_min_worker": 2.0,
     "reserve_min_workers": 2,
     "reserve_smaller_first": True,
+}
+# gfs-reserve-patient's (and gfs-reserve-patient-lend's): gfs-reserve-gangs that backfills
+# on free room only and evicts only after HP_EVICT_AFTER_S queued
+_PATIENT: dict[str, object] = {
+    **_RESERVE_GANGS,
+    "reserve_backfill_free": True,
+    "hp_evict_after_s": HP_EVICT_AFTER_S,
 }
 # the paper's comparison set for hp/spot
 PAPER_BASELINES = ("yarn-cs", "chronus", "lyra", "fgd")
@@ -282,11 +294,12 @@ _PRESETS: dict[str, _Entry] = {
     # free room only (a job GFS's skip rule would have kept waiting evicts no spot job to
     # start early), and an HP job evicts only after half an hour queued (room freed by
     # jobs ending meanwhile is taken first)
-    "gfs-reserve-patient": _gfs_variant(
-        "gfs-reserve-patient",
-        **_RESERVE_GANGS,
-        reserve_backfill_free=True,
-        hp_evict_after_s=HP_EVICT_AFTER_S,
+    "gfs-reserve-patient": _gfs_variant("gfs-reserve-patient", **_PATIENT),
+    # gfs-reserve-patient with gfs-lend's loan at half the share: the wait before evicting
+    # lets HP take lent room back as jobs end rather than by evictions, and the loan gives
+    # spot the room the forecast holds for HP that has not come
+    "gfs-reserve-patient-lend": _gfs_variant(
+        "gfs-reserve-patient-lend", **_PATIENT, lend_idle=PATIENT_LEND_SHARE
     ),
     # the paper's baselines: as the authors' simulator builds them, spot gated by the same
     # forecast quota as GFS (fifo_spot.py, lyra.py, fgd.py; chronus.py has none)
