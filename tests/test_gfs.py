@@ -975,6 +975,7 @@ def test_cli_gpu_hour_price_writes_the_value_with_price_and_formula(tmp_path) ->
     doc = json.loads((out / "results.json").read_text())
     value = doc["allocation_value"]
     gpus = doc["meta"]["gpus"]
+    assert doc["meta"]["node_list"] == str(folder / "node_info_df.csv")  # the cluster run on
     m = doc["results"]["medium"]
     gain = m["gfs"]["gpu_allocation_rate"] - m["yarn-cs"]["gpu_allocation_rate"]
     assert value["per_month"]["medium"]["yarn-cs"] == pytest.approx(
