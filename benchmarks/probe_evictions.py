@@ -5,7 +5,7 @@
         --policy gfs-reserve-gangs+reserve_backfill_free=1
 
 A policy is a registry preset, optionally with ``GFSConfig`` fields set after ``+``
-(``name+field=value+...``; the value is cast to the field's type: 1 / 0 for a bool). Each
+(``name+field=value+...``, as ``stoker sim gfs --policy`` takes it: ``preset``). Each
 runs in this process as ``stoker sim gfs --trace v2026`` runs it (same trace cut, load
 copies, forecaster, window gate; the defaults are the full-fleet month's, ``--scale 0.1
 --days 7 --warm-days 14 --burn-in-days 1 --query-every-min 30`` the 1/10-scale setup), and
@@ -40,18 +40,6 @@ from stoker.traces import Trace
 GS = sched.GangScheduler
 
 
-def build(policy: str) -> Any:
-    """The preset named before the first ``+``, with each ``field=value`` after it set."""
-    name, *fields = policy.split("+")
-    spec = preset(name)
-    gangs = spec.policies.gangs
-    for item in fields:
-        key, value = item.split("=", 1)
-        kind = type(getattr(gangs, key))
-        setattr(gangs, key, bool(int(value)) if kind is bool else kind(value))
-    return spec
-
-
 def _kind(job: Any, holders: set[str], in_backfill: bool) -> str:
     if job.id in holders:
         return "holder"
@@ -66,7 +54,7 @@ def _kind(job: Any, holders: set[str], in_backfill: bool) -> str:
 
 def run_policy(policy: str, trace: Trace, window: simgfs.Window, cadence: Cadence) -> dict:
     """One policy over ``trace``: its metrics, evictions by kind and pool, CPU seconds."""
-    spec = build(policy)
+    spec = preset(policy)
     seen: list[tuple[Any, str, bool]] = []  # (victim, its pool, whether in a backfill)
     holders: set[str] = set()
     state: dict[str, Any] = {"hp": None, "backfill": False}

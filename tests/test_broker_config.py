@@ -52,6 +52,16 @@ grace_s = 5
     assert chosen.policies.warm_cap.name == "strict" and chosen.policies.warm_cap.holds
 
 
+def test_a_preset_with_its_parameters_changed(tmp_path: Path) -> None:
+    text = "[policies]\npreset = 'gfs-reserve-patient+lend_idle=0.5+hp_evict_after_s=600'\n"
+    gangs = _load(tmp_path, text).policies.build(None, 30.0).policies.gangs
+    assert (gangs.lend_idle, gangs.hp_evict_after_s, gangs.reserve_backfill_free) == (
+        0.5,
+        600.0,
+        True,
+    )
+
+
 def test_keepalive_s_alone_is_a_fixed_keepalive(tmp_path: Path) -> None:
     fixed = _load(tmp_path, "keepalive_s = 7\n").policies.build(7.0, 30.0).policies.keepalive
     assert type(fixed).__name__ == "FixedKeepAlive" and fixed.ttl_s == 7.0
@@ -73,6 +83,7 @@ def test_keepalive_s_alone_is_a_fixed_keepalive(tmp_path: Path) -> None:
         ("gpu_slots = 'two'\n", "gpu_slots"),
         ("colour = 'red'\n", "'colour'"),
         ("[policies]\npreset = 'best'\n", "policies.preset: unknown 'best'"),
+        ("[policies]\npreset = 'gfs+lend_idle=7'\n", "policies.preset: lend_idle must be in"),
         ("[policies]\nkeepalive = 'forever'\n", "policies.keepalive: unknown 'forever'"),
         ("[policies]\nspot_quota = 'magic'\n", "policies.spot_quota: unknown 'magic'"),
         ("[policies]\nwarm_cap = 'tight'\n", "policies.warm_cap: unknown 'tight'"),

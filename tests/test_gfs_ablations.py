@@ -8,12 +8,15 @@ and stoker's own GFS variants (``gfs-small-first``, ``gfs-eta-slack``, ``gfs-len
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import fields
 
 import numpy as np
 import pytest
 
 from stoker.core import ForecastUpdated, JobCancelled, Tick
 from stoker.core.actions import Action
+from stoker.core.core import Policies
 from stoker.core.gfs.placement import BestFitScorer, GFSScorer
 from stoker.core.gfs.preemption import FifoVictims, GFSVictims
 from stoker.core.registry import GANG_PRESETS, preset
@@ -105,9 +108,9 @@ def test_eta_slack_lends_past_the_forecast_while_evictions_stay_low() -> None:
     assert quota.eta("A") == pytest.approx(2.0 * 0.1 / 0.3)
 
 
-def _lend_run(name: str) -> tuple[list[str], list[str], list[str], float]:
+def _lend_run(policy: str | Policies) -> tuple[list[str], list[str], list[str], float]:
     """HP holds 2 of 8 GPUs and is forecast to need all 8 within the hour (quota 0)."""
-    g = Gangs(cluster(4, 4), name)
+    g = Gangs(cluster(4, 4), policy)
     g.submit(spec("h", "hp", 2, dur=1e5), 0.0)
     g.send(ForecastUpdated("t", "A", (8.0,), (0.0,)), 0.0)
     assert g.core.gangs.quota["A"] == 0.0
@@ -143,6 +146,38 @@ def test_patient_lend_lends_half_and_hp_takes_free_room_back_first() -> None:
     assert config.lend_idle == 0.5 and patient.lend_idle == 0.0
     same = ("reserve_after_s", "reserve_backfill_free", "hp_evict_after_s", "reserve_min_workers")
     assert all(getattr(config, f) == getattr(patient, f) for f in same)
+
+
+def test_a_preset_takes_its_parameters_after_its_name() -> None:
+    # gfs-reserve-patient with half the loan, written out, is gfs-reserve-patient-lend
+    written = preset("gfs-reserve-patient+lend_idle=0.5")
+    named = preset("gfs-reserve-patient-lend")
+    assert written.name == "gfs-reserve-patient+lend_idle=0.5"
+    assert _lend_run(written.policies) == _lend_run(named.policies) == (["s2"], [], [], 0.0)
+    a, b = written.policies.gangs, named.policies.gangs
+    plain = [
+        f.name
+        for f in fields(a)
+        if f.name != "name" and isinstance(getattr(a, f.name), (int, float, str, type(None)))
+    ]
+    assert [getattr(a, f) for f in plain] == [getattr(b, f) for f in plain]
+    several = preset("gfs+hp_evict_after_s=600+reserve_backfill_free=true+queue=fifo").policies
+    assert (several.gangs.hp_evict_after_s, several.gangs.reserve_backfill_free) == (600.0, True)
+    assert several.gangs.queue == "fifo" and preset("gfs").policies.gangs.queue == "size"
+    # what cannot be set this way is refused, naming what is wrong
+    for bad, says in (
+        ("gfs+lend_idle=2", "lend_idle must be in [0, 1], got 2.0"),
+        ("gfs+lend_idle=lots", "lend_idle: expected a float, got 'lots'"),
+        ("gfs+reserve_backfill_free=maybe", "reserve_backfill_free: expected a bool"),
+        ("gfs+queue=random", "queue must be one of"),
+        ("gfs+nope=1", "'nope=1' is not field=value of a GFSConfig parameter"),
+        ("gfs+lend_idle", "'lend_idle' is not field=value"),
+        ("gfs+g=0.5", "'g=0.5' is not field=value"),  # preset()'s own argument, and the quota's
+        ("firepool+lend_idle=1", "'firepool' is a warm-pool preset"),
+        ("gfz+lend_idle=1", "unknown 'gfz'"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            preset(bad)
 
 
 def test_lend_shrinks_with_eta_when_lending_evicts() -> None:

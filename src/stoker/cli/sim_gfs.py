@@ -25,7 +25,13 @@ def sim_gfs(
     load: Annotated[
         list[str] | None, typer.Option(help="low | medium | high (spot arrivals x0.5/1/1.5)")
     ] = None,
-    policy: Annotated[list[str] | None, typer.Option(help="policy names (repeat)")] = None,
+    policy: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="hp/spot presets (repeat); a preset's parameters may follow its name: "
+            "gfs-reserve-patient-lend+hp_evict_after_s=600"
+        ),
+    ] = None,
     out: Annotated[Path, typer.Option(help="output folder")] = DEFAULT_OUT,
     days: Annotated[float, typer.Option(help="measured window, days")] = 30.0,
     warm_days: Annotated[float, typer.Option(help="HP history before it, days")] = 28.0,
@@ -69,7 +75,7 @@ def sim_gfs(
     from rich.console import Console
 
     from stoker.cli.progress import steps
-    from stoker.core.registry import GANG_PRESETS
+    from stoker.core.registry import GANG_PRESETS, VARIANT_SEP
     from stoker.core.registry import preset as make_policy
     from stoker.forecast.base import Cadence
     from stoker.sim.gfs import (
@@ -112,8 +118,13 @@ def sim_gfs(
         if name not in LOADS:
             fail(f"--load: expected one of {', '.join(LOADS)}, got {name!r}")
     for name in names:
-        if name not in GANG_PRESETS:
-            fail(f"--policy: unknown {name!r}; known: {', '.join(GANG_PRESETS)}")
+        base = name.split(VARIANT_SEP)[0]
+        if base not in GANG_PRESETS:
+            fail(f"--policy: unknown {base!r}; known: {', '.join(GANG_PRESETS)}")
+        try:
+            make_policy(name)  # a changed field is checked before anything runs
+        except ValueError as exc:
+            fail(f"--policy: {exc}")
     if gate not in GATES:
         fail(f"--gate: expected one of {', '.join(GATES)}, got {gate!r}")
     if forecaster not in ("ridge", "orglinear"):

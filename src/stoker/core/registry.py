@@ -36,7 +36,7 @@ does not hold while no HP job waits).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 from stoker.core.core import Policies
 from stoker.core.gfs.placement import BestFitScorer, FGDScorer, GFSScorer
@@ -361,10 +361,61 @@ def presets() -> list[str]:
 
 
 def preset(name: str, g: float = 0.9, guarantee_s: float = 3600.0) -> Preset:
-    """Build the named preset (fresh policy objects); an unknown name raises ValueError
-    listing the known ones."""
-    entry = _PRESETS.get(name)
+    """Build the named preset (fresh policy objects). An hp/spot preset may have fields of
+    its :class:`GFSConfig` changed after ``+``: ``gfs-reserve-patient-lend+hp_evict_after_s
+    =600+lend_idle=0.25`` (numbers, ``true``/``false`` or ``1``/``0``, a queue's name), checked
+    as the config checks its own. ValueError names what is wrong: an unknown preset (listing
+    the known ones), an unknown or fixed field, a bad value."""
+    base, *changes = name.split(VARIANT_SEP)
+    entry = _PRESETS.get(base)
     if entry is None:
-        raise ValueError(f"preset: unknown {name!r}; known: {', '.join(_PRESETS)}")
+        raise ValueError(f"preset: unknown {base!r}; known: {', '.join(_PRESETS)}")
     build, forecaster = entry
-    return Preset(name, build(_Params(g, guarantee_s)), forecaster)
+    policies = build(_Params(g, guarantee_s))
+    if changes:
+        if base not in GANG_PRESETS:
+            raise ValueError(
+                f"preset: {base!r} is a warm-pool preset; only hp/spot presets take +field=value"
+            )
+        policies.gangs = _changed(policies.gangs, changes)
+    return Preset(name, policies, forecaster)
+
+
+# a preset's changed GFSConfig fields follow its name, each after this
+VARIANT_SEP = "+"
+# GFSConfig fields a preset name may change: its scalar parameters, but those set
+# elsewhere: g and guarantee_s (preset()'s own arguments, which build the quota too),
+# cost_window_s (the simulator's window), grace_s (the broker's setting), and the name
+_SET_ELSEWHERE = ("name", "g", "guarantee_s", "cost_window_s", "grace_s")
+_TUNABLE = {
+    f.name: f.type
+    for f in fields(GFSConfig)
+    if f.type in ("float", "int", "bool", "str") and f.name not in _SET_ELSEWHERE
+}
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _changed(config: GFSConfig, changes: list[str]) -> GFSConfig:
+    """``config`` with each ``field=value`` of ``changes`` set, checked by GFSConfig."""
+    values: dict[str, object] = {}
+    for item in changes:
+        key, sep, text = item.partition("=")
+        kind = _TUNABLE.get(key)
+        if not sep or kind is None:
+            raise ValueError(
+                f"preset: {item!r} is not field=value of a GFSConfig parameter; "
+                f"known: {', '.join(sorted(_TUNABLE))}"
+            )
+        try:
+            if kind == "bool":
+                if text.lower() not in _TRUE + _FALSE:
+                    raise ValueError("not a bool")
+                values[key] = text.lower() in _TRUE
+            else:
+                values[key] = {"float": float, "int": int, "str": str}[kind](text)
+        except ValueError:
+            raise ValueError(f"preset: {key}: expected a {kind}, got {text!r}") from None
+    try:
+        return replace(config, **values)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise ValueError(f"preset: {exc}") from None
