@@ -387,10 +387,13 @@ VARIANT_SEP = "+"
 # elsewhere: g and guarantee_s (preset()'s own arguments, which build the quota too),
 # cost_window_s (the simulator's window), grace_s (the broker's setting), and the name
 _SET_ELSEWHERE = ("name", "g", "guarantee_s", "cost_window_s", "grace_s")
+_SCALARS = ("float", "int", "bool", "str")
 _TUNABLE = {
-    f.name: f.type
+    f.name: kind
     for f in fields(GFSConfig)
-    if f.type in ("float", "int", "bool", "str") and f.name not in _SET_ELSEWHERE
+    # a field's type is its annotation's text (postponed annotations) or the type itself
+    if (kind := f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")) in _SCALARS
+    and f.name not in _SET_ELSEWHERE
 }
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
