@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 
 from stoker.core import ForecastUpdated, JobCancelled, Tick
-from stoker.core.actions import Action
+from stoker.core.actions import Action, StartPod
 from stoker.core.core import Policies
 from stoker.core.gfs.placement import BestFitScorer, GFSScorer
 from stoker.core.gfs.preemption import FifoVictims, GFSVictims
+from stoker.core.model import JobClass, JobSpec, JobState
 from stoker.core.registry import GANG_PRESETS, preset
 from test_gfs import Gangs, bound, cluster, evicted, spec
 from test_gfs_fidelity import _queued
@@ -325,6 +326,25 @@ def test_reserve_holds_one_reservation_until_the_gang_starts_or_is_cancelled() -
     cancelled, log = _reserve_run("gfs-reserve", cancel=True)
     assert cancelled.core.gangs._reserved == {}
     assert _bound_at(log, "q1") == [len(log) - 16] and cancelled.nodes("q1") == {"n1"}
+
+
+def test_a_pool_job_does_not_take_a_card_reserved_for_a_gang() -> None:
+    # n1 is reserved for big (8 GPUs) and a card frees there; a pool job (a warm pod of
+    # profile A) must not start its pod on it, or pool work arriving all the time would
+    # keep the gang waiting: it waits until a card frees elsewhere (n0)
+    g = Gangs(cluster(8, 8), "gfs-reserve")
+    for i in range(16):
+        g.submit(spec(f"s{i}", "hp", 1, dur=20_000 if i < 8 else 7_200), 0.0)
+    g.submit(spec("big", "hp", 8, dur=1e4), 10.0)
+    g.submit(spec("q", "hp", 1, dur=1e5), 3_700.0)
+    assert g.core.gangs.reserved_nodes("A") == frozenset({"n1"})
+    g.finish("s8", 4_000.0)  # n1's first free card, held for big
+    pool = JobSpec("tool", "t", "A", job_class=JobClass.POOL, duration=None)
+    started = [a for a in g.submit(pool, 4_010.0) if isinstance(a, StartPod)]
+    assert started == [] and g.core.jobs["tool"].state is JobState.QUEUED
+    out = g.finish("s0", 4_100.0)  # a card frees on n0, outside the reservation
+    assert [(a.node, a.gpus) for a in out if isinstance(a, StartPod)] == [("n0", ("n0/0",))]
+    assert g.core.gangs.reserved_nodes("A") == frozenset({"n1"}) and not g.nodes("big")
 
 
 def test_reserve_is_gfs_until_a_gang_waits_and_is_deterministic() -> None:

@@ -35,6 +35,7 @@ from stoker.core.actions import (
 )
 from stoker.core.model import (
     EPS,
+    GPU,
     Cluster,
     Failure,
     HitPath,
@@ -608,18 +609,20 @@ class WarmPools:
         planned: dict[str, float] | None = None,
     ) -> list[tuple[str, list[str]]]:
         """Free GPU slots for up to ``count`` pods (node, gpus each), best fit first, never on
-        the GPUs in ``exclude``; fewer than ``count`` when the cluster is short."""
+        the GPUs in ``exclude`` nor on nodes reserved for a waiting HP job (what frees
+        there is that job's); fewer than ``count`` when the cluster is short."""
         extra: dict[str, float] = dict(planned or {})  # shares this plan takes per GPU
         slots: list[tuple[str, list[str]]] = []
         if profile.cpu_only:
             return self._find_cpu_slots(profile, count)
+        reserved = self.host.gangs.reserved_nodes(profile.gpu_model)
         if profile.gpus == 1:
             cached = self._image_nodes[profile.name]
             for _ in range(count):
                 pick = None
                 seen = 0
                 for gpu in self.cluster.gpus_with_room(profile.gpu_model, profile.share):
-                    if gpu.id in exclude or gpu.free - extra.get(gpu.id, 0.0) < profile.share - EPS:
+                    if not self._fits(gpu, profile, exclude, extra, reserved):
                         continue
                     if gpu.node in cached:
                         pick = gpu
@@ -639,7 +642,7 @@ class WarmPools:
             by_node: dict[str, list[str]] = {}
             found = None
             for gpu in self.cluster.gpus_with_room(profile.gpu_model, profile.share):
-                if gpu.id in exclude or gpu.free - extra.get(gpu.id, 0.0) < profile.share - EPS:
+                if not self._fits(gpu, profile, exclude, extra, reserved):
                     continue
                 ids = by_node.setdefault(gpu.node, [])
                 ids.append(gpu.id)
@@ -652,6 +655,22 @@ class WarmPools:
                 extra[gid] = extra.get(gid, 0.0) + profile.share
             slots.append(found)
         return slots
+
+    @staticmethod
+    def _fits(
+        gpu: GPU,
+        profile: Profile,
+        exclude: set[str],
+        extra: dict[str, float],
+        reserved: frozenset[str],
+    ) -> bool:
+        """Whether a new pod of ``profile`` may take ``gpu``: not excluded, not on a
+        reserved node, and room beside what the plan already takes there."""
+        return (
+            gpu.id not in exclude
+            and gpu.node not in reserved
+            and gpu.free - extra.get(gpu.id, 0.0) >= profile.share - EPS
+        )
 
     def _find_cpu_slots(self, profile: Profile, count: int) -> list[tuple[str, list[str]]]:
         """CPU slots for up to ``count`` pods of a CPU-only profile (node, no GPUs each),

@@ -111,7 +111,8 @@ class GFSConfig:
     # stoker's ``gfs-reserve`` (inf: GFS's backfill, never a reservation): a whole-GPU HP
     # job that has queued this long and finds no room, free or by eviction, reserves the
     # nodes closest to holding it (:meth:`GangScheduler._reserve`); no other hp or spot
-    # job is placed there (nor reclaims there) until it starts or leaves the queue, so it
+    # job (nor a warm pool's new pod) is placed there, nor reclaims there, until it starts
+    # or leaves the queue, so it
     # starts when those nodes drain instead of waiting while smaller jobs backfill them.
     # One reservation per GPU pool at a time (Slurm's backfill with a reservation for the
     # top job, Kubernetes' nominated node)
@@ -540,6 +541,12 @@ class GangScheduler:
     def pool_of(self, job: Job) -> str:
         """The job's GPU pool (GPU model)."""
         return job.spec.gpu_model or self.host.profiles[job.spec.profile].gpu_model
+
+    def reserved_nodes(self, pool: str) -> frozenset[str]:
+        """The nodes of ``pool`` reserved for a waiting HP job (none without a
+        reservation): until it starts, no other job's pod is placed there."""
+        held = self._reserved.get(pool)
+        return frozenset() if held is None else held[1]
 
     def freeing_room(self, pool: str) -> bool:
         """Whether pods are stopping in ``pool`` to make room for a waiting job: what they
