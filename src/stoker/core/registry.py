@@ -361,11 +361,13 @@ def presets() -> list[str]:
 
 
 def preset(name: str, g: float = 0.9, guarantee_s: float = 3600.0) -> Preset:
-    """Build the named preset (fresh policy objects). An hp/spot preset may have fields of
-    its :class:`GFSConfig` changed after ``+``: ``gfs-reserve-patient-lend+hp_evict_after_s
-    =600+lend_idle=0.25`` (numbers, ``true``/``false`` or ``1``/``0``, a queue's name), checked
-    as the config checks its own. ValueError names what is wrong: an unknown preset (listing
-    the known ones), an unknown or fixed field, a bad value."""
+    """Build the named preset (fresh policy objects).
+
+    An hp/spot preset may have parameters of its :class:`GFSConfig` changed after ``+``,
+    ``gfs-reserve-patient-lend+hp_evict_after_s=600+lend_idle=0.25`` (numbers,
+    ``true``/``false`` or ``1``/``0``, a queue order's name), each checked as the config
+    checks its own. ValueError names what is wrong: an unknown preset (listing the known
+    ones), a field that is not such a parameter (listing those), a bad value."""
     base, *changes = name.split(VARIANT_SEP)
     entry = _PRESETS.get(base)
     if entry is None:
