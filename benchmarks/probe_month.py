@@ -18,6 +18,7 @@ from stoker.core.registry import Preset
 from stoker.forecast.base import Cadence
 from stoker.sim.gfs import LOADS, Setup, Window, policy_forecaster, prepare_trace, scale_spot_load
 from stoker.traces import Trace
+from stoker.traces.gfs_v2026 import NODE_LIST_NOTE
 
 
 def month_options(ap: argparse.ArgumentParser) -> None:
@@ -83,7 +84,9 @@ def run_month(
     setup = Setup(args.days, args.warm_days, args.burn_in_days, args.scale, args.seed)
     cadence = Cadence(refit_every_min=1440, query_every_min=args.query_every_min)
     base, window = prepare_trace("v2026", None, setup)
-    doc: dict[str, Any] = {"setup": vars(args) | {"out": str(args.out)}, "results": {}}
+    # which node list the trace had (the real one, or the fleet rebuilt from its counts)
+    setup_doc = vars(args) | {"out": str(args.out), "node_list": base.notes.get(NODE_LIST_NOTE)}
+    doc: dict[str, Any] = {"setup": setup_doc, "results": {}}
     if args.out.exists():
         doc["results"] = json.loads(args.out.read_text())["results"]
     for load, trace in _loads(args, base):

@@ -35,7 +35,6 @@ from stoker.core.actions import (
 )
 from stoker.core.model import (
     EPS,
-    GPU,
     Cluster,
     Failure,
     HitPath,
@@ -616,13 +615,16 @@ class WarmPools:
         if profile.cpu_only:
             return self._find_cpu_slots(profile, count)
         reserved = self.host.gangs.reserved_nodes(profile.gpu_model)
+        if reserved:  # its cards are left out like excluded ones (gfs-reserve presets only)
+            nodes = self.cluster.nodes
+            exclude = exclude | {gpu.id for name in reserved for gpu in nodes[name].gpus}
         if profile.gpus == 1:
             cached = self._image_nodes[profile.name]
             for _ in range(count):
                 pick = None
                 seen = 0
                 for gpu in self.cluster.gpus_with_room(profile.gpu_model, profile.share):
-                    if not self._fits(gpu, profile, exclude, extra, reserved):
+                    if gpu.id in exclude or gpu.free - extra.get(gpu.id, 0.0) < profile.share - EPS:
                         continue
                     if gpu.node in cached:
                         pick = gpu
@@ -642,7 +644,7 @@ class WarmPools:
             by_node: dict[str, list[str]] = {}
             found = None
             for gpu in self.cluster.gpus_with_room(profile.gpu_model, profile.share):
-                if not self._fits(gpu, profile, exclude, extra, reserved):
+                if gpu.id in exclude or gpu.free - extra.get(gpu.id, 0.0) < profile.share - EPS:
                     continue
                 ids = by_node.setdefault(gpu.node, [])
                 ids.append(gpu.id)
@@ -655,22 +657,6 @@ class WarmPools:
                 extra[gid] = extra.get(gid, 0.0) + profile.share
             slots.append(found)
         return slots
-
-    @staticmethod
-    def _fits(
-        gpu: GPU,
-        profile: Profile,
-        exclude: set[str],
-        extra: dict[str, float],
-        reserved: frozenset[str],
-    ) -> bool:
-        """Whether a new pod of ``profile`` may take ``gpu``: not excluded, not on a
-        reserved node, and room beside what the plan already takes there."""
-        return (
-            gpu.id not in exclude
-            and gpu.node not in reserved
-            and gpu.free - extra.get(gpu.id, 0.0) >= profile.share - EPS
-        )
 
     def _find_cpu_slots(self, profile: Profile, count: int) -> list[tuple[str, list[str]]]:
         """CPU slots for up to ``count`` pods of a CPU-only profile (node, no GPUs each),

@@ -112,8 +112,8 @@ class GFSConfig:
     # job that has queued this long and finds no room, free or by eviction, reserves the
     # nodes closest to holding it (:meth:`GangScheduler._reserve`); no other hp or spot
     # job (nor a warm pool's new pod) is placed there, nor reclaims there, until it starts
-    # or leaves the queue, so it
-    # starts when those nodes drain instead of waiting while smaller jobs backfill them.
+    # or leaves the queue, so it starts when those nodes drain instead of waiting while
+    # smaller jobs backfill them.
     # One reservation per GPU pool at a time (Slurm's backfill with a reservation for the
     # top job, Kubernetes' nominated node)
     reserve_after_s: float = math.inf
