@@ -369,6 +369,18 @@ def test_a_v2026_trace_says_which_node_list_it_has(tmp_path: Path) -> None:
     own = _write(tmp_path / "release")
     loaded = load_trace("v2026", own, 0, data_dir=tmp_path)
     assert loaded.notes[NODE_LIST_NOTE] == str(own / "node_info_df.csv")
+    # ... and the data folder's is not even read then (a broken one would raise)
+    (folder / "node_info_df.csv").write_text("not,a,node,list\n1,2\n")
+    again = load_trace("v2026", own, 0, data_dir=tmp_path)
+    assert [n.name for n in again.nodes] == [n.name for n in loaded.nodes]
+    with pytest.raises(TraceFormatError):
+        load_trace("v2026", None, 3, days=1, start_day=40, scale=0.01, data_dir=tmp_path)
+    # a job file alone takes the data folder's list, and names it
+    _write(folder)
+    (tmp_path / "jobs-only").mkdir()
+    alone = (own / "job_info_df.csv").rename(tmp_path / "jobs-only" / "job_info_df.csv")
+    bare_release = load_trace("v2026", alone, 0, data_dir=tmp_path)
+    assert bare_release.notes[NODE_LIST_NOTE] == str(folder / "node_info_df.csv")
 
 
 def test_cli_generate_and_check(tmp_path: Path) -> None:

@@ -202,14 +202,24 @@ def load_jobs(path: str | Path) -> list[TraceJob]:
     return jobs
 
 
+def release_job_file(path: str | Path) -> Path:
+    """A release's job file: ``path`` itself, or ``job_info_df.csv`` in the folder."""
+    given = Path(path)
+    return given / JOB_FILE if given.is_dir() else given
+
+
+def release_has_nodes(path: str | Path) -> bool:
+    """Whether a release carries its own ``node_info_df.csv`` beside its job file."""
+    return (release_job_file(path).parent / NODE_FILE).is_file()
+
+
 def load_v2026(path: str | Path, nodes: list[TraceNode] | None = None) -> Trace:
     """Load a GFS release: a folder with both files, or the job file itself.
 
     With a job file alone, the node list is ``node_info_df.csv`` beside it when present,
     else ``nodes`` (the caller's, e.g. the real or generated fleet); one of them must exist.
     """
-    given = Path(path)
-    job_file = given / JOB_FILE if given.is_dir() else given
+    job_file = release_job_file(path)
     node_file = job_file.parent / NODE_FILE
     if node_file.is_file():
         nodes = load_nodes(node_file)

@@ -10,7 +10,13 @@ from pathlib import Path
 from stoker.traces import calibration as cal
 from stoker.traces.base import Trace, TraceNode
 from stoker.traces.generator import GeneratorConfig, fleet_nodes, generate_trace
-from stoker.traces.gfs_v2026 import NODE_FILE, NODE_LIST_NOTE, load_nodes, load_v2026
+from stoker.traces.gfs_v2026 import (
+    NODE_FILE,
+    NODE_LIST_NOTE,
+    load_nodes,
+    load_v2026,
+    release_has_nodes,
+)
 from stoker.traces.openb import load_openb
 
 TRACE_KINDS = ("v2026", "openb", "philly")
@@ -44,7 +50,10 @@ def v2026_node_list(data_dir: Path | None = None) -> Path | None:
 
 def v2026_nodes(data_dir: Path | None = None) -> list[TraceNode]:
     """The real GFS node list from the data folder, else the fleet rebuilt from its counts."""
-    node_list = v2026_node_list(data_dir)
+    return _fleet(v2026_node_list(data_dir))
+
+
+def _fleet(node_list: Path | None) -> list[TraceNode]:
     return load_nodes(node_list) if node_list is not None else fleet_nodes()
 
 
@@ -99,7 +108,11 @@ def load_trace(
         raise ValueError(f"scale: only generated traces are scaled (got {scale} with a path)")
     folder = Path(data_dir) if data_dir is not None else shared_data_dir()
     if kind == "v2026":
-        nodes = v2026_nodes(folder)
+        if path is not None and release_has_nodes(path):
+            # the release's own node list wins; the data folder's is not read
+            return _window(load_v2026(path), start_day, days)
+        node_list = v2026_node_list(folder)
+        nodes = _fleet(node_list)
         if path is None:
             cfg = GeneratorConfig(
                 seed=seed,
@@ -110,10 +123,8 @@ def load_trace(
             trace = generate_trace(cfg, nodes=nodes)
         else:
             trace = _window(load_v2026(path, nodes=nodes), start_day, days)
-        # which cluster a run had (the rebuilt fleet differs node by node, so results do);
-        # a release folder with its own node list has said so
-        node_list = v2026_node_list(folder)
-        trace.notes.setdefault(NODE_LIST_NOTE, str(node_list) if node_list else FLEET_REBUILT)
+        # which cluster a run had (the rebuilt fleet differs node by node, so results do)
+        trace.notes[NODE_LIST_NOTE] = str(node_list) if node_list else FLEET_REBUILT
         return trace
     if path is None:
         raise ValueError(f"path: the {kind} trace needs its files (e.g. under {folder})")
