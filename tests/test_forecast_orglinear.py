@@ -124,16 +124,38 @@ def test_training_windows_are_hourly_peaks_around_each_start() -> None:
 
     rng = np.random.default_rng(0)
     matrix = rng.integers(0, 9, (2, 3 * DAY)).astype(float)
-    w = _Windows(torch, matrix, lookback=24, horizon=4, stride=5)
+    w = _Windows(torch, matrix, lookback=24, horizon=4, stride=5, kernel=25)
     # starts every 5 minutes, counted back from the newest whose labels are recorded
     assert w.starts[-1] == 3 * DAY - 4 * 60 and np.all(np.diff(w.starts) == 5)
     assert w.starts[0] in range(5)
     for i in (0, 7, len(w) - 1):
-        x, y = w.batch(np.array([i]))
+        x, y, _ = w.batch(np.array([i]))
         s = int(w.starts[i])
         for c in range(2):
             np.testing.assert_allclose(x[0, c].numpy(), hourly_peaks(matrix[c, :s], 24))
             np.testing.assert_allclose(y[0, c].numpy(), hourly_peaks(matrix[c, : s + 240], 4))
+
+
+@pytest.mark.parametrize(("lookback", "kernel"), [(672, 25), (24, 5), (24, 25), (30, 1)])
+def test_a_windows_trend_from_the_whole_series_is_the_same_floats(
+    lookback: int, kernel: int
+) -> None:
+    # training reads each window's trend away from its edges off the series' own moving
+    # average (the same sums in the same order); it must be the pooled window's, bit for bit
+    from stoker.forecast._orglinear_net import OrgLinearNet
+    from stoker.forecast.orglinear import _Windows
+
+    rng = np.random.default_rng(1)
+    matrix = rng.integers(0, 40, (3, 40 * DAY)) * rng.random((3, 40 * DAY))
+    matrix[:, : 5 * DAY] = 0.0  # a quiet start, as a young tenant's record
+    w = _Windows(torch, matrix, lookback=lookback, horizon=4, stride=5, kernel=kernel)
+    net = OrgLinearNet(lookback, 4, (2, 2, 2), kernel=kernel)
+    idx = rng.choice(len(w), 64, replace=False)
+    x, _, inner = w.batch(idx)
+    assert (inner is None) == (kernel == 1)
+    trend, seasonal = net.decompose(x, inner)
+    expect_trend, expect_seasonal = net.decompose(x)
+    assert torch.equal(trend, expect_trend) and torch.equal(seasonal, expect_seasonal)
 
 
 def test_orglinear_bad_input() -> None:

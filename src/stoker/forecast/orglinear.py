@@ -76,13 +76,30 @@ class _Windows:
     Sample ``i`` is the forecast start ``starts[i]`` (a minute of the matrix, counted back
     from its end by ``stride``): its input the ``lookback`` hourly peaks before it (minutes
     before the matrix are zero), its labels the ``horizon`` peaks from it. Starts that share
-    a minute of the hour share one array of hourly peaks, gathered from by batch.
+    a minute of the hour share one array of hourly peaks, gathered from by batch, and one
+    of their ``kernel``-hour moving average: a window's trend away from its edges is that
+    of the whole series (the samples overlap, so pooling each window anew is most of a
+    training step's time).
     """
 
-    def __init__(self, torch: Any, matrix: np.ndarray, lookback: int, horizon: int, stride: int):
+    def __init__(
+        self,
+        torch: Any,
+        matrix: np.ndarray,
+        lookback: int,
+        horizon: int,
+        stride: int,
+        kernel: int,
+    ):
+        from stoker.forecast._orglinear_net import moving_average
+
         c, t = matrix.shape
         self.torch = torch
         self.lookback = lookback
+        half = (kernel - 1) // 2
+        # the inner trend needs both edges inside the window (and an edge to replicate)
+        self.inner = lookback - 2 * half if half and lookback >= 2 * half else None
+        self.trends: dict[int, Any] = {}
         lead = lookback * MINUTES_PER_HOUR
         padded = np.concatenate([np.zeros((c, lead)), matrix], axis=1)
         last = t - horizon * MINUTES_PER_HOUR  # the newest start whose labels are recorded
@@ -91,30 +108,44 @@ class _Windows:
         for phase in np.unique(self.starts % MINUTES_PER_HOUR).tolist():
             n = (padded.shape[1] - phase) // MINUTES_PER_HOUR
             block = padded[:, phase : phase + n * MINUTES_PER_HOUR]
-            peaks = block.reshape(c, n, MINUTES_PER_HOUR).max(axis=2)
-            self.peaks[phase] = torch.as_tensor(peaks, dtype=torch.float32)
-        self.span = np.arange(lookback + horizon)
+            peaks = torch.as_tensor(
+                block.reshape(c, n, MINUTES_PER_HOUR).max(axis=2), dtype=torch.float32
+            )
+            # views (hour, C, span): row h is every series' span from hour h, so a batch is
+            # one copy of whole rows
+            self.peaks[phase] = peaks.unfold(1, lookback + horizon, 1).transpose(0, 1)
+            if self.inner is not None:
+                # hour j + half's trend is the moving average's column j
+                trend = moving_average(peaks, kernel)
+                self.trends[phase] = trend.unfold(1, self.inner, 1).transpose(0, 1)
 
     def __len__(self) -> int:
         return len(self.starts)
 
-    def batch(self, idx: np.ndarray) -> tuple[Any, Any]:
-        """Inputs (B, C, L) and labels (B, C, H) of samples ``idx``."""
+    def batch(self, idx: np.ndarray) -> tuple[Any, Any, Any]:
+        """Inputs (B, C, L), labels (B, C, H) and the inputs' inner trend (B, C, L - 2 half;
+        None when the window is too short for one) of samples ``idx``."""
         torch = self.torch
         starts = self.starts[idx]
-        out = None
+        out = inner = None
         for phase, peaks in self.peaks.items():
             sel = np.flatnonzero(starts % MINUTES_PER_HOUR == phase)
             if not len(sel):
                 continue
             # start s of this phase reads hourly blocks s // 60 onward of the padded matrix
-            cols = torch.as_tensor((starts[sel] // MINUTES_PER_HOUR)[:, None] + self.span)
-            part = peaks[:, cols].transpose(0, 1)  # (b, C, L + H)
+            hours = torch.as_tensor(starts[sel] // MINUTES_PER_HOUR)
+            part = peaks.index_select(0, hours)  # (b, C, L + H)
+            rows = torch.as_tensor(sel)
             if out is None:
                 out = torch.empty((len(idx), *part.shape[1:]))
-            out[torch.as_tensor(sel)] = part
+            out[rows] = part
+            if self.inner is not None:
+                trend = self.trends[phase].index_select(0, hours)
+                if inner is None:
+                    inner = torch.empty((len(idx), *trend.shape[1:]))
+                inner[rows] = trend
         assert out is not None
-        return out[:, :, : self.lookback], out[:, :, self.lookback :]
+        return out[:, :, : self.lookback], out[:, :, self.lookback :], inner
 
 
 class OrgLinear(BatchPredictor):
@@ -263,7 +294,9 @@ class OrgLinear(BatchPredictor):
         )
         if self.warm_start and self._net is not None and self._vocab is not None:
             self._carry_over(net, vocab)
-        windows = _Windows(torch, matrix, self.lookback_h, self.horizon_h, self.stride_min)
+        windows = _Windows(
+            torch, matrix, self.lookback_h, self.horizon_h, self.stride_min, self.kernel
+        )
         self.last_fit = {"samples": float(len(windows)), "epochs": 0.0, "val_loss": float("nan")}
         if not keys or len(windows) == 0:
             return net.eval()
@@ -278,10 +311,10 @@ class OrgLinear(BatchPredictor):
             train, val = np.arange(len(windows)), np.zeros(0, np.int64)
 
         def loss_of(idx: np.ndarray) -> Any:
-            x, y = windows.batch(idx)
+            x, y, inner = windows.batch(idx)
             if not bool((y != 0).any()):
                 return None
-            mean, sigma = net(x, time[idx], ids)
+            mean, sigma = net(x, time[idx], ids, inner)
             return nll_skipping_zeros(mean, sigma, y)
 
         opt = torch.optim.Adam(net.parameters(), lr=self.lr)
