@@ -46,9 +46,30 @@ def test_capacity_scale_keeps_a_share_of_each_models_nodes_and_every_job() -> No
     assert capacity_scale(trace, 0.25).nodes == out.nodes  # deterministic
     assert keep_nodes(trace.nodes, 0.01) == [trace.nodes[0], trace.nodes[10]]  # one per model
     assert keep_nodes(trace.nodes, 1.0) == trace.nodes
-    for bad in (0.0, 1.5):
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="capacity_scale"):
             capacity_scale(trace, bad)
+
+
+def test_a_share_above_one_adds_copies_of_the_first_nodes() -> None:
+    # the cluster a capacity plan would buy: every node, then copies in list order
+    trace = _trace()
+    out = capacity_scale(trace, 1.25)
+    names = [n.name for n in out.nodes]
+    assert names[:13] == [n.name for n in trace.nodes]  # every original, in order
+    assert names[13:] == ["a0+copy1", "a1+copy1", "a2+copy1", "t0+copy1"]  # ceil(12.5), ceil(3.75)
+    assert len(set(names)) == len(names) and out.jobs == trace.jobs
+    originals = [trace.nodes[i] for i in (0, 1, 2, 10)]
+    assert [(n.gpu_model, n.gpus) for n in out.nodes[13:]] == [
+        (n.gpu_model, n.gpus) for n in originals
+    ]
+    assert "17 of 13 nodes, 108 of 83 GPUs" in out.notes["capacity_scale"]
+    # past twice the list, copies of copies' originals again; per model too
+    tripled = capacity_scale(trace, "T4=3")
+    t4 = [n.name for n in tripled.nodes if n.gpu_model == "T4"]
+    assert t4 == ["t0", "t1", "t2"] + [f"t{i}+copy{k}" for k in (1, 2) for i in range(3)]
+    assert sum(n.gpu_model == "A100" for n in tripled.nodes) == 10
+    assert capacity_scale(trace, 1.25).nodes == out.nodes  # deterministic
 
 
 def test_time_scale_compresses_inter_arrival_times_only() -> None:
@@ -142,8 +163,9 @@ def test_capacity_scale_reads_the_per_model_and_fill_forms() -> None:
     assert CapacityScale.parse("fill:0.8,T4=1") == CapacityScale(1.0, {"T4": 1.0}, fill=0.8)
     assert CapacityScale.parse("1").whole and not CapacityScale.parse("T4=0.5").whole
     for bad, says in (
-        ("0", "'0': a fraction must be in (0, 1], got 0"),
-        ("T4=1.5", "'T4=1.5': a fraction must be in [0, 1], got 1.5"),
+        ("0", "'0': a share must be finite and > 0, got 0"),
+        ("T4=-0.5", "'T4=-0.5': a share must be finite and >= 0, got -0.5"),
+        ("inf", "'inf': a share must be finite and > 0, got inf"),
         ("T4=x", "'T4=x': 'x' is not a number"),
         ("=0.5", "no GPU model before '='"),
         ("T4=0.5,T4=0.4", "T4 given twice"),
@@ -230,7 +252,7 @@ def test_sim_gfs_capacity_scale_errors_name_the_bad_part(tmp_path: Path) -> None
     base += ["--warm-days", "0", "--burn-in-days", "0", "--policy", "yarn-cs", "--no-plots"]
     runner = CliRunner()
     for value, says in (
-        ("A100=2", "capacity_scale: 'A100=2': a fraction must be in [0, 1], got 2"),
+        ("A100=-2", "capacity_scale: 'A100=-2': a share must be finite and >= 0, got -2"),
         ("V100=0.5", "capacity_scale: no GPU model 'V100' in this trace (its models: A100, T4)"),
         ("fill:x", "capacity_scale: 'fill:x': fill:TARGET needs a number"),
     ):

@@ -41,7 +41,8 @@ def sim_gfs(
     capacity_scale: Annotated[
         str,
         typer.Option(
-            help="nodes kept, every job kept: a share of each GPU model's (0.3), per model "
+            help="nodes kept, every job kept: a share of each GPU model's (0.3; above 1 "
+            "adds copies of its first nodes: 1.3), per model "
             "(G2=0.02,T4=0.05; a bare share for the rest: 0.3,G2=0.02), or each model sized "
             "to its mean demand over the window at a target fill (fill:0.8, exceptions "
             "as MODEL=share)"

@@ -1,4 +1,5 @@
-"""Make a sparse trace contend: fewer nodes for the same jobs, or the same jobs sooner.
+"""Make a sparse trace contend: fewer nodes for the same jobs, or the same jobs sooner;
+or a busy one breathe: more nodes for the same jobs.
 
 Both are pure functions of a :class:`~stoker.traces.base.Trace` (a new trace, the input
 untouched), deterministic, and say in the new trace's ``notes`` what they did.
@@ -6,7 +7,9 @@ untouched), deterministic, and say in the new trace's ``notes`` what they did.
 How many of each GPU model's nodes to keep is a :class:`CapacityScale`, written on the
 command line as (``stoker sim gfs --capacity-scale``):
 
-- ``0.3``: keep 30 % of every model's nodes (at least one of each);
+- ``0.3``: keep 30 % of every model's nodes (at least one of each); a share above 1 keeps
+  every node and adds copies of the first ones (``1.3``: 30 % more nodes of each model,
+  each copy named ``<node>+copyK``), the cluster a capacity plan would buy;
 - ``G2=0.02,T4=0.05``: a fraction per named model (the others kept whole), or with a bare
   fraction for the models not named (``0.3,G2=0.02``); a named model's 0 leaves that
   model out, and the jobs that ask for it (the simulator counts them);
@@ -29,20 +32,37 @@ from stoker.traces.base import Trace, TraceJob, TraceNode
 
 
 def _fraction(token: str, text: str, zero: bool = False) -> float:
-    """A share in ``(0, 1]``; with ``zero``, in ``[0, 1]`` (a named model's: 0 leaves it out)."""
+    """A share above 0 (above 1 adds node copies); with ``zero``, 0 too (a named model's: 0
+    leaves it out)."""
     try:
         value = float(text)
     except ValueError:
         raise ValueError(f"capacity_scale: {token!r}: {text!r} is not a number") from None
-    if not (0 <= value <= 1 if zero else 0 < value <= 1):
-        span = "[0, 1]" if zero else "(0, 1]"
-        raise ValueError(f"capacity_scale: {token!r}: a fraction must be in {span}, got {value:g}")
+    if not (value >= 0 if zero else value > 0) or not math.isfinite(value):
+        bound = ">= 0" if zero else "> 0"
+        raise ValueError(
+            f"capacity_scale: {token!r}: a share must be finite and {bound}, got {value:g}"
+        )
     return value
+
+
+COPY_SEP = "+copy"
+
+
+def _take(group: list[TraceNode], count: int) -> list[TraceNode]:
+    """The first ``count`` nodes of a model's list; past its end, copies of it from the
+    start again (copy K of node n is named ``n+copyK``)."""
+    taken = list(group[:count])
+    for i in range(len(group), count):
+        k, node = divmod(i, len(group))
+        taken.append(replace(group[node], name=f"{group[node].name}{COPY_SEP}{k}"))
+    return taken
 
 
 @dataclass(frozen=True, slots=True)
 class CapacityScale:
-    """Which share of each GPU model's nodes a run keeps (every job is kept).
+    """Which share of each GPU model's nodes a run keeps (every job is kept); above 1, the
+    whole list and copies of its first nodes.
 
     ``default`` applies to the models not in ``per_model``; with ``fill`` set, those
     models are sized to their demand instead (see :meth:`keep`). A named model's share
@@ -119,10 +139,10 @@ class CapacityScale:
     def keep(
         self, nodes: list[TraceNode], jobs: Iterable[TraceJob], start: float, end: float
     ) -> list[TraceNode]:
-        """The nodes to keep, in the list's order.
+        """The nodes to keep, in the list's order, then any copies.
 
-        A fraction f keeps the first ``ceil(f n)`` of a model's n nodes, at least one
-        unless f is 0.
+        A share f keeps the first ``ceil(f n)`` of a model's n nodes, at least one unless
+        f is 0; above 1, every node and copies of the first ones up to ``ceil(f n)``.
         ``fill`` keeps, per model, the smallest node that holds the model's largest
         per-worker request, then the smallest others (list order among equals) until the
         GPUs kept reach ``mean demand / fill`` and the model's largest job: the node
@@ -141,11 +161,15 @@ class CapacityScale:
         demand = mean_demand(jobs, start, end) if self.fill is not None else {}
         largest = _largest_jobs(jobs) if self.fill is not None else {}
         kept: set[str] = set()
+        copies: list[TraceNode] = []
         for model, group in groups.items():
             if model in self.per_model or self.fill is None:
                 share = self.per_model.get(model, self.default)
                 least = 0 if share == 0 else 1
-                kept.update(n.name for n in group[: max(least, math.ceil(share * len(group)))])
+                count = max(least, math.ceil(share * len(group)))
+                chosen = _take(group, count)
+                kept.update(n.name for n in chosen[: len(group)])
+                copies.extend(chosen[len(group) :])
                 continue
             total, per_worker = largest.get(model, (0.0, 0))
             target = max(demand.get(model, 0.0) / self.fill, total)
@@ -162,7 +186,7 @@ class CapacityScale:
                 if n is not anchor:
                     kept.add(n.name)
                     gpus += n.gpus
-        return [n for n in nodes if n.name in kept]
+        return [n for n in nodes if n.name in kept] + copies
 
 
 def by_model(nodes: list[TraceNode]) -> dict[str, list[TraceNode]]:
