@@ -274,3 +274,14 @@ def test_sim_gfs_capacity_scale_errors_name_the_bad_part(tmp_path: Path) -> None
     meta = json.loads((tmp_path / "d" / "results.json").read_text())["meta"]
     assert meta["jobs_left_out_model_dropped"] == 10 and meta["jobs_left_out_too_large"] == 0
     assert meta["nodes"] == 10
+    # a share above 1 runs on the grown cluster, the copies' cards in the core's pools
+    res = runner.invoke(app, [*base, "--capacity-scale", "1.5", "--out", str(tmp_path / "g")])
+    assert res.exit_code == 0, res.output
+    meta = json.loads((tmp_path / "g" / "results.json").read_text())["meta"]
+    assert (meta["nodes"], meta["gpus"]) == (15 + 5, 15 * 8 + 5)  # ceil(1.5 x 10), ceil(4.5)
+    grown = meta["setup"]
+    assert grown["capacity_scale"] == 1.5
+    assert grown["capacity_per_model"]["A100"] == {
+        "nodes": 15, "of_nodes": 10, "gpus": 120, "of_gpus": 80,
+        "mean_demand_gpus": grown["capacity_per_model"]["A100"]["mean_demand_gpus"],
+    }  # fmt: skip
