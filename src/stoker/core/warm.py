@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from stoker.core.actions import (
@@ -35,6 +36,7 @@ from stoker.core.actions import (
 )
 from stoker.core.model import (
     EPS,
+    GPU,
     Cluster,
     Failure,
     HitPath,
@@ -622,17 +624,13 @@ class WarmPools:
             cached = self._image_nodes[profile.name]
             for _ in range(count):
                 pick = None
-                seen = 0
-                for gpu in self.cluster.gpus_with_room(profile.gpu_model, profile.share):
-                    if gpu.id in exclude or gpu.free - extra.get(gpu.id, 0.0) < profile.share - EPS:
-                        continue
+                for seen, gpu in enumerate(self._fitting(profile, exclude, extra), 1):
                     if gpu.node in cached:
                         pick = gpu
                         break
                     # else the tightest fit, after a bounded look for a node with the image
                     # cached, so a start stays cheap on a large cluster
                     pick = pick or gpu
-                    seen += 1
                     if seen >= _IMAGE_LOOKAHEAD:
                         break
                 if pick is None:
@@ -643,9 +641,7 @@ class WarmPools:
         for _ in range(count):
             by_node: dict[str, list[str]] = {}
             found = None
-            for gpu in self.cluster.gpus_with_room(profile.gpu_model, profile.share):
-                if gpu.id in exclude or gpu.free - extra.get(gpu.id, 0.0) < profile.share - EPS:
-                    continue
+            for gpu in self._fitting(profile, exclude, extra):
                 ids = by_node.setdefault(gpu.node, [])
                 ids.append(gpu.id)
                 if len(ids) == profile.gpus:
@@ -657,6 +653,16 @@ class WarmPools:
                 extra[gid] = extra.get(gid, 0.0) + profile.share
             slots.append(found)
         return slots
+
+    def _fitting(
+        self, profile: Profile, exclude: set[str], extra: dict[str, float]
+    ) -> Iterator[GPU]:
+        """The cluster's cards with room for one of ``profile``'s pods, best fit first, but
+        those in ``exclude`` and those the plan's ``extra`` shares already fill."""
+        share = profile.share
+        for gpu in self.cluster.gpus_with_room(profile.gpu_model, share):
+            if gpu.id not in exclude and gpu.free - extra.get(gpu.id, 0.0) >= share - EPS:
+                yield gpu
 
     def _find_cpu_slots(self, profile: Profile, count: int) -> list[tuple[str, list[str]]]:
         """CPU slots for up to ``count`` pods of a CPU-only profile (node, no GPUs each),
