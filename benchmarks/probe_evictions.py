@@ -13,9 +13,9 @@ prints and writes its metrics, each class's queueing by pool (job-s) and its evi
 measured spot jobs (submitted in the window: those the eviction rate counts) split by GPU
 pool and by the evicting HP job's kind: ``holder`` (it held its pool's reservation at some
 time), ``backfill`` (tried beside a reservation, behind its bucket's head), else by its
-shape: ``1gpu``, ``1gpu-gang``, ``multi`` (one worker of several cards), ``gang`` (several
-such workers), ``frac``; each pool's eta over the window (its mean and the share of hourly
-feedback steps below 1); with the CPU seconds it took.
+shape (``probe_month.shape``: ``frac``, ``1gpu``, ``1gpu-gang``, ``1xN``, ``gang``; files
+written before 2026-12-05 name every ``1xN`` ``multi``); each pool's eta over the window
+(its mean and the share of hourly feedback steps below 1); with the CPU seconds it took.
 
 The counting is a probe's, not the core's: while a policy runs, the scheduler's
 ``_reclaim``, ``_evict``, ``_reserve``, ``_backfill`` and ``_feedback`` are wrapped to see
@@ -31,7 +31,7 @@ from typing import Any
 
 import stoker.core.gfs.scheduler as sched
 import stoker.sim.gfs as simgfs
-from probe_month import month_options, run_month, simulate_probed
+from probe_month import month_options, run_month, shape, simulate_probed
 from stoker.core.model import JobClass
 from stoker.core.registry import preset
 from stoker.forecast.base import Cadence
@@ -43,13 +43,7 @@ GS = sched.GangScheduler
 def _kind(job: Any, holders: set[str], in_backfill: bool) -> str:
     if job.id in holders:
         return "holder"
-    if in_backfill:
-        return "backfill"
-    if job.fractional:
-        return "frac"
-    if job.per_worker <= 1.0:
-        return "1gpu" if job.spec.workers == 1 else "1gpu-gang"
-    return "multi" if job.spec.workers == 1 else "gang"
+    return "backfill" if in_backfill else shape(job)
 
 
 def run_policy(policy: str, trace: Trace, window: simgfs.Window, cadence: Cadence) -> dict:

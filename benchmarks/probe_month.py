@@ -1,7 +1,7 @@
-"""What the full-fleet month probes share (``probe_evictions.py``, ``probe_lyra_spot.py``):
-their trace options, the v2026 month at each load as ``stoker sim gfs`` cuts it, one run
-with the probe's wrappers in place, and the results file each run is added to as it ends
-(a rerun keeps the runs already there)."""
+"""What the full-fleet month probes share (``probe_evictions.py``, ``probe_lyra_spot.py``,
+``probe_hp_queue.py``): their trace options, the v2026 month at each load as ``stoker sim
+gfs`` cuts it, one run with the probe's wrappers in place, a job's shape class, and the
+results file each run is added to as it ends (a rerun keeps the runs already there)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import stoker.sim.gfs as simgfs
+from stoker.core.model import Job
 from stoker.core.registry import Preset
 from stoker.forecast.base import Cadence
 from stoker.sim.gfs import LOADS, Setup, Window, policy_forecaster, prepare_trace, scale_spot_load
 from stoker.traces import Trace
 from stoker.traces.gfs_v2026 import NODE_LIST_NOTE
+from stoker.traces.scale import CapacityScale
 
 
 def month_options(ap: argparse.ArgumentParser) -> None:
@@ -32,6 +34,26 @@ def month_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--warm-days", type=float, default=28.0)
     ap.add_argument("--burn-in-days", type=float, default=2.0)
     ap.add_argument("--query-every-min", type=int, default=5)
+    ap.add_argument("--capacity-scale", default="1.0", type=_capacity, help="as stoker sim gfs's")
+
+
+def _capacity(text: str) -> str:
+    try:
+        CapacityScale.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text  # kept as typed: the results file's setup shows it
+
+
+def shape(job: Job) -> str:
+    """The job's shape class: ``frac`` (a share of one card), ``1gpu``, ``1gpu-gang``
+    (several 1-card workers), ``1xN`` (one worker of N cards), ``gang`` (several workers
+    of several cards)."""
+    if job.fractional:
+        return "frac"
+    if job.per_worker <= 1.0:
+        return "1gpu" if job.spec.workers == 1 else "1gpu-gang"
+    return f"1x{job.per_worker:g}" if job.spec.workers == 1 else "gang"
 
 
 def simulate_probed(
@@ -81,7 +103,14 @@ def run_month(
 ) -> None:
     """``run(name, trace, window, cadence)`` for each load (medium unless named) and name;
     each result, with the load average at its end, written to ``args.out`` and shown."""
-    setup = Setup(args.days, args.warm_days, args.burn_in_days, args.scale, args.seed)
+    setup = Setup(
+        args.days,
+        args.warm_days,
+        args.burn_in_days,
+        args.scale,
+        args.seed,
+        capacity_scale=CapacityScale.parse(args.capacity_scale),
+    )
     cadence = Cadence(refit_every_min=1440, query_every_min=args.query_every_min)
     base, window = prepare_trace("v2026", None, setup)
     # which node list the trace had (the real one, or the fleet rebuilt from its counts)
