@@ -137,6 +137,57 @@ def test_two_pointer_victims_alternate_from_both_ends() -> None:
     assert [g.id for g in chosen] == ["c9", "c7"]
 
 
+def test_two_pointer_counts_a_shared_card_once() -> None:
+    # a (cost 9) and b (cost 1) share card c1, c (cost 5) holds c2; one card needed, none
+    # free. Sparing a loses c1, so c must go (c2 is then the room); b is spared: c1 stays a's.
+    # Counted as a sum (before: each fractional job one card of its own) the walk spared a
+    # and c and evicted b, which frees no card while a holds c1.
+    a, b, c = (_victim(j, 1) for j in "abc")
+    holds = {"a": frozenset({"c1"}), "b": frozenset({"c1"}), "c": frozenset({"c2"})}
+    cand = Candidate("n", 0, 0.0, [(a, 1.0), (b, 1.0), (c, 1.0)], holds=holds)
+    assert cand.no_hp == 2.0
+    cost = {"a": 9.0, "b": 1.0, "c": 5.0}
+    assert two_pointer(cand, 1.0, lambda g: cost[g.id]) == [c]
+
+
+@pytest.mark.parametrize("name", ["gfs", "yarn-cs", "lyra", "fgd"])
+def test_a_whole_gpu_hp_worker_evicts_fractional_spot_on_a_card_without_hp(name: str) -> None:
+    # n0: HP h0 holds card 0, spot s1 (0.5) and s2 (0.25) share card 1. A 1-GPU HP job
+    # fits only on card 1: the authors count every card carrying no HP
+    # (``check_free_gpus_with_preemption``), fractional spot work on it included, and evict
+    # every job there. Before, fractional spot was no whole-GPU worker's victim: h waited.
+    g = Gangs(cluster(2), name)
+    g.submit(spec("h0", "hp", 1, dur=1e6), 0.0)
+    g.submit(spec("s1", "spot", 0.5, dur=1e6), 0.0)
+    g.submit(spec("s2", "spot", 0.25, dur=1e6), 0.0)
+    assert g.cards("s1") == g.cards("s2") == ["n0/1"]
+    out = g.submit(spec("h", "hp", 1, dur=10), 4000.0)
+    assert sorted(evicted(out)) == ["s1", "s2"]
+    assert g.core.jobs["h"].state is JobState.RUNNING and g.cards("h") == ["n0/1"]
+
+
+def test_a_card_shared_with_hp_or_young_spot_is_no_victim_card() -> None:
+    # card 1 holds fractional spot beside a fractional HP job: not a card without HP, so
+    # a whole-GPU HP job has no victim and waits (as the authors': HP on it rules it out)
+    g = Gangs(cluster(2), "gfs")
+    g.submit(spec("h0", "hp", 1, dur=1e6), 0.0)
+    g.submit(spec("hf", "hp", 0.5, dur=1e6), 0.0)
+    g.submit(spec("s1", "spot", 0.25, dur=1e6), 0.0)
+    assert g.cards("hf") == g.cards("s1") == ["n0/1"]
+    out = g.submit(spec("h", "hp", 1, dur=10), 4000.0)
+    assert not evicted(out) and g.core.jobs["h"].state is JobState.QUEUED
+    # with a minimum run time, a card is taken only when every job on it may be evicted
+    g = Gangs(cluster(2), "gfs+min_runtime_s=600")
+    g.submit(spec("h0", "hp", 1, dur=1e6), 0.0)
+    g.submit(spec("old", "spot", 0.5, dur=1e6), 0.0)
+    g.submit(spec("new", "spot", 0.25, dur=1e6), 3900.0)
+    assert g.cards("old") == g.cards("new") == ["n0/1"]
+    out = g.submit(spec("h", "hp", 1, dur=10), 4000.0)
+    assert not evicted(out) and g.core.jobs["h"].state is JobState.QUEUED
+    out = g.send(Tick(), 4600.0)
+    assert sorted(evicted(out)) == ["new", "old"] and g.cards("h") == ["n0/1"]
+
+
 def test_preemption_takes_the_fewest_no_hp_cards_first() -> None:
     g = Gangs(cluster(8, 4), "gfs")
     g.submit(spec("s1", "spot", 4, dur=1e6), 0.0)  # n1 (tight packing)

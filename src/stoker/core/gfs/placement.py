@@ -55,9 +55,14 @@ class NodeInfo:
     used: dict[str, float] = field(default_factory=lambda: {"hp": 0.0, "spot": 0.0})
     # cards held by whole-GPU spot jobs (the victims a whole-GPU worker may take here)
     spot_cards: int = 0
-    # the node's reclaim room while it holds spot work: full_free + spot_cards (-1: none)
+    # card -> the fractional spot share placed there (the scheduler's books)
+    frac_spot: dict[str, float] = field(default_factory=dict)
+    # cards holding fractional spot work and nothing else: a whole-GPU worker evicts every
+    # spot job on one to take it (the authors' "cards carrying no HP")
+    frac_cards: int = 0
+    # the node's reclaim room while it holds spot work: full_free + victim_cards (-1: none)
     room: int = -1
-    # full_free + spot_cards on every node: the most a whole-GPU HP worker may take here
+    # full_free + victim_cards on every node: the most a whole-GPU HP worker may take here
     # while no idle pod is in the pool (:meth:`PoolIndex.reclaim_slots`)
     reach: int = 0
     evictions: deque[float] = field(default_factory=deque)  # spot eviction times, last 24 h
@@ -70,6 +75,11 @@ class NodeInfo:
         n_24h = len(ev)
         n_1h = n_24h - bisect.bisect_left(ev, now - HOUR_S)
         return n_1h, n_24h
+
+    @property
+    def victim_cards(self) -> int:
+        """The cards a whole-GPU HP worker may take here by evicting spot work."""
+        return self.spot_cards + self.frac_cards
 
     def score_e(self, now: float) -> float:
         if not self.evictions:
@@ -85,10 +95,10 @@ def no_hp_cards(info: NodeInfo) -> int:
 
 class PoolIndex:
     """Nodes of one pool bucketed by fully free GPU count; spot-holding nodes apart, and
-    bucketed by their reclaim room (free cards and cards of whole-GPU spot jobs), each
+    bucketed by their reclaim room (free cards and cards held by spot work alone), each
     bucket in node order; the nodes counted by cards carrying no HP and the cards by their
     HP share (what bounds an HP job's room: :meth:`hp_slots`), and by their free and
-    whole-GPU spot cards (:meth:`reclaim_slots`)."""
+    spot cards (:meth:`reclaim_slots`)."""
 
     def __init__(self, pool: str, max_gpus: int) -> None:
         self.pool = pool
@@ -122,7 +132,7 @@ class PoolIndex:
         self.by_free[info.full_free][info.name] = None
         info.no_hp = no_hp_cards(info)
         self.by_no_hp[info.no_hp] += 1
-        info.reach = info.full_free + info.spot_cards
+        info.reach = info.full_free + info.victim_cards
         self.by_reach[info.reach] += 1
         self.by_hp_share[0] += info.total  # HP comes to a node only once it is here
 
@@ -154,14 +164,14 @@ class PoolIndex:
             self.by_no_hp[info.no_hp] -= 1
             self.by_no_hp[no_hp] += 1
             info.no_hp = no_hp
-        reach = full_free + info.spot_cards
+        reach = full_free + info.victim_cards
         if reach != info.reach:
             self.by_reach[info.reach] -= 1
             self.by_reach[reach] += 1
             info.reach = reach
         if info.used["spot"] > 1e-9:
             self.spot_nodes[info.name] = None
-            self._rebucket(info, full_free + info.spot_cards)
+            self._rebucket(info, full_free + info.victim_cards)
         else:
             self.spot_nodes.pop(info.name, None)
             self._rebucket(info, -1)
@@ -206,10 +216,10 @@ class PoolIndex:
 
     def reclaim_slots(self, need: int) -> int:
         """How many whole-GPU workers of ``need`` GPUs the pool could hold at most from its
-        free cards and its whole-GPU spot jobs' cards (a reclaim's room; idle pods aside):
-        a node holds at most (free + spot cards) // need of them. Unlike :meth:`hp_slots`
-        it does not count cards held by the pods of an ended job until they are gone, nor
-        cards of fractional spot work: no whole-GPU worker's room."""
+        free cards and the cards its spot work alone holds (a reclaim's room; idle pods
+        aside): a node holds at most (free + spot cards) // need of them. Unlike
+        :meth:`hp_slots` it does not count cards held by the pods of an ended job until
+        they are gone."""
         reach = self.by_reach
         return sum(reach[r] * (r // need) for r in range(need, len(reach)))
 

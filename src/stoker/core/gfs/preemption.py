@@ -1,9 +1,9 @@
 """Which spot jobs an HP worker evicts, and on which node (only HP preempts, only spot goes).
 
 The scheduler hands a :class:`VictimChooser` the candidate targets: nodes whose cards
-carrying no HP work (free, idle or held by whole-GPU spot workers) cover the request (for a
-fractional request: one card). The chooser returns the target and the victims; every victim
-job is then evicted whole. The choosers follow the authors' simulator
+carrying no HP work (free, idle, or held by spot work alone, whole-GPU or fractional) cover
+the request (for a fractional request: one card). The chooser returns the target and the
+victims; every victim job is then evicted whole. The choosers follow the authors' simulator
 (Xu-Sheng-lin/GFS-asplos-26): GFS's two-pointer walk (``policy/gfs.py``), YARN-CS's first
 cards (``fifo_spot.py``), Lyra's costliest cards (``lyra.py``) and FGD's least
 fragmenting node (``fgd.py``).
@@ -22,14 +22,21 @@ from stoker.core.model import EPS, Job
 LOST_WORK_WEIGHT = 5.0
 
 
+# a card a reclaim may use and the spot jobs holding it (none: free, or idle pods)
+Card = tuple[str, tuple[str, ...]]
+
+
 @dataclass(slots=True)
 class Candidate:
     """A target for one HP worker: a node (whole GPUs) or one card (``gpu``, fractional).
 
-    ``cards``: the node's whole cards carrying no HP work, in card order, each with the
-    spot job holding it (None: free or held by idle pods), for the choosers that take
-    cards in order or by cost; made by ``card_order`` when first read (most candidates
-    are passed over without it).
+    ``holds`` (a node): each victim's cards there that carry no HP. Fractional spot jobs
+    may share a card, and a card is room only once every job on it goes, so a node's room
+    is a set of cards, not a sum (the authors' ``candidate_gpus - job_gpus``). ``cards``:
+    the node's whole cards carrying no HP work, in card order, each with the spot jobs
+    holding it (none: free or held by idle pods), for the choosers that take cards in
+    order or by cost; made by ``card_order`` when first read (most candidates are passed
+    over without it).
     """
 
     node: str
@@ -40,16 +47,20 @@ class Candidate:
     # what the idle warm and standby pods it would stop cost (tier, value): the reclaim
     # chain takes idle pods first, the cheapest of them first
     cost: tuple[float, float] = (0.0, 0.0)
-    card_order: Callable[[], tuple[tuple[str, str | None], ...]] | None = None
+    card_order: Callable[[], tuple[Card, ...]] | None = None
+    holds: dict[str, frozenset[str]] | None = None
     # room there once every spot job on it went: the cards (or share) carrying no HP
     no_hp: float = field(init=False)
-    _cards: tuple[tuple[str, str | None], ...] | None = field(init=False, default=None)
+    _cards: tuple[Card, ...] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
-        self.no_hp = self.free + sum(u for _, u in self.victims)
+        if self.holds is None:
+            self.no_hp = self.free + sum(u for _, u in self.victims)
+        else:
+            self.no_hp = self.free + len(frozenset().union(*self.holds.values()))
 
     @property
-    def cards(self) -> tuple[tuple[str, str | None], ...]:
+    def cards(self) -> tuple[Card, ...]:
         if self._cards is None:
             self._cards = self.card_order() if self.card_order is not None else ()
         return self._cards
@@ -79,21 +90,37 @@ def best_fit(cands: list[Candidate]) -> list[Candidate]:
 def two_pointer(cand: Candidate, need: float, key: Callable[[Job], float]) -> list[Job]:
     """GFS's victim walk (``preempt_cost``): the spot jobs by cost, most expensive first;
     from the expensive end spare each while the room without it still covers ``need``, evict
-    the first that cannot be spared, then do the same from the cheap end, and alternate."""
+    the first that cannot be spared, then do the same from the cheap end, and alternate.
+    On a node the room is the free cards and the victim cards no spared job holds."""
     order = sorted(cand.victims, key=lambda v: (-key(v[0]), v[0].id))
+    holds = cand.holds
     total = cand.no_hp
+    left: set[str] = set().union(*holds.values()) if holds is not None else set()
+
+    def without(i: int) -> float:
+        if holds is None:
+            return total - order[i][1]
+        return cand.free + len(left - holds[order[i][0].id])
+
+    def spare(i: int) -> None:
+        nonlocal total
+        if holds is None:
+            total -= order[i][1]
+        else:
+            left.difference_update(holds[order[i][0].id])
+
     chosen: list[Job] = []
     lo, hi = 0, len(order) - 1
     while lo <= hi:
-        while lo <= hi and total - order[lo][1] >= need - EPS:
-            total -= order[lo][1]
+        while lo <= hi and without(lo) >= need - EPS:
+            spare(lo)
             lo += 1
         if lo > hi:
             break
         chosen.append(order[lo][0])
         lo += 1
-        while lo <= hi and total - order[hi][1] >= need - EPS:
-            total -= order[hi][1]
+        while lo <= hi and without(hi) >= need - EPS:
+            spare(hi)
             hi -= 1
         if lo > hi:
             break
@@ -107,7 +134,7 @@ def first_cards(cand: Candidate, need: float) -> list[Job]:
     ``fgd.py``); on a card (fractional), its spot jobs in order until the room covers it."""
     if cand.gpu is not None:
         return _in_order(cand, need)
-    holders = [holder for _, holder in cand.cards[: int(need)] if holder is not None]
+    holders = [h for _, held in cand.cards[: int(need)] for h in held]
     by_id = {job.id: job for job, _ in cand.victims}
     return [by_id[h] for h in dict.fromkeys(holders)]
 
@@ -208,13 +235,13 @@ class LyraVictims:
                 by_id = {job.id: job for job, _ in cand.victims}
                 costs = sorted(
                     (
-                        (self._cost(by_id[h]) if h is not None else 0.0, i, h)
-                        for i, (_, h) in enumerate(cand.cards)
+                        (sum(self._cost(by_id[h]) for h in held), i, held)
+                        for i, (_, held) in enumerate(cand.cards)
                     ),
                     key=lambda c: (-c[0], c[1]),
                 )[: int(need)]
                 total = sum(c for c, _, _ in costs)
-                victims = [by_id[h] for h in dict.fromkeys(h for _, _, h in costs) if h]
+                victims = [by_id[h] for h in dict.fromkeys(h for *_, held in costs for h in held)]
             key = (total, cand.ordinal, cand.gpu or "")
             if best_key is None or key < best_key:
                 best, best_key = (cand, victims), key

@@ -35,7 +35,13 @@ from stoker.core.gfs.placement import (
     PoolIndex,
     no_hp_cards,
 )
-from stoker.core.gfs.preemption import Candidate, GFSVictims, PreemptContext, VictimChooser
+from stoker.core.gfs.preemption import (
+    Candidate,
+    Card,
+    GFSVictims,
+    PreemptContext,
+    VictimChooser,
+)
 from stoker.core.gfs.quota import ForecastQuota, QuotaPolicy
 from stoker.core.model import (
     EPS,
@@ -754,26 +760,40 @@ class GangScheduler:
             if self.jobs[jid].job_class is _HP:
                 for _, gid, share in place:
                     hp_share[gid] = hp_share.get(gid, 0.0) + share
+        frac_by_node: dict[str, dict[str, float]] = {}  # fractional spot shares per card
+        for jid, place in self.placement.items():
+            if self.jobs[jid].job_class is _SPOT and self.jobs[jid].fractional:
+                for n, gid, share in place:
+                    frac = frac_by_node.setdefault(n, {})
+                    frac[gid] = frac.get(gid, 0.0) + share
         for pool, index in self.pools.items():
             counts = [0] * (index.max_gpus + 1)
             for info in index.nodes.values():
                 counts[info.no_hp] += 1
             if counts != index.by_no_hp:
                 raise AssertionError(f"{pool}: nodes by cards without HP {index.by_no_hp}")
-            # the reclaim-room index: spot nodes by free cards and whole-GPU spot jobs' cards
+            # the reclaim-room index: spot nodes by free cards and cards spot alone holds
             rooms: list[list[tuple[int, str]]] = [[] for _ in index.by_room]
             for info in index.nodes.values():
                 held = self.node_jobs[info.name].items()
                 spot_cards = sum(len(c) for j, c in held if not self.jobs[j].fractional)
                 if info.spot_cards != spot_cards:
                     raise AssertionError(f"node {info.name} spot_cards {info.spot_cards} is stale")
+                frac = frac_by_node.get(info.name, {})
+                if frac.keys() != info.frac_spot.keys() or any(
+                    abs(frac[g] - info.frac_spot[g]) > 1e-6 for g in frac
+                ):
+                    raise AssertionError(f"node {info.name} frac_spot {info.frac_spot} != {frac}")
+                touched = info.name in self.cluster.touched
+                if not touched and info.frac_cards != len(self._frac_cards(info)):
+                    raise AssertionError(f"node {info.name} frac_cards {info.frac_cards} is stale")
                 if info.name in index.spot_nodes:
-                    rooms[info.full_free + spot_cards].append((info.ordinal, info.name))
+                    rooms[info.full_free + info.victim_cards].append((info.ordinal, info.name))
             if [sorted(b) for b in rooms] != index.by_room:
                 raise AssertionError(f"{pool}: spot nodes by reclaim room are stale")
             reach = [0] * len(index.by_reach)
             for info in index.nodes.values():
-                reach[info.full_free + info.spot_cards] += 1
+                reach[info.full_free + info.victim_cards] += 1
             if reach != index.by_reach:
                 raise AssertionError(f"{pool}: nodes by free and spot cards {index.by_reach}")
             cards = [0] * (HP_SHARE_STEPS + 1)
@@ -1071,8 +1091,8 @@ class GangScheduler:
         ):
             return _NO_ROOM
         if self.pools[pool].hp_slots(job.per_worker) < job.spec.workers or self._no_room(job, pool):
-            # too little room for its workers (cards without HP; free and whole-GPU spot
-            # cards): every search fails until that grows
+            # too little room for its workers (cards without HP; free cards and those spot
+            # work alone holds): every search fails until that grows
             self._remember_failure(job, pool, state, now)
             return _NO_ROOM
         if (
@@ -1095,8 +1115,8 @@ class GangScheduler:
     def _no_room(self, job: Job, pool: str) -> bool:
         """Whether a whole-GPU HP job's search must fail, by the pool's reclaim room alone.
 
-        Each of its workers takes a node's free cards, its idle pods' cards and its
-        whole-GPU spot jobs' cards and no other (:meth:`_plan_free`, and
+        Each of its workers takes a node's free cards, its idle pods' cards and the cards
+        its spot work alone holds and no other (:meth:`_plan_free`, and
         :meth:`_node_candidates`: a node is a candidate only while those cover the request
         beside what earlier workers took there), so a node holds at most (free + spot +
         idle cards) // request of them. With no idle pod in the pool,
@@ -1341,6 +1361,10 @@ class GangScheduler:
                 self.node_jobs[node][job.id] = cards
                 if not job.fractional:
                     info.spot_cards += len(cards)
+        if cls is _SPOT and job.fractional:
+            for node, gid, share in place:
+                frac = self.nodes[node].frac_spot
+                frac[gid] = frac.get(gid, 0.0) + share
         # every node of the plan was touched (its cards taken): one refresh each, with the
         # books above, in the order the cards were taken (the node index's tie order)
         self._sync()
@@ -1378,6 +1402,11 @@ class GangScheduler:
                 del self.node_jobs[node][job.id]
                 if not job.fractional:
                     info.spot_cards -= len(cards)
+                else:
+                    for gid, share in zip(cards, shares, strict=True):
+                        left = info.frac_spot.pop(gid, 0.0) - share
+                        if left > 1e-9:
+                            info.frac_spot[gid] = left
             if refresh:
                 self._refresh(info)
         self.running_spot[pool].pop(job.id, None)
@@ -1401,7 +1430,22 @@ class GangScheduler:
             self._grown[info.pool] += 1
         free = sum(1 for g in self.cluster.nodes[info.name].gpus if g.used < EPS)
         self.busy_cards += info.full_free - free
+        info.frac_cards = len(self._frac_cards(info)) if info.frac_spot else 0
         self.pools[info.pool].move(info, free)
+
+    def _frac_cards(self, info: NodeInfo) -> set[str]:
+        """The node's cards held by fractional spot work and nothing else: a whole-GPU HP
+        worker may take one by evicting every job on it (cards with HP, idle pods or room
+        only are not)."""
+        out = set()
+        for gid in info.frac_spot:
+            allocs = self.cluster.gpus[gid].allocs
+            if allocs and all(
+                (pod := self.pods.get(owner)) is not None and pod.job_class is _SPOT
+                for owner in allocs
+            ):
+                out.add(gid)
+        return out
 
     # ------------------------------------------------------------ pods
 
@@ -1596,6 +1640,13 @@ class GangScheduler:
                     seen.pop(n, None)
                     if s >= 1.0 - EPS:
                         freed.setdefault(n, set()).add(gid)
+            if not job.fractional and cand.holds is not None:
+                # a card fractional victims shared is free once every job on it goes
+                gone = {g for v in victims if v.fractional for g in cand.holds.get(v.id, ())}
+                for jid, g in cand.holds.items():
+                    if jid not in evicted:
+                        gone.difference_update(g)
+                freed.setdefault(cand.node, set()).update(gone)
             if job.fractional:
                 gid = cand.gpu or ""
                 room = self.cluster.gpus[gid].free - shares.get(gid, 0.0)
@@ -1652,8 +1703,8 @@ class GangScheduler:
         """The nodes a whole-GPU worker may reclaim on, as many as the victim chooser reads
         (:attr:`VictimChooser.reads`; every one without ``spot``): nodes with idle cards,
         nodes the plan took or freed GPUs on, each looked at; the pool's other spot nodes
-        from its reclaim-room index (their room is their free cards and their whole-GPU
-        spot jobs' cards), only the buckets and nodes the chooser reads; with
+        from its reclaim-room index (their room is their free cards and the cards their
+        spot work alone holds), only the buckets and nodes the chooser reads; with
         ``free_nodes``, nodes with free room only, a bounded scan per free count as
         placement does. ``seen``: each node's candidate (None: not one) as the plan stands,
         read and filled here, emptied by the plan for the nodes it touches."""
@@ -1670,15 +1721,21 @@ class GangScheduler:
             freed_here = freed.get(name, set())
             free = info.full_free - gang.taken.get(name, 0) + len(freed_here) + used_idle
             victims: list[tuple[Job, float]] = []
-            held: list[tuple[str, list[str]]] = []  # each victim and the cards it holds here
-            # spot on the node's cards that carry no HP (a whole-GPU worker's cards never do)
+            holds: dict[str, frozenset[str]] = {}  # each victim and its cards without HP here
+            # spot on the node's cards that carry no HP (a whole-GPU worker's cards never do;
+            # a fractional job's, where spot work alone holds the card)
             if spot:
+                frac = self._victim_frac_cards(info, evicted, freed_here, now)
                 for jid, mine in self.node_jobs[name].items():
                     v = self.jobs[jid]
-                    if jid in evicted or v.fractional or not self._evictable(v, now):
+                    if jid in evicted or not self._evictable(v, now):
                         continue
-                    held.append((jid, mine))
-                    victims.append((v, float(len(mine))))
+                    if v.fractional:
+                        mine = [g for g in mine if g in frac]
+                        if not mine:
+                            continue
+                    holds[jid] = frozenset(mine)
+                    victims.append((v, float(len(holds[jid]))))
             if not victims and not cards and not (free_nodes and free >= need - EPS):
                 return None
             cand = Candidate(
@@ -1689,11 +1746,12 @@ class GangScheduler:
                 card_order=partial(
                     self._card_order,
                     name,
-                    held,
+                    holds,
                     [g for _, g in cards],
                     freed_here,
                     gang.taken.get(name, 0) - used_idle,
                 ),
+                holds=holds,
             )
             if cand.no_hp < need - EPS:
                 return None
@@ -1729,6 +1787,9 @@ class GangScheduler:
         own = dict.fromkeys(idle)
         own.update(gang.taken)
         own.update(freed)
+        for victim in evicted.values():
+            if victim.fractional:  # the index still counts the cards it shared
+                own.update((n, None) for n, _, _ in self.placement[victim.id])
         scanned = {n for bucket in heads.values() for n in bucket} if own else set()
         out = build([n for n in own if n in idle or n in pool.spot_nodes or n in scanned])
         least = min((c.no_hp for c in out), default=math.inf)
@@ -1738,11 +1799,11 @@ class GangScheduler:
                 break
             found = []
             for _, name in pool.by_room[room]:
-                # a node holding only fractional spot work has room, not victims
+                # a node whose spot work holds no card alone has room, not victims
                 if (
                     name not in own
                     and name not in gang.exclude
-                    and (free_nodes or nodes[name].spot_cards)
+                    and (free_nodes or nodes[name].victim_cards)
                 ):
                     found.append(name)
                     if reads == "first":
@@ -1755,35 +1816,51 @@ class GangScheduler:
                 break
         return out
 
+    def _victim_frac_cards(
+        self, info: NodeInfo, evicted: dict[str, Job], freed: set[str], now: float
+    ) -> set[str]:
+        """The node's cards a whole-GPU worker may take by evicting the fractional spot jobs
+        on them, as the plan stands: held by spot work alone, not yet freed by the plan's
+        victims, and no job left there too young to evict."""
+        if not info.frac_cards:
+            return set()
+        cards = self._frac_cards(info) - freed
+        for jid, mine in self.node_jobs[info.name].items():
+            job = self.jobs[jid]
+            if job.fractional and jid not in evicted and not self._evictable(job, now):
+                cards.difference_update(mine)
+        return cards
+
     def _card_order(
         self,
         name: str,
-        held: list[tuple[str, list[str]]],
+        holds: dict[str, frozenset[str]],
         idle: list[str],
         freed: set[str],
         taken: int,
-    ) -> tuple[tuple[str, str | None], ...]:
-        """A node's cards a reclaim may use, in card order, each with the spot job holding
-        it (None: free, or idle pods): :attr:`Candidate.cards`. As the plan stands: the
+    ) -> tuple[Card, ...]:
+        """A node's cards a reclaim may use, in card order, each with the spot jobs holding
+        it (none: free, or idle pods): :attr:`Candidate.cards`. As the plan stands: the
         cards of victims already chosen (``freed``, kept by the plan as it goes: a big
         gang's victims are many) are free, and the first ``taken`` free ones are
         left out (the plan's earlier workers took them). Listed as free in the books, a
         chooser by card order (``first_cards``) would pick them again and evict too little:
         the HP job then fails on its victims' room, and evicts again (a livelock at one
         instant on FGD's 184 days)."""
-        holder: dict[str, str] = {}  # card -> the spot job holding it whole
-        for jid, mine in held:
-            holder.update(dict.fromkeys(mine, jid))
+        holders: dict[str, list[str]] = {}  # card -> the spot jobs holding it
+        for jid, mine in holds.items():
+            for gid in mine:
+                holders.setdefault(gid, []).append(jid)
         idle_ids = set(idle)
-        order: list[tuple[str, str | None]] = []
+        order: list[Card] = []
         for g in self.cluster.nodes[name].gpus:
-            if g.id in holder or g.id in idle_ids:
-                order.append((g.id, holder.get(g.id)))
+            if g.id in holders or g.id in idle_ids:
+                order.append((g.id, tuple(holders.get(g.id, ()))))
             elif g.used < EPS or g.id in freed:
                 if taken > 0:
                     taken -= 1
                     continue
-                order.append((g.id, None))
+                order.append((g.id, ()))
         return tuple(order)
 
     def _card_candidates(
