@@ -164,6 +164,12 @@ def test_a_whole_gpu_hp_worker_evicts_fractional_spot_on_a_card_without_hp(name:
     out = g.submit(spec("h", "hp", 1, dur=10), 4000.0)
     assert sorted(evicted(out)) == ["s1", "s2"]
     assert g.core.jobs["h"].state is JobState.RUNNING and g.cards("h") == ["n0/1"]
+    # stoker's option: whole cards only, as before (h waits, the fractional jobs run)
+    g = Gangs(cluster(2), f"{name}+evict_shared_cards=false")
+    for jid, req in (("h0", 1.0), ("s1", 0.5), ("s2", 0.25)):
+        g.submit(spec(jid, "hp" if jid == "h0" else "spot", req, dur=1e6), 0.0)
+    out = g.submit(spec("h", "hp", 1, dur=10), 4000.0)
+    assert not evicted(out) and g.core.jobs["h"].state is JobState.QUEUED
 
 
 def test_a_card_shared_with_hp_or_young_spot_is_no_victim_card() -> None:

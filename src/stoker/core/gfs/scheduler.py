@@ -100,6 +100,11 @@ class GFSConfig:
     # HP goes straight to the victim chooser, free nodes among the candidates
     # (``fifo_spot.py``, ``fgd.py``: ``place_with_preemption`` without placing first)
     hp_preempt_first: bool = False
+    # a whole-GPU HP worker may take a card fractional spot work alone shares, evicting
+    # every job on it (the authors': ``check_free_gpus_with_preemption`` counts each card
+    # without HP). False (stoker's, measured in docs/gfs.md): only free, idle and
+    # whole-GPU spot cards are its room; fractional spot goes only for a fractional request
+    evict_shared_cards: bool = True
     round_s: float = 0.0
     lease_s: float = 0.0
     lease_restart_s: float = 120.0
@@ -785,7 +790,8 @@ class GangScheduler:
                 ):
                     raise AssertionError(f"node {info.name} frac_spot {info.frac_spot} != {frac}")
                 touched = info.name in self.cluster.touched
-                if not touched and info.frac_cards != len(self._frac_cards(info)):
+                frac_cards = len(self._frac_cards(info)) if self.config.evict_shared_cards else 0
+                if not touched and info.frac_cards != frac_cards:
                     raise AssertionError(f"node {info.name} frac_cards {info.frac_cards} is stale")
                 if info.name in index.spot_nodes:
                     rooms[info.full_free + info.victim_cards].append((info.ordinal, info.name))
@@ -1430,7 +1436,8 @@ class GangScheduler:
             self._grown[info.pool] += 1
         free = sum(1 for g in self.cluster.nodes[info.name].gpus if g.used < EPS)
         self.busy_cards += info.full_free - free
-        info.frac_cards = len(self._frac_cards(info)) if info.frac_spot else 0
+        shared = info.frac_spot and self.config.evict_shared_cards
+        info.frac_cards = len(self._frac_cards(info)) if shared else 0
         self.pools[info.pool].move(info, free)
 
     def _frac_cards(self, info: NodeInfo) -> set[str]:
