@@ -1232,7 +1232,8 @@ class GangScheduler:
 
     def _slots_ready(self, info: NodeInfo, need: int) -> list[float]:
         """When each of a node's ``need``-card slots will carry nothing a whole-GPU HP worker
-        cannot reclaim (an HP share or a fractional spot job's), by those jobs' known run
+        cannot reclaim (an HP share; a fractional spot job's without
+        ``evict_shared_cards``), by those jobs' known run
         times (inf if one is unknown: a live job runs until it exits): the k-th slot when
         k x ``need`` of its cards have. Each slot has its own time: a node half held by a
         long HP job holds a worker now and a second one only when that job ends."""
@@ -1245,7 +1246,9 @@ class GangScheduler:
                 if jid is None:
                     continue  # an idle pod: reclaimed for the asking
                 held = self.jobs[jid]
-                if held.job_class is _SPOT and not held.fractional:
+                if held.job_class is _SPOT and (
+                    not held.fractional or self.config.evict_shared_cards
+                ):
                     continue  # a victim
                 known = held.spec.duration is not None
                 ran = held.run_start + held.overhead + held.remaining if known else math.inf
