@@ -150,45 +150,40 @@ def test_two_pointer_counts_a_shared_card_once() -> None:
     assert two_pointer(cand, 1.0, lambda g: cost[g.id]) == [c]
 
 
+def _shared_card(policy: str, beside: list[tuple[str, str, float, float]]) -> tuple[Gangs, list]:
+    """n0 (2 cards): HP h0 holds card 0, the jobs ``beside`` (id, class, share, submit)
+    share card 1; a 1-GPU HP job h comes at 4000 s: the core and what h's arrival did."""
+    g = Gangs(cluster(2), policy)
+    g.submit(spec("h0", "hp", 1, dur=1e6), 0.0)
+    for jid, cls, share, at in beside:
+        g.submit(spec(jid, cls, share, dur=1e6), at)
+    assert {c for jid, *_ in beside for c in g.cards(jid)} == {"n0/1"}
+    return g, g.submit(spec("h", "hp", 1, dur=10), 4000.0)
+
+
 @pytest.mark.parametrize("name", ["gfs", "yarn-cs", "lyra", "fgd"])
 def test_a_whole_gpu_hp_worker_evicts_fractional_spot_on_a_card_without_hp(name: str) -> None:
-    # n0: HP h0 holds card 0, spot s1 (0.5) and s2 (0.25) share card 1. A 1-GPU HP job
-    # fits only on card 1: the authors count every card carrying no HP
-    # (``check_free_gpus_with_preemption``), fractional spot work on it included, and evict
-    # every job there. Before, fractional spot was no whole-GPU worker's victim: h waited.
-    g = Gangs(cluster(2), name)
-    g.submit(spec("h0", "hp", 1, dur=1e6), 0.0)
-    g.submit(spec("s1", "spot", 0.5, dur=1e6), 0.0)
-    g.submit(spec("s2", "spot", 0.25, dur=1e6), 0.0)
-    assert g.cards("s1") == g.cards("s2") == ["n0/1"]
-    out = g.submit(spec("h", "hp", 1, dur=10), 4000.0)
+    # spot s1 (0.5) and s2 (0.25) share card 1, the only card h fits on: the authors count
+    # every card carrying no HP (``check_free_gpus_with_preemption``), fractional spot work
+    # on it included, and evict every job there. Before, fractional spot was no whole-GPU
+    # worker's victim: h waited
+    fractional = [("s1", "spot", 0.5, 0.0), ("s2", "spot", 0.25, 0.0)]
+    g, out = _shared_card(name, fractional)
     assert sorted(evicted(out)) == ["s1", "s2"]
     assert g.core.jobs["h"].state is JobState.RUNNING and g.cards("h") == ["n0/1"]
     # stoker's option: whole cards only, as before (h waits, the fractional jobs run)
-    g = Gangs(cluster(2), f"{name}+evict_shared_cards=false")
-    for jid, req in (("h0", 1.0), ("s1", 0.5), ("s2", 0.25)):
-        g.submit(spec(jid, "hp" if jid == "h0" else "spot", req, dur=1e6), 0.0)
-    out = g.submit(spec("h", "hp", 1, dur=10), 4000.0)
+    g, out = _shared_card(f"{name}+evict_shared_cards=false", fractional)
     assert not evicted(out) and g.core.jobs["h"].state is JobState.QUEUED
 
 
 def test_a_card_shared_with_hp_or_young_spot_is_no_victim_card() -> None:
     # card 1 holds fractional spot beside a fractional HP job: not a card without HP, so
-    # a whole-GPU HP job has no victim and waits (as the authors': HP on it rules it out)
-    g = Gangs(cluster(2), "gfs")
-    g.submit(spec("h0", "hp", 1, dur=1e6), 0.0)
-    g.submit(spec("hf", "hp", 0.5, dur=1e6), 0.0)
-    g.submit(spec("s1", "spot", 0.25, dur=1e6), 0.0)
-    assert g.cards("hf") == g.cards("s1") == ["n0/1"]
-    out = g.submit(spec("h", "hp", 1, dur=10), 4000.0)
+    # h has no victim and waits (as the authors': HP on it rules it out)
+    g, out = _shared_card("gfs", [("hf", "hp", 0.5, 0.0), ("s1", "spot", 0.25, 0.0)])
     assert not evicted(out) and g.core.jobs["h"].state is JobState.QUEUED
     # with a minimum run time, a card is taken only when every job on it may be evicted
-    g = Gangs(cluster(2), "gfs+min_runtime_s=600")
-    g.submit(spec("h0", "hp", 1, dur=1e6), 0.0)
-    g.submit(spec("old", "spot", 0.5, dur=1e6), 0.0)
-    g.submit(spec("new", "spot", 0.25, dur=1e6), 3900.0)
-    assert g.cards("old") == g.cards("new") == ["n0/1"]
-    out = g.submit(spec("h", "hp", 1, dur=10), 4000.0)
+    young = [("old", "spot", 0.5, 0.0), ("new", "spot", 0.25, 3900.0)]
+    g, out = _shared_card("gfs+min_runtime_s=600", young)
     assert not evicted(out) and g.core.jobs["h"].state is JobState.QUEUED
     out = g.send(Tick(), 4600.0)
     assert sorted(evicted(out)) == ["new", "old"] and g.cards("h") == ["n0/1"]
