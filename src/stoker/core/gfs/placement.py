@@ -55,8 +55,6 @@ class NodeInfo:
     used: dict[str, float] = field(default_factory=lambda: {"hp": 0.0, "spot": 0.0})
     # cards held by whole-GPU spot jobs (the victims a whole-GPU worker may take here)
     spot_cards: int = 0
-    # card -> the fractional spot share placed there (the scheduler's books)
-    frac_spot: dict[str, float] = field(default_factory=dict)
     # cards holding fractional spot work and nothing else: a whole-GPU worker evicts every
     # spot job on one to take it (the authors' "cards carrying no HP")
     frac_cards: int = 0

@@ -765,12 +765,6 @@ class GangScheduler:
             if self.jobs[jid].job_class is _HP:
                 for _, gid, share in place:
                     hp_share[gid] = hp_share.get(gid, 0.0) + share
-        frac_by_node: dict[str, dict[str, float]] = {}  # fractional spot shares per card
-        for jid, place in self.placement.items():
-            if self.jobs[jid].job_class is _SPOT and self.jobs[jid].fractional:
-                for n, gid, share in place:
-                    frac = frac_by_node.setdefault(n, {})
-                    frac[gid] = frac.get(gid, 0.0) + share
         for pool, index in self.pools.items():
             counts = [0] * (index.max_gpus + 1)
             for info in index.nodes.values():
@@ -784,14 +778,8 @@ class GangScheduler:
                 spot_cards = sum(len(c) for j, c in held if not self.jobs[j].fractional)
                 if info.spot_cards != spot_cards:
                     raise AssertionError(f"node {info.name} spot_cards {info.spot_cards} is stale")
-                frac = frac_by_node.get(info.name, {})
-                if frac.keys() != info.frac_spot.keys() or any(
-                    abs(frac[g] - info.frac_spot[g]) > 1e-6 for g in frac
-                ):
-                    raise AssertionError(f"node {info.name} frac_spot {info.frac_spot} != {frac}")
                 touched = info.name in self.cluster.touched
-                frac_cards = len(self._frac_cards(info)) if self.config.evict_shared_cards else 0
-                if not touched and info.frac_cards != frac_cards:
+                if not touched and info.frac_cards != len(self._frac_cards(info)):
                     raise AssertionError(f"node {info.name} frac_cards {info.frac_cards} is stale")
                 if info.name in index.spot_nodes:
                     rooms[info.full_free + info.victim_cards].append((info.ordinal, info.name))
@@ -1370,10 +1358,6 @@ class GangScheduler:
                 self.node_jobs[node][job.id] = cards
                 if not job.fractional:
                     info.spot_cards += len(cards)
-        if cls is _SPOT and job.fractional:
-            for node, gid, share in place:
-                frac = self.nodes[node].frac_spot
-                frac[gid] = frac.get(gid, 0.0) + share
         # every node of the plan was touched (its cards taken): one refresh each, with the
         # books above, in the order the cards were taken (the node index's tie order)
         self._sync()
@@ -1411,11 +1395,6 @@ class GangScheduler:
                 del self.node_jobs[node][job.id]
                 if not job.fractional:
                     info.spot_cards -= len(cards)
-                else:
-                    for gid, share in zip(cards, shares, strict=True):
-                        left = info.frac_spot.pop(gid, 0.0) - share
-                        if left > 1e-9:
-                            info.frac_spot[gid] = left
             if refresh:
                 self._refresh(info)
         self.running_spot[pool].pop(job.id, None)
@@ -1439,16 +1418,24 @@ class GangScheduler:
             self._grown[info.pool] += 1
         free = sum(1 for g in self.cluster.nodes[info.name].gpus if g.used < EPS)
         self.busy_cards += info.full_free - free
-        shared = info.frac_spot and self.config.evict_shared_cards
-        info.frac_cards = len(self._frac_cards(info)) if shared else 0
+        info.frac_cards = len(self._frac_cards(info))
         self.pools[info.pool].move(info, free)
 
     def _frac_cards(self, info: NodeInfo) -> set[str]:
         """The node's cards held by fractional spot work and nothing else: a whole-GPU HP
         worker may take one by evicting every job on it (cards with HP, idle pods or room
-        only are not)."""
+        only are not). None without ``evict_shared_cards``."""
+        if not self.config.evict_shared_cards:
+            return set()
+        jobs = self.jobs
+        shared = {
+            gid
+            for jid, mine in self.node_jobs[info.name].items()
+            if jobs[jid].fractional
+            for gid in mine
+        }
         out = set()
-        for gid in info.frac_spot:
+        for gid in shared:
             allocs = self.cluster.gpus[gid].allocs
             if allocs and all(
                 (pod := self.pods.get(owner)) is not None and pod.job_class is _SPOT
