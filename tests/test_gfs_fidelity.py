@@ -223,6 +223,31 @@ def test_fractional_hp_prefers_cards_with_hp() -> None:
     assert evicted(out) == ["a"] and g.cards("h2") == ["n0/0"]
 
 
+
+def _no_hp_card(policy: str) -> tuple[Gangs, list]:
+    """n0's one card shared by spot s1 (0.5) and s2 (0.25); a 0.5-GPU HP job h comes at
+    4000 s: the core and what h's arrival did."""
+    g = Gangs(cluster(1), policy)
+    g.submit(spec("s1", "spot", 0.5, dur=1e6), 0.0)
+    g.submit(spec("s2", "spot", 0.25, dur=1e6), 0.0)
+    assert g.cards("s1") == g.cards("s2") == ["n0/0"]
+    return g, g.submit(spec("h", "hp", 0.5, dur=10), 4000.0)
+
+
+@pytest.mark.parametrize("name", ["gfs", "yarn-cs", "lyra", "fgd"])
+def test_a_fractional_hp_worker_without_an_hp_card_takes_a_whole_card(name: str) -> None:
+    # no card carries HP: the authors' ``frag_preempt`` finds nothing and
+    # ``place_with_preemption`` falls back to the whole-card path with one card, evicting
+    # every job on it (before: spot on the card in order until h fit, one job)
+    g, out = _no_hp_card(name)
+    assert sorted(evicted(out)) == ["s1", "s2"]
+    assert g.core.jobs["h"].state is JobState.RUNNING and g.cards("h") == ["n0/0"]
+    # stoker's earlier rule, an option: a share of the card, one victim
+    g, out = _no_hp_card(f"{name}+frac_hp_whole_card=false")
+    assert len(evicted(out)) == 1
+    assert g.core.jobs["h"].state is JobState.RUNNING and g.cards("h") == ["n0/0"]
+
+
 # ---------------------------------------------------------------- 5. queue order
 
 

@@ -105,6 +105,12 @@ class GFSConfig:
     # without HP). False (stoker's, measured in docs/gfs.md): only free, idle and
     # whole-GPU spot cards are its room; fractional spot goes only for a fractional request
     evict_shared_cards: bool = True
+    # a fractional HP worker that finds no card already carrying HP with room for it takes
+    # the whole-card path with one card (the authors': ``place_with_preemption`` falls back
+    # from ``frag_preempt`` to ``select_with_preemption`` with k = 1, the policy's node
+    # and victims, every job on the card). False (stoker's earlier rule): a share of one
+    # card without HP, its spot jobs evicted in order until the request fits
+    frac_hp_whole_card: bool = True
     round_s: float = 0.0
     lease_s: float = 0.0
     lease_restart_s: float = 120.0
@@ -1615,16 +1621,31 @@ class GangScheduler:
                     gang.take(node, int(need))
                     seen.pop(node, None)
                     continue
-            if job.fractional:
+            # a worker on a share of one card (``on_card``), or on whole cards (``cards``)
+            on_card, cards = job.fractional, max(1, int(need))
+            cands = []
+            if on_card:
                 cands = self._card_candidates(job, evicted, shares, stop, now, spot, blocked)
-            else:
+                # the authors' fallback: the whole-card path with one card
+                on_card = bool(cands) or not (spot and self.config.frac_hp_whole_card)
+            if not on_card:
                 cands = self._node_candidates(
-                    job, evicted, gang, freed, idle, idle_used, seen, now, spot, not free_first
+                    job,
+                    cards,
+                    evicted,
+                    gang,
+                    freed,
+                    idle,
+                    idle_used,
+                    seen,
+                    now,
+                    spot,
+                    not free_first,
                 )
             if not cands:
                 return None
             if spot:
-                pick = self.config.victims.choose(cands, need, ctx)
+                pick = self.config.victims.choose(cands, need if on_card else cards, ctx)
             else:
                 best = min(cands, key=lambda c: (c.cost, c.ordinal, c.gpu or ""))
                 pick = (best, [])
@@ -1637,14 +1658,14 @@ class GangScheduler:
                     seen.pop(n, None)
                     if s >= 1.0 - EPS:
                         freed.setdefault(n, set()).add(gid)
-            if not job.fractional and cand.holds is not None:
+            if not on_card and cand.holds is not None:
                 # a card fractional victims shared is free once every job on it goes
                 gone = {g for v in victims if v.fractional for g in cand.holds.get(v.id, ())}
                 for jid, g in cand.holds.items():
                     if jid not in evicted:
                         gone.difference_update(g)
                 freed.setdefault(cand.node, set()).update(gone)
-            if job.fractional:
+            if on_card:
                 gid = cand.gpu or ""
                 room = self.cluster.gpus[gid].free - shares.get(gid, 0.0)
                 room += sum(
@@ -1667,7 +1688,7 @@ class GangScheduler:
                 used_idle = sum(1 for _, gid in idle.get(node, ()) if gid in idle_used)
                 room = info.full_free - gang.taken.get(node, 0) + used_idle
                 room += len(freed.get(node, ()))
-                short = int(need) - room
+                short = cards - room
                 for _, gid in idle.get(node, ()):
                     if short <= 0:
                         break
@@ -1677,7 +1698,7 @@ class GangScheduler:
                     short -= 1
                     for owner in self.cluster.gpus[gid].allocs:
                         stop[owner] = self.pods[owner]
-                gang.take(node, int(need))
+                gang.take(node, cards)
                 seen.pop(node, None)
         return list(stop.values()), evicted
 
@@ -1687,6 +1708,7 @@ class GangScheduler:
     def _node_candidates(
         self,
         job: Job,
+        need: int,
         evicted: dict[str, Job],
         gang: GangPlan,
         freed: dict[str, set[str]],
@@ -1704,8 +1726,8 @@ class GangScheduler:
         spot work alone holds), only the buckets and nodes the chooser reads; with
         ``free_nodes``, nodes with free room only, a bounded scan per free count as
         placement does. ``seen``: each node's candidate (None: not one) as the plan stands,
-        read and filled here, emptied by the plan for the nodes it touches."""
-        need = int(job.per_worker)
+        read and filled here, emptied by the plan for the nodes it touches. ``need``: the
+        worker's whole cards (one for a fractional worker on the whole-card path)."""
         pool = self.pools[self.pool_of(job)]
 
         def one(name: str) -> Candidate | None:
@@ -1914,7 +1936,10 @@ class GangScheduler:
                     name, info.ordinal, free + idle_share, victims, gpu=gpu.id, cost=cost
                 )
                 (with_hp if spot and hp_share > EPS and victims else out).append(cand)
-        # ``frag_preempt``: a card with HP and room first; only if none, cards without HP
+        # ``frag_preempt``: a card with HP and room first; only if none, the whole-card
+        # path (``frac_hp_whole_card``) or, stoker's earlier rule, cards without HP
+        if spot and self.config.frac_hp_whole_card:
+            return with_hp
         return with_hp or out
 
     def _evict(self, job: Job, now: float, out: list[Action]) -> None:
