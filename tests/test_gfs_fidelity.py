@@ -223,7 +223,6 @@ def test_fractional_hp_prefers_cards_with_hp() -> None:
     assert evicted(out) == ["a"] and g.cards("h2") == ["n0/0"]
 
 
-
 def _no_hp_card(policy: str) -> tuple[Gangs, list]:
     """n0's one card shared by spot s1 (0.5) and s2 (0.25); a 0.5-GPU HP job h comes at
     4000 s: the core and what h's arrival did."""

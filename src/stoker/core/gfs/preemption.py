@@ -2,7 +2,8 @@
 
 The scheduler hands a :class:`VictimChooser` the candidate targets: nodes whose cards
 carrying no HP work (free, idle, or held by spot work alone, whole-GPU or fractional) cover
-the request (for a fractional request: one card). The chooser returns the target and the
+the request (for a fractional request: one card already carrying HP with room, or if there
+is none, a node as for one whole GPU). The chooser returns the target and the
 victims; every victim job is then evicted whole. The choosers follow the authors' simulator
 (Xu-Sheng-lin/GFS-asplos-26): GFS's two-pointer walk (``policy/gfs.py``), YARN-CS's first
 cards (``fifo_spot.py``), Lyra's costliest cards (``lyra.py``) and FGD's least

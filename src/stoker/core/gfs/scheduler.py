@@ -1559,7 +1559,8 @@ class GangScheduler:
         or None. Whole-GPU workers: per worker a node whose free cards, idle-only cards and
         (with ``spot``) spot work cover the request; ``free_first``: a worker that fits on
         free room takes it, else free nodes are candidates like the rest (the chooser
-        decides). Fractional: one card per worker."""
+        decides). Fractional: one card per worker, a card already carrying HP first; with
+        none, the whole-card path with one card (``frac_hp_whole_card``)."""
         pool = self.pool_of(job)
         ledger = self.ledgers[pool]
         since = now - self.config.rate_window_s
@@ -1900,6 +1901,7 @@ class GangScheduler:
         for name in blocked:
             names.pop(name, None)
         gone = {p for v in evicted.values() for p in v.pods} | set(stop)
+        whole_card = spot and self.config.frac_hp_whole_card
         out = []
         with_hp: list[Candidate] = []  # cards already carrying HP (the authors' first choice)
         for name in names:
@@ -1911,6 +1913,8 @@ class GangScheduler:
                     for owner, share in gpu.allocs.items()
                     if (pod := self.pods.get(owner)) is not None and pod.job_class is _HP
                 )
+                if whole_card and hp_share <= EPS:
+                    continue  # no HP here: the whole-card path's, not this one's
                 # spot goes only where the HP request fits beside the HP already there
                 if spot and hp_share < 1.0 - need - EPS:
                     seen: dict[str, float] = {}
@@ -1935,11 +1939,12 @@ class GangScheduler:
                 cand = Candidate(
                     name, info.ordinal, free + idle_share, victims, gpu=gpu.id, cost=cost
                 )
-                (with_hp if spot and hp_share > EPS and victims else out).append(cand)
+                # (with ``whole_card`` every card here carries HP, and idle pods beside it
+                # are room as spot is: the authors have none, such cards would be free)
+                hp_card = whole_card or (spot and hp_share > EPS and victims)
+                (with_hp if hp_card else out).append(cand)
         # ``frag_preempt``: a card with HP and room first; only if none, the whole-card
-        # path (``frac_hp_whole_card``) or, stoker's earlier rule, cards without HP
-        if spot and self.config.frac_hp_whole_card:
-            return with_hp
+        # path (``whole_card``, the caller's) or, stoker's earlier rule, cards without HP
         return with_hp or out
 
     def _evict(self, job: Job, now: float, out: list[Action]) -> None:
