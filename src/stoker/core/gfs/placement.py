@@ -57,7 +57,7 @@ class NodeInfo:
     spot_cards: int = 0
     # cards holding fractional spot work and nothing else: a whole-GPU worker evicts every
     # spot job on one to take it (the authors' "cards carrying no HP")
-    frac_cards: int = 0
+    frac_cards: frozenset[str] = frozenset()
     # the node's reclaim room while it holds spot work: full_free + victim_cards (-1: none)
     room: int = -1
     # full_free + victim_cards on every node: the most a whole-GPU HP worker may take here
@@ -77,7 +77,7 @@ class NodeInfo:
     @property
     def victim_cards(self) -> int:
         """The cards a whole-GPU HP worker may take here by evicting spot work."""
-        return self.spot_cards + self.frac_cards
+        return self.spot_cards + len(self.frac_cards)
 
     def score_e(self, now: float) -> float:
         if not self.evictions:

@@ -785,7 +785,7 @@ class GangScheduler:
                 if info.spot_cards != spot_cards:
                     raise AssertionError(f"node {info.name} spot_cards {info.spot_cards} is stale")
                 touched = info.name in self.cluster.touched
-                if not touched and info.frac_cards != len(self._frac_cards(info)):
+                if not touched and info.frac_cards != self._frac_cards(info):
                     raise AssertionError(f"node {info.name} frac_cards {info.frac_cards} is stale")
                 if info.name in index.spot_nodes:
                     rooms[info.full_free + info.victim_cards].append((info.ordinal, info.name))
@@ -1424,15 +1424,16 @@ class GangScheduler:
             self._grown[info.pool] += 1
         free = sum(1 for g in self.cluster.nodes[info.name].gpus if g.used < EPS)
         self.busy_cards += info.full_free - free
-        info.frac_cards = len(self._frac_cards(info))
+        info.frac_cards = self._frac_cards(info)
         self.pools[info.pool].move(info, free)
 
-    def _frac_cards(self, info: NodeInfo) -> set[str]:
+    def _frac_cards(self, info: NodeInfo) -> frozenset[str]:
         """The node's cards held by fractional spot work and nothing else: a whole-GPU HP
         worker may take one by evicting every job on it (cards with HP, idle pods or room
-        only are not). None without ``evict_shared_cards``."""
+        only are not). None without ``evict_shared_cards``. Kept on the node by
+        :meth:`_refresh` (``NodeInfo.frac_cards``)."""
         if not self.config.evict_shared_cards:
-            return set()
+            return frozenset()
         jobs = self.jobs
         shared = {
             gid
@@ -1440,15 +1441,15 @@ class GangScheduler:
             if jobs[jid].fractional
             for gid in mine
         }
-        out = set()
-        for gid in shared:
-            allocs = self.cluster.gpus[gid].allocs
-            if allocs and all(
-                (pod := self.pods.get(owner)) is not None and pod.job_class is _SPOT
-                for owner in allocs
-            ):
-                out.add(gid)
-        return out
+        gpus, pods = self.cluster.gpus, self.pods
+        return frozenset(
+            gid
+            for gid in shared
+            if (allocs := gpus[gid].allocs)
+            and all(
+                (pod := pods.get(owner)) is not None and pod.job_class is _SPOT for owner in allocs
+            )
+        )
 
     # ------------------------------------------------------------ pods
 
@@ -1573,6 +1574,8 @@ class GangScheduler:
             checkpoint_s=self.config.checkpoint_s,
         )
         need = job.per_worker
+        # a fractional worker with no card carrying HP to share takes one whole card
+        whole_card = spot and self.config.frac_hp_whole_card
         blocked = self._blocked(job, now)
         gang = GangPlan(self.pools[pool], exclude=blocked)  # whole-GPU workers: node -> cards
         shares: dict[str, float] = {}  # fractional workers: gpu -> share planned
@@ -1624,11 +1627,13 @@ class GangScheduler:
                     continue
             # a worker on a share of one card (``on_card``), or on whole cards (``cards``)
             on_card, cards = job.fractional, max(1, int(need))
-            cands = []
+            cands: list[Candidate] = []
             if on_card:
-                cands = self._card_candidates(job, evicted, shares, stop, now, spot, blocked)
+                cands = self._card_candidates(
+                    job, evicted, shares, stop, now, spot, blocked, whole_card
+                )
                 # the authors' fallback: the whole-card path with one card
-                on_card = bool(cands) or not (spot and self.config.frac_hp_whole_card)
+                on_card = bool(cands) or not whole_card
             if not on_card:
                 cands = self._node_candidates(
                     job,
@@ -1844,7 +1849,7 @@ class GangScheduler:
         victims, and no job left there too young to evict."""
         if not info.frac_cards:
             return set()
-        cards = self._frac_cards(info) - freed
+        cards = set(info.frac_cards - freed)
         for jid, mine in self.node_jobs[info.name].items():
             job = self.jobs[jid]
             if job.fractional and jid not in evicted and not self._evictable(job, now):
@@ -1892,7 +1897,12 @@ class GangScheduler:
         now: float,
         spot: bool,
         blocked: frozenset[str],
+        whole_card: bool,
     ) -> list[Candidate]:
+        """The cards a fractional worker may reclaim a share of: with ``spot``, cards
+        already carrying HP with room for it first (``frag_preempt``); only if none, with
+        ``whole_card`` none at all (the caller takes the whole-card path), else cards
+        without HP (stoker's earlier rule). Without ``spot``, cards with idle pods."""
         need = job.per_worker
         pool = self.pool_of(job)
         names = dict.fromkeys(self.host.warm.idle_nodes(pool))
@@ -1901,7 +1911,6 @@ class GangScheduler:
         for name in blocked:
             names.pop(name, None)
         gone = {p for v in evicted.values() for p in v.pods} | set(stop)
-        whole_card = spot and self.config.frac_hp_whole_card
         out = []
         with_hp: list[Candidate] = []  # cards already carrying HP (the authors' first choice)
         for name in names:
@@ -1943,8 +1952,6 @@ class GangScheduler:
                 # are room as spot is: the authors have none, such cards would be free)
                 hp_card = whole_card or (spot and hp_share > EPS and victims)
                 (with_hp if hp_card else out).append(cand)
-        # ``frag_preempt``: a card with HP and room first; only if none, the whole-card
-        # path (``whole_card``, the caller's) or, stoker's earlier rule, cards without HP
         return with_hp or out
 
     def _evict(self, job: Job, now: float, out: list[Action]) -> None:
