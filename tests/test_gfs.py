@@ -1177,3 +1177,62 @@ def test_a_gang_needs_a_node_slot_per_whole_gpu_worker() -> None:
     ]
     kept = [j.name for j in runnable(jobs, nodes)]
     assert kept == ["one-eight", "sixteen-ones", "halves"]
+
+
+def test_cli_jobs_and_gfs_compare(tmp_path) -> None:
+    from stoker.sim.paired import METRICS, JobOutcomes, job_metrics
+
+    folder = _busy_trace_folder(tmp_path)
+    base = ["sim", "gfs", "--trace", "v2026", "--trace-path", str(folder), "--days", "1"]
+    base += ["--warm-days", "1", "--burn-in-days", "0.5", "--no-plots", "--jobs"]
+    runner = CliRunner()
+    out = tmp_path / "o"
+    res = runner.invoke(
+        app, [*base, "--policy", "gfs", "--policy", "yarn-cs", "--load", "high", "--out", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "results.json").read_text())["results"]["high"]
+    for policy in ("gfs", "yarn-cs"):
+        # the file holds the very jobs the metrics counted: they come out the same
+        from_file = job_metrics(JobOutcomes.read(out / "jobs" / "high" / f"{policy}.csv.gz"))
+        assert from_file == {k: doc[policy][k] for k in from_file}
+        assert from_file["spot.jobs"] > 0 and from_file["hp.jobs"] > 0
+    # a run in another folder pairs with them (same trace, seed, load)
+    other = tmp_path / "p"
+    res = runner.invoke(
+        app, [*base, "--policy", "gfs-naive", "--load", "high", "--out", str(other)]
+    )
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["sim", "gfs-compare", str(out), str(other), "--resamples", "200"])
+    assert res.exit_code == 0, res.output
+    cmp = json.loads((out / "compare.json").read_text())
+    assert set(cmp["results"]["high"]) == {"yarn-cs", "gfs-naive"}
+    for changes in cmp["results"]["high"].values():
+        assert set(changes) == set(METRICS)
+        for c in changes.values():
+            assert c["ci_low"] <= c["ci_high"]
+            assert c["verdict"] in ("better", "worse", "no clear difference")
+    naive = cmp["results"]["high"]["gfs-naive"]["spot.mean_queue_s"]
+    assert naive["base"] == doc["gfs"]["spot.mean_queue_s"]
+    # bad input: one line, exit 2, nothing written
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for args, msg in (
+        ([str(empty)], "no job outcomes under"),
+        ([str(out), "--base", "lyra"], "--base: no run of 'lyra'; found gfs, yarn-cs"),
+        ([str(out), "--resamples", "0"], "--resamples: must be >= 1"),
+        ([str(tmp_path / "nope")], "not a folder"),
+    ):
+        bad = runner.invoke(app, ["sim", "gfs-compare", *args, "--out", str(tmp_path / "x.json")])
+        assert bad.exit_code == 2 and msg in bad.output, bad.output
+    assert not (tmp_path / "x.json").exists()
+    # runs of other jobs (a shorter window) do not pair: the message names the run
+    short = tmp_path / "s"
+    res = runner.invoke(
+        app,
+        [*base[:7], "0.5", *base[8:], "--policy", "yarn-cs", "--load", "high", "--out", str(short)],
+    )
+    assert res.exit_code == 0, res.output
+    (out / "jobs" / "high" / "yarn-cs.csv.gz").unlink()
+    bad = runner.invoke(app, ["sim", "gfs-compare", str(out), str(short)])
+    assert bad.exit_code == 2 and "high/yarn-cs against gfs: not the same jobs" in bad.output

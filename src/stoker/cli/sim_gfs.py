@@ -15,6 +15,7 @@ DEFAULT_POLICIES = ("gfs", "yarn-cs", "chronus", "lyra", "fgd")
 def register(app: typer.Typer, sim_app: typer.Typer) -> None:
     """Add ``gfs`` to the ``sim`` group."""
     sim_app.command("gfs")(sim_gfs)
+    sim_app.command("gfs-compare")(sim_gfs_compare)
 
 
 def sim_gfs(
@@ -71,6 +72,13 @@ def sim_gfs(
         ),
     ] = "window",
     plots: Annotated[bool, typer.Option(help="write PNG plots")] = True,
+    jobs: Annotated[
+        bool,
+        typer.Option(
+            help="also write each measured job's outcome, jobs/LOAD/POLICY.csv.gz, for "
+            "stoker sim gfs-compare"
+        ),
+    ] = False,
 ) -> None:
     """Run every named policy on the same jobs; write results.json, a table and plots."""
     from rich.console import Console
@@ -100,6 +108,7 @@ def sim_gfs(
         render_value,
         write_results,
     )
+    from stoker.sim.paired import jobs_file
     from stoker.sim.report_html import render
     from stoker.traces import TRACE_KINDS, Trace
     from stoker.traces.load import DATA_ENV, FLEET_REBUILT, NODE_LIST_NOTE
@@ -216,6 +225,11 @@ def sim_gfs(
     results = metrics_of(runs)
     value = None if gpu_hour_price is None else allocation_value(results, gpus, gpu_hour_price)
     path = write_results(out, runs, meta, value)
+    if jobs:
+        for level, by_policy in runs.items():
+            for name, result in by_policy.items():
+                if result.jobs is not None:
+                    result.jobs.write(jobs_file(out, level, name))
     for level, by_policy in runs.items():
         console.print(render_table(level, by_policy))
     if value is not None:
@@ -227,3 +241,91 @@ def sim_gfs(
         for p in plot(out, runs):
             console.print(f"wrote {p}")
     console.print(f"wrote {path}, {render(out)}")
+
+
+def sim_gfs_compare(
+    paths: Annotated[
+        list[Path], typer.Argument(help="output folders of stoker sim gfs --jobs (any depth)")
+    ],
+    base: Annotated[str, typer.Option(help="the policy every other is compared with")] = "gfs",
+    resamples: Annotated[int, typer.Option(help="paired bootstrap draws")] = 2000,
+    seed: Annotated[int, typer.Option(help="seed of the draws")] = 0,
+    level: Annotated[float, typer.Option(help="confidence level of the intervals")] = 0.95,
+    out: Annotated[
+        Path | None, typer.Option(help="JSON written (default: the first folder's compare.json)")
+    ] = None,
+) -> None:
+    """Each policy against --base on the same jobs, load by load: every job metric's change
+    and its paired bootstrap interval (better / worse / no clear difference)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from stoker.sim.paired import METRICS, JobOutcomes, PairedError, find_runs, paired_bootstrap
+
+    def fail(msg: str) -> None:
+        typer.echo(f"error: {msg}", err=True)
+        raise typer.Exit(2)
+
+    if resamples < 1:
+        fail(f"--resamples: must be >= 1, got {resamples}")
+    if not 0 < level < 1:
+        fail(f"--level: must be in (0, 1), got {level}")
+    console = Console(width=200)
+    results: dict[str, dict[str, dict[str, object]]] = {}
+    try:
+        runs = find_runs(paths)
+        if not runs:
+            fail(f"no job outcomes under {', '.join(map(str, paths))} (run stoker sim gfs --jobs)")
+        policies = sorted({name for by_policy in runs.values() for name in by_policy})
+        if base not in policies:
+            fail(f"--base: no run of {base!r}; found {', '.join(policies)}")
+        for load, by_policy in sorted(runs.items()):
+            if base not in by_policy or len(by_policy) < 2:
+                continue
+            ref = JobOutcomes.read(by_policy[base])
+            for name, path in sorted(by_policy.items()):
+                if name == base:
+                    continue
+                try:
+                    changes = paired_bootstrap(
+                        ref, JobOutcomes.read(path), resamples=resamples, seed=seed, level=level
+                    )
+                except PairedError as exc:
+                    raise PairedError(f"{load}/{name} against {base}: {exc}") from None
+                results.setdefault(load, {})[name] = {m: c.as_dict() for m, c in changes.items()}
+    except PairedError as exc:
+        fail(str(exc))
+        return
+    if not results:
+        fail(f"no load has {base!r} and another policy to compare")
+    for load, by_policy in results.items():
+        table = Table(title=f"against {base}, load {load} (change [{level:.0%} interval])")
+        table.add_column("policy")
+        for m in METRICS:
+            table.add_column(m, justify="right")
+        for name, changes in by_policy.items():
+            cells = []
+            for m in METRICS:
+                c = changes[m]
+                cells.append(
+                    f"{c['change']:+.1%} [{c['ci_low']:+.1%}, {c['ci_high']:+.1%}] {c['verdict']}"
+                )
+            table.add_row(name, *cells)
+        console.print(table)
+    doc = {
+        "meta": {
+            "base": base,
+            "resamples": resamples,
+            "seed": seed,
+            "level": level,
+            "runs": {
+                load: {name: str(path) for name, path in sorted(by_policy.items())}
+                for load, by_policy in sorted(runs.items())
+            },
+        },
+        "results": results,
+    }
+    target = out or paths[0] / "compare.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    console.print(f"wrote {target}")

@@ -23,7 +23,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from stoker.core import Core, ForecastUpdated, Job, JobClass, JobSpec, JobSubmitted, Profile
+from stoker.core import Core, ForecastUpdated, JobClass, JobSpec, JobSubmitted, Profile
 from stoker.core.gfs.quota import guaranteed_hours
 from stoker.core.model import GPU, Cluster, Node
 from stoker.core.registry import Preset
@@ -32,6 +32,7 @@ from stoker.forecast.base import Cadence, Forecaster, ForecastError, SeriesKey
 from stoker.forecast.registry import DEFAULT_FORECASTER, make_forecaster
 from stoker.forecast.series import Calendar, demand_series
 from stoker.sim.engine import Simulator, Workload
+from stoker.sim.paired import JobOutcomes, job_metrics
 from stoker.sim.virtual import VirtualRuntime
 from stoker.traces.base import Trace, TraceJob, TraceNode
 from stoker.traces.scale import (
@@ -70,11 +71,12 @@ class Window:
 
 @dataclass
 class TraceResult:
-    """Per-policy metrics and the quota timeline."""
+    """Per-policy metrics, the quota timeline and the measured jobs' outcomes."""
 
     policy: str
     metrics: dict[str, object]
     timeline: dict[str, list[float]] = field(default_factory=dict)
+    jobs: JobOutcomes | None = None  # the measured jobs' outcomes the metrics count
 
 
 def scale_spot_load(jobs: list[TraceJob], factor: float, seed: int) -> list[TraceJob]:
@@ -137,14 +139,6 @@ def trace_spec(job: TraceJob) -> JobSpec:
         gpu_model=job.gpu_model,
         duration=job.duration,
     )
-
-
-def _p(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) if values else 0.0
-
-
-def _mean(values: list[float]) -> float:
-    return float(np.mean(values)) if values else 0.0
 
 
 # at one instant: runtime news (ends free room) first, then the forecaster's clocks,
@@ -362,7 +356,9 @@ def simulate(
     if workload.remaining:
         raise SimGFSError(f"{spec.name}: {workload.remaining} jobs never finished")
     wall = time.perf_counter() - wall0
-    metrics = _metrics(core, jobs, window, alloc["window"], alloc["total"], cluster.total_gpus)
+    metrics, outcomes = _metrics(
+        core, jobs, window, alloc["window"], alloc["total"], cluster.total_gpus
+    )
     # the authors' definitions (``Recorder.log_output``), beside ours
     capacity_s = cluster.total_gpus * (window.end - window.start)
     spot_ok = ok_at.get("end", core.gangs.spot_ok_gpu_s) - ok_at.get("start", 0.0)
@@ -375,7 +371,7 @@ def simulate(
     metrics["events"] = result.events
     metrics["wall_s"] = round(wall, 3)
     metrics["events_per_s"] = round(result.events / wall, 1) if wall > 0 else 0.0
-    return TraceResult(spec.name, metrics, workload.timeline)
+    return TraceResult(spec.name, metrics, workload.timeline, outcomes)
 
 
 def trace_simulator(
@@ -438,26 +434,21 @@ def _metrics(
     alloc_window: float,
     alloc_total: float,
     total_gpus: int,
-) -> dict[str, object]:
+) -> tuple[dict[str, object], JobOutcomes]:
+    """The run's metrics and the measured jobs' outcomes they count (jobs submitted in the
+    window)."""
     measured = [j for j in jobs if window.start <= j.submit_time < window.end]
-    spot: list[Job] = [core.jobs[j.name] for j in measured if j.job_class == "spot"]
-    hp: list[Job] = [core.jobs[j.name] for j in measured if j.job_class == "hp"]
-    failed = sum(g.evictions for g in spot)
-    ok = sum(g.periods_ok for g in spot)
+    outcomes = JobOutcomes.of((core.jobs[j.name], j.gpu_model) for j in measured)
     useful = sum(g.gpus * (g.spec.duration or 0.0) for g in core.jobs.values())
     span = window.end - window.start
+    by_job = job_metrics(outcomes)
+    failed = int(outcomes.evictions[outcomes.spot].sum())
     return {
-        "spot.jobs": len(spot),
-        "spot.eviction_rate": failed / (failed + ok) if failed + ok else 0.0,
-        "spot.mean_queue_s": _mean([g.queue_s for g in spot]),
-        "spot.mean_jct_s": _mean([(g.finished or 0.0) - g.submitted for g in spot]),
-        "hp.jobs": len(hp),
-        "hp.mean_queue_s": _mean([g.queue_s for g in hp]),
-        "hp.p99_jct_s": _p([(g.finished or 0.0) - g.submitted for g in hp], 99),
+        **by_job,
         "gpu_allocation_rate": alloc_window / (total_gpus * span),
         "useful_gpu_time_rate": useful / alloc_total if alloc_total else 0.0,
-        "preemptions_per_spot_job": failed / len(spot) if spot else 0.0,
-    }
+        "preemptions_per_spot_job": failed / by_job["spot.jobs"] if by_job["spot.jobs"] else 0.0,
+    }, outcomes
 
 
 # ---------------------------------------------------------------- experiments

@@ -1,0 +1,332 @@
+"""Each measured job's outcome in a trace run, the job metrics of results.json computed from
+them, and a paired bootstrap of two runs over the same jobs: how sure a change is.
+
+Two policies run on one trace see the same jobs, so their difference in a metric is best
+judged job by job: the bootstrap draws the measured jobs with replacement (spot and HP
+apart, as each metric reads one class), the same draw for both runs, and takes the
+metric of each run on the draw. The spread of the relative change over the draws is its
+confidence interval; a change whose interval holds 0 is not told apart from the
+scheduling's own chaos (one job started earlier reorders every later one). It speaks for
+these jobs, not for other seeds or traces: the seeds' tables stay the wider test.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from stoker.core.model import Job, JobClass
+
+COLUMNS = (
+    "name",
+    "class",
+    "pool",
+    "gpus",
+    "submitted",
+    "queue_s",
+    "jct_s",
+    "evictions",
+    "periods_ok",
+)
+# results.json's job metrics, each lower-is-better; the rest (allocation) are not per job
+METRICS = (
+    "spot.eviction_rate",
+    "spot.mean_queue_s",
+    "spot.mean_jct_s",
+    "hp.mean_queue_s",
+    "hp.p99_jct_s",
+)
+HP_QUANTILE = 99.0
+# resamples drawn per block (each a row of job counts): bounds the memory of a draw
+_BLOCK = 32
+
+
+class PairedError(ValueError):
+    """Job outcomes that cannot be read or paired (the message names the file or run)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcomes:
+    """The measured jobs of one run, in the run's order (its metrics' sums run in it):
+    class, GPU pool, GPUs, submit time, queueing, JCT, evictions and guaranteed periods
+    that ended well."""
+
+    name: np.ndarray
+    spot: np.ndarray
+    pool: np.ndarray
+    gpus: np.ndarray
+    submitted: np.ndarray
+    queue_s: np.ndarray
+    jct_s: np.ndarray
+    evictions: np.ndarray
+    periods_ok: np.ndarray
+
+    @classmethod
+    def of(cls, jobs: Iterable[tuple[Job, str]]) -> JobOutcomes:
+        """From the core's finished jobs, each with its GPU pool."""
+        rows = [
+            (
+                j.id,
+                j.job_class is JobClass.SPOT,
+                pool,
+                j.gpus,
+                j.submitted,
+                j.queue_s,
+                (j.finished or 0.0) - j.submitted,
+                j.evictions,
+                j.periods_ok,
+            )
+            for j, pool in jobs
+        ]
+        return cls._from_rows(rows)
+
+    @classmethod
+    def _from_rows(cls, rows: Sequence[tuple[object, ...]]) -> JobOutcomes:
+        cols = list(zip(*rows, strict=True)) if rows else [()] * len(COLUMNS)
+        return cls(
+            name=np.array(cols[0], dtype=object),
+            spot=np.array(cols[1], dtype=bool),
+            pool=np.array(cols[2], dtype=object),
+            gpus=np.array(cols[3], dtype=float),
+            submitted=np.array(cols[4], dtype=float),
+            queue_s=np.array(cols[5], dtype=float),
+            jct_s=np.array(cols[6], dtype=float),
+            evictions=np.array(cols[7], dtype=np.int64),
+            periods_ok=np.array(cols[8], dtype=np.int64),
+        )
+
+    def write(self, path: Path) -> None:
+        """A gzip CSV of :data:`COLUMNS`; floats as Python writes them, so they read back
+        exactly and the metrics computed from the file are the run's to the last digit."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with gzip.open(path, "wt", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(COLUMNS)
+            for i in range(len(self.name)):
+                w.writerow(
+                    (
+                        self.name[i],
+                        "spot" if self.spot[i] else "hp",
+                        self.pool[i],
+                        float(self.gpus[i]),
+                        float(self.submitted[i]),
+                        float(self.queue_s[i]),
+                        float(self.jct_s[i]),
+                        int(self.evictions[i]),
+                        int(self.periods_ok[i]),
+                    )
+                )
+
+    @classmethod
+    def read(cls, path: Path) -> JobOutcomes:
+        """A file :meth:`write` wrote."""
+        try:
+            with gzip.open(path, "rt", newline="") as f:
+                reader = csv.reader(f)
+                header = tuple(next(reader, ()))
+                if header != COLUMNS:
+                    raise PairedError(f"{path}: not a job outcomes file (columns {header})")
+                rows = [
+                    (
+                        r[0],
+                        r[1] == "spot",
+                        r[2],
+                        float(r[3]),
+                        float(r[4]),
+                        float(r[5]),
+                        float(r[6]),
+                        int(r[7]),
+                        int(r[8]),
+                    )
+                    for r in reader
+                ]
+        except (OSError, EOFError, ValueError, IndexError, csv.Error) as exc:
+            if isinstance(exc, PairedError):
+                raise
+            raise PairedError(f"{path}: unreadable job outcomes ({exc})") from None
+        return cls._from_rows(rows)
+
+    def take(self, index: np.ndarray) -> JobOutcomes:
+        """These jobs in the order ``index`` gives."""
+        return JobOutcomes(*(getattr(self, f.name)[index] for f in fields(self)))
+
+
+def job_metrics(o: JobOutcomes) -> dict[str, float | int]:
+    """results.json's job metrics (and job counts) of these jobs."""
+    spot, hp = o.spot, ~o.spot
+    failed = int(o.evictions[spot].sum())
+    ok = int(o.periods_ok[spot].sum())
+    return {
+        "spot.jobs": int(spot.sum()),
+        "spot.eviction_rate": failed / (failed + ok) if failed + ok else 0.0,
+        "spot.mean_queue_s": _mean(o.queue_s[spot]),
+        "spot.mean_jct_s": _mean(o.jct_s[spot]),
+        "hp.jobs": int(hp.sum()),
+        "hp.mean_queue_s": _mean(o.queue_s[hp]),
+        "hp.p99_jct_s": float(np.percentile(o.jct_s[hp], HP_QUANTILE)) if hp.any() else 0.0,
+    }
+
+
+def _mean(values: np.ndarray) -> float:
+    return float(np.mean(values)) if len(values) else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One metric of two runs: their values, the relative change (other / base - 1) and
+    its confidence interval; ``verdict`` is ``better`` or ``worse`` when the interval
+    leaves out 0 (every metric here is lower-is-better), else ``no clear difference``."""
+
+    base: float
+    other: float
+    change: float
+    low: float
+    high: float
+    verdict: str
+
+    def as_dict(self) -> dict[str, float | str]:
+        """JSON-ready."""
+        return {
+            "base": self.base,
+            "other": self.other,
+            "change": self.change,
+            "ci_low": self.low,
+            "ci_high": self.high,
+            "verdict": self.verdict,
+        }
+
+
+def paired_bootstrap(
+    base: JobOutcomes,
+    other: JobOutcomes,
+    *,
+    resamples: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> dict[str, Change]:
+    """Each of :data:`METRICS`, ``other`` against ``base`` on the same jobs: the change and
+    its percentile interval at ``level`` over ``resamples`` paired draws (seeded: the same
+    inputs give the same intervals)."""
+    if resamples < 1:
+        raise PairedError(f"resamples: must be >= 1, got {resamples}")
+    if not 0 < level < 1:
+        raise PairedError(f"level: must be in (0, 1), got {level}")
+    other = _aligned(base, other)
+    rng = np.random.default_rng(seed)
+    spot, hp = base.spot, ~base.spot
+    draws = {m: np.empty((2, resamples)) for m in METRICS}
+    for start in range(0, resamples, _BLOCK):
+        rows = min(_BLOCK, resamples - start)
+        at = slice(start, start + rows)
+        for mask, names in ((spot, METRICS[:3]), (hp, METRICS[3:])):
+            counts = _counts(rng, int(mask.sum()), rows)
+            for side, o in enumerate((base, other)):
+                for m in names:
+                    draws[m][side, at] = _weighted(m, o, mask, counts)
+    tail = (1 - level) / 2 * 100
+    out = {}
+    base_m, other_m = job_metrics(base), job_metrics(other)
+    for m in METRICS:
+        b, a = float(base_m[m]), float(other_m[m])
+        rel = _relative(draws[m][1], draws[m][0])
+        low, high = (float(x) for x in np.percentile(rel, [tail, 100 - tail]))
+        verdict = "better" if high < 0 else "worse" if low > 0 else "no clear difference"
+        out[m] = Change(b, a, float(_relative(np.array([a]), np.array([b]))[0]), low, high, verdict)
+    return out
+
+
+def _aligned(base: JobOutcomes, other: JobOutcomes) -> JobOutcomes:
+    """``other``'s jobs in ``base``'s order; an error unless both ran the same jobs."""
+    b, o = np.argsort(base.name), np.argsort(other.name)
+    if len(b) != len(o) or not np.array_equal(base.name[b], other.name[o]):
+        raise PairedError(
+            f"not the same jobs: {len(b)} and {len(o)} measured jobs"
+            " (pair runs of one trace, seed, load and window)"
+        )
+    index = np.empty(len(b), dtype=np.int64)
+    index[b] = o  # base's i-th job is other's index[i]-th
+    aligned = other.take(index)
+    if not np.array_equal(base.spot, aligned.spot):
+        raise PairedError("not the same jobs: a job is spot in one run and HP in the other")
+    return aligned
+
+
+def _counts(rng: np.random.Generator, n: int, rows: int) -> np.ndarray:
+    """``rows`` draws of ``n`` jobs with replacement, as how often each job is drawn."""
+    if n == 0:
+        return np.zeros((rows, 0), dtype=np.int64)
+    return rng.multinomial(n, np.full(n, 1.0 / n), size=rows)
+
+
+def _weighted(metric: str, o: JobOutcomes, mask: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``metric`` of each draw (a row of ``counts`` over the jobs of ``mask``)."""
+    if counts.shape[1] == 0:
+        return np.zeros(counts.shape[0])
+    if metric == "spot.eviction_rate":
+        failed = counts @ o.evictions[mask]
+        total = failed + counts @ o.periods_ok[mask]
+        return np.divide(failed, total, out=np.zeros(len(failed)), where=total > 0)
+    if metric == "hp.p99_jct_s":
+        return _weighted_percentile(o.jct_s[mask], counts, HP_QUANTILE)
+    values = (o.queue_s if metric.endswith("queue_s") else o.jct_s)[mask]
+    return counts @ values / counts.sum(axis=1)
+
+
+def _weighted_percentile(values: np.ndarray, counts: np.ndarray, q: float) -> np.ndarray:
+    """``np.percentile`` (linear) of each row's sample: ``values[i]`` taken ``counts[r, i]``
+    times, without building the sample."""
+    order = np.argsort(values, kind="stable")
+    v = values[order]
+    cum = np.cumsum(counts[:, order], axis=1)
+    n = cum[:, -1]
+    h = (n - 1) * q / 100
+    lo = np.floor(h).astype(np.int64)
+    hi = np.minimum(lo + 1, n - 1)
+    out = np.empty(len(n))
+    for r in range(len(n)):
+        # the sample's k-th smallest is the first value whose running count passes k
+        i_lo, i_hi = np.searchsorted(cum[r], [lo[r], hi[r]], side="right")
+        out[r] = v[i_lo] + (h[r] - lo[r]) * (v[i_hi] - v[i_lo])
+    return out
+
+
+def _relative(other: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """other / base - 1, taking 0 against 0 as no change (and anything against 0 as +inf)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = other / base - 1
+    rel[(base == 0) & (other == 0)] = 0.0
+    rel[(base == 0) & (other != 0)] = math.inf
+    return rel
+
+
+JOBS_DIR = "jobs"
+SUFFIX = ".csv.gz"
+
+
+def jobs_file(out: Path, load: str, policy: str) -> Path:
+    """Where ``stoker sim gfs --jobs`` writes a run's job outcomes under ``out``."""
+    return out / JOBS_DIR / load / f"{policy}{SUFFIX}"
+
+
+def find_runs(paths: Iterable[Path]) -> dict[str, dict[str, Path]]:
+    """Per load, per policy, the job outcomes file under each of ``paths`` (output folders
+    of ``stoker sim gfs --jobs``, searched at any depth); a run found twice is an error."""
+    found: dict[str, dict[str, Path]] = {}
+    for root in paths:
+        if not root.is_dir():
+            raise PairedError(f"{root}: not a folder")
+        for f in sorted(root.rglob(f"*{SUFFIX}")):
+            if f.parent.parent.name != JOBS_DIR:
+                continue
+            load, policy = f.parent.name, f.name[: -len(SUFFIX)]
+            seen = found.setdefault(load, {}).get(policy)
+            if seen is not None and seen != f:
+                raise PairedError(f"{load}/{policy} is in both {seen} and {f}")
+            found[load][policy] = f
+    return found

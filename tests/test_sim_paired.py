@@ -1,0 +1,131 @@
+"""Job outcomes of a trace run and the paired bootstrap of two runs (``stoker.sim.paired``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stoker.sim.paired import (
+    METRICS,
+    JobOutcomes,
+    PairedError,
+    _weighted_percentile,
+    job_metrics,
+    paired_bootstrap,
+)
+
+
+def _outcomes(n_spot: int = 300, n_hp: int = 200, seed: int = 1) -> JobOutcomes:
+    rng = np.random.default_rng(seed)
+    n = n_spot + n_hp
+    spot = np.array([True] * n_spot + [False] * n_hp)
+    queue = rng.exponential(1000.0, n)
+    run = rng.exponential(5000.0, n)
+    evictions = np.where(spot, rng.poisson(0.2, n), 0)
+    return JobOutcomes(
+        name=np.array([f"job-{i:04d}" for i in range(n)], dtype=object),
+        spot=spot,
+        pool=np.array(["A100"] * n, dtype=object),
+        gpus=np.ones(n),
+        submitted=np.arange(n, dtype=float),
+        queue_s=queue,
+        jct_s=queue + run,
+        evictions=evictions.astype(np.int64),
+        periods_ok=np.where(spot, rng.integers(1, 5, n), 0).astype(np.int64),
+    )
+
+
+def _with(o: JobOutcomes, **changes: np.ndarray) -> JobOutcomes:
+    fields = {f: getattr(o, f) for f in o.__slots__}
+    return JobOutcomes(**(fields | changes))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(0, 1e7, allow_nan=False), min_size=1, max_size=30),
+    st.data(),
+)
+def test_weighted_percentile_is_numpys_on_the_drawn_sample(values, data) -> None:
+    counts = np.array(
+        [
+            data.draw(st.lists(st.integers(0, 4), min_size=len(values), max_size=len(values)))
+            for _ in range(3)
+        ]
+    )
+    counts[:, 0] += 1  # every draw holds a job
+    got = _weighted_percentile(np.array(values), counts, 99.0)
+    for row, g in zip(counts, got, strict=True):
+        sample = np.repeat(np.array(values), row)
+        assert g == pytest.approx(float(np.percentile(sample, 99.0)), rel=1e-12, abs=1e-9)
+
+
+def test_the_same_run_is_no_change_with_a_zero_interval() -> None:
+    o = _outcomes()
+    changes = paired_bootstrap(o, o, resamples=200)
+    assert set(changes) == set(METRICS)
+    for c in changes.values():
+        assert (c.change, c.low, c.high, c.verdict) == (0.0, 0.0, 0.0, "no clear difference")
+
+
+def test_a_change_every_job_shares_is_found_and_one_jobs_is_not() -> None:
+    base = _outcomes()
+    # every spot job queues 10 % longer: worse, the interval above 0
+    slower = _with(
+        base,
+        queue_s=np.where(base.spot, base.queue_s * 1.1, base.queue_s),
+        jct_s=np.where(base.spot, base.jct_s + base.queue_s * 0.1, base.jct_s),
+    )
+    c = paired_bootstrap(base, slower, resamples=300)
+    assert c["spot.mean_queue_s"].verdict == "worse"
+    assert c["spot.mean_queue_s"].change == pytest.approx(0.1)
+    assert 0 < c["spot.mean_queue_s"].low <= 0.1 <= c["spot.mean_queue_s"].high + 1e-12
+    assert c["hp.mean_queue_s"].verdict == "no clear difference"
+    # one HP job waits a day less: the mean moves, but a draw without that job (about a
+    # third of them) sees no change, so it is not told apart
+    i = int(np.flatnonzero(~base.spot)[0])
+    queue = base.queue_s.copy()
+    queue[i] = 0.0
+    one = _with(base, queue_s=queue, jct_s=base.jct_s - base.queue_s + queue)
+    c = paired_bootstrap(base, one, resamples=300)
+    assert c["hp.mean_queue_s"].change < 0
+    assert c["hp.mean_queue_s"].verdict == "no clear difference"
+    assert c["hp.mean_queue_s"].high == 0.0
+
+
+def test_pairs_by_job_name_in_any_order_and_repeats_with_the_seed() -> None:
+    base = _outcomes()
+    other = _with(base, queue_s=base.queue_s * 0.8, jct_s=base.jct_s - base.queue_s * 0.2)
+    shuffled = other.take(np.random.default_rng(5).permutation(len(other.name)))
+    a = paired_bootstrap(base, other, resamples=100, seed=3)
+    assert a == paired_bootstrap(base, shuffled, resamples=100, seed=3)
+    assert a != paired_bootstrap(base, other, resamples=100, seed=4)
+    assert a["spot.mean_queue_s"].verdict == a["hp.mean_queue_s"].verdict == "better"
+
+
+def test_runs_of_other_jobs_do_not_pair() -> None:
+    base = _outcomes()
+    with pytest.raises(PairedError, match="not the same jobs: 500 and 499"):
+        paired_bootstrap(base, base.take(np.arange(499)))
+    renamed = _with(base, name=np.array([f"x{i}" for i in range(500)], dtype=object))
+    with pytest.raises(PairedError, match="not the same jobs"):
+        paired_bootstrap(base, renamed)
+    flipped = _with(base, spot=~base.spot)
+    with pytest.raises(PairedError, match="spot in one run and HP in the other"):
+        paired_bootstrap(base, flipped)
+    with pytest.raises(PairedError, match="resamples"):
+        paired_bootstrap(base, base, resamples=0)
+
+
+def test_outcomes_read_back_exactly(tmp_path) -> None:
+    o = _outcomes()
+    path = tmp_path / "jobs" / "medium" / "gfs.csv.gz"
+    o.write(path)
+    back = JobOutcomes.read(path)
+    assert job_metrics(back) == job_metrics(o)
+    assert np.array_equal(back.queue_s, o.queue_s) and np.array_equal(back.name, o.name)
+    bad = tmp_path / "bad.csv.gz"
+    bad.write_bytes(b"not gzip")
+    with pytest.raises(PairedError, match=r"bad\.csv\.gz: unreadable"):
+        JobOutcomes.read(bad)
