@@ -458,6 +458,36 @@ def test_reserve_gangs_does_not_reserve_while_a_smaller_hp_job_waits() -> None:
     assert bound(_gang_run("gfs-reserve-gangs", 2, 2)[-1]) == []
 
 
+def _older_run(small_at: float) -> tuple[dict, list[Action]]:
+    """As :func:`_smaller_run` under ``gfs-reserve-gangs`` bounded by
+    ``reserve_smaller_older``, the 1-GPU HP job queued at ``small_at`` and a spot job at
+    3,700 s (the pass after the gang's hour): the reservations then, and the actions when
+    n1's first job ends at 5,000 s."""
+    g = Gangs(cluster(4, 4), preset("gfs-reserve-gangs+reserve_smaller_older=true").policies)
+    for i in range(8):
+        g.submit(spec(f"s{i}", "hp", 1, dur=20_000 if i < 4 else 7_200), 0.0)
+    later = [
+        (10.0, spec("gang", "hp", 2, workers=2, dur=1e4)),
+        (small_at, spec("small", "hp", 1, dur=1e5)),
+        (3_700.0, spec("sp", "spot", 1, dur=1e5)),
+    ]
+    for at, job in sorted(later, key=lambda x: x[0]):
+        g.submit(job, at)
+    return dict(g.core.gangs._reserved), g.finish("s4", 5_000.0)
+
+
+def test_reserve_smaller_older_holds_off_only_for_a_smaller_job_queued_first() -> None:
+    # the small job queued after the gang: it does not hold the reservation off (the
+    # smaller-first rule alone would), so n1 is reserved and the card it frees is held
+    reserved, out = _older_run(3_650.0)
+    assert reserved == {"A": ("gang", frozenset({"n1"}), 7_200.0)} and bound(out) == []
+    # queued before the gang, it does: no reservation, the freed card goes to it
+    reserved, out = _older_run(5.0)
+    assert reserved == {} and bound(out) == ["small"]
+    with pytest.raises(ValueError, match="reserve_smaller_older bounds reserve_smaller_first"):
+        preset("gfs-reserve+reserve_smaller_older=true")
+
+
 def test_reserve_gangs_gives_its_reservation_up_when_a_smaller_hp_job_comes() -> None:
     g = Gangs(cluster(4, 4), "gfs-reserve-gangs")
     for i in range(8):

@@ -300,7 +300,7 @@ def sim_gfs_compare(
         fail(f"no load has {base!r} and another policy to compare")
     for load, by_policy in results.items():
         table = Table(title=f"against {base}, load {load} (change [{level:.0%} interval])")
-        table.add_column("policy")
+        table.add_column("policy", overflow="fold")
         for m in METRICS:
             table.add_column(m, justify="right")
         for name, changes in by_policy.items():

@@ -157,6 +157,13 @@ class GFSConfig:
     # the gang ahead of the many small jobs (Philly contended), where GFS's skip rule leaves
     # the gang waiting and the small jobs served
     reserve_smaller_first: bool = False
+    # with ``reserve_smaller_first``: only a smaller HP job queued before the candidate
+    # holds its reservation off. Where small HP jobs always wait (a pool short of cards
+    # for HP: openb's T4), the smaller-first rule alone never lets a 4-card job reserve,
+    # and the single cards that free go to the small jobs for days (their backlog is
+    # served, the 4-card jobs' is not): this bounds a large job's wait by the small
+    # jobs' own, as first come, first served among the pool's waiting HP jobs
+    reserve_smaller_older: bool = False
     # stoker's ``gfs-reserve-patient`` (with ``reserve_after_s``): a job backfilled beside a
     # reservation starts on free room (and idle pods) only, never by evicting spot. GFS's
     # skip rule keeps those jobs (a bucket's later ones) from trying at all; backfilled,
@@ -187,6 +194,8 @@ class GFSConfig:
             raise ValueError(f"reserve_after_s must be >= 0, got {self.reserve_after_s}")
         if self.reserve_smaller_first and QUEUE_ORDERS[self.queue].stop:
             raise ValueError("reserve_smaller_first needs a queue by request (the skip rule)")
+        if self.reserve_smaller_older and not self.reserve_smaller_first:
+            raise ValueError("reserve_smaller_older bounds reserve_smaller_first: set both")
         if not self.hp_evict_after_s >= 0:
             raise ValueError(f"hp_evict_after_s must be >= 0, got {self.hp_evict_after_s}")
         if not self.reserve_within_s > 0:
@@ -1185,9 +1194,19 @@ class GangScheduler:
 
     def _smaller_waits(self, job: Job, queue: _Queue) -> bool:
         """With ``reserve_smaller_first``: whether an HP job of a smaller per-worker request
-        than ``job``'s waits in its pool's HP ``queue`` (after the pass: it found no room)."""
+        than ``job``'s waits in its pool's HP ``queue`` (after the pass: it found no room);
+        with ``reserve_smaller_older`` too, one queued before ``job``."""
+        if not self.config.reserve_smaller_first:
+            return False
         # the skip rule's HP buckets are -request, ascending: a smaller request's is later
-        return self.config.reserve_smaller_first and queue.keys[-1] > queue.bucket(job) + EPS
+        later = bisect.bisect_right(queue.keys, queue.bucket(job) + EPS)
+        if not self.config.reserve_smaller_older:
+            return later < len(queue.keys)
+        # a bucket's head is its earliest queued (HP entries go by their queue time)
+        since = job.queued_since
+        return any(
+            self.jobs[queue.buckets[k][0][1]].queued_since < since for k in queue.keys[later:]
+        )
 
     def _reserve(self, job: Job, pool: str, now: float) -> None:
         """Reserve for ``job`` the nodes that will hold it soonest (:meth:`_plan_reserve`), in
