@@ -1214,6 +1214,21 @@ def test_cli_jobs_and_gfs_compare(tmp_path) -> None:
             assert c["verdict"] in ("better", "worse", "no clear difference")
     naive = cmp["results"]["high"]["gfs-naive"]["spot.mean_queue_s"]
     assert naive["base"] == doc["gfs"]["spot.mean_queue_s"]
+    printed = runner.invoke(
+        app,
+        [
+            "sim",
+            "gfs-compare",
+            str(out),
+            str(other),
+            "--resamples",
+            "200",
+            "--json",
+            "--out",
+            str(tmp_path / "c.json"),
+        ],
+    )
+    assert printed.exit_code == 0 and json.loads(printed.output) == cmp  # seeded: the same
     # bad input: one line, exit 2, nothing written
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -254,6 +254,9 @@ def sim_gfs_compare(
     out: Annotated[
         Path | None, typer.Option(help="JSON written (default: the first folder's compare.json)")
     ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print the JSON written instead of the tables")
+    ] = False,
 ) -> None:
     """Each policy against --base on the same jobs, load by load: every job metric's change
     and its paired bootstrap interval (better / worse / no clear difference)."""
@@ -298,20 +301,6 @@ def sim_gfs_compare(
         return
     if not results:
         fail(f"no load has {base!r} and another policy to compare")
-    for load, by_policy in results.items():
-        table = Table(title=f"against {base}, load {load} (change [{level:.0%} interval])")
-        table.add_column("policy", overflow="fold")
-        for m in METRICS:
-            table.add_column(m, justify="right")
-        for name, changes in by_policy.items():
-            cells = []
-            for m in METRICS:
-                c = changes[m]
-                cells.append(
-                    f"{c['change']:+.1%} [{c['ci_low']:+.1%}, {c['ci_high']:+.1%}] {c['verdict']}"
-                )
-            table.add_row(name, *cells)
-        console.print(table)
     doc = {
         "meta": {
             "base": base,
@@ -327,5 +316,23 @@ def sim_gfs_compare(
     }
     target = out or paths[0] / "compare.json"
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    target.write_text(text)
+    if as_json:
+        typer.echo(text, nl=False)
+        return
+    for load, by_policy in results.items():
+        table = Table(title=f"against {base}, load {load} (change [{level:.0%} interval])")
+        table.add_column("policy", overflow="fold")
+        for m in METRICS:
+            table.add_column(m, justify="right")
+        for name, changes in by_policy.items():
+            cells = []
+            for m in METRICS:
+                c = changes[m]
+                cells.append(
+                    f"{c['change']:+.1%} [{c['ci_low']:+.1%}, {c['ci_high']:+.1%}] {c['verdict']}"
+                )
+            table.add_row(name, *cells)
+        console.print(table)
     console.print(f"wrote {target}")
