@@ -1229,6 +1229,30 @@ def test_cli_jobs_and_gfs_compare(tmp_path) -> None:
         ],
     )
     assert printed.exit_code == 0 and json.loads(printed.output) == cmp  # seeded: the same
+    # several bases: each other policy against their mean (the paper's "average")
+    mean = runner.invoke(
+        app,
+        [
+            "sim",
+            "gfs-compare",
+            str(out),
+            str(other),
+            "--base",
+            "gfs,yarn-cs",
+            "--json",
+            "--resamples",
+            "100",
+            "--out",
+            str(tmp_path / "m.json"),
+        ],
+    )
+    assert mean.exit_code == 0, mean.output
+    mean_doc = json.loads(mean.output)
+    assert mean_doc["meta"]["base"] == ["gfs", "yarn-cs"]
+    assert set(mean_doc["results"]["high"]) == {"gfs-naive"}
+    q = mean_doc["results"]["high"]["gfs-naive"]["hp.mean_queue_s"]
+    both = [doc[p]["hp.mean_queue_s"] for p in ("gfs", "yarn-cs")]
+    assert q["base"] == pytest.approx(sum(both) / 2)
     # bad input: one line, exit 2, nothing written
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -1236,6 +1260,7 @@ def test_cli_jobs_and_gfs_compare(tmp_path) -> None:
         ([str(empty)], "no job outcomes under"),
         ([str(out), "--base", "lyra"], "--base: no run of 'lyra'; found gfs, yarn-cs"),
         ([str(out), "--resamples", "0"], "--resamples: must be >= 1"),
+        ([str(out), "--base", "gfs,gfs"], "--base: one policy or several, each once"),
         ([str(tmp_path / "nope")], "not a folder"),
     ):
         bad = runner.invoke(app, ["sim", "gfs-compare", *args, "--out", str(tmp_path / "x.json")])

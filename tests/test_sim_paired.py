@@ -104,6 +104,21 @@ def test_pairs_by_job_name_in_any_order_and_repeats_with_the_seed() -> None:
     assert a["spot.mean_queue_s"].verdict == a["hp.mean_queue_s"].verdict == "better"
 
 
+def test_several_bases_compare_with_their_mean() -> None:
+    base = _outcomes()
+    half = _with(base, queue_s=base.queue_s * 0.5, jct_s=base.jct_s - base.queue_s * 0.5)
+    other = _with(base, queue_s=base.queue_s * 0.75, jct_s=base.jct_s - base.queue_s * 0.25)
+    c = paired_bootstrap([base, half], other, resamples=200)
+    # the mean of the two bases' queueing is other's, draw by draw: no change at all
+    q = c["spot.mean_queue_s"]
+    assert q.base == pytest.approx(q.other) and q.change == pytest.approx(0.0, abs=1e-12)
+    assert abs(q.low) < 1e-12 and abs(q.high) < 1e-12
+    # one base is that run alone
+    assert paired_bootstrap([base], other, resamples=50) == paired_bootstrap(
+        base, other, resamples=50
+    )
+
+
 def test_runs_of_other_jobs_do_not_pair() -> None:
     base = _outcomes()
     with pytest.raises(PairedError, match="not the same jobs: 500 and 499"):

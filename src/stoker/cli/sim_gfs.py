@@ -247,7 +247,13 @@ def sim_gfs_compare(
     paths: Annotated[
         list[Path], typer.Argument(help="output folders of stoker sim gfs --jobs (any depth)")
     ],
-    base: Annotated[str, typer.Option(help="the policy every other is compared with")] = "gfs",
+    base: Annotated[
+        str,
+        typer.Option(
+            help="the policy every other is compared with; several, comma-separated "
+            "(yarn-cs,lyra,fgd), compare the others with their mean"
+        ),
+    ] = "gfs",
     resamples: Annotated[int, typer.Option(help="paired bootstrap draws")] = 2000,
     seed: Annotated[int, typer.Option(help="seed of the draws")] = 0,
     level: Annotated[float, typer.Option(help="confidence level of the intervals")] = 0.95,
@@ -269,6 +275,9 @@ def sim_gfs_compare(
         typer.echo(f"error: {msg}", err=True)
         raise typer.Exit(2)
 
+    bases = [name.strip() for name in base.split(",") if name.strip()]
+    if not bases or len(set(bases)) != len(bases):
+        fail(f"--base: one policy or several, each once, comma-separated; got {base!r}")
     if resamples < 1:
         fail(f"--resamples: must be >= 1, got {resamples}")
     if not 0 < level < 1:
@@ -280,18 +289,19 @@ def sim_gfs_compare(
         if not runs:
             fail(f"no job outcomes under {', '.join(map(str, paths))} (run stoker sim gfs --jobs)")
         policies = sorted({name for by_policy in runs.values() for name in by_policy})
-        if base not in policies:
-            fail(f"--base: no run of {base!r}; found {', '.join(policies)}")
+        for name in bases:
+            if name not in policies:
+                fail(f"--base: no run of {name!r}; found {', '.join(policies)}")
         for load, by_policy in sorted(runs.items()):
-            if base not in by_policy or len(by_policy) < 2:
+            if any(name not in by_policy for name in bases):
                 continue
-            ref = JobOutcomes.read(by_policy[base])
+            refs = [JobOutcomes.read(by_policy[name]) for name in bases]
             for name, path in sorted(by_policy.items()):
-                if name == base:
+                if name in bases:
                     continue
                 try:
                     changes = paired_bootstrap(
-                        ref, JobOutcomes.read(path), resamples=resamples, seed=seed, level=level
+                        refs, JobOutcomes.read(path), resamples=resamples, seed=seed, level=level
                     )
                 except PairedError as exc:
                     raise PairedError(f"{load}/{name} against {base}: {exc}") from None
@@ -303,7 +313,7 @@ def sim_gfs_compare(
         fail(f"no load has {base!r} and another policy to compare")
     doc = {
         "meta": {
-            "base": base,
+            "base": bases,
             "resamples": resamples,
             "seed": seed,
             "level": level,
@@ -322,7 +332,8 @@ def sim_gfs_compare(
         typer.echo(text, nl=False)
         return
     for load, by_policy in results.items():
-        table = Table(title=f"against {base}, load {load} (change [{level:.0%} interval])")
+        against = base if len(bases) == 1 else f"the mean of {', '.join(bases)}"
+        table = Table(title=f"against {against}, load {load} (change [{level:.0%} interval])")
         table.add_column("policy", overflow="fold")
         for m in METRICS:
             table.add_column(m, justify="right")

@@ -203,7 +203,7 @@ class Change:
 
 
 def paired_bootstrap(
-    base: JobOutcomes,
+    base: JobOutcomes | Sequence[JobOutcomes],
     other: JobOutcomes,
     *,
     resamples: int = 2000,
@@ -212,29 +212,35 @@ def paired_bootstrap(
 ) -> dict[str, Change]:
     """Each of :data:`METRICS`, ``other`` against ``base`` on the same jobs: the change and
     its percentile interval at ``level`` over ``resamples`` paired draws (seeded: the same
-    inputs give the same intervals)."""
+    inputs give the same intervals). ``base`` may be several runs: their metrics' mean on
+    each draw is the base (the paper's "against the average of the baselines")."""
     if resamples < 1:
         raise PairedError(f"resamples: must be >= 1, got {resamples}")
     if not 0 < level < 1:
         raise PairedError(f"level: must be in (0, 1), got {level}")
-    other = _aligned(base, other)
+    bases = [base] if isinstance(base, JobOutcomes) else list(base)
+    if not bases:
+        raise PairedError("no base run")
+    ref = bases[0]
+    runs = [ref, *(_aligned(ref, o) for o in bases[1:]), _aligned(ref, other)]
     rng = np.random.default_rng(seed)
-    spot, hp = base.spot, ~base.spot
-    draws = {m: np.empty((2, resamples)) for m in METRICS}
+    spot, hp = ref.spot, ~ref.spot
+    draws = {m: np.empty((len(runs), resamples)) for m in METRICS}
     for start in range(0, resamples, _BLOCK):
         rows = min(_BLOCK, resamples - start)
         at = slice(start, start + rows)
         for mask, names in ((spot, METRICS[:3]), (hp, METRICS[3:])):
             counts = _counts(rng, int(mask.sum()), rows)
-            for side, o in enumerate((base, other)):
+            for i, o in enumerate(runs):
                 for m in names:
-                    draws[m][side, at] = _weighted(m, o, mask, counts)
+                    draws[m][i, at] = _weighted(m, o, mask, counts)
     tail = (1 - level) / 2 * 100
     out = {}
-    base_m, other_m = job_metrics(base), job_metrics(other)
+    whole = [job_metrics(o) for o in runs]
     for m in METRICS:
-        b, a = float(base_m[m]), float(other_m[m])
-        rel = _relative(draws[m][1], draws[m][0])
+        b = float(np.mean([w[m] for w in whole[:-1]]))
+        a = float(whole[-1][m])
+        rel = _relative(draws[m][-1], draws[m][:-1].mean(axis=0))
         low, high = (float(x) for x in np.percentile(rel, [tail, 100 - tail]))
         verdict = "better" if high < 0 else "worse" if low > 0 else "no clear difference"
         out[m] = Change(b, a, float(_relative(np.array([a]), np.array([b]))[0]), low, high, verdict)
