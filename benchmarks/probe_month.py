@@ -70,7 +70,7 @@ def simulate_probed(
     seen: dict[str, Any] = {}
     metrics_of = simgfs._metrics
 
-    def capture(core: Any, jobs: list[Any], win: Window, *rest: Any) -> dict[str, object]:
+    def capture(core: Any, jobs: list[Any], win: Window, *rest: Any) -> tuple[Any, Any]:
         seen["core"], seen["jobs"] = core, jobs
         return metrics_of(core, jobs, win, *rest)
 
