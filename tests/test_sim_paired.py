@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -144,3 +146,10 @@ def test_outcomes_read_back_exactly(tmp_path) -> None:
     bad.write_bytes(b"not gzip")
     with pytest.raises(PairedError, match=r"bad\.csv\.gz: unreadable"):
         JobOutcomes.read(bad)
+    odd = tmp_path / "odd.csv.gz"
+    with gzip.open(odd, "wt") as f:
+        f.write("name,class,pool,gpus,submitted,queue_s,jct_s,evictions,periods_ok\n")
+        f.write("j1,batch,A100,1.0,0.0,1.0,2.0,0,1\n")
+    with pytest.raises(PairedError, match=r"odd\.csv\.gz: unreadable job outcomes \('batch'\)"):
+        JobOutcomes.read(odd)
+    assert not list(tmp_path.rglob("*.part"))  # written aside, renamed whole

@@ -34,6 +34,8 @@ COLUMNS = (
     "evictions",
     "periods_ok",
 )
+# a job's class column -> whether it is spot
+_CLASSES = {"spot": True, "hp": False}
 # results.json's job metrics, each lower-is-better; the rest (allocation) are not per job
 METRICS = (
     "spot.eviction_rate",
@@ -103,9 +105,11 @@ class JobOutcomes:
 
     def write(self, path: Path) -> None:
         """A gzip CSV of :data:`COLUMNS`; floats as Python writes them, so they read back
-        exactly and the metrics computed from the file are the run's to the last digit."""
+        exactly and the metrics computed from the file are the run's to the last digit.
+        Written aside and renamed: a file there is whole."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        with gzip.open(path, "wt", newline="") as f:
+        part = path.with_name(path.name + ".part")
+        with gzip.open(part, "wt", newline="") as f:
             w = csv.writer(f)
             w.writerow(COLUMNS)
             for i in range(len(self.name)):
@@ -122,6 +126,7 @@ class JobOutcomes:
                         int(self.periods_ok[i]),
                     )
                 )
+        part.replace(path)
 
     @classmethod
     def read(cls, path: Path) -> JobOutcomes:
@@ -135,7 +140,7 @@ class JobOutcomes:
                 rows = [
                     (
                         r[0],
-                        r[1] == "spot",
+                        _CLASSES[r[1]],
                         r[2],
                         float(r[3]),
                         float(r[4]),
@@ -146,7 +151,7 @@ class JobOutcomes:
                     )
                     for r in reader
                 ]
-        except (OSError, EOFError, ValueError, IndexError, csv.Error) as exc:
+        except (OSError, EOFError, ValueError, IndexError, KeyError, csv.Error) as exc:
             if isinstance(exc, PairedError):
                 raise
             raise PairedError(f"{path}: unreadable job outcomes ({exc})") from None
