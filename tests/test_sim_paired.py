@@ -63,6 +63,19 @@ def test_weighted_percentile_is_numpys_on_the_drawn_sample(values, data) -> None
         assert g == pytest.approx(float(np.percentile(sample, 99.0)), rel=1e-12, abs=1e-9)
 
 
+def test_weighted_percentile_widens_past_undrawn_longest_jobs() -> None:
+    # the 150 longest of 1,000 jobs are never drawn: the first slice of the largest
+    # values (79) holds no draw, so the sum widens until it reaches the quantile
+    rng = np.random.default_rng(2)
+    values = rng.exponential(1000.0, 1000)
+    counts = rng.integers(0, 3, size=(4, 1000)).astype(np.float64)
+    counts[:, np.argsort(values)[-150:]] = 0
+    got = _weighted_percentile(values, counts, 99.0)
+    for row, g in zip(counts, got, strict=True):
+        sample = np.repeat(values, row.astype(int))
+        assert g == pytest.approx(float(np.percentile(sample, 99.0)), rel=1e-12)
+
+
 def test_the_same_run_is_no_change_with_a_zero_interval() -> None:
     o = _outcomes()
     changes = paired_bootstrap(o, o, resamples=200)

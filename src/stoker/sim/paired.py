@@ -229,16 +229,17 @@ def paired_bootstrap(
     ref = bases[0]
     runs = [ref, *(_aligned(ref, o) for o in bases[1:]), _aligned(ref, other)]
     rng = np.random.default_rng(seed)
-    spot, hp = ref.spot, ~ref.spot
     draws = {m: np.empty((len(runs), resamples)) for m in METRICS}
+    classes = [(ref.spot, METRICS[:3]), (~ref.spot, METRICS[3:])]
+    views = [[_ClassView(o, mask) for mask, _ in classes] for o in runs]
     for start in range(0, resamples, _BLOCK):
         rows = min(_BLOCK, resamples - start)
         at = slice(start, start + rows)
-        for mask, names in ((spot, METRICS[:3]), (hp, METRICS[3:])):
+        for c, (mask, names) in enumerate(classes):
             counts = _counts(rng, int(mask.sum()), rows)
-            for i, o in enumerate(runs):
+            for i, run_views in enumerate(views):
                 for m in names:
-                    draws[m][i, at] = _weighted(m, o, mask, counts)
+                    draws[m][i, at] = run_views[c].metric(m, counts)
     tail = (1 - level) / 2 * 100
     out = {}
     whole = [job_metrics(o) for o in runs]
@@ -269,41 +270,64 @@ def _aligned(base: JobOutcomes, other: JobOutcomes) -> JobOutcomes:
 
 
 def _counts(rng: np.random.Generator, n: int, rows: int) -> np.ndarray:
-    """``rows`` draws of ``n`` jobs with replacement, as how often each job is drawn."""
-    if n == 0:
-        return np.zeros((rows, 0), dtype=np.int64)
-    return rng.multinomial(n, np.full(n, 1.0 / n), size=rows)
+    """``rows`` draws of ``n`` jobs with replacement, as how often each job is drawn
+    (floats: the draws' sums are matrix products)."""
+    picks = rng.integers(0, n, size=(rows, n)) + (np.arange(rows) * n)[:, None]
+    return np.bincount(picks.ravel(), minlength=rows * n).reshape(rows, n).astype(np.float64)
 
 
-def _weighted(metric: str, o: JobOutcomes, mask: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """``metric`` of each draw (a row of ``counts`` over the jobs of ``mask``)."""
-    if counts.shape[1] == 0:
-        return np.zeros(counts.shape[0])
-    if metric == "spot.eviction_rate":
-        failed = counts @ o.evictions[mask]
-        total = failed + counts @ o.periods_ok[mask]
-        return np.divide(failed, total, out=np.zeros(len(failed)), where=total > 0)
-    if metric == "hp.p99_jct_s":
-        return _weighted_percentile(o.jct_s[mask], counts, HP_QUANTILE)
-    values = (o.queue_s if metric.endswith("queue_s") else o.jct_s)[mask]
-    return counts @ values / counts.sum(axis=1)
+class _ClassView:
+    """One run's jobs of one class, as the draws read them."""
+
+    def __init__(self, o: JobOutcomes, mask: np.ndarray) -> None:
+        self.queue_s = o.queue_s[mask]
+        self.jct_s = o.jct_s[mask]
+        self.evictions = o.evictions[mask].astype(np.float64)
+        self.periods_ok = o.periods_ok[mask].astype(np.float64)
+        self.jct_top = np.argsort(self.jct_s, kind="stable")[::-1]  # longest first
+
+    def metric(self, metric: str, counts: np.ndarray) -> np.ndarray:
+        """``metric`` of each draw (a row of ``counts`` over these jobs)."""
+        if counts.shape[1] == 0:
+            return np.zeros(counts.shape[0])
+        if metric == "spot.eviction_rate":
+            failed = counts @ self.evictions
+            total = failed + counts @ self.periods_ok
+            return np.divide(failed, total, out=np.zeros(len(failed)), where=total > 0)
+        if metric == "hp.p99_jct_s":
+            return _weighted_percentile(self.jct_s, counts, HP_QUANTILE, self.jct_top)
+        values = self.queue_s if metric.endswith("queue_s") else self.jct_s
+        return counts @ values / counts.sum(axis=1)
 
 
-def _weighted_percentile(values: np.ndarray, counts: np.ndarray, q: float) -> np.ndarray:
+def _weighted_percentile(
+    values: np.ndarray, counts: np.ndarray, q: float, top: np.ndarray | None = None
+) -> np.ndarray:
     """``np.percentile`` (linear) of each row's sample: ``values[i]`` taken ``counts[r, i]``
-    times, without building the sample."""
-    order = np.argsort(values, kind="stable")
-    v = values[order]
-    cum = np.cumsum(counts[:, order], axis=1)
-    n = cum[:, -1]
+    times, without building the sample. ``top``: the values' indices, largest first.
+
+    A high quantile sits among the sample's largest values, so only the running counts of
+    the largest are summed, as many as reach it (widened until they do)."""
+    if top is None:
+        top = np.argsort(values, kind="stable")[::-1]
+    n = counts.sum(axis=1)
     h = (n - 1) * q / 100
-    lo = np.floor(h).astype(np.int64)
-    hi = np.minimum(lo + 1, n - 1)
+    lo = np.floor(h)
+    # the sample's k-th smallest is its (n - 1 - k)-th largest
+    from_top_lo = n - 1 - lo
+    from_top_hi = n - 1 - np.minimum(lo + 1, n - 1)
+    width = min(len(values), math.ceil(1.5 * (1 - q / 100) * len(values)) + 64)
+    while True:
+        cum = np.cumsum(counts[:, top[:width]], axis=1)
+        if width == len(values) or bool((cum[:, -1] > from_top_lo).all()):
+            break
+        width = min(len(values), width * 4)
     out = np.empty(len(n))
     for r in range(len(n)):
-        # the sample's k-th smallest is the first value whose running count passes k
-        i_lo, i_hi = np.searchsorted(cum[r], [lo[r], hi[r]], side="right")
-        out[r] = v[i_lo] + (h[r] - lo[r]) * (v[i_hi] - v[i_lo])
+        # the j-th largest value is the first whose running count (from the top) passes j
+        j_lo, j_hi = np.searchsorted(cum[r], [from_top_lo[r], from_top_hi[r]], side="right")
+        v_lo, v_hi = values[top[j_lo]], values[top[j_hi]]
+        out[r] = v_lo + (h[r] - lo[r]) * (v_hi - v_lo)
     return out
 
 
