@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import numpy as np
 import pytest
@@ -44,6 +44,7 @@ from test_gfs_fidelity import _queued
         ("gfs-reserve-gangs", GFSScorer, GFSVictims, "size"),
         ("gfs-reserve-patient", GFSScorer, GFSVictims, "size"),
         ("gfs-reserve-patient-lend", GFSScorer, GFSVictims, "size"),
+        ("gfs-reserve-patient-lend-multi", GFSScorer, GFSVictims, "size"),
     ],
 )
 def test_each_variant_swaps_one_part_of_gfs(
@@ -229,6 +230,7 @@ def test_only_the_reserve_presets_reserve() -> None:
         "gfs-reserve-gangs",
         "gfs-reserve-patient",
         "gfs-reserve-patient-lend",
+        "gfs-reserve-patient-lend-multi",
     }
     assert preset("gfs-reserve-lend").policies.gangs.lend_idle == 1.0
     configs = {n: preset(n).policies.gangs for n in reserving}
@@ -245,15 +247,21 @@ def test_only_the_reserve_presets_reserve() -> None:
         "gfs-reserve-gangs": (math.inf, 2.0, 2),
         "gfs-reserve-patient": (math.inf, 2.0, 2),
         "gfs-reserve-patient-lend": (math.inf, 2.0, 2),
+        "gfs-reserve-patient-lend-multi": (math.inf, 2.0, 1),
     }
     assert {n for n, c in configs.items() if c.reserve_smaller_first} == {
         "gfs-reserve-gangs",
         "gfs-reserve-patient",
         "gfs-reserve-patient-lend",
+        "gfs-reserve-patient-lend-multi",
     }
     patient = {n for n, c in configs.items() if c.reserve_backfill_free}
     assert patient == {n for n, c in configs.items() if c.hp_evict_after_s}
-    assert patient == {"gfs-reserve-patient", "gfs-reserve-patient-lend"}
+    assert patient == {
+        "gfs-reserve-patient",
+        "gfs-reserve-patient-lend",
+        "gfs-reserve-patient-lend-multi",
+    }
     assert {n for n in GANG_PRESETS if preset(n).policies.gangs.hp_evict_after_s} == patient
 
 
@@ -442,6 +450,21 @@ def _smaller_run(name: str, smaller_first: bool | None = None) -> tuple[dict, li
     reserved = dict(g.core.gangs._reserved)
     log.append(g.finish("s4", 5_000.0))
     return reserved, log
+
+
+def test_patient_lend_multi_is_patient_lend_reserving_for_a_single_multi_card_worker() -> None:
+    lend, multi = (
+        preset(n).policies.gangs
+        for n in ("gfs-reserve-patient-lend", "gfs-reserve-patient-lend-multi")
+    )
+    # every setting the same but the name and the single worker (policy objects are fresh)
+    same = {"quota": multi.quota, "scorer": multi.scorer, "victims": multi.victims}
+    assert replace(lend, name=multi.name, reserve_min_workers=1, **same) == multi
+    # one 2-GPU HP worker: only the -multi preset reserves n1 and holds the card it frees
+    # from the spot job; with two such workers both do
+    assert bound(_gang_run("gfs-reserve-patient-lend", 2, 1)[-1]) == ["sp"]
+    assert bound(_gang_run("gfs-reserve-patient-lend-multi", 2, 1)[-1]) == []
+    assert bound(_gang_run("gfs-reserve-patient-lend", 2, 2)[-1]) == []
 
 
 def test_reserve_gangs_does_not_reserve_while_a_smaller_hp_job_waits() -> None:

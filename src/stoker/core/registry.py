@@ -22,7 +22,8 @@ ungated), ``static-quota``,
 ``gfs-small-first``, ``gfs-eta-slack``, ``gfs-lend``, ``gfs-fragments``,
 ``gfs-checkpoint-cost``, ``gfs-reserve``, ``gfs-reserve-lend``, ``gfs-reserve-day``,
 ``gfs-reserve-multi``, ``gfs-reserve-multi-day``, ``gfs-reserve-gangs``,
-``gfs-reserve-patient`` and ``gfs-reserve-patient-lend`` (stoker's own: GFS with spot
+``gfs-reserve-patient``, ``gfs-reserve-patient-lend`` and
+``gfs-reserve-patient-lend-multi`` (stoker's own: GFS with spot
 queued smallest request first; GFS whose eta may grow to 2; GFS lending spot what HP does
 not hold while no HP job waits; GFS starting fractional spot on shared cards past the
 quota; GFS costing victims by the work lost since their last checkpoint; GFS reserving
@@ -30,7 +31,7 @@ nodes for a whole-GPU HP job that has waited an hour; that with lending; and tha
 bounded: to nodes that drain within a day, to workers of two cards or more, both, or to
 gangs of such workers while no smaller HP job waits; and the last with HP evicting only
 after half an hour queued and never to backfill, then also lending spot half of what HP
-does not hold while no HP job waits).
+does not hold while no HP job waits, and that reserving for single multi-card workers too).
 """
 
 from __future__ import annotations
@@ -300,6 +301,14 @@ _PRESETS: dict[str, _Entry] = {
     # spot the room the forecast holds for HP that has not come
     "gfs-reserve-patient-lend": _gfs_variant(
         "gfs-reserve-patient-lend", **_PATIENT, lend_idle=PATIENT_LEND_SHARE
+    ),
+    # gfs-reserve-patient-lend reserving for a single worker of two cards or more too (its
+    # bound kept: not while a smaller HP job waits): Philly's single 4- and 8-GPU HP jobs
+    # wait behind smaller ones as gangs do (docs/gfs.md, "Paired intervals")
+    "gfs-reserve-patient-lend-multi": _gfs_variant(
+        "gfs-reserve-patient-lend-multi",
+        **{**_PATIENT, "reserve_min_workers": 1},
+        lend_idle=PATIENT_LEND_SHARE,
     ),
     # the paper's baselines: as the authors' simulator builds them, spot gated by the same
     # forecast quota as GFS (fifo_spot.py, lyra.py, fgd.py; chronus.py has none)
