@@ -34,6 +34,9 @@ COLUMNS = (
     "evictions",
     "periods_ok",
 )
+# where ``stoker sim gfs --jobs`` puts a run's file: <out>/jobs/<load>/<policy>.csv.gz
+JOBS_DIR = "jobs"
+SUFFIX = ".csv.gz"
 # a job's class column -> whether it is spot
 _CLASSES = {"spot": True, "hp": False}
 # results.json's job metrics, each lower-is-better; the rest (allocation) are not per job
@@ -338,10 +341,6 @@ def _relative(other: np.ndarray, base: np.ndarray) -> np.ndarray:
     rel[(base == 0) & (other == 0)] = 0.0
     rel[(base == 0) & (other != 0)] = math.inf
     return rel
-
-
-JOBS_DIR = "jobs"
-SUFFIX = ".csv.gz"
 
 
 def jobs_file(out: Path, load: str, policy: str) -> Path:
