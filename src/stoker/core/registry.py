@@ -303,8 +303,8 @@ _PRESETS: dict[str, _Entry] = {
         "gfs-reserve-patient-lend", **_PATIENT, lend_idle=PATIENT_LEND_SHARE
     ),
     # gfs-reserve-patient-lend reserving for a single worker of two cards or more too (its
-    # bound kept: not while a smaller HP job waits): Philly's single 4- and 8-GPU HP jobs
-    # wait behind smaller ones as gangs do (docs/gfs.md, "Paired intervals")
+    # bound kept: not while a smaller HP job waits); measured on Philly contended, spot
+    # queueing 7-9 % under gfs-reserve-patient-lend's (docs/gfs.md, "Paired intervals")
     "gfs-reserve-patient-lend-multi": _gfs_variant(
         "gfs-reserve-patient-lend-multi",
         **{**_PATIENT, "reserve_min_workers": 1},
