@@ -14,7 +14,9 @@ from stoker.sim.paired import (
     JobOutcomes,
     PairedError,
     _weighted_percentile,
+    find_runs,
     job_metrics,
+    jobs_file,
     paired_bootstrap,
 )
 
@@ -166,3 +168,15 @@ def test_outcomes_read_back_exactly(tmp_path) -> None:
     with pytest.raises(PairedError, match=r"odd\.csv\.gz: unreadable job outcomes \('batch'\)"):
         JobOutcomes.read(odd)
     assert not list(tmp_path.rglob("*.part"))  # written aside, renamed whole
+
+
+def test_find_runs_reads_any_depth_and_refuses_one_run_twice(tmp_path) -> None:
+    o = _outcomes(20, 10)
+    o.write(jobs_file(tmp_path / "a" / "month" / "low", "low", "gfs"))
+    o.write(jobs_file(tmp_path / "b", "low", "lyra"))
+    (tmp_path / "b" / "jobs" / "low" / "notes.csv.gz.part").write_text("half")  # not a run
+    found = find_runs([tmp_path / "a", tmp_path / "b"])
+    assert {load: sorted(r) for load, r in found.items()} == {"low": ["gfs", "lyra"]}
+    o.write(jobs_file(tmp_path / "c", "low", "gfs"))
+    with pytest.raises(PairedError, match="low/gfs is in both"):
+        find_runs([tmp_path / "a", tmp_path / "c"])

@@ -228,8 +228,7 @@ def sim_gfs(
     if jobs:
         for level, by_policy in runs.items():
             for name, result in by_policy.items():
-                if result.jobs is not None:
-                    result.jobs.write(jobs_file(out, level, name))
+                result.jobs.write(jobs_file(out, level, name))
     for level, by_policy in runs.items():
         console.print(render_table(level, by_policy))
     if value is not None:
@@ -269,7 +268,14 @@ def sim_gfs_compare(
     from rich.console import Console
     from rich.table import Table
 
-    from stoker.sim.paired import METRICS, JobOutcomes, PairedError, find_runs, paired_bootstrap
+    from stoker.sim.paired import (
+        METRICS,
+        JobOutcomes,
+        PairedError,
+        check_draws,
+        find_runs,
+        paired_bootstrap,
+    )
 
     def fail(msg: str) -> None:
         typer.echo(f"error: {msg}", err=True)
@@ -278,10 +284,10 @@ def sim_gfs_compare(
     bases = [name.strip() for name in base.split(",") if name.strip()]
     if not bases or len(set(bases)) != len(bases):
         fail(f"--base: one policy or several, each once, comma-separated; got {base!r}")
-    if resamples < 1:
-        fail(f"--resamples: must be >= 1, got {resamples}")
-    if not 0 < level < 1:
-        fail(f"--level: must be in (0, 1), got {level}")
+    try:
+        check_draws(resamples, level)
+    except PairedError as exc:
+        fail(f"--{exc}")
     console = Console(width=200)
     results: dict[str, dict[str, dict[str, object]]] = {}
     try:

@@ -75,8 +75,8 @@ class TraceResult:
 
     policy: str
     metrics: dict[str, object]
+    jobs: JobOutcomes  # the measured jobs' outcomes the metrics count
     timeline: dict[str, list[float]] = field(default_factory=dict)
-    jobs: JobOutcomes | None = None  # the measured jobs' outcomes the metrics count
 
 
 def scale_spot_load(jobs: list[TraceJob], factor: float, seed: int) -> list[TraceJob]:
@@ -371,7 +371,7 @@ def simulate(
     metrics["events"] = result.events
     metrics["wall_s"] = round(wall, 3)
     metrics["events_per_s"] = round(result.events / wall, 1) if wall > 0 else 0.0
-    return TraceResult(spec.name, metrics, workload.timeline, outcomes)
+    return TraceResult(spec.name, metrics, outcomes, workload.timeline)
 
 
 def trace_simulator(
@@ -441,13 +441,10 @@ def _metrics(
     outcomes = JobOutcomes.of((core.jobs[j.name], j.gpu_model) for j in measured)
     useful = sum(g.gpus * (g.spec.duration or 0.0) for g in core.jobs.values())
     span = window.end - window.start
-    by_job = job_metrics(outcomes)
-    failed = int(outcomes.evictions[outcomes.spot].sum())
     return {
-        **by_job,
+        **job_metrics(outcomes),
         "gpu_allocation_rate": alloc_window / (total_gpus * span),
         "useful_gpu_time_rate": useful / alloc_total if alloc_total else 0.0,
-        "preemptions_per_spot_job": failed / by_job["spot.jobs"] if by_job["spot.jobs"] else 0.0,
     }, outcomes
 
 

@@ -23,21 +23,25 @@ import numpy as np
 
 from stoker.core.model import Job, JobClass
 
-COLUMNS = (
-    "name",
-    "class",
-    "pool",
-    "gpus",
-    "submitted",
-    "queue_s",
-    "jct_s",
-    "evictions",
-    "periods_ok",
+# the file's columns, in order, and the field and type each fills: the one description
+# the arrays, the writer and the reader follow ("class" is spot or hp)
+_LAYOUT: tuple[tuple[str, str, type], ...] = (
+    ("name", "name", object),
+    ("class", "spot", bool),
+    ("pool", "pool", object),
+    ("gpus", "gpus", float),
+    ("submitted", "submitted", float),
+    ("queue_s", "queue_s", float),
+    ("jct_s", "jct_s", float),
+    ("evictions", "evictions", np.int64),
+    ("periods_ok", "periods_ok", np.int64),
 )
+COLUMNS = tuple(column for column, _, _ in _LAYOUT)
 # where ``stoker sim gfs --jobs`` puts a run's file: <out>/jobs/<load>/<policy>.csv.gz
 JOBS_DIR = "jobs"
 SUFFIX = ".csv.gz"
-# a job's class column -> whether it is spot
+# the class column's place, and its text -> whether the job is spot
+_CLASS = COLUMNS.index("class")
 _CLASSES = {"spot": True, "hp": False}
 # results.json's job metrics, each lower-is-better; the rest (allocation) are not per job
 METRICS = (
@@ -89,21 +93,15 @@ class JobOutcomes:
             )
             for j, pool in jobs
         ]
-        return cls._from_rows(rows)
+        return cls._from_columns(list(zip(*rows, strict=True)) if rows else [()] * len(_LAYOUT))
 
     @classmethod
-    def _from_rows(cls, rows: Sequence[tuple[object, ...]]) -> JobOutcomes:
-        cols = list(zip(*rows, strict=True)) if rows else [()] * len(COLUMNS)
+    def _from_columns(cls, columns: Sequence[Sequence[object]]) -> JobOutcomes:
         return cls(
-            name=np.array(cols[0], dtype=object),
-            spot=np.array(cols[1], dtype=bool),
-            pool=np.array(cols[2], dtype=object),
-            gpus=np.array(cols[3], dtype=float),
-            submitted=np.array(cols[4], dtype=float),
-            queue_s=np.array(cols[5], dtype=float),
-            jct_s=np.array(cols[6], dtype=float),
-            evictions=np.array(cols[7], dtype=np.int64),
-            periods_ok=np.array(cols[8], dtype=np.int64),
+            **{
+                field: np.array(values, dtype=dtype)
+                for (_, field, dtype), values in zip(_LAYOUT, columns, strict=True)
+            }
         )
 
     def write(self, path: Path) -> None:
@@ -111,24 +109,13 @@ class JobOutcomes:
         exactly and the metrics computed from the file are the run's to the last digit.
         Written aside and renamed: a file there is whole."""
         path.parent.mkdir(parents=True, exist_ok=True)
+        columns = [getattr(self, field).tolist() for _, field, _ in _LAYOUT]
+        columns[_CLASS] = ["spot" if spot else "hp" for spot in columns[_CLASS]]
         part = path.with_name(path.name + ".part")
         with gzip.open(part, "wt", newline="") as f:
             w = csv.writer(f)
             w.writerow(COLUMNS)
-            for i in range(len(self.name)):
-                w.writerow(
-                    (
-                        self.name[i],
-                        "spot" if self.spot[i] else "hp",
-                        self.pool[i],
-                        float(self.gpus[i]),
-                        float(self.submitted[i]),
-                        float(self.queue_s[i]),
-                        float(self.jct_s[i]),
-                        int(self.evictions[i]),
-                        int(self.periods_ok[i]),
-                    )
-                )
+            w.writerows(zip(*columns, strict=True))
         part.replace(path)
 
     @classmethod
@@ -140,25 +127,15 @@ class JobOutcomes:
                 header = tuple(next(reader, ()))
                 if header != COLUMNS:
                     raise PairedError(f"{path}: not a job outcomes file (columns {header})")
-                rows = [
-                    (
-                        r[0],
-                        _CLASSES[r[1]],
-                        r[2],
-                        float(r[3]),
-                        float(r[4]),
-                        float(r[5]),
-                        float(r[6]),
-                        int(r[7]),
-                        int(r[8]),
-                    )
-                    for r in reader
-                ]
-        except (OSError, EOFError, ValueError, IndexError, KeyError, csv.Error) as exc:
+                rows = list(reader)
+            columns = list(zip(*rows, strict=True)) if rows else [()] * len(_LAYOUT)
+            # the class column as spot or not; the numbers parse as their arrays' types
+            columns[_CLASS] = [_CLASSES[c] for c in columns[_CLASS]]
+            return cls._from_columns(columns)
+        except (OSError, EOFError, ValueError, KeyError, csv.Error) as exc:
             if isinstance(exc, PairedError):
                 raise
             raise PairedError(f"{path}: unreadable job outcomes ({exc})") from None
-        return cls._from_rows(rows)
 
     def take(self, index: np.ndarray) -> JobOutcomes:
         """These jobs in the order ``index`` gives."""
@@ -166,13 +143,15 @@ class JobOutcomes:
 
 
 def job_metrics(o: JobOutcomes) -> dict[str, float | int]:
-    """results.json's job metrics (and job counts) of these jobs."""
+    """results.json's per-job metrics (and job counts) of these jobs."""
     spot, hp = o.spot, ~o.spot
     failed = int(o.evictions[spot].sum())
     ok = int(o.periods_ok[spot].sum())
+    jobs = int(spot.sum())
     return {
-        "spot.jobs": int(spot.sum()),
+        "spot.jobs": jobs,
         "spot.eviction_rate": failed / (failed + ok) if failed + ok else 0.0,
+        "preemptions_per_spot_job": failed / jobs if jobs else 0.0,
         "spot.mean_queue_s": _mean(o.queue_s[spot]),
         "spot.mean_jct_s": _mean(o.jct_s[spot]),
         "hp.jobs": int(hp.sum()),
@@ -222,10 +201,7 @@ def paired_bootstrap(
     its percentile interval at ``level`` over ``resamples`` paired draws (seeded: the same
     inputs give the same intervals). ``base`` may be several runs: their metrics' mean on
     each draw is the base (the paper's "against the average of the baselines")."""
-    if resamples < 1:
-        raise PairedError(f"resamples: must be >= 1, got {resamples}")
-    if not 0 < level < 1:
-        raise PairedError(f"level: must be in (0, 1), got {level}")
+    check_draws(resamples, level)
     bases = [base] if isinstance(base, JobOutcomes) else list(base)
     if not bases:
         raise PairedError("no base run")
@@ -254,6 +230,14 @@ def paired_bootstrap(
         verdict = "better" if high < 0 else "worse" if low > 0 else "no clear difference"
         out[m] = Change(b, a, float(_relative(np.array([a]), np.array([b]))[0]), low, high, verdict)
     return out
+
+
+def check_draws(resamples: int, level: float) -> None:
+    """The draws' settings, or a :class:`PairedError` naming the bad one."""
+    if resamples < 1:
+        raise PairedError(f"resamples: must be >= 1, got {resamples}")
+    if not 0 < level < 1:
+        raise PairedError(f"level: must be in (0, 1), got {level}")
 
 
 def _aligned(base: JobOutcomes, other: JobOutcomes) -> JobOutcomes:

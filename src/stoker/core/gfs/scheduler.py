@@ -1202,11 +1202,9 @@ class GangScheduler:
         later = bisect.bisect_right(queue.keys, queue.bucket(job) + EPS)
         if not self.config.reserve_smaller_older:
             return later < len(queue.keys)
-        # a bucket's head is its earliest queued (HP entries go by their queue time)
-        since = job.queued_since
-        return any(
-            self.jobs[queue.buckets[k][0][1]].queued_since < since for k in queue.keys[later:]
-        )
+        # "before" in the queue's own time: a skip-rule queue keeps HP by submit time (the
+        # order's ``at_back`` is off), so a bucket's head entry holds its earliest
+        return any(queue.buckets[k][0][0][-1] < job.submitted for k in queue.keys[later:])
 
     def _reserve(self, job: Job, pool: str, now: float) -> None:
         """Reserve for ``job`` the nodes that will hold it soonest (:meth:`_plan_reserve`), in
