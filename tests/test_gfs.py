@@ -1258,10 +1258,42 @@ def test_cli_jobs_and_gfs_compare(tmp_path) -> None:
     empty.mkdir()
     for args, msg in (
         ([str(empty)], "no job outcomes under"),
-        ([str(out), "--base", "lyra"], "--base: no run of 'lyra'; found gfs, yarn-cs"),
+        ([str(out), "--base", "lyra"], f"--base: no run of 'lyra' under {out}; found gfs, yarn-cs"),
         ([str(out), "--resamples", "0"], "--resamples: must be >= 1"),
         ([str(out), "--base", "gfs,gfs"], "--base: one policy or several, each once"),
         ([str(tmp_path / "nope")], "not a folder"),
+    ):
+        bad = runner.invoke(app, ["sim", "gfs-compare", *args, "--out", str(tmp_path / "x.json")])
+        assert bad.exit_code == 2 and msg in bad.output, bad.output
+    assert not (tmp_path / "x.json").exists()
+    # replicates: another seed's runs pair among themselves, and each figure is tallied
+    # over the two; without --replicates the same runs in two folders are refused
+    seed1 = tmp_path / "r1"
+    args = ["--seed", "1", "--policy", "gfs", "--policy", "yarn-cs", "--load", "high"]
+    res = runner.invoke(app, [*base, *args, "--out", str(seed1)])
+    assert res.exit_code == 0, res.output
+    compare = ["sim", "gfs-compare", "--json", "--resamples", "100"]
+    rep = runner.invoke(
+        app, [*compare, str(out), str(seed1), "--replicates", "--out", str(tmp_path / "r.json")]
+    )
+    assert rep.exit_code == 0, rep.output
+    rep_doc = json.loads(rep.output)
+    assert rep_doc["meta"]["replicates"] == [str(out), str(seed1)]
+    one = runner.invoke(app, [*compare, str(seed1), "--out", str(tmp_path / "one.json")])
+    alone = json.loads(one.output)["results"]
+    assert rep_doc["replicates"][1]["results"] == alone  # each replicate as compared alone
+    t = rep_doc["results"]["high"]["yarn-cs"]["spot.mean_queue_s"]
+    firsts = [r["results"]["high"]["yarn-cs"]["spot.mean_queue_s"] for r in rep_doc["replicates"]]
+    assert t["replicates"] == 2 and t["changes"] == [f["change"] for f in firsts]
+    assert sum(t[v] for v in ("better", "worse", "no clear difference")) == 2
+    printed = runner.invoke(
+        app, ["sim", "gfs-compare", str(out), str(seed1), "--replicates", "--resamples", "50"]
+    )
+    assert printed.exit_code == 0 and "over replicates" in printed.output
+    for args, msg in (
+        ([str(out), str(seed1)], "high/gfs is in both"),
+        ([str(out), "--replicates"], "--replicates: give two folders or more"),
+        ([str(out), str(empty), "--replicates"], "no job outcomes under " + str(empty)),
     ):
         bad = runner.invoke(app, ["sim", "gfs-compare", *args, "--out", str(tmp_path / "x.json")])
         assert bad.exit_code == 2 and msg in bad.output, bad.output

@@ -11,13 +11,16 @@ from hypothesis import strategies as st
 
 from stoker.sim.paired import (
     METRICS,
+    VERDICTS,
     JobOutcomes,
     PairedError,
     _weighted_percentile,
+    compare_runs,
     find_runs,
     job_metrics,
     jobs_file,
     paired_bootstrap,
+    tally,
 )
 
 
@@ -180,3 +183,42 @@ def test_find_runs_reads_any_depth_and_refuses_one_run_twice(tmp_path) -> None:
     o.write(jobs_file(tmp_path / "c", "low", "gfs"))
     with pytest.raises(PairedError, match="low/gfs is in both"):
         find_runs([tmp_path / "a", tmp_path / "c"])
+
+
+def _slower_spot(o: JobOutcomes, factor: float) -> JobOutcomes:
+    extra = np.where(o.spot, o.queue_s * (factor - 1), 0.0)
+    return _with(o, queue_s=o.queue_s + extra, jct_s=o.jct_s + extra)
+
+
+def test_replicates_pair_inside_each_and_tally_side_by_side(tmp_path) -> None:
+    # two seeds: other jobs each, a policy 10 % slower for spot on one and 2 % on the other
+    reps = []
+    for rep, (seed, factor) in enumerate(((1, 1.10), (2, 1.02))):
+        base = _outcomes(seed=seed)
+        base = _with(base, name=np.array([f"s{seed}-{n}" for n in base.name], dtype=object))
+        base.write(jobs_file(tmp_path / f"s{rep}", "low", "gfs"))
+        _slower_spot(base, factor).write(jobs_file(tmp_path / f"s{rep}", "low", "lend"))
+        reps.append(find_runs([tmp_path / f"s{rep}"]))
+    # across replicates the jobs differ: they do not pair, and the message names the run
+    with pytest.raises(PairedError, match="low/lend against gfs: not the same jobs"):
+        compare_runs(
+            {"low": {"gfs": reps[0]["low"]["gfs"], "lend": reps[1]["low"]["lend"]}},
+            ["gfs"],
+            resamples=50,
+        )
+    each = [compare_runs(r, ["gfs"], resamples=200) for r in reps]
+    assert [c["low"]["lend"]["spot.mean_queue_s"].verdict for c in each] == ["worse", "worse"]
+    summary = tally(each)
+    q = summary["low"]["lend"]["spot.mean_queue_s"].as_dict()
+    changes = [c["low"]["lend"]["spot.mean_queue_s"].change for c in each]
+    assert q["replicates"] == 2 and q["changes"] == changes
+    assert q["mean_change"] == pytest.approx(sum(changes) / 2)
+    assert (q["min_change"], q["max_change"]) == (min(changes), max(changes))
+    assert [q[v] for v in VERDICTS] == [0, 2, 0]
+    hp = summary["low"]["lend"]["hp.mean_queue_s"].as_dict()
+    assert hp["changes"] == [0.0, 0.0] and hp["no clear difference"] == 2
+    # a policy in one replicate only is counted where it ran
+    each[1]["low"]["extra"] = each[1]["low"]["lend"]
+    assert tally(each)["low"]["extra"]["spot.mean_queue_s"].as_dict()["replicates"] == 1
+    # a load without the base is left out, not an error
+    assert compare_runs(reps[0], ["lyra"], resamples=10) == {}

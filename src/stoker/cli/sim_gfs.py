@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -262,19 +262,31 @@ def sim_gfs_compare(
     as_json: Annotated[
         bool, typer.Option("--json", help="print the JSON written instead of the tables")
     ] = False,
+    replicates: Annotated[
+        bool,
+        typer.Option(
+            "--replicates",
+            help="each folder is one replicate (a seed): its runs pair inside it, and the "
+            "tables give each figure over the replicates",
+        ),
+    ] = False,
 ) -> None:
     """Each policy against --base on the same jobs, load by load: every job metric's change
-    and its paired bootstrap interval (better / worse / no clear difference)."""
+    and its paired bootstrap interval (better / worse / no clear difference). Jobs are
+    drawn as independent: how far another run of a chaotic cluster could move a figure (one
+    placement shifts many jobs' waits together) needs runs of other seeds (--replicates)."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from stoker.sim.paired import (
         METRICS,
-        JobOutcomes,
+        VERDICTS,
         PairedError,
         check_draws,
+        compare_runs,
         find_runs,
-        paired_bootstrap,
+        tally,
     )
 
     def fail(msg: str) -> None:
@@ -288,48 +300,58 @@ def sim_gfs_compare(
         check_draws(resamples, level)
     except PairedError as exc:
         fail(f"--{exc}")
-    console = Console(width=200)
-    results: dict[str, dict[str, dict[str, object]]] = {}
+    groups = [[p] for p in paths] if replicates else [list(paths)]
+    if replicates and len(paths) < 2:
+        fail("--replicates: give two folders or more, one per replicate")
+    found: list[dict[str, dict[str, Path]]] = []
+    compared: list[dict[str, dict[str, dict[str, Any]]]] = []
     try:
-        runs = find_runs(paths)
-        if not runs:
-            fail(f"no job outcomes under {', '.join(map(str, paths))} (run stoker sim gfs --jobs)")
-        policies = sorted({name for by_policy in runs.values() for name in by_policy})
-        for name in bases:
-            if name not in policies:
-                fail(f"--base: no run of {name!r}; found {', '.join(policies)}")
-        for load, by_policy in sorted(runs.items()):
-            if any(name not in by_policy for name in bases):
-                continue
-            refs = [JobOutcomes.read(by_policy[name]) for name in bases]
-            for name, path in sorted(by_policy.items()):
-                if name in bases:
-                    continue
-                try:
-                    changes = paired_bootstrap(
-                        refs, JobOutcomes.read(path), resamples=resamples, seed=seed, level=level
-                    )
-                except PairedError as exc:
-                    raise PairedError(f"{load}/{name} against {base}: {exc}") from None
-                results.setdefault(load, {})[name] = {m: c.as_dict() for m, c in changes.items()}
+        for group in groups:
+            where = ", ".join(map(str, group))
+            runs = find_runs(group)
+            if not runs:
+                fail(f"no job outcomes under {where} (run stoker sim gfs --jobs)")
+            policies = sorted({name for by_policy in runs.values() for name in by_policy})
+            for name in bases:
+                if name not in policies:
+                    fail(f"--base: no run of {name!r} under {where}; found {', '.join(policies)}")
+            results = compare_runs(runs, bases, resamples=resamples, seed=seed, level=level)
+            if not results:
+                fail(f"no load under {where} has {base!r} and another policy to compare")
+            found.append(runs)
+            compared.append(results)
     except PairedError as exc:
         fail(str(exc))
         return
-    if not results:
-        fail(f"no load has {base!r} and another policy to compare")
-    doc = {
-        "meta": {
-            "base": bases,
-            "resamples": resamples,
-            "seed": seed,
-            "level": level,
-            "runs": {
-                load: {name: str(path) for name, path in sorted(by_policy.items())}
-                for load, by_policy in sorted(runs.items())
+
+    def as_json_doc(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+        return {
+            load: {name: {m: c.as_dict() for m, c in ch.items()} for name, ch in by.items()}
+            for load, by in results.items()
+        }
+
+    def listing(runs: dict[str, dict[str, Path]]) -> dict[str, dict[str, str]]:
+        return {
+            load: {name: str(path) for name, path in sorted(by_policy.items())}
+            for load, by_policy in sorted(runs.items())
+        }
+
+    meta: dict[str, Any] = {"base": bases, "resamples": resamples, "seed": seed, "level": level}
+    if replicates:
+        summary = tally(compared)
+        doc: dict[str, Any] = {
+            "meta": {**meta, "replicates": [str(p) for p in paths]},
+            "replicates": [
+                {"runs": listing(runs), "results": as_json_doc(results)}
+                for runs, results in zip(found, compared, strict=True)
+            ],
+            "results": {
+                load: {name: {m: t.as_dict() for m, t in ts.items()} for name, ts in by.items()}
+                for load, by in summary.items()
             },
-        },
-        "results": results,
-    }
+        }
+    else:
+        doc = {"meta": {**meta, "runs": listing(found[0])}, "results": as_json_doc(compared[0])}
     target = out or paths[0] / "compare.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
@@ -337,9 +359,17 @@ def sim_gfs_compare(
     if as_json:
         typer.echo(text, nl=False)
         return
-    for load, by_policy in results.items():
-        against = base if len(bases) == 1 else f"the mean of {', '.join(bases)}"
-        table = Table(title=f"against {against}, load {load} (change [{level:.0%} interval])")
+    console = Console(width=200)
+    against = base if len(bases) == 1 else f"the mean of {', '.join(bases)}"
+    for load, by_policy in doc["results"].items():
+        if replicates:
+            title = escape(
+                f"against {against}, load {load}, over replicates (mean change [least, "
+                f"greatest]; how many {' / '.join(VERDICTS)})"
+            )
+        else:
+            title = f"against {against}, load {load} (change [{level:.0%} interval])"
+        table = Table(title=title)
         table.add_column("policy", overflow="fold")
         for m in METRICS:
             table.add_column(m, justify="right")
@@ -347,9 +377,17 @@ def sim_gfs_compare(
             cells = []
             for m in METRICS:
                 c = changes[m]
-                cells.append(
-                    f"{c['change']:+.1%} [{c['ci_low']:+.1%}, {c['ci_high']:+.1%}] {c['verdict']}"
-                )
+                if replicates:
+                    counts = "/".join(str(c[v]) for v in VERDICTS)
+                    cells.append(
+                        f"{c['mean_change']:+.1%} [{c['min_change']:+.1%}, "
+                        f"{c['max_change']:+.1%}] {counts}"
+                    )
+                else:
+                    cells.append(
+                        f"{c['change']:+.1%} [{c['ci_low']:+.1%}, {c['ci_high']:+.1%}] "
+                        f"{c['verdict']}"
+                    )
             table.add_row(name, *cells)
         console.print(table)
     console.print(f"wrote {target}")

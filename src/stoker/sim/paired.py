@@ -7,7 +7,8 @@ apart, as each metric reads one class), the same draw for both runs, and takes t
 metric of each run on the draw. The spread of the relative change over the draws is its
 confidence interval; a change whose interval holds 0 is not told apart from the
 scheduling's own chaos (one job started earlier reorders every later one). It speaks for
-these jobs, not for other seeds or traces: the seeds' tables stay the wider test.
+these jobs, not for other seeds or traces: :func:`tally` sets the comparisons of several
+replicates (runs of other seeds) side by side, the wider test.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ METRICS = (
     "hp.p99_jct_s",
 )
 HP_QUANTILE = 99.0
+# a change's verdict: its interval below 0, above 0, or holding it
+VERDICTS = ("better", "worse", "no clear difference")
 # resamples drawn per block (each a row of job counts): bounds the memory of a draw
 _BLOCK = 32
 
@@ -348,3 +351,70 @@ def find_runs(paths: Iterable[Path]) -> dict[str, dict[str, Path]]:
                 raise PairedError(f"{load}/{policy} is in both {seen} and {f}")
             found[load][policy] = f
     return found
+
+
+def compare_runs(
+    runs: dict[str, dict[str, Path]],
+    bases: Sequence[str],
+    *,
+    resamples: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> dict[str, dict[str, dict[str, Change]]]:
+    """Per load, every policy of ``runs`` (as :func:`find_runs` gives them) against
+    ``bases`` (one run, or the mean of several) at each load that has every base; a
+    :class:`PairedError` names the run that does not pair."""
+    results: dict[str, dict[str, dict[str, Change]]] = {}
+    for load, by_policy in sorted(runs.items()):
+        if any(name not in by_policy for name in bases):
+            continue
+        refs = [JobOutcomes.read(by_policy[name]) for name in bases]
+        for name, path in sorted(by_policy.items()):
+            if name in bases:
+                continue
+            try:
+                changes = paired_bootstrap(
+                    refs, JobOutcomes.read(path), resamples=resamples, seed=seed, level=level
+                )
+            except PairedError as exc:
+                raise PairedError(f"{load}/{name} against {','.join(bases)}: {exc}") from None
+            results.setdefault(load, {})[name] = changes
+    return results
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """One metric of one policy over replicates (runs of other seeds: other jobs, other
+    paths), each judged on its own jobs: the changes and how many of each verdict. What
+    the job draws cannot show, how far another path moves a figure, is their spread."""
+
+    changes: tuple[float, ...]
+    verdicts: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready: the count, the mean, least and greatest change, each verdict's
+        count, and the changes in the replicates' order."""
+        return {
+            "replicates": len(self.changes),
+            "mean_change": float(np.mean(self.changes)),
+            "min_change": min(self.changes),
+            "max_change": max(self.changes),
+            **{v: self.verdicts.count(v) for v in VERDICTS},
+            "changes": list(self.changes),
+        }
+
+
+def tally(
+    replicates: Sequence[dict[str, dict[str, dict[str, Change]]]],
+) -> dict[str, dict[str, dict[str, Tally]]]:
+    """Per load, policy and metric, the replicates' comparisons (each from
+    :func:`compare_runs`) side by side; a load or policy counts the replicates it is in."""
+    out: dict[str, dict[str, dict[str, Tally]]] = {}
+    for load in sorted({load for r in replicates for load in r}):
+        for name in sorted({name for r in replicates for name in r.get(load, {})}):
+            seen = [r[load][name] for r in replicates if name in r.get(load, {})]
+            out.setdefault(load, {})[name] = {
+                m: Tally(tuple(c[m].change for c in seen), tuple(c[m].verdict for c in seen))
+                for m in METRICS
+            }
+    return out
