@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -1308,3 +1309,13 @@ def test_cli_jobs_and_gfs_compare(tmp_path) -> None:
     (out / "jobs" / "high" / "yarn-cs.csv.gz").unlink()
     bad = runner.invoke(app, ["sim", "gfs-compare", str(out), str(short)])
     assert bad.exit_code == 2 and "high/yarn-cs against gfs: not the same jobs" in bad.output
+    # a replicate whose runs do not pair is named with the run
+    mixed = tmp_path / "mixed" / "jobs" / "high"
+    mixed.mkdir(parents=True)
+    shutil.copy(out / "jobs" / "high" / "gfs.csv.gz", mixed)
+    shutil.copy(short / "jobs" / "high" / "yarn-cs.csv.gz", mixed)
+    bad = runner.invoke(
+        app, ["sim", "gfs-compare", str(seed1), str(tmp_path / "mixed"), "--replicates"]
+    )
+    assert bad.exit_code == 2, bad.output
+    assert f"{tmp_path / 'mixed'}: high/yarn-cs against gfs: not the same jobs" in bad.output

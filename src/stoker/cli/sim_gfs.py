@@ -315,7 +315,10 @@ def sim_gfs_compare(
             for name in bases:
                 if name not in policies:
                     fail(f"--base: no run of {name!r} under {where}; found {', '.join(policies)}")
-            results = compare_runs(runs, bases, resamples=resamples, seed=seed, level=level)
+            try:
+                results = compare_runs(runs, bases, resamples=resamples, seed=seed, level=level)
+            except PairedError as exc:
+                raise PairedError(f"{where}: {exc}" if replicates else str(exc)) from None
             if not results:
                 fail(f"no load under {where} has {base!r} and another policy to compare")
             found.append(runs)
