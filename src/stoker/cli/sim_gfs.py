@@ -282,6 +282,7 @@ def sim_gfs_compare(
     from stoker.sim.paired import (
         METRICS,
         VERDICTS,
+        Change,
         PairedError,
         check_draws,
         compare_runs,
@@ -304,7 +305,7 @@ def sim_gfs_compare(
     if replicates and len(paths) < 2:
         fail("--replicates: give two folders or more, one per replicate")
     found: list[dict[str, dict[str, Path]]] = []
-    compared: list[dict[str, dict[str, dict[str, Any]]]] = []
+    compared: list[dict[str, dict[str, dict[str, Change]]]] = []
     try:
         for group in groups:
             where = ", ".join(map(str, group))
@@ -327,7 +328,7 @@ def sim_gfs_compare(
         fail(str(exc))
         return
 
-    def as_json_doc(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    def as_json_doc(results: dict[str, dict[str, dict[str, Change]]]) -> dict[str, Any]:
         return {
             load: {name: {m: c.as_dict() for m, c in ch.items()} for name, ch in by.items()}
             for load, by in results.items()

@@ -230,7 +230,8 @@ def paired_bootstrap(
         a = float(whole[-1][m])
         rel = _relative(draws[m][-1], draws[m][:-1].mean(axis=0))
         low, high = (float(x) for x in np.percentile(rel, [tail, 100 - tail]))
-        verdict = "better" if high < 0 else "worse" if low > 0 else "no clear difference"
+        better, worse, unclear = VERDICTS
+        verdict = better if high < 0 else worse if low > 0 else unclear
         out[m] = Change(b, a, float(_relative(np.array([a]), np.array([b]))[0]), low, high, verdict)
     return out
 
