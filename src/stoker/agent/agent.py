@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -116,6 +117,7 @@ class Agent:
         self._install_killed: str | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # binds with deps, output resumes
         self._stop_after_job = False  # SIGTERM came while a job ran
+        self._kept_paths: Kept | None = None  # the host paths bound into the scratch dirs
 
     # --- connection ------------------------------------------------------
 
@@ -508,16 +510,24 @@ class Agent:
         if not self.sweep:
             return
         roots = (*SCRATCH, *more)
-        if not more and _nothing_left(roots):
+        kept = self._kept()
+        if not more and _nothing_left(roots, kept):
             return  # the common case: no fork at all
 
         def clear() -> None:
             for root in roots:
-                _empty_dir(Path(root))
+                _empty_dir(root, kept)
             if ipcrm := shutil.which("ipcrm"):
                 subprocess.run([ipcrm, "--all"], capture_output=True, check=False)
 
         run_as(self.user, clear)
+
+    def _kept(self) -> Kept:
+        """What the scratch dirs hold that no job wrote: read once, since a pod's mounts are
+        fixed when its sandbox starts (nothing in it may mount)."""
+        if self._kept_paths is None:
+            self._kept_paths = kept_mounts((*SCRATCH, str(self.workspace)))
+        return self._kept_paths
 
     def _watch(self, job: _Job, out_r: int, err_r: int, timeout_s: float) -> None:
         """Watch ``job``: its output pipes read by loop callbacks (:meth:`_output`), its
@@ -764,28 +774,84 @@ def _scratch(name: str) -> Path:
     return Path(os.environ.get("TMPDIR") or "/tmp") / name
 
 
-def _empty_dir(root: Path) -> None:
-    """Remove everything inside ``root`` (what cannot be removed is left, silently)."""
-    with contextlib.suppress(OSError):
-        for child in root.iterdir():
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    child.unlink()
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """What a scrub leaves in the scratch dirs: the mount points below them (host paths
+    bound into the pod where they lie on the host, e.g. a venv or checkout under /tmp) and
+    the directories the sandbox made to hold them. A scrub never walks into a mount point,
+    and walks a holding directory only for what a job may have added beside the mounts."""
+
+    mounts: frozenset[str] = frozenset()
+    holders: frozenset[str] = frozenset()
 
 
-def _nothing_left(roots: tuple[str, ...]) -> bool:
-    """Whether ``roots`` are empty and the pod has no System V IPC object (the pod's own
-    ipc namespace lists them all in /proc/sysvipc, whoever made them)."""
+def kept_mounts(roots: tuple[str, ...], mountinfo: str = "/proc/self/mountinfo") -> Kept:
+    """The mount points strictly below ``roots`` in this mount namespace, and the
+    directories between each root and them."""
     try:
+        with open(mountinfo) as f:
+            points = [_unescape(line.split()[4]) for line in f if line.strip()]
+    except OSError:
+        return Kept()
+    mounts: set[str] = set()
+    holders: set[str] = set()
+    for point in points:
         for root in roots:
-            with os.scandir(root) as it:
-                if next(it, None) is not None:
-                    return False
+            if not point.startswith(root.rstrip("/") + "/"):
+                continue
+            mounts.add(point)
+            parent = os.path.dirname(point)
+            while parent != root.rstrip("/") and parent.startswith(root):
+                holders.add(parent)
+                parent = os.path.dirname(parent)
+    return Kept(frozenset(mounts), frozenset(holders - mounts))
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path field: space, tab, newline and backslash are octal escapes."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _empty_dir(root: str, kept: Kept) -> None:
+    """Remove everything inside ``root`` but what ``kept`` names (what cannot be removed is
+    left, silently)."""
+    try:
+        with os.scandir(root) as it:
+            entries = list(it)
+    except OSError:
+        return
+    for entry in entries:
+        if entry.path in kept.mounts:
+            continue  # a host path bound into the pod: never a job's to lose, nor ours
+        if entry.path in kept.holders:
+            _empty_dir(entry.path, kept)
+        elif entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+
+
+def _nothing_left(roots: tuple[str, ...], kept: Kept) -> bool:
+    """Whether ``roots`` hold nothing but ``kept`` and the pod has no System V IPC object
+    (the pod's own ipc namespace lists them all in /proc/sysvipc, whoever made them)."""
+    try:
+        if any(_holds_more(root, kept) for root in roots):
+            return False
         return not any(_has_entries(f"/proc/sysvipc/{kind}") for kind in ("shm", "msg", "sem"))
     except OSError:
         return False  # cannot tell: clear
+
+
+def _holds_more(root: str, kept: Kept) -> bool:
+    """Whether ``root`` holds anything ``kept`` does not name (holders searched too)."""
+    with os.scandir(root) as it:
+        for entry in it:
+            if entry.path in kept.mounts:
+                continue
+            if entry.path not in kept.holders or _holds_more(entry.path, kept):
+                return True
+    return False
 
 
 def _has_entries(table: str) -> bool:
