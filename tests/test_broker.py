@@ -152,7 +152,8 @@ def test_a_plain_submit_takes_the_fast_path_and_answers_as_the_route(
     ]
 
 
-_PER_JOB = ("id", "submitted", "started", "finished", "start_latency_ms", "pods", "path")
+_PER_JOB = ("id", "submitted", "started", "exited", "drained", "finished", "committed")
+_PER_JOB += ("start_latency_ms", "pods", "path")
 
 
 def test_health_ready_and_openapi(broker: EmbeddedBroker) -> None:
@@ -253,6 +254,24 @@ def test_cold_start_then_warm_hit_with_output_and_exit(broker: EmbeddedBroker) -
     assert second["start_latency_ms"] < first["start_latency_ms"]
     metrics = Api(broker.url, None).http.get("/metrics").text
     assert 'stoker_jobs_started_total{job_class="pool",path="warm",profile="plain"} 1.0' in metrics
+
+
+def test_a_jobs_end_is_recorded_in_steps(broker: EmbeddedBroker) -> None:
+    # exited (its process ended), drained (its output read to the end, the pod clean), then
+    # finished (the broker took it) and committed (its final row's transaction began): where
+    # the time between a job's last line and its caller's answer goes
+    a = _tenant(broker, "a")
+    a.run([PY, "-c", "pass"])  # the pod's cold start out of the way
+    job = a.run([PY, "-c", "import time; print('x', flush=True); time.sleep(0.3)"])
+    steps = [job[k] for k in ("submitted", "started", "exited", "drained", "finished")]
+    assert all(isinstance(t, float) for t in steps), job
+    assert steps == sorted(steps), job
+    assert job["exited"] - job["started"] >= 0.3  # the job's own time is its own step
+    row = a.http.get(f"/v1/jobs/{job['id']}").json()
+    assert row["committed"] is not None and row["committed"] >= row["finished"]
+    assert {k: row[k] for k in _PER_JOB} == {k: job[k] for k in _PER_JOB} | {
+        "committed": row["committed"]
+    }
 
 
 def test_standby_promotion(tmp_path: Path) -> None:

@@ -205,6 +205,11 @@ def test_bench_local_writes_results(tmp_path: Path) -> None:
         assert run["agent_cpu_ms_per_job"] >= 0 and run["jobs_cpu_ms_per_job"] > 0
     deps = plain["deps_layer"]  # the layer's saving: the import is done once per warm pod
     assert deps["n"] == 10 and deps["first_import_ms"] > 10 * deps["later_import_ms_p50"]
+    steps = plain["warm"]["end_steps_ms"]
+    assert set(steps) == {"queue_and_bind", "job", "drain_and_clean", "report", "commit"}
+    assert plain["flags"] == [], plain["flags"]  # nothing on a warm job far above the rest
+    host = json.loads((tmp_path / "results.json").read_text())["host"]
+    assert host["kernel"] and host["cgroup"] and host["open_files"]["soft"] > 0
 
 
 def test_client_config_errors_name_the_key_and_file(env: dict[str, str], tmp_path: Path) -> None:

@@ -67,6 +67,7 @@ class _Job:
     pipes: dict[int, str] = field(default_factory=dict)  # open output fd -> its stream
     paused: bool = False  # its pipes are not read until the runtime catches up
     status: int | None = None  # its wait status, once its exit is handled (_exited)
+    exited_at: float | None = None  # when the zygote reported its exit (wall clock)
     timer: asyncio.TimerHandle | None = None  # its timeout, then the linger after its exit
 
 
@@ -436,7 +437,9 @@ class Agent:
         finally:
             self._installing = None
         if self._install_killed is not None:
-            self._record_exit(job_id, 128 + signal.SIGKILL, signal.SIGKILL, self._install_killed)
+            self._record_exit(
+                job_id, 128 + signal.SIGKILL, signal.SIGKILL, self._install_killed, None
+            )
             self.send(self.ran[job_id])
             return None
         return str(path)
@@ -611,6 +614,7 @@ class Agent:
         if self.job is not job or job.status is not None:
             return  # reported twice (its layer died too): once is enough
         job.status = status
+        job.exited_at = time.time()
         if job.timer is not None:
             job.timer.cancel()
         self._kill_others()
@@ -636,20 +640,25 @@ class Agent:
             failure = "user_error"
         self.job = None
         self._keep_layer(job.deps)  # before the exit is told: the next bind finds it
-        self._record_exit(job.id, code, sig, failure)
+        self._record_exit(job.id, code, sig, failure, job.exited_at)
         self.send(self.ran[job.id])
         if self._stop_after_job:
             self._stop.set()
 
-    def _record_exit(self, job_id: str, code: int, sig: int, failure: str | None) -> None:
-        """Remember how a job ended (a repeated bind is answered with it)."""
+    def _record_exit(
+        self, job_id: str, code: int, sig: int, failure: str | None, exited_at: float | None
+    ) -> None:
+        """Remember how a job ended (a repeated bind is answered with it): ``exited_at`` when
+        its process ended, ``at`` now, when its output is drained and the pod is clean."""
+        at = time.time()
         self.ran[job_id] = {
             "ev": "exited",
             "job": job_id,
             "exit_code": code,
             "signal": sig,
             "failure": failure,
-            "at": time.time(),
+            "exited_at": at if exited_at is None else exited_at,
+            "at": at,
         }
         while len(self.ran) > MAX_RAN:
             self.ran.popitem(last=False)

@@ -186,7 +186,12 @@ class JobView(BaseModel):
     pods: list[str]
     submitted: float
     started: float | None
+    # its end in steps: the process exited, its output was drained and the pod made clean
+    # (the pod's clock), the broker took the end (``finished``), its final row was committed
+    exited: float | None = None
+    drained: float | None = None
     finished: float | None
+    committed: float | None = None
     exit_code: int | None
     failure: str | None
     # times the job was taken off its pods and put back in its queue, and why the last time

@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from stoker.broker.bench_host import end_steps_ms, host_environment, outliers
 from stoker.broker.config import BrokerConfig, BrokerProfile
 from stoker.broker.embedded import EmbeddedBroker, free_port
 from stoker.client import DEFAULT_WAIT_S, Client, StokerError
@@ -270,6 +271,10 @@ def _bench_profile(
         "start_ms_p50": percentile(warm_ms, 0.5),
         "start_ms_p99": percentile(warm_ms, 0.99),
     }
+    res["warm"]["end_steps_ms"] = steps = end_steps_ms(warm[1:])
+    res["flags"] = [
+        f"warm job step {s}: {steps[s]:.1f} ms, far above the others" for s in outliers(steps)
+    ]
     res["cold"] = {"n": len(cold_ms), "start_ms_p50": percentile(cold_ms, 0.5)}
     if res["warm"]["start_ms_p50"] and res["cold"]["start_ms_p50"]:
         res["cold_over_warm"] = res["cold"]["start_ms_p50"] / res["warm"]["start_ms_p50"]
@@ -330,6 +335,12 @@ def _bench_profile(
         }
     finally:
         bp.stop()
+    for n, t in res["throughput"].items():
+        cpu = {role: t[f"{role}_cpu_ms_per_job"] for role in CPU_ROLES}
+        res["flags"] += [
+            f"{n} callers: {role} CPU {cpu[role]:.1f} ms a job, far above the others"
+            for role in outliers(cpu)
+        ]
     return res
 
 
@@ -541,6 +552,8 @@ def _throughput(
     }
 
 
+#: who spends CPU on a warm job (``<role>_cpu_ms_per_job`` in each throughput result)
+CPU_ROLES = ("broker", "client", "agent", "jobs")
 BENCH_PHASES = 4  # warm and cold, standby and handover, deps layer, throughput
 
 
@@ -574,12 +587,7 @@ def run_bench(
     if torch:
         profiles["torch-cpu"] = ["torch"]
     results: dict[str, Any] = {
-        "host": {
-            "cpus": os.cpu_count(),
-            "python": sys.version.split()[0],
-            # the machine may be shared: the figures mean little without its load
-            "loadavg_1m_start": os.getloadavg()[0],
-        },
+        "host": host_environment(),
         "params": {
             "warm_n": warm_n,
             "cold_n": cold_n,

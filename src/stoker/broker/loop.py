@@ -325,6 +325,8 @@ class Scheduler:
         # read from the store), and finished jobs' committed rows and output for a while
         self._chunks: dict[str, list[tuple[int, str, bytes]] | None] = {}
         self._finishing: dict[str, dict[str, Any]] = {}  # finished, not yet committed
+        # job id -> (exited, drained) as its pod's agent told them (the job record's end)
+        self._ends: dict[str, tuple[float | None, float | None]] = {}
         self._recent: dict[str, tuple[float, dict[str, Any], list[Any] | None]] = {}
         self._recent_timer: asyncio.TimerHandle | None = None
         self._demand_stored = store.last_hp_demand_minute() + 1  # the core meter's next
@@ -588,7 +590,10 @@ class Scheduler:
             "pods": [],
             "submitted": now,
             "started": None,
+            "exited": None,
+            "drained": None,
             "finished": None,
+            "committed": None,
             "exit_code": None,
             "failure": None,
         }
@@ -840,7 +845,10 @@ class Scheduler:
             if job.started is not None and row.get("started") is None and job.path is not None:
                 row["started"] = job.started
             if job.state is JobState.FINISHED:
+                exited, drained = self._ends.pop(job_id, (None, None))
                 values.update(
+                    exited=exited,
+                    drained=drained,
                     finished=job.finished,
                     exit_code=job.exit_code,
                     failure=job.failure.value if job.failure else None,
@@ -886,6 +894,9 @@ class Scheduler:
             self._flush_handle = None
         self._urgent = False
         finished = [j for j, v in self._batch.job_updates.items() if v.get("state") == "finished"]
+        committed = time.time()  # the transaction that writes their final rows begins
+        for job_id in finished:
+            self._batch.job_updates[job_id]["committed"] = committed
         final = {j: self._batch.job_updates[j] for j in finished}
         chunks = list(self._batch.output)
         requeued, self._requeued = self._requeued, []
@@ -1134,8 +1145,8 @@ class Scheduler:
                 self._out_seq[job] = seq
                 self._batch.output.append({"job": job, "seq": seq, "stream": stream, "data": data})
                 self._schedule_flush()
-            case JobExited(job, pod, exit_code, failure):
-                self._job_exited(job, pod, exit_code, failure)
+            case JobExited():
+                self._job_exited(event)
             case NodeUp(node):
                 # the core's answer: a new node added, a known one changed in place
                 if (change := node_change(core.cluster.nodes.get(node.name), node)) is not None:
@@ -1143,10 +1154,11 @@ class Scheduler:
             case NodeDown(name):
                 self._feed(NodeRemoved(name))
 
-    def _job_exited(self, job_id: str, pod: str, exit_code: int, failure: Failure | None) -> None:
-        rank = self._rank(job_id, pod)
+    def _job_exited(self, ev: JobExited) -> None:
+        rank = self._rank(ev.job, ev.pod)
         if rank is not None:
-            self._feed(RankExited(job_id, rank, exit_code, failure, pod))
+            self._ends[ev.job] = (ev.exited_at, ev.drained_at)  # the job's end: its last rank's
+            self._feed(RankExited(ev.job, rank, ev.exit_code, ev.failure, ev.pod))
 
     def _rank(self, job_id: str, pod: str) -> int | None:
         """The rank a pod runs for a job the core has bound (None: stale news)."""

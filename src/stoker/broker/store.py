@@ -59,7 +59,13 @@ jobs = sa.Table(
     sa.Column("pods", sa.JSON, nullable=False),
     sa.Column("submitted", sa.Float, nullable=False),
     sa.Column("started", sa.Float),
+    # a finished job's end, in steps: its process exited, its output was drained (the pod
+    # clean again; both the agent's clock), the broker took it (finished), its final row's
+    # transaction began (committed)
+    sa.Column("exited", sa.Float),
+    sa.Column("drained", sa.Float),
     sa.Column("finished", sa.Float),
+    sa.Column("committed", sa.Float),
     sa.Column("exit_code", sa.Integer),
     sa.Column("failure", sa.String(32)),
     sa.Column("requeues", sa.Integer, nullable=False, default=0),

@@ -632,6 +632,17 @@ def bench_local(
         ],
         rows,
     )
+    host = res["host"]
+    typer.echo(
+        f"host: kernel {host['kernel']}, cgroup {host['cgroup']}, seccomp {host['seccomp']}, "
+        f"open files {host['open_files']['soft']}; stoker from {host['source']['path']} "
+        f"({host['source']['fstype']}), venv {host['venv']['path']} ({host['venv']['fstype']})"
+    )
+    for name, p in res["profiles"].items():
+        steps = ", ".join(f"{k} {v:.1f}" for k, v in p["warm"]["end_steps_ms"].items())
+        typer.echo(f"{name}: a warm job's steps (p50 ms): {steps}")
+        for flag in p["flags"]:
+            typer.echo(f"{name}: FLAG {flag}")
 
 
 secret_app = typer.Typer(

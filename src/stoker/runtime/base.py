@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from stoker.core.model import Failure, Node
 
@@ -144,10 +144,16 @@ class JobOutput:
 
 @dataclass(frozen=True, slots=True)
 class JobExited:
+    """A job's process ended in its pod. ``exited_at``: when the agent saw the process end;
+    ``drained_at``: when its output had been read to the end and the pod was clean again
+    (both the agent's wall clock; None when no agent saw it: the pod died, the bind failed)."""
+
     job: str
     pod: str
     exit_code: int
     failure: Failure | None = None
+    exited_at: float | None = None
+    drained_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,3 +224,16 @@ class Runtime(Protocol):
     def events(self) -> AsyncIterator[RuntimeEvent]: ...
 
     async def close(self) -> None: ...
+
+
+def exited_event(msg: dict[str, Any], pod: str, failure: Failure | None) -> JobExited:
+    """The JobExited an agent's ``exited`` message tells of (local and Kubernetes alike)."""
+    exited_at, drained_at = msg.get("exited_at"), msg.get("at")
+    return JobExited(
+        str(msg["job"]),
+        pod,
+        int(msg["exit_code"]),
+        failure,
+        None if exited_at is None else float(exited_at),
+        None if drained_at is None else float(drained_at),
+    )

@@ -50,6 +50,7 @@ from stoker.runtime.base import (
     PodUp,
     RuntimeEvent,
     RuntimeProfile,
+    exited_event,
 )
 from stoker.runtime.cgroups import PodCgroup
 from stoker.runtime.code import CodeStore
@@ -543,7 +544,7 @@ class LocalRuntime:
             if rec.job == msg["job"]:
                 rec.job = None
                 rec.job_exited.set()
-            await self._emit(JobExited(msg["job"], rec.id, int(msg["exit_code"]), failure))
+            await self._emit(exited_event(msg, rec.id, failure))
         elif ev == "error" and msg.get("job"):
             job = msg["job"]
             if rec.job == job:

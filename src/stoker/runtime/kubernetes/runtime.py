@@ -70,6 +70,7 @@ from stoker.runtime.base import (
     PodUp,
     RuntimeEvent,
     RuntimeProfile,
+    exited_event,
 )
 from stoker.runtime.code import CodeStore
 from stoker.runtime.kubernetes import pods
@@ -948,7 +949,7 @@ class KubernetesRuntime:
             if rec.job == msg["job"]:
                 rec.job = None
             failure = Failure(msg["failure"]) if msg.get("failure") else None
-            await self._events.put(JobExited(msg["job"], rec.id, int(msg["exit_code"]), failure))
+            await self._events.put(exited_event(msg, rec.id, failure))
         elif ev == "error" and msg.get("job"):
             if rec.job == msg["job"]:
                 rec.job = None
