@@ -428,9 +428,11 @@ def test_a_restart_with_fewer_gpus_sets_aside_what_no_longer_fits(
         _wait_for(lambda: a.http.get(f"/v1/jobs/{hold_id}").json()["state"] == "running")
         hp = a.submit([PY, "-c", "print('hp ran')"], job_class="hp", gpus=2).json()["id"]
         gang = a.submit([PY, "-c", "print('gang ran')"], workers=2).json()["id"]
-        for jid in (hp, gang):
+        # queued, each told the room it waits for (every card is the hold's)
+        for jid, says in ((hp, "1 worker(s) of 2 GPU"), (gang, "2 worker(s) of 0.9 GPU")):
             row = a.http.get(f"/v1/jobs/{jid}").json()
-            assert (row["state"], row.get("waiting_reason")) == ("queued", None), row
+            assert row["state"] == "queued", row
+            assert row["waiting_reason"] == f"no room on any for {says}: 0 of 2 GPUs free"
     # its pods stopped with it: the job that ran ends pod_died on the restart
     with EmbeddedBroker(one) as eb:
         a = Api(eb.url, token)
@@ -451,7 +453,7 @@ def test_a_restart_with_fewer_gpus_sets_aside_what_no_longer_fits(
 
         env = {"STOKER_URL": eb.url, "STOKER_TOKEN": token, "COLUMNS": "200"}
         shown = CliRunner().invoke(app, ["ps", "--wide"], env=env).stdout
-        assert f"{hp} waits aside: {listed[hp]}" in shown, shown
+        assert f"{hp} waits: {listed[hp]}" in shown, shown
         small = a.run([PY, "-c", "print('small ran')"], tag="s")
         assert small["exit_code"] == 0 and a.output(small["id"]) == "small ran\n"
         assert small["pods"] and eb.broker is not None and eb.broker.scheduler is not None

@@ -66,7 +66,10 @@ def test_keepalive_s_alone_is_a_fixed_keepalive(tmp_path: Path) -> None:
     fixed = _load(tmp_path, "keepalive_s = 7\n").policies.build(7.0, 30.0).policies.keepalive
     assert type(fixed).__name__ == "FixedKeepAlive" and fixed.ttl_s == 7.0
     default = BrokerConfig().policies.build(None, 30.0)
-    assert default.name == "firepool" and default.forecaster == "default"
+    assert default.name == "gfs-lend" and default.forecaster == "default"
+    # spot may run on the GPUs HP does not hold while no HP job waits (the forecast's
+    # quota alone keeps idle GPUs from it: the live report of a spot job starving)
+    assert default.policies.gangs.lend_idle == 1.0
     assert default.policies.warm_cap.name == "keepalive"  # the HP forecast within the keep-alive
 
 

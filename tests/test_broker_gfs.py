@@ -27,11 +27,13 @@ import stoker
 from stoker.broker.config import (
     BrokerConfig,
     BrokerProfile,
+    CpuSlots,
     ForecastConfig,
     PolicyConfig,
     SpotConfig,
 )
 from stoker.broker.embedded import EmbeddedBroker
+from stoker.broker.store import Store
 from stoker.cli.main import app
 from stoker.client import InvalidRequest, Job, JobPreempted, JobShape
 
@@ -58,9 +60,9 @@ SPOT_OUTPUT = "run 1: started\nrun 1: SIGTERM, checkpointed\nrun 2: started\nrun
 
 
 def _cfg(tmp: Path, gpu_slots: int = 1, **kw: Any) -> BrokerConfig:
+    kw.setdefault("profiles", [BrokerProfile.simple("plain")])
     return BrokerConfig(
         data_dir=tmp / "data",
-        profiles=[BrokerProfile.simple("plain")],
         gpu_slots=gpu_slots,
         gpu_model="vgpu",
         forecast=ForecastConfig(query_every_s=0.2, refit_every_s=0.5),
@@ -266,6 +268,86 @@ def test_restart_in_the_middle_keeps_spot_hp_and_demand_history(tmp_path: Path) 
             assert gang.result(60).ok
             res = Job(a2, a2.get(spot.id)).result(60)
             assert res.ok and res.requeues == 1 and res.stdout.decode() == SPOT_OUTPUT
+
+
+def _store_hp_peak(cfg: BrokerConfig) -> None:
+    """The live report's history on a 2-GPU pool: an HP job of 1 GPU for 40 s, then one of
+    2 GPUs for 20 s, both done, stored as the broker stores what its meter saw (each
+    minute's peak: the last two). The broker stores a minute only once it has ended, so a
+    live run of them would wait a minute for its forecast."""
+    minute = int(time.time() // 60)
+    history = [("vgpu", "b", minute - 2, 1.0), ("vgpu", "b", minute - 1, 2.0)]
+    Store.sqlite(cfg.db_path).record_hp_demand(history)
+
+
+def _quota_pinned(eb: EmbeddedBroker) -> None:
+    """Once the broker's forecaster (fitted on that history) has answered: HP at its recent
+    peak over the guaranteed hour, so GFS's forecast quota is 0 with both GPUs free."""
+    assert eb.broker is not None and eb.broker.scheduler is not None
+    core = eb.broker.scheduler.core
+    _wait_for(lambda: "vgpu" in core.forecast)
+    assert core.gangs.quota["vgpu"] == 0.0 and core.gangs.used["vgpu"]["hp"] == 0.0
+
+
+def test_a_spot_job_runs_on_gpus_no_hp_job_uses_under_the_default_preset(tmp_path: Path) -> None:
+    """The live report: with both HP jobs done and both GPUs free, the forecast holds them
+    for HP (quota 0); the broker's default preset lends spot what HP does not hold while no
+    HP job waits, so the spot job runs at once (HP would take the GPUs back by evicting)."""
+    cfg = _cfg(tmp_path, gpu_slots=2)
+    _store_hp_peak(cfg)
+    with EmbeddedBroker(cfg) as eb, _tenant(eb, "a") as a:
+        _quota_pinned(eb)
+        spot = a.run("plain", [PY, "-c", "print('spot ran')"], shape=JobShape("spot", gpus=1.0))
+        res = spot.result(timeout_s=30)
+        assert res.ok and res.stdout == b"spot ran\n" and res.requeues == 0
+        assert _pool(a)["spot_quota"] == 2.0  # the quota in force: the loan
+
+
+def test_a_waiting_job_is_told_what_holds_it(tmp_path: Path) -> None:
+    """Under GFS's own quota (no loan) the spot job waits; its ``waiting_reason`` (the API,
+    the stored list, ``stoker ps``) and its ``job.queued`` event name the quota, the
+    forecast HP demand and the free GPUs. A CPU-only job waiting for the CPU slots is told
+    the CPU slots, not GPUs."""
+    cfg = _cfg(
+        tmp_path,
+        gpu_slots=2,
+        policies=PolicyConfig(preset="gfs"),
+        profiles=[BrokerProfile.simple("plain"), BrokerProfile.simple("verify", gpus=0)],
+        cpu_slots=CpuSlots(cpus=1.0, memory_mb=4096),
+    )
+    _store_hp_peak(cfg)
+    with EmbeddedBroker(cfg) as eb, _tenant(eb, "a") as a:
+        _quota_pinned(eb)
+        spot = a.run("plain", [PY, "-c", "pass"], shape=JobShape("spot", gpus=1.0))
+        said = (
+            "spot quota 0 GPU of vgpu, 0 held by spot, the job asks 1 (forecast HP 2.0 of 2 GPUs"
+            " over the guaranteed 1 h, eta 1.00; 2 GPUs free)"
+        )
+        assert a.get(spot.id)["waiting_reason"] == said
+        (queued,) = [e for e in a.events(job=spot.id) if e["kind"] == "job.queued"]
+        assert (queued["reason"], queued["message"]) == ("spot_quota", said)
+        # a verifier holds the one CPU slot; the next one waits for it, the GPUs all free
+        hold = a.run("verify", [PY, "-c", "import time; time.sleep(60)"], reuse_tag="v1")
+        _wait_for(lambda: a.get(hold.id)["state"] == "running")
+        cpu = a.run("verify", [PY, "-c", "pass"], reuse_tag="v2")
+        cpu_said = (
+            "no CPU slots for 1 pod(s) of verify (1 CPU and 2 GB each, on one node): "
+            "0 CPUs and 2 GB free of 1 and 4 GB"
+        )
+        assert a.get(cpu.id)["waiting_reason"] == cpu_said
+        (queued,) = [e for e in a.events(job=cpu.id) if e["kind"] == "job.queued"]
+        assert (queued["reason"], queued["message"]) == ("cpu_slots", cpu_said)
+        # the stored rows and the command line say the same
+        stored = {spot.id: said, cpu.id: cpu_said}
+        _wait_for(lambda: {r["id"]: r["waiting_reason"] for r in a.jobs(["queued"])} == stored)
+        token = a._http.headers["Authorization"][7:]
+        env = {"STOKER_URL": eb.url, "STOKER_TOKEN": token, "COLUMNS": "200"}
+        shown = CliRunner().invoke(app, ["ps", "--wide"], env=env).stdout
+        assert f"{spot.id} waits: {said}" in shown and f"{cpu.id} waits: {cpu_said}" in shown
+        hold.cancel()
+        assert Job(a, a.get(cpu.id)).result(60).ok  # the freed slot is the waiting one's
+        assert a.get(spot.id)["waiting_reason"] == said
+        spot.cancel()
 
 
 def test_fitted_keepalive_runs_live(tmp_path: Path) -> None:

@@ -13,6 +13,8 @@ from stoker.core import (
     Cluster,
     Core,
     CoreError,
+    CpuWait,
+    GpuWait,
     HitPath,
     JobClass,
     JobSpec,
@@ -74,6 +76,32 @@ def test_cpu_only_pods_take_cpu_slots_and_no_gpu() -> None:
     d.settle()
     paths = [d.core.jobs[j].path for j in second]
     assert paths.count(HitPath.WARM) == 7, paths
+
+
+def test_a_verifier_waiting_for_cpu_slots_is_told_the_cpu_slots_not_gpus() -> None:
+    d = Driver(_core([CPU, GPU1], cpu=2.0, memory_gb=16.0))
+    for i in range(2):
+        d.submit("t", f"v{i}", "cpu")
+    d.settle()
+    third = d.submit("t", "v2", "cpu")
+    d.settle()
+    # both GPUs are free; what holds it is the node's two CPU slots, both taken
+    assert d.core.cluster.free_gpus("any") == 2
+    assert d.core.waiting(third) == CpuWait(
+        profile="cpu",
+        pods=1,
+        cpu=1.0,
+        memory_gb=2.0,
+        free_cpu=0.0,
+        free_memory_gb=12.0,
+        total_cpu=2.0,
+        total_memory_gb=16.0,
+    )
+    # a GPU pool job that finds no card free is told the cards of its GPU model
+    gpu_jobs = [d.submit("t", f"g{i}", "p") for i in range(3)]
+    d.settle()
+    assert d.core.waiting(gpu_jobs[0]) is None  # placed
+    assert d.core.waiting(gpu_jobs[2]) == GpuWait("any", 1, 1.0, free_gpus=0, capacity=2)
 
 
 def test_eight_parallel_verifiers_get_warm_hits_in_their_second_round() -> None:

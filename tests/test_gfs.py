@@ -21,6 +21,7 @@ from stoker.core import (
     Core,
     Failure,
     ForecastUpdated,
+    GpuWait,
     Job,
     JobClass,
     JobForgotten,
@@ -38,6 +39,7 @@ from stoker.core import (
     Profile,
     RankExited,
     RankStarted,
+    SpotQuotaWait,
     StartPod,
     StopPod,
     Tick,
@@ -270,6 +272,78 @@ def test_spot_admission_respects_quota_summed_over_tenants() -> None:
     assert "a" in bound(g.submit(spec("a", "spot", 4), 0.0))
     assert not bound(g.submit(spec("b", "spot", 2), 0.0))  # 4 + 2 > 5
     assert "c" in bound(g.submit(spec("c", "spot", 1), 0.0))  # backfill
+
+
+def _idle_after_hp(policy: str) -> tuple[Gangs, list[Action]]:
+    """The live report's case on a 2-GPU pool: HP ran 1 GPU for 40 s, then 2 GPUs for 20 s;
+    both done, the forecaster says HP will peak at 2 GPUs every hour ahead (the recent
+    peak: quota 0); then a 1-GPU spot job comes."""
+    g = Gangs(cluster(2), policy)
+    g.submit(spec("h1", "hp", 1, dur=40.0), 0.0)
+    g.finish("h1", 40.0)
+    g.submit(spec("h2", "hp", 2, dur=20.0), 40.0)
+    g.finish("h2", 60.0)
+    g.send(ForecastUpdated("t", "A", (2.0,) * 4, (0.0,) * 4), 60.0)
+    assert g.core.gangs.quota["A"] == 0.0
+    return g, g.submit(spec("s", "spot", 1), 61.0)
+
+
+def test_a_spot_job_held_by_the_quota_is_told_the_quota_the_forecast_and_the_free_gpus() -> None:
+    # GFS: the forecast keeps both GPUs for HP over the guaranteed hour; the job waits, and
+    # the core says so with the figures that hold it
+    g, out = _idle_after_hp("gfs")
+    assert bound(out) == [] and g.core.jobs["s"].state is JobState.QUEUED
+    assert g.core.waiting("s") == SpotQuotaWait(
+        pool="A",
+        quota=0.0,
+        spot_gpus=0.0,
+        gpus=1.0,
+        capacity=2,
+        free_gpus=2,
+        hp_gpus=0.0,
+        eta=1.0,
+        forecast_hp=2.0,
+        guaranteed_h=1,
+        lent=None,
+        hp_queued=0,
+    )
+    # a quota that reads no forecast says so
+    s = Gangs(cluster(2), static(0.0))
+    s.submit(spec("s", "spot", 1), 0.0)
+    wait = s.core.waiting("s")
+    assert isinstance(wait, SpotQuotaWait) and (wait.quota, wait.forecast_hp) == (0.0, None)
+
+
+def test_gfs_lend_runs_spot_on_gpus_no_hp_job_uses_and_hp_takes_them_back() -> None:
+    # the broker's default preset: spot borrows what HP does not hold while no HP waits
+    g, out = _idle_after_hp("gfs-lend")
+    assert bound(out) == ["s"] and g.core.waiting("s") is None
+    assert g.core.gangs.spot_quota("A") == 2.0  # the loan: eta 1 x the 2 GPUs HP leaves
+    # HP comes back for both GPUs: the lent GPU goes back by eviction (what spot is)
+    back = g.submit(spec("h3", "hp", 2), 70.0)
+    assert evicted(back) == ["s"] and "h3" in bound(back)
+    # with HP waiting nothing is lent: a spot job waits for the forecast's quota
+    g.submit(spec("h4", "hp", 1), 71.0)
+    g.submit(spec("s2", "spot", 1), 72.0)
+    assert g.core.waiting("h4") == GpuWait("A", 1, 1.0, free_gpus=0, capacity=2)
+    wait = g.core.waiting("s2")
+    assert isinstance(wait, SpotQuotaWait)
+    assert (wait.quota, wait.lent, wait.hp_queued, wait.hp_gpus) == (0.0, None, 1, 2.0)
+
+
+def test_a_job_waiting_for_pods_to_stop_is_told_whom_the_room_is_for() -> None:
+    g = Gangs(cluster(2), "gfs-lend")
+    g.stop = False  # pods of profile p take their time to go
+    g.submit(JobSpec("s", "t", "p", job_class=JobClass.SPOT, gpus=1, duration=100.0), 0.0)
+    g.send(PodReady(g.core.jobs["s"].pods[0]), 0.0)
+    assert g.core.jobs["s"].state is JobState.RUNNING
+    g.submit(spec("h3", "hp", 2), 70.0)  # evicts s: its pod stops for h3
+    assert g.core.waiting("h3") == GpuWait("A", 1, 2.0, 1, 2, freeing_for="h3")
+    g.submit(spec("s2", "spot", 1), 71.0)  # the free GPU is h3's: spot does not take it
+    assert g.core.waiting("s2") == GpuWait("A", 1, 1.0, 1, 2, freeing_for="h3")
+    # the evicted job is back in the queue, behind the same room; an unknown job waits not
+    assert evicted(g.send(Tick(), 71.0)) == [] and g.core.jobs["s"].state is JobState.QUEUED
+    assert g.core.waiting("s") == g.core.waiting("s2") and g.core.waiting("nope") is None
 
 
 def test_demand_series_is_running_hp_gpus() -> None:

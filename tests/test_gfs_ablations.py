@@ -124,7 +124,7 @@ def _lend_run(policy: str | Policies) -> tuple[list[str], list[str], list[str], 
     # while it (or any HP job) waits, nothing is lent
     g.submit(spec("h3", "hp", 4, dur=1e5), 3.0)
     late = bound(g.submit(spec("s3", "spot", 1, dur=1e5), 3.0))
-    return first, evicted(hp), late, g.core.gangs._spot_quota("A")
+    return first, evicted(hp), late, g.core.gangs.spot_quota("A")
 
 
 def test_lend_gives_spot_what_hp_does_not_hold_while_no_hp_waits() -> None:
@@ -186,9 +186,9 @@ def test_lend_shrinks_with_eta_when_lending_evicts() -> None:
     p = preset("gfs-lend")
     g = Gangs(cluster(4, 4), p.policies)
     g.send(ForecastUpdated("t", "A", (8.0,), (0.0,)), 0.0)
-    assert g.core.gangs._spot_quota("A") == 8.0  # no HP holds anything: eta 1 x 8
+    assert g.core.gangs.spot_quota("A") == 8.0  # no HP holds anything: eta 1 x 8
     g.core.gangs.config.quota.feedback("A", 0.3, spot_waited_long=False)  # e = 3x target
-    assert g.core.gangs._spot_quota("A") == pytest.approx(8.0 * 0.1 / 0.3)
+    assert g.core.gangs.spot_quota("A") == pytest.approx(8.0 * 0.1 / 0.3)
 
 
 @pytest.mark.parametrize(("name", "victim"), [("gfs", "young"), ("gfs-checkpoint-cost", "old")])

@@ -38,7 +38,7 @@ key::
     keepalive_s = 30                # its fixed keep-alive, or the fitted one's fallback
 
     [policies]                      # every decision by its name in the core's registry
-    preset = "firepool"             # the starting set; the keys below override one each
+    preset = "gfs-lend"             # the starting set; the keys below override one each
     keepalive = "fitted"            # fixed | fitted | always-on
     warm_budget = "queue-driven"
     warm_cap = "keepalive"          # how the HP forecast bounds it: or strict | new-only | none
@@ -131,7 +131,12 @@ def _cpu_shape(rt: RuntimeProfile, gpus: int) -> dict[str, float]:
     return {"cpu": rt.cpus or 0.0, "memory_gb": (rt.memory_mb or 0) / 1024}
 
 
-DEFAULT_PRESET = "firepool"  # Firepool's warm pools with GFS's hp/spot defaults
+# Firepool's warm pools and GFS's hp/spot with gfs-lend's quota: while no HP job waits in a
+# GPU pool, spot may run on the GPUs HP does not hold, past what the forecast leaves free
+# (HP takes them back by eviction, and evictions shrink eta and the loan). GFS's own quota
+# alone keeps idle GPUs from spot whenever HP is forecast to need them within the
+# guaranteed hour: on a live broker with a short history, the last hour's peak
+DEFAULT_PRESET = "gfs-lend"
 
 
 class PolicyConfig(_Table):

@@ -28,8 +28,10 @@ from stoker.core import (
     BindFailed,
     BindJob,
     Core,
+    CpuWait,
     Event,
     Failure,
+    GpuWait,
     JobCancelled,
     JobClass,
     JobEnded,
@@ -44,8 +46,11 @@ from stoker.core import (
     RankExited,
     RankStarted,
     RecyclePod,
+    Refusal,
+    SpotQuotaWait,
     StartPod,
     StopPod,
+    Waiting,
 )
 
 _RING = 2_000  # events kept in memory for the API (about 0.6 MB; a job's older ones: the file)
@@ -68,6 +73,62 @@ def outcome(exit_code: int | None, failure: str | None) -> str:
     if failure:
         return failure
     return "ok" if exit_code == 0 else Failure.USER_ERROR.value
+
+
+def waiting_words(wait: Waiting) -> tuple[str, str]:
+    """A queued job's wait (:meth:`Core.waiting`) as (reason, message): the ``job.queued``
+    event's, and the message the job's ``waiting_reason``."""
+    match wait:
+        case Refusal(field, reason):
+            return "no_node_fits", f"no node fits: {reason} ({field})"
+        case SpotQuotaWait():
+            return "spot_quota", _quota_words(wait)
+        case CpuWait():
+            return "cpu_slots", (
+                f"no CPU slots for {wait.pods} pod(s) of {wait.profile} ({wait.cpu:g} CPU and "
+                f"{wait.memory_gb:g} GB each, on one node): {wait.free_cpu:g} CPUs and "
+                f"{wait.free_memory_gb:g} GB free of {wait.total_cpu:g} and "
+                f"{wait.total_memory_gb:g} GB"
+            )
+        case GpuWait():
+            return _gpu_words(wait)
+    raise TypeError(f"unknown wait {wait!r}")
+
+
+def _quota_words(wait: SpotQuotaWait) -> str:
+    """``spot quota 0 GPU of A100, ... (forecast HP 2.0 of 2 GPUs over the guaranteed 1 h,
+    ...; 2 GPUs free)``."""
+    head = (
+        f"spot quota {wait.quota:g} GPU of {wait.pool}, {wait.spot_gpus:g} held by spot, "
+        f"the job asks {wait.gpus:g}"
+    )
+    if wait.opens_at is not None:
+        return f"{head} (no spot job starts before the window opens at {wait.opens_at:g} s)"
+    if wait.forecast_hp is None:
+        basis = f"a quota of the {wait.capacity} GPUs that reads no forecast"
+    else:
+        basis = (
+            f"forecast HP {wait.forecast_hp:.1f} of {wait.capacity} GPUs over the guaranteed "
+            f"{wait.guaranteed_h} h, eta {wait.eta:.2f}"
+        )
+    idle = wait.capacity - wait.hp_gpus
+    if wait.lent is not None:
+        basis += f"; lent {wait.lent:g} of the {idle:g} GPUs HP does not hold"
+    elif wait.hp_queued:
+        basis += f"; nothing lent while {wait.hp_queued} HP job(s) wait"
+    return f"{head} ({basis}; {wait.free_gpus} GPUs free)"
+
+
+def _gpu_words(wait: GpuWait) -> tuple[str, str]:
+    words = (
+        f"no room on {wait.pool} for {wait.workers} worker(s) of {wait.per_worker:g} GPU: "
+        f"{wait.free_gpus} of {wait.capacity} GPUs free"
+    )
+    if wait.freeing_for is not None:
+        return "reclaim", f"{words}; pods are stopping to make room for job {wait.freeing_for}"
+    if wait.reserved_for is not None:
+        return "reserved", f"{words}; nodes are reserved for HP job {wait.reserved_for}"
+    return "no_capacity", words
 
 
 class DecisionLog:
@@ -406,14 +467,23 @@ class DecisionLog:
                     return
 
     def _why_queued(self, core: Core, job: Any, actions: list[Any]) -> tuple[str, str]:
+        """Why a job stays queued as it is submitted: the core's answer
+        (:meth:`Core.waiting`) in words, and the pods this very decision stops to make
+        room for it, or the pool jobs of its profile queued ahead of it."""
+        wait = core.waiting(job.id)
+        if wait is None:  # asked for queued jobs only, and the core answers for each
+            raise AssertionError(f"job {job.id} is queued and the core says it waits for nothing")
+        reason, words = waiting_words(wait)
         reclaim = sum(1 for a in actions if isinstance(a, StopPod) and a.reason == "reclaim")
-        ahead = len(core.queued(job.spec.profile)) - 1
-        total = core.cluster.total_gpus
         if reclaim:
-            return "reclaim", f"no free GPU: {reclaim} idle pod(s) stopping to make room for it"
-        if ahead > 0:
-            return "behind_queue", f"waits behind {ahead} queued job(s) of {job.spec.profile}"
-        return "no_capacity", f"no free GPU of {total:g} and no idle pod to reclaim"
+            return "reclaim", f"{words}; {reclaim} idle pod(s) stopping to make room for it"
+        if job.spec.job_class is JobClass.POOL and job.id not in core.unplaceable:
+            ahead = len(core.queued(job.spec.profile)) - 1
+            if ahead > 0:
+                return "behind_queue", (
+                    f"waits behind {ahead} queued job(s) of {job.spec.profile}; {words}"
+                )
+        return reason, words
 
     def _why_path(self, core: Core, job: Any) -> tuple[list[str], str]:
         """Why the job took its path: for a cold start, what the warm and standby paths

@@ -21,6 +21,7 @@ from statistics import NormalDist
 from typing import Any
 
 from stoker.broker.config import BrokerConfig, BrokerProfile
+from stoker.broker.events_log import waiting_words
 from stoker.broker.forecasting import HPForecasts
 from stoker.broker.metrics import BrokerMetrics
 from stoker.broker.secrets import SecretBox
@@ -677,9 +678,10 @@ class Scheduler:
         }
 
     def _waiting_reason(self, job_id: str) -> str | None:
-        """Why a queued job waits aside (no node fits it now: the core's refusal), or None."""
-        why = self.core.unplaceable.get(job_id)
-        return None if why is None else f"no node fits: {why.reason} ({why.field})"
+        """Why a queued job waits, in words: the core's answer (:meth:`Core.waiting`), or
+        None for a job that does not wait."""
+        wait = self.core.waiting(job_id)
+        return None if wait is None else waiting_words(wait)[1]
 
     async def wait(self, job_id: str, timeout_s: float) -> dict[str, Any] | None:
         """The job's row once finished or re-queued (preempted), or as it is when
@@ -774,7 +776,7 @@ class Scheduler:
                     "capacity": float(gangs.capacity[model]),
                     "hp_gpus": round(gangs.used[model][JobClass.HP], 9),
                     "spot_gpus": round(gangs.used[model][JobClass.SPOT], 9),
-                    "spot_quota": float(gangs.quota[model]),
+                    "spot_quota": float(gangs.spot_quota(model)),  # the loan's, if larger
                     "eta": float(gangs.eta(model)),
                     "eviction_rate_1d": 0.0 if rate is None else float(rate),
                     "forecast": forecast,
@@ -827,7 +829,7 @@ class Scheduler:
                 job.finished,
                 job.periods_ok,
                 job.evictions,
-                self.core.unplaceable.get(job_id),
+                self.core.waiting(job_id),  # a queued job's row follows why it waits
             )
             if self._synced.get(job_id) == view:
                 continue

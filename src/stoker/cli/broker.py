@@ -440,10 +440,10 @@ def ps(
         for j in jobs
     ]
     _table("jobs", columns + (["labels"] if wide else []), rows, fit=not wide)
-    for j in jobs:  # a queued job no node fits now: why it waits (it starts once one does)
+    for j in jobs:  # a queued job: why it waits (the core's answer, stored with the row)
         if j.get("waiting_reason"):
             job_id = j["id"] if wide else short_id(j["id"])
-            typer.echo(f"{job_id} waits aside: {j['waiting_reason']}")
+            typer.echo(f"{job_id} waits: {j['waiting_reason']}")
 
 
 def pods(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:

@@ -56,6 +56,7 @@ from stoker.core.model import (
 from stoker.core.registry import Preset, preset, presets
 from stoker.core.shape import Refusal
 from stoker.core.transitions import IllegalTransition
+from stoker.core.waiting import CpuWait, GpuWait, SpotQuotaWait, Waiting
 
 __all__ = [
     "GPU",
@@ -65,9 +66,11 @@ __all__ = [
     "Cluster",
     "Core",
     "CoreError",
+    "CpuWait",
     "Event",
     "Failure",
     "ForecastUpdated",
+    "GpuWait",
     "HitPath",
     "IllegalTransition",
     "Job",
@@ -102,9 +105,11 @@ __all__ = [
     "RankStarted",
     "RecyclePod",
     "Refusal",
+    "SpotQuotaWait",
     "StartPod",
     "StopPod",
     "Tick",
+    "Waiting",
     "preset",
     "presets",
 ]

@@ -73,6 +73,7 @@ from stoker.core.policies import (
 )
 from stoker.core.shape import Refusal, cpu_refusal, gpu_refusal, worker_cards
 from stoker.core.transitions import JOB_MOVES, POD_MOVES, Transitions
+from stoker.core.waiting import CpuWait, GpuWait, Waiting
 from stoker.core.warm import WarmPools
 
 # seconds before a stop the runtime could not carry out is asked again
@@ -253,6 +254,44 @@ class Core:
     def queued(self, profile: str | None = None) -> list[str]:
         """Queued pool job ids, in queue order."""
         return self.warm.queued(profile)
+
+    def waiting(self, job_id: str) -> Waiting | None:
+        """Why a queued job has not started, as the core stands now (None: not queued, or
+        unknown): set aside with its refusal (:attr:`unplaceable`); an hp or spot job by
+        :meth:`GangScheduler.waiting` (the spot quota, pods stopping for room, no room);
+        a pool job, no room for its pods: the CPU slots of a CPU-only profile, else the
+        cards of its GPU model (it took none of the paths :meth:`WarmPools._try_place`
+        tries, each of which needs free room or an idle pod of its own)."""
+        job = self.jobs.get(job_id)
+        if job is None or job.state is not JobState.QUEUED:
+            return None
+        aside = self.unplaceable.get(job_id)
+        if aside is not None:
+            return aside
+        if job.job_class is not JobClass.POOL:
+            return self.gangs.waiting(job, self.now)
+        profile = self.profiles[job.spec.profile]
+        if profile.cpu_only:
+            nodes = self.cluster.nodes
+            free = [self.cluster.cpu_free(name) for name in nodes]
+            return CpuWait(
+                profile=profile.name,
+                pods=job.spec.workers,
+                cpu=profile.cpu,
+                memory_gb=profile.memory_gb,
+                free_cpu=sum(c for c, _ in free),
+                free_memory_gb=sum(m for _, m in free),
+                total_cpu=sum(n.cpu for n in nodes.values()),
+                total_memory_gb=sum(n.memory_gb for n in nodes.values()),
+            )
+        model = profile.gpu_model
+        return GpuWait(
+            pool=model,
+            workers=job.spec.workers,
+            per_worker=profile.gpu_demand,
+            free_gpus=self.cluster.free_gpus(model),
+            capacity=self.cluster.capacity.get(model, 0),
+        )
 
     def check(self) -> None:
         """Raise if an invariant does not hold (tests call it after every event)."""

@@ -28,14 +28,20 @@ def free_per_hour(mean: np.ndarray, var: np.ndarray, capacity: int, g: float) ->
     return capacity - np.clip(np.floor(upper), 0, capacity)
 
 
+def forecast_hp(mean: np.ndarray, var: np.ndarray, capacity: int, g: float, hours: int) -> float:
+    """The HP GPUs the forecast keeps from spot: ``clip(floor(U_k), 0, capacity)`` at its
+    largest over the first ``hours`` hours ahead (capacity less the least free)."""
+    if len(mean) < hours:
+        raise ValueError(f"forecast covers {len(mean)} h, the guaranteed duration needs {hours}")
+    free = free_per_hour(mean[:hours], var[:hours], capacity, g)
+    return capacity - float(free.min())
+
+
 def forecast_quota(
     mean: np.ndarray, var: np.ndarray, capacity: int, g: float, eta: float, hours: int
 ) -> float:
     """eta x the least free capacity over the first ``hours`` hours ahead."""
-    if len(mean) < hours:
-        raise ValueError(f"forecast covers {len(mean)} h, the guaranteed duration needs {hours}")
-    free = free_per_hour(mean[:hours], var[:hours], capacity, g)
-    return eta * float(free.min())
+    return eta * (capacity - forecast_hp(mean, var, capacity, g, hours))
 
 
 @dataclass(slots=True)
@@ -82,6 +88,10 @@ class QuotaPolicy(Protocol):
 
     def quota(self, pool: str, mean: np.ndarray, var: np.ndarray, capacity: int) -> float: ...
 
+    def hp_reserve(self, mean: np.ndarray, var: np.ndarray, capacity: int) -> float | None:
+        """The HP GPUs the quota keeps from spot by the forecast (None: it reads none)."""
+        ...
+
     def feedback(self, pool: str, e: float | None, spot_waited_long: bool) -> None: ...
 
     def eta(self, pool: str) -> float: ...
@@ -125,6 +135,9 @@ class ForecastQuota:
     def quota(self, pool: str, mean: np.ndarray, var: np.ndarray, capacity: int) -> float:
         return forecast_quota(mean, var, capacity, self.g, self._ctl(pool).eta, self.hours)
 
+    def hp_reserve(self, mean: np.ndarray, var: np.ndarray, capacity: int) -> float:
+        return forecast_hp(mean, var, capacity, self.g, self.hours)
+
     def feedback(self, pool: str, e: float | None, spot_waited_long: bool) -> None:
         self._ctl(pool).update(e, spot_waited_long)
 
@@ -146,6 +159,9 @@ class StaticQuota:
 
     def quota(self, pool: str, mean: np.ndarray, var: np.ndarray, capacity: int) -> float:
         return self.share * capacity
+
+    def hp_reserve(self, mean: np.ndarray, var: np.ndarray, capacity: int) -> None:
+        return None
 
     def feedback(self, pool: str, e: float | None, spot_waited_long: bool) -> None:
         return None

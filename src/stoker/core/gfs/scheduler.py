@@ -42,7 +42,7 @@ from stoker.core.gfs.preemption import (
     PreemptContext,
     VictimChooser,
 )
-from stoker.core.gfs.quota import ForecastQuota, QuotaPolicy
+from stoker.core.gfs.quota import ForecastQuota, QuotaPolicy, guaranteed_hours
 from stoker.core.model import (
     EPS,
     Failure,
@@ -53,6 +53,7 @@ from stoker.core.model import (
     Pod,
     PodState,
 )
+from stoker.core.waiting import GpuWait, SpotQuotaWait
 
 if TYPE_CHECKING:
     from stoker.core.core import Core as Host
@@ -386,6 +387,9 @@ class GangScheduler:
         self.used: dict[str, dict[str, float]] = {}
         self.ledgers: dict[str, GuaranteeLedger] = {}
         self.quota: dict[str, float] = {}
+        # per pool, the HP GPUs its quota keeps from spot by the forecast (None: it reads
+        # none): what a spot job the quota holds back is told (:meth:`waiting`)
+        self.hp_reserve: dict[str, float | None] = {}
         # spot jobs on each node, with the cards each holds there
         self.node_jobs: dict[str, dict[str, list[str]]] = {}
         self.running_spot: dict[str, dict[str, None]] = {}
@@ -516,6 +520,7 @@ class GangScheduler:
         zero = np.zeros(max(1, math.ceil(self.config.guarantee_s / HOUR_S)))
         mean, var = self._forecast.get(pool, (zero, zero))
         self.quota[pool] = self.config.quota.quota(pool, mean, var, self.capacity[pool])
+        self.hp_reserve[pool] = self.config.quota.hp_reserve(mean, var, self.capacity[pool])
         self._dirty[pool] = None
 
     # ------------------------------------------------------------ called by the core
@@ -577,7 +582,49 @@ class GangScheduler:
     def freeing_room(self, pool: str) -> bool:
         """Whether pods are stopping in ``pool`` to make room for a waiting job: what they
         free is that job's, so nothing else (a spot job, a spare pod) may take it first."""
-        return any(self.pool_of(self.jobs[j]) == pool for j in self._awaiting)
+        return self._freeing_for(pool) is not None
+
+    def _freeing_for(self, pool: str) -> str | None:
+        """The first waiting job of ``pool`` that pods are stopping for (None: none)."""
+        return next((j for j in self._awaiting if self.pool_of(self.jobs[j]) == pool), None)
+
+    def waiting(self, job: Job, now: float) -> SpotQuotaWait | GpuWait:
+        """Why queued ``job`` has not started, by the tests :meth:`_try_start` makes, in
+        its order (a pure read: nothing is searched or changed): pods stopping to make room
+        for it or (for spot) for another job, the spot quota, else no room on its pool's
+        cards (beside a reservation for another HP job, if one holds nodes back from it)."""
+        pool = self.pool_of(job)
+        free, capacity = self.cluster.free_gpus(pool), self.capacity[pool]
+        freeing = job.id if job.id in self._awaiting else None
+        if freeing is None and job.job_class is _SPOT:
+            freeing = self._freeing_for(pool)
+            if freeing is None and self._over_quota(job, pool, now):
+                gate = self.config.window
+                return SpotQuotaWait(
+                    pool=pool,
+                    quota=self.spot_quota(pool),
+                    spot_gpus=self.used[pool][_SPOT],
+                    gpus=job.gpus,
+                    capacity=capacity,
+                    free_gpus=free,
+                    hp_gpus=self.used[pool][_HP],
+                    eta=self.eta(pool),
+                    forecast_hp=self.hp_reserve[pool],
+                    guaranteed_h=guaranteed_hours(self.config.guarantee_s),
+                    lent=self._lent(pool),
+                    hp_queued=self.queues[pool][_HP].size,
+                    opens_at=gate[0] if gate is not None and now < gate[0] else None,
+                )
+        held = self._reserved.get(pool) if self._blocked(job, now) else None
+        return GpuWait(
+            pool=pool,
+            workers=job.spec.workers,
+            per_worker=job.per_worker,
+            free_gpus=free,
+            capacity=capacity,
+            freeing_for=freeing,
+            reserved_for=None if held is None else held[0],
+        )
 
     def cancel(self, job: Job, now: float, out: list[Action]) -> None:
         self._closed.pop(job.id, None)
@@ -1015,18 +1062,38 @@ class GangScheduler:
             return -math.inf
         if gate is not None and now >= gate[1]:
             return math.inf
-        return self._spot_quota(pool) - self.used[pool][_SPOT]
+        return self.spot_quota(pool) - self.used[pool][_SPOT]
 
-    def _spot_quota(self, pool: str) -> float:
-        """The pool's spot quota inside the window: the forecast's, or with ``lend_idle``
-        and no HP job waiting there, at least that share (times eta) of the GPUs HP does
-        not hold now."""
-        quota = self.quota[pool]
+    def spot_quota(self, pool: str) -> float:
+        """The pool's spot quota in force inside the window: the forecast's, or with
+        ``lend_idle`` and no HP job waiting there, at least the loan (:meth:`_lent`)."""
+        lent = self._lent(pool)
+        return self.quota[pool] if lent is None else max(self.quota[pool], lent)
+
+    def _lent(self, pool: str) -> float | None:
+        """With ``lend_idle`` and no HP job waiting in the pool, that share (times eta) of
+        the GPUs HP does not hold now; else None (nothing is lent)."""
         lend = self.config.lend_idle
         if lend <= 0 or self.queues[pool][_HP].size:
-            return quota
-        lent = lend * self.eta(pool) * (self.capacity[pool] - self.used[pool][_HP])
-        return max(quota, lent)
+            return None
+        return lend * self.eta(pool) * (self.capacity[pool] - self.used[pool][_HP])
+
+    def _over_quota(self, job: Job, pool: str, now: float) -> bool:
+        """Whether the spot quota holds spot job ``job`` back now (before the window, every
+        spot job)."""
+        gate = self.config.window
+        if gate is not None and now < gate[0]:
+            return True  # before the window no spot job starts
+        used = self.used[pool][_SPOT]
+        quota = math.inf if gate is not None and now >= gate[1] else self.spot_quota(pool)
+        return (
+            used + job.gpus > quota + EPS
+            and not (
+                # a job larger than a fixed quota would wait forever: it may run alone
+                self.config.oversize_alone and used < EPS and job.gpus > quota
+            )
+            and not self._in_fragments(job, now)
+        )
 
     def _in_fragments(self, job: Job, now: float) -> bool:
         """With ``lend_fragments``: a fractional spot job whose every worker fits on a card
@@ -1046,19 +1113,7 @@ class GangScheduler:
         if job.job_class is _SPOT:
             if self.freeing_room(pool):
                 return _HOLD  # room is being freed for a job: no other spot job takes it
-            gate = self.config.window
-            if gate is not None and now < gate[0]:
-                return _QUOTA  # before the window no spot job starts
-            used = self.used[pool][_SPOT]
-            quota = math.inf if gate is not None and now >= gate[1] else self._spot_quota(pool)
-            if (
-                used + job.gpus > quota + EPS
-                and not (
-                    # a job larger than a fixed quota would wait forever: it may run alone
-                    self.config.oversize_alone and used < EPS and job.gpus > quota
-                )
-                and not self._in_fragments(job, now)
-            ):
+            if self._over_quota(job, pool, now):
                 return _QUOTA
             state = self._state(pool, now)
             if self._failed.get(job.id) == state:
