@@ -100,9 +100,15 @@ async def test_a_warm_trivial_job_costs_no_more_than_running_pass(
             res = await rig.run(pod, [python, "-c", "pass"])
             assert res.exit.exit_code == 0
         pod_s = (_pod_cpu_s(cg.pids()) - before) / JOBS
-        # the venv is still whole inside the pod (bound read-only, never the scrub's)
-        res = await rig.run(pod, ["sh", "-c", f"ls {venv_under_tmp}/lib/*/site-packages | wc -l"])
-        assert int(res.stdout) == VENV_FILES // 100
+        # a job tries to leave files beside the bound venv and to remove the venv itself
+        holder, site = venv_under_tmp.parent, f"{venv_under_tmp}/lib/*/site-packages"
+        attack = f"touch {holder}/left {site}/left; mkdir -p /tmp/d/e; touch /tmp/d/e/f; "
+        attack += f"rm -rf {site}/pkg0 2>/dev/null; ls {site} | wc -l"
+        res = await rig.run(pod, ["sh", "-c", attack])
+        assert int(res.stdout) == VENV_FILES // 100  # read-only: nothing of it went
+        # the next job finds nothing the last one left, and the venv whole
+        res = await rig.run(pod, ["sh", "-c", f"find /tmp -name left; ls /tmp; ls {site} | wc -l"])
+        assert res.stdout.decode().split() == [holder.name, str(VENV_FILES // 100)]
     direct_s = _direct_cpu_s(python, JOBS)
     floor = max(direct_s, 0.005)  # never compare against a clock tick's 0
     print(f"warm job in the pod {pod_s * 1000:.1f} CPU-ms, directly {direct_s * 1000:.1f}")
