@@ -661,12 +661,14 @@ def create_app(broker: Broker) -> FastAPI:
             chunks.append(chunk)
         data = b"".join(chunks)
         digest = hashlib.sha256(data).hexdigest()
-        if not broker.store.has_code(digest):
+        known = broker.store.has_code(digest)
+        if not known:
             try:
                 await sched.runtime.put_code(data)
             except ValueError as exc:  # InvalidCode: not an archive
                 raise ApiError(422, "invalid", str(exc), "code") from exc
         broker.store.add_code(digest, size, tenant)
+        broker.metrics.code_uploads.labels("known" if known else "new").inc()
         return CodeUploaded(digest=digest, size=size)
 
     # --- secrets -------------------------------------------------------------

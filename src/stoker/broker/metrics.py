@@ -173,6 +173,13 @@ class BrokerMetrics:
             ["profile", "reason"],
             registry=r,
         )
+        self.code_uploads = Counter(
+            "stoker_code_uploads_total",
+            "Code archives received (POST /v1/code), by whether the broker had it already"
+            " (stored: new or known)",
+            ["stored"],
+            registry=r,
+        )
         self.preemptions = Counter(
             "stoker_spot_preemptions_total",
             "Spot jobs evicted for HP demand, by GPU pool",

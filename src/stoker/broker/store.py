@@ -343,7 +343,15 @@ class Store:
             return conn.execute(q).first() is not None
 
     def add_code(self, digest: str, size: int, tenant: str) -> None:
-        """Record archive ``digest`` as stored, and as ``tenant``'s."""
+        """Record archive ``digest`` as stored, and as ``tenant``'s. Concurrent uploads of
+        one archive may both find it missing and insert: the one that loses finds it there
+        when it tries again."""
+        try:
+            self._add_code(digest, size, tenant)
+        except sa.exc.IntegrityError:
+            self._add_code(digest, size, tenant)
+
+    def _add_code(self, digest: str, size: int, tenant: str) -> None:
         with self.transaction() as conn:
             if (
                 conn.execute(sa.select(code.c.digest).where(code.c.digest == digest)).first()

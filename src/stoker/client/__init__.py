@@ -24,6 +24,7 @@ import hashlib
 import io
 import json
 import tarfile
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -373,9 +374,50 @@ class _Submit:
     def kwargs(self) -> dict[str, Any]:
         return {"json": self.body, "params": self.params, "headers": self.headers}
 
+    @property
+    def digest(self) -> str:
+        """The code's digest ("" without code)."""
+        return str(self.body.get("code_digest") or "")
+
     def needs_upload(self, exc: StokerError) -> bool:
         """The broker refused the submit because it lacks this code (upload, then again)."""
         return self.code is not None and isinstance(exc, NotFound) and exc.field == _CODE_FIELD
+
+
+class _CodeUploads:
+    """One client's uploads of code archives, one at a time per digest: concurrent submits
+    of the same code that the broker lacks wait for one upload instead of each sending it.
+
+    Each upload is an attempt; a submit notes the attempts before it waits. If one was made
+    while it waited, its outcome is the submit's too (sent: submit again; failed: the same
+    error, not another try); else the submit uploads. So a later submit after a failure
+    tries again, and one after a broker lost the archive sends it again."""
+
+    def __init__(self) -> None:
+        self._attempts: dict[str, int] = {}
+        self._failed: dict[str, tuple[int, BaseException]] = {}  # digest -> its last failure
+
+    def seen(self, digest: str) -> int:
+        """The attempts so far, read before waiting for the digest's turn."""
+        return self._attempts.get(digest, 0)
+
+    def settled(self, digest: str, seen: int) -> bool:
+        """In the digest's turn: whether an attempt made while waiting settles it (raises
+        that attempt's error if it failed); else counts the caller's own attempt."""
+        now = self._attempts.get(digest, 0)
+        if now != seen:
+            failed = self._failed.get(digest)
+            if failed is not None and failed[0] == now:
+                raise failed[1]
+            return True
+        self._attempts[digest] = now + 1
+        return False
+
+    def failed(self, digest: str, exc: BaseException) -> None:
+        self._failed[digest] = (self._attempts[digest], exc)
+
+    def sent(self, digest: str) -> None:
+        self._failed.pop(digest, None)
 
 
 def _submit(
@@ -559,6 +601,9 @@ class Client:
         self.url = _base_url(url)
         self._requests = _Requests(self.url, token, timeout_s)
         self._http = _Http(base_url=self.url, headers=headers, timeout=timeout_s)
+        self._uploads = _CodeUploads()
+        self._upload_locks: dict[str, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
 
     def __enter__(self) -> Client:
         return self
@@ -637,14 +682,31 @@ class Client:
             labels,
             secrets,
         )
+        seen = self._uploads.seen(sub.digest)  # before the submit: an upload meanwhile counts
         try:
             row = self._request("POST", "/v1/jobs", **sub.kwargs())
         except StokerError as exc:
             if not sub.needs_upload(exc):
                 raise
-            self._request("POST", "/v1/code", content=sub.code)
+            self._upload_once(sub, seen)
             row = self._request("POST", "/v1/jobs", **sub.kwargs())
         return Job(self, row)
+
+    def _upload_once(self, sub: _Submit, seen: int) -> None:
+        """Upload the code ``sub`` names, unless another thread's upload of it settles it
+        since ``seen`` (:class:`_CodeUploads`)."""
+        digest = sub.digest
+        with self._locks_lock:
+            lock = self._upload_locks.setdefault(digest, threading.Lock())
+        with lock:
+            if self._uploads.settled(digest, seen):
+                return
+            try:
+                self._request("POST", "/v1/code", content=sub.code)
+            except BaseException as exc:
+                self._uploads.failed(digest, exc)
+                raise
+            self._uploads.sent(digest)
 
     def get(self, job_id: str) -> dict[str, Any]:
         return dict(self._request("GET", f"/v1/jobs/{job_id}"))
@@ -802,6 +864,8 @@ class AsyncClient:
         self._http = _AsyncHttp(
             base_url=self.url, headers=headers, timeout=timeout_s, transport=transport
         )
+        self._uploads = _CodeUploads()
+        self._upload_locks: dict[str, asyncio.Lock] = {}
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -864,14 +928,28 @@ class AsyncClient:
             labels,
             secrets,
         )
+        seen = self._uploads.seen(sub.digest)  # before the submit: an upload meanwhile counts
         try:
             row = await self._request("POST", "/v1/jobs", **sub.kwargs())
         except StokerError as exc:
             if not sub.needs_upload(exc):
                 raise
-            await self._request("POST", "/v1/code", content=sub.code)
+            await self._upload_once(sub, seen)
             row = await self._request("POST", "/v1/jobs", **sub.kwargs())
         return AsyncJob(self, row)
+
+    async def _upload_once(self, sub: _Submit, seen: int) -> None:
+        """The twin of :meth:`Client._upload_once`."""
+        digest = sub.digest
+        async with self._upload_locks.setdefault(digest, asyncio.Lock()):
+            if self._uploads.settled(digest, seen):
+                return
+            try:
+                await self._request("POST", "/v1/code", content=sub.code)
+            except BaseException as exc:
+                self._uploads.failed(digest, exc)
+                raise
+            self._uploads.sent(digest)
 
     async def get(self, job_id: str) -> dict[str, Any]:
         return dict(await self._request("GET", f"/v1/jobs/{job_id}"))

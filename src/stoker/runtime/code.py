@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
 import re
 import tarfile
+import tempfile
 from pathlib import Path
 
 from stoker.agent.binding import ArchiveTooLarge, check_archive
@@ -43,10 +45,17 @@ class CodeStore:
         digest = hashlib.sha256(data).hexdigest()
         path = self.root / digest
         if not path.exists():
-            tmp = self.root / f".{digest}.{os.getpid()}.tmp"
-            tmp.write_bytes(data)
-            tmp.chmod(0o644)
-            tmp.rename(path)
+            # a name of its own per put: the broker's threads may store one digest at once
+            fd, tmp = tempfile.mkstemp(prefix=f".{digest}.", suffix=".tmp", dir=self.root)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, path)  # atomic: the digest's name holds the whole archive
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
         return digest
 
     def path(self, digest: str) -> Path:
