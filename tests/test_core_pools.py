@@ -244,3 +244,53 @@ def test_renew_rejects_a_bad_keepalive(value: float) -> None:
         d.send(KeepAliveRenewed("t", "s", "p", value))
     with pytest.raises(CoreError, match="profile"):
         d.send(KeepAliveRenewed("t", "s", "nope", 5.0))
+
+
+def _rl_rounds(d: Driver, rounds: int, tenants: tuple[str, ...], jobs: int, tags: int) -> list:
+    """Reward-loop rounds: each trainer in turn submits ``jobs`` at once on ``tags`` reuse
+    tags (``rw-<tenant>-<i % tags>``) and waits for all of them; 20 s between rounds. Its
+    running jobs end together, again and again, until none is left. Each round's jobs."""
+    out = []
+    for r in range(rounds):
+        for tenant in tenants:
+            d.now = r * 100.0 + tenants.index(tenant) * 20.0
+            ids = [d.submit(tenant, f"rw-{tenant}-{i % tags}", "cpu") for i in range(jobs)]
+            d.settle()
+            while any(d.core.jobs[j].finished is None for j in ids):
+                assert d.running, "jobs left queued with nothing running"
+                d.now += 0.05
+                for j in list(d.running):
+                    d.finish(j)
+                d.settle()
+            out.append(ids)
+    return out
+
+
+def test_rl_trainers_keep_their_pods_across_rounds() -> None:
+    # two trainers, each 64 concurrent reward jobs on 8 tags, on a profile of 16 CPU slots:
+    # a busy tag's job waits for its tag's pod rather than take another caller's idle pod,
+    # and the trainers split the slots, so each round finds the pods of the one before
+    cpu = Profile("cpu", gpus=0, cpu=1.0, memory_gb=1.0, recyclable=True)
+    policies = Policies(keepalive=FixedKeepAlive(600.0))
+    d = Driver(_core([cpu], policies, cpu=16.0, memory_gb=64.0))
+    rounds = _rl_rounds(d, 4, ("a", "b"), 64, 8)
+    pods: dict[tuple[str, str], set[str]] = {}
+    for ids in rounds:
+        for j in ids:
+            job = d.core.jobs[j]
+            pods.setdefault(job.pair, set()).update(job.pods)
+    # a tag's concurrency here is 8 jobs at once; the pods it used over four rounds
+    assert max(len(p) for p in pods.values()) <= 2 * 8, {k: len(v) for k, v in pods.items()}
+    later = [j for ids in rounds[2:] for j in ids]  # after each trainer's first round
+    cold = sum(d.core.jobs[j].path is HitPath.COLD for j in later)
+    assert cold / len(later) < 0.05, f"{cold} cold of {len(later)}"
+    # the slots are split between the two trainers, not taken by whoever goes
+    held = {
+        t: sum(
+            1
+            for p in d.core.pods.values()
+            if p.owner and p.owner[0] == t and p.state is PodState.WARM
+        )
+        for t in ("a", "b")
+    }
+    assert held == {"a": 8, "b": 8}, held

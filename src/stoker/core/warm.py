@@ -54,6 +54,8 @@ if TYPE_CHECKING:
     from stoker.core.policies import KeepAlive
 
 _IDLE = (PodState.WARM, PodState.STANDBY)
+# a pod's states while it runs, or comes up for, a job of its caller
+_BUSY = (PodState.STARTING, PodState.RECYCLING, PodState.ACTIVE)
 # fits looked at for a node with the profile's image cached before the tightest fit is taken
 _IMAGE_LOOKAHEAD = 64
 # states a pod enters that may let a waiting job go: a new idle pod to reclaim, room freed
@@ -552,6 +554,11 @@ class WarmPools:
         if len(slots) < missing:
             if job.id in self._reclaim:
                 return False  # room is already being freed for it
+            if self._own_pods_busy(job):
+                # its caller's pods are busy and turn warm for it when their jobs end: it
+                # waits for one (a warm hit) rather than stop another pod for a cold start,
+                # so a caller's concurrent jobs on one tag keep one bounded set of pods
+                return False
             if not slots and self._can_recycle(
                 profile, missing, taken, job, now, out, picked, standby
             ):
@@ -588,6 +595,56 @@ class WarmPools:
         if all(self.pods[p].pending_job is None for p in job.pods):
             self._bind(job, now, out)
         return True
+
+    def _own_pods_busy(self, job: Job) -> bool:
+        """Whether a pod of ``job``'s own (tenant, tag) is running or starting for another
+        of its jobs (with reuse: it turns warm for this caller when that job ends)."""
+        if not self.policies.matching.reuse:
+            return False
+        profile = job.spec.profile
+        return any(
+            pod.profile == profile and pod.state in _BUSY and self._pair_of(pod) == job.pair
+            for pod in self.pods.values()
+        )
+
+    def _tenant_pods(self, profile: str) -> dict[str, int]:
+        """Pods of ``profile`` each tenant holds (idle, busy or starting for its job)."""
+        held: dict[str, int] = {}
+        for pod in self.pods.values():
+            if pod.profile != profile or pod.job_class is not JobClass.POOL:
+                continue
+            if pod.state in (PodState.STOPPING, PodState.GONE, PodState.STANDBY):
+                continue
+            tenant = self._tenant_of(pod)
+            if tenant is not None:
+                held[tenant] = held.get(tenant, 0) + 1
+        return held
+
+    def _pair_of(self, pod: Pod) -> tuple[str, str] | None:
+        """The (tenant, tag) a pod serves: its owner, or the job it starts for."""
+        if pod.owner is not None:
+            return pod.owner
+        job = self.jobs.get(pod.pending_job or pod.job or "")
+        return None if job is None else job.pair
+
+    def _tenant_of(self, pod: Pod) -> str | None:
+        pair = self._pair_of(pod)
+        return None if pair is None else pair[0]
+
+    def _takeable(self, job: Job, profile: Profile, pods: list[Pod]) -> list[Pod]:
+        """The idle pods of ``pods`` ``job`` may stop for room (:meth:`Matching.may_reclaim`);
+        a pod of another profile is left to its own profile's split."""
+        held = self._tenant_pods(profile.name)
+        mine = held.get(job.spec.tenant, 0)
+        may = self.policies.matching.may_reclaim
+        out = []
+        for pod in pods:
+            owner = self._tenant_of(pod)
+            if owner is None or pod.profile != profile.name:
+                out.append(pod)  # a spare or standby, or another profile's (split per profile)
+            elif may(mine, held.get(owner, 0), owner == job.spec.tenant):
+                out.append(pod)
+        return out
 
     def _warm_pods(self, job: Job) -> dict[str, None]:
         if not self.policies.matching.reuse:
@@ -680,18 +737,28 @@ class WarmPools:
         return slots
 
     def _victims(
-        self, profile: Profile, count: int, exclude: set[str], busy: set[str], now: float
+        self,
+        job: Job,
+        profile: Profile,
+        count: int,
+        exclude: set[str],
+        busy: set[str],
+        now: float,
     ) -> list[list[Pod]] | None:
         """Idle pods (not in ``exclude``) whose stopping frees ``count`` slots for ``profile``
         on GPUs not in ``busy`` (CPU slots for a CPU-only profile), lowest value first."""
         budget = self.policies.budget
         candidates = sorted(
-            (
-                self.pods[p]
-                for p in self._idle
-                if p not in exclude
-                and self.pods[p].state in _IDLE
-                and _same_slots(self.cluster, self.pods[p], profile)
+            self._takeable(
+                job,
+                profile,
+                [
+                    self.pods[p]
+                    for p in self._idle
+                    if p not in exclude
+                    and self.pods[p].state in _IDLE
+                    and _same_slots(self.cluster, self.pods[p], profile)
+                ],
             ),
             key=lambda pod: (budget.value(pod, now), pod.id),
         )
@@ -755,7 +822,7 @@ class WarmPools:
         now: float,
         out: list[Action],
     ) -> None:
-        groups = self._victims(profile, count, taken, busy, now)
+        groups = self._victims(job, profile, count, taken, busy, now)
         if groups is None:
             return
         stopping: set[str] = set()
@@ -781,13 +848,17 @@ class WarmPools:
         into fresh pods for this job instead of stopping and starting new ones."""
         if not profile.recyclable or picked or standby or count != job.spec.workers:
             return False
-        victims = [
-            self.pods[p]
-            for p in self._idle
-            if p not in taken
-            and self.pods[p].state is PodState.WARM
-            and self.pods[p].profile == profile.name
-        ]
+        victims = self._takeable(
+            job,
+            profile,
+            [
+                self.pods[p]
+                for p in self._idle
+                if p not in taken
+                and self.pods[p].state is PodState.WARM
+                and self.pods[p].profile == profile.name
+            ],
+        )
         if len(victims) < count:
             return False
         budget = self.policies.budget
