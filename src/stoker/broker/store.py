@@ -58,6 +58,9 @@ jobs = sa.Table(
     sa.Column("path", sa.String(16)),
     sa.Column("pods", sa.JSON, nullable=False),
     sa.Column("submitted", sa.Float, nullable=False),
+    # when the core placed the run that started (chose its pods): queue wait ends, start
+    # latency begins
+    sa.Column("placed", sa.Float),
     sa.Column("started", sa.Float),
     sa.Column("finished", sa.Float),
     sa.Column("exit_code", sa.Integer),
