@@ -152,8 +152,8 @@ def test_a_plain_submit_takes_the_fast_path_and_answers_as_the_route(
     ]
 
 
-_PER_JOB = ("id", "submitted", "started", "exited", "drained", "finished", "committed")
-_PER_JOB += ("start_latency_ms", "pods", "path")
+_PER_JOB = ("id", "submitted", "placed", "started", "exited", "drained", "finished", "committed")
+_PER_JOB += ("start_latency_ms", "queue_wait_ms", "pods", "path")
 
 
 def test_health_ready_and_openapi(broker: EmbeddedBroker) -> None:

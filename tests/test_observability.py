@@ -149,9 +149,15 @@ def test_metrics_equal_what_the_api_reports(broker: EmbeddedBroker) -> None:
     idle = {lab["state"]: v for lab, v in m["stoker_idle_gpus"]}
     assert idle["warm"] == pytest.approx(0.9 * sum(p["state"] == "warm" for p in pods))
     assert idle["standby"] == pytest.approx(0.1 * sum(p["state"] == "standby" for p in pods))
-    # every pod stop the log tells of is counted under its reason, and nothing else
+    # every pod end the log tells of (stopped, recycled, failed) is counted under its
+    # reason, once per pod, and nothing else
     events = admin.get("/v1/events", params={"limit": 1000}).json()
-    stops = Counter((e["reason"],) for e in events if e["kind"] == "pod.stopped")
+    ends = [e for e in events if e["kind"] in ("pod.stopped", "pod.recycled", "pod.failed")]
+    assert len({e["pod"] for e in ends}) == len(ends), ends
+    assert all(
+        e["new_pod"] and e["reason"] == "recycle" for e in ends if e["kind"] == "pod.recycled"
+    )
+    stops = Counter((e["reason"],) for e in ends)
     assert _by(m.get("stoker_pod_stops_total", []), "reason") == stops
     # bounded labels: no tenant, token or reuse tag in any label
     labels = {k for series in m.values() for lab, _ in series for k in lab}
@@ -227,11 +233,11 @@ def test_events_survive_a_restart(tmp_path: Path) -> None:
         nxt = wait_finished(a, _submit(a, "t"))
         ev = a.get("/v1/events", params={"job": nxt["id"]}).json()
         assert ev[0]["seq"] > before[-1]["seq"]
-        # the first broker stopped its pods on the way out: the new one found the tag's
-        # pod gone, and says so when the tag starts cold
+        # the first broker stopped its pods on the way out, and logged why: the next
+        # one says so when the tag starts cold
         assert nxt["path"] in ("cold", "standby")
         placed = next(e for e in ev if e["kind"] == "job.placed")
-        assert "last_pod_pod_died" in placed["reasons"], placed
+        assert "last_pod_shutdown" in placed["reasons"], placed
         assert f"its last pod {job['pods'][0]} was stopped" in placed["message"]
 
 

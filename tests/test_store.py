@@ -61,7 +61,7 @@ def test_migrations_reach_head_and_reopen(database_url: str) -> None:
         epoch = conn.execute(sa.text("SELECT epoch FROM leader WHERE id = 1")).scalar()
     s.close()
     assert {"tenants", "jobs", "job_output", "core_events", "code", "leader"} <= tables
-    assert version == "0006_job_end" and epoch == 0
+    assert version == "0007_placed_at" and epoch == 0
 
 
 def test_tenants(store: Store) -> None:

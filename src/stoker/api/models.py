@@ -185,6 +185,7 @@ class JobView(BaseModel):
     path: str | None
     pods: list[str]
     submitted: float
+    placed: float | None = None  # the core chose its pods: it stopped waiting
     started: float | None
     # its end in steps: the process exited, its output was drained and the pod made clean
     # (the pod's clock), the broker took the end (``finished``), its final row was committed
@@ -204,7 +205,10 @@ class JobView(BaseModel):
     # spot: guarantee periods succeeded (ran a whole guaranteed duration) and failed (evicted)
     guarantee_succeeded: int = 0
     guarantee_failed: int = 0
+    # placed -> its process running (the path's own cost), and submitted -> placed (the
+    # queue's): the same split as stoker_job_start_seconds and stoker_job_queue_wait_seconds
     start_latency_ms: float | None = None
+    queue_wait_ms: float | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     # only in a submit's reply that waited (``?wait=S``) for a job that finished meanwhile
     output: JobOutputView | None = None

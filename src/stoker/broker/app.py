@@ -55,7 +55,7 @@ from stoker.broker.config import BrokerConfig, BrokerProfile
 from stoker.broker.dashboard import Dashboard
 from stoker.broker.dashboard import add_routes as add_dashboard_routes
 from stoker.broker.dashboard import gauges as dashboard_gauges
-from stoker.broker.events_log import DecisionLog
+from stoker.broker.events_log import DecisionLog, job_latencies_ms
 from stoker.broker.leader import Leadership
 from stoker.broker.loop import JobRequest, Refused, Scheduler
 from stoker.broker.metrics import BrokerMetrics
@@ -207,6 +207,7 @@ class Broker:
         self.scheduler = Scheduler(self.cfg, self.store, runtime, gpus, self.metrics, box=self.box)
         self.scheduler.may_act = lambda: self.leadership.leading
         self.scheduler.on_decision.append(self.decisions.record)
+        self.scheduler.on_pod_stop.append(self.decisions.stopped)
         self._deciding = self.scheduler
         self.recovery = await self.scheduler.start()
         log.warning("scheduling: %s", self.recovery)
@@ -297,8 +298,7 @@ def _job_view(row: dict[str, Any]) -> JobView:
     data = {k: row[k] for k in JOB_FIELDS}
     data["labels"] = data["labels"] or {}
     data["env"] = sorted(row["env"])  # names only: a value never leaves after submit
-    if row["started"] is not None:
-        data["start_latency_ms"] = (row["started"] - row["submitted"]) * 1000.0
+    data["start_latency_ms"], data["queue_wait_ms"] = job_latencies_ms(row)
     return JobView(**data)
 
 

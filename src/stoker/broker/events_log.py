@@ -41,6 +41,7 @@ from stoker.core import (
     KeepAliveRenewed,
     KillJob,
     PodFailed,
+    PodGone,
     PodState,
     PromoteStandby,
     RankExited,
@@ -56,6 +57,20 @@ from stoker.core import (
 _RING = 2_000  # events kept in memory for the API (about 0.6 MB; a job's older ones: the file)
 _ROTATE_BYTES = 64 * 1024 * 1024  # the file is renamed to .1 past this size
 _PAIRS = 50_000  # (tenant, tag) pairs whose last pod stop is remembered
+_ENDED = 50_000  # pods whose end was logged (so a second news of it is not a second end)
+_POD_ENDS = ("pod.stopped", "pod.recycled", "pod.failed")  # one of them per pod, once
+# what a stop reason means, for the message (the reason itself is the core's word, or the
+# broker's for the stops it makes on its own: shutdown, orphan)
+_STOP_WHY = {
+    "keepalive": "its keep-alive ran out",
+    "budget": "the warm budget is full",
+    "reclaim": "a queued job needs its GPU",
+    "reclaim_hp": "an HP job needs its GPU",
+    "handover": "a standby pod on its GPU was promoted",
+    "yield": "HP demand takes its GPU",
+    "shutdown": "the broker shut down and stopped its pods",
+    "orphan": "the broker found it running and no record of it",
+}
 
 
 @dataclass(slots=True)
@@ -131,6 +146,16 @@ def _gpu_words(wait: GpuWait) -> tuple[str, str]:
     return "no_capacity", words
 
 
+def job_latencies_ms(row: dict[str, Any]) -> tuple[float | None, float | None]:
+    """A job record's (start latency, queue wait) in ms: placed -> running, and submitted
+    -> placed (None where a time is missing: not placed yet, or stored before placements
+    were)."""
+    placed, started = row.get("placed"), row.get("started")
+    start = None if placed is None or started is None else (started - placed) * 1000.0
+    wait = None if placed is None else (placed - row["submitted"]) * 1000.0
+    return start, wait
+
+
 class DecisionLog:
     """Turns the core's decisions into events (file + ring) and metrics."""
 
@@ -144,6 +169,7 @@ class DecisionLog:
         self.seq = 0
         self._live: dict[str, _Seen] = {}
         self._last_stop: dict[tuple[str, str], tuple[str, str, float]] = {}  # pair -> pod, why, at
+        self._ended: dict[str, None] = {}  # pods whose end is logged, oldest first
         self._gpu_end: dict[str, tuple[float, tuple[str, str]]] = {}  # gpu -> (job end, pair)
         self._file: Any = None
         if path is not None:
@@ -168,9 +194,11 @@ class DecisionLog:
                 continue  # a line cut by a crash
             self.ring.append(ev)
             self.seq = max(self.seq, int(ev.get("seq", 0)))
-            if ev["kind"] in ("pod.stopped", "pod.failed") and ev.get("reuse_tag") is not None:
-                pair = (ev["tenant"], ev["reuse_tag"])
-                self._remember(pair, ev["pod"], ev["reason"], ev["at"])
+            if ev["kind"] in _POD_ENDS:
+                self._mark_ended(ev["pod"])
+                if ev.get("reuse_tag") is not None:
+                    pair = (ev["tenant"], ev["reuse_tag"])
+                    self._remember(pair, ev["pod"], ev["reason"], ev["at"])
 
     def close(self) -> None:
         if self._file is not None:
@@ -255,18 +283,11 @@ class DecisionLog:
             ):
                 touched[job] = None
             case PodFailed(pod, reason):
-                p = core.pods.get(pod)
-                if p is not None and p.owner is not None:
-                    self._remember(p.owner, pod, reason.value, now)
-                self._emit(
-                    now,
-                    "pod.failed",
-                    f"pod {pod} failed: {reason.value}",
-                    pod=pod,
-                    reason=reason.value,
-                    reuse_tag=p.owner[1] if p is not None and p.owner else None,
-                    **self._owner(p),
-                )
+                self._failed(core, pod, reason, now)
+                touched.update((j, None) for j, s in self._live.items() if pod in s.pods)
+            case PodGone(pod) if self._died(core, pod):
+                # gone unasked (the runtime lost it): the core fails it as pod_died
+                self._failed(core, pod, Failure.POD_DIED, now)
                 touched.update((j, None) for j, s in self._live.items() if pod in s.pods)
             case KeepAliveRenewed(tenant, tag, profile, keepalive_s):
                 self._emit(
@@ -298,13 +319,17 @@ class DecisionLog:
                         )
                     elif p.pending_job is not None:
                         touched[p.pending_job] = None
-                case PromoteStandby(pod) | RecyclePod(_, pod):
+                case RecyclePod(old, new):
+                    self._recycled(core, old, new, now)
+                    if (job := core.pods[new].pending_job) is not None:
+                        touched[job] = None
+                case PromoteStandby(pod):
                     if (job := core.pods[pod].pending_job) is not None:
                         touched[job] = None
                 case BindJob(job=job) | JobEnded(job=job):
                     touched[job] = None
                 case StopPod(pod, reason):
-                    self._stopped(core, pod, reason, now)
+                    self.stopped(pod, reason, now)
                 case KillJob(job, reason, grace_s):
                     j = core.jobs[job]
                     self._emit(
@@ -337,27 +362,61 @@ class DecisionLog:
         if len(self._last_stop) > _PAIRS:
             del self._last_stop[next(iter(self._last_stop))]
 
-    def _stopped(self, core: Core, pod_id: str, reason: str, now: float) -> None:
-        pod = core.pods[pod_id]
-        self.metrics.pod_stops.labels(pod.profile, reason).inc()
-        why = {
-            "keepalive": "its keep-alive ran out",
-            "budget": "the warm budget is full",
-            "reclaim": "a queued job needs its GPU",
-            "handover": "a standby pod on its GPU was promoted",
-            "yield": "HP demand takes its GPU",
-        }.get(reason, reason)
-        if pod.owner is not None:
-            self._remember(pod.owner, pod_id, reason, now)
+    def _mark_ended(self, pod_id: str) -> None:
+        self._ended[pod_id] = None
+        if len(self._ended) > _ENDED:
+            del self._ended[next(iter(self._ended))]
+
+    def _died(self, core: Core, pod_id: str) -> bool:
+        """The core's pod went gone on this PodGone without having been asked to stop."""
+        pod = core.pods.get(pod_id)
+        if pod is None or pod.state is not PodState.GONE or not pod.history:
+            return False
+        return pod.history[-1][2] != PodState.STOPPING.value  # (at, to, from)
+
+    def _pod_end(
+        self, kind: str, pod_id: str, pod: Any, reason: str, message: str, now: float, **fields: Any
+    ) -> None:
+        """A pod's end (stopped, recycled or failed): one event and one count per pod, the
+        first news of it; a later one (a stop asked again, a successor finding a pod gone
+        that this log saw stopped at shutdown) is the same end."""
+        if pod_id in self._ended:
+            return
+        self._mark_ended(pod_id)
+        owner = pod.owner if pod is not None else None
+        if pod is not None:
+            self.metrics.pod_stops.labels(pod.profile, reason).inc()
+        if owner is not None:
+            self._remember(owner, pod_id, reason, now)
         self._emit(
             now,
-            "pod.stopped",
-            f"pod {pod_id} stopped: {why}",
+            kind,
+            message,
             pod=pod_id,
             reason=reason,
-            reuse_tag=pod.owner[1] if pod.owner else None,
+            **fields,
+            reuse_tag=owner[1] if owner else None,
             **self._owner(pod),
         )
+
+    def stopped(self, pod_id: str, reason: str, now: float) -> None:
+        """Log a pod's stop: the core's StopPod, or one the broker makes on its own (every
+        pod at shutdown, an orphan found on start; such a pod may be unknown to the core)."""
+        pod = self._core().pods.get(pod_id)
+        why = _STOP_WHY.get(reason, reason)
+        self._pod_end("pod.stopped", pod_id, pod, reason, f"pod {pod_id} stopped: {why}", now)
+
+    def _recycled(self, core: Core, old: str, new: str, now: float) -> None:
+        pod = core.pods[old]
+        tag = f" (reuse tag {pod.owner[1]!r})" if pod.owner else ""
+        job = core.pods[new].pending_job
+        msg = f"pod {old}{tag} scrubbed in place and back as {new} for job {job}"
+        self._pod_end("pod.recycled", old, pod, "recycle", msg, now, new_pod=new, for_job=job)
+
+    def _failed(self, core: Core, pod_id: str, reason: Failure, now: float) -> None:
+        pod = core.pods.get(pod_id)
+        msg = f"pod {pod_id} failed: {reason.value}"
+        self._pod_end("pod.failed", pod_id, pod, reason.value, msg, now)
 
     def _job(self, core: Core, job_id: str, actions: list[Any], now: float) -> None:
         """What changed for one job since the log last looked: queued, placed (a run's pods
@@ -381,7 +440,7 @@ class DecisionLog:
         placed = job.placed is not None and job.placed >= since  # (not a cancel in the queue)
         if seen.state == JobState.QUEUED.value and job.state is not JobState.QUEUED and placed:
             wait = job.placed - since
-            self.metrics.queue_wait.labels(spec.profile, cls).observe(wait)
+            self.metrics.queue_wait.labels(spec.profile, cls, path or "none").observe(wait)
             reasons, msg = self._why_path(core, job)
             self._emit(
                 now,
@@ -394,7 +453,9 @@ class DecisionLog:
                 **base,
             )
         if job.started is not None and not seen.started:
-            latency = job.started - job.submitted
+            # from its placement (it stopped waiting) to running: the path's own cost; the
+            # queue's share is the queue wait, observed at placement
+            latency = job.started - (job.placed if job.placed is not None else job.submitted)
             labels = (spec.profile, cls, path or "none")
             self.metrics.started.labels(*labels).inc()
             self.metrics.start_latency.labels(*labels).observe(latency)
@@ -403,7 +464,7 @@ class DecisionLog:
             self._emit(
                 now,
                 "job.started",
-                f"running {latency * 1000:.1f} ms after submit ({how})",
+                f"running {latency * 1000:.1f} ms after its placement ({how})",
                 path=path,
                 latency_s=round(latency, 6),
                 **base,

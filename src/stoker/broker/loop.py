@@ -347,6 +347,9 @@ class Scheduler:
         self.started_at = 0.0
         # called with (event, actions, now) after each decision (the decision log)
         self.on_decision: list[Callable[[Event, list[Any], float], None]] = []
+        # called with (pod, reason, now) for each pod this loop stops on its own, not on
+        # the core's StopPod: every pod at shutdown, an orphan found on start
+        self.on_pod_stop: list[Callable[[str, str, float], None]] = []
 
     def _new_core(self) -> Core:
         """The core with the configured policies (a preset from the core's registry, single
@@ -456,6 +459,7 @@ class Scheduler:
                 bound.add(pod.job)
         for pid in sorted(live - known):
             report["orphans_stopped"] += 1
+            self._stopped_here(pid, "orphan")
             self._stop(pid)
         for job_id in sorted(bound):
             self._reconcile_job(job_id, report)
@@ -528,6 +532,9 @@ class Scheduler:
         if stop_pods:
             stop_all = getattr(self.runtime, "stop_all", None)
             if stop_all is not None:
+                for pod in self.core.pods.values():
+                    if pod.state is not PodState.GONE:
+                        self._stopped_here(pod.id, "shutdown")
                 await stop_all()
         await self.runtime.close()
 
@@ -590,6 +597,7 @@ class Scheduler:
             "path": None,
             "pods": [],
             "submitted": now,
+            "placed": None,
             "started": None,
             "exited": None,
             "drained": None,
@@ -668,6 +676,7 @@ class Scheduler:
             "state": job.state.value,
             "path": job.path.value if job.path else None,
             "pods": list(job.pods),
+            "placed": self._placed(row, job),
             "started": job.started,
             "finished": job.finished,
             "exit_code": job.exit_code,
@@ -676,6 +685,14 @@ class Scheduler:
             "guarantee_failed": job.evictions,
             "waiting_reason": self._waiting_reason(job.id),
         }
+
+    @staticmethod
+    def _placed(row: dict[str, Any], job: Any) -> float | None:
+        """When the core placed the job's run: the first run that started (the one its start
+        latency is of), else the current run's (a job back in its queue keeps its last)."""
+        if row.get("started") is not None or job.placed is None:
+            return row.get("placed")
+        return job.placed
 
     def _waiting_reason(self, job_id: str) -> str | None:
         """Why a queued job waits, in words: the core's answer (:meth:`Core.waiting`), or
@@ -825,6 +842,7 @@ class Scheduler:
                 job.state,
                 job.path,
                 tuple(job.pods),
+                job.placed,
                 job.started,
                 job.finished,
                 job.periods_ok,
@@ -844,6 +862,7 @@ class Scheduler:
                 "waiting_reason": self._waiting_reason(job_id),
             }
             row = self._requests[job_id]
+            values["placed"] = row["placed"] = self._placed(row, job)
             if job.started is not None and row.get("started") is None and job.path is not None:
                 row["started"] = job.started
             if job.state is JobState.FINISHED:
@@ -1038,6 +1057,12 @@ class Scheduler:
     def _stop(self, pod: str) -> None:
         self._stopping.add(pod)
         self._later(lambda: self._call(self.runtime.stop_pod(pod), pod=pod, gone_on_error=True))
+
+    def _stopped_here(self, pod: str, reason: str) -> None:
+        """Tell the listeners of a stop this loop makes without the core asking."""
+        now = self._tick_now()
+        for listener in self.on_pod_stop:
+            listener(pod, reason, now)
 
     def _bind(self, job_id: str, pods: tuple[str, ...]) -> None:
         row = self._requests[job_id]

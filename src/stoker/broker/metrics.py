@@ -148,15 +148,17 @@ class BrokerMetrics:
         )
         self.start_latency = Histogram(
             "stoker_job_start_seconds",
-            "Submit to the job's process first running, by class and hit path",
+            "Placement (the core chose its pods: it stopped waiting) to the job's process"
+            " first running, by class and hit path; the queue wait before is not in it",
             ["profile", "job_class", "path"],
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
         self.queue_wait = Histogram(
             "stoker_job_queue_wait_seconds",
-            "Time in the queue until the job's pods are chosen (each run of a requeued job)",
-            ["profile", "job_class"],
+            "Submit (or requeue) to the core placing the job on its pods, by class and the"
+            " path it took (each run of a requeued job)",
+            ["profile", "job_class", "path"],
             buckets=_WAIT_BUCKETS,
             registry=r,
         )
@@ -169,7 +171,9 @@ class BrokerMetrics:
         )
         self.pod_stops = Counter(
             "stoker_pod_stops_total",
-            "Pods the core stopped, by reason (keepalive: keep-alive expiry; budget; reclaim; ...)",
+            "Pods that ended, once each, by reason: the core's stop reason (keepalive, budget,"
+            " reclaim, ...), recycle (scrubbed in place for another caller), a failure"
+            " (pod_died, ...), or the broker's shutdown and orphan",
             ["profile", "reason"],
             registry=r,
         )

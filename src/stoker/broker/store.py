@@ -58,6 +58,9 @@ jobs = sa.Table(
     sa.Column("path", sa.String(16)),
     sa.Column("pods", sa.JSON, nullable=False),
     sa.Column("submitted", sa.Float, nullable=False),
+    # when the core placed the run that started (chose its pods): queue wait ends, start
+    # latency begins
+    sa.Column("placed", sa.Float),
     sa.Column("started", sa.Float),
     # a finished job's end, in steps: its process exited, its output was drained (the pod
     # clean again; both the agent's clock), the broker took it (finished), its final row's
