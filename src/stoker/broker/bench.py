@@ -166,6 +166,7 @@ class BrokerProcess:
         port: int = 0,
         settings: dict[str, str] | None = None,
         args: tuple[str, ...] = (),
+        cpu_slots: dict[str, float] | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
@@ -177,11 +178,18 @@ class BrokerProcess:
             f"keepalive_s = {keepalive_s}",
             *(f"{k} = {json.dumps(v)}" for k, v in (settings or {}).items()),
         ]
+        if cpu_slots:
+            lines.append("[cpu_slots]")
+            lines += [f"{k} = {json.dumps(v)}" for k, v in cpu_slots.items()]
         for p in profiles:
             lines.append(f"[profiles.{p['name']}]")
-            lines.append(f"share = {p.get('share', 0.9)}")
-            lines.append(f"standby_share = {p.get('standby_share', 0.1)}")
+            # a CPU-only profile (gpus = 0) has no GPU share and no standby
+            if p.get("gpus", 1):
+                lines.append(f"share = {p.get('share', 0.9)}")
+                lines.append(f"standby_share = {p.get('standby_share', 0.1)}")
             lines.append(f"preload = {json.dumps(p.get('preload', []))}")
+            rest = {k: v for k, v in p.items() if k not in ("name", "share", "standby_share")}
+            lines += [f"{k} = {json.dumps(v)}" for k, v in rest.items() if k != "preload"]
         self.config = data_dir / "broker.toml"
         self.config.write_text("\n".join(lines) + "\n")
         cmd = [
