@@ -266,7 +266,8 @@ def test_a_jobs_end_is_recorded_in_steps(broker: EmbeddedBroker) -> None:
     steps = [job[k] for k in ("submitted", "started", "exited", "drained", "finished")]
     assert all(isinstance(t, float) for t in steps), job
     assert steps == sorted(steps), job
-    assert job["exited"] - job["started"] >= 0.3  # the job's own time is its own step
+    # the job's own time is its own step (started is the broker's clock, a moment late)
+    assert job["exited"] - job["started"] >= 0.2
     row = a.http.get(f"/v1/jobs/{job['id']}").json()
     assert row["committed"] is not None and row["committed"] >= row["finished"]
     assert {k: row[k] for k in _PER_JOB} == {k: job[k] for k in _PER_JOB} | {
