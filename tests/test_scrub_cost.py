@@ -10,6 +10,7 @@ and reaped children's CPU (from /proc), which a loaded machine does not inflate.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import shutil
@@ -24,6 +25,7 @@ import pytest
 from leaks import leftovers
 from runtime_rig import Rig
 from stoker.agent.agent import Kept, kept_mounts
+from stoker.broker.bench import cpu_seconds
 from stoker.runtime.base import RuntimeProfile
 
 pytestmark = [
@@ -67,15 +69,11 @@ def venv_under_tmp() -> Iterator[Path]:
 
 def _pod_cpu_s(pids: list[int]) -> float:
     """CPU seconds the pod's processes used, with the children they reaped."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
+    total = 0.0
     for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
-    return total / tick
+        with contextlib.suppress(OSError):
+            total += cpu_seconds(pid, children=True)
+    return total
 
 
 def _direct_cpu_s(python: str, runs: int) -> float:

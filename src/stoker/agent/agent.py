@@ -794,14 +794,26 @@ class Kept:
     holders: frozenset[str] = frozenset()
 
 
+def read_mounts(mountinfo: str = "/proc/self/mountinfo") -> list[tuple[str, str]]:
+    """This mount namespace's mounts as (mount point, filesystem type), in mount order;
+    none when the table cannot be read."""
+    mounts = []
+    try:
+        with open(mountinfo) as f:
+            for line in f:
+                fields = line.split()
+                if "-" in fields[5:]:  # optional fields end at "-", then the type
+                    fstype = fields[fields.index("-", 5) + 1]
+                    mounts.append((_unescape(fields[4]), fstype))
+    except (OSError, IndexError):
+        return []
+    return mounts
+
+
 def kept_mounts(roots: tuple[str, ...], mountinfo: str = "/proc/self/mountinfo") -> Kept:
     """The mount points strictly below ``roots`` in this mount namespace, and the
     directories between each root and them."""
-    try:
-        with open(mountinfo) as f:
-            points = [_unescape(line.split()[4]) for line in f if line.strip()]
-    except OSError:
-        return Kept()
+    points = [point for point, _ in read_mounts(mountinfo)]
     mounts: set[str] = set()
     holders: set[str] = set()
     for point in points:

@@ -12,12 +12,14 @@ import os
 import platform
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import stoker
+from stoker.agent.agent import read_mounts
 from stoker.runtime import seccomp
 from stoker.runtime.cgroups import CGROUP_ROOT
 
@@ -35,20 +37,14 @@ FLAG_FLOOR_MS = 5.0
 
 
 def _mount_of(path: Path) -> dict[str, str]:
-    """The mount ``path`` lies on (its mount point and filesystem type), from mountinfo."""
+    """The mount ``path`` lies on (its mount point and filesystem type): the deepest, the
+    last mounted of equals (it hides the ones below)."""
     best = ("/", "?")
     target = str(path.resolve())
-    try:
-        with open("/proc/self/mountinfo") as f:
-            for line in f:
-                fields = line.split()
-                point = fields[4]
-                fstype = fields[fields.index("-") + 1]
-                inside = target == point or target.startswith(point.rstrip("/") + "/")
-                if inside and len(point) >= len(best[0]):
-                    best = (point, fstype)
-    except (OSError, ValueError, IndexError):
-        pass
+    for point, fstype in read_mounts():
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best[0]):
+            best = (point, fstype)
     return {"path": target, "mount": best[0], "fstype": best[1]}
 
 
@@ -114,8 +110,7 @@ def outliers(values: dict[str, float]) -> list[str]:
     :data:`FLAG_FLOOR_MS`: where a cost hides (a scrub walking a venv, a slow commit)."""
     if len(values) < 2:
         return []
-    xs = sorted(values.values())
-    median = xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+    median = statistics.median(values.values())
     return [
         k for k, v in values.items() if v > FLAG_FLOOR_MS and v >= FLAG_RATIO * max(median, 0.1)
     ]
