@@ -26,8 +26,7 @@ gpu_model = "a100"
 [policies]
 preset = "always_on"
 keepalive = "fitted"
-spot_quota = "static"
-warm_cap = "strict"
+spot_quota = "none"
 [forecast]
 forecaster = "naive"
 query_every_s = 60
@@ -40,23 +39,21 @@ grace_s = 5
     assert cfg.policies.preset == "always_on"
     assert cfg.policies.overrides() == {
         "keepalive": "fitted",
-        "spot_quota": "static",
-        "warm_cap": "strict",
+        "spot_quota": "none",
     }
     assert (cfg.forecast.forecaster, cfg.forecast.query_every_s) == ("naive", 60.0)
     assert cfg.forecast.refit_every_s == 3600.0 and cfg.forecast.horizon_h == 4
     assert cfg.spot.grace_s == 5.0
     chosen = cfg.policies.build(cfg.keepalive_s, cfg.spot.grace_s)
     assert type(chosen.policies.keepalive).__name__ == "FittedKeepAlive"  # named over preset
-    assert chosen.policies.gangs.quota.name == "static-0.3" and chosen.policies.gangs.grace_s == 5
-    assert chosen.policies.warm_cap.name == "strict" and chosen.policies.warm_cap.holds
+    assert chosen.policies.gangs.quota.name == "none" and chosen.policies.gangs.grace_s == 5
 
 
 def test_a_preset_with_its_parameters_changed(tmp_path: Path) -> None:
-    text = "[policies]\npreset = 'gfs-reserve-patient+lend_idle=0.5+hp_evict_after_s=600'\n"
+    text = "[policies]\npreset = 'gfs-reserve-patient-lend+lend_idle=0.25+hp_evict_after_s=600'\n"
     gangs = _load(tmp_path, text).policies.build(None, 30.0).policies.gangs
     assert (gangs.lend_idle, gangs.hp_evict_after_s, gangs.reserve_backfill_free) == (
-        0.5,
+        0.25,
         600.0,
         True,
     )
@@ -89,7 +86,7 @@ def test_keepalive_s_alone_is_a_fixed_keepalive(tmp_path: Path) -> None:
         ("[policies]\npreset = 'gfs+lend_idle=7'\n", "policies.preset: lend_idle must be in"),
         ("[policies]\nkeepalive = 'forever'\n", "policies.keepalive: unknown 'forever'"),
         ("[policies]\nspot_quota = 'magic'\n", "policies.spot_quota: unknown 'magic'"),
-        ("[policies]\nwarm_cap = 'tight'\n", "policies.warm_cap: unknown 'tight'"),
+        ("[policies]\nstandby = 'tight'\n", "policies.standby: unknown 'tight'"),
         # nothing is coerced: a string is not a list of modules, nor a number
         ("[profiles.t]\npreload = 'torch'\n", "profiles.t.preload: Input should be a valid list"),
         ("[profiles.t]\ngpus = '1'\n", "profiles.t.gpus: Input should be a valid integer"),

@@ -87,7 +87,6 @@ from stoker.core.policies import (
     BesideActive,
     FittedKeepAlive,
     FixedKeepAlive,
-    HourCap,
     NoStandby,
     QueueDrivenBudget,
     ReuseMatching,
@@ -114,7 +113,7 @@ POLICIES = [
         keepalive=FixedKeepAlive(0.0), budget=QueueDrivenBudget(), standby=BesideActive(1)
     ),
     lambda: Policies(gangs=GFSConfig(quota=StaticQuota(0.5))),
-    lambda: Policies(gangs=GFSConfig(quota=StaticQuota(1.0), min_runtime_s=5.0, queue="fifo")),
+    lambda: Policies(gangs=GFSConfig(quota=StaticQuota(1.0), queue="fifo")),
     lambda: Policies(gangs=GFSConfig(quota=ForecastQuota())),
     lambda: Policies(
         profiles={
@@ -123,10 +122,6 @@ POLICIES = [
             "g": ProfilePolicies(min_warm=1),
         }
     ),
-    # how the HP forecast bounds the warm budget: the rule as first built, and the same
-    # bound on new idle capacity only (the default, KeepAliveCap, is in every entry above)
-    lambda: Policies(warm_cap=HourCap(), profiles={"p": ProfilePolicies(min_warm=1)}),
-    lambda: Policies(warm_cap=HourCap(holds=False), profiles={"p": ProfilePolicies(min_warm=1)}),
 ]
 
 

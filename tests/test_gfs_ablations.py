@@ -1,17 +1,14 @@
 """The paper's ablations of GFS's scheduler (simplified placement, simplified preemption)
-and stoker's own GFS variants (``gfs-small-first``, ``gfs-eta-slack``, ``gfs-lend``,
-``gfs-fragments``, ``gfs-checkpoint-cost``, ``gfs-reserve`` and its bounded forms
-``gfs-reserve-day``, ``gfs-reserve-multi``, ``gfs-reserve-multi-day``,
-``gfs-reserve-gangs``, ``gfs-reserve-patient``, ``gfs-reserve-patient-lend`` and
-``gfs-reserve-lend``): each differs from ``gfs`` in the one part it swaps, and only there."""
+and stoker's own GFS variants (``gfs-lend``, ``gfs-reserve-patient-lend``,
+``gfs-reserve-patient-lend-multi``) and the parts they are built of (lending, reservations
+and their bounds, backfill on free room, HP evicting after a wait), each as GFS with its
+parameters after ``+``: each differs from ``gfs`` in the one part it swaps, and only there."""
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import fields, replace
 
-import numpy as np
 import pytest
 
 from stoker.core import ForecastUpdated, JobCancelled, Tick
@@ -22,7 +19,13 @@ from stoker.core.gfs.preemption import FifoVictims, GFSVictims
 from stoker.core.model import JobClass, JobSpec, JobState
 from stoker.core.registry import GANG_PRESETS, preset
 from test_gfs import Gangs, bound, cluster, evicted, spec
-from test_gfs_fidelity import _queued
+
+# the reservation's parts, one at a time, as GFS with parameters (the presets combine them)
+RESERVE = "gfs+reserve_after_s=3600"
+RESERVE_LEND = RESERVE + "+lend_idle=1"
+RESERVE_MULTI = RESERVE + "+reserve_min_worker=2"
+RESERVE_GANGS = RESERVE_MULTI + "+reserve_min_workers=2+reserve_smaller_first=1"
+PATIENT = RESERVE_GANGS + "+reserve_backfill_free=1+hp_evict_after_s=1800"
 
 
 @pytest.mark.parametrize(
@@ -31,18 +34,7 @@ from test_gfs_fidelity import _queued
         ("gfs", GFSScorer, GFSVictims, "size"),
         ("gfs-simple-placement", BestFitScorer, GFSVictims, "size"),
         ("gfs-simple-preemption", GFSScorer, FifoVictims, "size"),
-        ("gfs-small-first", GFSScorer, GFSVictims, "size-small-spot"),
-        ("gfs-eta-slack", GFSScorer, GFSVictims, "size"),
         ("gfs-lend", GFSScorer, GFSVictims, "size"),
-        ("gfs-checkpoint-cost", GFSScorer, GFSVictims, "size"),
-        ("gfs-fragments", GFSScorer, GFSVictims, "size"),
-        ("gfs-reserve", GFSScorer, GFSVictims, "size"),
-        ("gfs-reserve-lend", GFSScorer, GFSVictims, "size"),
-        ("gfs-reserve-day", GFSScorer, GFSVictims, "size"),
-        ("gfs-reserve-multi", GFSScorer, GFSVictims, "size"),
-        ("gfs-reserve-multi-day", GFSScorer, GFSVictims, "size"),
-        ("gfs-reserve-gangs", GFSScorer, GFSVictims, "size"),
-        ("gfs-reserve-patient", GFSScorer, GFSVictims, "size"),
         ("gfs-reserve-patient-lend", GFSScorer, GFSVictims, "size"),
         ("gfs-reserve-patient-lend-multi", GFSScorer, GFSVictims, "size"),
     ],
@@ -86,30 +78,6 @@ def test_simple_preemption_takes_the_first_node_without_a_cost(name: str, victim
     assert evicted(out) == [victim]
 
 
-def test_small_first_starts_the_small_spot_jobs_gfs_holds_back() -> None:
-    jobs = [("a", 1, 1), ("d", 4, 1), ("b", 3, 1), ("c", 1, 1)]
-    # 3 GPUs free: GFS starts b (3) and the 1-GPU jobs find no room; smallest first starts a
-    # and c, then b (3) does not fit
-    assert _queued("gfs", 3, jobs) == ["b"]
-    assert _queued("gfs-small-first", 3, jobs) == ["a", "c"]
-
-
-def test_eta_slack_lends_past_the_forecast_while_evictions_stay_low() -> None:
-    caps = {}
-    for name in ("gfs", "gfs-eta-slack"):
-        quota = preset(name).policies.gangs.quota
-        for _ in range(4):  # four hours without an eviction while spot waits
-            quota.feedback("A", 0.0, spot_waited_long=True)
-        caps[name] = quota.eta("A")
-        free = quota.quota("A", np.array([60.0]), np.array([0.0]), 100)
-        assert free == pytest.approx(40.0 * caps[name])
-    # GFS's eta stops at 1 (the forecast's free capacity); the slack variant grows to 2
-    assert caps == {"gfs": 1.0, "gfs-eta-slack": 2.0}
-    # and shrinks like GFS's once evictions pass 1.5x the target
-    quota.feedback("A", 0.3, spot_waited_long=True)
-    assert quota.eta("A") == pytest.approx(2.0 * 0.1 / 0.3)
-
-
 def _lend_run(policy: str | Policies) -> tuple[list[str], list[str], list[str], float]:
     """HP holds 2 of 8 GPUs and is forecast to need all 8 within the hour (quota 0)."""
     g = Gangs(cluster(4, 4), policy)
@@ -137,24 +105,25 @@ def test_lend_gives_spot_what_hp_does_not_hold_while_no_hp_waits() -> None:
 
 
 def test_patient_lend_lends_half_and_hp_takes_free_room_back_first() -> None:
-    # gfs-reserve-patient lends nothing: the forecast reserves the whole pool
-    assert _lend_run("gfs-reserve-patient") == ([], [], [], 0.0)
+    # without its loan it lends nothing: the forecast reserves the whole pool
+    assert _lend_run(PATIENT) == ([], [], [], 0.0)
     # gfs-reserve-patient-lend lends half the 6 GPUs HP does not hold: the 2-GPU spot job
     # starts, the 4-GPU one does not; the next HP job takes the 4 free GPUs without a
     # victim (gfs-lend evicted s1 for it); with HP queued nothing is lent
     assert _lend_run("gfs-reserve-patient-lend") == (["s2"], [], [], 0.0)
     config = preset("gfs-reserve-patient-lend").policies.gangs
-    patient = preset("gfs-reserve-patient").policies.gangs
+    patient = preset(PATIENT).policies.gangs
     assert config.lend_idle == 0.5 and patient.lend_idle == 0.0
     same = ("reserve_after_s", "reserve_backfill_free", "hp_evict_after_s", "reserve_min_workers")
     assert all(getattr(config, f) == getattr(patient, f) for f in same)
 
 
 def test_a_preset_takes_its_parameters_after_its_name() -> None:
-    # gfs-reserve-patient with half the loan, written out, is gfs-reserve-patient-lend
-    written = preset("gfs-reserve-patient+lend_idle=0.5")
+    # GFS with the reservation's parts and half the loan, written out, is
+    # gfs-reserve-patient-lend
+    written = preset(PATIENT + "+lend_idle=0.5")
     named = preset("gfs-reserve-patient-lend")
-    assert written.name == "gfs-reserve-patient+lend_idle=0.5"
+    assert written.name == PATIENT + "+lend_idle=0.5"
     assert _lend_run(written.policies) == _lend_run(named.policies) == (["s2"], [], [], 0.0)
     a, b = written.policies.gangs, named.policies.gangs
     plain = [
@@ -191,78 +160,17 @@ def test_lend_shrinks_with_eta_when_lending_evicts() -> None:
     assert g.core.gangs.spot_quota("A") == pytest.approx(8.0 * 0.1 / 0.3)
 
 
-@pytest.mark.parametrize(("name", "victim"), [("gfs", "young"), ("gfs-checkpoint-cost", "old")])
-def test_checkpoint_cost_spares_the_job_with_more_work_since_its_checkpoint(
-    name: str, victim: str
-) -> None:
-    g = Gangs(cluster(4, 4), name)
-    g.submit(spec("old", "spot", 4, dur=1e6), 0.0)  # n0: checkpointed at 3,600 s
-    g.submit(spec("young", "spot", 4, dur=1e6), 3_200.0)  # n1: 500 s since its start
-    # at 3,700 s: GFS's cost (the authors': GPU-s since the run started) takes young (500 s
-    # against 3,700 s); by the work since the last checkpoint, old loses 100 s, young 500 s
-    out = g.submit(spec("h", "hp", 4, dur=10), 3_700.0)
-    assert evicted(out) == [victim]
-
-
-@pytest.mark.parametrize(("name", "started"), [("gfs", []), ("gfs-fragments", ["f1"])])
-def test_fragments_start_fractional_spot_on_shared_cards_past_the_quota(
-    name: str, started: list[str]
-) -> None:
-    g = Gangs(cluster(2), name)
-    g.submit(spec("h", "hp", 0.5, dur=1e5), 0.0)  # card 0 half used by HP
-    g.send(ForecastUpdated("t", "A", (2.0,), (0.0,)), 0.0)
-    assert g.core.gangs.quota["A"] == 0.0
-    # a share that fits beside HP's on card 0 takes no whole card: the variant starts it
-    assert bound(g.submit(spec("f1", "spot", 0.4, dur=1e5), 1.0)) == started
-    # one that fits only on the free card 1 waits for the quota under both
-    assert bound(g.submit(spec("f2", "spot", 0.6, dur=1e5), 2.0)) == []
-    assert bound(g.submit(spec("w", "spot", 1, dur=1e5), 3.0)) == []
-
-
 def test_only_the_reserve_presets_reserve() -> None:
     reserving = {n for n in GANG_PRESETS if preset(n).policies.gangs.reserve_after_s < 1e300}
-    assert reserving == {
-        "gfs-reserve",
-        "gfs-reserve-lend",
-        "gfs-reserve-day",
-        "gfs-reserve-multi",
-        "gfs-reserve-multi-day",
-        "gfs-reserve-gangs",
-        "gfs-reserve-patient",
-        "gfs-reserve-patient-lend",
-        "gfs-reserve-patient-lend-multi",
-    }
-    assert preset("gfs-reserve-lend").policies.gangs.lend_idle == 1.0
+    assert reserving == {"gfs-reserve-patient-lend", "gfs-reserve-patient-lend-multi"}
     configs = {n: preset(n).policies.gangs for n in reserving}
-    bounds = {
-        n: (c.reserve_within_s, c.reserve_min_worker, c.reserve_min_workers)
-        for n, c in configs.items()
-    }
+    bounds = {n: (c.reserve_min_worker, c.reserve_min_workers) for n, c in configs.items()}
     assert bounds == {
-        "gfs-reserve": (math.inf, 1.0, 1),
-        "gfs-reserve-lend": (math.inf, 1.0, 1),
-        "gfs-reserve-day": (86_400.0, 1.0, 1),
-        "gfs-reserve-multi": (math.inf, 2.0, 1),
-        "gfs-reserve-multi-day": (86_400.0, 2.0, 1),
-        "gfs-reserve-gangs": (math.inf, 2.0, 2),
-        "gfs-reserve-patient": (math.inf, 2.0, 2),
-        "gfs-reserve-patient-lend": (math.inf, 2.0, 2),
-        "gfs-reserve-patient-lend-multi": (math.inf, 2.0, 1),
+        "gfs-reserve-patient-lend": (2.0, 2),
+        "gfs-reserve-patient-lend-multi": (2.0, 1),
     }
-    assert {n for n, c in configs.items() if c.reserve_smaller_first} == {
-        "gfs-reserve-gangs",
-        "gfs-reserve-patient",
-        "gfs-reserve-patient-lend",
-        "gfs-reserve-patient-lend-multi",
-    }
-    patient = {n for n, c in configs.items() if c.reserve_backfill_free}
-    assert patient == {n for n, c in configs.items() if c.hp_evict_after_s}
-    assert patient == {
-        "gfs-reserve-patient",
-        "gfs-reserve-patient-lend",
-        "gfs-reserve-patient-lend-multi",
-    }
-    assert {n for n in GANG_PRESETS if preset(n).policies.gangs.hp_evict_after_s} == patient
+    assert all(c.reserve_smaller_first and c.reserve_backfill_free for c in configs.values())
+    assert {n for n in GANG_PRESETS if preset(n).policies.gangs.hp_evict_after_s} == reserving
 
 
 def _reserve_run(name: str, cancel: bool = False) -> tuple[Gangs, list[list[Action]]]:
@@ -295,8 +203,8 @@ def test_reserve_drains_a_node_for_a_waiting_gang_while_small_jobs_keep_coming()
     # the spot job) backfill every card n1's jobs free: big starts only when n0 is empty
     assert _bound_at(log, "big") == [len(log) - 1] and gfs.nodes("big") == {"n0"}
     assert all(gfs.nodes(f"q{k}") == {"n1"} for k in range(1, 8)) and gfs.nodes("sp") == {"n1"}
-    g, log = _reserve_run("gfs-reserve")
-    # gfs-reserve: from its first failed pass after an hour queued (the 1-GPU job at
+    g, log = _reserve_run(RESERVE)
+    # RESERVE: from its first failed pass after an hour queued (the 1-GPU job at
     # 3,610 s) big holds n1 (n1's HP jobs end by 7,200 s by their run times, n0's by
     # 20,000 s); nothing that runs past 7,200 s is placed there: the cards n1's jobs free
     # stay idle (the 1-GPU jobs and the spot job wait) until big starts there
@@ -311,7 +219,7 @@ def test_reserve_drains_a_node_for_a_waiting_gang_while_small_jobs_keep_coming()
 
 
 def test_reserve_holds_one_reservation_until_the_gang_starts_or_is_cancelled() -> None:
-    g = Gangs(cluster(8, 8), "gfs-reserve")
+    g = Gangs(cluster(8, 8), RESERVE)
     for i in range(16):
         g.submit(spec(f"s{i}", "hp", 1, dur=20_000 if i < 8 else 7_200), 0.0)
     g.submit(spec("big", "hp", 8, dur=1e4), 10.0)
@@ -331,7 +239,7 @@ def test_reserve_holds_one_reservation_until_the_gang_starts_or_is_cancelled() -
     assert g.core.gangs._reserved == {"A": ("big2", frozenset({"n1"}), 7_200.0)}
     # cancelled with no other gang waiting, the reservation is gone: n1's cards go to the
     # 1-GPU jobs as they free
-    cancelled, log = _reserve_run("gfs-reserve", cancel=True)
+    cancelled, log = _reserve_run(RESERVE, cancel=True)
     assert cancelled.core.gangs._reserved == {}
     assert _bound_at(log, "q1") == [len(log) - 16] and cancelled.nodes("q1") == {"n1"}
 
@@ -340,7 +248,7 @@ def test_a_pool_job_does_not_take_a_card_reserved_for_a_gang() -> None:
     # n1 is reserved for big (8 GPUs) and a card frees there; a pool job (a warm pod of
     # profile A) must not start its pod on it, or pool work arriving all the time would
     # keep the gang waiting: it waits until a card frees elsewhere (n0)
-    g = Gangs(cluster(8, 8), "gfs-reserve")
+    g = Gangs(cluster(8, 8), RESERVE)
     for i in range(16):
         g.submit(spec(f"s{i}", "hp", 1, dur=20_000 if i < 8 else 7_200), 0.0)
     g.submit(spec("big", "hp", 8, dur=1e4), 10.0)
@@ -357,44 +265,11 @@ def test_a_pool_job_does_not_take_a_card_reserved_for_a_gang() -> None:
 
 def test_reserve_is_gfs_until_a_gang_waits_and_is_deterministic() -> None:
     _, gfs = _reserve_run("gfs")
-    _, first = _reserve_run("gfs-reserve")
-    _, again = _reserve_run("gfs-reserve")
+    _, first = _reserve_run(RESERVE)
+    _, again = _reserve_run(RESERVE)
     assert first == again  # the same events, the same actions
     # before big's hour in the queue the two make the same decisions
     assert first[:22] == gfs[:22] and first != gfs
-
-
-def _far_run(name: str) -> tuple[dict, list[str], dict]:
-    """Two 8-GPU nodes full of 1-GPU HP jobs (n0's run to 200,000 s, n1's to 100,000 s by
-    their durations) and an 8-GPU HP job (big) queued at 10 s; a 1-GPU HP job (q1) comes
-    after big's hour, one of n1's jobs ends early at 5,000 s, another HP job comes at
-    20,000 s. Returns the reservations after q1, the jobs bound at 5,000 s and the
-    reservations at the end."""
-    g = Gangs(cluster(8, 8), name)
-    for i in range(16):
-        g.submit(spec(f"s{i}", "hp", 1, dur=200_000 if i < 8 else 100_000), 0.0)
-    g.submit(spec("big", "hp", 8, dur=1e4), 10.0)
-    g.submit(spec("q1", "hp", 1, dur=1e5), 3_700.0)
-    early = dict(g.core.gangs._reserved)
-    freed = bound(g.finish("s8", 5_000.0))
-    g.submit(spec("q2", "hp", 1, dur=1e5), 20_000.0)
-    return early, freed, dict(g.core.gangs._reserved)
-
-
-def test_reserve_day_waits_until_the_nodes_drain_within_a_day() -> None:
-    # gfs-reserve: after big's hour it holds n1, which drains only at 100,000 s (over a day
-    # away); the card freed at 5,000 s stays idle (q1 would run past 100,000 s)
-    n1 = frozenset({"n1"})
-    assert _far_run("gfs-reserve") == (
-        {"A": ("big", n1, 100_000.0)},
-        [],
-        {"A": ("big", n1, 100_000.0)},
-    )
-    # gfs-reserve-day: no reservation while the drain is over a day away, so the freed card
-    # goes to q1 as under GFS; at 20,000 s n1 drains (q1's end, 105,000 s) within a day:
-    # big reserves it then
-    assert _far_run("gfs-reserve-day") == ({}, ["q1"], {"A": ("big", n1, 105_000.0)})
-    assert _far_run("gfs")[:2] == ({}, ["q1"])
 
 
 def _gang_run(name: str, req: float, workers: int) -> list[list[Action]]:
@@ -411,28 +286,26 @@ def _gang_run(name: str, req: float, workers: int) -> list[list[Action]]:
 
 
 def test_reserve_multi_reserves_only_for_workers_of_several_cards() -> None:
-    # a gang of five 1-GPU workers: gfs-reserve holds the nodes for it and the spot job
-    # does not get the card freed at 5,000 s (it runs past their drain); gfs-reserve-multi
+    # a gang of five 1-GPU workers: RESERVE holds the nodes for it and the spot job
+    # does not get the card freed at 5,000 s (it runs past their drain); RESERVE_MULTI
     # does not reserve for workers of one card: its actions are GFS's (the spot job starts)
-    gfs, reserve, multi = (_gang_run(n, 1, 5) for n in ("gfs", "gfs-reserve", "gfs-reserve-multi"))
+    gfs, reserve, multi = (_gang_run(n, 1, 5) for n in ("gfs", RESERVE, RESERVE_MULTI))
     assert bound(gfs[-1]) == ["sp"] and bound(reserve[-1]) == []
     assert multi == gfs
     # one 2-GPU worker: both reserve n1 (it drains first) and hold its freed card
-    reserve, multi = (_gang_run(n, 2, 1) for n in ("gfs-reserve", "gfs-reserve-multi"))
+    reserve, multi = (_gang_run(n, 2, 1) for n in (RESERVE, RESERVE_MULTI))
     assert bound(_gang_run("gfs", 2, 1)[-1]) == ["sp"]
     assert bound(multi[-1]) == [] and multi == reserve
 
 
 def test_reserve_gangs_reserves_only_for_gangs_of_multi_card_workers() -> None:
-    # one 2-GPU worker: gfs-reserve-multi holds n1's freed card from the spot job,
-    # gfs-reserve-gangs does not reserve for a single worker: its actions are GFS's
-    gfs, multi, gangs = (
-        _gang_run(n, 2, 1) for n in ("gfs", "gfs-reserve-multi", "gfs-reserve-gangs")
-    )
+    # one 2-GPU worker: RESERVE_MULTI holds n1's freed card from the spot job,
+    # RESERVE_GANGS does not reserve for a single worker: its actions are GFS's
+    gfs, multi, gangs = (_gang_run(n, 2, 1) for n in ("gfs", RESERVE_MULTI, RESERVE_GANGS))
     assert bound(multi[-1]) == [] and gangs == gfs
     # two workers of two cards: it reserves n1 (both fit there) and holds the freed card
     assert bound(_gang_run("gfs", 2, 2)[-1]) == ["sp"]
-    assert bound(_gang_run("gfs-reserve-gangs", 2, 2)[-1]) == []
+    assert bound(_gang_run(RESERVE_GANGS, 2, 2)[-1]) == []
 
 
 def _smaller_run(name: str, smaller_first: bool | None = None) -> tuple[dict, list[list[Action]]]:
@@ -470,49 +343,19 @@ def test_patient_lend_multi_is_patient_lend_reserving_for_a_single_multi_card_wo
 def test_reserve_gangs_does_not_reserve_while_a_smaller_hp_job_waits() -> None:
     # without the bound the gang reserves n1 though a 1-GPU HP job waits for any card:
     # the card n1 frees at 5,000 s is held for the gang (small runs past n1's drain)
-    reserved, log = _smaller_run("gfs-reserve-gangs", smaller_first=False)
+    reserved, log = _smaller_run(RESERVE_GANGS, smaller_first=False)
     assert reserved == {"A": ("gang", frozenset({"n1"}), 7_200.0)} and bound(log[-1]) == []
     # with it (the preset's) small waiting after the HP pass keeps the gang from reserving:
     # the freed card goes to small, every action GFS's
-    reserved, log = _smaller_run("gfs-reserve-gangs")
+    reserved, log = _smaller_run(RESERVE_GANGS)
     assert reserved == {} and bound(log[-1]) == ["small"]
     assert log == _smaller_run("gfs")[1]
     # with only spot waiting beside it the gang still reserves (and holds the card)
-    assert bound(_gang_run("gfs-reserve-gangs", 2, 2)[-1]) == []
-
-
-def _older_run(small_at: float) -> tuple[dict, list[Action]]:
-    """As :func:`_smaller_run` under ``gfs-reserve-gangs`` bounded by
-    ``reserve_smaller_older``, the 1-GPU HP job queued at ``small_at`` and a spot job at
-    3,700 s (the pass after the gang's hour): the reservations then, and the actions when
-    n1's first job ends at 5,000 s."""
-    g = Gangs(cluster(4, 4), preset("gfs-reserve-gangs+reserve_smaller_older=true").policies)
-    for i in range(8):
-        g.submit(spec(f"s{i}", "hp", 1, dur=20_000 if i < 4 else 7_200), 0.0)
-    later = [
-        (10.0, spec("gang", "hp", 2, workers=2, dur=1e4)),
-        (small_at, spec("small", "hp", 1, dur=1e5)),
-        (3_700.0, spec("sp", "spot", 1, dur=1e5)),
-    ]
-    for at, job in sorted(later, key=lambda x: x[0]):
-        g.submit(job, at)
-    return dict(g.core.gangs._reserved), g.finish("s4", 5_000.0)
-
-
-def test_reserve_smaller_older_holds_off_only_for_a_smaller_job_queued_first() -> None:
-    # the small job queued after the gang: it does not hold the reservation off (the
-    # smaller-first rule alone would), so n1 is reserved and the card it frees is held
-    reserved, out = _older_run(3_650.0)
-    assert reserved == {"A": ("gang", frozenset({"n1"}), 7_200.0)} and bound(out) == []
-    # queued before the gang, it does: no reservation, the freed card goes to it
-    reserved, out = _older_run(5.0)
-    assert reserved == {} and bound(out) == ["small"]
-    with pytest.raises(ValueError, match="reserve_smaller_older bounds reserve_smaller_first"):
-        preset("gfs-reserve+reserve_smaller_older=true")
+    assert bound(_gang_run(RESERVE_GANGS, 2, 2)[-1]) == []
 
 
 def test_reserve_gangs_gives_its_reservation_up_when_a_smaller_hp_job_comes() -> None:
-    g = Gangs(cluster(4, 4), "gfs-reserve-gangs")
+    g = Gangs(cluster(4, 4), RESERVE_GANGS)
     for i in range(8):
         g.submit(spec(f"s{i}", "hp", 1, dur=20_000 if i < 4 else 7_200), 0.0)
     g.submit(spec("gang", "hp", 2, workers=2, dur=1e4), 10.0)
@@ -530,7 +373,7 @@ def test_reserve_gangs_gives_its_reservation_up_when_a_smaller_hp_job_comes() ->
 
 
 def test_backfill_still_tries_a_smaller_gang_after_a_larger_one_found_no_room() -> None:
-    g = Gangs(cluster(4, 4, 4), "gfs-reserve")
+    g = Gangs(cluster(4, 4, 4), RESERVE)
     g.submit(spec("h0", "hp", 4, dur=20_000), 0.0)  # n0
     g.submit(spec("h1", "hp", 4, dur=7_200), 0.0)  # n1
     g.submit(spec("h2", "hp", 2, dur=20_000), 0.0)  # n2: two cards free
@@ -546,7 +389,7 @@ def test_backfill_still_tries_a_smaller_gang_after_a_larger_one_found_no_room() 
 
 
 def test_reserve_counts_each_slot_of_a_node_by_its_own_drain() -> None:
-    g = Gangs(cluster(8, 8), "gfs-reserve")
+    g = Gangs(cluster(8, 8), RESERVE)
     for i in range(8):
         g.submit(spec(f"s{i}", "hp", 1, dur=7_200), 0.0)  # n0 full until 7,200 s
     g.submit(spec("long", "hp", 4, dur=1e6), 0.0)  # n1: half held for good
@@ -593,14 +436,14 @@ def test_reserve_backfill_free_backfills_on_free_room_only() -> None:
     # GFS: the gang heads the 2-GPU bucket and never fits, so x (behind it) is never tried
     _, log = _backfill_run("gfs")
     assert not any(evicted(out) for out in log) and "x" not in bound(log[-1])
-    # gfs-reserve-gangs: the gang reserves n1 and n2 (n2's slot holds only spot: ready now),
+    # RESERVE_GANGS: the gang reserves n1 and n2 (n2's slot holds only spot: ready now),
     # and at the next pass x, which ends before they drain, is backfilled by evicting sp
-    g, log = _backfill_run("gfs-reserve-gangs")
+    g, log = _backfill_run(RESERVE_GANGS)
     assert g.core.gangs._reserved["A"] == ("gang", frozenset({"n1", "n2"}), 7_200.0)
     assert evicted(log[-2]) == ["sp"] and bound(log[-2]) == ["x"] and g.nodes("x") == {"n2"}
-    # with reserve_backfill_free (gfs-reserve-patient's) the same reservation, but x
+    # with reserve_backfill_free (PATIENT's) the same reservation, but x
     # backfilled takes free room only: it evicts nothing and starts when n1 frees two cards
-    g, log = _backfill_run("gfs-reserve-gangs", free=True)
+    g, log = _backfill_run(RESERVE_GANGS, free=True)
     assert g.core.gangs._reserved["A"] == ("gang", frozenset({"n1", "n2"}), 7_200.0)
     assert not any(evicted(out) for out in log)
     assert bound(log[-1]) == ["x"] and g.nodes("x") == {"n1"}

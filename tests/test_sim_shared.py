@@ -52,9 +52,7 @@ def test_partitioned_and_shared_results(tmp_path: Path) -> None:
     part = doc["partition"]
     assert part["slice_nodes"] >= 1 and part["slice_gpus"] >= part["pool_alone.peak_gpus"] > 0
     assert part["slice_gpus"] < meta["pool_model_gpus"]  # hp/spot keep nodes of the model
-    # the ablations: shared under the other rules for the forecast's bound on warm pods
-    assert set(doc["ablations"]) == {"shared_strict", "shared_new_only", "shared_uncapped"}
-    modes = ("partitioned", "shared", *doc["ablations"])
+    modes = ("partitioned", "shared")
     for mode in modes:
         m = doc[mode]
         for key in HEADLINE:
@@ -85,7 +83,7 @@ def test_partitioned_and_shared_results(tmp_path: Path) -> None:
         assert len({doc[mode][key] for mode in modes}) == 1, key
     assert set(doc["comparison"]) >= set(HEADLINE)
     for row in doc["comparison"].values():
-        assert set(row) == {"partitioned", "shared", "change_pct", *doc["ablations"]}
+        assert set(row) == {"partitioned", "shared", "change_pct"}
     # same seed, same file; another seed, another file
     code, output = _run(tmp_path / "b", "--seed", "3")
     assert code == 0, output

@@ -41,9 +41,8 @@ key::
     preset = "gfs-lend"             # the starting set; the keys below override one each
     keepalive = "fitted"            # fixed | fitted | always-on
     warm_budget = "queue-driven"
-    warm_cap = "keepalive"          # how the HP forecast bounds it: or strict | new-only | none
     standby = "beside-active"       # or none
-    spot_quota = "forecast"         # or static
+    spot_quota = "forecast"         # or none
 
     [forecast]                      # the HP demand forecaster (stoker.forecast's registry)
     forecaster = "ridge"            # default: the preset's (ridge; naive for gfs-naive)
@@ -146,7 +145,6 @@ class PolicyConfig(_Table):
     preset: str | None = None
     keepalive: str | None = None
     warm_budget: str | None = None
-    warm_cap: str | None = None
     standby: str | None = None
     spot_quota: str | None = None
 

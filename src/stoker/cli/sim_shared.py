@@ -112,14 +112,11 @@ def _fmt(v: Any) -> str:
 
 
 def _table(doc: dict[str, Any], table_cls: Any) -> Any:
-    t = table_cls(title="stoker sim shared: partitioned vs shared (ablations: other warm caps)")
-    modes = list(doc["ablations"])
+    t = table_cls(title="stoker sim shared: partitioned vs shared")
     t.add_column("figure")
     t.add_column("partitioned", justify="right")
     t.add_column("shared", justify="right")
     t.add_column("change", justify="right")
-    for mode in modes:
-        t.add_column(mode, justify="right")
     for key, row in doc["comparison"].items():
         change = row["change_pct"]
         t.add_row(
@@ -127,6 +124,5 @@ def _table(doc: dict[str, Any], table_cls: Any) -> Any:
             _fmt(row["partitioned"]),
             _fmt(row["shared"]),
             "n/a" if change is None else f"{change:+.1f} %",
-            *(_fmt(row[mode]) for mode in modes),
         )
     return t

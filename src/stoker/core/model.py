@@ -295,10 +295,6 @@ class Job:
         ran = max(0.0, now - self.run_start)
         return self.run_start + math.floor(ran / every) * every
 
-    def lost_work(self, now: float, every: float) -> float:
-        """GPU-seconds an eviction now would lose (GPUs x time since the last checkpoint)."""
-        return self.gpus * (now - self.last_checkpoint(now, every))
-
     @property
     def job_class(self) -> JobClass:
         return self.spec.job_class

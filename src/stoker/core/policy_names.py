@@ -2,9 +2,8 @@
 
 A preset (:mod:`stoker.core.registry`) sets every policy at once; a driver may then swap
 single ones by name: ``keepalive`` (fixed, fitted, always-on), ``warm_budget``
-(queue-driven, static), ``warm_cap`` (how the HP forecast bounds the warm budget:
-keepalive, strict, new-only, none), ``standby`` (beside-active, none) and ``spot_quota``
-(forecast, static, none). Each call builds fresh policy objects.
+(queue-driven, static), ``standby`` (beside-active, none) and ``spot_quota`` (forecast,
+none). Each call builds fresh policy objects.
 """
 
 from __future__ import annotations
@@ -19,26 +18,20 @@ from stoker.core.policies import (
     BesideActive,
     FittedKeepAlive,
     FixedKeepAlive,
-    HourCap,
-    KeepAliveCap,
     NoStandby,
-    NoWarmCap,
     QueueDrivenBudget,
     StaticBudget,
 )
-from stoker.core.registry import STATIC_SHARE
 
 
 @dataclass(frozen=True, slots=True)
 class Knobs:
     """The numbers a named policy is built with: the fixed keep-alive (also the fitted one's
-    fallback before it has seen enough pauses), the spot quota's g and guaranteed duration,
-    and a static spot quota's share of its GPU pool."""
+    fallback before it has seen enough pauses), the spot quota's g and guaranteed duration."""
 
     keepalive_s: float = 60.0
     g: float = 0.9
     guarantee_s: float = 3600.0
-    static_share: float = STATIC_SHARE
 
 
 _Build = Callable[[Knobs], Any]
@@ -56,15 +49,6 @@ POINTS: dict[str, tuple[str, dict[str, _Build]]] = {
         "budget",
         {"queue-driven": lambda k: QueueDrivenBudget(), "static": lambda k: StaticBudget()},
     ),
-    "warm_cap": (
-        "warm_cap",
-        {
-            "keepalive": lambda k: KeepAliveCap(),
-            "strict": lambda k: HourCap(),
-            "new-only": lambda k: HourCap(holds=False),
-            "none": lambda k: NoWarmCap(),
-        },
-    ),
     "standby": (
         "standby",
         {"beside-active": lambda k: BesideActive(), "none": lambda k: NoStandby()},
@@ -73,7 +57,6 @@ POINTS: dict[str, tuple[str, dict[str, _Build]]] = {
         "gangs.quota",
         {
             "forecast": lambda k: ForecastQuota(k.g, k.guarantee_s),
-            "static": lambda k: StaticQuota(k.static_share),
             "none": lambda k: StaticQuota(1.0),
         },
     ),

@@ -1,37 +1,23 @@
-"""Every preset of the one core by name: Firepool's and GFS's defaults and every baseline.
+"""Every preset of the one core by name: the papers' policies, their baselines and
+ablations, and three of stoker's own.
 
 A preset is a complete :class:`~stoker.core.core.Policies` (warm-pool and hp/spot policies
 together) plus the forecaster the driver must feed it (None: it reads no forecast). The
 simulator and the broker's configuration both choose presets from here by name; each call
 builds fresh, unshared policy objects.
 
-Warm-pool presets (the Firepool paper's comparisons; GFS's hp/spot defaults):
-``firepool`` (default), ``fixed`` (the same: fixed keep-alive), ``fitted``, ``always_on``,
-``warm_reuse`` (no standby), ``fresh_tag``, ``fresh_pod``; and how the HP forecast bounds
-the warm budget (the default: idle pods hold only what HP is not forecast to need within
-their keep-alive, beyond what it holds now): ``warm-strict`` (capacity minus the next
-hour's HP demand, held pods stopped: the rule as first built), ``warm-new-only`` (the same
-bound, on new idle capacity only), ``warm-uncapped`` (no bound), ablations of the one
-capacity model. hp/spot
-presets (GFS's paper and ablations; Firepool's warm defaults): ``gfs`` (default),
-``yarn-cs``, ``chronus``, ``lyra``, ``fgd`` (each gated by GFS's forecast quota, as the
-authors' simulator runs them; ``yarn-cs-noquota``, ``lyra-noquota``, ``fgd-noquota``:
-ungated), ``static-quota``,
-``min-runtime``, ``gfs-naive``, ``gfs-fixed-eta``, ``gfs-simple-placement`` and
-``gfs-simple-preemption`` (the paper's ablations of its scheduler's two halves), and
-``gfs-small-first``, ``gfs-eta-slack``, ``gfs-lend``, ``gfs-fragments``,
-``gfs-checkpoint-cost``, ``gfs-reserve``, ``gfs-reserve-lend``, ``gfs-reserve-day``,
-``gfs-reserve-multi``, ``gfs-reserve-multi-day``, ``gfs-reserve-gangs``,
-``gfs-reserve-patient``, ``gfs-reserve-patient-lend`` and
-``gfs-reserve-patient-lend-multi`` (stoker's own: GFS with spot
-queued smallest request first; GFS whose eta may grow to 2; GFS lending spot what HP does
-not hold while no HP job waits; GFS starting fractional spot on shared cards past the
-quota; GFS costing victims by the work lost since their last checkpoint; GFS reserving
-nodes for a whole-GPU HP job that has waited an hour; that with lending; and that
-bounded: to nodes that drain within a day, to workers of two cards or more, both, or to
-gangs of such workers while no smaller HP job waits; and the last with HP evicting only
-after half an hour queued and never to backfill, then also lending spot half of what HP
-does not hold while no HP job waits, and that reserving for single multi-card workers too).
+Warm pools (Firepool and its comparison points; GFS's hp/spot defaults): ``firepool``
+(fixed keep-alive, standby beside active pods), ``fitted``, ``always_on``, ``warm_reuse``
+(no standby), ``fresh_tag``, ``fresh_pod``. hp/spot (GFS and its baselines; Firepool's
+warm defaults): ``gfs``, ``yarn-cs``, ``chronus``, ``lyra``, ``fgd`` (each gated by GFS's
+forecast quota, as the authors' simulator runs them; Chronus has none), and the paper's
+ablations ``gfs-naive``, ``gfs-fixed-eta``, ``gfs-simple-placement``,
+``gfs-simple-preemption``. stoker's own, kept on the replicate measurements in
+docs/gfs.md: ``gfs-lend`` (the broker's default: spot borrows what HP does not hold while
+no HP job waits), ``gfs-reserve-patient-lend`` (a waiting gang of multi-card workers
+reserves the nodes it drains, HP evicts only after half an hour queued, half of the idle
+room lent) and ``gfs-reserve-patient-lend-multi`` (that, reserving for a single multi-card
+worker too).
 """
 
 from __future__ import annotations
@@ -41,7 +27,7 @@ from dataclasses import dataclass, fields, replace
 
 from stoker.core.core import Policies
 from stoker.core.gfs.placement import BestFitScorer, FGDScorer, GFSScorer
-from stoker.core.gfs.preemption import FGDVictims, FifoVictims, GFSVictims, LyraVictims
+from stoker.core.gfs.preemption import FGDVictims, FifoVictims, LyraVictims
 from stoker.core.gfs.quota import ForecastQuota, StaticQuota
 from stoker.core.gfs.scheduler import GFSConfig
 from stoker.core.policies import (
@@ -49,50 +35,38 @@ from stoker.core.policies import (
     BesideActive,
     FittedKeepAlive,
     FixedKeepAlive,
-    HourCap,
     KeepAliveCap,
     NoStandby,
-    NoWarmCap,
     QueueDrivenBudget,
     ReuseMatching,
 )
 
 FIXED_KEEPALIVE_S = 60.0
 """The fixed keep-alive of every preset that keeps pods."""
-# a static spot quota's share of each GPU pool (ours: the share of capacity GFS's forecast
-# quota averages on the v2026 trace is near this; a fixed number is what the baseline is)
-STATIC_SHARE = 0.3
 # Chronus (the issue's figures): 300 s rounds, 1,200 s leases, 120 s restart
 CHRONUS_ROUND_S = 300.0
 CHRONUS_LEASE_S = 1200.0
 CHRONUS_RESTART_S = 120.0
-# gfs-eta-slack's eta ceiling (GFS's is 1)
-ETA_SLACK_CEILING = 2.0
 # gfs-lend's share of the GPUs HP does not hold that spot may take while no HP job waits
 LEND_SHARE = 1.0
-# gfs-reserve's wait before a whole-GPU HP job that finds no room reserves nodes to drain
+# gfs-reserve-patient-lend's wait before a whole-GPU HP gang that finds no room reserves
+# nodes to drain
 RESERVE_AFTER_S = 3600.0
-# gfs-reserve-day's bound on how far ahead a reservation's nodes may drain
-RESERVE_WITHIN_S = 86400.0
-# gfs-reserve-patient's wait before an HP job that finds no free room evicts spot: under
+# gfs-reserve-patient-lend's wait before an HP job that finds no free room evicts spot: under
 # the reservation's hour, so a gang that evicting would start does so before it reserves
 HP_EVICT_AFTER_S = 1800.0
 # gfs-reserve-patient-lend's share lent (gfs-lend's is all): half, the best of 0.25, 0.5,
 # 0.75 and 1 on the ten 1/10-scale v2026 seeds (docs/gfs.md); what is lent past the
 # forecast is what HP takes back by evicting, so a smaller loan evicts less
 PATIENT_LEND_SHARE = 0.5
-# gfs-reserve-gangs's reservation (gfs-reserve-patient's too): gangs of workers of two
-# cards or more, after an hour queued, while no HP job of a smaller request waits
-_RESERVE_GANGS: dict[str, object] = {
+# gfs-reserve-patient-lend's reservation: gangs of workers of two cards or more, after an
+# hour queued, while no HP job of a smaller request waits; a job backfilled beside it starts
+# on free room only, and HP evicts only after HP_EVICT_AFTER_S queued
+_PATIENT: dict[str, object] = {
     "reserve_after_s": RESERVE_AFTER_S,
     "reserve_min_worker": 2.0,
     "reserve_min_workers": 2,
     "reserve_smaller_first": True,
-}
-# gfs-reserve-patient's (and gfs-reserve-patient-lend's): gfs-reserve-gangs that backfills
-# on free room only and evicts only after HP_EVICT_AFTER_S queued
-_PATIENT: dict[str, object] = {
-    **_RESERVE_GANGS,
     "reserve_backfill_free": True,
     "hp_evict_after_s": HP_EVICT_AFTER_S,
 }
@@ -188,26 +162,15 @@ _FGD: dict[str, object] = {
 
 
 def _baseline(name: str, parts: dict[str, object]) -> dict[str, _Entry]:
-    """``name`` with the forecast quota (the authors' setup) and ``name-noquota`` with none
-    (spot may take everything HP leaves: stoker's earlier setup, kept as an extra)."""
-    return {
-        name: (_gangs(name=name, quota=_forecast_quota, **parts), "default"),
-        f"{name}-noquota": (_gangs(name=f"{name}-noquota", quota=_no_quota, **parts), None),
-    }
+    """``name`` with the forecast quota, as the authors' simulator runs it."""
+    return {name: (_gangs(name=name, quota=_forecast_quota, **parts), "default")}
 
 
 _PRESETS: dict[str, _Entry] = {
     # warm pools (the hp/spot part keeps GFS's defaults)
     "firepool": (_firepool, "default"),
-    "fixed": (_firepool, "default"),
     "fitted": (_warm(keepalive=FittedKeepAlive), "default"),
     "always_on": (_warm(keepalive=AlwaysOn), "default"),
-    # ablations of the one capacity model (docs/shared-sim.md): how the HP forecast bounds
-    # the warm budget. The rule as first built, the same bound on new idle capacity only,
-    # no bound (idle pods give way to HP only when an HP job reclaims them)
-    "warm-strict": (_warm(warm_cap=HourCap), "default"),
-    "warm-new-only": (_warm(warm_cap=lambda: HourCap(holds=False)), "default"),
-    "warm-uncapped": (_warm(warm_cap=NoWarmCap), "default"),
     "warm_reuse": (
         _warm(matching=lambda: ReuseMatching(reuse=True, standby=False), standby=NoStandby),
         "default",
@@ -239,66 +202,15 @@ _PRESETS: dict[str, _Entry] = {
     # placer every other policy uses, and ``fifo_spot.py``'s cost-free victims)
     "gfs-simple-placement": _gfs_variant("gfs-simple-placement", scorer=lambda p: BestFitScorer()),
     "gfs-simple-preemption": _gfs_variant("gfs-simple-preemption", victims=lambda p: FifoVictims()),
-    # stoker's own (beyond the paper): eta may grow to 2 while evictions stay under half the
-    # target, so the quota lends spot the slack a cautious forecast leaves
-    "gfs-eta-slack": _gfs_variant(
-        "gfs-eta-slack",
-        quota=lambda p: ForecastQuota(p.g, p.guarantee_s, eta_ceiling=ETA_SLACK_CEILING),
-    ),
-    # stoker's own (beyond the paper): GFS with spot queued smallest request first
-    "gfs-small-first": _gfs_variant("gfs-small-first", queue="size-small-spot"),
     # stoker's own (beyond the paper): while no HP job waits in a GPU pool, spot may hold
     # up to eta x the GPUs HP does not hold now, past the forecast quota (the forecast's
     # reserve for HP that has not come is lent; evictions shrink eta and take it back)
     "gfs-lend": _gfs_variant("gfs-lend", lend_idle=LEND_SHARE),
-    # stoker's own (beyond the paper): a fractional spot job that fits on cards other jobs
-    # already share starts past the quota (it takes no whole card from HP)
-    "gfs-fragments": _gfs_variant("gfs-fragments", lend_fragments=True),
-    # stoker's own (beyond the paper): victims costed by the work lost since their last
-    # checkpoint (what a restart really redoes; the paper's words) instead of since their
-    # run started (the authors' code)
-    "gfs-checkpoint-cost": _gfs_variant(
-        "gfs-checkpoint-cost", victims=lambda p: GFSVictims("paper")
-    ),
-    # stoker's own (beyond the paper): a whole-GPU HP job that has waited an hour and finds
-    # no room reserves the nodes closest to holding it; nothing else is placed there until
-    # it starts (instead of smaller HP and spot backfilling the cards it waits for)
-    "gfs-reserve": _gfs_variant("gfs-reserve", reserve_after_s=RESERVE_AFTER_S),
-    # the same with gfs-lend's quota: one capacity model, where spot borrows what HP does
-    # not hold while no HP waits and a waiting HP gang holds back the nodes it drains
-    "gfs-reserve-lend": _gfs_variant(
-        "gfs-reserve-lend", reserve_after_s=RESERVE_AFTER_S, lend_idle=LEND_SHARE
-    ),
-    # stoker's own (beyond the paper): gfs-reserve, but only a reservation whose nodes drain
-    # within a day (a drain further away keeps GFS's backfill until it comes that close)
-    "gfs-reserve-day": _gfs_variant(
-        "gfs-reserve-day", reserve_after_s=RESERVE_AFTER_S, reserve_within_s=RESERVE_WITHIN_S
-    ),
-    # stoker's own (beyond the paper): gfs-reserve for HP jobs whose workers take two cards or
-    # more (what backfilling fragments); a gang of 1-GPU workers waits as under GFS
-    "gfs-reserve-multi": _gfs_variant(
-        "gfs-reserve-multi", reserve_after_s=RESERVE_AFTER_S, reserve_min_worker=2.0
-    ),
-    # both bounds: workers of two cards or more, nodes that drain within a day
-    "gfs-reserve-multi-day": _gfs_variant(
-        "gfs-reserve-multi-day",
-        reserve_after_s=RESERVE_AFTER_S,
-        reserve_min_worker=2.0,
-        reserve_within_s=RESERVE_WITHIN_S,
-    ),
-    # gfs-reserve-multi for gangs only: an HP job of two workers or more, each of two cards or
-    # more (a single worker waits as under GFS), and only while no HP job of a smaller
-    # request waits in the pool (one that waits finds no card: the pool is short of cards
-    # for HP, and a reservation would only serve the gang before the many small jobs)
-    "gfs-reserve-gangs": _gfs_variant("gfs-reserve-gangs", **_RESERVE_GANGS),
-    # gfs-reserve-gangs that evicts less: its backfill beside a reservation starts HP on
-    # free room only (a job GFS's skip rule would have kept waiting evicts no spot job to
-    # start early), and an HP job evicts only after half an hour queued (room freed by
-    # jobs ending meanwhile is taken first)
-    "gfs-reserve-patient": _gfs_variant("gfs-reserve-patient", **_PATIENT),
-    # gfs-reserve-patient with gfs-lend's loan at half the share: the wait before evicting
-    # lets HP take lent room back as jobs end rather than by evictions, and the loan gives
-    # spot the room the forecast holds for HP that has not come
+    # stoker's own (beyond the paper): a gang of multi-card workers that has waited an hour
+    # and finds no room reserves the nodes closest to holding it, while no smaller HP job
+    # waits (EASY backfill beside it, on free room only); HP evicts spot only after half an
+    # hour queued, so room freed by jobs ending is taken first; and gfs-lend's loan at half
+    # the share: the wait lets HP take lent room back as jobs end rather than by evictions
     "gfs-reserve-patient-lend": _gfs_variant(
         "gfs-reserve-patient-lend", **_PATIENT, lend_idle=PATIENT_LEND_SHARE
     ),
@@ -327,24 +239,6 @@ _PRESETS: dict[str, _Entry] = {
     ),
     **_baseline("lyra", _LYRA),
     **_baseline("fgd", _FGD),
-    "static-quota": (
-        _gangs(
-            name="static-quota",
-            quota=lambda p: StaticQuota(STATIC_SHARE),
-            victims=lambda p: GFSVictims(),
-            oversize_alone=True,
-        ),
-        None,
-    ),
-    "min-runtime": (
-        _gangs(
-            name="min-runtime",
-            quota=_no_quota,
-            victims=lambda p: GFSVictims(),
-            min_runtime_s=lambda p: p.guarantee_s,
-        ),
-        None,
-    ),
 }
 
 WARM_PRESETS = (
@@ -352,12 +246,8 @@ WARM_PRESETS = (
     "fresh_tag",
     "warm_reuse",
     "firepool",
-    "fixed",
     "always_on",
     "fitted",
-    "warm-strict",
-    "warm-new-only",
-    "warm-uncapped",
 )
 """The warm-pool presets (Firepool's comparisons)."""
 GANG_PRESETS = tuple(name for name in _PRESETS if name not in WARM_PRESETS)

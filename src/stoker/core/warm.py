@@ -234,10 +234,9 @@ class WarmPools:
 
     def _hp_total(self) -> float:
         """GPUs idle pods may hold under the HP forecast, every GPU model together (each
-        model is held to its own cap: :meth:`_enforce_hp_cap`); no bound when the warm cap
-        policy bounds only new idle capacity."""
+        model is held to its own cap: :meth:`_enforce_hp_cap`)."""
         caps = self.hp_cap
-        if not caps or not self.policies.warm_cap.holds:
+        if not caps:
             return math.inf
         return sum(min(caps.get(m, math.inf), c) for m, c in self.cluster.capacity.items())
 
@@ -1209,9 +1208,7 @@ class WarmPools:
 
     def _enforce_hp_cap(self, now: float, out: list[Action]) -> None:
         """Per GPU model: idle pods over what its HP forecast leaves them go, least
-        valuable first (only under a warm cap policy that holds its bound)."""
-        if not self.policies.warm_cap.holds:
-            return
+        valuable first."""
         budget = self.policies.budget
         for model, cap in self.hp_cap.items():
             if self._idle_by_model.get(model, 0.0) <= cap + EPS:

@@ -16,8 +16,7 @@ the measured window). Two ways:
   holds now).
 
 Same policies (the ``gfs`` preset: Firepool's warm-pool and GFS's hp/spot defaults), same
-jobs, same runtime durations; only the node labels differ. The ablations run shared with
-another rule for the forecast's bound on the warm budget (:data:`ABLATIONS`). Every
+jobs, same runtime durations; only the node labels differ. Every
 figure comes from this module's own records of the jobs that ended (not from the core's
 registries), plus the jobs still open when the run stops, which are counted as
 unfinished: nothing is dropped.
@@ -60,14 +59,7 @@ from stoker.traces.base import Trace, TraceJob, TraceNode
 LOOP_PROFILE = "loop"
 LOOP_PREFIX = "loop-"
 POLICY = "gfs"  # Firepool's warm-pool and GFS's hp/spot defaults: one preset
-# the ablations: shared, with another rule for how the HP forecast bounds the warm budget
-# (the rule as first built; its bound on new idle capacity only; no bound)
-ABLATIONS = {
-    "shared_strict": "warm-strict",
-    "shared_new_only": "warm-new-only",
-    "shared_uncapped": "warm-uncapped",
-}
-MODES = ("partitioned", "shared", *ABLATIONS)
+MODES = ("partitioned", "shared")
 HOUR_S = 3600.0
 
 
@@ -494,14 +486,6 @@ def run_all(
         ),
         "shared": run_mode(cfg, prep, slice_nodes=None, progress=lambda f: tell("shared", f)),
     }
-    for mode, policy in ABLATIONS.items():
-        runs[mode] = run_mode(
-            cfg,
-            prep,
-            slice_nodes=None,
-            policy=policy,
-            progress=lambda f, mode=mode: tell(mode, f),
-        )
     by_name = {n.name: n for n in prep.trace.nodes}
     model_gpus = sum(n.gpus for n in _nodes_of(prep.trace.nodes, prep.model))
     doc: dict[str, Any] = {
@@ -524,7 +508,6 @@ def run_all(
             "slice_nodes": len(slice_nodes),
             "slice_gpus": sum(by_name[n].gpus for n in slice_nodes),
         },
-        "ablations": dict(ABLATIONS),
         **{mode: run.metrics for mode, run in runs.items()},
     }
     doc["comparison"] = comparison(doc)
@@ -549,8 +532,7 @@ COMPARED = (
 
 
 def comparison(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per headline figure: partitioned, shared, the change in percent, and each
-    ablation (shared under another rule for the forecast's bound on the warm budget)."""
+    """Per headline figure: partitioned, shared and the change in percent."""
     out = {}
     a, b = doc["partitioned"], doc["shared"]
     for key in COMPARED:
@@ -558,7 +540,5 @@ def comparison(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
         change = None
         if isinstance(x, int | float) and isinstance(y, int | float) and x:
             change = 100.0 * (y - x) / abs(x)
-        row = {"partitioned": x, "shared": y, "change_pct": change}
-        row.update({mode: doc[mode].get(key) for mode in ABLATIONS})
-        out[key] = row
+        out[key] = {"partitioned": x, "shared": y, "change_pct": change}
     return out

@@ -76,7 +76,6 @@ class PreemptContext:
     rate_after: Callable[[int], float]
     pool_gpus: int
     window_s: float
-    checkpoint_s: float = 3600.0
 
 
 def best_fit(cands: list[Candidate]) -> list[Candidate]:
@@ -171,25 +170,15 @@ class VictimChooser(Protocol):
 class GFSVictims:
     """GFS (``select_with_preemption``): among the best-fit candidates, victims by the
     two-pointer walk; node cost = the pool's eviction rate after the preemption + 5 * lost
-    GPU-s / (pool GPUs * window); the cheapest node, the first on ties.
-
-    ``cost``: ``authors`` (default; ``Job.get_preempt_cost``): a victim loses its GPUs times
-    the time since its run started; ``paper``: since its last checkpoint (the work a restart
-    really redoes).
+    GPU-s / (pool GPUs * window); the cheapest node, the first on ties. A victim loses its
+    GPUs times the time since its run started (the authors' ``Job.get_preempt_cost``).
     """
 
+    name = "gfs"
     reads = "fewest"
-
-    def __init__(self, cost: str = "authors") -> None:
-        if cost not in ("authors", "paper"):
-            raise ValueError(f"cost must be authors or paper, got {cost!r}")
-        self.cost = cost
-        self.name = "gfs" if cost == "authors" else "gfs-paper-cost"
 
     def lost(self, job: Job, ctx: PreemptContext) -> float:
         """GPU-seconds evicting ``job`` now counts as lost."""
-        if self.cost == "paper":
-            return job.lost_work(ctx.now, ctx.checkpoint_s)
         return job.gpus * max(0.0, ctx.now - job.run_start)
 
     def choose(

@@ -50,7 +50,7 @@ class EtaController:
 
     Shrink ``eta *= (1-g)/e`` when ``e >= 1.5 (1-g)``; grow when ``e <= 0.5 (1-g)`` and spot
     jobs have waited over an hour, by ``(1-g)/e`` but at most ``max_step`` a step and never
-    above ``ceiling`` (GFS's: 1). (The released code multiplies by ``e/(1-g)`` on growth,
+    above 1 (the forecast's free capacity). (The released code multiplies by ``e/(1-g)`` on growth,
     which shrinks eta; we do not copy that.) ``floor`` keeps eta from collapsing to zero on
     a bad window.
     """
@@ -60,7 +60,6 @@ class EtaController:
     max_step: float = 1.5
     floor: float = 0.05
     fixed: bool = False
-    ceiling: float = 1.0
 
     def update(self, e: float | None, spot_waited_long: bool) -> float:
         """Apply one feedback step for eviction rate ``e`` (None: no periods, no change)."""
@@ -77,7 +76,7 @@ class EtaController:
             self.eta = max(self.floor, self.eta * target / e)
         elif e <= 0.5 * target and spot_waited_long:
             step = self.max_step if e <= 0 else min(self.max_step, target / e)
-            self.eta = min(self.ceiling, self.eta * step)
+            self.eta = min(1.0, self.eta * step)
         return self.eta
 
 
@@ -98,12 +97,7 @@ class QuotaPolicy(Protocol):
 
 
 class ForecastQuota:
-    """GFS's quota: the forecast g-quantile over the guaranteed duration, scaled by eta.
-
-    ``eta_ceiling``: how far eta may grow (GFS's: 1, the forecast's free capacity; above 1
-    the quota may lend spot more than the forecast leaves free while evictions stay under
-    half the target rate: stoker's ``gfs-eta-slack``).
-    """
+    """GFS's quota: the forecast g-quantile over the guaranteed duration, scaled by eta."""
 
     name = "forecast"
 
@@ -112,24 +106,18 @@ class ForecastQuota:
         g: float = 0.9,
         guarantee_s: float = 3600.0,
         fixed_eta: bool = False,
-        eta_ceiling: float = 1.0,
     ):
         if not 0.0 < g < 1.0:
             raise ValueError(f"g must be in (0, 1), got {g}")
-        if not eta_ceiling >= 1.0:
-            raise ValueError(f"eta_ceiling must be >= 1, got {eta_ceiling}")
         self.g = g
         self.hours = guaranteed_hours(guarantee_s)
         self.fixed_eta = fixed_eta
-        self.eta_ceiling = eta_ceiling
         self._eta: dict[str, EtaController] = {}
 
     def _ctl(self, pool: str) -> EtaController:
         ctl = self._eta.get(pool)
         if ctl is None:
-            ctl = self._eta[pool] = EtaController(
-                g=self.g, fixed=self.fixed_eta, ceiling=self.eta_ceiling
-            )
+            ctl = self._eta[pool] = EtaController(g=self.g, fixed=self.fixed_eta)
         return ctl
 
     def quota(self, pool: str, mean: np.ndarray, var: np.ndarray, capacity: int) -> float:

@@ -75,10 +75,8 @@ class GFSConfig:
     jobs go) and ``queue`` (queue order) are the named extension points.
 
     ``queue``: the name of a :class:`QueueOrder` (``size``: GFS's, ``size-stop``: Lyra's,
-    ``fifo``: YARN-CS's and FGD's). ``min_runtime_s``: spot younger than this is not
-    evictable. ``round_s``/``lease_s``: Chronus's scheduling rounds and leases.
-    ``oversize_alone``: a spot job larger than the (fixed) quota may start while no other
-    spot job runs in its pool, so it does not wait forever (static quota).
+    ``fifo``: YARN-CS's and FGD's). ``round_s``/``lease_s``: Chronus's scheduling rounds
+    and leases.
     """
 
     name: str = "gfs"
@@ -96,7 +94,6 @@ class GFSConfig:
     rate_window_s: float = math.inf
     cost_window_s: float = 30 * 86400.0 + 1.0
     eta_every_s: float = 3600.0  # eta feedback cadence; e is measured since the last step
-    min_runtime_s: float = 0.0
     preempt: bool = True  # HP may evict spot (Chronus's HP waits for the next lease instead)
     # HP goes straight to the victim chooser, free nodes among the candidates
     # (``fifo_spot.py``, ``fgd.py``: ``place_with_preemption`` without placing first)
@@ -115,17 +112,12 @@ class GFSConfig:
     round_s: float = 0.0
     lease_s: float = 0.0
     lease_restart_s: float = 120.0
-    oversize_alone: bool = False  # a spot job above the quota may run when no spot runs
     # stoker's ``gfs-lend`` (0: GFS): while no HP job waits in a GPU pool, spot may hold up
     # to this share of the GPUs HP does not hold now, times the pool's eta, even past the
     # forecast quota. The forecast reserves its g-quantile of HP demand an hour ahead
     # whether or not HP comes; the lent room is the part of that reserve HP is not using,
     # and eta (shrunk by evictions above the target) takes it back when lending evicts
     lend_idle: float = 0.0
-    # stoker's: a fractional spot job that fits on cards other jobs already share starts
-    # past the quota (it leaves every whole card to HP; only a fractional HP job can want
-    # that share, and it may evict it)
-    lend_fragments: bool = False
     # stoker's ``gfs-reserve`` (inf: GFS's backfill, never a reservation): a whole-GPU HP
     # job that has queued this long and finds no room, free or by eviction, reserves the
     # nodes closest to holding it (:meth:`GangScheduler._reserve`); no other hp or spot
@@ -135,11 +127,6 @@ class GFSConfig:
     # One reservation per GPU pool at a time (Slurm's backfill with a reservation for the
     # top job, Kubernetes' nominated node)
     reserve_after_s: float = math.inf
-    # stoker's ``gfs-reserve-day`` (with ``reserve_after_s``; inf: any drain): a reservation
-    # is made only when its nodes drain within this. A drain days away holds the cards from
-    # every job that does not end by then; GFS's backfill goes on instead, and the job
-    # reserves once its nodes are that close
-    reserve_within_s: float = math.inf
     # stoker's ``gfs-reserve-multi`` (with ``reserve_after_s``; 1: any whole-GPU worker): the
     # smallest per-worker request that may reserve. Workers of one card fit on any free
     # cards, so backfilling fragments nothing for them, while their reservation keeps the
@@ -158,13 +145,6 @@ class GFSConfig:
     # the gang ahead of the many small jobs (Philly contended), where GFS's skip rule leaves
     # the gang waiting and the small jobs served
     reserve_smaller_first: bool = False
-    # with ``reserve_smaller_first``: only a smaller HP job queued before the candidate
-    # holds its reservation off. Where small HP jobs always wait (a pool short of cards
-    # for HP: openb's T4), the smaller-first rule alone never lets a 4-card job reserve,
-    # and the single cards that free go to the small jobs for days (their backlog is
-    # served, the 4-card jobs' is not): this bounds a large job's wait by the small
-    # jobs' own, as first come, first served among the pool's waiting HP jobs
-    reserve_smaller_older: bool = False
     # stoker's ``gfs-reserve-patient`` (with ``reserve_after_s``): a job backfilled beside a
     # reservation starts on free room (and idle pods) only, never by evicting spot. GFS's
     # skip rule keeps those jobs (a bucket's later ones) from trying at all; backfilled,
@@ -195,12 +175,8 @@ class GFSConfig:
             raise ValueError(f"reserve_after_s must be >= 0, got {self.reserve_after_s}")
         if self.reserve_smaller_first and QUEUE_ORDERS[self.queue].stop:
             raise ValueError("reserve_smaller_first needs a queue by request (the skip rule)")
-        if self.reserve_smaller_older and not self.reserve_smaller_first:
-            raise ValueError("reserve_smaller_older bounds reserve_smaller_first: set both")
         if not self.hp_evict_after_s >= 0:
             raise ValueError(f"hp_evict_after_s must be >= 0, got {self.hp_evict_after_s}")
-        if not self.reserve_within_s > 0:
-            raise ValueError(f"reserve_within_s must be > 0, got {self.reserve_within_s}")
         for name in (
             "guarantee_s",
             "checkpoint_s",
@@ -224,9 +200,8 @@ class QueueOrder:
     ``stop``: the first job that cannot be placed ends its class's pass (Lyra, YARN-CS,
     FGD), else only the jobs of its request are skipped and smaller ones still tried (GFS's
     skip rule); ``at_back``: a re-queued job queues at its re-queue time (the authors'
-    lists that are appended to and never sorted by submit time), else at its submit time;
-    ``spot_small_first``: spot by the smallest per-worker request first (stoker's
-    ``gfs-small-first``; HP keeps the largest first). A spot job over the quota is passed
+    lists that are appended to and never sorted by submit time), else at its submit time.
+    A spot job over the quota is passed
     over, never a failure (as in every policy of the authors').
     """
 
@@ -235,7 +210,6 @@ class QueueOrder:
     fewer_workers: bool
     stop: bool
     at_back: bool
-    spot_small_first: bool = False
 
 
 QUEUE_ORDERS: dict[str, QueueOrder] = {
@@ -248,16 +222,6 @@ QUEUE_ORDERS: dict[str, QueueOrder] = {
     ),
     # YARN-CS and FGD (fifo_spot.py, fgd.py): arrival order, the first failure stops
     "fifo": QueueOrder("fifo", by_size=False, fewer_workers=False, stop=True, at_back=True),
-    # stoker's (not the paper's): GFS's, but spot by the smallest request first, so one
-    # large spot gang waiting for room does not hold the many small ones behind it
-    "size-small-spot": QueueOrder(
-        "size-small-spot",
-        by_size=True,
-        fewer_workers=True,
-        stop=False,
-        at_back=False,
-        spot_small_first=True,
-    ),
 }
 
 
@@ -275,8 +239,6 @@ class _Queue:
     def __init__(self, order: QueueOrder, job_class: JobClass) -> None:
         self.order = order
         self.fewer_workers = order.fewer_workers and job_class is _SPOT
-        # -1: the largest request first (every order's HP; GFS's spot), +1: the smallest
-        self.sign = 1.0 if order.spot_small_first and job_class is _SPOT else -1.0
         self.buckets: dict[float, list[tuple[tuple[float, ...], str]]] = {}
         self.keys: list[float] = []
         self.size = 0
@@ -284,10 +246,10 @@ class _Queue:
         self._heads: list[tuple[tuple[tuple[float, ...], str], float]] = []
 
     def bucket(self, job: Job) -> float:
-        return job.gpus if self.order.stop else self.sign * job.per_worker
+        return job.gpus if self.order.stop else -job.per_worker
 
     def entry(self, job: Job, at: float) -> tuple[tuple[float, ...], str]:
-        rank = self.sign * job.per_worker if self.order.by_size else 0.0
+        rank = -job.per_worker if self.order.by_size else 0.0
         workers = float(job.spec.workers) if self.fewer_workers else 0.0
         return (rank, workers, at), job.id
 
@@ -406,11 +368,11 @@ class GangScheduler:
         # moves (:meth:`_state`): a start takes room and a release leaves its cards held
         # until its pods are gone, neither of which makes a failed search succeed
         self._grown: dict[str, int] = {}
-        self._failed: dict[str, tuple[int, int, float | None, bool]] = {}
+        self._failed: dict[str, tuple[int, int, bool]] = {}
         # the same for a search that may not evict (a job backfilled under
         # ``reserve_backfill_free``, or waiting out ``hp_evict_after_s``): such a failure
         # says nothing of a search that may evict, in the same state
-        self._failed_free: dict[str, tuple[int, int, float | None, bool]] = {}
+        self._failed_free: dict[str, tuple[int, int, bool]] = {}
         # the last failed free-room plan of an HP job: (job, now, pool epoch, the plan of
         # its first workers, the worker that found no room)
         self._free_prefix: tuple[str, float, int, GangPlan, int] | None = None
@@ -420,9 +382,6 @@ class GangScheduler:
         self._reserved: dict[str, tuple[str, frozenset[str], float]] = {}
         # per pool, the first HP job of the current pass (queue order) that may reserve
         self._to_reserve: dict[str, Job] = {}
-        # the last reservation planned and not made (``reserve_within_s``: its nodes drain
-        # too late): (job, the pool's epoch, nodes, ready); valid while the epoch holds
-        self._too_far: tuple[str, int, frozenset[str], float] | None = None
         # HP jobs waiting for the pods stopped to make their room, and the reverse index
         self._awaiting: dict[str, set[str]] = {}
         self._awaiting_by_pod: dict[str, str] = {}
@@ -1002,7 +961,7 @@ class GangScheduler:
         Every job tried here sees the same nodes (none reserved against it) and the same
         quota, so once one fails acting on nothing, a later one asking as much fails alike
         and is not tried: as many workers where it found no room, as many GPUs where it
-        was over a plain quota (no ``oversize_alone``, no ``lend_fragments``). An HP job
+        was over the quota. An HP job
         that could be the pass's reservation candidate is tried still. Spot jobs of a
         bucket go by their workers, so the first such failure ends the spot bucket
         (Philly: thousands of 1-GPU HP and spot jobs were tried one by one at every
@@ -1012,7 +971,6 @@ class GangScheduler:
         if held is None:
             return
         no_room = over_quota = math.inf  # the fewest workers, the fewest GPUs that failed
-        plain_quota = not (self.config.oversize_alone or self.config.lend_fragments)
         for entry in queue.buckets[k][1:]:
             job = self.jobs[entry[1]]
             if job.state is not JobState.QUEUED or not _ends_by(job, now, held[2]):
@@ -1035,7 +993,7 @@ class GangScheduler:
             elif len(out) == acted and job.id not in self._awaiting:
                 if result == _NO_ROOM:
                     no_room = min(no_room, job.spec.workers)
-                elif plain_quota:  # over the spot quota
+                else:  # over the spot quota
                     over_quota = min(over_quota, job.gpus)
 
     def _pass_stop(self, queue: _Queue, pool: str, now: float, out: list[Action]) -> None:
@@ -1086,24 +1044,7 @@ class GangScheduler:
             return True  # before the window no spot job starts
         used = self.used[pool][_SPOT]
         quota = math.inf if gate is not None and now >= gate[1] else self.spot_quota(pool)
-        return (
-            used + job.gpus > quota + EPS
-            and not (
-                # a job larger than a fixed quota would wait forever: it may run alone
-                self.config.oversize_alone and used < EPS and job.gpus > quota
-            )
-            and not self._in_fragments(job, now)
-        )
-
-    def _in_fragments(self, job: Job, now: float) -> bool:
-        """With ``lend_fragments``: a fractional spot job whose every worker fits on a card
-        another job already shares (best fit takes those first), so it takes no whole card
-        a whole-GPU HP job could use."""
-        if not (self.config.lend_fragments and job.fractional):
-            return False
-        plan = self._plan_free(job, now)
-        gpus = self.cluster.gpus
-        return plan is not None and all(gpus[c].used > EPS for _, cards, _ in plan for c in cards)
+        return used + job.gpus > quota + EPS
 
     def _try_start(self, job: Job, now: float, out: list[Action], evict: bool = True) -> str:
         """Start ``job`` if it may and fits; else why not (``_QUOTA``: over the spot quota,
@@ -1192,20 +1133,17 @@ class GangScheduler:
             return False
         return self.pools[pool].reclaim_slots(int(job.per_worker)) < job.spec.workers
 
-    def _state(self, pool: str, now: float) -> tuple[int, int, float | None, bool]:
+    def _state(self, pool: str, now: float) -> tuple[int, int, bool]:
         """What a search for room in ``pool`` reads: the pool's growth, the warm pools' (idle
-        pods anywhere), the time where spot younger than ``min_runtime_s`` is spared (its
-        victims then change with the clock alone), and whether the window's gate lets HP
-        preempt yet."""
-        timed = now if self.config.min_runtime_s > 0 else None
+        pods anywhere), and whether the window's gate lets HP preempt yet."""
         gate = self.config.window
-        return (self._grown[pool], self.host.warm.epoch, timed, gate is None or now >= gate[0])
+        return (self._grown[pool], self.host.warm.epoch, gate is None or now >= gate[0])
 
     def _remember_failure(
         self,
         job: Job,
         pool: str,
-        state: tuple[int, int, float | None, bool],
+        state: tuple[int, int, bool],
         now: float,
         evict: bool = True,
     ) -> None:
@@ -1249,34 +1187,20 @@ class GangScheduler:
 
     def _smaller_waits(self, job: Job, queue: _Queue) -> bool:
         """With ``reserve_smaller_first``: whether an HP job of a smaller per-worker request
-        than ``job``'s waits in its pool's HP ``queue`` (after the pass: it found no room);
-        with ``reserve_smaller_older`` too, one queued before ``job``."""
+        than ``job``'s waits in its pool's HP ``queue`` (after the pass: it found no room)."""
         if not self.config.reserve_smaller_first:
             return False
         # the skip rule's HP buckets are -request, ascending: a smaller request's is later
-        later = bisect.bisect_right(queue.keys, queue.bucket(job) + EPS)
-        if not self.config.reserve_smaller_older:
-            return later < len(queue.keys)
-        # "before" in the queue's own time: a skip-rule queue keeps HP by submit time (the
-        # order's ``at_back`` is off), so a bucket's head entry holds its earliest
-        return any(queue.buckets[k][0][0][-1] < job.submitted for k in queue.keys[later:])
+        return bisect.bisect_right(queue.keys, queue.bucket(job) + EPS) < len(queue.keys)
 
     def _reserve(self, job: Job, pool: str, now: float) -> None:
         """Reserve for ``job`` the nodes that will hold it soonest (:meth:`_plan_reserve`), in
         node order among equals, until they hold every worker; they drain for it by the
-        latest of their times. Not if that is more than ``reserve_within_s`` away."""
-        too_far = self._too_far
-        if too_far is not None and too_far[:2] == (job.id, self._epoch[pool]):
-            planned: tuple[frozenset[str], float] | None = too_far[2:]
-        else:
-            planned = self._plan_reserve(job, pool)
+        latest of their times."""
+        planned = self._plan_reserve(job, pool)
         if planned is None:
             return
         nodes, ready = planned
-        if ready - now > self.config.reserve_within_s + EPS:
-            # the nodes change only with the pool's books: plan again only then
-            self._too_far = (job.id, self._epoch[pool], nodes, ready)
-            return
         self._reserved[pool] = (job.id, nodes, ready)
         self._epoch[pool] += 1
 
@@ -1643,7 +1567,6 @@ class GangScheduler:
             rate_after=lambda k: ledger.rate_after(since, len(evicted) + k),
             pool_gpus=self.capacity[pool],
             window_s=self.config.cost_window_s,
-            checkpoint_s=self.config.checkpoint_s,
         )
         need = job.per_worker
         # a fractional worker with no card carrying HP to share takes one whole card
@@ -1780,9 +1703,6 @@ class GangScheduler:
                 seen.pop(node, None)
         return list(stop.values()), evicted
 
-    def _evictable(self, victim: Job, now: float) -> bool:
-        return now - victim.run_start >= self.config.min_runtime_s - EPS
-
     def _node_candidates(
         self,
         job: Job,
@@ -1822,10 +1742,11 @@ class GangScheduler:
             # spot on the node's cards that carry no HP (a whole-GPU worker's cards never do;
             # a fractional job's, where spot work alone holds the card)
             if spot:
-                frac = self._victim_frac_cards(info, evicted, freed_here, now)
+                # its fractional jobs' cards held by spot work alone, not yet freed
+                frac = info.frac_cards - freed_here
                 for jid, mine in self.node_jobs[name].items():
                     v = self.jobs[jid]
-                    if jid in evicted or not self._evictable(v, now):
+                    if jid in evicted:
                         continue
                     if v.fractional:
                         mine = [g for g in mine if g in frac]
@@ -1872,8 +1793,7 @@ class GangScheduler:
         if free_nodes:
             heads = dict(gang.buckets(range(need, pool.max_gpus + 1)))
         reads = self.config.victims.reads if spot else "all"
-        if reads == "all" or self.config.min_runtime_s > 0:
-            # (with a minimum runtime a node's victims depend on the clock: no index)
+        if reads == "all":
             names = dict.fromkeys(idle)
             if spot:
                 names.update(pool.spot_nodes)
@@ -1912,21 +1832,6 @@ class GangScheduler:
             if found and reads == "fewest":
                 break
         return out
-
-    def _victim_frac_cards(
-        self, info: NodeInfo, evicted: dict[str, Job], freed: set[str], now: float
-    ) -> set[str]:
-        """The node's cards a whole-GPU worker may take by evicting the fractional spot jobs
-        on them, as the plan stands: held by spot work alone, not yet freed by the plan's
-        victims, and no job left there too young to evict."""
-        if not info.frac_cards:
-            return set()
-        cards = set(info.frac_cards - freed)
-        for jid, mine in self.node_jobs[info.name].items():
-            job = self.jobs[jid]
-            if job.fractional and jid not in evicted and not self._evictable(job, now):
-                cards.difference_update(mine)
-        return cards
 
     def _card_order(
         self,
@@ -2004,7 +1909,7 @@ class GangScheduler:
                         if pod is None or pod.job_class is not _SPOT or pod.job is None:
                             continue
                         v = self.jobs[pod.job]
-                        if v.id in evicted or not self._evictable(v, now):
+                        if v.id in evicted:
                             continue
                         seen[v.id] = seen.get(v.id, 0.0) + share
                     victims = [(self.jobs[j], u) for j, u in seen.items()]

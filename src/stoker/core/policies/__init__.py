@@ -1,9 +1,7 @@
 """Policies behind small interfaces; the Firepool behaviour is each one's default."""
 
 from stoker.core.policies.budget import (
-    HourCap,
     KeepAliveCap,
-    NoWarmCap,
     QueueDrivenBudget,
     StaticBudget,
     WarmBudget,
@@ -18,12 +16,10 @@ __all__ = [
     "BesideActive",
     "FittedKeepAlive",
     "FixedKeepAlive",
-    "HourCap",
     "KeepAlive",
     "KeepAliveCap",
     "Matching",
     "NoStandby",
-    "NoWarmCap",
     "QueueDrivenBudget",
     "ReuseMatching",
     "StandbyPolicy",

@@ -68,15 +68,11 @@ class QueueDrivenBudget(StaticBudget):
 
 class WarmCap(Protocol):
     """How a GPU pool's HP forecast bounds the warm budget there (the one capacity model):
-    the GPUs idle warm and standby pods of that pool may hold, or None for no bound.
-
-    ``holds``: True, idle pods already held over the bound are stopped (least valuable
-    first); False, the bound limits only new idle capacity (standby staging and spare
-    pods), and held idle pods give way to HP through the reclaim chain when it arrives.
+    the GPUs idle warm and standby pods of that pool may hold, or None for no bound; idle
+    pods already held over the bound are stopped, least valuable first.
     """
 
     name: str
-    holds: bool
 
     def cap(
         self,
@@ -94,29 +90,6 @@ class WarmCap(Protocol):
         ...
 
 
-class HourCap:
-    """Idle pods hold at most capacity minus the g-quantile of the next hour's HP demand.
-
-    ``holds=True`` (``strict``) is the rule as first built (preset ``warm-strict``);
-    ``holds=False`` (``new-only``) bounds only new idle capacity by the same number.
-    """
-
-    def __init__(self, holds: bool = True) -> None:
-        self.holds = holds
-        self.name = "strict" if holds else "new-only"
-
-    def cap(
-        self,
-        capacity: float,
-        hp_used: float,
-        mean: float,
-        sd: float,
-        z: float,
-        horizon_s: float,
-    ) -> float | None:
-        return max(0.0, capacity - (mean + z * sd))
-
-
 class KeepAliveCap:
     """Idle pods hold at most capacity minus what HP holds now and the g-quantile of its
     growth within their keep-alive (``horizon_s``, from the core: the latest keep-alive
@@ -130,7 +103,6 @@ class KeepAliveCap:
     """
 
     name = "keepalive"
-    holds = True
 
     def cap(
         self,
@@ -144,22 +116,3 @@ class KeepAliveCap:
         f = min(1.0, horizon_s / 3600.0)
         need = hp_used + max(0.0, mean - hp_used) * f + z * sd * math.sqrt(f)
         return max(0.0, capacity - need)
-
-
-class NoWarmCap:
-    """The HP forecast does not bound the warm budget: idle pods give way to HP only
-    through the reclaim chain (the ``warm-uncapped`` ablation)."""
-
-    name = "none"
-    holds = False
-
-    def cap(
-        self,
-        capacity: float,
-        hp_used: float,
-        mean: float,
-        sd: float,
-        z: float,
-        horizon_s: float,
-    ) -> float | None:
-        return None
