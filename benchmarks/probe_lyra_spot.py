@@ -20,7 +20,7 @@ of the spot quota, HP and spot GPUs held and HP's forecast quantile (every pool 
 with the CPU seconds it took.
 
 The per-class order and the breakdown are a probe's, not the core's: while a variant runs,
-the scheduler module's ``_Queue`` is wrapped to build each class's queue with that class's
+the scheduler module's ``ClassQueue`` is wrapped to build each class's queue with that class's
 order, and the simulator's ``_metrics`` to read the finished jobs; both are restored after.
 The findings (docs/gfs.md, "Where Lyra's spot queueing comes from") made no preset.
 """
@@ -32,6 +32,7 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Any
 
+import stoker.core.gfs.queues as queues
 import stoker.core.gfs.scheduler as sched
 import stoker.sim.gfs as simgfs
 from probe_month import month_options, run_month, simulate_probed
@@ -41,9 +42,9 @@ from stoker.core.registry import preset
 from stoker.forecast.base import Cadence
 from stoker.traces import Trace
 
-_O = sched.QUEUE_ORDERS
+_O = queues.QUEUE_ORDERS
 # queue orders the probe mixes beside the registry's: Lyra's with one of its traits undone
-_ORDERS: dict[str, sched.QueueOrder] = {
+_ORDERS: dict[str, queues.QueueOrder] = {
     **_O,
     # Lyra's stop rule, re-queued jobs at their submit time (GFS's)
     "size-stop-submit": replace(_O["size-stop"], name="size-stop-submit", at_back=False),
@@ -101,13 +102,13 @@ def run_variant(
     if victims is not None:
         spec.policies.gangs.victims = _VICTIMS[victims]()
     orders = {JobClass.HP: _ORDERS[hp_order], JobClass.SPOT: _ORDERS[spot_order]}
-    queue = sched._Queue
+    queue = queues.ClassQueue
 
-    def per_class(order: sched.QueueOrder, cls: JobClass) -> sched._Queue:
+    def per_class(order: queues.QueueOrder, cls: JobClass) -> queues.ClassQueue:
         return queue(orders[cls], cls)
 
     result, core, jobs, cpu = simulate_probed(
-        trace, spec, window, cadence, forecaster, [(sched, "_Queue", per_class)]
+        trace, spec, window, cadence, forecaster, [(sched, "ClassQueue", per_class)]
     )
     tl = result.timeline
     inside = [i for i, t in enumerate(tl["t"]) if window.start <= t < window.end]

@@ -183,9 +183,9 @@ def test_illegal_moves_raise_with_history() -> None:
     c.handle(RankExited("a"), 2.0)
     pod = c.pods["pod-1"]
     with pytest.raises(IllegalTransition, match=r"pod pod-1: warm -> recycling .*active@1"):
-        c.move_pod(pod, PodState.RECYCLING, 3.0)
+        c.books.move_pod(pod, PodState.RECYCLING, 3.0)
     with pytest.raises(IllegalTransition, match="job a: finished -> running"):
-        c.move_job(c.jobs["a"], JobState.RUNNING, 3.0)
+        c.books.move_job(c.jobs["a"], JobState.RUNNING, 3.0)
     # nothing leaves gone or finished
     assert not [m for m in POD_MOVES if m[0] is PodState.GONE]
     assert not [m for m in JOB_MOVES if m[0] is JobState.FINISHED]

@@ -45,7 +45,7 @@ from stoker.core import (
     Tick,
     preset,
 )
-from stoker.core.core import Policies, ProfilePolicies
+from stoker.core.config import Policies, ProfilePolicies
 from stoker.core.gfs import GFSConfig, GuaranteeLedger
 from stoker.core.gfs.jobs import restart_overhead
 from stoker.core.gfs.placement import eviction_score, fragmentation

@@ -13,7 +13,7 @@ import pytest
 
 from stoker.core import ForecastUpdated, JobCancelled, Tick
 from stoker.core.actions import Action, StartPod
-from stoker.core.core import Policies
+from stoker.core.config import Policies
 from stoker.core.gfs.placement import BestFitScorer, GFSScorer
 from stoker.core.gfs.preemption import FifoVictims, GFSVictims
 from stoker.core.model import JobClass, JobSpec, JobState

@@ -21,7 +21,7 @@ from stoker.core import (
     StartPod,
     preset,
 )
-from stoker.core.core import Policies
+from stoker.core.config import Policies
 from stoker.core.gfs import GFSConfig
 from stoker.core.gfs.placement import (
     SCAN_CAP,

@@ -65,7 +65,7 @@ import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stoker.api.config import ConfigError
-from stoker.core.core import ProfilePolicies
+from stoker.core.config import ProfilePolicies
 from stoker.core.model import Profile
 from stoker.core.policy_names import Knobs, apply, build
 from stoker.core.registry import FIXED_KEEPALIVE_S, Preset, preset

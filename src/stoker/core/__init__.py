@@ -16,7 +16,8 @@ from stoker.core.actions import (
     StartPod,
     StopPod,
 )
-from stoker.core.core import Core, Policies, ProfilePolicies
+from stoker.core.config import Policies, ProfilePolicies
+from stoker.core.core import Core
 from stoker.core.events import (
     BindFailed,
     Event,

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from statistics import NormalDist
 
 import numpy as np
 
-from stoker.core.actions import Action, JobEnded, KillJob, StopPod
-from stoker.core.demand import DemandMeter
+from stoker.core.actions import Action, KillJob, StopPod
+from stoker.core.books import Books
+from stoker.core.config import Policies
 from stoker.core.events import (
     BindFailed,
     Event,
@@ -42,7 +42,7 @@ from stoker.core.events import (
     RankStarted,
     Tick,
 )
-from stoker.core.gfs.scheduler import GangScheduler, GFSConfig
+from stoker.core.gfs.scheduler import GangScheduler
 from stoker.core.model import (
     EPS,
     GPU,
@@ -54,65 +54,16 @@ from stoker.core.model import (
     JobSpec,
     JobState,
     Node,
-    Pod,
     PodState,
     Profile,
     per_worker,
 )
-from stoker.core.policies import (
-    BesideActive,
-    FixedKeepAlive,
-    KeepAlive,
-    KeepAliveCap,
-    Matching,
-    QueueDrivenBudget,
-    ReuseMatching,
-    StandbyPolicy,
-    WarmBudget,
-    WarmCap,
-)
 from stoker.core.shape import Refusal, cpu_refusal, gpu_refusal, worker_cards
-from stoker.core.transitions import JOB_MOVES, POD_MOVES, Transitions
 from stoker.core.waiting import CpuWait, GpuWait, Waiting
 from stoker.core.warm import WarmPools
 
 # seconds before a stop the runtime could not carry out is asked again
 STOP_RETRY_S = 30.0
-
-
-@dataclass
-class ProfilePolicies:
-    """One profile's own warm-pool settings: its keep-alive (None: the core's) and its
-    minimum warm count, the spare pods kept ready for callers not yet seen (started by the
-    core, kept without a keep-alive, counted against the warm budget)."""
-
-    keepalive: KeepAlive | None = None
-    min_warm: int = 0
-
-    def __post_init__(self) -> None:
-        if self.min_warm < 0:
-            raise ValueError(f"min_warm: must be >= 0, got {self.min_warm}")
-
-
-@dataclass
-class Policies:
-    """Every named extension point of the core; the defaults are Firepool's and GFS's.
-
-    Warm pools: ``matching`` (warm and standby matching), ``keepalive``, ``budget`` (warm
-    budget), ``warm_cap`` (how each GPU pool's HP forecast bounds the warm budget there),
-    ``standby`` (standby staging). hp/spot: ``gangs`` holds queue order, placement
-    scoring, spot quota and reclaim (victim choice) with their parameters. ``profiles``:
-    per profile name, its own keep-alive and minimum warm count. Presets by name:
-    :mod:`stoker.core.registry`.
-    """
-
-    matching: Matching = field(default_factory=ReuseMatching)
-    keepalive: KeepAlive = field(default_factory=FixedKeepAlive)
-    budget: WarmBudget = field(default_factory=QueueDrivenBudget)
-    standby: StandbyPolicy = field(default_factory=BesideActive)
-    gangs: GFSConfig = field(default_factory=GFSConfig)
-    profiles: dict[str, ProfilePolicies] = field(default_factory=dict)
-    warm_cap: WarmCap = field(default_factory=KeepAliveCap)
 
 
 class Core:
@@ -125,18 +76,19 @@ class Core:
         policies: Policies | None = None,
         start: float = 0.0,
     ) -> None:
-        self.cluster = cluster
-        self.profiles: dict[str, Profile] = {p.name: p for p in profiles}
         self.policies = policies or Policies()
-        self.jobs: dict[str, Job] = {}
-        self.pods: dict[str, Pod] = {}
-        self.pod_moves = Transitions("pod", POD_MOVES, PodState.GONE)
-        self.job_moves = Transitions("job", JOB_MOVES, JobState.FINISHED)
-        self.now = start
-        self._seq = 0  # pod ids
-        self.warm = WarmPools(self, self.policies)
-        self.gangs = GangScheduler(self, self.policies.gangs, start)
-        self.demand = DemandMeter()
+        self.books = Books(cluster, profiles, start)
+        # the books' registries, read by drivers and tests
+        self.cluster = cluster
+        self.profiles = self.books.profiles
+        self.jobs = self.books.jobs
+        self.pods = self.books.pods
+        self.demand = self.books.demand
+        self.unplaceable = self.books.set_aside
+        self.warm = WarmPools(self.books, self.policies)
+        self.gangs = GangScheduler(self.books, self.warm, self.policies.gangs, start)
+        self.warm.connect(self.gangs)
+        self.books.on_cards = self.warm.refresh_cards
         # per GPU pool, each tenant's latest forecast (mean, var per hour ahead)
         self._forecasts: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
         self.forecast: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # summed per GPU pool
@@ -152,10 +104,6 @@ class Core:
         # is asked again at the time given here
         self._stop_retry: dict[str, float] = {}
         self._z = NormalDist().inv_cdf(self.policies.gangs.g)  # the warm cap's quantile
-        # queued jobs that a node's leaving made unable to start anywhere, with the core's
-        # refusal: out of their queue, so none holds back the jobs behind it, and back in
-        # it once nodes join and they fit again (a node drained for an upgrade returns)
-        self.unplaceable: dict[str, Refusal] = {}
 
     # ------------------------------------------------------------------ the entry point
 
@@ -167,9 +115,9 @@ class Core:
         """Apply events of one instant in order, then one scheduling pass (e.g. every
         tenant's forecast of one query: the spot quota is set from their sum, not from
         each partial sum on the way)."""
-        if now + EPS < self.now:
-            raise CoreError(f"time went backwards: {now} < {self.now}")
-        self.now = now
+        if now + EPS < self.books.now:
+            raise CoreError(f"time went backwards: {now} < {self.books.now}")
+        self.books.now = now
         self.demand.record_until(now)
         out: list[Action] = []
         for event in events:
@@ -269,7 +217,7 @@ class Core:
         if aside is not None:
             return aside
         if job.job_class is not JobClass.POOL:
-            return self.gangs.waiting(job, self.now)
+            return self.gangs.waiting(job, self.books.now)
         profile = self.profiles[job.spec.profile]
         if profile.cpu_only:
             nodes = self.cluster.nodes
@@ -310,69 +258,6 @@ class Core:
                 continue
             if pod.job is not None and pod.pending_job is not None:
                 raise AssertionError(f"pod {pod.id} both runs {pod.job} and waits for another")
-
-    # ------------------------------------------------------------------ registries
-
-    def new_pod_id(self) -> str:
-        self._seq += 1
-        return f"pod-{self._seq}"
-
-    def new_pod(
-        self,
-        profile: str,
-        node: str,
-        gpus: Iterable[str],
-        share: float,
-        now: float,
-        job_class: JobClass,
-    ) -> Pod:
-        """A starting pod holding ``share`` of each of ``gpus`` (hp and spot pods)."""
-        pod = Pod(
-            id=self.new_pod_id(),
-            profile=profile,
-            node=node,
-            gpus=list(gpus),
-            state=PodState.STARTING,
-            since=now,
-            created=now,
-            job_class=job_class,
-        )
-        self.pods[pod.id] = pod
-        for gid in pod.gpus:
-            self.cluster.allocate(gid, pod.id, share)
-        self.warm.refresh_cards(pod.gpus)
-        return pod
-
-    def move_pod(self, pod: Pod, state: PodState, now: float) -> None:
-        """The one way a pod's state changes (raises on an illegal move, with history)."""
-        self.pod_moves.transition(pod, state, now)
-
-    def move_job(self, job: Job, state: JobState, now: float, *, lease: bool = False) -> None:
-        """The one way a job's state changes (raises on an illegal move, with history).
-        ``lease``: a lease handed back (Chronus), the one way an HP job is re-queued."""
-        if (
-            job.state is JobState.RUNNING
-            and state is JobState.QUEUED
-            and job.job_class is not JobClass.SPOT
-            and not lease
-        ):
-            raise CoreError(f"job {job.id}: only a spot job goes back to the queue once running")
-        self.job_moves.transition(job, state, now)
-
-    def end_job(
-        self,
-        job: Job,
-        failure: Failure | None,
-        exit_code: int | None,
-        now: float,
-        out: list[Action],
-    ) -> None:
-        """A job is finished for good: recorded, announced once (``JobEnded``)."""
-        self.move_job(job, JobState.FINISHED, now)
-        job.finished = now
-        job.failure = failure
-        job.exit_code = exit_code
-        out.append(JobEnded(job.id, failure, exit_code))
 
     def _part(self, job_class: JobClass) -> WarmPools | GangScheduler:
         return self.warm if job_class is JobClass.POOL else self.gangs
@@ -457,14 +342,14 @@ class Core:
     def _cancel(self, job_id: str, now: float, out: list[Action]) -> None:
         job = self._job(job_id)
         if self.unplaceable.pop(job_id, None) is not None:
-            self.end_job(job, Failure.CANCELLED, None, now, out)  # in no queue
+            self.books.end_job(job, Failure.CANCELLED, None, now, out)  # in no queue
         elif job.state is not JobState.FINISHED:
             self._part(job.job_class).cancel(job, now, out)
 
     def _forget_job(self, job_id: str) -> None:
         """Drop a finished job (the driver keeps its record); nothing else names it by
         then (its part let go of it when it finished)."""
-        self.job_moves.forget(self._job(job_id))
+        self.books.job_moves.forget(self._job(job_id))
         del self.jobs[job_id]
 
     def _forget_pod(self, pod_id: str) -> None:
@@ -473,7 +358,7 @@ class Core:
         pod = self.pods.get(pod_id)
         if pod is None:
             raise CoreError(f"unknown pod {pod_id!r}")
-        self.pod_moves.forget(pod)
+        self.books.pod_moves.forget(pod)
         del self.pods[pod_id]
 
     def _current(self, job_id: str, pod: str | None) -> bool:
@@ -487,7 +372,7 @@ class Core:
         job.ranks_started.add(rank)
         # the job runs once every rank does (a gang's ranks meet before any work)
         if job.state is JobState.BINDING and len(job.ranks_started) == job.spec.workers:
-            self.move_job(job, JobState.RUNNING, now)
+            self.books.move_job(job, JobState.RUNNING, now)
             if job.started is None:
                 job.started = now
             if job.job_class is not JobClass.POOL:

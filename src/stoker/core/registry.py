@@ -25,11 +25,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
-from stoker.core.core import Policies
+from stoker.core.config import Policies
+from stoker.core.gfs.config import GFSConfig
 from stoker.core.gfs.placement import BestFitScorer, FGDScorer, GFSScorer
 from stoker.core.gfs.preemption import FGDVictims, FifoVictims, LyraVictims
 from stoker.core.gfs.quota import ForecastQuota, StaticQuota
-from stoker.core.gfs.scheduler import GFSConfig
 from stoker.core.policies import (
     AlwaysOn,
     BesideActive,

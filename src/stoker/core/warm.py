@@ -14,7 +14,8 @@ has no keep-alive, counts against the warm budget, and is replaced when a job ta
 CPU-only profiles (``gpus = 0``) take a node's CPU slots instead of GPU shares.
 
 This is a part of :class:`stoker.core.Core`, called only from its ``handle``; pods and
-jobs live in the core's registries and move through its transition tables.
+jobs live in the shared :class:`~stoker.core.books.Books` and move through its transition
+tables. What it asks of the hp/spot part goes through :class:`~stoker.core.ports.HpRoom`.
 """
 
 from __future__ import annotations
@@ -49,9 +50,10 @@ from stoker.core.model import (
 )
 
 if TYPE_CHECKING:
-    from stoker.core.core import Core as Host
-    from stoker.core.core import Policies
+    from stoker.core.books import Books
+    from stoker.core.config import Policies
     from stoker.core.policies import KeepAlive
+    from stoker.core.ports import HpRoom
 
 _IDLE = (PodState.WARM, PodState.STANDBY)
 # a pod's states while it runs, or comes up for, a job of its caller
@@ -65,13 +67,15 @@ _ROOM = (PodState.WARM, PodState.STANDBY, PodState.STOPPING, PodState.GONE)
 class WarmPools:
     """Pool jobs, warm and standby pods, the warm budget and keep-alive."""
 
-    def __init__(self, host: Host, policies: Policies) -> None:
-        self.host = host
-        self.cluster = host.cluster
-        self.profiles = host.profiles
+    def __init__(self, books: Books, policies: Policies) -> None:
+        self.books = books
+        self.cluster = books.cluster
+        self.profiles = books.profiles
         self.policies = policies
-        self.jobs = host.jobs
-        self.pods = host.pods
+        self.jobs = books.jobs
+        self.pods = books.pods
+        # the hp/spot part's holds on room (wired by the core: :meth:`connect`)
+        self.hp: HpRoom
         # per GPU model, the GPUs idle pods there may hold at most so HP demand finds its
         # room (the core sets it by the warm cap policy from that GPU pool's HP forecast:
         # what HP is not forecast to need); a model without an entry is not capped. Under a
@@ -120,6 +124,10 @@ class WarmPools:
                 self._first_ttl[p.gpu_model] = max(ttl, self._first_ttl.get(p.gpu_model, ttl))
 
     # ------------------------------------------------------------------ public API
+
+    def connect(self, hp: HpRoom) -> None:
+        """Wire the hp/spot part's port (once, by the core)."""
+        self.hp = hp
 
     def after(self, now: float, out: list[Action]) -> None:
         """After every event: place what can go, hold the warm budget, then start the spare
@@ -261,7 +269,7 @@ class WarmPools:
         by stopping them), each with its cost, cheapest first: standby-only cards (0), then
         warm ones by the budget's value (least valuable first)."""
         budget = self.policies.budget
-        now = self.host.now
+        now = self.books.now
         cards: dict[str, dict[str, tuple[int, float]]] = {}
         for pid in self._idle:
             pod = self.pods[pid]
@@ -301,7 +309,7 @@ class WarmPools:
             for o in self.cluster.gpus[gid].allocs
             if o in self.pods and self.pods[o].state in _IDLE
         ]
-        pods.sort(key=lambda p: (p.state is not PodState.STANDBY, budget.value(p, self.host.now)))
+        pods.sort(key=lambda p: (p.state is not PodState.STANDBY, budget.value(p, self.books.now)))
         return sum(self.cluster.gpus[gid].allocs[p.id] for p in pods), pods
 
     def reclaim(self, pod: Pod, now: float, out: list[Action]) -> None:
@@ -336,7 +344,7 @@ class WarmPools:
             if job.job_class is not JobClass.POOL:
                 continue
             queued = job.id in self._queues[job.spec.profile]
-            aside = job.id in self.host.unplaceable  # queued, in no queue
+            aside = job.id in self.books.set_aside  # queued, in no queue
             if (job.state is JobState.QUEUED) != (queued or aside) or (queued and aside):
                 raise AssertionError(f"job {job.id} state {job.state} but queued={queued}")
         for (profile, *pair), pods in self._warm.items():
@@ -451,7 +459,7 @@ class WarmPools:
         if job.state in (JobState.PLACED, JobState.BINDING) and job.started is None:
             # an infrastructure failure before the job ran: it goes back to the queue
             self._release_gang(job, pod_id, now, out)
-            self.host.move_job(job, JobState.QUEUED, now)
+            self.books.move_job(job, JobState.QUEUED, now)
             job.pods, job.placed, job.pod_ready, job.path = [], None, None, None
             job.ranks_started.clear()
             job.ranks_exited.clear()
@@ -481,7 +489,7 @@ class WarmPools:
     ) -> None:
         """Every rank has exited (the core typed the end): its pods turn warm for their
         caller, or stop."""
-        self.host.end_job(job, failure, exit_code, now, out)
+        self.books.end_job(job, failure, exit_code, now, out)
         job_id = job.id
         keepalive = self.keepalive(job.spec.profile)
         ttl = keepalive.ttl(job.pair)
@@ -567,7 +575,7 @@ class WarmPools:
             self._start_reclaim(job, profile, missing - len(slots), taken, busy, now, out)
             return False
         self._dequeue(job)
-        self.host.move_job(job, JobState.PLACED, now)
+        self.books.move_job(job, JobState.PLACED, now)
         job.placed = now
         path = HitPath.WARM
         for _, pid in picked:
@@ -672,7 +680,7 @@ class WarmPools:
         slots: list[tuple[str, list[str]]] = []
         if profile.cpu_only:
             return self._find_cpu_slots(profile, count)
-        reserved = self.host.gangs.reserved_nodes(profile.gpu_model)
+        reserved = self.hp.reserved_nodes(profile.gpu_model)
         if reserved:  # its cards are left out like excluded ones (gfs-reserve presets only)
             nodes = self.cluster.nodes
             exclude = exclude | {gpu.id for name in reserved for gpu in nodes[name].gpus}
@@ -863,7 +871,7 @@ class WarmPools:
         budget = self.policies.budget
         victims.sort(key=lambda pod: (budget.value(pod, now), pod.id))
         self._dequeue(job)
-        self.host.move_job(job, JobState.PLACED, now)
+        self.books.move_job(job, JobState.PLACED, now)
         job.placed, job.path = now, HitPath.COLD
         for old in victims[:count]:
             # retire the old pod while it still holds its share, so its warm GPU-seconds and
@@ -903,7 +911,7 @@ class WarmPools:
         out.append(PromoteStandby(pod.id))
 
     def _bind(self, job: Job, now: float, out: list[Action]) -> None:
-        self.host.move_job(job, JobState.BINDING, now)
+        self.books.move_job(job, JobState.BINDING, now)
         job.pod_ready = now
         for pid in job.pods:
             pod = self.pods[pid]
@@ -947,7 +955,7 @@ class WarmPools:
         self, profile: Profile, node: str, gpus: list[str], share: float, now: float
     ) -> Pod:
         pod = Pod(
-            id=self.host.new_pod_id(),
+            id=self.books.new_pod_id(),
             profile=profile.name,
             node=node,
             gpus=list(gpus),
@@ -1034,7 +1042,7 @@ class WarmPools:
             job = self.jobs[job_id]
             if job.spec.workers == 1:
                 self._dequeue(job)
-                self.host.move_job(job, JobState.PLACED, now)
+                self.books.move_job(job, JobState.PLACED, now)
                 job.placed, job.path = now, HitPath.COLD
                 job.pods.append(pod.id)
                 pod.job = job.id
@@ -1130,7 +1138,7 @@ class WarmPools:
             self._add_idle(pod, share)
         if state in _ROOM:
             self._dirty = True
-        self.host.move_pod(pod, state, now)
+        self.books.move_pod(pod, state, now)
         pod.since = now
 
     def _add_idle(self, pod: Pod, share: float) -> None:
@@ -1200,7 +1208,7 @@ class WarmPools:
     def _freeing_room(self, model: str) -> bool:
         """Whether idle pods of GPU model ``model`` are stopping to make room for a waiting
         job, pool (this part's reclaim) or HP (the gang scheduler's)."""
-        if self.host.gangs.freeing_room(model):
+        if self.hp.freeing_room(model):
             return True
         return any(
             self.profiles[self.jobs[j].spec.profile].gpu_model == model for j in self._reclaim
@@ -1274,7 +1282,7 @@ class WarmPools:
             del self._reclaim_by_pod[pid]
 
     def _end(self, job: Job, failure: Failure, now: float, out: list[Action]) -> None:
-        self.host.end_job(job, failure, None, now, out)
+        self.books.end_job(job, failure, None, now, out)
 
     def _seq_next(self) -> int:
         self._heap_seq += 1

@@ -1,6 +1,7 @@
 """hp and spot jobs in the one core (GFS): spot quota, placement, preemption, the ledger."""
 
+from stoker.core.gfs.config import GFSConfig
 from stoker.core.gfs.jobs import GuaranteeLedger
-from stoker.core.gfs.scheduler import GangScheduler, GFSConfig
+from stoker.core.gfs.scheduler import GangScheduler
 
 __all__ = ["GFSConfig", "GangScheduler", "GuaranteeLedger"]

@@ -18,31 +18,28 @@ import bisect
 import heapq
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from stoker.core.actions import Action, BindJob, JobRequeued, KillJob, StartPod, StopPod
-from stoker.core.gfs.jobs import CHECKPOINT_S, GuaranteeLedger, restart_overhead
+from stoker.core.gfs.config import GFSConfig
+from stoker.core.gfs.jobs import GuaranteeLedger, restart_overhead
 from stoker.core.gfs.placement import (
     HP_SHARE_STEPS,
     GangPlan,
-    GFSScorer,
     NodeInfo,
-    NodeScorer,
     PoolIndex,
     no_hp_cards,
 )
 from stoker.core.gfs.preemption import (
     Candidate,
     Card,
-    GFSVictims,
     PreemptContext,
-    VictimChooser,
 )
-from stoker.core.gfs.quota import ForecastQuota, QuotaPolicy, guaranteed_hours
+from stoker.core.gfs.queues import QUEUE_ORDERS, ClassQueue
+from stoker.core.gfs.quota import guaranteed_hours
 from stoker.core.model import (
     EPS,
     Failure,
@@ -56,259 +53,13 @@ from stoker.core.model import (
 from stoker.core.waiting import GpuWait, SpotQuotaWait
 
 if TYPE_CHECKING:
-    from stoker.core.core import Core as Host
+    from stoker.core.books import Books
+    from stoker.core.ports import IdleRoom
 
 HOUR_S = 3600.0
 _HP, _SPOT = JobClass.HP, JobClass.SPOT
 # what a start attempt came to
 _STARTED, _QUOTA, _NO_ROOM, _HOLD = "started", "quota", "no-room", "hold"
-
-
-# ---------------------------------------------------------------- configuration
-
-
-@dataclass
-class GFSConfig:
-    """The hp/spot decisions and their parameters; the defaults are GFS's.
-
-    ``quota`` (spot quota), ``scorer`` (placement scoring), ``victims`` (reclaim: which spot
-    jobs go) and ``queue`` (queue order) are the named extension points.
-
-    ``queue``: the name of a :class:`QueueOrder` (``size``: GFS's, ``size-stop``: Lyra's,
-    ``fifo``: YARN-CS's and FGD's). ``round_s``/``lease_s``: Chronus's scheduling rounds
-    and leases.
-    """
-
-    name: str = "gfs"
-    quota: QuotaPolicy = field(default_factory=ForecastQuota)
-    scorer: NodeScorer = field(default_factory=GFSScorer)
-    victims: VictimChooser = field(default_factory=GFSVictims)
-    queue: str = "size"
-    g: float = 0.9
-    guarantee_s: float = 3600.0
-    checkpoint_s: float = CHECKPOINT_S
-    # the node cost's terms (``policy/gfs.py``, ``calc_preempt_cost``): the eviction rate
-    # over periods settled in the last ``rate_window_s`` (the authors': since the run's
-    # start) and lost work over ``cost_window_s`` (the authors': the evaluation window,
-    # 30 days and 1 s; a driver sets its own window's length)
-    rate_window_s: float = math.inf
-    cost_window_s: float = 30 * 86400.0 + 1.0
-    eta_every_s: float = 3600.0  # eta feedback cadence; e is measured since the last step
-    preempt: bool = True  # HP may evict spot (Chronus's HP waits for the next lease instead)
-    # HP goes straight to the victim chooser, free nodes among the candidates
-    # (``fifo_spot.py``, ``fgd.py``: ``place_with_preemption`` without placing first)
-    hp_preempt_first: bool = False
-    # a whole-GPU HP worker may take a card fractional spot work alone shares, evicting
-    # every job on it (the authors': ``check_free_gpus_with_preemption`` counts each card
-    # without HP). False (stoker's, measured in docs/gfs.md): only free, idle and
-    # whole-GPU spot cards are its room; fractional spot goes only for a fractional request
-    evict_shared_cards: bool = True
-    # a fractional HP worker that finds no card already carrying HP with room for it takes
-    # the whole-card path with one card (the authors': ``place_with_preemption`` falls back
-    # from ``frag_preempt`` to ``select_with_preemption`` with k = 1, the policy's node
-    # and victims, every job on the card). False (stoker's earlier rule): a share of one
-    # card without HP, its spot jobs evicted in order until the request fits
-    frac_hp_whole_card: bool = True
-    round_s: float = 0.0
-    lease_s: float = 0.0
-    lease_restart_s: float = 120.0
-    # stoker's ``gfs-lend`` (0: GFS): while no HP job waits in a GPU pool, spot may hold up
-    # to this share of the GPUs HP does not hold now, times the pool's eta, even past the
-    # forecast quota. The forecast reserves its g-quantile of HP demand an hour ahead
-    # whether or not HP comes; the lent room is the part of that reserve HP is not using,
-    # and eta (shrunk by evictions above the target) takes it back when lending evicts
-    lend_idle: float = 0.0
-    # stoker's ``gfs-reserve`` (inf: GFS's backfill, never a reservation): a whole-GPU HP
-    # job that has queued this long and finds no room, free or by eviction, reserves the
-    # nodes closest to holding it (:meth:`GangScheduler._reserve`); no other hp or spot
-    # job (nor a warm pool's new pod) is placed there, nor reclaims there, until it starts
-    # or leaves the queue, so it starts when those nodes drain instead of waiting while
-    # smaller jobs backfill them.
-    # One reservation per GPU pool at a time (Slurm's backfill with a reservation for the
-    # top job, Kubernetes' nominated node)
-    reserve_after_s: float = math.inf
-    # stoker's ``gfs-reserve-multi`` (with ``reserve_after_s``; 1: any whole-GPU worker): the
-    # smallest per-worker request that may reserve. Workers of one card fit on any free
-    # cards, so backfilling fragments nothing for them, while their reservation keeps the
-    # cards they wait for from spot; a worker of several cards needs them free on one node
-    reserve_min_worker: float = 1.0
-    # stoker's ``gfs-reserve-gangs`` (with ``reserve_after_s``; 1: any job): the fewest
-    # workers a job must have to reserve. The skip rule holds a bucket's later HP jobs
-    # behind a waiting gang (they go by submit time, not by workers), so a gang's
-    # reservation, beside which they backfill, is where GFS leaves the most room unused
-    reserve_min_workers: int = 1
-    # stoker's ``gfs-reserve-gangs`` (with ``reserve_after_s``): smaller HP jobs first. A
-    # job reserves only when, after the HP pass, no HP job of a smaller per-worker request
-    # waits in its pool, and gives its reservation up after a pass where one does. One that
-    # waits finds no card at all (it needs fewer than the gang's workers), so the pool is
-    # short of cards for HP, not fragmented: a reservation there only hands the cards to
-    # the gang ahead of the many small jobs (Philly contended), where GFS's skip rule leaves
-    # the gang waiting and the small jobs served
-    reserve_smaller_first: bool = False
-    # stoker's ``gfs-reserve-patient`` (with ``reserve_after_s``): a job backfilled beside a
-    # reservation starts on free room (and idle pods) only, never by evicting spot. GFS's
-    # skip rule keeps those jobs (a bucket's later ones) from trying at all; backfilled,
-    # they start before the reserved nodes drain and, under GFS's victim chooser, evict
-    # the spot jobs GFS would have left running (v2026: the reservation's extra evictions)
-    reserve_backfill_free: bool = False
-    # stoker's ``gfs-reserve-patient`` (0: GFS's, at once): an HP job evicts spot only once
-    # it has queued this long; before, it takes free room and idle pods only (a pass is due
-    # when the wait is up). Jobs end all the time in a busy pool, so a short wait often
-    # finds the room without an eviction
-    hp_evict_after_s: float = 0.0
-    grace_s: float = 0.0  # an evicted spot job's SIGTERM-to-SIGKILL grace
-    # the authors' gate (every policy's ``simulate``): with a window (start, end), no spot
-    # job starts before ``start``, the quota holds in [start, end) and none after; HP
-    # preempts and Chronus flushes leases only from ``start``. None: always on (stoker's)
-    window: tuple[float, float] | None = None
-    # when the last job arrives (a trace driver knows; None: any time). After it, a pool
-    # with nothing queued stays so under leases (nothing arrives, leases never preempt):
-    # its HP jobs are charged every remaining lease return at once (``_closed_leases``)
-    arrivals_end: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.queue not in QUEUE_ORDERS:
-            raise ValueError(f"queue must be one of {', '.join(QUEUE_ORDERS)}, got {self.queue!r}")
-        if not 0.0 <= self.lend_idle <= 1.0:
-            raise ValueError(f"lend_idle must be in [0, 1], got {self.lend_idle}")
-        if not self.reserve_after_s >= 0:
-            raise ValueError(f"reserve_after_s must be >= 0, got {self.reserve_after_s}")
-        if self.reserve_smaller_first and QUEUE_ORDERS[self.queue].stop:
-            raise ValueError("reserve_smaller_first needs a queue by request (the skip rule)")
-        if not self.hp_evict_after_s >= 0:
-            raise ValueError(f"hp_evict_after_s must be >= 0, got {self.hp_evict_after_s}")
-        for name in (
-            "guarantee_s",
-            "checkpoint_s",
-            "rate_window_s",
-            "cost_window_s",
-            "eta_every_s",
-        ):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0")
-
-
-# ---------------------------------------------------------------- queues
-
-
-@dataclass(frozen=True, slots=True)
-class QueueOrder:
-    """Which queued job of one class a pass tries first, and what a failure does.
-
-    ``by_size``: the largest per-worker request first; ``fewer_workers``: among spot jobs
-    of one request, fewer workers first (GFS and Chronus; HP ties go by time);
-    ``stop``: the first job that cannot be placed ends its class's pass (Lyra, YARN-CS,
-    FGD), else only the jobs of its request are skipped and smaller ones still tried (GFS's
-    skip rule); ``at_back``: a re-queued job queues at its re-queue time (the authors'
-    lists that are appended to and never sorted by submit time), else at its submit time.
-    A spot job over the quota is passed
-    over, never a failure (as in every policy of the authors').
-    """
-
-    name: str
-    by_size: bool
-    fewer_workers: bool
-    stop: bool
-    at_back: bool
-
-
-QUEUE_ORDERS: dict[str, QueueOrder] = {
-    # GFS and Chronus (policy/gfs.py, chronus.py): HP (-request, submit), spot (-request,
-    # workers, submit), a failed request skipped
-    "size": QueueOrder("size", by_size=True, fewer_workers=True, stop=False, at_back=False),
-    # Lyra (lyra.py): -request only, stable over the list's order; the first failure stops
-    "size-stop": QueueOrder(
-        "size-stop", by_size=True, fewer_workers=False, stop=True, at_back=True
-    ),
-    # YARN-CS and FGD (fifo_spot.py, fgd.py): arrival order, the first failure stops
-    "fifo": QueueOrder("fifo", by_size=False, fewer_workers=False, stop=True, at_back=True),
-}
-
-
-class _Queue:
-    """One class's queue in one pool, in buckets of sorted entries.
-
-    With the skip rule a bucket is one per-worker request (largest first; later jobs of a
-    bucket fail as its first did, so a failure skips the bucket); with ``stop`` a bucket is
-    one total GPU count, so the jobs within a spot quota are the heads of the buckets at or
-    below it, and a pass takes the first of those heads in the queue's order. The heads
-    are kept sorted in that order (:meth:`first`), so a pass (after every event) does not
-    merge every bucket's head: an HP backlog holds hundreds of sizes.
-    """
-
-    def __init__(self, order: QueueOrder, job_class: JobClass) -> None:
-        self.order = order
-        self.fewer_workers = order.fewer_workers and job_class is _SPOT
-        self.buckets: dict[float, list[tuple[tuple[float, ...], str]]] = {}
-        self.keys: list[float] = []
-        self.size = 0
-        # (head entry, bucket) per bucket, in the queue's order
-        self._heads: list[tuple[tuple[tuple[float, ...], str], float]] = []
-
-    def bucket(self, job: Job) -> float:
-        return job.gpus if self.order.stop else -job.per_worker
-
-    def entry(self, job: Job, at: float) -> tuple[tuple[float, ...], str]:
-        rank = -job.per_worker if self.order.by_size else 0.0
-        workers = float(job.spec.workers) if self.fewer_workers else 0.0
-        return (rank, workers, at), job.id
-
-    def push(self, job: Job, now: float, requeue: bool = False) -> None:
-        """Queue by submit time, or a re-queued job at ``now`` where the order says so."""
-        at = now if requeue and self.order.at_back else job.submitted
-        k = self.bucket(job)
-        entry = self.entry(job, at)
-        entries = self.buckets.get(k)
-        if entries is None:
-            entries = self.buckets[k] = []
-            bisect.insort(self.keys, k)
-        elif entry < entries[0]:
-            self._unhead(entries[0], k)
-        else:
-            bisect.insort(entries, entry)
-            self.size += 1
-            return
-        entries.insert(0, entry)
-        bisect.insort(self._heads, (entry, k))
-        self.size += 1
-
-    def remove(self, k: float, entry: tuple[tuple[float, ...], str]) -> None:
-        entries = self.buckets[k]
-        i = bisect.bisect_left(entries, entry)
-        del entries[i]
-        self.size -= 1
-        if i == 0:
-            self._unhead(entry, k)
-            if entries:
-                bisect.insort(self._heads, (entries[0], k))
-        if not entries:
-            del self.buckets[k]
-            self.keys.remove(k)
-
-    def _unhead(self, entry: tuple[tuple[float, ...], str], k: float) -> None:
-        del self._heads[bisect.bisect_left(self._heads, (entry, k))]
-
-    def first(self, room: float) -> tuple[float, tuple[tuple[float, ...], str]] | None:
-        """The first queued job, in the queue's order, of a bucket at most ``room`` (a spot
-        pass: the GPUs its quota still admits), as (bucket, entry); None if none."""
-        for entry, k in self._heads:
-            if k <= room + EPS:
-                return k, entry
-        return None
-
-    def drop(self, job: Job) -> None:
-        """Take a cancelled job out (O(its bucket)): a finished job may be forgotten, so
-        none may wait here for a pass to drop it."""
-        k = self.bucket(job)
-        self.remove(k, next(e for e in self.buckets[k] if e[1] == job.id))
-
-    def heads(self) -> list[str]:
-        return [self.buckets[k][0][1] for k in self.keys]
-
-    def check(self) -> None:
-        """Raise if the heads kept in order are not the buckets' heads."""
-        if self._heads != sorted((entries[0], k) for k, entries in self.buckets.items()):
-            raise AssertionError(f"queue heads {self._heads} are stale")
 
 
 # ---------------------------------------------------------------- the scheduler
@@ -336,16 +87,17 @@ def _ends_by(job: Job, now: float, until: float) -> bool:
 class GangScheduler:
     """hp and spot jobs over the core's cluster; see the module docstring."""
 
-    def __init__(self, host: Host, config: GFSConfig, start: float = 0.0) -> None:
-        self.host = host
-        self.cluster = host.cluster
+    def __init__(self, books: Books, idle: IdleRoom, config: GFSConfig, start: float = 0.0) -> None:
+        self.books = books
+        self.idle = idle  # the warm pools' idle pods, room HP may take
+        self.cluster = books.cluster
         self.config = config
-        self.jobs = host.jobs
-        self.pods = host.pods
+        self.jobs = books.jobs
+        self.pods = books.pods
         self.nodes: dict[str, NodeInfo] = {}
         self.pools: dict[str, PoolIndex] = {}
         self.capacity: dict[str, int] = {}
-        self.queues: dict[str, dict[str, _Queue]] = {}
+        self.queues: dict[str, dict[str, ClassQueue]] = {}
         self.used: dict[str, dict[str, float]] = {}
         self.ledgers: dict[str, GuaranteeLedger] = {}
         self.quota: dict[str, float] = {}
@@ -432,7 +184,7 @@ class GangScheduler:
         if pool not in self.pools:
             order = QUEUE_ORDERS[self.config.queue]
             self.pools[pool] = PoolIndex(pool, 0)
-            self.queues[pool] = {_HP: _Queue(order, _HP), _SPOT: _Queue(order, _SPOT)}
+            self.queues[pool] = {_HP: ClassQueue(order, _HP), _SPOT: ClassQueue(order, _SPOT)}
             self._epoch[pool] = 0
             self._grown[pool] = 0
             self.used[pool] = {_HP: 0.0, _SPOT: 0.0}
@@ -530,7 +282,7 @@ class GangScheduler:
 
     def pool_of(self, job: Job) -> str:
         """The job's GPU pool (GPU model)."""
-        return job.spec.gpu_model or self.host.profiles[job.spec.profile].gpu_model
+        return self.books.gpu_pool(job.spec)
 
     def reserved_nodes(self, pool: str) -> frozenset[str]:
         """The nodes of ``pool`` reserved for a waiting HP job (none without a
@@ -592,12 +344,12 @@ class GangScheduler:
             self._forget_failure(job.id)
             self._unreserve(job)
             self.queues[self.pool_of(job)][job.job_class].drop(job)
-            self.host.end_job(job, Failure.CANCELLED, None, now, out)
+            self.books.end_job(job, Failure.CANCELLED, None, now, out)
             self._dirty[self.pool_of(job)] = None
         elif job.state is JobState.PLACED:
             self._release(job)
             self._stop_pods(job, "cancelled", now, out)
-            self.host.end_job(job, Failure.CANCELLED, None, now, out)
+            self.books.end_job(job, Failure.CANCELLED, None, now, out)
         else:
             out.append(KillJob(job.id, Failure.CANCELLED))
 
@@ -608,11 +360,11 @@ class GangScheduler:
         pod.pending_job = None
         pod.job = job.id
         self._grown[self.pool_of(job)] += 1  # a ready pod's job may be a victim now
-        self.host.move_pod(pod, PodState.ACTIVE, now)
+        self.books.move_pod(pod, PodState.ACTIVE, now)
         if job.state is JobState.PLACED and all(
             self.pods[p].state is PodState.ACTIVE for p in job.pods
         ):
-            self.host.move_job(job, JobState.BINDING, now)
+            self.books.move_job(job, JobState.BINDING, now)
             job.pod_ready = now
             out.append(BindJob(job.id, tuple(job.pods)))
 
@@ -665,7 +417,7 @@ class GangScheduler:
         self._closed.pop(job.id, None)
         job.remaining = 0.0
         self._stop_pods(job, "job_ended", now, out)
-        self.host.end_job(job, failure, exit_code, now, out)
+        self.books.end_job(job, failure, exit_code, now, out)
         self._dirty[pool] = None
 
     def set_forecast(self, pool: str, mean: np.ndarray, var: np.ndarray) -> None:
@@ -932,7 +684,7 @@ class GangScheduler:
             # pass offers the nodes to HP first (the holder reserves again once none waits)
             self._unreserve(self.jobs[held[0]])
 
-    def _pass_skip(self, queue: _Queue, now: float, out: list[Action]) -> None:
+    def _pass_skip(self, queue: ClassQueue, now: float, out: list[Action]) -> None:
         """GFS's skip rule: a job that cannot start skips the rest of its request's bucket
         (they would fail alike: spot of one request by fewer workers first, so later ones
         ask at least as much of the quota), smaller requests are still tried."""
@@ -953,7 +705,9 @@ class GangScheduler:
                     self._backfill(queue, k, job, now, out)
                 break
 
-    def _backfill(self, queue: _Queue, k: float, head: Job, now: float, out: list[Action]) -> None:
+    def _backfill(
+        self, queue: ClassQueue, k: float, head: Job, now: float, out: list[Action]
+    ) -> None:
         """The skip rule's premise (a bucket's later jobs fail as its head did) does not
         hold beside a reservation: a later job that ends before the reserved nodes drain
         may go there. Try those (by their known run times) in the bucket's order.
@@ -996,7 +750,7 @@ class GangScheduler:
                 else:  # over the spot quota
                     over_quota = min(over_quota, job.gpus)
 
-    def _pass_stop(self, queue: _Queue, pool: str, now: float, out: list[Action]) -> None:
+    def _pass_stop(self, queue: ClassQueue, pool: str, now: float, out: list[Action]) -> None:
         """The queue's order among the jobs within the spot quota (every job for HP); the
         first that cannot be placed ends the pass."""
         while queue.size:
@@ -1129,7 +883,7 @@ class GangScheduler:
         search (free room, then reclaim) would find nothing and change nothing. It spares
         the searches the failure memo does not: a blocked head's pool grows at every
         release, most of them freeing fewer cards than it needs (issue 9: an HP backlog)."""
-        if job.fractional or self.host.warm.idle_nodes(pool):
+        if job.fractional or self.idle.idle_nodes(pool):
             return False
         return self.pools[pool].reclaim_slots(int(job.per_worker)) < job.spec.workers
 
@@ -1137,7 +891,7 @@ class GangScheduler:
         """What a search for room in ``pool`` reads: the pool's growth, the warm pools' (idle
         pods anywhere), and whether the window's gate lets HP preempt yet."""
         gate = self.config.window
-        return (self._grown[pool], self.host.warm.epoch, gate is None or now >= gate[0])
+        return (self._grown[pool], self.idle.epoch, gate is None or now >= gate[0])
 
     def _remember_failure(
         self,
@@ -1185,7 +939,7 @@ class GangScheduler:
             and job.id not in self._awaiting
         )
 
-    def _smaller_waits(self, job: Job, queue: _Queue) -> bool:
+    def _smaller_waits(self, job: Job, queue: ClassQueue) -> bool:
         """With ``reserve_smaller_first``: whether an HP job of a smaller per-worker request
         than ``job``'s waits in its pool's HP ``queue`` (after the pass: it found no room)."""
         if not self.config.reserve_smaller_first:
@@ -1323,7 +1077,7 @@ class GangScheduler:
         """One pod per worker, started cold for this job (rank i in the i-th)."""
         pool = self.pool_of(job)
         cls = job.job_class
-        self.host.move_job(job, JobState.PLACED, now)
+        self.books.move_job(job, JobState.PLACED, now)
         self._forget_failure(job.id)
         self._unreserve(job)
         job.placed = now
@@ -1339,7 +1093,7 @@ class GangScheduler:
             if kept:
                 pod = self._hold_again(kept[i], share)
             else:
-                pod = self.host.new_pod(job.spec.profile, node, cards, share, now, cls)
+                pod = self.books.new_pod(job.spec.profile, node, cards, share, now, cls)
                 pod.pending_job = job.id
                 out.append(StartPod(pod.id, job.spec.profile, node, cards, share=share))
             job.pods.append(pod.id)
@@ -1350,7 +1104,7 @@ class GangScheduler:
         if cls is _HP:
             self._hp_moved[pool] = None
             # the demand the forecaster learns is running HP GPUs (the authors' recorder)
-            self.host.demand.add(job.spec.tenant, pool, job.gpus)
+            self.books.demand.add(job.spec.tenant, pool, job.gpus)
             for _, gid, share in place:
                 self.pools[pool].add_hp(gid, share)
         for node, (cards, shares) in _per_node(place).items():
@@ -1383,7 +1137,7 @@ class GangScheduler:
         self.used[pool][cls] -= job.gpus
         if cls is _HP:
             self._hp_moved[pool] = None
-            self.host.demand.add(job.spec.tenant, pool, -job.gpus)
+            self.books.demand.add(job.spec.tenant, pool, -job.gpus)
             for _, gid, share in place:
                 self.pools[pool].add_hp(gid, -share)
         if abs(self.used[pool][cls]) < 1e-9:
@@ -1460,16 +1214,16 @@ class GangScheduler:
     def _stop_pod(self, pod: Pod, reason: str, now: float, out: list[Action]) -> None:
         if pod.state in (PodState.STOPPING, PodState.GONE):
             return
-        self.host.move_pod(pod, PodState.STOPPING, now)
+        self.books.move_pod(pod, PodState.STOPPING, now)
         out.append(StopPod(pod.id, reason))
 
     def _gone(self, pod: Pod, now: float) -> None:
         if pod.state is PodState.GONE:
             return
-        self.host.move_pod(pod, PodState.GONE, now)
+        self.books.move_pod(pod, PodState.GONE, now)
         for gid in pod.gpus:
             self.cluster.release(gid, pod.id)
-        self.host.warm.refresh_cards(pod.gpus)
+        self.idle.refresh_cards(pod.gpus)
         self._sync()
         self.reclaimed(pod.id)
 
@@ -1507,7 +1261,7 @@ class GangScheduler:
         nodes are one set of candidates for the victim chooser. What is stopped is awaited;
         the job starts on the pass after the last pod is gone. Without ``preempt`` no spot
         job is a victim. True when something stops."""
-        idle = self.host.warm.idle_cards(self.pool_of(job))
+        idle = self.idle.idle_cards(self.pool_of(job))
         if standby_only:
             idle = {n: [c for c in cards if c[0][0] == 0] for n, cards in idle.items()}
             idle = {n: cards for n, cards in idle.items() if cards}
@@ -1532,7 +1286,7 @@ class GangScheduler:
             # the preempting job restarts too (``preempt``: ``job["remain"] += overhead``)
             job.overhead = restart_overhead(job.per_worker)
         for pod in idle_pods:
-            self.host.warm.reclaim(pod, now, out)
+            self.idle.reclaim(pod, now, out)
             stopping.add(pod.id)
         stopping = {p for p in stopping if self.pods[p].state is not PodState.GONE}
         if not stopping:
@@ -1675,7 +1429,7 @@ class GangScheduler:
                     for p in v.pods
                 )
                 short = need - room
-                _, pods = self.host.warm.idle_share(gid)
+                _, pods = self.idle.idle_share(gid)
                 for pod in pods:
                     if short <= EPS:
                         break
@@ -1882,7 +1636,7 @@ class GangScheduler:
         without HP (stoker's earlier rule). Without ``spot``, cards with idle pods."""
         need = job.per_worker
         pool = self.pool_of(job)
-        names = dict.fromkeys(self.host.warm.idle_nodes(pool))
+        names = dict.fromkeys(self.idle.idle_nodes(pool))
         if spot:
             names.update(self.pools[pool].spot_nodes)
         for name in blocked:
@@ -1913,7 +1667,7 @@ class GangScheduler:
                             continue
                         seen[v.id] = seen.get(v.id, 0.0) + share
                     victims = [(self.jobs[j], u) for j, u in seen.items()]
-                idle_share, pods = self.host.warm.idle_share(gpu.id)
+                idle_share, pods = self.idle.idle_share(gpu.id)
                 if not victims and not pods:
                     continue
                 idle_share -= sum(gpu.allocs.get(p.id, 0.0) for p in pods if p.id in stop)
@@ -1976,7 +1730,7 @@ class GangScheduler:
             pod.job = None
             for gid in pod.gpus:
                 self.cluster.release(gid, pid)
-            self.host.warm.refresh_cards(pod.gpus)
+            self.idle.refresh_cards(pod.gpus)
         self._parked[job.id] = (job.pods, running)
         job.pods = []
         # the node index follows each return in turn (the order its ties are broken in):
@@ -2012,7 +1766,7 @@ class GangScheduler:
         """A kept pod takes its cards back (its job's run restarts in it)."""
         for gid in pod.gpus:
             self.cluster.allocate(gid, pod.id, share)
-        self.host.warm.refresh_cards(pod.gpus)
+        self.idle.refresh_cards(pod.gpus)
         return pod
 
     def _restart_in_place(self, job: Job, now: float, out: list[Action]) -> None:
@@ -2035,7 +1789,7 @@ class GangScheduler:
 
     def _bind_again(self, job: Job, now: float, out: list[Action]) -> None:
         del self._rebind[job.id]
-        self.host.move_job(job, JobState.BINDING, now)
+        self.books.move_job(job, JobState.BINDING, now)
         job.pod_ready = now
         out.append(BindJob(job.id, tuple(job.pods)))
 
@@ -2049,7 +1803,7 @@ class GangScheduler:
     def _requeue(
         self, job: Job, reason: Failure, now: float, out: list[Action], *, lease: bool = False
     ) -> None:
-        self.host.move_job(job, JobState.QUEUED, now, lease=lease)
+        self.books.move_job(job, JobState.QUEUED, now, lease=lease)
         job.queued_since = now
         job.ranks_started.clear()
         job.ranks_exited.clear()
