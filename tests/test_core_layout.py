@@ -45,7 +45,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(n)
         for m in sorted(graph[n]):
             if state.get(m) == 1:
-                return stack[stack.index(m) :] + [m]
+                return [*stack[stack.index(m) :], m]
             if m not in state and (found := visit(m)):
                 return found
         stack.pop()

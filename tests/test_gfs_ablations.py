@@ -209,7 +209,7 @@ def test_reserve_drains_a_node_for_a_waiting_gang_while_small_jobs_keep_coming()
     # 20,000 s); nothing that runs past 7,200 s is placed there: the cards n1's jobs free
     # stay idle (the 1-GPU jobs and the spot job wait) until big starts there
     assert _bound_at(log, "big") == [len(log) - 9] and g.nodes("big") == {"n1"}
-    assert g.core.gangs._reserved == {}  # dropped when big started
+    assert g.core.gangs.reservations.held == {}  # dropped when big started
     # n0's jobs ending then hand its cards to the waiting jobs, HP first
     assert sorted(j for out in log[-8:] for j in bound(out)) == [
         *(f"q{k}" for k in range(1, 8)),
@@ -225,9 +225,9 @@ def test_reserve_holds_one_reservation_until_the_gang_starts_or_is_cancelled() -
     g.submit(spec("big", "hp", 8, dur=1e4), 10.0)
     g.submit(spec("big2", "hp", 8, dur=1e4), 20.0)
     g.submit(spec("q1", "hp", 1, dur=1e5), 3_000.0)  # big has waited under an hour
-    assert g.core.gangs._reserved == {}
+    assert g.core.gangs.reservations.held == {}
     g.submit(spec("q2", "hp", 1, dur=1e5), 3_700.0)  # over an hour: the first big reserves
-    assert g.core.gangs._reserved == {"A": ("big", frozenset({"n1"}), 7_200.0)}
+    assert g.core.gangs.reservations.held == {"A": ("big", frozenset({"n1"}), 7_200.0)}
     assert bound(g.finish("s8", 4_000.0)) == []  # n1's freed card is held for big
     # EASY backfill: a job that ends before n1 drains (by its run time) may use it
     assert bound(g.submit(spec("short", "hp", 1, dur=3_000), 4_000.0)) == ["short"]
@@ -236,11 +236,11 @@ def test_reserve_holds_one_reservation_until_the_gang_starts_or_is_cancelled() -
     # big cancelled: its reservation ends, and big2 (queued over an hour, tried first)
     # takes n1 over at the same pass: the freed card still waits for a whole node
     assert bound(g.send(JobCancelled("big"), 4_100.0)) == []
-    assert g.core.gangs._reserved == {"A": ("big2", frozenset({"n1"}), 7_200.0)}
+    assert g.core.gangs.reservations.held == {"A": ("big2", frozenset({"n1"}), 7_200.0)}
     # cancelled with no other gang waiting, the reservation is gone: n1's cards go to the
     # 1-GPU jobs as they free
     cancelled, log = _reserve_run(RESERVE, cancel=True)
-    assert cancelled.core.gangs._reserved == {}
+    assert cancelled.core.gangs.reservations.held == {}
     assert _bound_at(log, "q1") == [len(log) - 16] and cancelled.nodes("q1") == {"n1"}
 
 
@@ -320,7 +320,7 @@ def _smaller_run(name: str, smaller_first: bool | None = None) -> tuple[dict, li
     log = [g.submit(spec(f"s{i}", "hp", 1, dur=20_000 if i < 4 else 7_200), 0.0) for i in range(8)]
     log.append(g.submit(spec("gang", "hp", 2, workers=2, dur=1e4), 10.0))
     log.append(g.submit(spec("small", "hp", 1, dur=1e5), 3_700.0))
-    reserved = dict(g.core.gangs._reserved)
+    reserved = dict(g.core.gangs.reservations.held)
     log.append(g.finish("s4", 5_000.0))
     return reserved, log
 
@@ -360,16 +360,16 @@ def test_reserve_gangs_gives_its_reservation_up_when_a_smaller_hp_job_comes() ->
         g.submit(spec(f"s{i}", "hp", 1, dur=20_000 if i < 4 else 7_200), 0.0)
     g.submit(spec("gang", "hp", 2, workers=2, dur=1e4), 10.0)
     g.submit(spec("sp", "spot", 1, dur=1e5), 3_700.0)  # the pass after the gang's hour
-    assert g.core.gangs._reserved == {"A": ("gang", frozenset({"n1"}), 7_200.0)}
+    assert g.core.gangs.reservations.held == {"A": ("gang", frozenset({"n1"}), 7_200.0)}
     # a 1-GPU HP job comes and finds no card: the reservation is given up after that pass,
     # and the card n1 frees next goes to it (it runs past n1's drain: held, it would wait)
     assert bound(g.submit(spec("small", "hp", 1, dur=1e5), 4_000.0)) == []
-    assert g.core.gangs._reserved == {}
+    assert g.core.gangs.reservations.held == {}
     assert bound(g.finish("s4", 5_000.0)) == ["small"]
     # once no smaller job waits the gang reserves again: one slot of n1 by 7,200 s (small
     # holds one of its cards), one of n0 by 20,000 s
     g.finish("s5", 5_100.0)
-    assert g.core.gangs._reserved == {"A": ("gang", frozenset({"n0", "n1"}), 20_000.0)}
+    assert g.core.gangs.reservations.held == {"A": ("gang", frozenset({"n0", "n1"}), 20_000.0)}
 
 
 def test_backfill_still_tries_a_smaller_gang_after_a_larger_one_found_no_room() -> None:
@@ -383,7 +383,7 @@ def test_backfill_still_tries_a_smaller_gang_after_a_larger_one_found_no_room() 
     # (no room), one 2-GPU worker fits on n2: the backfill skips only jobs asking as much
     # as the one that failed
     assert bound(g.submit(spec("a2", "hp", 2, workers=2, dur=1_000), 3_700.0)) == []
-    assert g.core.gangs._reserved == {"A": ("gang", frozenset({"n1", "n2"}), 7_200.0)}
+    assert g.core.gangs.reservations.held == {"A": ("gang", frozenset({"n1", "n2"}), 7_200.0)}
     assert bound(g.submit(spec("b1", "hp", 2, dur=1_000), 3_700.0)) == ["b1"]
     assert g.nodes("b1") == {"n2"}
 
@@ -403,7 +403,7 @@ def test_reserve_counts_each_slot_of_a_node_by_its_own_drain() -> None:
     # both of n1's as if the node drained whole: so a job that ends by 7,200 s may still
     # use n1's free cards meanwhile
     out = g.submit(spec("short", "hp", 1, dur=3_000), 3_700.0)
-    assert g.core.gangs._reserved == {"A": ("gang", frozenset({"n0", "n1"}), 7_200.0)}
+    assert g.core.gangs.reservations.held == {"A": ("gang", frozenset({"n0", "n1"}), 7_200.0)}
     assert bound(out) == ["short"] and g.nodes("short") == {"n1"}
     assert bound(g.finish("s0", 7_200.0) + g.finish("short", 7_200.0)) == []
     done = [j for i in range(1, 8) for j in bound(g.finish(f"s{i}", 7_200.0))]
@@ -439,12 +439,12 @@ def test_reserve_backfill_free_backfills_on_free_room_only() -> None:
     # RESERVE_GANGS: the gang reserves n1 and n2 (n2's slot holds only spot: ready now),
     # and at the next pass x, which ends before they drain, is backfilled by evicting sp
     g, log = _backfill_run(RESERVE_GANGS)
-    assert g.core.gangs._reserved["A"] == ("gang", frozenset({"n1", "n2"}), 7_200.0)
+    assert g.core.gangs.reservations.held["A"] == ("gang", frozenset({"n1", "n2"}), 7_200.0)
     assert evicted(log[-2]) == ["sp"] and bound(log[-2]) == ["x"] and g.nodes("x") == {"n2"}
     # with reserve_backfill_free (PATIENT's) the same reservation, but x
     # backfilled takes free room only: it evicts nothing and starts when n1 frees two cards
     g, log = _backfill_run(RESERVE_GANGS, free=True)
-    assert g.core.gangs._reserved["A"] == ("gang", frozenset({"n1", "n2"}), 7_200.0)
+    assert g.core.gangs.reservations.held["A"] == ("gang", frozenset({"n1", "n2"}), 7_200.0)
     assert not any(evicted(out) for out in log)
     assert bound(log[-1]) == ["x"] and g.nodes("x") == {"n1"}
 

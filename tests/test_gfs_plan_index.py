@@ -256,8 +256,10 @@ def _reclaims(g: Gangs, now: float) -> list:
     for need, workers in ((1, 1), (2, 1), (4, 1), (8, 1), (1, 3), (2, 2), (4, 2)):
         job = _job(f"probe-{need}x{workers}", "hp", need, workers)
         for free_first in (True, False):
-            plan = sched._plan_victims(job, idle, now, spot=True, free_first=free_first)
-            out.append(plan and ([p.id for p in plan[0]], list(plan[1])))
+            plan = sched.planner.plan(
+                job, idle, now, spot=True, blocked=frozenset(), free_first=free_first
+            )
+            out.append(plan and ([p.id for p in plan.idle_pods], list(plan.victims)))
     return out
 
 

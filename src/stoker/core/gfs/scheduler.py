@@ -14,11 +14,8 @@ stopped and the job re-queued (``JobRequeued``): it runs again, nothing is lost.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
-from collections.abc import Iterable
-from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -33,13 +30,10 @@ from stoker.core.gfs.placement import (
     PoolIndex,
     no_hp_cards,
 )
-from stoker.core.gfs.preemption import (
-    Candidate,
-    Card,
-    PreemptContext,
-)
 from stoker.core.gfs.queues import QUEUE_ORDERS, ClassQueue
 from stoker.core.gfs.quota import guaranteed_hours
+from stoker.core.gfs.reclaim import ReclaimPlan, ReclaimPlanner
+from stoker.core.gfs.reservations import Reservations, ends_by
 from stoker.core.model import (
     EPS,
     Failure,
@@ -76,12 +70,6 @@ def _per_node(place: list[tuple[str, str, float]]) -> dict[str, tuple[list[str],
         entry[0].append(gid)
         entry[1].append(share)
     return out
-
-
-def _ends_by(job: Job, now: float, until: float) -> bool:
-    """Whether ``job``, started now, ends by ``until`` by its known run time (its restart
-    overhead and the work left; unknown, as live: no)."""
-    return job.spec.duration is not None and now + job.overhead + job.remaining <= until + EPS
 
 
 class GangScheduler:
@@ -128,12 +116,6 @@ class GangScheduler:
         # the last failed free-room plan of an HP job: (job, now, pool epoch, the plan of
         # its first workers, the worker that found no room)
         self._free_prefix: tuple[str, float, int, GangPlan, int] | None = None
-        # per pool, the HP job holding its reservation, the nodes reserved for it and when
-        # they will have drained for it (``reserve_after_s``): no other hp or spot job is
-        # placed or reclaims there unless it ends by then
-        self._reserved: dict[str, tuple[str, frozenset[str], float]] = {}
-        # per pool, the first HP job of the current pass (queue order) that may reserve
-        self._to_reserve: dict[str, Job] = {}
         # HP jobs waiting for the pods stopped to make their room, and the reverse index
         self._awaiting: dict[str, set[str]] = {}
         self._awaiting_by_pod: dict[str, str] = {}
@@ -165,6 +147,9 @@ class GangScheduler:
         # guarantee periods that succeeded so far (``record_spot_succeed``)
         self.busy_cards = 0
         self.spot_ok_gpu_s = 0.0
+        # the parts: the reclaim planner (reads, plans) and the reservations
+        self.planner = ReclaimPlanner(self, idle, self.cluster, config)
+        self.reservations = Reservations(books, self.pools, config)
         for node in self.cluster.nodes.values():
             self._add(node)
         for pool in self.pools:
@@ -203,7 +188,7 @@ class GangScheduler:
         """A node left the cluster (nothing of hp or spot is placed there any more: the core
         failed its pods first)."""
         info = self.pools[self.nodes.pop(name).pool].remove(name)
-        held = self._reserved.get(info.pool)
+        held = self.reservations.held.get(info.pool)
         if held is not None and name in held[1]:
             self._unreserve(self.jobs[held[0]])  # the next failed search reserves afresh
         self.busy_cards -= info.total - info.full_free
@@ -216,7 +201,7 @@ class GangScheduler:
         first, so those carried no share): the work on the cards it kept stays, its pool's
         index and capacity follow, and new cards are room a failed search did not see."""
         info = self.nodes[name]
-        held = self._reserved.get(info.pool)
+        held = self.reservations.held.get(info.pool)
         if held is not None and name in held[1]:
             self._unreserve(self.jobs[held[0]])  # its drain time was the old node's
         total = len(self.cluster.nodes[name].gpus)
@@ -287,8 +272,7 @@ class GangScheduler:
     def reserved_nodes(self, pool: str) -> frozenset[str]:
         """The nodes of ``pool`` reserved for a waiting HP job (none without a
         reservation): until it starts, no other job's pod is placed there."""
-        held = self._reserved.get(pool)
-        return frozenset() if held is None else held[1]
+        return self.reservations.nodes(pool)
 
     def freeing_room(self, pool: str) -> bool:
         """Whether pods are stopping in ``pool`` to make room for a waiting job: what they
@@ -326,7 +310,7 @@ class GangScheduler:
                     hp_queued=self.queues[pool][_HP].size,
                     opens_at=gate[0] if gate is not None and now < gate[0] else None,
                 )
-        held = self._reserved.get(pool) if self._blocked(job, now) else None
+        held = self.reservations.held.get(pool) if self.reservations.blocked(job, now) else None
         return GpuWait(
             pool=pool,
             workers=job.spec.workers,
@@ -510,7 +494,7 @@ class GangScheduler:
             job = self.jobs[jid]
             if job.state not in (JobState.PLACED, JobState.BINDING, JobState.RUNNING):
                 raise AssertionError(f"job {jid} holds a placement in state {job.state}")
-        for pool, (jid, reserved, _) in self._reserved.items():
+        for pool, (jid, reserved, _) in self.reservations.held.items():
             job = self.jobs[jid]
             if job.state is not JobState.QUEUED or self.pool_of(job) != pool:
                 raise AssertionError(f"{pool}: reserved for job {jid} in state {job.state}")
@@ -670,16 +654,18 @@ class GangScheduler:
                 self._pass_stop(queue, pool, now, out)
             else:
                 self._pass_skip(queue, now, out)
-            if cls is _HP and self._to_reserve:
-                job = self._to_reserve.pop(pool, None)
+            if cls is _HP and self.reservations.candidates:
+                job = self.reservations.candidates.pop(pool, None)
                 if (
                     job is not None
-                    and pool not in self._reserved
-                    and not self._smaller_waits(job, queue)
+                    and pool not in self.reservations.held
+                    and not self.reservations.smaller_waits(job, queue)
                 ):
-                    self._reserve(job, pool, now)
-        held = self._reserved.get(pool)
-        if held is not None and self._smaller_waits(self.jobs[held[0]], self.queues[pool][_HP]):
+                    self._reserve(job, pool)
+        held = self.reservations.held.get(pool)
+        if held is not None and self.reservations.smaller_waits(
+            self.jobs[held[0]], self.queues[pool][_HP]
+        ):
             # held only while no smaller HP job waits: given up after the pass, so the next
             # pass offers the nodes to HP first (the holder reserves again once none waits)
             self._unreserve(self.jobs[held[0]])
@@ -701,7 +687,7 @@ class GangScheduler:
                     continue
                 if result == _HOLD:
                     return
-                if self._reserved:
+                if self.reservations.held:
                     self._backfill(queue, k, job, now, out)
                 break
 
@@ -721,21 +707,21 @@ class GangScheduler:
         (Philly: thousands of 1-GPU HP and spot jobs were tried one by one at every
         pass)."""
         pool = self.pool_of(head)
-        held = self._reserved.get(pool)
+        held = self.reservations.held.get(pool)
         if held is None:
             return
         no_room = over_quota = math.inf  # the fewest workers, the fewest GPUs that failed
         for entry in queue.buckets[k][1:]:
             job = self.jobs[entry[1]]
-            if job.state is not JobState.QUEUED or not _ends_by(job, now, held[2]):
+            if job.state is not JobState.QUEUED or not ends_by(job, now, held[2]):
                 continue
             if job.spec.workers >= no_room or job.gpus >= over_quota - EPS:
                 if job.job_class is _SPOT and queue.fewer_workers:
                     return  # the later ones ask at least as much
                 if job.job_class is _SPOT:
                     continue
-                if pool in self._to_reserve or not self._may_reserve(job, now):
-                    if no_room <= 1 and pool in self._to_reserve:
+                if pool in self.reservations.candidates or not self._may_reserve(job, now):
+                    if no_room <= 1 and pool in self.reservations.candidates:
                         return  # every later job fails alike
                     continue
             acted = len(out)
@@ -824,10 +810,10 @@ class GangScheduler:
             return _STARTED
         result = self._try_start_hp(job, pool, now, out, evict)
         if result == _NO_ROOM and self._may_reserve(job, now):
-            first = self._to_reserve.setdefault(pool, job)
+            first = self.reservations.candidates.setdefault(pool, job)
             # smaller HP jobs first: whether one waits is known only after the HP pass
-            if pool not in self._reserved and not self.config.reserve_smaller_first:
-                self._reserve(first, pool, now)
+            if pool not in self.reservations.held and not self.config.reserve_smaller_first:
+                self._reserve(first, pool)
         return result
 
     def _try_start_hp(
@@ -915,102 +901,22 @@ class GangScheduler:
 
     # ------------------------------------------------------------ reservations
 
-    def _blocked(self, job: Job, now: float) -> frozenset[str]:
-        """The nodes reserved in ``job``'s pool for another job, unless ``job`` would end
-        before they drain for it by its known run time (EASY backfill; none: no
-        reservation)."""
-        if not self._reserved:
-            return frozenset()
-        held = self._reserved.get(self.pool_of(job))
-        if held is None or held[0] == job.id or _ends_by(job, now, held[2]):
-            return frozenset()
-        return held[1]
-
     def _may_reserve(self, job: Job, now: float) -> bool:
-        """An HP job of more than one whole card (what smaller jobs backfilling can starve)
-        that found no room may reserve once it has queued ``reserve_after_s``, unless pods
+        """Whether ``job`` may reserve now (:meth:`Reservations.may_reserve`), unless pods
         stop for it."""
-        return (
-            now - job.queued_since >= self.config.reserve_after_s - EPS
-            and not job.fractional
-            and job.gpus >= 2.0 - EPS
-            and job.per_worker >= self.config.reserve_min_worker - EPS
-            and job.spec.workers >= self.config.reserve_min_workers
-            and job.id not in self._awaiting
-        )
+        return self.reservations.may_reserve(job, now) and job.id not in self._awaiting
 
-    def _smaller_waits(self, job: Job, queue: ClassQueue) -> bool:
-        """With ``reserve_smaller_first``: whether an HP job of a smaller per-worker request
-        than ``job``'s waits in its pool's HP ``queue`` (after the pass: it found no room)."""
-        if not self.config.reserve_smaller_first:
-            return False
-        # the skip rule's HP buckets are -request, ascending: a smaller request's is later
-        return bisect.bisect_right(queue.keys, queue.bucket(job) + EPS) < len(queue.keys)
-
-    def _reserve(self, job: Job, pool: str, now: float) -> None:
-        """Reserve for ``job`` the nodes that will hold it soonest (:meth:`_plan_reserve`), in
-        node order among equals, until they hold every worker; they drain for it by the
-        latest of their times."""
-        planned = self._plan_reserve(job, pool)
-        if planned is None:
-            return
-        nodes, ready = planned
-        self._reserved[pool] = (job.id, nodes, ready)
-        self._epoch[pool] += 1
-
-    def _plan_reserve(self, job: Job, pool: str) -> tuple[frozenset[str], float] | None:
-        """The nodes that will hold ``job`` soonest and when they will have drained for it
-        (None: the pool's nodes cannot hold it): its workers' slots soonest first
-        (:meth:`_slots_ready`), in node order among equals."""
-        need = int(job.per_worker)
-        ranked = sorted(
-            (ready, info.ordinal, k, info.name)
-            for info in self.pools[pool].nodes.values()
-            if info.total >= need
-            for k, ready in enumerate(self._slots_ready(info, need))
-        )
-        chosen = ranked[: job.spec.workers]
-        if len(chosen) < job.spec.workers:
-            return None
-        return frozenset(name for *_, name in chosen), chosen[-1][0]
-
-    def _slots_ready(self, info: NodeInfo, need: int) -> list[float]:
-        """When each of a node's ``need``-card slots will carry nothing a whole-GPU HP worker
-        cannot reclaim (an HP share; a fractional spot job's without
-        ``evict_shared_cards``), by those jobs' known run
-        times (inf if one is unknown: a live job runs until it exits): the k-th slot when
-        k x ``need`` of its cards have. Each slot has its own time: a node half held by a
-        long HP job holds a worker now and a second one only when that job ends."""
-        until = []
-        for gpu in self.cluster.nodes[info.name].gpus:
-            end = -math.inf
-            for owner in gpu.allocs:
-                pod = self.pods.get(owner)
-                jid = None if pod is None else pod.job or pod.pending_job
-                if jid is None:
-                    continue  # an idle pod: reclaimed for the asking
-                held = self.jobs[jid]
-                if held.job_class is _SPOT and (
-                    not held.fractional or self.config.evict_shared_cards
-                ):
-                    continue  # a victim
-                known = held.spec.duration is not None
-                ran = held.run_start + held.overhead + held.remaining if known else math.inf
-                end = max(end, ran)
-            until.append(end)
-        until.sort()
-        return until[need - 1 :: need]
+    def _reserve(self, job: Job, pool: str) -> None:
+        """Reserve nodes for ``job`` (:meth:`Reservations.reserve`); the pool's books move."""
+        if self.reservations.reserve(job, pool):
+            self._epoch[pool] += 1
 
     def _unreserve(self, job: Job) -> None:
         """``job`` started or left the queue: its reservation (if any) ends, and what it
         held back is room for the searches that failed meanwhile."""
-        if not self._reserved:
+        pool = self.reservations.release(job)
+        if pool is None:
             return
-        pool = self.pool_of(job)
-        held = self._reserved.get(pool)
-        if held is None or held[0] != job.id:
-            return
-        del self._reserved[pool]
         self._epoch[pool] += 1
         self._grown[pool] += 1
         self._dirty[pool] = None
@@ -1028,7 +934,7 @@ class GangScheduler:
             # (a walk per worker was quadratic in its workers)
             plan = []
             workers = job.spec.workers
-            blocked = self._blocked(job, now)
+            blocked = self.reservations.blocked(job, now)
             for gpu in self.cluster.gpus_with_room(pool, need):
                 if gpu.node in blocked:
                     continue
@@ -1040,7 +946,7 @@ class GangScheduler:
                         return plan
             return None
         count = int(need)
-        gang = GangPlan(self.pools[pool], exclude=self._blocked(job, now))
+        gang = GangPlan(self.pools[pool], exclude=self.reservations.blocked(job, now))
         nodes: list[str] = []
         for worker in range(job.spec.workers):
             node = self.config.scorer.choose(gang, job.job_class, count, now)
@@ -1268,16 +1174,16 @@ class GangScheduler:
         gate = self.config.window
         preempt = preempt and self.config.preempt and (gate is None or now >= gate[0])
         if free_first:
-            plan = self._plan_victims(job, idle, now, spot=False)
+            plan = self._plan_reclaim(job, idle, now, spot=False)
             if plan is None and not standby_only and preempt:
-                plan = self._plan_victims(job, idle, now, spot=True)
+                plan = self._plan_reclaim(job, idle, now, spot=True)
         else:
-            plan = self._plan_victims(job, idle, now, spot=True, free_first=False)
-            if plan is not None and not any(plan):
+            plan = self._plan_reclaim(job, idle, now, spot=True, free_first=False)
+            if plan is not None and not (plan.idle_pods or plan.victims):
                 return False  # the chooser took free room: place as usual
         if plan is None:
             return False
-        idle_pods, victims = plan
+        idle_pods, victims = plan.idle_pods, plan.victims
         stopping: set[str] = set()
         for victim in sorted(victims.values(), key=lambda j: j.id):
             stopping.update(victim.pods)
@@ -1297,7 +1203,7 @@ class GangScheduler:
             self._awaiting_by_pod[pid] = job.id
         return True
 
-    def _plan_victims(
+    def _plan_reclaim(
         self,
         job: Job,
         idle: dict[str, list[tuple[tuple[int, float], str]]],
@@ -1305,385 +1211,18 @@ class GangScheduler:
         *,
         spot: bool,
         free_first: bool = True,
-    ) -> tuple[list[Pod], dict[str, Job]] | None:
-        """Idle pods and (with ``spot``) spot jobs to stop so every worker of ``job`` fits,
-        or None. Whole-GPU workers: per worker a node whose free cards, idle-only cards and
-        (with ``spot``) spot work cover the request; ``free_first``: a worker that fits on
-        free room takes it, else free nodes are candidates like the rest (the chooser
-        decides). Fractional: one card per worker, a card already carrying HP first; with
-        none, the whole-card path with one card (``frac_hp_whole_card``)."""
-        pool = self.pool_of(job)
-        ledger = self.ledgers[pool]
-        since = now - self.config.rate_window_s
-        evicted: dict[str, Job] = {}
-        ctx = PreemptContext(
-            now=now,
-            rate_after=lambda k: ledger.rate_after(since, len(evicted) + k),
-            pool_gpus=self.capacity[pool],
-            window_s=self.config.cost_window_s,
-        )
-        need = job.per_worker
-        # a fractional worker with no card carrying HP to share takes one whole card
-        whole_card = spot and self.config.frac_hp_whole_card
-        blocked = self._blocked(job, now)
-        gang = GangPlan(self.pools[pool], exclude=blocked)  # whole-GPU workers: node -> cards
-        shares: dict[str, float] = {}  # fractional workers: gpu -> share planned
-        freed: dict[str, set[str]] = {}  # node -> whole cards freed by chosen spot victims
-        idle_used: dict[str, None] = {}  # idle-only cards already counted
-        # each node's candidate as the plan stands, kept until the plan touches the node
-        # (a worker taking it, a victim there): a big gang's workers read the same nodes
-        seen: dict[str, Candidate | None] = {}
-        stop: dict[str, Pod] = {}
-        # the free-room plan that just failed for this HP job placed its first ``known``
-        # workers as the loop below would (no victim yet) and found no room for the next:
-        # start from there instead of planning them again (a gang's planning, twice more)
-        known = -1
+    ) -> ReclaimPlan | None:
+        """The planner's plan for ``job``, from the free-room plan that just failed for it
+        at this instant (if any) and clear of nodes reserved for another job."""
         prefix = self._free_prefix
-        if (
-            free_first
-            and not job.fractional
-            and job.job_class is _HP
-            and prefix is not None
-            and prefix[:3] == (job.id, now, self._epoch[pool])
-        ):
-            gang = prefix[3]
-            known = prefix[4]
-        for worker in range(job.spec.workers):
-            if worker < known:
-                continue
-            # a worker that fits on free room takes it (only the rest need victims)
-            if job.fractional:
-                gpu = next(
-                    (
-                        g
-                        for g in self.cluster.gpus_with_room(pool, need)
-                        if g.free - shares.get(g.id, 0.0) >= need - EPS and g.node not in blocked
-                    ),
-                    None,
-                )
-                if gpu is not None:
-                    shares[gpu.id] = shares.get(gpu.id, 0.0) + need
-                    continue
-            elif free_first:
-                node = (
-                    None
-                    if worker == known
-                    else self.config.scorer.choose(gang, _HP, int(need), now)
-                )
-                if node is not None and node not in freed:
-                    gang.take(node, int(need))
-                    seen.pop(node, None)
-                    continue
-            # a worker on a share of one card (``on_card``), or on whole cards (``cards``)
-            on_card, cards = job.fractional, max(1, int(need))
-            cands: list[Candidate] = []
-            if on_card:
-                cands = self._card_candidates(
-                    job, evicted, shares, stop, now, spot, blocked, whole_card
-                )
-                # the authors' fallback: the whole-card path with one card
-                on_card = bool(cands) or not whole_card
-            if not on_card:
-                cands = self._node_candidates(
-                    job,
-                    cards,
-                    evicted,
-                    gang,
-                    freed,
-                    idle,
-                    idle_used,
-                    seen,
-                    now,
-                    spot,
-                    not free_first,
-                )
-            if not cands:
-                return None
-            if spot:
-                pick = self.config.victims.choose(cands, need if on_card else cards, ctx)
-            else:
-                best = min(cands, key=lambda c: (c.cost, c.ordinal, c.gpu or ""))
-                pick = (best, [])
-            if pick is None:
-                return None
-            cand, victims = pick
-            for v in victims:
-                evicted[v.id] = v
-                for n, gid, s in self.placement[v.id]:
-                    seen.pop(n, None)
-                    if s >= 1.0 - EPS:
-                        freed.setdefault(n, set()).add(gid)
-            if not on_card and cand.holds is not None:
-                # a card fractional victims shared is free once every job on it goes
-                gone = {g for v in victims if v.fractional for g in cand.holds.get(v.id, ())}
-                for jid, g in cand.holds.items():
-                    if jid not in evicted:
-                        gone.difference_update(g)
-                freed.setdefault(cand.node, set()).update(gone)
-            if on_card:
-                gid = cand.gpu or ""
-                room = self.cluster.gpus[gid].free - shares.get(gid, 0.0)
-                room += sum(
-                    self.cluster.gpus[gid].allocs.get(p, 0.0)
-                    for v in evicted.values()
-                    for p in v.pods
-                )
-                short = need - room
-                _, pods = self.idle.idle_share(gid)
-                for pod in pods:
-                    if short <= EPS:
-                        break
-                    if pod.id not in stop:
-                        stop[pod.id] = pod
-                        short -= self.cluster.gpus[gid].allocs.get(pod.id, 0.0)
-                shares[gid] = shares.get(gid, 0.0) + need
-            else:
-                node = cand.node
-                info = self.nodes[node]
-                used_idle = sum(1 for _, gid in idle.get(node, ()) if gid in idle_used)
-                room = info.full_free - gang.taken.get(node, 0) + used_idle
-                room += len(freed.get(node, ()))
-                short = cards - room
-                for _, gid in idle.get(node, ()):
-                    if short <= 0:
-                        break
-                    if gid in idle_used:
-                        continue
-                    idle_used[gid] = None
-                    short -= 1
-                    for owner in self.cluster.gpus[gid].allocs:
-                        stop[owner] = self.pods[owner]
-                gang.take(node, cards)
-                seen.pop(node, None)
-        return list(stop.values()), evicted
-
-    def _node_candidates(
-        self,
-        job: Job,
-        need: int,
-        evicted: dict[str, Job],
-        gang: GangPlan,
-        freed: dict[str, set[str]],
-        idle: dict[str, list[tuple[tuple[int, float], str]]],
-        idle_used: dict[str, None],
-        seen: dict[str, Candidate | None],
-        now: float,
-        spot: bool,
-        free_nodes: bool = False,
-    ) -> list[Candidate]:
-        """The nodes a whole-GPU worker may reclaim on, as many as the victim chooser reads
-        (:attr:`VictimChooser.reads`; every one without ``spot``): nodes with idle cards,
-        nodes the plan took or freed GPUs on, each looked at; the pool's other spot nodes
-        from its reclaim-room index (their room is their free cards and the cards their
-        spot work alone holds), only the buckets and nodes the chooser reads; with
-        ``free_nodes``, nodes with free room only, a bounded scan per free count as
-        placement does. ``seen``: each node's candidate (None: not one) as the plan stands,
-        read and filled here, emptied by the plan for the nodes it touches. ``need``: the
-        worker's whole cards (one for a fractional worker on the whole-card path)."""
-        pool = self.pools[self.pool_of(job)]
-
-        def one(name: str) -> Candidate | None:
-            info = self.nodes[name]
-            if info.total < need or name in gang.exclude:
-                return None
-            cards = [(c, g) for c, g in idle.get(name, ()) if g not in idle_used]
-            # the plan counts the idle cards earlier workers stop too: those are not free room
-            used_idle = len(idle.get(name, ())) - len(cards)
-            freed_here = freed.get(name, set())
-            free = info.full_free - gang.taken.get(name, 0) + len(freed_here) + used_idle
-            victims: list[tuple[Job, float]] = []
-            holds: dict[str, frozenset[str]] = {}  # each victim and its cards without HP here
-            # spot on the node's cards that carry no HP (a whole-GPU worker's cards never do;
-            # a fractional job's, where spot work alone holds the card)
-            if spot:
-                # its fractional jobs' cards held by spot work alone, not yet freed
-                frac = info.frac_cards - freed_here
-                for jid, mine in self.node_jobs[name].items():
-                    v = self.jobs[jid]
-                    if jid in evicted:
-                        continue
-                    if v.fractional:
-                        mine = [g for g in mine if g in frac]
-                        if not mine:
-                            continue
-                    holds[jid] = frozenset(mine)
-                    victims.append((v, float(len(holds[jid]))))
-            if not victims and not cards and not (free_nodes and free >= need - EPS):
-                return None
-            cand = Candidate(
-                name,
-                info.ordinal,
-                float(free + len(cards)),
-                victims,
-                card_order=partial(
-                    self._card_order,
-                    name,
-                    holds,
-                    [g for _, g in cards],
-                    freed_here,
-                    gang.taken.get(name, 0) - used_idle,
-                ),
-                holds=holds,
-            )
-            if cand.no_hp < need - EPS:
-                return None
-            # the idle cards it would stop, cheapest first
-            short = max(0, int(need) - int(free))
-            cand.cost = (
-                sum(c[0] for c, _ in cards[:short]),
-                sum(c[1] for c, _ in cards[:short]),
-            )
-            return cand
-
-        def build(names: Iterable[str]) -> list[Candidate]:
-            out = []
-            for name in names:
-                cand = seen[name] if name in seen else seen.setdefault(name, one(name))
-                if cand is not None:
-                    out.append(cand)
-            return out
-
-        heads: dict[int, list[str]] = {}
-        if free_nodes:
-            heads = dict(gang.buckets(range(need, pool.max_gpus + 1)))
-        reads = self.config.victims.reads if spot else "all"
-        if reads == "all":
-            names = dict.fromkeys(idle)
-            if spot:
-                names.update(pool.spot_nodes)
-            for bucket in heads.values():
-                names.update(dict.fromkeys(bucket))
-            return build(names)
-        # the nodes whose room is not the index's: idle cards, GPUs planned, victims chosen
-        own = dict.fromkeys(idle)
-        own.update(gang.taken)
-        own.update(freed)
-        for victim in evicted.values():
-            if victim.fractional:  # the index still counts the cards it shared
-                own.update((n, None) for n, _, _ in self.placement[victim.id])
-        scanned = {n for bucket in heads.values() for n in bucket} if own else set()
-        out = build([n for n in own if n in idle or n in pool.spot_nodes or n in scanned])
-        least = min((c.no_hp for c in out), default=math.inf)
-        nodes = self.nodes
-        for room in range(need, len(pool.by_room)):
-            if reads == "fewest" and room > least + EPS:
-                break
-            found = []
-            for _, name in pool.by_room[room]:
-                # a node whose spot work holds no card alone has room, not victims
-                if (
-                    name not in own
-                    and name not in gang.exclude
-                    and (free_nodes or nodes[name].victim_cards)
-                ):
-                    found.append(name)
-                    if reads == "first":
-                        break
-            rest = [n for n in heads.get(room, ()) if n not in own and n not in pool.spot_nodes]
-            if rest:
-                found += rest if reads == "fewest" else [min(rest, key=lambda n: nodes[n].ordinal)]
-            out += build(found)
-            if found and reads == "fewest":
-                break
-        return out
-
-    def _card_order(
-        self,
-        name: str,
-        holds: dict[str, frozenset[str]],
-        idle: list[str],
-        freed: set[str],
-        taken: int,
-    ) -> tuple[Card, ...]:
-        """A node's cards a reclaim may use, in card order, each with the spot jobs holding
-        it (none: free, or idle pods): :attr:`Candidate.cards`. As the plan stands: the
-        cards of victims already chosen (``freed``, kept by the plan as it goes: a big
-        gang's victims are many) are free, and the first ``taken`` free ones are
-        left out (the plan's earlier workers took them). Listed as free in the books, a
-        chooser by card order (``first_cards``) would pick them again and evict too little:
-        the HP job then fails on its victims' room, and evicts again (a livelock at one
-        instant on FGD's 184 days)."""
-        holders: dict[str, list[str]] = {}  # card -> the spot jobs holding it
-        for jid, mine in holds.items():
-            for gid in mine:
-                holders.setdefault(gid, []).append(jid)
-        idle_ids = set(idle)
-        order: list[Card] = []
-        for g in self.cluster.nodes[name].gpus:
-            if g.id in holders or g.id in idle_ids:
-                order.append((g.id, tuple(holders.get(g.id, ()))))
-            elif g.used < EPS or g.id in freed:
-                if taken > 0:
-                    taken -= 1
-                    continue
-                order.append((g.id, ()))
-        return tuple(order)
-
-    def _card_candidates(
-        self,
-        job: Job,
-        evicted: dict[str, Job],
-        taken: dict[str, float],
-        stop: dict[str, Pod],
-        now: float,
-        spot: bool,
-        blocked: frozenset[str],
-        whole_card: bool,
-    ) -> list[Candidate]:
-        """The cards a fractional worker may reclaim a share of: with ``spot``, cards
-        already carrying HP with room for it first (``frag_preempt``); only if none, with
-        ``whole_card`` none at all (the caller takes the whole-card path), else cards
-        without HP (stoker's earlier rule). Without ``spot``, cards with idle pods."""
-        need = job.per_worker
         pool = self.pool_of(job)
-        names = dict.fromkeys(self.idle.idle_nodes(pool))
-        if spot:
-            names.update(self.pools[pool].spot_nodes)
-        for name in blocked:
-            names.pop(name, None)
-        gone = {p for v in evicted.values() for p in v.pods} | set(stop)
-        out = []
-        with_hp: list[Candidate] = []  # cards already carrying HP (the authors' first choice)
-        for name in names:
-            info = self.nodes[name]
-            for gpu in self.cluster.nodes[name].gpus:
-                victims: list[tuple[Job, float]] = []
-                hp_share = sum(
-                    share
-                    for owner, share in gpu.allocs.items()
-                    if (pod := self.pods.get(owner)) is not None and pod.job_class is _HP
-                )
-                if whole_card and hp_share <= EPS:
-                    continue  # no HP here: the whole-card path's, not this one's
-                # spot goes only where the HP request fits beside the HP already there
-                if spot and hp_share < 1.0 - need - EPS:
-                    seen: dict[str, float] = {}
-                    for owner, share in gpu.allocs.items():
-                        pod = self.pods.get(owner)
-                        if pod is None or pod.job_class is not _SPOT or pod.job is None:
-                            continue
-                        v = self.jobs[pod.job]
-                        if v.id in evicted:
-                            continue
-                        seen[v.id] = seen.get(v.id, 0.0) + share
-                    victims = [(self.jobs[j], u) for j, u in seen.items()]
-                idle_share, pods = self.idle.idle_share(gpu.id)
-                if not victims and not pods:
-                    continue
-                idle_share -= sum(gpu.allocs.get(p.id, 0.0) for p in pods if p.id in stop)
-                free = gpu.free - taken.get(gpu.id, 0.0)
-                free += sum(gpu.allocs.get(p, 0.0) for p in gone if p not in stop)
-                if free + idle_share + sum(u for _, u in victims) < need - EPS:
-                    continue
-                cost = (0 if free >= need - EPS else 1, 0.0)
-                cand = Candidate(
-                    name, info.ordinal, free + idle_share, victims, gpu=gpu.id, cost=cost
-                )
-                # (with ``whole_card`` every card here carries HP, and idle pods beside it
-                # are room as spot is: the authors have none, such cards would be free)
-                hp_card = whole_card or (spot and hp_share > EPS and victims)
-                (with_hp if hp_card else out).append(cand)
-        return with_hp or out
+        known = None
+        if prefix is not None and prefix[:3] == (job.id, now, self._epoch[pool]):
+            known = (prefix[3], prefix[4])
+        blocked = self.reservations.blocked(job, now)
+        return self.planner.plan(
+            job, idle, now, spot=spot, blocked=blocked, free_first=free_first, prefix=known
+        )
 
     def _evict(self, job: Job, now: float, out: list[Action]) -> None:
         """Evict a spot job whole and re-queue it: work since the last checkpoint and a
