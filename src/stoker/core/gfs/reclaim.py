@@ -1,10 +1,10 @@
 """The reclaim planner: which idle pods and spot jobs to stop so an HP job fits.
 
-It only reads (the hp/spot books through :class:`ReclaimView`, the warm pools' idle pods
-through :class:`~stoker.core.ports.IdleRoom`) and returns a :class:`ReclaimPlan`; the
-scheduler applies it (stops the idle pods, evicts the victims, awaits the room). This is
-Kueue's split of preemption into a plan and its application; the victim choice itself is
-the :class:`~stoker.core.gfs.preemption.VictimChooser` policy.
+It only reads (the hp/spot books through :class:`~stoker.core.gfs.view.HpSpotView`, the
+warm pools' idle pods through :class:`~stoker.core.ports.IdleRoom`) and returns a
+:class:`ReclaimPlan`; the scheduler applies it (stops the idle pods, evicts the victims,
+awaits the room). This is Kueue's split of preemption into a plan and its application;
+the victim choice itself is the :class:`~stoker.core.gfs.preemption.VictimChooser` policy.
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol
 
 from stoker.core.gfs.config import GFSConfig
-from stoker.core.gfs.jobs import GuaranteeLedger
-from stoker.core.gfs.placement import GangPlan, NodeInfo, PoolIndex
+from stoker.core.gfs.placement import GangPlan
 from stoker.core.gfs.preemption import Candidate, Card, PreemptContext
+from stoker.core.gfs.view import HpSpotView
 from stoker.core.model import EPS, Cluster, Job, JobClass, Pod
 from stoker.core.ports import IdleRoom
 
@@ -33,26 +32,11 @@ class ReclaimPlan:
     victims: dict[str, Job]
 
 
-class ReclaimView(Protocol):
-    """What the planner reads of the hp/spot books (it writes none of it)."""
-
-    jobs: dict[str, Job]
-    pods: dict[str, Pod]
-    nodes: dict[str, NodeInfo]
-    pools: dict[str, PoolIndex]
-    node_jobs: dict[str, dict[str, list[str]]]
-    placement: dict[str, list[tuple[str, str, float]]]
-    ledgers: dict[str, GuaranteeLedger]
-    capacity: dict[str, int]
-
-    def pool_of(self, job: Job) -> str: ...
-
-
 class ReclaimPlanner:
     """Plans a reclaim for an HP (or, standby only, a spot) job; see the module docstring."""
 
     def __init__(
-        self, view: ReclaimView, idle: IdleRoom, cluster: Cluster, config: GFSConfig
+        self, view: HpSpotView, idle: IdleRoom, cluster: Cluster, config: GFSConfig
     ) -> None:
         self.view = view
         self.idle = idle

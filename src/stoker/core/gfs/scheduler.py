@@ -22,13 +22,12 @@ import numpy as np
 
 from stoker.core.actions import Action, BindJob, JobRequeued, KillJob, StartPod, StopPod
 from stoker.core.gfs.config import GFSConfig
+from stoker.core.gfs.invariants import check_books
 from stoker.core.gfs.jobs import GuaranteeLedger, restart_overhead
 from stoker.core.gfs.placement import (
-    HP_SHARE_STEPS,
     GangPlan,
     NodeInfo,
     PoolIndex,
-    no_hp_cards,
 )
 from stoker.core.gfs.queues import QUEUE_ORDERS, ClassQueue
 from stoker.core.gfs.quota import guaranteed_hours
@@ -479,83 +478,7 @@ class GangScheduler:
 
     def check(self) -> None:
         """Raise if an invariant fails (tests call it after every event)."""
-        for pool in self.pools:
-            for cls in (_HP, _SPOT):
-                self.queues[pool][cls].check()
-                held = sum(
-                    s
-                    for jid, place in self.placement.items()
-                    if self.jobs[jid].job_class is cls and self.pool_of(self.jobs[jid]) == pool
-                    for _, _, s in place
-                )
-                if abs(held - self.used[pool][cls]) > 1e-6:
-                    raise AssertionError(f"{pool}/{cls} used {self.used[pool][cls]} != {held}")
-        for jid in self.placement:
-            job = self.jobs[jid]
-            if job.state not in (JobState.PLACED, JobState.BINDING, JobState.RUNNING):
-                raise AssertionError(f"job {jid} holds a placement in state {job.state}")
-        for pool, (jid, reserved, _) in self.reservations.held.items():
-            job = self.jobs[jid]
-            if job.state is not JobState.QUEUED or self.pool_of(job) != pool:
-                raise AssertionError(f"{pool}: reserved for job {jid} in state {job.state}")
-            if not reserved <= self.pools[pool].nodes.keys():
-                raise AssertionError(f"{pool}: reserved nodes {sorted(reserved)} not all its")
-        for info in self.nodes.values():
-            free = sum(1 for g in self.cluster.nodes[info.name].gpus if g.used < EPS)
-            if free != info.full_free and info.name not in self.cluster.touched:
-                raise AssertionError(f"node {info.name} full_free {info.full_free} != {free}")
-            # the bound on an HP job's room: never below the cards really without HP
-            if info.no_hp != no_hp_cards(info):
-                raise AssertionError(f"node {info.name} no_hp {info.no_hp} is stale")
-            without_hp = sum(
-                1
-                for g in self.cluster.nodes[info.name].gpus
-                if not any(
-                    (pod := self.pods.get(owner)) is not None and pod.job_class is _HP
-                    for owner in g.allocs
-                )
-            )
-            if info.no_hp < without_hp:
-                raise AssertionError(f"node {info.name} no_hp {info.no_hp} < {without_hp}")
-        hp_share: dict[str, float] = {}
-        for jid, place in self.placement.items():
-            if self.jobs[jid].job_class is _HP:
-                for _, gid, share in place:
-                    hp_share[gid] = hp_share.get(gid, 0.0) + share
-        for pool, index in self.pools.items():
-            counts = [0] * (index.max_gpus + 1)
-            for info in index.nodes.values():
-                counts[info.no_hp] += 1
-            if counts != index.by_no_hp:
-                raise AssertionError(f"{pool}: nodes by cards without HP {index.by_no_hp}")
-            # the reclaim-room index: spot nodes by free cards and cards spot alone holds
-            rooms: list[list[tuple[int, str]]] = [[] for _ in index.by_room]
-            for info in index.nodes.values():
-                held = self.node_jobs[info.name].items()
-                spot_cards = sum(len(c) for j, c in held if not self.jobs[j].fractional)
-                if info.spot_cards != spot_cards:
-                    raise AssertionError(f"node {info.name} spot_cards {info.spot_cards} is stale")
-                touched = info.name in self.cluster.touched
-                if not touched and info.frac_cards != self._frac_cards(info):
-                    raise AssertionError(f"node {info.name} frac_cards {info.frac_cards} is stale")
-                if info.name in index.spot_nodes:
-                    rooms[info.full_free + info.victim_cards].append((info.ordinal, info.name))
-            if [sorted(b) for b in rooms] != index.by_room:
-                raise AssertionError(f"{pool}: spot nodes by reclaim room are stale")
-            reach = [0] * len(index.by_reach)
-            for info in index.nodes.values():
-                reach[info.full_free + info.victim_cards] += 1
-            if reach != index.by_reach:
-                raise AssertionError(f"{pool}: nodes by free and spot cards {index.by_reach}")
-            cards = [0] * (HP_SHARE_STEPS + 1)
-            for info in index.nodes.values():
-                for gpu in self.cluster.nodes[info.name].gpus:
-                    share = index.hp_share.get(gpu.id, 0.0)
-                    if abs(share - hp_share.get(gpu.id, 0.0)) > 1e-6:
-                        raise AssertionError(f"card {gpu.id}: HP share {share} is stale")
-                    cards[min(HP_SHARE_STEPS, int(share * HP_SHARE_STEPS + 1e-6))] += 1
-            if cards != index.by_hp_share:
-                raise AssertionError(f"{pool}: cards by HP share {index.by_hp_share}")
+        check_books(self)
 
     # ------------------------------------------------------------ periods and leases
 
@@ -1080,10 +1003,10 @@ class GangScheduler:
             self._grown[info.pool] += 1
         free = sum(1 for g in self.cluster.nodes[info.name].gpus if g.used < EPS)
         self.busy_cards += info.full_free - free
-        info.frac_cards = self._frac_cards(info)
+        info.frac_cards = self.frac_cards(info)
         self.pools[info.pool].move(info, free)
 
-    def _frac_cards(self, info: NodeInfo) -> frozenset[str]:
+    def frac_cards(self, info: NodeInfo) -> frozenset[str]:
         """The node's cards held by fractional spot work and nothing else: a whole-GPU HP
         worker may take one by evicting every job on it (cards with HP, idle pods or room
         only are not). None without ``evict_shared_cards``. Kept on the node by
