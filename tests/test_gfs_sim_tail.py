@@ -9,7 +9,7 @@ import pytest
 
 import stoker.sim.gfs as simmod
 from stoker.core import Core
-from stoker.core.gfs.scheduler import GangScheduler
+from stoker.core.gfs.leases import Leases
 from stoker.core.registry import preset
 from stoker.sim.gfs import Window, simulate
 from stoker.traces.base import Trace, TraceJob, TraceNode
@@ -87,17 +87,17 @@ def test_closed_form_leases_end_every_job_where_flushing_would(monkeypatch) -> N
     trace = _tail_trace()
     window = Window(0.0, 0.0, 86400.0)
     charged: list[str] = []
-    closed_leases = GangScheduler._closed_leases
+    closed_leases = Leases.charge_closed
 
     def spy(self, job, now):
         charged.append(job.id)
         closed_leases(self, job, now)
 
-    monkeypatch.setattr(GangScheduler, "_closed_leases", spy)
+    monkeypatch.setattr(Leases, "charge_closed", spy)
     closed, closed_core = _run(trace, "chronus", window)
     assert charged  # the tail's long HP jobs were charged at once
     charged.clear()
-    monkeypatch.setattr(GangScheduler, "_closable", lambda self: False)
+    monkeypatch.setattr(Leases, "closable", lambda self: False)
     flushed, flushed_core = _run(trace, "chronus", window)
     assert not charged
     record = lambda core: {  # noqa: E731

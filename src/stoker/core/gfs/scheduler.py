@@ -24,6 +24,7 @@ from stoker.core.actions import Action, BindJob, JobRequeued, KillJob, StartPod,
 from stoker.core.gfs.config import GFSConfig
 from stoker.core.gfs.invariants import check_books
 from stoker.core.gfs.jobs import GuaranteeLedger, restart_overhead
+from stoker.core.gfs.leases import Leases
 from stoker.core.gfs.placement import (
     GangPlan,
     NodeInfo,
@@ -124,18 +125,8 @@ class GangScheduler:
         self._evict_due: set[str] = set()
         self._last_eta = start
         self._next_eta = start + self.config.eta_every_s
-        self._next_round = start
-        self._next_lease = start + self.config.lease_s
-        # HP jobs whose remaining lease returns are charged at their next start
-        self._closed: dict[str, None] = {}
         # pools whose running HP GPUs changed since the core last asked (:meth:`hp_moved`)
         self._hp_moved: dict[str, None] = {}
-        # a lease flush's returned jobs: the pods each keeps until the round's pass re-places
-        # it (on the same cards: it restarts in them; else they stop), and the ranks of its
-        # returned run still to report their exit
-        self._parked: dict[str, tuple[list[str], set[int]]] = {}
-        # jobs re-placed in the pods they kept, waiting for those ranks before the re-bind
-        self._rebind: dict[str, set[int]] = {}
         self._round_due = False
         self._round_at = -math.inf
         self._active = False  # an hp or spot job was ever submitted: the clocks run
@@ -149,6 +140,7 @@ class GangScheduler:
         # the parts: the reclaim planner (reads, plans) and the reservations
         self.planner = ReclaimPlanner(self, idle, self.cluster, config)
         self.reservations = Reservations(books, self.pools, config)
+        self.leases = Leases(self, config, start)
         for node in self.cluster.nodes.values():
             self._add(node)
         for pool in self.pools:
@@ -321,7 +313,7 @@ class GangScheduler:
         )
 
     def cancel(self, job: Job, now: float, out: list[Action]) -> None:
-        self._closed.pop(job.id, None)
+        self.leases.closed.pop(job.id, None)
         if job.state is JobState.QUEUED:
             self._awaiting_clear(job.id)
             self._forget_failure(job.id)
@@ -330,7 +322,7 @@ class GangScheduler:
             self.books.end_job(job, Failure.CANCELLED, None, now, out)
             self._dirty[self.pool_of(job)] = None
         elif job.state is JobState.PLACED:
-            self._release(job)
+            self.release(job)
             self._stop_pods(job, "cancelled", now, out)
             self.books.end_job(job, Failure.CANCELLED, None, now, out)
         else:
@@ -360,9 +352,9 @@ class GangScheduler:
             return
         job = self.jobs[job_id]
         if job.state in (JobState.PLACED, JobState.BINDING) and not job.ranks_started:
-            self._release(job)
+            self.release(job)
             self._stop_pods(job, "gang_failed", now, out)
-            self._requeue(job, reason, now, out)
+            self.requeue(job, reason, now, out)
         elif job.state is not JobState.FINISHED and job.state is not JobState.QUEUED:
             self.finish(job, -1, reason, now, out)
 
@@ -376,9 +368,9 @@ class GangScheduler:
         as the job's (reclaim room, HP shares), and a dying spot job would be a victim."""
         if pod.job is not None:
             job = self.jobs[pod.job]
-            self._release(job)
+            self.release(job)
             self._dirty[self.pool_of(job)] = None
-        self._stop_pod(pod, "bind_failed", now, out)
+        self.stop_pod(pod, "bind_failed", now, out)
 
     def started(self, job: Job, now: float) -> None:
         """Every rank runs: the run's clock starts (guarantee periods, lost work)."""
@@ -391,13 +383,13 @@ class GangScheduler:
         """The run ended (every rank exited, or its pod died): settle its periods, end it,
         stop its pods."""
         pool = self.pool_of(job)
-        self._release(job)
+        self.release(job)
         if job.job_class is _SPOT and failure is None:
             ran = now - job.run_start
             last = ran - (ran // self.config.guarantee_s) * self.config.guarantee_s
-            self._settle_ok(job, now, self._earned(job, now), last)
+            self.settle_ok(job, now, self.earned(job, now), last)
         self.settled.pop(job.id, None)
-        self._closed.pop(job.id, None)
+        self.leases.closed.pop(job.id, None)
         job.remaining = 0.0
         self._stop_pods(job, "job_ended", now, out)
         self.books.end_job(job, failure, exit_code, now, out)
@@ -423,20 +415,20 @@ class GangScheduler:
         if now + EPS >= self._next_eta:
             self._feedback(now)
             self._next_eta = now + self.config.eta_every_s
-        if self.config.round_s > 0 and now + EPS >= self._next_round:
-            self._next_round = now + self.config.round_s
+        if self.config.round_s > 0 and now + EPS >= self.leases.next_round:
+            self.leases.next_round = now + self.config.round_s
             self._round_due = True
             self._round_at = now
             gate = self.config.window
             in_window = gate is None or now >= gate[0]
-            if self.config.lease_s > 0 and now + EPS >= self._next_lease and in_window:
-                self._next_lease = now + self.config.lease_s
-                self._flush_leases(now, out)
+            if self.config.lease_s > 0 and now + EPS >= self.leases.next_lease and in_window:
+                self.leases.next_lease = now + self.config.lease_s
+                self.leases.flush(now, out)
             self._dirty.update(dict.fromkeys(self.pools))
 
     def schedule(self, now: float, out: list[Action]) -> None:
         """The scheduling pass after every event (Chronus decides only in its rounds)."""
-        self._sync()
+        self.sync()
         if self.config.round_s > 0:
             # Chronus decides in its rounds; room freed at the round's instant (a lease
             # returned, its pods gone) is still that round's
@@ -446,8 +438,8 @@ class GangScheduler:
         dirty, self._dirty = self._dirty, {}
         for pool in sorted(dirty):
             self._pass_pool(pool, now, out)
-        if self._parked:
-            self._stop_parked(now, out)
+        if self.leases.parked:
+            self.leases.stop_parked(now, out)
 
     def next_deadline(self) -> float | None:
         """When the next Tick is due (eta feedback, the next Chronus round); None before any
@@ -458,7 +450,7 @@ class GangScheduler:
         if self._evict_wake:
             due = min(due, self._evict_wake[0][0])
         if self.config.round_s > 0:
-            due = min(due, self._next_round)
+            due = min(due, self.leases.next_round)
         edges = self._gate_edges()
         return min(due, edges[0]) if edges else due
 
@@ -482,14 +474,14 @@ class GangScheduler:
 
     # ------------------------------------------------------------ periods and leases
 
-    def _earned(self, job: Job, now: float) -> int:
+    def earned(self, job: Job, now: float) -> int:
         """Guarantee periods earned in the current run and not yet settled."""
         if job.state is not JobState.RUNNING:
             return 0
         total = int((now - job.run_start) // self.config.guarantee_s)
         return total - self.settled.get(job.id, 0)
 
-    def _settle_ok(self, job: Job, now: float, periods: int, last_s: float | None = None) -> None:
+    def settle_ok(self, job: Job, now: float, periods: int, last_s: float | None = None) -> None:
         """``periods`` whole guarantee periods of a spot job succeeded (and, with
         ``last_s``, its final partial one of that length, at completion)."""
         count = periods + (0 if last_s is None else 1)
@@ -505,9 +497,9 @@ class GangScheduler:
             ledger = self.ledgers[pool]
             for jid in self.running_spot[pool]:
                 job = self.jobs[jid]
-                earned = self._earned(job, now)
+                earned = self.earned(job, now)
                 if earned:
-                    self._settle_ok(job, now, earned)
+                    self.settle_ok(job, now, earned)
                     self.settled[jid] = self.settled.get(jid, 0) + earned
             queue = self.queues[pool][_SPOT]
             waited = any(
@@ -518,49 +510,6 @@ class GangScheduler:
             self.config.quota.feedback(pool, ledger.rate(self._last_eta), waited)
             self._dirty[pool] = None
         self._last_eta = now
-
-    def _flush_leases(self, now: float, out: list[Action]) -> None:
-        """Chronus (``chronus.py``, "Flush All Lease"): every running job, HP and spot, gives
-        its lease back at each lease boundary and the round re-places both queues.
-
-        After the last arrival, in a pool where nothing is queued, the HP jobs return this
-        lease and are charged every later one at their start (:meth:`_closed_leases`):
-        nothing can queue there any more, so each later return re-places every job at once,
-        and flushing them again and again (every 20 minutes, for the months the longest HP
-        jobs run past the window) would change nothing but the simulation's cost."""
-        end = self.config.arrivals_end
-        quiet = set()
-        if end is not None and now + EPS >= end and self._closable():
-            quiet = {pool for pool in self.pools if not self.queued(pool)}
-        closed = self._closed
-        # the closed jobs of the tail are left out before the sort (thousands, every lease)
-        for jid in sorted(j for j in self.placement if j not in closed):
-            job = self.jobs[jid]
-            if job.state is JobState.RUNNING:
-                if job.job_class is _HP and self.pool_of(job) in quiet:
-                    self._closed[jid] = None
-                self._return_lease(job, now, out)
-
-    def _closable(self) -> bool:
-        """Leases flushed exactly every ``lease_s`` (a whole number of rounds), each
-        return costing less than a round: the closed form of :meth:`_closed_leases`."""
-        c = self.config
-        rounds = c.lease_s / c.round_s
-        return abs(rounds - round(rounds)) < 1e-9 and c.lease_restart_s < c.round_s
-
-    def _closed_leases(self, job: Job, now: float) -> None:
-        """A job whose lease returns are charged at once starts now: it owes the restart
-        of every lease boundary it will run across (``lease_restart_s`` each, the next at
-        ``_next_lease``), so its run is what returning each lease would have made it."""
-        lease, restart = self.config.lease_s, self.config.lease_restart_s
-        work = job.remaining
-        # the first lease: from now to the next boundary, less this start's restart
-        first = self._next_lease - now - restart
-        if work <= first:
-            return
-        # every later lease does ``lease - restart`` of work (integral seconds here: exact)
-        rest = work - first
-        job.overhead += restart * math.ceil(rest / (lease - restart))
 
     # ------------------------------------------------------------ the pass
 
@@ -912,15 +861,15 @@ class GangScheduler:
         job.placed = now
         job.queue_s += now - job.queued_since
         job.run_start = now
-        if job.id in self._closed:
-            self._closed_leases(job, now)
+        if job.id in self.leases.closed:
+            self.leases.charge_closed(job, now)
         if job.first_start is None:
             job.first_start = now
         place: list[tuple[str, str, float]] = []
-        kept = self._kept_pods(job, plan, now, out)
+        kept = self.leases.kept_pods(job, plan, now, out)
         for i, (node, cards, share) in enumerate(plan):
             if kept:
-                pod = self._hold_again(kept[i], share)
+                pod = self.leases.hold_again(kept[i], share)
             else:
                 pod = self.books.new_pod(job.spec.profile, node, cards, share, now, cls)
                 pod.pending_job = job.id
@@ -945,18 +894,18 @@ class GangScheduler:
                     info.spot_cards += len(cards)
         # every node of the plan was touched (its cards taken): one refresh each, with the
         # books above, in the order the cards were taken (the node index's tie order)
-        self._sync()
+        self.sync()
         if cls is _SPOT:
             self._grown[pool] += 1  # spot work: a victim an HP job may take
             self.running_spot[pool][job.id] = None
         if kept:
-            self._restart_in_place(job, now, out)
+            self.leases.restart_in_place(job, now, out)
 
-    def _release(self, job: Job, refresh: bool = True) -> None:
+    def release(self, job: Job, refresh: bool = True) -> None:
         """The job's books: it no longer counts as hp or spot usage (its pods hold their
         shares until they are gone). ``refresh=False``: its nodes are refreshed by the
         caller (a lease return frees the cards at once)."""
-        self._rebind.pop(job.id, None)
+        self.leases.rebind.pop(job.id, None)
         place = self.placement.pop(job.id, None)
         if place is None:
             return
@@ -984,7 +933,7 @@ class GangScheduler:
                 self._refresh(info)
         self.running_spot[pool].pop(job.id, None)
 
-    def _sync(self) -> None:
+    def sync(self) -> None:
         """Refresh the nodes whose shares changed since the last look (by any part)."""
         touched = self.cluster.touched
         if touched:
@@ -1037,10 +986,10 @@ class GangScheduler:
             pod = self.pods[pid]
             pod.job = None
             pod.pending_job = None
-            self._stop_pod(pod, reason, now, out)
+            self.stop_pod(pod, reason, now, out)
         job.pods = []
 
-    def _stop_pod(self, pod: Pod, reason: str, now: float, out: list[Action]) -> None:
+    def stop_pod(self, pod: Pod, reason: str, now: float, out: list[Action]) -> None:
         if pod.state in (PodState.STOPPING, PodState.GONE):
             return
         self.books.move_pod(pod, PodState.STOPPING, now)
@@ -1053,7 +1002,7 @@ class GangScheduler:
         for gid in pod.gpus:
             self.cluster.release(gid, pod.id)
         self.idle.refresh_cards(pod.gpus)
-        self._sync()
+        self.sync()
         self.reclaimed(pod.id)
 
     def reclaimed(self, pod_id: str) -> None:
@@ -1161,8 +1110,8 @@ class GangScheduler:
         job.remaining = max(0.0, job.remaining - saved)
         job.lost_s += useful - saved
         job.overhead = restart_overhead(job.per_worker)
-        self._settle_ok(job, now, self._earned(job, now))
-        self._release(job)
+        self.settle_ok(job, now, self.earned(job, now))
+        self.release(job)
         self.ledgers[pool].record(now, failed=1)
         self.settled.pop(job.id, None)
         for node in nodes:
@@ -1171,98 +1120,13 @@ class GangScheduler:
         self.preemptions += 1
         out.append(KillJob(job.id, Failure.PREEMPTED, self.config.grace_s))
         self._stop_pods(job, "preempted", now, out)
-        self._requeue(job, Failure.PREEMPTED, now, out)
-
-    def _return_lease(self, job: Job, now: float, out: list[Action]) -> None:
-        """Chronus: a running job (HP or spot) hands its lease back and is re-queued; its
-        work is kept, it owes the lease restart. Not an eviction: no failed period (the
-        spot periods it earned are settled as successes)."""
-        job.remaining = max(0.0, job.remaining - job.useful_since_start(now))
-        job.overhead = self.config.lease_restart_s
-        if job.job_class is _SPOT:
-            self._settle_ok(job, now, self._earned(job, now))
-            self.settled.pop(job.id, None)
-        self._release(job, refresh=False)
-        out.append(KillJob(job.id, Failure.PREEMPTED, self.config.grace_s))
-        # as the authors' ``release_resource``: the cards are free for the round's pass at
-        # once (its pods' shares with them); the pods stay until the pass has re-placed it
-        running = set(range(job.spec.workers)) - set(job.ranks_exited)
-        for pid in job.pods:
-            pod = self.pods[pid]
-            pod.job = None
-            for gid in pod.gpus:
-                self.cluster.release(gid, pid)
-            self.idle.refresh_cards(pod.gpus)
-        self._parked[job.id] = (job.pods, running)
-        job.pods = []
-        # the node index follows each return in turn (the order its ties are broken in):
-        # the job's nodes, touched by its freed cards, refreshed once with the books above
-        self._sync()
-        self._requeue(job, Failure.PREEMPTED, now, out, lease=True)
-
-    def _kept_pods(
-        self,
-        job: Job,
-        plan: list[tuple[str, tuple[str, ...], float]],
-        now: float,
-        out: list[Action],
-    ) -> list[Pod] | None:
-        """A returned job re-placed on the very cards its pods hold (each worker on its
-        own; the share is the job's, so the same) keeps those pods; placed elsewhere, they
-        stop."""
-        parked = self._parked.pop(job.id, None)
-        if parked is None:
-            return None
-        pods = [self.pods[pid] for pid in parked[0]]
-        if len(pods) == len(plan) and all(
-            pod.node == node and tuple(pod.gpus) == cards
-            for pod, (node, cards, _) in zip(pods, plan, strict=True)
-        ):
-            self._rebind[job.id] = parked[1]
-            return pods
-        for pod in pods:
-            self._stop_pod(pod, "lease_returned", now, out)
-        return None
-
-    def _hold_again(self, pod: Pod, share: float) -> Pod:
-        """A kept pod takes its cards back (its job's run restarts in it)."""
-        for gid in pod.gpus:
-            self.cluster.allocate(gid, pod.id, share)
-        self.idle.refresh_cards(pod.gpus)
-        return pod
-
-    def _restart_in_place(self, job: Job, now: float, out: list[Action]) -> None:
-        """A job re-placed in the pods it kept binds into them again once the ranks of its
-        returned run have exited (at once when none is left)."""
-        for pid in job.pods:
-            self.pods[pid].job = job.id
-        if not self._rebind[job.id]:
-            self._bind_again(job, now, out)
+        self.requeue(job, Failure.PREEMPTED, now, out)
 
     def old_rank_exited(self, job: Job, rank: int, now: float, out: list[Action]) -> None:
-        """A rank of a placed job's previous run exited: a job restarting in the pods it
-        kept binds into them when the last one has."""
-        waiting = self._rebind.get(job.id)
-        if waiting is None:
-            return
-        waiting.discard(rank)
-        if not waiting:
-            self._bind_again(job, now, out)
+        """A rank of a placed job's previous run exited (:meth:`Leases.old_rank_exited`)."""
+        self.leases.old_rank_exited(job, rank, now, out)
 
-    def _bind_again(self, job: Job, now: float, out: list[Action]) -> None:
-        del self._rebind[job.id]
-        self.books.move_job(job, JobState.BINDING, now)
-        job.pod_ready = now
-        out.append(BindJob(job.id, tuple(job.pods)))
-
-    def _stop_parked(self, now: float, out: list[Action]) -> None:
-        """After the round's pass: the pods of returned jobs it did not re-place stop."""
-        for pods, _ in self._parked.values():
-            for pid in pods:
-                self._stop_pod(self.pods[pid], "lease_returned", now, out)
-        self._parked.clear()
-
-    def _requeue(
+    def requeue(
         self, job: Job, reason: Failure, now: float, out: list[Action], *, lease: bool = False
     ) -> None:
         self.books.move_job(job, JobState.QUEUED, now, lease=lease)
