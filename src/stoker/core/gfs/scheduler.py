@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from stoker.core.actions import Action, BindJob, JobRequeued, KillJob, StartPod, StopPod
+from stoker.core.gfs.admission import SpotAdmission
 from stoker.core.gfs.config import GFSConfig
 from stoker.core.gfs.invariants import check_books
 from stoker.core.gfs.jobs import GuaranteeLedger, restart_overhead
@@ -31,7 +32,6 @@ from stoker.core.gfs.placement import (
     PoolIndex,
 )
 from stoker.core.gfs.queues import QUEUE_ORDERS, ClassQueue
-from stoker.core.gfs.quota import guaranteed_hours
 from stoker.core.gfs.reclaim import ReclaimPlan, ReclaimPlanner
 from stoker.core.gfs.reservations import Reservations, ends_by
 from stoker.core.model import (
@@ -88,14 +88,9 @@ class GangScheduler:
         self.queues: dict[str, dict[str, ClassQueue]] = {}
         self.used: dict[str, dict[str, float]] = {}
         self.ledgers: dict[str, GuaranteeLedger] = {}
-        self.quota: dict[str, float] = {}
-        # per pool, the HP GPUs its quota keeps from spot by the forecast (None: it reads
-        # none): what a spot job the quota holds back is told (:meth:`waiting`)
-        self.hp_reserve: dict[str, float | None] = {}
         # spot jobs on each node, with the cards each holds there
         self.node_jobs: dict[str, dict[str, list[str]]] = {}
         self.running_spot: dict[str, dict[str, None]] = {}
-        self._forecast: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # per pool, summed
         self._ordinals = 0
         self.placement: dict[str, list[tuple[str, str, float]]] = {}  # job -> (node, gpu, share)
         self.settled: dict[str, int] = {}  # guarantee periods already counted, current run
@@ -137,7 +132,11 @@ class GangScheduler:
         # guarantee periods that succeeded so far (``record_spot_succeed``)
         self.busy_cards = 0
         self.spot_ok_gpu_s = 0.0
-        # the parts: the reclaim planner (reads, plans) and the reservations
+        # the parts: spot admission, the reclaim planner (reads, plans), the reservations
+        # and Chronus's leases
+        self.admission = SpotAdmission(self, config)
+        self.quota = self.admission.quota  # per pool, the forecast's spot quota
+        self.hp_reserve = self.admission.hp_reserve
         self.planner = ReclaimPlanner(self, idle, self.cluster, config)
         self.reservations = Reservations(books, self.pools, config)
         self.leases = Leases(self, config, start)
@@ -204,10 +203,7 @@ class GangScheduler:
     def _resize(self, pool: str) -> None:
         """The pool's capacity changed: its spot quota follows (from its forecast, if any)."""
         self.capacity[pool] = self.cluster.capacity.get(pool, 0)
-        zero = np.zeros(max(1, math.ceil(self.config.guarantee_s / HOUR_S)))
-        mean, var = self._forecast.get(pool, (zero, zero))
-        self.quota[pool] = self.config.quota.quota(pool, mean, var, self.capacity[pool])
-        self.hp_reserve[pool] = self.config.quota.hp_reserve(mean, var, self.capacity[pool])
+        self.admission.set_quota(pool, self.capacity[pool])
         self._dirty[pool] = None
 
     # ------------------------------------------------------------ called by the core
@@ -284,23 +280,8 @@ class GangScheduler:
         freeing = job.id if job.id in self._awaiting else None
         if freeing is None and job.job_class is _SPOT:
             freeing = self._freeing_for(pool)
-            if freeing is None and self._over_quota(job, pool, now):
-                gate = self.config.window
-                return SpotQuotaWait(
-                    pool=pool,
-                    quota=self.spot_quota(pool),
-                    spot_gpus=self.used[pool][_SPOT],
-                    gpus=job.gpus,
-                    capacity=capacity,
-                    free_gpus=free,
-                    hp_gpus=self.used[pool][_HP],
-                    eta=self.eta(pool),
-                    forecast_hp=self.hp_reserve[pool],
-                    guaranteed_h=guaranteed_hours(self.config.guarantee_s),
-                    lent=self._lent(pool),
-                    hp_queued=self.queues[pool][_HP].size,
-                    opens_at=gate[0] if gate is not None and now < gate[0] else None,
-                )
+            if freeing is None and self.admission.over_quota(job, pool, now):
+                return self.admission.quota_wait(job, pool, free, now)
         held = self.reservations.held.get(pool) if self.reservations.blocked(job, now) else None
         return GpuWait(
             pool=pool,
@@ -397,7 +378,7 @@ class GangScheduler:
 
     def set_forecast(self, pool: str, mean: np.ndarray, var: np.ndarray) -> None:
         """The summed HP forecast of a GPU pool changed: a new spot quota."""
-        self._forecast[pool] = (mean, var)
+        self.admission.forecast[pool] = (mean, var)
         if pool in self.pools:
             self._resize(pool)
 
@@ -466,7 +447,12 @@ class GangScheduler:
         return sum(q.size for p in pools for q in self.queues[p].values())
 
     def eta(self, pool: str) -> float:
+        """The pool's eta (the spot quota's scale, moved by the eviction feedback)."""
         return self.config.quota.eta(pool)
+
+    def spot_quota(self, pool: str) -> float:
+        """The pool's spot quota in force (:meth:`SpotAdmission.spot_quota`)."""
+        return self.admission.spot_quota(pool)
 
     def check(self) -> None:
         """Raise if an invariant fails (tests call it after every event)."""
@@ -612,7 +598,7 @@ class GangScheduler:
         """The queue's order among the jobs within the spot quota (every job for HP); the
         first that cannot be placed ends the pass."""
         while queue.size:
-            room = self._quota_room(pool, now) if queue is self.queues[pool][_SPOT] else math.inf
+            room = self.admission.room(pool, now) if queue is self.queues[pool][_SPOT] else math.inf
             best = queue.first(room)
             if best is None:
                 return
@@ -625,39 +611,6 @@ class GangScheduler:
                 return
             queue.remove(k, entry)
 
-    def _quota_room(self, pool: str, now: float) -> float:
-        """Spot GPUs the pool's quota still admits (none before the window, any after)."""
-        gate = self.config.window
-        if gate is not None and now < gate[0]:
-            return -math.inf
-        if gate is not None and now >= gate[1]:
-            return math.inf
-        return self.spot_quota(pool) - self.used[pool][_SPOT]
-
-    def spot_quota(self, pool: str) -> float:
-        """The pool's spot quota in force inside the window: the forecast's, or with
-        ``lend_idle`` and no HP job waiting there, at least the loan (:meth:`_lent`)."""
-        lent = self._lent(pool)
-        return self.quota[pool] if lent is None else max(self.quota[pool], lent)
-
-    def _lent(self, pool: str) -> float | None:
-        """With ``lend_idle`` and no HP job waiting in the pool, that share (times eta) of
-        the GPUs HP does not hold now; else None (nothing is lent)."""
-        lend = self.config.lend_idle
-        if lend <= 0 or self.queues[pool][_HP].size:
-            return None
-        return lend * self.eta(pool) * (self.capacity[pool] - self.used[pool][_HP])
-
-    def _over_quota(self, job: Job, pool: str, now: float) -> bool:
-        """Whether the spot quota holds spot job ``job`` back now (before the window, every
-        spot job)."""
-        gate = self.config.window
-        if gate is not None and now < gate[0]:
-            return True  # before the window no spot job starts
-        used = self.used[pool][_SPOT]
-        quota = math.inf if gate is not None and now >= gate[1] else self.spot_quota(pool)
-        return used + job.gpus > quota + EPS
-
     def _try_start(self, job: Job, now: float, out: list[Action], evict: bool = True) -> str:
         """Start ``job`` if it may and fits; else why not (``_QUOTA``: over the spot quota,
         ``_HOLD``: room is being freed for an HP job, nothing else starts; ``_NO_ROOM``).
@@ -666,7 +619,7 @@ class GangScheduler:
         if job.job_class is _SPOT:
             if self.freeing_room(pool):
                 return _HOLD  # room is being freed for a job: no other spot job takes it
-            if self._over_quota(job, pool, now):
+            if self.admission.over_quota(job, pool, now):
                 return _QUOTA
             state = self._state(pool, now)
             if self._failed.get(job.id) == state:
