@@ -773,13 +773,13 @@ def test_forecasts_of_one_query_reach_the_pass_together(monkeypatch) -> None:
     """The driver hands a query's forecasts to the core together: every tenant's answer is
     in the pool's forecast before the scheduling pass, so no pass decides on a partial sum
     (handed over one by one, a pass follows each)."""
-    from stoker.core.gfs.scheduler import GangScheduler
+    from stoker.core.gfs.passes import QueuePass
     from stoker.sim.engine import Simulator
 
     trace = _busy_trace()
     window = Window(0.0, 86400.0, 3 * 86400.0)
     log: list[str] = []
-    set_forecast, pass_pool = Core._forecast, GangScheduler._pass_pool
+    set_forecast, pass_pool = Core._forecast, QueuePass.run
 
     def logged_set(self, tenant, pool, mean, var):
         log.append("set")
@@ -790,7 +790,7 @@ def test_forecasts_of_one_query_reach_the_pass_together(monkeypatch) -> None:
         return pass_pool(self, pool, now, out)
 
     monkeypatch.setattr(Core, "_forecast", logged_set)
-    monkeypatch.setattr(GangScheduler, "_pass_pool", logged_pass)
+    monkeypatch.setattr(QueuePass, "run", logged_pass)
 
     def runs() -> set[int]:
         """Lengths of the runs of forecasts between two passes."""

@@ -26,6 +26,7 @@ from stoker.core.gfs.config import GFSConfig
 from stoker.core.gfs.invariants import check_books
 from stoker.core.gfs.jobs import GuaranteeLedger, restart_overhead
 from stoker.core.gfs.leases import Leases
+from stoker.core.gfs.passes import Attempt, QueuePass
 from stoker.core.gfs.placement import (
     GangPlan,
     NodeInfo,
@@ -33,7 +34,7 @@ from stoker.core.gfs.placement import (
 )
 from stoker.core.gfs.queues import QUEUE_ORDERS, ClassQueue
 from stoker.core.gfs.reclaim import ReclaimPlan, ReclaimPlanner
-from stoker.core.gfs.reservations import Reservations, ends_by
+from stoker.core.gfs.reservations import Reservations
 from stoker.core.model import (
     EPS,
     Failure,
@@ -52,8 +53,7 @@ if TYPE_CHECKING:
 
 HOUR_S = 3600.0
 _HP, _SPOT = JobClass.HP, JobClass.SPOT
-# what a start attempt came to
-_STARTED, _QUOTA, _NO_ROOM, _HOLD = "started", "quota", "no-room", "hold"
+_STARTED, _QUOTA, _NO_ROOM, _HOLD = Attempt.STARTED, Attempt.QUOTA, Attempt.NO_ROOM, Attempt.HOLD
 
 
 # ---------------------------------------------------------------- the scheduler
@@ -112,7 +112,7 @@ class GangScheduler:
         # its first workers, the worker that found no room)
         self._free_prefix: tuple[str, float, int, GangPlan, int] | None = None
         # HP jobs waiting for the pods stopped to make their room, and the reverse index
-        self._awaiting: dict[str, set[str]] = {}
+        self.awaiting: dict[str, set[str]] = {}
         self._awaiting_by_pod: dict[str, str] = {}
         # ``hp_evict_after_s``: when HP jobs that found no room without evicting may evict
         # (a heap of (time, job); each job once, while it is in ``_evict_due``)
@@ -140,6 +140,7 @@ class GangScheduler:
         self.planner = ReclaimPlanner(self, idle, self.cluster, config)
         self.reservations = Reservations(books, self.pools, config)
         self.leases = Leases(self, config, start)
+        self.passes = QueuePass(self, config)
         for node in self.cluster.nodes.values():
             self._add(node)
         for pool in self.pools:
@@ -180,7 +181,7 @@ class GangScheduler:
         info = self.pools[self.nodes.pop(name).pool].remove(name)
         held = self.reservations.held.get(info.pool)
         if held is not None and name in held[1]:
-            self._unreserve(self.jobs[held[0]])  # the next failed search reserves afresh
+            self.unreserve(self.jobs[held[0]])  # the next failed search reserves afresh
         self.busy_cards -= info.total - info.full_free
         del self.node_jobs[name]
         self._resize(info.pool)
@@ -193,7 +194,7 @@ class GangScheduler:
         info = self.nodes[name]
         held = self.reservations.held.get(info.pool)
         if held is not None and name in held[1]:
-            self._unreserve(self.jobs[held[0]])  # its drain time was the old node's
+            self.unreserve(self.jobs[held[0]])  # its drain time was the old node's
         total = len(self.cluster.nodes[name].gpus)
         self.busy_cards += total - info.total  # busy = total - full_free, refreshed below
         self.pools[info.pool].resize(info, total)
@@ -230,7 +231,7 @@ class GangScheduler:
         pool as it is now (:attr:`Core.unplaceable`)."""
         self._awaiting_clear(job.id)  # what is stopping for it goes to whoever fits
         self._forget_failure(job.id)
-        self._unreserve(job)
+        self.unreserve(job)
         pool = self.pool_of(job)
         self.queues[pool][job.job_class].drop(job)
         self._dirty[pool] = None
@@ -268,7 +269,7 @@ class GangScheduler:
 
     def _freeing_for(self, pool: str) -> str | None:
         """The first waiting job of ``pool`` that pods are stopping for (None: none)."""
-        return next((j for j in self._awaiting if self.pool_of(self.jobs[j]) == pool), None)
+        return next((j for j in self.awaiting if self.pool_of(self.jobs[j]) == pool), None)
 
     def waiting(self, job: Job, now: float) -> SpotQuotaWait | GpuWait:
         """Why queued ``job`` has not started, by the tests :meth:`_try_start` makes, in
@@ -277,7 +278,7 @@ class GangScheduler:
         cards (beside a reservation for another HP job, if one holds nodes back from it)."""
         pool = self.pool_of(job)
         free, capacity = self.cluster.free_gpus(pool), self.capacity[pool]
-        freeing = job.id if job.id in self._awaiting else None
+        freeing = job.id if job.id in self.awaiting else None
         if freeing is None and job.job_class is _SPOT:
             freeing = self._freeing_for(pool)
             if freeing is None and self.admission.over_quota(job, pool, now):
@@ -298,7 +299,7 @@ class GangScheduler:
         if job.state is JobState.QUEUED:
             self._awaiting_clear(job.id)
             self._forget_failure(job.id)
-            self._unreserve(job)
+            self.unreserve(job)
             self.queues[self.pool_of(job)][job.job_class].drop(job)
             self.books.end_job(job, Failure.CANCELLED, None, now, out)
             self._dirty[self.pool_of(job)] = None
@@ -418,7 +419,7 @@ class GangScheduler:
             self._round_due = False
         dirty, self._dirty = self._dirty, {}
         for pool in sorted(dirty):
-            self._pass_pool(pool, now, out)
+            self.passes.run(pool, now, out)
         if self.leases.parked:
             self.leases.stop_parked(now, out)
 
@@ -499,119 +500,7 @@ class GangScheduler:
 
     # ------------------------------------------------------------ the pass
 
-    def _pass_pool(self, pool: str, now: float, out: list[Action]) -> None:
-        """HP then spot, each class in its queue's order (failures do not cross classes).
-        With ``reserve_after_s`` the pass's first HP job in queue order that may reserve
-        does, as soon as the pool holds no reservation: at once, or after the HP pass
-        where the holder started in it (the reservation goes to the queue's head, not to
-        whichever job failed after the holder started); with ``reserve_smaller_first``
-        after the HP pass, and not while a smaller HP job waits."""
-        for cls in (_HP, _SPOT):
-            queue = self.queues[pool][cls]
-            if queue.order.stop:
-                self._pass_stop(queue, pool, now, out)
-            else:
-                self._pass_skip(queue, now, out)
-            if cls is _HP and self.reservations.candidates:
-                job = self.reservations.candidates.pop(pool, None)
-                if (
-                    job is not None
-                    and pool not in self.reservations.held
-                    and not self.reservations.smaller_waits(job, queue)
-                ):
-                    self._reserve(job, pool)
-        held = self.reservations.held.get(pool)
-        if held is not None and self.reservations.smaller_waits(
-            self.jobs[held[0]], self.queues[pool][_HP]
-        ):
-            # held only while no smaller HP job waits: given up after the pass, so the next
-            # pass offers the nodes to HP first (the holder reserves again once none waits)
-            self._unreserve(self.jobs[held[0]])
-
-    def _pass_skip(self, queue: ClassQueue, now: float, out: list[Action]) -> None:
-        """GFS's skip rule: a job that cannot start skips the rest of its request's bucket
-        (they would fail alike: spot of one request by fewer workers first, so later ones
-        ask at least as much of the quota), smaller requests are still tried."""
-        for k in list(queue.keys):
-            while k in queue.buckets:
-                entry = queue.buckets[k][0]
-                job = self.jobs[entry[1]]
-                if job.state is not JobState.QUEUED:
-                    queue.remove(k, entry)  # cancelled while queued
-                    continue
-                result = self._try_start(job, now, out)
-                if result == _STARTED:
-                    queue.remove(k, entry)
-                    continue
-                if result == _HOLD:
-                    return
-                if self.reservations.held:
-                    self._backfill(queue, k, job, now, out)
-                break
-
-    def _backfill(
-        self, queue: ClassQueue, k: float, head: Job, now: float, out: list[Action]
-    ) -> None:
-        """The skip rule's premise (a bucket's later jobs fail as its head did) does not
-        hold beside a reservation: a later job that ends before the reserved nodes drain
-        may go there. Try those (by their known run times) in the bucket's order.
-
-        Every job tried here sees the same nodes (none reserved against it) and the same
-        quota, so once one fails acting on nothing, a later one asking as much fails alike
-        and is not tried: as many workers where it found no room, as many GPUs where it
-        was over the quota. An HP job
-        that could be the pass's reservation candidate is tried still. Spot jobs of a
-        bucket go by their workers, so the first such failure ends the spot bucket
-        (Philly: thousands of 1-GPU HP and spot jobs were tried one by one at every
-        pass)."""
-        pool = self.pool_of(head)
-        held = self.reservations.held.get(pool)
-        if held is None:
-            return
-        no_room = over_quota = math.inf  # the fewest workers, the fewest GPUs that failed
-        for entry in queue.buckets[k][1:]:
-            job = self.jobs[entry[1]]
-            if job.state is not JobState.QUEUED or not ends_by(job, now, held[2]):
-                continue
-            if job.spec.workers >= no_room or job.gpus >= over_quota - EPS:
-                if job.job_class is _SPOT and queue.fewer_workers:
-                    return  # the later ones ask at least as much
-                if job.job_class is _SPOT:
-                    continue
-                if pool in self.reservations.candidates or not self._may_reserve(job, now):
-                    if no_room <= 1 and pool in self.reservations.candidates:
-                        return  # every later job fails alike
-                    continue
-            acted = len(out)
-            result = self._try_start(job, now, out, evict=not self.config.reserve_backfill_free)
-            if result == _STARTED:
-                queue.remove(k, entry)
-            elif result == _HOLD:
-                return  # room is being freed for a job: no spot job starts
-            elif len(out) == acted and job.id not in self._awaiting:
-                if result == _NO_ROOM:
-                    no_room = min(no_room, job.spec.workers)
-                else:  # over the spot quota
-                    over_quota = min(over_quota, job.gpus)
-
-    def _pass_stop(self, queue: ClassQueue, pool: str, now: float, out: list[Action]) -> None:
-        """The queue's order among the jobs within the spot quota (every job for HP); the
-        first that cannot be placed ends the pass."""
-        while queue.size:
-            room = self.admission.room(pool, now) if queue is self.queues[pool][_SPOT] else math.inf
-            best = queue.first(room)
-            if best is None:
-                return
-            k, entry = best
-            job = self.jobs[entry[1]]
-            if job.state is not JobState.QUEUED:
-                queue.remove(k, entry)
-                continue
-            if self._try_start(job, now, out) != _STARTED:
-                return
-            queue.remove(k, entry)
-
-    def _try_start(self, job: Job, now: float, out: list[Action], evict: bool = True) -> str:
+    def try_start(self, job: Job, now: float, out: list[Action], evict: bool = True) -> Attempt:
         """Start ``job`` if it may and fits; else why not (``_QUOTA``: over the spot quota,
         ``_HOLD``: room is being freed for an HP job, nothing else starts; ``_NO_ROOM``).
         Without ``evict`` an HP job takes free room and idle pods only."""
@@ -634,19 +523,19 @@ class GangScheduler:
             self._start(job, plan, now, out)
             return _STARTED
         result = self._try_start_hp(job, pool, now, out, evict)
-        if result == _NO_ROOM and self._may_reserve(job, now):
+        if result == _NO_ROOM and self.may_reserve(job, now):
             first = self.reservations.candidates.setdefault(pool, job)
             # smaller HP jobs first: whether one waits is known only after the HP pass
             if pool not in self.reservations.held and not self.config.reserve_smaller_first:
-                self._reserve(first, pool)
+                self.reserve(first, pool)
         return result
 
     def _try_start_hp(
         self, job: Job, pool: str, now: float, out: list[Action], evict: bool = True
-    ) -> str:
+    ) -> Attempt:
         """An HP job's start: free room, else reclaim (``_NO_ROOM`` while pods stop for it
         or nothing makes its room); without ``evict``, idle pods only."""
-        if job.id in self._awaiting:
+        if job.id in self.awaiting:
             return _NO_ROOM  # pods are stopping for it: nothing more goes meanwhile
         if evict and now - job.queued_since < self.config.hp_evict_after_s - EPS:
             evict = False  # not yet: a pass is due when it may
@@ -716,7 +605,7 @@ class GangScheduler:
         until ``state`` moves on the same search fails alike (an HP job that fits nowhere
         is otherwise searched again on every event of its pool). Without ``evict`` (free
         room and idle pods only) it is remembered apart."""
-        if job.id not in self._awaiting and self._state(pool, now) == state:
+        if job.id not in self.awaiting and self._state(pool, now) == state:
             (self._failed if evict else self._failed_free)[job.id] = state
 
     def _forget_failure(self, job_id: str) -> None:
@@ -726,17 +615,17 @@ class GangScheduler:
 
     # ------------------------------------------------------------ reservations
 
-    def _may_reserve(self, job: Job, now: float) -> bool:
+    def may_reserve(self, job: Job, now: float) -> bool:
         """Whether ``job`` may reserve now (:meth:`Reservations.may_reserve`), unless pods
         stop for it."""
-        return self.reservations.may_reserve(job, now) and job.id not in self._awaiting
+        return self.reservations.may_reserve(job, now) and job.id not in self.awaiting
 
-    def _reserve(self, job: Job, pool: str) -> None:
+    def reserve(self, job: Job, pool: str) -> None:
         """Reserve nodes for ``job`` (:meth:`Reservations.reserve`); the pool's books move."""
         if self.reservations.reserve(job, pool):
             self._epoch[pool] += 1
 
-    def _unreserve(self, job: Job) -> None:
+    def unreserve(self, job: Job) -> None:
         """``job`` started or left the queue: its reservation (if any) ends, and what it
         held back is room for the searches that failed meanwhile."""
         pool = self.reservations.release(job)
@@ -810,7 +699,7 @@ class GangScheduler:
         cls = job.job_class
         self.books.move_job(job, JobState.PLACED, now)
         self._forget_failure(job.id)
-        self._unreserve(job)
+        self.unreserve(job)
         job.placed = now
         job.queue_s += now - job.queued_since
         job.run_start = now
@@ -963,14 +852,14 @@ class GangScheduler:
         job_id = self._awaiting_by_pod.pop(pod_id, None)
         if job_id is None:
             return
-        pods = self._awaiting[job_id]
+        pods = self.awaiting[job_id]
         pods.discard(pod_id)
         if not pods:
-            del self._awaiting[job_id]
+            del self.awaiting[job_id]
             self._dirty[self.pool_of(self.jobs[job_id])] = None
 
     def _awaiting_clear(self, job_id: str) -> None:
-        for pid in self._awaiting.pop(job_id, ()):
+        for pid in self.awaiting.pop(job_id, ()):
             del self._awaiting_by_pod[pid]
 
     # ------------------------------------------------------------ reclaim
@@ -1023,7 +912,7 @@ class GangScheduler:
         if not stopping:
             self._dirty[self.pool_of(job)] = None
             return False
-        self._awaiting[job.id] = stopping
+        self.awaiting[job.id] = stopping
         for pid in stopping:
             self._awaiting_by_pod[pid] = job.id
         return True

@@ -1,0 +1,185 @@
+"""The scheduling pass over one GPU pool's queues, and what a start attempt comes to.
+
+HP then spot, each class in its queue's order (:class:`~stoker.core.gfs.queues.QueueOrder`):
+GFS's skip rule (a failed request's bucket is skipped, smaller ones still tried) or the
+baselines' stop rule (the first failure ends the class's pass), with EASY backfill beside a
+reservation. Each job is tried by the scheduler (:meth:`PassHost.try_start`), which answers
+with an :class:`Attempt`.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+from typing import Protocol
+
+from stoker.core.actions import Action
+from stoker.core.gfs.admission import SpotAdmission
+from stoker.core.gfs.config import GFSConfig
+from stoker.core.gfs.queues import ClassQueue
+from stoker.core.gfs.reservations import Reservations, ends_by
+from stoker.core.model import EPS, Job, JobClass, JobState
+
+_HP, _SPOT = JobClass.HP, JobClass.SPOT
+
+
+class Attempt(Enum):
+    """What one start attempt came to, and which part decided it (as the Kubernetes
+    scheduling framework's ``Status``: a code, not a bare string)."""
+
+    STARTED = "started"
+    QUOTA = "quota"  # spot admission: over the spot quota
+    NO_ROOM = "no-room"  # placement and reclaim: no room now, nothing more to stop
+    HOLD = "hold"  # reclaim: room is being freed for a job, no spot job takes it
+
+    @property
+    def part(self) -> str:
+        """The part that decided: admission, placement or reclaim."""
+        return {"quota": "admission", "hold": "reclaim"}.get(self.value, "placement")
+
+
+_STARTED, _QUOTA, _NO_ROOM, _HOLD = Attempt.STARTED, Attempt.QUOTA, Attempt.NO_ROOM, Attempt.HOLD
+
+
+class PassHost(Protocol):
+    """What the pass asks of the hp/spot scheduler."""
+
+    jobs: dict[str, Job]
+    queues: dict[str, dict[str, ClassQueue]]
+    reservations: Reservations
+    admission: SpotAdmission
+    awaiting: dict[str, set[str]]
+
+    def pool_of(self, job: Job) -> str: ...
+
+    def try_start(self, job: Job, now: float, out: list[Action], evict: bool = True) -> Attempt: ...
+
+    def may_reserve(self, job: Job, now: float) -> bool: ...
+
+    def reserve(self, job: Job, pool: str) -> None: ...
+
+    def unreserve(self, job: Job) -> None: ...
+
+
+class QueuePass:
+    """One pass over a GPU pool's HP and spot queues (:meth:`run`)."""
+
+    def __init__(self, host: PassHost, config: GFSConfig) -> None:
+        self.s = host
+        self.config = config
+
+    def run(self, pool: str, now: float, out: list[Action]) -> None:
+        """HP then spot, each class in its queue's order (failures do not cross classes).
+        With ``reserve_after_s`` the pass's first HP job in queue order that may reserve
+        does, as soon as the pool holds no reservation: at once, or after the HP pass
+        where the holder started in it (the reservation goes to the queue's head, not to
+        whichever job failed after the holder started); with ``reserve_smaller_first``
+        after the HP pass, and not while a smaller HP job waits."""
+        for cls in (_HP, _SPOT):
+            queue = self.s.queues[pool][cls]
+            if queue.order.stop:
+                self._stop(queue, pool, now, out)
+            else:
+                self._skip(queue, now, out)
+            if cls is _HP and self.s.reservations.candidates:
+                job = self.s.reservations.candidates.pop(pool, None)
+                if (
+                    job is not None
+                    and pool not in self.s.reservations.held
+                    and not self.s.reservations.smaller_waits(job, queue)
+                ):
+                    self.s.reserve(job, pool)
+        held = self.s.reservations.held.get(pool)
+        if held is not None and self.s.reservations.smaller_waits(
+            self.s.jobs[held[0]], self.s.queues[pool][_HP]
+        ):
+            # held only while no smaller HP job waits: given up after the pass, so the next
+            # pass offers the nodes to HP first (the holder reserves again once none waits)
+            self.s.unreserve(self.s.jobs[held[0]])
+
+    def _skip(self, queue: ClassQueue, now: float, out: list[Action]) -> None:
+        """GFS's skip rule: a job that cannot start skips the rest of its request's bucket
+        (they would fail alike: spot of one request by fewer workers first, so later ones
+        ask at least as much of the quota), smaller requests are still tried."""
+        for k in list(queue.keys):
+            while k in queue.buckets:
+                entry = queue.buckets[k][0]
+                job = self.s.jobs[entry[1]]
+                if job.state is not JobState.QUEUED:
+                    queue.remove(k, entry)  # cancelled while queued
+                    continue
+                result = self.s.try_start(job, now, out)
+                if result == _STARTED:
+                    queue.remove(k, entry)
+                    continue
+                if result == _HOLD:
+                    return
+                if self.s.reservations.held:
+                    self._backfill(queue, k, job, now, out)
+                break
+
+    def _backfill(
+        self, queue: ClassQueue, k: float, head: Job, now: float, out: list[Action]
+    ) -> None:
+        """The skip rule's premise (a bucket's later jobs fail as its head did) does not
+        hold beside a reservation: a later job that ends before the reserved nodes drain
+        may go there. Try those (by their known run times) in the bucket's order.
+
+        Every job tried here sees the same nodes (none reserved against it) and the same
+        quota, so once one fails acting on nothing, a later one asking as much fails alike
+        and is not tried: as many workers where it found no room, as many GPUs where it
+        was over the quota. An HP job
+        that could be the pass's reservation candidate is tried still. Spot jobs of a
+        bucket go by their workers, so the first such failure ends the spot bucket
+        (Philly: thousands of 1-GPU HP and spot jobs were tried one by one at every
+        pass)."""
+        pool = self.s.pool_of(head)
+        held = self.s.reservations.held.get(pool)
+        if held is None:
+            return
+        no_room = over_quota = math.inf  # the fewest workers, the fewest GPUs that failed
+        for entry in queue.buckets[k][1:]:
+            job = self.s.jobs[entry[1]]
+            if job.state is not JobState.QUEUED or not ends_by(job, now, held[2]):
+                continue
+            if job.spec.workers >= no_room or job.gpus >= over_quota - EPS:
+                if job.job_class is _SPOT and queue.fewer_workers:
+                    return  # the later ones ask at least as much
+                if job.job_class is _SPOT:
+                    continue
+                if pool in self.s.reservations.candidates or not self.s.may_reserve(job, now):
+                    if no_room <= 1 and pool in self.s.reservations.candidates:
+                        return  # every later job fails alike
+                    continue
+            acted = len(out)
+            result = self.s.try_start(job, now, out, evict=not self.config.reserve_backfill_free)
+            if result == _STARTED:
+                queue.remove(k, entry)
+            elif result == _HOLD:
+                return  # room is being freed for a job: no spot job starts
+            elif len(out) == acted and job.id not in self.s.awaiting:
+                if result == _NO_ROOM:
+                    no_room = min(no_room, job.spec.workers)
+                else:  # over the spot quota
+                    over_quota = min(over_quota, job.gpus)
+
+    def _stop(self, queue: ClassQueue, pool: str, now: float, out: list[Action]) -> None:
+        """The queue's order among the jobs within the spot quota (every job for HP); the
+        first that cannot be placed ends the pass."""
+        while queue.size:
+            room = (
+                self.s.admission.room(pool, now)
+                if queue is self.s.queues[pool][_SPOT]
+                else math.inf
+            )
+            best = queue.first(room)
+            if best is None:
+                return
+            k, entry = best
+            job = self.s.jobs[entry[1]]
+            if job.state is not JobState.QUEUED:
+                queue.remove(k, entry)
+                continue
+            if self.s.try_start(job, now, out) != _STARTED:
+                return
+            queue.remove(k, entry)
