@@ -26,11 +26,11 @@ from stoker.core.gfs.config import GFSConfig
 from stoker.core.gfs.invariants import check_books
 from stoker.core.gfs.jobs import GuaranteeLedger, restart_overhead
 from stoker.core.gfs.leases import Leases
+from stoker.core.gfs.nodes import NodeIndex
 from stoker.core.gfs.passes import Attempt, QueuePass
 from stoker.core.gfs.placement import (
     GangPlan,
     NodeInfo,
-    PoolIndex,
 )
 from stoker.core.gfs.queues import QUEUE_ORDERS, ClassQueue
 from stoker.core.gfs.reclaim import ReclaimPlan, ReclaimPlanner
@@ -82,27 +82,24 @@ class GangScheduler:
         self.config = config
         self.jobs = books.jobs
         self.pods = books.pods
-        self.nodes: dict[str, NodeInfo] = {}
-        self.pools: dict[str, PoolIndex] = {}
+        # the nodes and GPU pools as this part reads them (the index's, shared)
+        self.index = NodeIndex(books, config)
+        self.nodes = self.index.nodes
+        self.pools = self.index.pools
+        self.node_jobs = self.index.node_jobs
+        self._epoch = self.index.epoch
+        self._grown = self.index.grown
         self.capacity: dict[str, int] = {}
         self.queues: dict[str, dict[str, ClassQueue]] = {}
         self.used: dict[str, dict[str, float]] = {}
         self.ledgers: dict[str, GuaranteeLedger] = {}
-        # spot jobs on each node, with the cards each holds there
-        self.node_jobs: dict[str, dict[str, list[str]]] = {}
         self.running_spot: dict[str, dict[str, None]] = {}
-        self._ordinals = 0
         self.placement: dict[str, list[tuple[str, str, float]]] = {}  # job -> (node, gpu, share)
         self.settled: dict[str, int] = {}  # guarantee periods already counted, current run
         self._dirty: dict[str, None] = {}
-        # per pool, bumped whenever a node's shares or books change there
-        self._epoch: dict[str, int] = {}
-        # per pool, bumped only when a failed start or reclaim could now succeed there:
-        # cards freed, a spot job placed or running (a victim), a pod turning ready, a node
-        # joining or leaving. A job whose search failed is not searched again until it
-        # moves (:meth:`_state`): a start takes room and a release leaves its cards held
-        # until its pods are gone, neither of which makes a failed search succeed
-        self._grown: dict[str, int] = {}
+        # a job whose search failed is not searched again until its pool's ``grown`` (or
+        # the idle pods' epoch) moves (:meth:`_state`): a start takes room and a release
+        # leaves its cards held until its pods are gone, neither makes it succeed
         self._failed: dict[str, tuple[int, int, bool]] = {}
         # the same for a search that may not evict (a job backfilled under
         # ``reserve_backfill_free``, or waiting out ``hp_evict_after_s``): such a failure
@@ -126,11 +123,9 @@ class GangScheduler:
         self._round_at = -math.inf
         self._active = False  # an hp or spot job was ever submitted: the clocks run
         self._gate_seen = -math.inf  # the window's edges passed so far
-        self.preemptions = 0
         self.allocated = 0.0  # GPUs held by hp and spot jobs now
-        # the authors' metrics: cards holding any share now; spot GPU-seconds of the
-        # guarantee periods that succeeded so far (``record_spot_succeed``)
-        self.busy_cards = 0
+        # the authors' metric: spot GPU-seconds of the guarantee periods that succeeded so
+        # far (``record_spot_succeed``)
         self.spot_ok_gpu_s = 0.0
         # the parts: spot admission, the reclaim planner (reads, plans), the reservations
         # and Chronus's leases
@@ -157,33 +152,20 @@ class GangScheduler:
 
     def _add(self, node: Node) -> None:
         pool = node.gpu_model
-        if pool not in self.pools:
+        if self.index.add(node):  # a GPU pool seen for the first time
             order = QUEUE_ORDERS[self.config.queue]
-            self.pools[pool] = PoolIndex(pool, 0)
             self.queues[pool] = {_HP: ClassQueue(order, _HP), _SPOT: ClassQueue(order, _SPOT)}
-            self._epoch[pool] = 0
-            self._grown[pool] = 0
             self.used[pool] = {_HP: 0.0, _SPOT: 0.0}
             self.ledgers[pool] = GuaranteeLedger()
             self.running_spot[pool] = {}
-        index = self.pools[pool]
-        info = NodeInfo(node.name, pool, self._ordinals, len(node.gpus))
-        self._ordinals += 1
-        info.full_free = sum(1 for g in node.gpus if g.used < EPS)
-        self.nodes[node.name] = info
-        index.add(info)
-        self.node_jobs[node.name] = {}
-        self.busy_cards += info.total - info.full_free
 
     def remove_node(self, name: str) -> None:
         """A node left the cluster (nothing of hp or spot is placed there any more: the core
         failed its pods first)."""
-        info = self.pools[self.nodes.pop(name).pool].remove(name)
+        info = self.index.remove(name)
         held = self.reservations.held.get(info.pool)
         if held is not None and name in held[1]:
             self.unreserve(self.jobs[held[0]])  # the next failed search reserves afresh
-        self.busy_cards -= info.total - info.full_free
-        del self.node_jobs[name]
         self._resize(info.pool)
         self._grown[info.pool] += 1
 
@@ -195,10 +177,7 @@ class GangScheduler:
         held = self.reservations.held.get(info.pool)
         if held is not None and name in held[1]:
             self.unreserve(self.jobs[held[0]])  # its drain time was the old node's
-        total = len(self.cluster.nodes[name].gpus)
-        self.busy_cards += total - info.total  # busy = total - full_free, refreshed below
-        self.pools[info.pool].resize(info, total)
-        self._refresh(info, grown=True)
+        self.index.resize(info)
         self._resize(info.pool)
 
     def _resize(self, pool: str) -> None:
@@ -455,6 +434,15 @@ class GangScheduler:
         """The pool's spot quota in force (:meth:`SpotAdmission.spot_quota`)."""
         return self.admission.spot_quota(pool)
 
+    @property
+    def busy_cards(self) -> int:
+        """Cards holding any share now (the authors' allocation metric)."""
+        return self.index.busy_cards
+
+    def frac_cards(self, info: NodeInfo) -> frozenset[str]:
+        """A node's cards fractional spot work alone holds (:meth:`NodeIndex.frac_cards`)."""
+        return self.index.frac_cards(info)
+
     def check(self) -> None:
         """Raise if an invariant fails (tests call it after every event)."""
         check_books(self)
@@ -638,53 +626,12 @@ class GangScheduler:
     # ------------------------------------------------------------ placement
 
     def _plan_free(self, job: Job, now: float) -> list[tuple[str, tuple[str, ...], float]] | None:
-        """(node, cards, share) for every worker on free capacity, or None (all or nothing)."""
+        """(node, cards, share) for every worker on free capacity, or None; an HP gang that
+        finds no room leaves the workers it placed for the reclaim that follows."""
         pool = self.pool_of(job)
-        need = job.per_worker
-        if job.fractional:
-            # each worker takes the first card of the tightest-first walk with room beside
-            # the earlier workers; a card passed over stays too full for every later one,
-            # so the next worker's card is at or after this one's: one walk for the gang
-            # (a walk per worker was quadratic in its workers)
-            plan = []
-            workers = job.spec.workers
-            blocked = self.reservations.blocked(job, now)
-            for gpu in self.cluster.gpus_with_room(pool, need):
-                if gpu.node in blocked:
-                    continue
-                taken = 0.0
-                while gpu.free - taken >= need - EPS:
-                    taken += need
-                    plan.append((gpu.node, (gpu.id,), need))
-                    if len(plan) == workers:
-                        return plan
-            return None
-        count = int(need)
-        gang = GangPlan(self.pools[pool], exclude=self.reservations.blocked(job, now))
-        nodes: list[str] = []
-        for worker in range(job.spec.workers):
-            node = self.config.scorer.choose(gang, job.job_class, count, now)
-            if node is None:
-                if job.job_class is _HP:
-                    # the reclaim that follows plans the same workers on free room first
-                    self._free_prefix = (job.id, now, self._epoch[pool], gang, worker)
-                return None
-            gang.take(node, count)
-            nodes.append(node)
-        return self._cards(nodes, count)
-
-    def _cards(self, nodes: list[str], count: int) -> list[tuple[str, tuple[str, ...], float]]:
-        """Whole free cards for one worker per entry of ``nodes``."""
-        plan = []
-        used: dict[str, int] = {}
-        for node in nodes:
-            free = [g.id for g in self.cluster.nodes[node].gpus if g.used < EPS]
-            at = used.get(node, 0)
-            cards = tuple(free[at : at + count])
-            if len(cards) < count:
-                raise AssertionError(f"node {node}: planned {count} GPUs, {len(free)} free")
-            used[node] = at + count
-            plan.append((node, cards, 1.0))
+        plan, failed = self.index.plan_free(job, pool, now, self.reservations.blocked(job, now))
+        if failed is not None and job.job_class is _HP:
+            self._free_prefix = (job.id, now, self._epoch[pool], *failed)
         return plan
 
     def _start(
@@ -772,54 +719,14 @@ class GangScheduler:
                 if not job.fractional:
                     info.spot_cards -= len(cards)
             if refresh:
-                self._refresh(info)
+                self.index.refresh(info)
         self.running_spot[pool].pop(job.id, None)
 
     def sync(self) -> None:
-        """Refresh the nodes whose shares changed since the last look (by any part)."""
-        touched = self.cluster.touched
-        if touched:
-            for node, freed in touched.items():
-                info = self.nodes[node]
-                self._refresh(info, grown=freed)
-                if freed:
-                    self._dirty[info.pool] = None
-            touched.clear()
-
-    def _refresh(self, info: NodeInfo, grown: bool = False) -> None:
-        """The node's free-count bucket follows its cards; ``grown``: a failed search
-        there may succeed now."""
-        self._epoch[info.pool] += 1
-        if grown:
-            self._grown[info.pool] += 1
-        free = sum(1 for g in self.cluster.nodes[info.name].gpus if g.used < EPS)
-        self.busy_cards += info.full_free - free
-        info.frac_cards = self.frac_cards(info)
-        self.pools[info.pool].move(info, free)
-
-    def frac_cards(self, info: NodeInfo) -> frozenset[str]:
-        """The node's cards held by fractional spot work and nothing else: a whole-GPU HP
-        worker may take one by evicting every job on it (cards with HP, idle pods or room
-        only are not). None without ``evict_shared_cards``. Kept on the node by
-        :meth:`_refresh` (``NodeInfo.frac_cards``)."""
-        if not self.config.evict_shared_cards:
-            return frozenset()
-        jobs = self.jobs
-        shared = {
-            gid
-            for jid, mine in self.node_jobs[info.name].items()
-            if jobs[jid].fractional
-            for gid in mine
-        }
-        gpus, pods = self.cluster.gpus, self.pods
-        return frozenset(
-            gid
-            for gid in shared
-            if (allocs := gpus[gid].allocs)
-            and all(
-                (pod := pods.get(owner)) is not None and pod.job_class is _SPOT for owner in allocs
-            )
-        )
+        """Refresh the nodes whose shares changed since the last look (by any part); a pool
+        where cards were freed is due a pass."""
+        for pool in self.index.sync():
+            self._dirty[pool] = None
 
     # ------------------------------------------------------------ pods
 
@@ -959,7 +866,6 @@ class GangScheduler:
         for node in nodes:
             self.nodes[node].evictions.append(now)
         job.evictions += 1
-        self.preemptions += 1
         out.append(KillJob(job.id, Failure.PREEMPTED, self.config.grace_s))
         self._stop_pods(job, "preempted", now, out)
         self.requeue(job, Failure.PREEMPTED, now, out)
