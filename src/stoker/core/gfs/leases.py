@@ -14,6 +14,7 @@ from typing import Protocol
 from stoker.core.actions import Action, BindJob, KillJob
 from stoker.core.books import Books
 from stoker.core.gfs.config import GFSConfig
+from stoker.core.gfs.periods import GuaranteePeriods
 from stoker.core.model import EPS, Cluster, Failure, Job, JobClass, JobState, Pod
 from stoker.core.ports import IdleRoom
 
@@ -30,17 +31,11 @@ class LeaseHost(Protocol):
     pods: dict[str, Pod]
     pools: dict
     placement: dict[str, list[tuple[str, str, float]]]
-    settled: dict[str, int]
+    periods: GuaranteePeriods
 
     def pool_of(self, job: Job) -> str: ...
 
     def queued(self, pool: str | None = None) -> int: ...
-
-    def earned(self, job: Job, now: float) -> int: ...
-
-    def settle_ok(
-        self, job: Job, now: float, periods: int, last_s: float | None = None
-    ) -> None: ...
 
     def release(self, job: Job, refresh: bool = True) -> None: ...
 
@@ -122,8 +117,8 @@ class Leases:
         job.remaining = max(0.0, job.remaining - job.useful_since_start(now))
         job.overhead = self.config.lease_restart_s
         if job.job_class is _SPOT:
-            self.s.settle_ok(job, now, self.s.earned(job, now))
-            self.s.settled.pop(job.id, None)
+            self.s.periods.settle_ok(job, now, self.s.periods.earned(job, now))
+            self.s.periods.forget(job.id)
         self.s.release(job, refresh=False)
         out.append(KillJob(job.id, Failure.PREEMPTED, self.config.grace_s))
         # as the authors' ``release_resource``: the cards are free for the round's pass at

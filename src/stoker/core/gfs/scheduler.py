@@ -28,6 +28,7 @@ from stoker.core.gfs.jobs import GuaranteeLedger, restart_overhead
 from stoker.core.gfs.leases import Leases
 from stoker.core.gfs.nodes import NodeIndex
 from stoker.core.gfs.passes import Attempt, QueuePass
+from stoker.core.gfs.periods import GuaranteePeriods
 from stoker.core.gfs.placement import (
     GangPlan,
     NodeInfo,
@@ -95,7 +96,6 @@ class GangScheduler:
         self.ledgers: dict[str, GuaranteeLedger] = {}
         self.running_spot: dict[str, dict[str, None]] = {}
         self.placement: dict[str, list[tuple[str, str, float]]] = {}  # job -> (node, gpu, share)
-        self.settled: dict[str, int] = {}  # guarantee periods already counted, current run
         self._dirty: dict[str, None] = {}
         # a job whose search failed is not searched again until its pool's ``grown`` (or
         # the idle pods' epoch) moves (:meth:`_state`): a start takes room and a release
@@ -115,8 +115,6 @@ class GangScheduler:
         # (a heap of (time, job); each job once, while it is in ``_evict_due``)
         self._evict_wake: list[tuple[float, str]] = []
         self._evict_due: set[str] = set()
-        self._last_eta = start
-        self._next_eta = start + self.config.eta_every_s
         # pools whose running HP GPUs changed since the core last asked (:meth:`hp_moved`)
         self._hp_moved: dict[str, None] = {}
         self._round_due = False
@@ -124,12 +122,10 @@ class GangScheduler:
         self._active = False  # an hp or spot job was ever submitted: the clocks run
         self._gate_seen = -math.inf  # the window's edges passed so far
         self.allocated = 0.0  # GPUs held by hp and spot jobs now
-        # the authors' metric: spot GPU-seconds of the guarantee periods that succeeded so
-        # far (``record_spot_succeed``)
-        self.spot_ok_gpu_s = 0.0
         # the parts: spot admission, the reclaim planner (reads, plans), the reservations
         # and Chronus's leases
         self.admission = SpotAdmission(self, config)
+        self.periods = GuaranteePeriods(self, config, start)
         self.quota = self.admission.quota  # per pool, the forecast's spot quota
         self.hp_reserve = self.admission.hp_reserve
         self.planner = ReclaimPlanner(self, idle, self.cluster, config)
@@ -348,8 +344,8 @@ class GangScheduler:
         if job.job_class is _SPOT and failure is None:
             ran = now - job.run_start
             last = ran - (ran // self.config.guarantee_s) * self.config.guarantee_s
-            self.settle_ok(job, now, self.earned(job, now), last)
-        self.settled.pop(job.id, None)
+            self.periods.settle_ok(job, now, self.periods.earned(job, now), last)
+        self.periods.forget(job.id)
         self.leases.closed.pop(job.id, None)
         job.remaining = 0.0
         self._stop_pods(job, "job_ended", now, out)
@@ -373,9 +369,8 @@ class GangScheduler:
             job = self.jobs.get(jid)
             if job is not None and job.state is JobState.QUEUED:
                 self._dirty[self.pool_of(job)] = None  # it may evict now
-        if now + EPS >= self._next_eta:
-            self._feedback(now)
-            self._next_eta = now + self.config.eta_every_s
+        if now + EPS >= self.periods.next_eta:
+            self._dirty.update(dict.fromkeys(self.periods.feedback(now)))
         if self.config.round_s > 0 and now + EPS >= self.leases.next_round:
             self.leases.next_round = now + self.config.round_s
             self._round_due = True
@@ -407,7 +402,7 @@ class GangScheduler:
         hp or spot job."""
         if not self._active:
             return None
-        due = self._next_eta
+        due = self.periods.next_eta
         if self._evict_wake:
             due = min(due, self._evict_wake[0][0])
         if self.config.round_s > 0:
@@ -435,6 +430,12 @@ class GangScheduler:
         return self.admission.spot_quota(pool)
 
     @property
+    def spot_ok_gpu_s(self) -> float:
+        """Spot GPU-seconds of the guarantee periods that succeeded so far (the authors'
+        ``record_spot_succeed``)."""
+        return self.periods.spot_ok_gpu_s
+
+    @property
     def busy_cards(self) -> int:
         """Cards holding any share now (the authors' allocation metric)."""
         return self.index.busy_cards
@@ -448,43 +449,6 @@ class GangScheduler:
         check_books(self)
 
     # ------------------------------------------------------------ periods and leases
-
-    def earned(self, job: Job, now: float) -> int:
-        """Guarantee periods earned in the current run and not yet settled."""
-        if job.state is not JobState.RUNNING:
-            return 0
-        total = int((now - job.run_start) // self.config.guarantee_s)
-        return total - self.settled.get(job.id, 0)
-
-    def settle_ok(self, job: Job, now: float, periods: int, last_s: float | None = None) -> None:
-        """``periods`` whole guarantee periods of a spot job succeeded (and, with
-        ``last_s``, its final partial one of that length, at completion)."""
-        count = periods + (0 if last_s is None else 1)
-        if not count:
-            return
-        self.ledgers[self.pool_of(job)].record(now, succeeded=count)
-        job.periods_ok += count
-        self.spot_ok_gpu_s += job.gpus * (periods * self.config.guarantee_s + (last_s or 0.0))
-
-    def _feedback(self, now: float) -> None:
-        """Settle running spot jobs' earned periods, then one eta step per pool."""
-        for pool in self.pools:
-            ledger = self.ledgers[pool]
-            for jid in self.running_spot[pool]:
-                job = self.jobs[jid]
-                earned = self.earned(job, now)
-                if earned:
-                    self.settle_ok(job, now, earned)
-                    self.settled[jid] = self.settled.get(jid, 0) + earned
-            queue = self.queues[pool][_SPOT]
-            waited = any(
-                self.jobs[jid].state is JobState.QUEUED
-                and now - self.jobs[jid].queued_since > HOUR_S
-                for jid in queue.heads()
-            )
-            self.config.quota.feedback(pool, ledger.rate(self._last_eta), waited)
-            self._dirty[pool] = None
-        self._last_eta = now
 
     # ------------------------------------------------------------ the pass
 
@@ -859,10 +823,10 @@ class GangScheduler:
         job.remaining = max(0.0, job.remaining - saved)
         job.lost_s += useful - saved
         job.overhead = restart_overhead(job.per_worker)
-        self.settle_ok(job, now, self.earned(job, now))
+        self.periods.settle_ok(job, now, self.periods.earned(job, now))
         self.release(job)
         self.ledgers[pool].record(now, failed=1)
-        self.settled.pop(job.id, None)
+        self.periods.forget(job.id)
         for node in nodes:
             self.nodes[node].evictions.append(now)
         job.evictions += 1

@@ -22,6 +22,7 @@ class HpSpotView(Protocol):
     queues: dict[str, dict[str, ClassQueue]]
     used: dict[str, dict[str, float]]
     node_jobs: dict[str, dict[str, list[str]]]
+    running_spot: dict[str, dict[str, None]]
     placement: dict[str, list[tuple[str, str, float]]]
     ledgers: dict[str, GuaranteeLedger]
     capacity: dict[str, int]
