@@ -48,6 +48,7 @@ from stoker.core import (
 from stoker.core.config import Policies, ProfilePolicies
 from stoker.core.gfs import GFSConfig, GuaranteeLedger
 from stoker.core.gfs.jobs import restart_overhead
+from stoker.core.gfs.memo import SearchMemo
 from stoker.core.gfs.placement import eviction_score, fragmentation
 from stoker.core.gfs.preemption import (
     Candidate,
@@ -1089,7 +1090,7 @@ def test_a_failed_search_is_not_repeated_and_decides_the_same(monkeypatch, name)
     remembered, fewer = run()
     # every search's state looks new: nothing is remembered; and the bounds on an HP job's
     # room (cards without HP; free and whole-GPU spot cards) never spare a search
-    monkeypatch.setattr(GangScheduler, "_state", lambda self, pool, now: object())
+    monkeypatch.setattr(SearchMemo, "state", lambda self, pool, now: object())
     monkeypatch.setattr(PoolIndex, "hp_slots", lambda self, need: 10**9)
     monkeypatch.setattr(PoolIndex, "reclaim_slots", lambda self, need: 10**9)
     searched, every = run()
@@ -1172,7 +1173,7 @@ def test_a_blocked_hp_job_is_searched_again_only_once_a_node_could_hold_it(
     remembered, fewer = run()
     assert not [t for t in fewer if 2.0 <= t <= 6.0]
     # every search's state looks new and no bound spares one
-    monkeypatch.setattr(GangScheduler, "_state", lambda self, pool, now: object())
+    monkeypatch.setattr(SearchMemo, "state", lambda self, pool, now: object())
     monkeypatch.setattr(PoolIndex, "hp_slots", lambda self, need: 10**9)
     monkeypatch.setattr(PoolIndex, "reclaim_slots", lambda self, need: 10**9)
     searched, every = run()

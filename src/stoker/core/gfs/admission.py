@@ -16,7 +16,7 @@ from stoker.core.gfs.config import GFSConfig
 from stoker.core.gfs.quota import guaranteed_hours
 from stoker.core.gfs.view import HpSpotView
 from stoker.core.model import EPS, Job, JobClass
-from stoker.core.waiting import SpotQuotaWait
+from stoker.core.waiting import GpuWait, SpotQuotaWait
 
 HOUR_S = 3600.0
 _HP, _SPOT = JobClass.HP, JobClass.SPOT
@@ -76,6 +76,29 @@ class SpotAdmission:
         used = self.view.used[pool][_SPOT]
         quota = math.inf if gate is not None and now >= gate[1] else self.spot_quota(pool)
         return used + job.gpus > quota + EPS
+
+    def waiting(
+        self, job: Job, pool: str, freeing: str | None, now: float
+    ) -> SpotQuotaWait | GpuWait:
+        """Why queued ``job`` has not started, by the tests a start attempt makes, in its
+        order (a pure read): pods stopping to make room (``freeing``: for this job or, for
+        spot, another), the spot quota, else no room on its pool's cards (beside a
+        reservation for another HP job, if one holds nodes back from it)."""
+        view = self.view
+        free = view.cluster.free_gpus(pool)
+        if freeing is None and job.job_class is _SPOT and self.over_quota(job, pool, now):
+            return self.quota_wait(job, pool, free, now)
+        blocked = view.reservations.blocked(job, now)
+        held = view.reservations.held.get(pool) if blocked else None
+        return GpuWait(
+            pool=pool,
+            workers=job.spec.workers,
+            per_worker=job.per_worker,
+            free_gpus=free,
+            capacity=view.capacity[pool],
+            freeing_for=freeing,
+            reserved_for=None if held is None else held[0],
+        )
 
     def quota_wait(self, job: Job, pool: str, free: float, now: float) -> SpotQuotaWait:
         """Why the quota holds spot job ``job`` back, in the figures a user can check."""

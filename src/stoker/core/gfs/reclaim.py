@@ -10,7 +10,7 @@ the victim choice itself is the :class:`~stoker.core.gfs.preemption.VictimChoose
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 
@@ -30,6 +30,43 @@ class ReclaimPlan:
 
     idle_pods: list[Pod]
     victims: dict[str, Job]
+
+
+class AwaitedRoom:
+    """HP jobs waiting for the pods stopped to make their room (``jobs``: job -> pods still
+    stopping), and the reverse index; a job goes on the pass after its last pod is gone."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, set[str]] = {}
+        self._by_pod: dict[str, str] = {}
+
+    def wait(self, job_id: str, pods: set[str]) -> None:
+        """``job_id`` waits for ``pods`` to be gone."""
+        self.jobs[job_id] = pods
+        for pid in pods:
+            self._by_pod[pid] = job_id
+
+    def gone(self, pod_id: str) -> str | None:
+        """A pod is gone: the job whose room is now complete, or None."""
+        job_id = self._by_pod.pop(pod_id, None)
+        if job_id is None:
+            return None
+        pods = self.jobs[job_id]
+        pods.discard(pod_id)
+        if pods:
+            return None
+        del self.jobs[job_id]
+        return job_id
+
+    def clear(self, job_id: str) -> None:
+        """The job left the queue or started: what is stopping for it goes to whoever fits."""
+        for pid in self.jobs.pop(job_id, ()):
+            del self._by_pod[pid]
+
+    def freeing_for(self, pool: str, pool_of: Callable[[str], str]) -> str | None:
+        """The first waiting job of ``pool`` (``pool_of``: a job id's GPU pool) that pods
+        are stopping for (None: none)."""
+        return next((j for j in self.jobs if pool_of(j) == pool), None)
 
 
 class ReclaimPlanner:

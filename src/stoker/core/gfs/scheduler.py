@@ -26,6 +26,7 @@ from stoker.core.gfs.config import GFSConfig
 from stoker.core.gfs.invariants import check_books
 from stoker.core.gfs.jobs import GuaranteeLedger, restart_overhead
 from stoker.core.gfs.leases import Leases
+from stoker.core.gfs.memo import SearchMemo
 from stoker.core.gfs.nodes import NodeIndex
 from stoker.core.gfs.passes import Attempt, QueuePass
 from stoker.core.gfs.periods import GuaranteePeriods
@@ -34,7 +35,7 @@ from stoker.core.gfs.placement import (
     NodeInfo,
 )
 from stoker.core.gfs.queues import QUEUE_ORDERS, ClassQueue
-from stoker.core.gfs.reclaim import ReclaimPlan, ReclaimPlanner
+from stoker.core.gfs.reclaim import AwaitedRoom, ReclaimPlan, ReclaimPlanner
 from stoker.core.gfs.reservations import Reservations
 from stoker.core.model import (
     EPS,
@@ -97,20 +98,13 @@ class GangScheduler:
         self.running_spot: dict[str, dict[str, None]] = {}
         self.placement: dict[str, list[tuple[str, str, float]]] = {}  # job -> (node, gpu, share)
         self._dirty: dict[str, None] = {}
-        # a job whose search failed is not searched again until its pool's ``grown`` (or
-        # the idle pods' epoch) moves (:meth:`_state`): a start takes room and a release
-        # leaves its cards held until its pods are gone, neither makes it succeed
-        self._failed: dict[str, tuple[int, int, bool]] = {}
-        # the same for a search that may not evict (a job backfilled under
-        # ``reserve_backfill_free``, or waiting out ``hp_evict_after_s``): such a failure
-        # says nothing of a search that may evict, in the same state
-        self._failed_free: dict[str, tuple[int, int, bool]] = {}
+        self.memo = SearchMemo(self.index, idle, config)
         # the last failed free-room plan of an HP job: (job, now, pool epoch, the plan of
         # its first workers, the worker that found no room)
         self._free_prefix: tuple[str, float, int, GangPlan, int] | None = None
         # HP jobs waiting for the pods stopped to make their room, and the reverse index
-        self.awaiting: dict[str, set[str]] = {}
-        self._awaiting_by_pod: dict[str, str] = {}
+        self.awaited = AwaitedRoom()
+        self.awaiting = self.awaited.jobs
         # ``hp_evict_after_s``: when HP jobs that found no room without evicting may evict
         # (a heap of (time, job); each job once, while it is in ``_evict_due``)
         self._evict_wake: list[tuple[float, str]] = []
@@ -204,8 +198,8 @@ class GangScheduler:
     def withdraw(self, job: Job) -> None:
         """Take a queued job out of its queue, still queued: it can start nowhere on its
         pool as it is now (:attr:`Core.unplaceable`)."""
-        self._awaiting_clear(job.id)  # what is stopping for it goes to whoever fits
-        self._forget_failure(job.id)
+        self.awaited.clear(job.id)  # what is stopping for it goes to whoever fits
+        self.memo.forget(job.id)
         self.unreserve(job)
         pool = self.pool_of(job)
         self.queues[pool][job.job_class].drop(job)
@@ -244,7 +238,7 @@ class GangScheduler:
 
     def _freeing_for(self, pool: str) -> str | None:
         """The first waiting job of ``pool`` that pods are stopping for (None: none)."""
-        return next((j for j in self.awaiting if self.pool_of(self.jobs[j]) == pool), None)
+        return self.awaited.freeing_for(pool, lambda j: self.pool_of(self.jobs[j]))
 
     def waiting(self, job: Job, now: float) -> SpotQuotaWait | GpuWait:
         """Why queued ``job`` has not started, by the tests :meth:`_try_start` makes, in
@@ -252,28 +246,16 @@ class GangScheduler:
         for it or (for spot) for another job, the spot quota, else no room on its pool's
         cards (beside a reservation for another HP job, if one holds nodes back from it)."""
         pool = self.pool_of(job)
-        free, capacity = self.cluster.free_gpus(pool), self.capacity[pool]
         freeing = job.id if job.id in self.awaiting else None
         if freeing is None and job.job_class is _SPOT:
             freeing = self._freeing_for(pool)
-            if freeing is None and self.admission.over_quota(job, pool, now):
-                return self.admission.quota_wait(job, pool, free, now)
-        held = self.reservations.held.get(pool) if self.reservations.blocked(job, now) else None
-        return GpuWait(
-            pool=pool,
-            workers=job.spec.workers,
-            per_worker=job.per_worker,
-            free_gpus=free,
-            capacity=capacity,
-            freeing_for=freeing,
-            reserved_for=None if held is None else held[0],
-        )
+        return self.admission.waiting(job, pool, freeing, now)
 
     def cancel(self, job: Job, now: float, out: list[Action]) -> None:
         self.leases.closed.pop(job.id, None)
         if job.state is JobState.QUEUED:
-            self._awaiting_clear(job.id)
-            self._forget_failure(job.id)
+            self.awaited.clear(job.id)
+            self.memo.forget(job.id)
             self.unreserve(job)
             self.queues[self.pool_of(job)][job.job_class].drop(job)
             self.books.end_job(job, Failure.CANCELLED, None, now, out)
@@ -462,15 +444,15 @@ class GangScheduler:
                 return _HOLD  # room is being freed for a job: no other spot job takes it
             if self.admission.over_quota(job, pool, now):
                 return _QUOTA
-            state = self._state(pool, now)
-            if self._failed.get(job.id) == state:
+            state = self.memo.state(pool, now)
+            if self.memo.failed(job.id, state):
                 return _NO_ROOM
             plan = self._plan_free(job, now)
             if plan is None:
                 # a card held only by standby pods is free for the asking: standby pods have
                 # no keep-alive, so without this a spot job could wait behind them forever
                 self._reclaim(job, now, out, standby_only=True)
-                self._remember_failure(job, pool, state, now)
+                self._remember(job, pool, state, now)
                 return _NO_ROOM
             self._start(job, plan, now, out)
             return _STARTED
@@ -495,16 +477,15 @@ class GangScheduler:
                 self._evict_due.add(job.id)
                 wake = (job.queued_since + self.config.hp_evict_after_s, job.id)
                 heapq.heappush(self._evict_wake, wake)
-        state = self._state(pool, now)
-        # a failed search that could evict says the one without eviction fails too
-        if self._failed.get(job.id) == state or (
-            not evict and self._failed_free.get(job.id) == state
-        ):
+        state = self.memo.state(pool, now)
+        if self.memo.failed(job.id, state, evict):
             return _NO_ROOM
-        if self.pools[pool].hp_slots(job.per_worker) < job.spec.workers or self._no_room(job, pool):
+        if self.pools[pool].hp_slots(job.per_worker) < job.spec.workers or self.memo.no_room(
+            job, pool
+        ):
             # too little room for its workers (cards without HP; free cards and those spot
             # work alone holds): every search fails until that grows
-            self._remember_failure(job, pool, state, now)
+            self._remember(job, pool, state, now)
             return _NO_ROOM
         if (
             evict
@@ -520,50 +501,15 @@ class GangScheduler:
             return _STARTED
         self._reclaim(job, now, out, preempt=evict)
         self._free_prefix = None  # read by that reclaim only
-        self._remember_failure(job, pool, state, now, evict)
+        self._remember(job, pool, state, now, evict)
         return _NO_ROOM
 
-    def _no_room(self, job: Job, pool: str) -> bool:
-        """Whether a whole-GPU HP job's search must fail, by the pool's reclaim room alone.
-
-        Each of its workers takes a node's free cards, its idle pods' cards and the cards
-        its spot work alone holds and no other (:meth:`_plan_free`, and
-        :meth:`_node_candidates`: a node is a candidate only while those cover the request
-        beside what earlier workers took there), so a node holds at most (free + spot +
-        idle cards) // request of them. With no idle pod in the pool,
-        :meth:`PoolIndex.reclaim_slots` bounds that sum: under the job's workers, its
-        search (free room, then reclaim) would find nothing and change nothing. It spares
-        the searches the failure memo does not: a blocked head's pool grows at every
-        release, most of them freeing fewer cards than it needs (issue 9: an HP backlog)."""
-        if job.fractional or self.idle.idle_nodes(pool):
-            return False
-        return self.pools[pool].reclaim_slots(int(job.per_worker)) < job.spec.workers
-
-    def _state(self, pool: str, now: float) -> tuple[int, int, bool]:
-        """What a search for room in ``pool`` reads: the pool's growth, the warm pools' (idle
-        pods anywhere), and whether the window's gate lets HP preempt yet."""
-        gate = self.config.window
-        return (self._grown[pool], self.idle.epoch, gate is None or now >= gate[0])
-
-    def _remember_failure(
-        self,
-        job: Job,
-        pool: str,
-        state: tuple[int, int, bool],
-        now: float,
-        evict: bool = True,
+    def _remember(
+        self, job: Job, pool: str, state: tuple[int, int, bool], now: float, evict: bool = True
     ) -> None:
-        """A search that found neither free room nor anything to reclaim changed nothing:
-        until ``state`` moves on the same search fails alike (an HP job that fits nowhere
-        is otherwise searched again on every event of its pool). Without ``evict`` (free
-        room and idle pods only) it is remembered apart."""
-        if job.id not in self.awaiting and self._state(pool, now) == state:
-            (self._failed if evict else self._failed_free)[job.id] = state
-
-    def _forget_failure(self, job_id: str) -> None:
-        """The job started or left the queue: its failed searches are void."""
-        self._failed.pop(job_id, None)
-        self._failed_free.pop(job_id, None)
+        """A search changed nothing (:meth:`SearchMemo.remember`), unless pods stop for it."""
+        if job.id not in self.awaiting:
+            self.memo.remember(job.id, pool, state, now, evict)
 
     # ------------------------------------------------------------ reservations
 
@@ -609,7 +555,7 @@ class GangScheduler:
         pool = self.pool_of(job)
         cls = job.job_class
         self.books.move_job(job, JobState.PLACED, now)
-        self._forget_failure(job.id)
+        self.memo.forget(job.id)
         self.unreserve(job)
         job.placed = now
         job.queue_s += now - job.queued_since
@@ -720,18 +666,9 @@ class GangScheduler:
 
     def reclaimed(self, pod_id: str) -> None:
         """A pod stopped for an HP job is gone: when its last one is, the job may go."""
-        job_id = self._awaiting_by_pod.pop(pod_id, None)
-        if job_id is None:
-            return
-        pods = self.awaiting[job_id]
-        pods.discard(pod_id)
-        if not pods:
-            del self.awaiting[job_id]
+        job_id = self.awaited.gone(pod_id)
+        if job_id is not None:
             self._dirty[self.pool_of(self.jobs[job_id])] = None
-
-    def _awaiting_clear(self, job_id: str) -> None:
-        for pid in self.awaiting.pop(job_id, ()):
-            del self._awaiting_by_pod[pid]
 
     # ------------------------------------------------------------ reclaim
 
@@ -783,9 +720,7 @@ class GangScheduler:
         if not stopping:
             self._dirty[self.pool_of(job)] = None
             return False
-        self.awaiting[job.id] = stopping
-        for pid in stopping:
-            self._awaiting_by_pod[pid] = job.id
+        self.awaited.wait(job.id, stopping)
         return True
 
     def _plan_reclaim(
