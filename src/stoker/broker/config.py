@@ -67,8 +67,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from stoker.api.config import ConfigError
 from stoker.core.config import ProfilePolicies
 from stoker.core.model import Profile
+from stoker.core.policies.keepalive import FIXED_KEEPALIVE_S
 from stoker.core.policy_names import Knobs, apply, build
-from stoker.core.registry import FIXED_KEEPALIVE_S, Preset, preset
+from stoker.core.registry import Preset, preset
 from stoker.forecast.registry import FORECASTERS
 from stoker.runtime.base import RuntimeProfile
 

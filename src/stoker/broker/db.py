@@ -44,10 +44,6 @@ def display_url(url: str) -> str:
         return "an unreadable URL"
 
 
-def is_postgresql(url: str) -> bool:
-    return make_url(url).get_backend_name() == "postgresql"
-
-
 def make_engine(url: str, **kw: Any) -> Engine:
     """An engine for ``url``; SQLite files get WAL and a busy timeout, PostgreSQL a pool
     that drops connections the server closed (a restarted server, a failover)."""

@@ -12,12 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field, replace
-from statistics import NormalDist
 from typing import Any
 
 from stoker.broker.config import BrokerConfig, BrokerProfile
@@ -65,6 +63,7 @@ from stoker.core import (
     StopPod,
     Tick,
 )
+from stoker.core.gfs.quota import quantile
 from stoker.core.reconcile import (
     AgentReport,
     Await,
@@ -769,7 +768,6 @@ class Scheduler:
         variance and g-quantile per hour ahead) and the queued hp and spot jobs."""
         gangs = self.core.gangs
         g = self.core.policies.gangs.g
-        z = NormalDist().inv_cdf(g)
         now = self._tick_now()
         out = []
         for model in sorted(gangs.pools):
@@ -780,10 +778,7 @@ class Scheduler:
                     "hours": list(range(len(mean))),
                     "mean": [float(m) for m in mean],
                     "var": [float(v) for v in var],
-                    "quantile": [
-                        float(m + z * math.sqrt(max(v, 0.0)))
-                        for m, v in zip(mean, var, strict=True)
-                    ],
+                    "quantile": [float(q) for q in quantile(mean, var, g)],
                     "g": g,
                 }
             rate = gangs.ledgers[model].rate(since=now - 86400.0)

@@ -297,7 +297,7 @@ class Core:
                 shape_field="profile",
                 pool_field="profile",
             )
-        pool = spec.gpu_model or profile.gpu_model
+        pool = self.books.gpu_pool(spec)
         cards, share = worker_cards(spec.gpus if spec.gpus is not None else profile.gpu_demand)
         return gpu_refusal(
             pool,

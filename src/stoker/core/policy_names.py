@@ -22,6 +22,7 @@ from stoker.core.policies import (
     QueueDrivenBudget,
     StaticBudget,
 )
+from stoker.core.policies.keepalive import FIXED_KEEPALIVE_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +30,7 @@ class Knobs:
     """The numbers a named policy is built with: the fixed keep-alive (also the fitted one's
     fallback before it has seen enough pauses), the spot quota's g and guaranteed duration."""
 
-    keepalive_s: float = 60.0
+    keepalive_s: float = FIXED_KEEPALIVE_S
     g: float = 0.9
     guarantee_s: float = 3600.0
 
@@ -61,11 +62,6 @@ POINTS: dict[str, tuple[str, dict[str, _Build]]] = {
         },
     ),
 }
-
-
-def names(point: str) -> list[str]:
-    """The names one extension point knows."""
-    return list(POINTS[point][1])
 
 
 def build(point: str, name: str, knobs: Knobs) -> Any:

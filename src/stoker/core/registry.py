@@ -40,9 +40,8 @@ from stoker.core.policies import (
     QueueDrivenBudget,
     ReuseMatching,
 )
+from stoker.core.policies.keepalive import FIXED_KEEPALIVE_S
 
-FIXED_KEEPALIVE_S = 60.0
-"""The fixed keep-alive of every preset that keeps pods."""
 # Chronus (the issue's figures): 300 s rounds, 1,200 s leases, 120 s restart
 CHRONUS_ROUND_S = 300.0
 CHRONUS_LEASE_S = 1200.0

@@ -1,24 +1,19 @@
 """Explicit state machines for pods and jobs: every move goes through one ``transition``.
 
-Each table maps a legal (start, finish) pair to the hook that runs on that move (None: no
-hook); a move not in its table raises :class:`IllegalTransition` with the object's recent
-history, so a bug shows where the object came from instead of corrupting the books later.
-Each machine has one final state: only an object there may be forgotten (dropped from the
-core's registries), checked the same way.
-(The shape is Dask's scheduler's: a table of (start, finish) -> function and one
-``_transition``; the code is ours.)
+Each table is the set of legal (start, finish) pairs; a move not in its table raises
+:class:`IllegalTransition` with the object's recent history, so a bug shows where the
+object came from instead of corrupting the books later. Each machine has one final state:
+only an object there may be forgotten (dropped from the core's registries), checked the
+same way. (The shape is Dask's scheduler's: a table of (start, finish) moves and one
+``_transition``; the code is ours. What a move does is the part's that asks for it.)
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from typing import Protocol
 
 from stoker.core.model import JobState, PodState
-
-# recent moves kept per object for the error message
-HISTORY = 8
 
 
 class IllegalTransition(AssertionError):
@@ -30,8 +25,6 @@ class _Stateful(Protocol):
     state: PodState | JobState
     history: deque[tuple[float, str, str]]
 
-
-Hook = Callable[[_Stateful, float], None] | None
 
 _P = PodState
 POD_MOVES: frozenset[tuple[PodState, PodState]] = frozenset(
@@ -75,35 +68,25 @@ JOB_MOVES: frozenset[tuple[JobState, JobState]] = frozenset(
 
 
 class Transitions:
-    """One state machine: the legal moves, a hook per move, and the one ``transition``."""
+    """One state machine: the legal moves and the one ``transition``."""
 
-    def __init__(
-        self, kind: str, moves: frozenset, final: PodState | JobState, hooks: dict | None = None
-    ) -> None:
+    def __init__(self, kind: str, moves: frozenset, final: PodState | JobState) -> None:
         self.kind = kind
         self.final = final
-        self.table: dict[tuple, Hook] = dict.fromkeys(moves)
-        for key, hook in (hooks or {}).items():
-            if key not in self.table:
-                raise ValueError(f"{kind}: hook for an illegal move {key}")
-            self.table[key] = hook
-        # each move's history entry, its states' values read once (an enum member's
+        # each legal move's history entry, its states' values read once (an enum member's
         # ``value`` is a Python-level property: two per move, millions in a long run)
-        self._values = {key: (key[1].value, key[0].value) for key in self.table}
+        self._values = {key: (key[1].value, key[0].value) for key in moves}
 
     def transition(self, obj: _Stateful, finish: PodState | JobState, now: float) -> None:
         """Move ``obj`` to ``finish`` (a no-op when it is there already) or raise."""
         start = obj.state
         if start is finish:
             return
-        key = (start, finish)
-        if key not in self.table:
+        entry = self._values.get((start, finish))
+        if entry is None:
             self._illegal(obj, f"{start} -> {finish} is not a legal move")
-        hook = self.table[key]
-        if hook is not None:
-            hook(obj, now)
         obj.state = finish  # type: ignore[assignment]
-        obj.history.append((now, *self._values[key]))
+        obj.history.append((now, *entry))
 
     def forget(self, obj: _Stateful) -> None:
         """Check that ``obj`` may be dropped (it is in the final state) or raise."""
@@ -115,8 +98,3 @@ class Transitions:
     def _illegal(self, obj: _Stateful, what: str) -> None:
         past = " -> ".join(f"{s}@{t:g}({why})" for t, s, why in obj.history) or "none"
         raise IllegalTransition(f"{self.kind} {obj.id}: {what}; recent history: {past}")
-
-
-def new_history() -> deque[tuple[float, str, str]]:
-    """A pod's or job's recent moves: (time, new state, previous state)."""
-    return deque(maxlen=HISTORY)

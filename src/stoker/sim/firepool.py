@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from stoker.core import Cluster, Core, Profile
-from stoker.core.registry import FIXED_KEEPALIVE_S, preset
+from stoker.core.policies.keepalive import FIXED_KEEPALIVE_S
+from stoker.core.registry import preset
 from stoker.sim import metrics
 from stoker.sim.engine import SimResult, Simulator
 from stoker.sim.params import Dist, RuntimeParams

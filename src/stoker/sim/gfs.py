@@ -19,12 +19,11 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from statistics import NormalDist
 
 import numpy as np
 
 from stoker.core import Core, ForecastUpdated, JobClass, JobSpec, JobSubmitted, Profile
-from stoker.core.gfs.quota import guaranteed_hours
+from stoker.core.gfs.quota import guaranteed_hours, quantile
 from stoker.core.model import GPU, Cluster, Node
 from stoker.core.registry import Preset
 from stoker.core.shape import gpu_refusal, worker_cards
@@ -41,6 +40,7 @@ from stoker.traces.scale import (
     keep_nodes,
     time_scale,
 )
+from stoker.units import DAY_S
 
 LOADS: dict[str, float] = {"low": 0.5, "medium": 1.0, "high": 1.5}
 # when the spot quota and preemption apply: ``window`` (the authors': only inside the
@@ -48,7 +48,6 @@ LOADS: dict[str, float] = {"low": 0.5, "medium": 1.0, "high": 1.5}
 GATES = ("window", "always")
 # a copied spot job (load above 1) is submitted this long after its original, at most
 LOAD_JITTER_S = 3600.0
-DAY_S = 86400.0
 
 
 class SimGFSError(ValueError):
@@ -113,12 +112,16 @@ def scale_spot_load(jobs: list[TraceJob], factor: float, seed: int) -> list[Trac
     return out
 
 
-def build_cluster(nodes: list[TraceNode]) -> Cluster:
-    """The core's Cluster from a trace's node list (one pool per GPU model)."""
+def build_cluster(
+    nodes: list[TraceNode], relabel: set[str] | frozenset[str] = frozenset(), label: str = ""
+) -> Cluster:
+    """The core's Cluster from a trace's node list (one GPU pool per GPU model); nodes
+    named in ``relabel`` join GPU pool ``label`` instead (a partitioned slice)."""
     built = []
     for n in nodes:
-        gpus = [GPU(f"{n.name}/{i}", n.name, i, n.gpu_model) for i in range(n.gpus)]
-        built.append(Node(n.name, n.gpu_model, gpus, n.cpu))
+        model = label if n.name in relabel else n.gpu_model
+        gpus = [GPU(f"{n.name}/{i}", n.name, i, model) for i in range(n.gpus)]
+        built.append(Node(n.name, model, gpus, n.cpu))
     return Cluster(built)
 
 
@@ -169,7 +172,7 @@ class TraceWorkload:
         self.forecaster = forecaster
         self.cadence = cadence
         self.hours = hours
-        self.z_g = NormalDist().inv_cdf(g)
+        self.g = g  # the forecast quantile the timeline plots
         self.timeline_every_s = timeline_every_s
         self.progress = progress
         self.name = name
@@ -267,7 +270,7 @@ class TraceWorkload:
         gangs = core.gangs
         upper = 0.0
         for mean, var in core.forecast.values():
-            upper += float(mean[0] + self.z_g * math.sqrt(max(float(var[0]), 0.0)))
+            upper += float(quantile(mean[:1], var[:1], self.g)[0])
         tl = self.timeline
         tl["t"].append(sim.now)
         tl["quota"].append(float(sum(gangs.quota.values())))

@@ -32,7 +32,7 @@ import numpy as np
 
 from stoker.core import Core, Job, JobClass, JobState, Profile
 from stoker.core.gfs.quota import guaranteed_hours
-from stoker.core.model import GPU, Cluster, HitPath, Node
+from stoker.core.model import HitPath
 from stoker.core.registry import preset
 from stoker.forecast.base import Cadence
 from stoker.sim.engine import Simulator
@@ -42,6 +42,7 @@ from stoker.sim.gfs import (
     SimGFSError,
     TraceWorkload,
     Window,
+    build_cluster,
     policy_forecaster,
     prefill_meter,
     prepare_trace,
@@ -55,12 +56,12 @@ from stoker.sim.params import RuntimeParams
 from stoker.sim.virtual import VirtualRuntime
 from stoker.sim.workloads import CallerPlan, LoopWorkload, MixSpec, mix
 from stoker.traces.base import Trace, TraceJob, TraceNode
+from stoker.units import HOUR_S
 
 LOOP_PROFILE = "loop"
 LOOP_PREFIX = "loop-"
 POLICY = "gfs"  # Firepool's warm-pool and GFS's hp/spot defaults: one preset
 MODES = ("partitioned", "shared")
-HOUR_S = 3600.0
 
 
 class SimSharedError(ValueError):
@@ -224,16 +225,6 @@ def pick_model(nodes: list[TraceNode], asked: str | None) -> str:
 def slice_label(model: str) -> str:
     """The GPU pool name the partitioned warm-pool slice is labelled with."""
     return f"{model}/warm-slice"
-
-
-def build_cluster(nodes: list[TraceNode], relabel: set[str], label: str) -> Cluster:
-    """The core's Cluster; nodes named in ``relabel`` become GPU model ``label``."""
-    built = []
-    for n in nodes:
-        model = label if n.name in relabel else n.gpu_model
-        gpus = [GPU(f"{n.name}/{i}", n.name, i, model) for i in range(n.gpus)]
-        built.append(Node(n.name, model, gpus, n.cpu))
-    return Cluster(built)
 
 
 def loop_plans(cfg: SharedConfig, window: Window) -> list[CallerPlan]:

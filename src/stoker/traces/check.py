@@ -20,9 +20,7 @@ import numpy as np
 from stoker.traces import calibration as cal
 from stoker.traces.base import TraceJob
 from stoker.traces.gfs_v2026 import TraceFormatError
-
-DAY_S = 86_400.0
-HOUR_S = 3_600.0
+from stoker.units import DAY_S, HOUR_S
 
 
 @dataclass(frozen=True, slots=True)

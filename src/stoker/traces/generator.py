@@ -24,8 +24,7 @@ import numpy as np
 from stoker.traces import calibration as cal
 from stoker.traces.base import Trace, TraceJob, TraceNode
 from stoker.traces.gfs_v2026 import v2026_calendar_notes
-
-DAY_S = 86_400.0
+from stoker.units import DAY_S
 
 # ours: per-model per-worker GPU request mixes, chosen to keep each model's published median
 # request (demand_by_model.csv) and the share of fractional requests (bucket "0" of

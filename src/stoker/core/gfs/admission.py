@@ -17,8 +17,8 @@ from stoker.core.gfs.quota import guaranteed_hours
 from stoker.core.gfs.view import HpSpotView
 from stoker.core.model import EPS, Job, JobClass
 from stoker.core.waiting import GpuWait, SpotQuotaWait
+from stoker.units import HOUR_S
 
-HOUR_S = 3600.0
 _HP, _SPOT = JobClass.HP, JobClass.SPOT
 
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 from stoker.core.gfs.config import GFSConfig
 from stoker.core.gfs.view import HpSpotView
 from stoker.core.model import Job, JobClass, JobState
-
-HOUR_S = 3600.0
+from stoker.units import HOUR_S
 
 
 class GuaranteePeriods:

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from stoker.core.model import JobClass
+from stoker.units import DAY_S, HOUR_S
 
-DAY_S = 86400.0
-HOUR_S = 3600.0
 # how many nodes of one free-count bucket a score looks at before taking the best seen: the
 # bucket already fixes the packing term, so the rest only breaks ties
 SCAN_CAP = 64

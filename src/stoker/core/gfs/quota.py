@@ -15,16 +15,24 @@ from typing import Protocol
 
 import numpy as np
 
+from stoker.units import HOUR_S
+
 
 def guaranteed_hours(guarantee_s: float) -> int:
     """Hours ahead a spot job admitted now must be safe for (at least one)."""
-    return max(1, math.ceil(guarantee_s / 3600.0 - 1e-9))
+    return max(1, math.ceil(guarantee_s / HOUR_S - 1e-9))
+
+
+def quantile(mean: np.ndarray, var: np.ndarray, g: float) -> np.ndarray:
+    """The g-quantile of N(mean_k, var_k) per hour ahead (a negative variance read as 0):
+    the one definition of a forecast's upper bound."""
+    z = NormalDist().inv_cdf(g)
+    return np.asarray(mean, float) + z * np.sqrt(np.maximum(np.asarray(var, float), 0.0))
 
 
 def free_per_hour(mean: np.ndarray, var: np.ndarray, capacity: int, g: float) -> np.ndarray:
     """``capacity - clip(floor(U_k), 0, capacity)`` with U_k the g-quantile of N(mean_k, var_k)."""
-    z = NormalDist().inv_cdf(g)
-    upper = np.asarray(mean, float) + z * np.sqrt(np.maximum(np.asarray(var, float), 0.0))
+    upper = quantile(mean, var, g)
     return capacity - np.clip(np.floor(upper), 0, capacity)
 
 

@@ -53,7 +53,6 @@ if TYPE_CHECKING:
     from stoker.core.books import Books
     from stoker.core.ports import IdleRoom
 
-HOUR_S = 3600.0
 _HP, _SPOT = JobClass.HP, JobClass.SPOT
 _STARTED, _QUOTA, _NO_ROOM, _HOLD = Attempt.STARTED, Attempt.QUOTA, Attempt.NO_ROOM, Attempt.HOLD
 

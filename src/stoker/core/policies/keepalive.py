@@ -10,6 +10,10 @@ from typing import Protocol
 Pair = tuple[str, str]
 
 
+FIXED_KEEPALIVE_S = 60.0
+"""The fixed keep-alive of every preset that keeps pods, and the fitted one's fallback."""
+
+
 class KeepAlive(Protocol):
     """Told when a caller's jobs end and when it submits again; answers a TTL per caller."""
 
@@ -30,7 +34,7 @@ class KeepAlive(Protocol):
 class FixedKeepAlive:
     """The same TTL for every caller (the default: simple, predictable)."""
 
-    def __init__(self, ttl_s: float = 60.0) -> None:
+    def __init__(self, ttl_s: float = FIXED_KEEPALIVE_S) -> None:
         if ttl_s < 0:
             raise ValueError("ttl_s must be >= 0")
         self.ttl_s = ttl_s
@@ -76,7 +80,7 @@ class FittedKeepAlive:
         slack_s: float = 1.0,
         min_samples: int = 8,
         window: int = 256,
-        fallback_s: float = 60.0,
+        fallback_s: float = FIXED_KEEPALIVE_S,
         max_ttl_s: float = 3600.0,
         max_pairs: int = 50_000,
     ) -> None:
