@@ -37,7 +37,7 @@ from stoker.core.registry import preset
 from stoker.forecast.base import Cadence
 from stoker.traces import Trace
 
-GS = sched.GangScheduler
+GS = sched.HpSpotScheduler
 
 
 def _kind(job: Any, holders: set[str], in_backfill: bool) -> str:
@@ -97,13 +97,13 @@ def run_policy(policy: str, trace: Trace, window: simgfs.Window, cadence: Cadenc
         if not window.start <= job.submitted < window.end:
             continue  # not a measured job: the eviction rate does not count it
         kind = "none" if hp is None else _kind(hp, holders, in_backfill)
-        counts[f"{core.gangs.pool_of(job)}/{kind}"] += 1
+        counts[f"{core.hpspot.pool_of(job)}/{kind}"] += 1
     queued: dict[str, float] = {}  # measured jobs' queueing, job-s, by class and pool
     for job in core.jobs.values():
         if job.job_class in (JobClass.HP, JobClass.SPOT) and (
             window.start <= job.submitted < window.end
         ):
-            key = f"{job.job_class.value}/{core.gangs.pool_of(job)}"
+            key = f"{job.job_class.value}/{core.hpspot.pool_of(job)}"
             queued[key] = queued.get(key, 0.0) + job.queue_s
     return {
         "metrics": result.metrics,

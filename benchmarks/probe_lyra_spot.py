@@ -78,7 +78,7 @@ def _breakdown(core: Any, jobs: list[Any], window: simgfs.Window) -> dict[str, A
     for tj in measured:
         job = core.jobs[tj.name]
         cls = "spot" if job.job_class is JobClass.SPOT else "hp"
-        pool = core.gangs.pool_of(job)
+        pool = core.hpspot.pool_of(job)
         day = int((tj.submit_time - window.start) // 86400)
         groups[f"{cls}.by_pool"][pool].append(job.queue_s)
         groups[f"{cls}.by_day"][str(day)].append(job.queue_s)
@@ -100,7 +100,7 @@ def run_variant(
     base, victims, hp_order, spot_order = VARIANTS[name]
     spec = preset(base)
     if victims is not None:
-        spec.policies.gangs.victims = _VICTIMS[victims]()
+        spec.policies.hpspot.victims = _VICTIMS[victims]()
     orders = {JobClass.HP: _ORDERS[hp_order], JobClass.SPOT: _ORDERS[spot_order]}
     queue = queues.ClassQueue
 

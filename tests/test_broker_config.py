@@ -46,13 +46,13 @@ grace_s = 5
     assert cfg.spot.grace_s == 5.0
     chosen = cfg.policies.build(cfg.keepalive_s, cfg.spot.grace_s)
     assert type(chosen.policies.keepalive).__name__ == "FittedKeepAlive"  # named over preset
-    assert chosen.policies.gangs.quota.name == "none" and chosen.policies.gangs.grace_s == 5
+    assert chosen.policies.hpspot.quota.name == "none" and chosen.policies.hpspot.grace_s == 5
 
 
 def test_a_preset_with_its_parameters_changed(tmp_path: Path) -> None:
     text = "[policies]\npreset = 'gfs-reserve-patient-lend+lend_idle=0.25+hp_evict_after_s=600'\n"
-    gangs = _load(tmp_path, text).policies.build(None, 30.0).policies.gangs
-    assert (gangs.lend_idle, gangs.hp_evict_after_s, gangs.reserve_backfill_free) == (
+    hpspot = _load(tmp_path, text).policies.build(None, 30.0).policies.hpspot
+    assert (hpspot.lend_idle, hpspot.hp_evict_after_s, hpspot.reserve_backfill_free) == (
         0.25,
         600.0,
         True,
@@ -66,7 +66,7 @@ def test_keepalive_s_alone_is_a_fixed_keepalive(tmp_path: Path) -> None:
     assert default.name == "gfs-lend" and default.forecaster == "default"
     # spot may run on the GPUs HP does not hold while no HP job waits (the forecast's
     # quota alone keeps idle GPUs from it: the live report of a spot job starving)
-    assert default.policies.gangs.lend_idle == 1.0
+    assert default.policies.hpspot.lend_idle == 1.0
     assert default.policies.warm_cap.name == "keepalive"  # the HP forecast within the keep-alive
 
 

@@ -286,7 +286,7 @@ def _quota_pinned(eb: EmbeddedBroker) -> None:
     assert eb.broker is not None and eb.broker.scheduler is not None
     core = eb.broker.scheduler.core
     _wait_for(lambda: "vgpu" in core.forecast)
-    assert core.gangs.quota["vgpu"] == 0.0 and core.gangs.used["vgpu"]["hp"] == 0.0
+    assert core.hpspot.quota["vgpu"] == 0.0 and core.hpspot.used["vgpu"]["hp"] == 0.0
 
 
 def test_a_spot_job_runs_on_gpus_no_hp_job_uses_under_the_default_preset(tmp_path: Path) -> None:

@@ -112,9 +112,9 @@ POLICIES = [
     lambda: Policies(
         keepalive=FixedKeepAlive(0.0), budget=QueueDrivenBudget(), standby=BesideActive(1)
     ),
-    lambda: Policies(gangs=GFSConfig(quota=StaticQuota(0.5))),
-    lambda: Policies(gangs=GFSConfig(quota=StaticQuota(1.0), queue="fifo")),
-    lambda: Policies(gangs=GFSConfig(quota=ForecastQuota())),
+    lambda: Policies(hpspot=GFSConfig(quota=StaticQuota(0.5))),
+    lambda: Policies(hpspot=GFSConfig(quota=StaticQuota(1.0), queue="fifo")),
+    lambda: Policies(hpspot=GFSConfig(quota=ForecastQuota())),
     lambda: Policies(
         profiles={
             "p": ProfilePolicies(FixedKeepAlive(2.0), min_warm=1),
@@ -364,12 +364,12 @@ class CoreMachine(RuleBasedStateMachine):
                 free = core.warm._find_capacity(profile, need, set())
                 assert len(free) < need, (queued[0], free)
         assert math.isclose(idle, core.idle_gpus, abs_tol=1e-6)
-        gangs = core.gangs
+        hpspot = core.hpspot
         # the quota bounds admission: when spot was started, its pool's spot use fits it
         # (a quota that shrinks later evicts nobody, as in GFS)
-        for pool, used in gangs.used.items():
+        for pool, used in hpspot.used.items():
             if spot_started:
-                assert used[JobClass.SPOT] <= gangs.quota[pool] + 1e-6, (used, gangs.quota)
+                assert used[JobClass.SPOT] <= hpspot.quota[pool] + 1e-6, (used, hpspot.quota)
         for job in core.jobs.values():
             if job.state is JobState.QUEUED:
                 assert not job.pods, job

@@ -123,7 +123,7 @@ def test_the_core_refuses_a_gang_with_more_workers_than_node_slots(cls: str) -> 
     with pytest.raises(CoreError, match="job big: workers: 125 workers need a node slot"):
         g.submit(spec("big", cls, 8, 125), 0.0)
     # nothing registered: no job, no queue entry
-    assert g.core.jobs == {} and g.core.gangs.queued() == 0
+    assert g.core.jobs == {} and g.core.hpspot.queued() == 0
     assert g.core.refusal(spec("fits", cls, 8, 77)) is None
     why = g.core.refusal(spec("huge", cls, 16, 1))
     assert why is not None and why.field == "gpus"
@@ -198,10 +198,10 @@ def test_a_queued_gang_a_node_removal_made_unplaceable_waits_aside() -> None:
         "b": Refusal("workers", "3 workers x 8 GPUs = 24 GPUs; GPU pool A has 16")
     }
     assert bound(out) == ["c"] and g.core.jobs["b"].state is JobState.QUEUED
-    assert g.core.gangs.queued() == 0
+    assert g.core.hpspot.queued() == 0
     # the node joins again: "b" is back in its queue and starts once the room is free
     g.send(NodeAdded("n3", "A", 8), 4.0)
-    assert g.core.unplaceable == {} and g.core.gangs.queued() == 1
+    assert g.core.unplaceable == {} and g.core.hpspot.queued() == 1
     g.finish("a", 5.0)
     out = g.finish("c", 6.0)
     assert bound(out) == ["b"]

@@ -41,7 +41,7 @@ from stoker.core.transitions import JOB_MOVES, POD_MOVES
 
 
 def core(gpus: int = 2) -> Core:
-    policies = Policies(keepalive=FixedKeepAlive(30.0), gangs=GFSConfig(quota=StaticQuota(1.0)))
+    policies = Policies(keepalive=FixedKeepAlive(30.0), hpspot=GFSConfig(quota=StaticQuota(1.0)))
     return Core(Cluster.uniform(1, gpus), [Profile("p"), Profile("x")], policies)
 
 
@@ -275,7 +275,7 @@ def test_a_failed_bind_of_one_rank_frees_the_gangs_room_once() -> None:
     c.check()
     c.handle(PodGone(pods[1]), 3.0)
     c.check()
-    assert c.gangs.used["any"]["hp"] == 0.0
+    assert c.hpspot.used["any"]["hp"] == 0.0
     out = c.handle(RankExited("h", 0, 143, Failure.BIND_FAILED, pods[0]), 4.0)
     assert out == [StopPod(pods[0], "job_ended"), JobEnded("h", Failure.BIND_FAILED, 1)]
     c.check()

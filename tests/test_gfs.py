@@ -200,7 +200,7 @@ class Gangs:
 
 
 def static(share: float = 1.0, **kw) -> Policies:
-    return Policies(gangs=GFSConfig(quota=StaticQuota(share), **kw))
+    return Policies(hpspot=GFSConfig(quota=StaticQuota(share), **kw))
 
 
 def bound(actions) -> list[str]:
@@ -231,7 +231,7 @@ def test_spot_prefers_same_class_and_calm_nodes() -> None:
     # both n0 and n1 now have 2 free; spot prefers n1, which already holds spot work
     g.submit(spec("s2", "spot", 1), 1.0)
     assert g.nodes("s2") == {"n1"}
-    nodes = g.core.gangs.nodes
+    nodes = g.core.hpspot.nodes
     for t in range(8):
         nodes["n1"].evictions.append(1.0 + t)
     assert nodes["n1"].score_e(10.0) < nodes["n2"].score_e(10.0)
@@ -254,7 +254,7 @@ def test_gang_all_or_nothing_one_pod_per_worker() -> None:
     assert g.core.jobs["g"].state is JobState.RUNNING
     # another gang of 2 x 1 with 0 free: nothing placed, nothing held
     g.submit(spec("g2", "spot", 1, 2), 0.0)
-    assert g.core.jobs["g2"].state is JobState.QUEUED and g.core.gangs.used["A"]["spot"] == 6
+    assert g.core.jobs["g2"].state is JobState.QUEUED and g.core.hpspot.used["A"]["spot"] == 6
     # the gang ends: its pods stop and its room goes to the waiting one
     out = g.finish("g", 10.0)
     assert sum(isinstance(a, StopPod) for a in out) == 3 and "g2" in bound(out)
@@ -265,10 +265,10 @@ def test_spot_admission_respects_quota_summed_over_tenants() -> None:
     # two tenants forecast N(1, 0) and N(2, 0): summed U = 3 -> free 5 -> quota 5
     g.send(ForecastUpdated("t1", "A", (1.0,), (0.0,)), 0.0)
     g.send(ForecastUpdated("t2", "A", (2.0,), (0.0,)), 0.0)
-    assert g.core.gangs.quota["A"] == 5.0
+    assert g.core.hpspot.quota["A"] == 5.0
     # a tenant's new answer replaces its old one
     g.send(ForecastUpdated("t1", "A", (1.0,), (0.0,)), 0.0)
-    assert g.core.gangs.quota["A"] == 5.0
+    assert g.core.hpspot.quota["A"] == 5.0
     assert "a" in bound(g.submit(spec("a", "spot", 4), 0.0))
     assert not bound(g.submit(spec("b", "spot", 2), 0.0))  # 4 + 2 > 5
     assert "c" in bound(g.submit(spec("c", "spot", 1), 0.0))  # backfill
@@ -284,7 +284,7 @@ def _idle_after_hp(policy: str) -> tuple[Gangs, list[Action]]:
     g.submit(spec("h2", "hp", 2, dur=20.0), 40.0)
     g.finish("h2", 60.0)
     g.send(ForecastUpdated("t", "A", (2.0,) * 4, (0.0,) * 4), 60.0)
-    assert g.core.gangs.quota["A"] == 0.0
+    assert g.core.hpspot.quota["A"] == 0.0
     return g, g.submit(spec("s", "spot", 1), 61.0)
 
 
@@ -318,7 +318,7 @@ def test_gfs_lend_runs_spot_on_gpus_no_hp_job_uses_and_hp_takes_them_back() -> N
     # the broker's default preset: spot borrows what HP does not hold while no HP waits
     g, out = _idle_after_hp("gfs-lend")
     assert bound(out) == ["s"] and g.core.waiting("s") is None
-    assert g.core.gangs.spot_quota("A") == 2.0  # the loan: eta 1 x the 2 GPUs HP leaves
+    assert g.core.hpspot.spot_quota("A") == 2.0  # the loan: eta 1 x the 2 GPUs HP leaves
     # HP comes back for both GPUs: the lent GPU goes back by eviction (what spot is)
     back = g.submit(spec("h3", "hp", 2), 70.0)
     assert evicted(back) == ["s"] and "h3" in bound(back)
@@ -624,12 +624,12 @@ class _CheckingCore(Core):
     def handle_all(self, events, now):
         out = super().handle_all(events, now)
         self.check()
-        gangs = self.gangs
+        hpspot = self.hpspot
         for a in out:
             if isinstance(a, JobRequeued) and a.reason is Failure.PREEMPTED:
                 # only Chronus re-queues HP: its lease flush (pinned in
                 # test_chronus_releases_every_job_each_lease)
-                lease = self.gangs.config.lease_s > 0
+                lease = self.hpspot.config.lease_s > 0
                 assert self.jobs[a.job].job_class is JobClass.SPOT or lease, "HP evicted"
             if isinstance(a, BindJob):
                 job = self.jobs[a.job]
@@ -637,11 +637,11 @@ class _CheckingCore(Core):
                     self.cluster.gpus[gid].allocs[p] for p in a.pods for gid in self.pods[p].gpus
                 )
                 assert math.isclose(held, job.gpus) and len(a.pods) == job.spec.workers
-        gate = gangs.config.window
-        for pool, used in gangs.used.items():
+        gate = hpspot.config.window
+        for pool, used in hpspot.used.items():
             # with the window's gate the quota holds inside the window only (the authors')
             after = gate is not None and now >= gate[1]
-            assert used[JobClass.SPOT] <= gangs.quota[pool] + 1e-6 or after
+            assert used[JobClass.SPOT] <= hpspot.quota[pool] + 1e-6 or after
         return out
 
 
@@ -1061,12 +1061,12 @@ def test_a_failed_search_is_not_repeated_and_decides_the_same(monkeypatch, name)
     workers: the same actions, in the same order, as searching on every event, with fewer
     searches."""
     from stoker.core.gfs.placement import PoolIndex
-    from stoker.core.gfs.scheduler import GangScheduler
+    from stoker.core.gfs.scheduler import HpSpotScheduler
     from stoker.sim.virtual import VirtualRuntime
 
     trace = _busy_trace()
     window = Window(0.0, 86400.0, 3 * 86400.0)
-    plan_free = GangScheduler._plan_free
+    plan_free = HpSpotScheduler._plan_free
 
     def run() -> tuple[list[str], int]:
         log: list[str] = []
@@ -1083,7 +1083,7 @@ def test_a_failed_search_is_not_repeated_and_decides_the_same(monkeypatch, name)
 
         with monkeypatch.context() as m:
             m.setattr(VirtualRuntime, "carry_out", logged)
-            m.setattr(GangScheduler, "_plan_free", counted)
+            m.setattr(HpSpotScheduler, "_plan_free", counted)
             simulate(trace, preset(name), window, forecaster=_FlatForecaster())
         return log, searches[0]
 
@@ -1111,11 +1111,11 @@ def test_a_blocked_hp_job_is_searched_again_only_once_a_node_could_hold_it(
     from dataclasses import replace
 
     from stoker.core.gfs.placement import PoolIndex
-    from stoker.core.gfs.scheduler import GangScheduler
+    from stoker.core.gfs.scheduler import HpSpotScheduler
 
     def run() -> tuple[list[tuple[float, Action]], list[float]]:
-        gangs = replace(preset(name).policies.gangs, quota=StaticQuota(1.0))
-        core = Core(cluster(4, 4), [Profile("A", gpu_model="A")], Policies(gangs=gangs))
+        hpspot = replace(preset(name).policies.hpspot, quota=StaticQuota(1.0))
+        core = Core(cluster(4, 4), [Profile("A", gpu_model="A")], Policies(hpspot=hpspot))
         log: list[tuple[float, Action]] = []
         held: list[str] = []  # pods asked to stop, not gone yet
         hold = [False]
@@ -1150,7 +1150,7 @@ def test_a_blocked_hp_job_is_searched_again_only_once_a_node_could_hold_it(
 
         with monkeypatch.context() as m:
             for method in ("_plan_free", "_reclaim"):
-                m.setattr(GangScheduler, method, counted(getattr(GangScheduler, method)))
+                m.setattr(HpSpotScheduler, method, counted(getattr(HpSpotScheduler, method)))
             for job, gpus in (("a", 4), ("b", 2), ("c", 2)):
                 send(JobSubmitted(spec(job, "hp", gpus, dur=1e5)), 0.0)
             send(JobSubmitted(spec("h", "hp", 4, dur=1e5)), 1.0)  # both nodes full of HP
@@ -1158,7 +1158,7 @@ def test_a_blocked_hp_job_is_searched_again_only_once_a_node_could_hold_it(
             send(RankExited("b", 0), 2.0)
             send(RankExited("c", 0), 3.0)
             # b's and c's node: four cards without HP, held by their stopping pods
-            assert core.gangs.pools["A"].by_no_hp[4] == 1
+            assert core.hpspot.pools["A"].by_no_hp[4] == 1
             b, c = held[:2]
             send(PodGone(b), 4.0)  # two cards free: a spot job takes one
             send(JobSubmitted(spec("s", "spot", 1, dur=1e5)), 5.0)

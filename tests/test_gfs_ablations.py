@@ -43,15 +43,15 @@ def test_each_variant_swaps_one_part_of_gfs(
     name: str, scorer: type, victims: type, queue: str
 ) -> None:
     p = preset(name)
-    gangs = p.policies.gangs
-    assert name in GANG_PRESETS and gangs.name == name
-    assert isinstance(gangs.scorer, scorer) and isinstance(gangs.victims, victims)
-    assert gangs.queue == queue
+    hpspot = p.policies.hpspot
+    assert name in GANG_PRESETS and hpspot.name == name
+    assert isinstance(hpspot.scorer, scorer) and isinstance(hpspot.victims, victims)
+    assert hpspot.queue == queue
     # the rest is GFS's: the forecast quota with its eta feedback, placing before preempting
-    assert p.forecaster == "default" and type(gangs.quota) is type(
-        preset("gfs").policies.gangs.quota
+    assert p.forecaster == "default" and type(hpspot.quota) is type(
+        preset("gfs").policies.hpspot.quota
     )
-    assert not gangs.hp_preempt_first and gangs.preempt
+    assert not hpspot.hp_preempt_first and hpspot.preempt
 
 
 @pytest.mark.parametrize(("name", "node"), [("gfs", "n1"), ("gfs-simple-placement", "n0")])
@@ -83,7 +83,7 @@ def _lend_run(policy: str | Policies) -> tuple[list[str], list[str], list[str], 
     g = Gangs(cluster(4, 4), policy)
     g.submit(spec("h", "hp", 2, dur=1e5), 0.0)
     g.send(ForecastUpdated("t", "A", (8.0,), (0.0,)), 0.0)
-    assert g.core.gangs.quota["A"] == 0.0
+    assert g.core.hpspot.quota["A"] == 0.0
     # no HP waits: the lending variant lends spot what HP does not hold (6 GPUs)
     first = bound(g.submit(spec("s1", "spot", 4, dur=1e5), 1.0))
     first += bound(g.submit(spec("s2", "spot", 2, dur=1e5), 1.0))
@@ -92,7 +92,7 @@ def _lend_run(policy: str | Policies) -> tuple[list[str], list[str], list[str], 
     # while it (or any HP job) waits, nothing is lent
     g.submit(spec("h3", "hp", 4, dur=1e5), 3.0)
     late = bound(g.submit(spec("s3", "spot", 1, dur=1e5), 3.0))
-    return first, evicted(hp), late, g.core.gangs.spot_quota("A")
+    return first, evicted(hp), late, g.core.hpspot.spot_quota("A")
 
 
 def test_lend_gives_spot_what_hp_does_not_hold_while_no_hp_waits() -> None:
@@ -111,8 +111,8 @@ def test_patient_lend_lends_half_and_hp_takes_free_room_back_first() -> None:
     # starts, the 4-GPU one does not; the next HP job takes the 4 free GPUs without a
     # victim (gfs-lend evicted s1 for it); with HP queued nothing is lent
     assert _lend_run("gfs-reserve-patient-lend") == (["s2"], [], [], 0.0)
-    config = preset("gfs-reserve-patient-lend").policies.gangs
-    patient = preset(PATIENT).policies.gangs
+    config = preset("gfs-reserve-patient-lend").policies.hpspot
+    patient = preset(PATIENT).policies.hpspot
     assert config.lend_idle == 0.5 and patient.lend_idle == 0.0
     same = ("reserve_after_s", "reserve_backfill_free", "hp_evict_after_s", "reserve_min_workers")
     assert all(getattr(config, f) == getattr(patient, f) for f in same)
@@ -125,7 +125,7 @@ def test_a_preset_takes_its_parameters_after_its_name() -> None:
     named = preset("gfs-reserve-patient-lend")
     assert written.name == PATIENT + "+lend_idle=0.5"
     assert _lend_run(written.policies) == _lend_run(named.policies) == (["s2"], [], [], 0.0)
-    a, b = written.policies.gangs, named.policies.gangs
+    a, b = written.policies.hpspot, named.policies.hpspot
     plain = [
         f.name
         for f in fields(a)
@@ -133,8 +133,8 @@ def test_a_preset_takes_its_parameters_after_its_name() -> None:
     ]
     assert [getattr(a, f) for f in plain] == [getattr(b, f) for f in plain]
     several = preset("gfs+hp_evict_after_s=600+reserve_backfill_free=true+queue=fifo").policies
-    assert (several.gangs.hp_evict_after_s, several.gangs.reserve_backfill_free) == (600.0, True)
-    assert several.gangs.queue == "fifo" and preset("gfs").policies.gangs.queue == "size"
+    assert (several.hpspot.hp_evict_after_s, several.hpspot.reserve_backfill_free) == (600.0, True)
+    assert several.hpspot.queue == "fifo" and preset("gfs").policies.hpspot.queue == "size"
     # what cannot be set this way is refused, naming what is wrong
     for bad, says in (
         ("gfs+lend_idle=2", "lend_idle must be in [0, 1], got 2.0"),
@@ -155,22 +155,22 @@ def test_lend_shrinks_with_eta_when_lending_evicts() -> None:
     p = preset("gfs-lend")
     g = Gangs(cluster(4, 4), p.policies)
     g.send(ForecastUpdated("t", "A", (8.0,), (0.0,)), 0.0)
-    assert g.core.gangs.spot_quota("A") == 8.0  # no HP holds anything: eta 1 x 8
-    g.core.gangs.config.quota.feedback("A", 0.3, spot_waited_long=False)  # e = 3x target
-    assert g.core.gangs.spot_quota("A") == pytest.approx(8.0 * 0.1 / 0.3)
+    assert g.core.hpspot.spot_quota("A") == 8.0  # no HP holds anything: eta 1 x 8
+    g.core.hpspot.config.quota.feedback("A", 0.3, spot_waited_long=False)  # e = 3x target
+    assert g.core.hpspot.spot_quota("A") == pytest.approx(8.0 * 0.1 / 0.3)
 
 
 def test_only_the_reserve_presets_reserve() -> None:
-    reserving = {n for n in GANG_PRESETS if preset(n).policies.gangs.reserve_after_s < 1e300}
+    reserving = {n for n in GANG_PRESETS if preset(n).policies.hpspot.reserve_after_s < 1e300}
     assert reserving == {"gfs-reserve-patient-lend", "gfs-reserve-patient-lend-multi"}
-    configs = {n: preset(n).policies.gangs for n in reserving}
+    configs = {n: preset(n).policies.hpspot for n in reserving}
     bounds = {n: (c.reserve_min_worker, c.reserve_min_workers) for n, c in configs.items()}
     assert bounds == {
         "gfs-reserve-patient-lend": (2.0, 2),
         "gfs-reserve-patient-lend-multi": (2.0, 1),
     }
     assert all(c.reserve_smaller_first and c.reserve_backfill_free for c in configs.values())
-    assert {n for n in GANG_PRESETS if preset(n).policies.gangs.hp_evict_after_s} == reserving
+    assert {n for n in GANG_PRESETS if preset(n).policies.hpspot.hp_evict_after_s} == reserving
 
 
 def _reserve_run(name: str, cancel: bool = False) -> tuple[Gangs, list[list[Action]]]:
@@ -209,7 +209,7 @@ def test_reserve_drains_a_node_for_a_waiting_gang_while_small_jobs_keep_coming()
     # 20,000 s); nothing that runs past 7,200 s is placed there: the cards n1's jobs free
     # stay idle (the 1-GPU jobs and the spot job wait) until big starts there
     assert _bound_at(log, "big") == [len(log) - 9] and g.nodes("big") == {"n1"}
-    assert g.core.gangs.reservations.held == {}  # dropped when big started
+    assert g.core.hpspot.reservations.held == {}  # dropped when big started
     # n0's jobs ending then hand its cards to the waiting jobs, HP first
     assert sorted(j for out in log[-8:] for j in bound(out)) == [
         *(f"q{k}" for k in range(1, 8)),
@@ -225,9 +225,9 @@ def test_reserve_holds_one_reservation_until_the_gang_starts_or_is_cancelled() -
     g.submit(spec("big", "hp", 8, dur=1e4), 10.0)
     g.submit(spec("big2", "hp", 8, dur=1e4), 20.0)
     g.submit(spec("q1", "hp", 1, dur=1e5), 3_000.0)  # big has waited under an hour
-    assert g.core.gangs.reservations.held == {}
+    assert g.core.hpspot.reservations.held == {}
     g.submit(spec("q2", "hp", 1, dur=1e5), 3_700.0)  # over an hour: the first big reserves
-    assert g.core.gangs.reservations.held == {"A": ("big", frozenset({"n1"}), 7_200.0)}
+    assert g.core.hpspot.reservations.held == {"A": ("big", frozenset({"n1"}), 7_200.0)}
     assert bound(g.finish("s8", 4_000.0)) == []  # n1's freed card is held for big
     # EASY backfill: a job that ends before n1 drains (by its run time) may use it
     assert bound(g.submit(spec("short", "hp", 1, dur=3_000), 4_000.0)) == ["short"]
@@ -236,11 +236,11 @@ def test_reserve_holds_one_reservation_until_the_gang_starts_or_is_cancelled() -
     # big cancelled: its reservation ends, and big2 (queued over an hour, tried first)
     # takes n1 over at the same pass: the freed card still waits for a whole node
     assert bound(g.send(JobCancelled("big"), 4_100.0)) == []
-    assert g.core.gangs.reservations.held == {"A": ("big2", frozenset({"n1"}), 7_200.0)}
+    assert g.core.hpspot.reservations.held == {"A": ("big2", frozenset({"n1"}), 7_200.0)}
     # cancelled with no other gang waiting, the reservation is gone: n1's cards go to the
     # 1-GPU jobs as they free
     cancelled, log = _reserve_run(RESERVE, cancel=True)
-    assert cancelled.core.gangs.reservations.held == {}
+    assert cancelled.core.hpspot.reservations.held == {}
     assert _bound_at(log, "q1") == [len(log) - 16] and cancelled.nodes("q1") == {"n1"}
 
 
@@ -253,14 +253,14 @@ def test_a_pool_job_does_not_take_a_card_reserved_for_a_gang() -> None:
         g.submit(spec(f"s{i}", "hp", 1, dur=20_000 if i < 8 else 7_200), 0.0)
     g.submit(spec("big", "hp", 8, dur=1e4), 10.0)
     g.submit(spec("q", "hp", 1, dur=1e5), 3_700.0)
-    assert g.core.gangs.reserved_nodes("A") == frozenset({"n1"})
+    assert g.core.hpspot.reserved_nodes("A") == frozenset({"n1"})
     g.finish("s8", 4_000.0)  # n1's first free card, held for big
     pool = JobSpec("tool", "t", "A", job_class=JobClass.POOL, duration=None)
     started = [a for a in g.submit(pool, 4_010.0) if isinstance(a, StartPod)]
     assert started == [] and g.core.jobs["tool"].state is JobState.QUEUED
     out = g.finish("s0", 4_100.0)  # a card frees on n0, outside the reservation
     assert [(a.node, a.gpus) for a in out if isinstance(a, StartPod)] == [("n0", ("n0/0",))]
-    assert g.core.gangs.reserved_nodes("A") == frozenset({"n1"}) and not g.nodes("big")
+    assert g.core.hpspot.reserved_nodes("A") == frozenset({"n1"}) and not g.nodes("big")
 
 
 def test_reserve_is_gfs_until_a_gang_waits_and_is_deterministic() -> None:
@@ -315,19 +315,19 @@ def _smaller_run(name: str, smaller_first: bool | None = None) -> tuple[dict, li
     after small came, and every event's actions."""
     p = preset(name)
     if smaller_first is not None:
-        p.policies.gangs.reserve_smaller_first = smaller_first
+        p.policies.hpspot.reserve_smaller_first = smaller_first
     g = Gangs(cluster(4, 4), p.policies)
     log = [g.submit(spec(f"s{i}", "hp", 1, dur=20_000 if i < 4 else 7_200), 0.0) for i in range(8)]
     log.append(g.submit(spec("gang", "hp", 2, workers=2, dur=1e4), 10.0))
     log.append(g.submit(spec("small", "hp", 1, dur=1e5), 3_700.0))
-    reserved = dict(g.core.gangs.reservations.held)
+    reserved = dict(g.core.hpspot.reservations.held)
     log.append(g.finish("s4", 5_000.0))
     return reserved, log
 
 
 def test_patient_lend_multi_is_patient_lend_reserving_for_a_single_multi_card_worker() -> None:
     lend, multi = (
-        preset(n).policies.gangs
+        preset(n).policies.hpspot
         for n in ("gfs-reserve-patient-lend", "gfs-reserve-patient-lend-multi")
     )
     # every setting the same but the name and the single worker (policy objects are fresh)
@@ -360,16 +360,16 @@ def test_reserve_gangs_gives_its_reservation_up_when_a_smaller_hp_job_comes() ->
         g.submit(spec(f"s{i}", "hp", 1, dur=20_000 if i < 4 else 7_200), 0.0)
     g.submit(spec("gang", "hp", 2, workers=2, dur=1e4), 10.0)
     g.submit(spec("sp", "spot", 1, dur=1e5), 3_700.0)  # the pass after the gang's hour
-    assert g.core.gangs.reservations.held == {"A": ("gang", frozenset({"n1"}), 7_200.0)}
+    assert g.core.hpspot.reservations.held == {"A": ("gang", frozenset({"n1"}), 7_200.0)}
     # a 1-GPU HP job comes and finds no card: the reservation is given up after that pass,
     # and the card n1 frees next goes to it (it runs past n1's drain: held, it would wait)
     assert bound(g.submit(spec("small", "hp", 1, dur=1e5), 4_000.0)) == []
-    assert g.core.gangs.reservations.held == {}
+    assert g.core.hpspot.reservations.held == {}
     assert bound(g.finish("s4", 5_000.0)) == ["small"]
     # once no smaller job waits the gang reserves again: one slot of n1 by 7,200 s (small
     # holds one of its cards), one of n0 by 20,000 s
     g.finish("s5", 5_100.0)
-    assert g.core.gangs.reservations.held == {"A": ("gang", frozenset({"n0", "n1"}), 20_000.0)}
+    assert g.core.hpspot.reservations.held == {"A": ("gang", frozenset({"n0", "n1"}), 20_000.0)}
 
 
 def test_backfill_still_tries_a_smaller_gang_after_a_larger_one_found_no_room() -> None:
@@ -383,7 +383,7 @@ def test_backfill_still_tries_a_smaller_gang_after_a_larger_one_found_no_room() 
     # (no room), one 2-GPU worker fits on n2: the backfill skips only jobs asking as much
     # as the one that failed
     assert bound(g.submit(spec("a2", "hp", 2, workers=2, dur=1_000), 3_700.0)) == []
-    assert g.core.gangs.reservations.held == {"A": ("gang", frozenset({"n1", "n2"}), 7_200.0)}
+    assert g.core.hpspot.reservations.held == {"A": ("gang", frozenset({"n1", "n2"}), 7_200.0)}
     assert bound(g.submit(spec("b1", "hp", 2, dur=1_000), 3_700.0)) == ["b1"]
     assert g.nodes("b1") == {"n2"}
 
@@ -403,7 +403,7 @@ def test_reserve_counts_each_slot_of_a_node_by_its_own_drain() -> None:
     # both of n1's as if the node drained whole: so a job that ends by 7,200 s may still
     # use n1's free cards meanwhile
     out = g.submit(spec("short", "hp", 1, dur=3_000), 3_700.0)
-    assert g.core.gangs.reservations.held == {"A": ("gang", frozenset({"n0", "n1"}), 7_200.0)}
+    assert g.core.hpspot.reservations.held == {"A": ("gang", frozenset({"n0", "n1"}), 7_200.0)}
     assert bound(out) == ["short"] and g.nodes("short") == {"n1"}
     assert bound(g.finish("s0", 7_200.0) + g.finish("short", 7_200.0)) == []
     done = [j for i in range(1, 8) for j in bound(g.finish(f"s{i}", 7_200.0))]
@@ -418,7 +418,7 @@ def _backfill_run(name: str, free: bool = False) -> tuple[Gangs, list[list[Actio
     gang's hour), a 1-GPU spot job at 3,800 s, one of n1's jobs ending at 4,000 s. With
     ``free``: ``reserve_backfill_free``. The driver and every event's actions."""
     p = preset(name)
-    p.policies.gangs.reserve_backfill_free = free
+    p.policies.hpspot.reserve_backfill_free = free
     g = Gangs(cluster(4, 4, 4), p.policies)
     log = [g.submit(spec(f"a{i}", "hp", 1, dur=20_000), 0.0) for i in range(4)]
     log += [g.submit(spec(f"b{i}", "hp", 2, dur=7_200), 0.0) for i in range(2)]
@@ -439,12 +439,12 @@ def test_reserve_backfill_free_backfills_on_free_room_only() -> None:
     # RESERVE_GANGS: the gang reserves n1 and n2 (n2's slot holds only spot: ready now),
     # and at the next pass x, which ends before they drain, is backfilled by evicting sp
     g, log = _backfill_run(RESERVE_GANGS)
-    assert g.core.gangs.reservations.held["A"] == ("gang", frozenset({"n1", "n2"}), 7_200.0)
+    assert g.core.hpspot.reservations.held["A"] == ("gang", frozenset({"n1", "n2"}), 7_200.0)
     assert evicted(log[-2]) == ["sp"] and bound(log[-2]) == ["x"] and g.nodes("x") == {"n2"}
     # with reserve_backfill_free (PATIENT's) the same reservation, but x
     # backfilled takes free room only: it evicts nothing and starts when n1 frees two cards
     g, log = _backfill_run(RESERVE_GANGS, free=True)
-    assert g.core.gangs.reservations.held["A"] == ("gang", frozenset({"n1", "n2"}), 7_200.0)
+    assert g.core.hpspot.reservations.held["A"] == ("gang", frozenset({"n1", "n2"}), 7_200.0)
     assert not any(evicted(out) for out in log)
     assert bound(log[-1]) == ["x"] and g.nodes("x") == {"n1"}
 
@@ -455,7 +455,7 @@ def _evict_after_run(after: float) -> tuple[Gangs, list[list[Action]], dict[floa
     only after ``after`` s queued. The driver, every event's actions, and those of a Tick
     at each deadline the core asks for before 2,000 s, by its time."""
     p = preset("gfs")
-    p.policies.gangs.hp_evict_after_s = after
+    p.policies.hpspot.hp_evict_after_s = after
     g = Gangs(cluster(4, 4), p.policies)
     log = [g.submit(spec("r", "hp", 4, dur=300), 0.0), g.submit(spec("s", "spot", 4, dur=1e5), 0.0)]
     assert (g.nodes("r"), g.nodes("s")) == ({"n0"}, {"n1"})

@@ -49,7 +49,7 @@ def test_chronus_releases_every_job_each_lease() -> None:
         assert job.state is JobState.RUNNING
         assert job.remaining == pytest.approx(1e5 - 1200) and job.overhead == 120.0
         assert job.evictions == 0  # a lease return is not an eviction
-    assert g.core.gangs.ledgers["A"].failed == 0
+    assert g.core.hpspot.ledgers["A"].failed == 0
 
 
 def test_a_lease_flush_re_places_on_the_whole_room_and_keeps_pods_in_place() -> None:
@@ -288,7 +288,7 @@ def test_restart_overhead_per_worker_and_for_the_preemptor() -> None:
 def test_node_cost_counts_periods_since_start_over_the_window() -> None:
     day = 86400.0
     g = Gangs(cluster(4, 4), "gfs")
-    g.core.gangs.ledgers["A"].record(0.0, succeeded=10)  # settled two days ago
+    g.core.hpspot.ledgers["A"].record(0.0, succeeded=10)  # settled two days ago
     now = 2 * day
     g.submit(spec("a", "spot", 4, dur=1e6), now - 37_800.0)  # n0, 10.5 h
     g.submit(spec("b1", "spot", 2, dur=1e6), now - 100.0)  # n1
@@ -298,7 +298,7 @@ def test_node_cost_counts_periods_since_start_over_the_window() -> None:
     # checkpoint over 24 h) n0 cost 1 + 0.052 and n1 1 + 0.003: b1 and b2 went
     out = g.submit(spec("h", "hp", 4), now)
     assert evicted(out) == ["a"]
-    config = g.core.gangs.config
+    config = g.core.hpspot.config
     assert config.rate_window_s == math.inf and config.cost_window_s == 30 * day + 1
 
 
@@ -370,7 +370,7 @@ def test_fgd_preempts_on_least_fragmenting_node() -> None:
 
 def test_quota_and_preemption_only_inside_the_window() -> None:
     g = Gangs(cluster(4), "gfs")
-    g.core.gangs.config.window = (100.0, 200.0)
+    g.core.hpspot.config.window = (100.0, 200.0)
     g.send(ForecastUpdated("t", "A", (2.0,), (0.0,)), 0.0)  # quota 2
     g.submit(spec("h0", "hp", 2, dur=180), 0.0)
     # before the window no spot job starts (before: it started at once)
@@ -382,10 +382,10 @@ def test_quota_and_preemption_only_inside_the_window() -> None:
     assert evicted(out) == ["s1"]
     g.finish("h1", 160.0)  # the quota (2) admits one of s1, s2 again
     out = g.finish("h0", 180.0)
-    assert len(g.core.gangs.running_spot["A"]) == 1
+    assert len(g.core.hpspot.running_spot["A"]) == 1
     # after the window no quota: both run
     out = g.send(Tick(), 200.0)
-    assert len(g.core.gangs.running_spot["A"]) == 2
+    assert len(g.core.hpspot.running_spot["A"]) == 2
     always = Gangs(cluster(4), "gfs")  # window None: from the start (stoker's)
     assert "s1" in bound(always.submit(spec("s1", "spot", 2, dur=1e4), 0.0))
 

@@ -34,7 +34,7 @@ from stoker.core.gfs.placement import (
 )
 from stoker.core.gfs.preemption import FGDVictims, FifoVictims, GFSVictims, LyraVictims
 from stoker.core.gfs.quota import StaticQuota
-from stoker.core.gfs.scheduler import GangScheduler
+from stoker.core.gfs.scheduler import HpSpotScheduler
 from stoker.sim.gfs import Window, simulate
 from stoker.sim.virtual import VirtualRuntime
 from stoker.traces.base import Trace, TraceJob, TraceNode
@@ -94,7 +94,7 @@ def test_gang_plan_buckets_equal_a_recomputed_index(free, takes, need) -> None:
 def test_cards_without_hp_follow_the_books(ops) -> None:
     """Jobs of every shape start and end: every node's count of cards without HP and the
     pool's count of nodes per such count stay what the books give, and never fewer than
-    the cards really without an HP share (``GangScheduler.check``, after every event)."""
+    the cards really without an HP share (``HpSpotScheduler.check``, after every event)."""
     g = Gangs(cluster(8, 8, 4, 2), static())
     running: list[str] = []
     for i, (cls, req, workers, end) in enumerate(ops):
@@ -142,7 +142,7 @@ def _searches(
     for ``job_id``'s room; ``bounded=False`` switches the bounds on an HP job's room off
     (cards without HP; free and whole-GPU spot cards)."""
     searches = [0]
-    plan_free = GangScheduler._plan_free
+    plan_free = HpSpotScheduler._plan_free
 
     def counted(sched, job, now):
         if job.id == job_id:
@@ -150,7 +150,7 @@ def _searches(
         return plan_free(sched, job, now)
 
     with monkeypatch.context() as m:
-        m.setattr(GangScheduler, "_plan_free", counted)
+        m.setattr(HpSpotScheduler, "_plan_free", counted)
         if not bounded:
             m.setattr(PoolIndex, "hp_slots", lambda self, need: 10**9)
             m.setattr(PoolIndex, "reclaim_slots", lambda self, need: 10**9)
@@ -220,7 +220,7 @@ def test_a_fractional_gang_plans_in_one_walk_as_a_walk_per_worker(held, share, w
     g = Gangs(cl, "chronus")
     job = g.core.jobs.setdefault("f", _job("f", "spot", share, workers))
     assert job.job_class is JobClass.SPOT and job.fractional
-    assert g.core.gangs._plan_free(job, 0.0) == _per_worker_walk(cl, "A", share, workers)
+    assert g.core.hpspot._plan_free(job, 0.0) == _per_worker_walk(cl, "A", share, workers)
     walked = [gpu.id for gpu in cl.gpus_with_room("A", share)]
     assert sorted(walked) == sorted(c.id for c in cards if c.free >= share - EPS)
     buckets = [min(20, int(cl.gpus[c].free * 20 + EPS)) for c in walked]
@@ -250,7 +250,7 @@ def _idle_pod(g: Gangs, job: str, at: float) -> None:
 def _reclaims(g: Gangs, now: float) -> list:
     """What a reclaim would stop and evict for HP requests of every whole-GPU shape, each
     as the victims' chooser (free room first, and free nodes among the candidates)."""
-    sched = g.core.gangs
+    sched = g.core.hpspot
     idle = g.core.warm.idle_cards("A")
     out = []
     for need, workers in ((1, 1), (2, 1), (4, 1), (8, 1), (1, 3), (2, 2), (4, 2)):
@@ -284,11 +284,11 @@ def test_reclaim_from_the_room_index_decides_as_the_scan_of_every_spot_node(
     """Spot and HP jobs of every shape start and end on nodes of 8, 4 and 2 GPUs, a few
     idle warm pods among them; after every event, reclaims for HP requests of every
     whole-GPU shape stop and evict what they do when every spot node is a candidate (the
-    chooser's ``reads`` set to ``all``). ``GangScheduler.check`` (after every event)
+    chooser's ``reads`` set to ``all``). ``HpSpotScheduler.check`` (after every event)
     recomputes the room index from the books."""
     victims, scorer = _CHOOSERS[chooser]
     config = GFSConfig(quota=StaticQuota(1.0), victims=victims(), scorer=scorer())
-    g = Gangs(cluster(8, 8, 8, 4, 8, 4, 2, 8, 8, 4), Policies(gangs=config))
+    g = Gangs(cluster(8, 8, 8, 4, 8, 4, 2, 8, 8, 4), Policies(hpspot=config))
     for i in range(idle_pods):
         _idle_pod(g, f"pool{i}", 3.0 * i)
     running: list[str] = []

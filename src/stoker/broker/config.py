@@ -165,7 +165,7 @@ class PolicyConfig(_Table):
             overrides.setdefault("keepalive", "fixed")
         knobs = Knobs(keepalive_s=FIXED_KEEPALIVE_S if keepalive_s is None else keepalive_s)
         apply(chosen.policies, overrides, knobs)
-        chosen.policies.gangs.grace_s = grace_s
+        chosen.policies.hpspot.grace_s = grace_s
         for p in profiles:
             own = None
             if p.keepalive is not None or p.keepalive_s is not None:

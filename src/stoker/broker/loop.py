@@ -766,11 +766,11 @@ class Scheduler:
         """Per GPU pool, the core's view: capacity, what hp and spot jobs hold, the spot
         quota and its eta, the eviction rate of the last day, the summed HP forecast (mean,
         variance and g-quantile per hour ahead) and the queued hp and spot jobs."""
-        gangs = self.core.gangs
-        g = self.core.policies.gangs.g
+        hpspot = self.core.hpspot
+        g = self.core.policies.hpspot.g
         now = self._tick_now()
         out = []
-        for model in sorted(gangs.pools):
+        for model in sorted(hpspot.pools):
             forecast = None
             if model in self.core.forecast:
                 mean, var = self.core.forecast[model]
@@ -781,15 +781,15 @@ class Scheduler:
                     "quantile": [float(q) for q in quantile(mean, var, g)],
                     "g": g,
                 }
-            rate = gangs.ledgers[model].rate(since=now - 86400.0)
+            rate = hpspot.ledgers[model].rate(since=now - 86400.0)
             out.append(
                 {
                     "gpu_model": model,
-                    "capacity": float(gangs.capacity[model]),
-                    "hp_gpus": round(gangs.used[model][JobClass.HP], 9),
-                    "spot_gpus": round(gangs.used[model][JobClass.SPOT], 9),
-                    "spot_quota": float(gangs.spot_quota(model)),  # the loan's, if larger
-                    "eta": float(gangs.eta(model)),
+                    "capacity": float(hpspot.capacity[model]),
+                    "hp_gpus": round(hpspot.used[model][JobClass.HP], 9),
+                    "spot_gpus": round(hpspot.used[model][JobClass.SPOT], 9),
+                    "spot_quota": float(hpspot.spot_quota(model)),  # the loan's, if larger
+                    "eta": float(hpspot.eta(model)),
                     "eviction_rate_1d": 0.0 if rate is None else float(rate),
                     "forecast": forecast,
                     "queued": {
@@ -799,7 +799,7 @@ class Scheduler:
                             if (job := self.core.jobs.get(j)) is not None
                             and job.job_class is cls
                             and job.state is JobState.QUEUED
-                            and gangs.pool_of(job) == model
+                            and hpspot.pool_of(job) == model
                         )
                         for cls in (JobClass.HP, JobClass.SPOT)
                     },

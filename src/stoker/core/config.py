@@ -43,7 +43,7 @@ class Policies:
 
     Warm pools: ``matching`` (warm and standby matching), ``keepalive``, ``budget`` (warm
     budget), ``warm_cap`` (how each GPU pool's HP forecast bounds the warm budget there),
-    ``standby`` (standby staging). hp/spot: ``gangs`` holds queue order, placement
+    ``standby`` (standby staging). hp/spot: ``hpspot`` holds queue order, placement
     scoring, spot quota and reclaim (victim choice) with their parameters. ``profiles``:
     per profile name, its own keep-alive and minimum warm count. Presets by name:
     :mod:`stoker.core.registry`.
@@ -53,6 +53,6 @@ class Policies:
     keepalive: KeepAlive = field(default_factory=FixedKeepAlive)
     budget: WarmBudget = field(default_factory=QueueDrivenBudget)
     standby: StandbyPolicy = field(default_factory=BesideActive)
-    gangs: GFSConfig = field(default_factory=GFSConfig)
+    hpspot: GFSConfig = field(default_factory=GFSConfig)
     profiles: dict[str, ProfilePolicies] = field(default_factory=dict)
     warm_cap: WarmCap = field(default_factory=KeepAliveCap)

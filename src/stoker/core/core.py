@@ -4,7 +4,7 @@ Pure: no I/O, no wall clock, no randomness; every call takes ``now`` and the sam
 give the same actions. The core owns the registries (jobs and pods of every class), moves
 them only through its transition tables, and hands each event to the part that serves its
 class: :class:`~stoker.core.warm.WarmPools` (pool jobs, warm and standby pods) or
-:class:`~stoker.core.gfs.scheduler.GangScheduler` (hp and spot jobs). The decisions a
+:class:`~stoker.core.gfs.scheduler.HpSpotScheduler` (hp and spot jobs). The decisions a
 driver must not make are here: when a job has started, which rank's exit ends it and how
 it is typed, what a failed bind or a failed stop means. It also keeps the HP demand meter
 and sums the tenants' forecasts per GPU pool, which bound both the spot quota and the warm
@@ -42,7 +42,7 @@ from stoker.core.events import (
     RankStarted,
     Tick,
 )
-from stoker.core.gfs.scheduler import GangScheduler
+from stoker.core.gfs.scheduler import HpSpotScheduler
 from stoker.core.model import (
     EPS,
     GPU,
@@ -86,8 +86,8 @@ class Core:
         self.demand = self.books.demand
         self.unplaceable = self.books.set_aside
         self.warm = WarmPools(self.books, self.policies)
-        self.gangs = GangScheduler(self.books, self.warm, self.policies.gangs, start)
-        self.warm.connect(self.gangs)
+        self.hpspot = HpSpotScheduler(self.books, self.warm, self.policies.hpspot, start)
+        self.warm.connect(self.hpspot)
         self.books.on_cards = self.warm.refresh_cards
         # per GPU pool, each tenant's latest forecast (mean, var per hour ahead)
         self._forecasts: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
@@ -103,7 +103,7 @@ class Core:
         # pods whose stop failed: they hold their share until the runtime confirms; the stop
         # is asked again at the time given here
         self._stop_retry: dict[str, float] = {}
-        self._z = NormalDist().inv_cdf(self.policies.gangs.g)  # the warm cap's quantile
+        self._z = NormalDist().inv_cdf(self.policies.hpspot.g)  # the warm cap's quantile
 
     # ------------------------------------------------------------------ the entry point
 
@@ -126,7 +126,7 @@ class Core:
             self._apply(event, now, out)
         self._settle_forecasts()
         # hp and spot first (guaranteed work before loop jobs take free room), then pools
-        self.gangs.schedule(now, out)
+        self.hpspot.schedule(now, out)
         # the warm cap may follow what HP holds now: set after HP's placements
         self._follow_hp_cap(now)
         self.warm.after(now, out)
@@ -175,7 +175,7 @@ class Core:
                 self._node_removed(name, now, out)
             case Tick():
                 self.warm.tick(now, out)
-                self.gangs.tick(now, out)
+                self.hpspot.tick(now, out)
                 self._retry_stops(now, out)
             case _:
                 raise CoreError(f"unknown event {event!r}")
@@ -185,7 +185,7 @@ class Core:
     def next_deadline(self) -> float | None:
         """The earliest time a Tick would change something (a keep-alive deadline, an eta
         step or Chronus round, a stop to ask again)."""
-        times = [self.warm.next_deadline(), self.gangs.next_deadline()]
+        times = [self.warm.next_deadline(), self.hpspot.next_deadline()]
         times.append(min(self._stop_retry.values(), default=None))
         present = [t for t in times if t is not None]
         return min(present) if present else None
@@ -206,7 +206,7 @@ class Core:
     def waiting(self, job_id: str) -> Waiting | None:
         """Why a queued job has not started, as the core stands now (None: not queued, or
         unknown): set aside with its refusal (:attr:`unplaceable`); an hp or spot job by
-        :meth:`GangScheduler.waiting` (the spot quota, pods stopping for room, no room);
+        :meth:`HpSpotScheduler.waiting` (the spot quota, pods stopping for room, no room);
         a pool job, no room for its pods: the CPU slots of a CPU-only profile, else the
         cards of its GPU model (it took none of the paths :meth:`WarmPools._try_place`
         tries, each of which needs free room or an idle pod of its own)."""
@@ -217,7 +217,7 @@ class Core:
         if aside is not None:
             return aside
         if job.job_class is not JobClass.POOL:
-            return self.gangs.waiting(job, self.books.now)
+            return self.hpspot.waiting(job, self.books.now)
         profile = self.profiles[job.spec.profile]
         if profile.cpu_only:
             nodes = self.cluster.nodes
@@ -245,8 +245,8 @@ class Core:
         """Raise if an invariant does not hold (tests call it after every event)."""
         self.cluster.check()
         self.warm.check()
-        self.gangs.check()
-        queued = {*self.queued(), *self.gangs.queued_ids()} if self.unplaceable else set()
+        self.hpspot.check()
+        queued = {*self.queued(), *self.hpspot.queued_ids()} if self.unplaceable else set()
         for jid, why in self.unplaceable.items():
             job = self.jobs[jid]
             if job.state is not JobState.QUEUED or self.refusal(job.spec) != why:
@@ -259,8 +259,8 @@ class Core:
             if pod.job is not None and pod.pending_job is not None:
                 raise AssertionError(f"pod {pod.id} both runs {pod.job} and waits for another")
 
-    def _part(self, job_class: JobClass) -> WarmPools | GangScheduler:
-        return self.warm if job_class is JobClass.POOL else self.gangs
+    def _part(self, job_class: JobClass) -> WarmPools | HpSpotScheduler:
+        return self.warm if job_class is JobClass.POOL else self.hpspot
 
     def _job(self, job_id: str) -> Job:
         job = self.jobs.get(job_id)
@@ -337,7 +337,7 @@ class Core:
         if spec.job_class is JobClass.POOL:
             self.warm.submit(job, now, out)
         else:
-            self.gangs.submit(job, now)
+            self.hpspot.submit(job, now)
 
     def _cancel(self, job_id: str, now: float, out: list[Action]) -> None:
         job = self._job(job_id)
@@ -376,7 +376,7 @@ class Core:
             if job.started is None:
                 job.started = now
             if job.job_class is not JobClass.POOL:
-                self.gangs.started(job, now)
+                self.hpspot.started(job, now)
 
     def _rank_exited(
         self,
@@ -394,7 +394,7 @@ class Core:
         job = self._job(job_id)
         if job.state is JobState.PLACED and job.job_class is not JobClass.POOL:
             # a job re-placed in the pods it kept (a Chronus lease) waits for these
-            self.gangs.old_rank_exited(job, rank, now, out)
+            self.hpspot.old_rank_exited(job, rank, now, out)
             return
         if job.state not in (JobState.BINDING, JobState.RUNNING) or rank in job.ranks_exited:
             # late news of a run the core already moved on from (its pod failed and the job
@@ -453,13 +453,13 @@ class Core:
             if pool:
                 self.warm.pod_ready(pod_id, now, out)
             else:
-                self.gangs.pod_ready(pod, now, out)
+                self.hpspot.pod_ready(pod, now, out)
         elif failed is not None:
             if pool:
                 self.warm.pod_failed(pod_id, failed, now, out)
-                self.gangs.reclaimed(pod_id)  # gone all the same: its room is free
+                self.hpspot.reclaimed(pod_id)  # gone all the same: its room is free
             else:
-                self.gangs.pod_failed(pod, failed, now, out)
+                self.hpspot.pod_failed(pod, failed, now, out)
                 self.warm.room_freed()
 
     def _pod_gone(self, pod_id: str, now: float, out: list[Action]) -> None:
@@ -473,9 +473,9 @@ class Core:
             return
         if pod.job_class is JobClass.POOL:
             self.warm.pod_gone(pod_id, now, out)
-            self.gangs.reclaimed(pod_id)  # an idle pod stopped for an HP job
+            self.hpspot.reclaimed(pod_id)  # an idle pod stopped for an HP job
         else:
-            self.gangs.pod_gone(pod, now)
+            self.hpspot.pod_gone(pod, now)
             self.warm.room_freed()
 
     def _stop_failed(self, pod_id: str, now: float) -> None:
@@ -519,7 +519,7 @@ class Core:
         node.gpus = [GPU(g, node.name, i, node.gpu_model) for i, g in enumerate(gpus)]
         self._cap_stale[node.gpu_model] = None
         self.cluster.add_node(node)
-        self.gangs.add_node(node)
+        self.hpspot.add_node(node)
         self.warm.room_freed()
         self._sort_out(list(self.unplaceable))  # a job set aside may fit again
 
@@ -535,7 +535,7 @@ class Core:
         self._fail_pods(cut_off, "node_changed", now, out)
         if [g.id for g in self.cluster.nodes[name].gpus] != gpus:
             self.cluster.set_gpus(name, gpus)
-            self.gangs.resize_node(name)
+            self.hpspot.resize_node(name)
             self._cap_stale[node.gpu_model] = None
         cpu_pods = sorted(
             (p for p in on_node if p.id in self.cluster.cpu_allocs), key=lambda p: (p.created, p.id)
@@ -558,7 +558,7 @@ class Core:
         ]
         self._fail_pods(on_node, "node_removed", now, out)
         self._cap_stale[self.cluster.nodes[name].gpu_model] = None
-        self.gangs.remove_node(name)
+        self.hpspot.remove_node(name)
         self.cluster.remove_node(name)
         # every queued job, the ones just re-queued from this node's pods too
         self._sort_out(self._queued_ids())
@@ -632,7 +632,7 @@ class Core:
         if not self._forecast_pools:
             return
         for pool in self._forecast_pools:
-            self.gangs.set_forecast(pool, *self.forecast[pool])
+            self.hpspot.set_forecast(pool, *self.forecast[pool])
         self._forecast_pools = {}
 
     def _follow_hp_cap(self, now: float) -> None:
@@ -644,7 +644,7 @@ class Core:
         event); a pool whose cap appears or goes rebuilds the whole map in forecast order
         (the order in which :meth:`WarmPools._enforce_hp_cap` walks it)."""
         stale = self._cap_stale
-        stale.update(dict.fromkeys(self.gangs.hp_moved()))
+        stale.update(dict.fromkeys(self.hpspot.hp_moved()))
         timed = self.warm.timed_models()
         stale.update(dict.fromkeys(self._cap_timed))
         stale.update(dict.fromkeys(timed))
@@ -683,7 +683,7 @@ class Core:
         if gpus is None:
             return None
         mean, var = self.forecast[model]
-        used = self.gangs.used.get(model)
+        used = self.hpspot.used.get(model)
         hp_used = used[JobClass.HP] if used is not None else 0.0
         sd = math.sqrt(max(float(var[0]), 0.0))
         horizon = self.warm.keepalive_left(model, now)

@@ -55,7 +55,7 @@ POINTS: dict[str, tuple[str, dict[str, _Build]]] = {
         {"beside-active": lambda k: BesideActive(), "none": lambda k: NoStandby()},
     ),
     "spot_quota": (
-        "gangs.quota",
+        "hpspot.quota",
         {
             "forecast": lambda k: ForecastQuota(k.g, k.guarantee_s),
             "none": lambda k: StaticQuota(1.0),

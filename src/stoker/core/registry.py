@@ -95,7 +95,7 @@ def _firepool(p: _Params) -> Policies:
         keepalive=FixedKeepAlive(FIXED_KEEPALIVE_S),
         budget=QueueDrivenBudget(),
         standby=BesideActive(),
-        gangs=GFSConfig(quota=ForecastQuota(p.g, p.guarantee_s), g=p.g, guarantee_s=p.guarantee_s),
+        hpspot=GFSConfig(quota=ForecastQuota(p.g, p.guarantee_s), g=p.g, guarantee_s=p.guarantee_s),
         warm_cap=KeepAliveCap(),
     )
 
@@ -116,7 +116,7 @@ def _gangs(**config: object) -> Callable[[_Params], Policies]:
         args = {k: (v(p) if callable(v) else v) for k, v in config.items()}
         args.setdefault("g", p.g)
         args.setdefault("guarantee_s", p.guarantee_s)
-        policies.gangs = GFSConfig(**args)  # type: ignore[arg-type]
+        policies.hpspot = GFSConfig(**args)  # type: ignore[arg-type]
         return policies
 
     return build
@@ -277,7 +277,7 @@ def preset(name: str, g: float = 0.9, guarantee_s: float = 3600.0) -> Preset:
             raise ValueError(
                 f"preset: {base!r} is a warm-pool preset; only hp/spot presets take +field=value"
             )
-        policies.gangs = _changed(policies.gangs, changes)
+        policies.hpspot = _changed(policies.hpspot, changes)
     return Preset(name, policies, forecaster)
 
 

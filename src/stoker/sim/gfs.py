@@ -201,7 +201,7 @@ class TraceWorkload:
         every job is in and none waits, nothing can be queued again (only a queued HP job
         evicts), so the clocks stop and the running jobs play out to their ends; and
         none runs at or after ``clocks_until``."""
-        busy = self.next_sub < len(self.jobs) or sim.core.gangs.queued() > 0
+        busy = self.next_sub < len(self.jobs) or sim.core.hpspot.queued() > 0
         if busy and sim.now + every_s < self.clocks_until:
             sim.after(every_s, fn, sim, prio=prio)
 
@@ -243,7 +243,7 @@ class TraceWorkload:
         meter = sim.core.demand
         meter.record_until(sim.now)
         now_min = int(sim.now // 60)
-        pools = sim.core.gangs.pools
+        pools = sim.core.hpspot.pools
         # only the hourly peaks the forecaster reads, kept by the meter as the clock passes
         keys, peaks, recorded = meter.peaks(self.forecaster.query_hours)
         rows = [i for i, k in enumerate(keys) if k[1] in pools]
@@ -267,15 +267,15 @@ class TraceWorkload:
 
     def _sample(self, sim: Simulator) -> None:
         core = sim.core
-        gangs = core.gangs
+        hpspot = core.hpspot
         upper = 0.0
         for mean, var in core.forecast.values():
             upper += float(quantile(mean[:1], var[:1], self.g)[0])
         tl = self.timeline
         tl["t"].append(sim.now)
-        tl["quota"].append(float(sum(gangs.quota.values())))
-        tl["hp_used"].append(float(sum(u[JobClass.HP] for u in gangs.used.values())))
-        tl["spot_used"].append(float(sum(u[JobClass.SPOT] for u in gangs.used.values())))
+        tl["quota"].append(float(sum(hpspot.quota.values())))
+        tl["hp_used"].append(float(sum(u[JobClass.HP] for u in hpspot.used.values())))
+        tl["spot_used"].append(float(sum(u[JobClass.SPOT] for u in hpspot.used.values())))
         tl["hp_forecast_u"].append(upper)
         tl["capacity"].append(float(core.cluster.total_gpus))
         self._again(sim, self.timeline_every_s, self._sample, PRIO_SAMPLE)
@@ -308,8 +308,8 @@ def simulate(
     cluster = build_cluster(trace.nodes)
     profiles = trace_profiles(trace.nodes)
     core = Core(cluster, profiles, spec.policies, start=t0)
-    jobs = simulated_jobs(trace, window, set(core.gangs.pools))
-    config = spec.policies.gangs
+    jobs = simulated_jobs(trace, window, set(core.hpspot.pools))
+    config = spec.policies.hpspot
     # the node cost's lost-work term is over the evaluation window (the authors' timespan)
     config.cost_window_s = window.end - window.start + 1.0
     config.window = (window.start, window.end) if gate == "window" else None
@@ -338,20 +338,20 @@ def simulate(
     ok_at: dict[str, float] = {}
 
     def advance(a: float, b: float) -> None:
-        gangs = core.gangs
-        held = gangs.allocated
+        hpspot = core.hpspot
+        held = hpspot.allocated
         alloc["total"] += held * (b - a)
         lo, hi = max(a, window.start), min(b, window.end)
         if hi > lo:
             alloc["window"] += held * (hi - lo)
-            alloc["cards"] += gangs.busy_cards * (hi - lo)
-            alloc["hp"] += sum(u[JobClass.HP] for u in gangs.used.values()) * (hi - lo)
-            for pool, u in gangs.used.items():
+            alloc["cards"] += hpspot.busy_cards * (hi - lo)
+            alloc["hp"] += sum(u[JobClass.HP] for u in hpspot.used.values()) * (hi - lo)
+            for pool, u in hpspot.used.items():
                 held_s = (u[JobClass.HP] + u[JobClass.SPOT]) * (hi - lo)
                 by_pool[pool] = by_pool.get(pool, 0.0) + held_s
         for edge, at in (("start", window.start), ("end", window.end)):
             if edge not in ok_at and a <= at <= b:
-                ok_at[edge] = gangs.spot_ok_gpu_s
+                ok_at[edge] = hpspot.spot_ok_gpu_s
 
     runtime = VirtualRuntime(instant=[p.name for p in profiles])
     sim = trace_simulator(core, workload, runtime, t0, advance)
@@ -364,7 +364,7 @@ def simulate(
     )
     # the authors' definitions (``Recorder.log_output``), beside ours
     capacity_s = cluster.total_gpus * (window.end - window.start)
-    spot_ok = ok_at.get("end", core.gangs.spot_ok_gpu_s) - ok_at.get("start", 0.0)
+    spot_ok = ok_at.get("end", core.hpspot.spot_ok_gpu_s) - ok_at.get("start", 0.0)
     metrics["authors.gpu_allocation_rate"] = alloc["cards"] / capacity_s
     metrics["authors.useful_gpu_time_rate"] = (alloc["hp"] + spot_ok) / capacity_s
     # which GPU pools the allocation comes from (a contended trace's idle pools show here)

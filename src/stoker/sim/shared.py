@@ -191,19 +191,19 @@ class Accounting:
     total_gpus: int
     free: float = 0.0
     idle_pods: float = 0.0  # idle warm and standby pods
-    gangs: float = 0.0  # hp and spot workers
+    hpspot: float = 0.0  # hp and spot workers
     peak_pool: float = 0.0  # most GPUs pool pods held at once (any state, whole run)
 
     def advance(self, core: Core, a: float, b: float) -> None:
         used = core.cluster.used_total
-        self.peak_pool = max(self.peak_pool, used - core.gangs.allocated)
+        self.peak_pool = max(self.peak_pool, used - core.hpspot.allocated)
         lo, hi = max(a, self.start), min(b, self.end)
         if hi <= lo:
             return
         dt = hi - lo
         self.free += (self.total_gpus - used) * dt
         self.idle_pods += core.idle_gpus * dt
-        self.gangs += core.gangs.allocated * dt
+        self.hpspot += core.hpspot.allocated * dt
 
 
 def _nodes_of(trace_nodes: list[TraceNode], model: str) -> list[TraceNode]:
@@ -304,7 +304,7 @@ def run_mode(
         forecaster = policy_forecaster(spec.forecaster, cadence, cfg.forecaster, prep.trace.notes)
         if forecaster is not None:
             prefill_meter(core, prep.trace, t0)
-        config = spec.policies.gangs
+        config = spec.policies.hpspot
         trace_wl = TraceWorkload(
             jobs,
             forecaster,
@@ -432,7 +432,7 @@ def _metrics(
     out["gpu_allocation_rate"] = (
         (acct.total_gpus * span - acct.free) / (acct.total_gpus * span) if span > 0 else 0.0
     )
-    out["hp_spot_gpu_hours"] = acct.gangs / HOUR_S
+    out["hp_spot_gpu_hours"] = acct.hpspot / HOUR_S
     out["end_s"] = end
     return out
 

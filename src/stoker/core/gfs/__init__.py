@@ -2,6 +2,6 @@
 
 from stoker.core.gfs.config import GFSConfig
 from stoker.core.gfs.jobs import GuaranteeLedger
-from stoker.core.gfs.scheduler import GangScheduler
+from stoker.core.gfs.scheduler import HpSpotScheduler
 
-__all__ = ["GFSConfig", "GangScheduler", "GuaranteeLedger"]
+__all__ = ["GFSConfig", "GuaranteeLedger", "HpSpotScheduler"]

@@ -65,7 +65,7 @@ class GFSConfig:
     lend_idle: float = 0.0
     # stoker's ``gfs-reserve`` (inf: GFS's backfill, never a reservation): a whole-GPU HP
     # job that has queued this long and finds no room, free or by eviction, reserves the
-    # nodes closest to holding it (:meth:`GangScheduler._reserve`); no other hp or spot
+    # nodes closest to holding it (:meth:`HpSpotScheduler._reserve`); no other hp or spot
     # job (nor a warm pool's new pod) is placed there, nor reclaims there, until it starts
     # or leaves the queue, so it starts when those nodes drain instead of waiting while
     # smaller jobs backfill them.

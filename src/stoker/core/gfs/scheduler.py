@@ -73,7 +73,7 @@ def _per_node(place: list[tuple[str, str, float]]) -> dict[str, tuple[list[str],
     return out
 
 
-class GangScheduler:
+class HpSpotScheduler:
     """hp and spot jobs over the core's cluster; see the module docstring."""
 
     def __init__(self, books: Books, idle: IdleRoom, config: GFSConfig, start: float = 0.0) -> None:
