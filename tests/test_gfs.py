@@ -1158,7 +1158,7 @@ def test_a_blocked_hp_job_is_searched_again_only_once_a_node_could_hold_it(
             send(RankExited("b", 0), 2.0)
             send(RankExited("c", 0), 3.0)
             # b's and c's node: four cards without HP, held by their stopping pods
-            assert core.hpspot.pools["A"].by_no_hp[4] == 1
+            assert core.hpspot.gpu_pools["A"].by_no_hp[4] == 1
             b, c = held[:2]
             send(PodGone(b), 4.0)  # two cards free: a spot job takes one
             send(JobSubmitted(spec("s", "spot", 1, dur=1e5)), 5.0)

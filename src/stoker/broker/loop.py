@@ -770,7 +770,7 @@ class Scheduler:
         g = self.core.policies.hpspot.g
         now = self._tick_now()
         out = []
-        for model in sorted(hpspot.pools):
+        for model in sorted(hpspot.gpu_pools):
             forecast = None
             if model in self.core.forecast:
                 mean, var = self.core.forecast[model]

@@ -243,7 +243,7 @@ class TraceWorkload:
         meter = sim.core.demand
         meter.record_until(sim.now)
         now_min = int(sim.now // 60)
-        pools = sim.core.hpspot.pools
+        pools = sim.core.hpspot.gpu_pools
         # only the hourly peaks the forecaster reads, kept by the meter as the clock passes
         keys, peaks, recorded = meter.peaks(self.forecaster.query_hours)
         rows = [i for i, k in enumerate(keys) if k[1] in pools]
@@ -308,7 +308,7 @@ def simulate(
     cluster = build_cluster(trace.nodes)
     profiles = trace_profiles(trace.nodes)
     core = Core(cluster, profiles, spec.policies, start=t0)
-    jobs = simulated_jobs(trace, window, set(core.hpspot.pools))
+    jobs = simulated_jobs(trace, window, set(core.hpspot.gpu_pools))
     config = spec.policies.hpspot
     # the node cost's lost-work term is over the evaluation window (the authors' timespan)
     config.cost_window_s = window.end - window.start + 1.0

@@ -35,87 +35,87 @@ class SpotAdmission:
         self.hp_reserve: dict[str, float | None] = {}
         self.forecast: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # per pool, summed
 
-    def set_quota(self, pool: str, capacity: int) -> None:
+    def set_quota(self, gpu_pool: str, capacity: int) -> None:
         """The pool's capacity or forecast changed: its quota follows (no forecast yet: an
         HP demand of zero)."""
         zero = np.zeros(max(1, math.ceil(self.config.guarantee_s / HOUR_S)))
-        mean, var = self.forecast.get(pool, (zero, zero))
-        self.quota[pool] = self.config.quota.quota(pool, mean, var, capacity)
-        self.hp_reserve[pool] = self.config.quota.hp_reserve(mean, var, capacity)
+        mean, var = self.forecast.get(gpu_pool, (zero, zero))
+        self.quota[gpu_pool] = self.config.quota.quota(gpu_pool, mean, var, capacity)
+        self.hp_reserve[gpu_pool] = self.config.quota.hp_reserve(mean, var, capacity)
 
-    def room(self, pool: str, now: float) -> float:
+    def room(self, gpu_pool: str, now: float) -> float:
         """Spot GPUs the pool's quota still admits (none before the window, any after)."""
         gate = self.config.window
         if gate is not None and now < gate[0]:
             return -math.inf
         if gate is not None and now >= gate[1]:
             return math.inf
-        return self.spot_quota(pool) - self.view.used[pool][_SPOT]
+        return self.spot_quota(gpu_pool) - self.view.used[gpu_pool][_SPOT]
 
-    def spot_quota(self, pool: str) -> float:
+    def spot_quota(self, gpu_pool: str) -> float:
         """The pool's spot quota in force inside the window: the forecast's, or with
         ``lend_idle`` and no HP job waiting there, at least the loan (:meth:`lent`)."""
-        lent = self.lent(pool)
-        return self.quota[pool] if lent is None else max(self.quota[pool], lent)
+        lent = self.lent(gpu_pool)
+        return self.quota[gpu_pool] if lent is None else max(self.quota[gpu_pool], lent)
 
-    def lent(self, pool: str) -> float | None:
+    def lent(self, gpu_pool: str) -> float | None:
         """With ``lend_idle`` and no HP job waiting in the pool, that share (times eta) of
         the GPUs HP does not hold now; else None (nothing is lent)."""
         lend = self.config.lend_idle
-        if lend <= 0 or self.view.queues[pool][_HP].size:
+        if lend <= 0 or self.view.queues[gpu_pool][_HP].size:
             return None
-        used = self.view.used[pool][_HP]
-        return lend * self.config.quota.eta(pool) * (self.view.capacity[pool] - used)
+        used = self.view.used[gpu_pool][_HP]
+        return lend * self.config.quota.eta(gpu_pool) * (self.view.capacity[gpu_pool] - used)
 
-    def over_quota(self, job: Job, pool: str, now: float) -> bool:
+    def over_quota(self, job: Job, gpu_pool: str, now: float) -> bool:
         """Whether the spot quota holds spot job ``job`` back now (before the window, every
         spot job)."""
         gate = self.config.window
         if gate is not None and now < gate[0]:
             return True  # before the window no spot job starts
-        used = self.view.used[pool][_SPOT]
-        quota = math.inf if gate is not None and now >= gate[1] else self.spot_quota(pool)
+        used = self.view.used[gpu_pool][_SPOT]
+        quota = math.inf if gate is not None and now >= gate[1] else self.spot_quota(gpu_pool)
         return used + job.gpus > quota + EPS
 
     def waiting(
-        self, job: Job, pool: str, freeing: str | None, now: float
+        self, job: Job, gpu_pool: str, freeing: str | None, now: float
     ) -> SpotQuotaWait | GpuWait:
         """Why queued ``job`` has not started, by the tests a start attempt makes, in its
         order (a pure read): pods stopping to make room (``freeing``: for this job or, for
         spot, another), the spot quota, else no room on its pool's cards (beside a
         reservation for another HP job, if one holds nodes back from it)."""
         view = self.view
-        free = view.cluster.free_gpus(pool)
-        if freeing is None and job.job_class is _SPOT and self.over_quota(job, pool, now):
-            return self.quota_wait(job, pool, free, now)
+        free = view.cluster.free_gpus(gpu_pool)
+        if freeing is None and job.job_class is _SPOT and self.over_quota(job, gpu_pool, now):
+            return self.quota_wait(job, gpu_pool, free, now)
         blocked = view.reservations.blocked(job, now)
-        held = view.reservations.held.get(pool) if blocked else None
+        held = view.reservations.held.get(gpu_pool) if blocked else None
         return GpuWait(
-            pool=pool,
+            pool=gpu_pool,
             workers=job.spec.workers,
             per_worker=job.per_worker,
             free_gpus=free,
-            capacity=view.capacity[pool],
+            capacity=view.capacity[gpu_pool],
             freeing_for=freeing,
             reserved_for=None if held is None else held[0],
         )
 
-    def quota_wait(self, job: Job, pool: str, free: float, now: float) -> SpotQuotaWait:
+    def quota_wait(self, job: Job, gpu_pool: str, free: float, now: float) -> SpotQuotaWait:
         """Why the quota holds spot job ``job`` back, in the figures a user can check."""
         gate = self.config.window
-        used = self.view.used[pool]
+        used = self.view.used[gpu_pool]
         return SpotQuotaWait(
-            pool=pool,
-            quota=self.spot_quota(pool),
+            pool=gpu_pool,
+            quota=self.spot_quota(gpu_pool),
             spot_gpus=used[_SPOT],
             gpus=job.gpus,
-            capacity=self.view.capacity[pool],
+            capacity=self.view.capacity[gpu_pool],
             free_gpus=free,
             hp_gpus=used[_HP],
-            eta=self.config.quota.eta(pool),
-            forecast_hp=self.hp_reserve[pool],
+            eta=self.config.quota.eta(gpu_pool),
+            forecast_hp=self.hp_reserve[gpu_pool],
             guaranteed_h=guaranteed_hours(self.config.guarantee_s),
-            lent=self.lent(pool),
-            hp_queued=self.view.queues[pool][_HP].size,
+            lent=self.lent(gpu_pool),
+            hp_queued=self.view.queues[gpu_pool][_HP].size,
             opens_at=gate[0] if gate is not None and now < gate[0] else None,
         )

@@ -29,13 +29,13 @@ class LeaseHost(Protocol):
     idle: IdleRoom
     jobs: dict[str, Job]
     pods: dict[str, Pod]
-    pools: dict
+    gpu_pools: dict
     placement: dict[str, list[tuple[str, str, float]]]
     periods: GuaranteePeriods
 
     def pool_of(self, job: Job) -> str: ...
 
-    def queued(self, pool: str | None = None) -> int: ...
+    def queued(self, gpu_pool: str | None = None) -> int: ...
 
     def release(self, job: Job, refresh: bool = True) -> None: ...
 
@@ -79,7 +79,7 @@ class Leases:
         end = self.config.arrivals_end
         quiet = set()
         if end is not None and now + EPS >= end and self.closable():
-            quiet = {pool for pool in self.s.pools if not self.s.queued(pool)}
+            quiet = {gpu_pool for gpu_pool in self.s.gpu_pools if not self.s.queued(gpu_pool)}
         closed = self.closed
         # the closed jobs of the tail are left out before the sort (thousands, every lease)
         for jid in sorted(j for j in self.s.placement if j not in closed):

@@ -31,11 +31,11 @@ class SearchMemo:
         self._failed: dict[str, State] = {}
         self._failed_free: dict[str, State] = {}
 
-    def state(self, pool: str, now: float) -> State:
+    def state(self, gpu_pool: str, now: float) -> State:
         """What a search for room in ``pool`` reads: the pool's growth, the warm pools' (idle
         pods anywhere), and whether the window's gate lets HP preempt yet."""
         gate = self.config.window
-        return (self.index.grown[pool], self.idle.epoch, gate is None or now >= gate[0])
+        return (self.index.grown[gpu_pool], self.idle.epoch, gate is None or now >= gate[0])
 
     def failed(self, job_id: str, state: State, evict: bool = True) -> bool:
         """Whether the same search failed in this state (one that could evict says the one
@@ -44,10 +44,10 @@ class SearchMemo:
             not evict and self._failed_free.get(job_id) == state
         )
 
-    def remember(self, job_id: str, pool: str, state: State, now: float, evict: bool) -> None:
+    def remember(self, job_id: str, gpu_pool: str, state: State, now: float, evict: bool) -> None:
         """A search that found neither free room nor anything to reclaim changed nothing:
         remembered if the state it read still holds."""
-        if self.state(pool, now) == state:
+        if self.state(gpu_pool, now) == state:
             (self._failed if evict else self._failed_free)[job_id] = state
 
     def forget(self, job_id: str) -> None:
@@ -55,7 +55,7 @@ class SearchMemo:
         self._failed.pop(job_id, None)
         self._failed_free.pop(job_id, None)
 
-    def no_room(self, job: Job, pool: str) -> bool:
+    def no_room(self, job: Job, gpu_pool: str) -> bool:
         """Whether a whole-GPU HP job's search must fail, by the pool's reclaim room alone.
 
         Each of its workers takes a node's free cards, its idle pods' cards and the cards
@@ -67,6 +67,6 @@ class SearchMemo:
         search (free room, then reclaim) would find nothing and change nothing. It spares
         the searches the memo does not: a blocked head's pool grows at every release, most
         of them freeing fewer cards than it needs (an HP backlog)."""
-        if job.fractional or self.idle.idle_nodes(pool):
+        if job.fractional or self.idle.idle_nodes(gpu_pool):
             return False
-        return self.index.pools[pool].reclaim_slots(int(job.per_worker)) < job.spec.workers
+        return self.index.gpu_pools[gpu_pool].reclaim_slots(int(job.per_worker)) < job.spec.workers

@@ -32,7 +32,7 @@ class NodeIndex:
         self.cluster = books.cluster
         self.config = config
         self.nodes: dict[str, NodeInfo] = {}
-        self.pools: dict[str, PoolIndex] = {}
+        self.gpu_pools: dict[str, PoolIndex] = {}
         self.node_jobs: dict[str, dict[str, list[str]]] = {}
         self.epoch: dict[str, int] = {}
         self.grown: dict[str, int] = {}
@@ -41,24 +41,24 @@ class NodeIndex:
 
     def add(self, node: Node) -> bool:
         """Index a node that joined; True when its GPU pool is new."""
-        pool = node.gpu_model
-        new = pool not in self.pools
+        gpu_pool = node.gpu_model
+        new = gpu_pool not in self.gpu_pools
         if new:
-            self.pools[pool] = PoolIndex(pool, 0)
-            self.epoch[pool] = 0
-            self.grown[pool] = 0
-        info = NodeInfo(node.name, pool, self._ordinals, len(node.gpus))
+            self.gpu_pools[gpu_pool] = PoolIndex(gpu_pool, 0)
+            self.epoch[gpu_pool] = 0
+            self.grown[gpu_pool] = 0
+        info = NodeInfo(node.name, gpu_pool, self._ordinals, len(node.gpus))
         self._ordinals += 1
         info.full_free = sum(1 for g in node.gpus if g.used < EPS)
         self.nodes[node.name] = info
-        self.pools[pool].add(info)
+        self.gpu_pools[gpu_pool].add(info)
         self.node_jobs[node.name] = {}
         self.busy_cards += info.total - info.full_free
         return new
 
     def remove(self, name: str) -> NodeInfo:
         """Drop a node that left (nothing of hp or spot is placed there any more)."""
-        info = self.pools[self.nodes.pop(name).pool].remove(name)
+        info = self.gpu_pools[self.nodes.pop(name).gpu_pool].remove(name)
         self.busy_cards -= info.total - info.full_free
         del self.node_jobs[name]
         return info
@@ -67,7 +67,7 @@ class NodeIndex:
         """A node's cards changed in place: its pool's index follows."""
         total = len(self.cluster.nodes[info.name].gpus)
         self.busy_cards += total - info.total  # busy = total - full_free, refreshed below
-        self.pools[info.pool].resize(info, total)
+        self.gpu_pools[info.gpu_pool].resize(info, total)
         self.refresh(info, grown=True)
 
     def sync(self) -> list[str]:
@@ -80,20 +80,20 @@ class NodeIndex:
                 info = self.nodes[node]
                 self.refresh(info, grown=freed)
                 if freed:
-                    freed_in.append(info.pool)
+                    freed_in.append(info.gpu_pool)
             touched.clear()
         return freed_in
 
     def refresh(self, info: NodeInfo, grown: bool = False) -> None:
         """The node's free-count bucket follows its cards; ``grown``: a failed search
         there may succeed now."""
-        self.epoch[info.pool] += 1
+        self.epoch[info.gpu_pool] += 1
         if grown:
-            self.grown[info.pool] += 1
+            self.grown[info.gpu_pool] += 1
         free = sum(1 for g in self.cluster.nodes[info.name].gpus if g.used < EPS)
         self.busy_cards += info.full_free - free
         info.frac_cards = self.frac_cards(info)
-        self.pools[info.pool].move(info, free)
+        self.gpu_pools[info.gpu_pool].move(info, free)
 
     def frac_cards(self, info: NodeInfo) -> frozenset[str]:
         """The node's cards held by fractional spot work and nothing else: a whole-GPU HP
@@ -120,7 +120,7 @@ class NodeIndex:
         )
 
     def plan_free(
-        self, job: Job, pool: str, now: float, blocked: frozenset[str]
+        self, job: Job, gpu_pool: str, now: float, blocked: frozenset[str]
     ) -> tuple[Placement | None, tuple[GangPlan, int] | None]:
         """(node, cards, share) for every worker of ``job`` on free capacity, off the
         ``blocked`` nodes, or None (all or nothing); and for a whole-GPU gang that found no
@@ -133,7 +133,7 @@ class NodeIndex:
             # (a walk per worker was quadratic in its workers)
             plan = []
             workers = job.spec.workers
-            for gpu in self.cluster.gpus_with_room(pool, need):
+            for gpu in self.cluster.gpus_with_room(gpu_pool, need):
                 if gpu.node in blocked:
                     continue
                 taken = 0.0
@@ -144,7 +144,7 @@ class NodeIndex:
                         return plan, None
             return None, None
         count = int(need)
-        gang = GangPlan(self.pools[pool], exclude=blocked)
+        gang = GangPlan(self.gpu_pools[gpu_pool], exclude=blocked)
         nodes: list[str] = []
         for worker in range(job.spec.workers):
             node = self.config.scorer.choose(gang, job.job_class, count, now)

@@ -56,7 +56,7 @@ class PassHost(Protocol):
 
     def may_reserve(self, job: Job, now: float) -> bool: ...
 
-    def reserve(self, job: Job, pool: str) -> None: ...
+    def reserve(self, job: Job, gpu_pool: str) -> None: ...
 
     def unreserve(self, job: Job) -> None: ...
 
@@ -68,7 +68,7 @@ class QueuePass:
         self.s = host
         self.config = config
 
-    def run(self, pool: str, now: float, out: list[Action]) -> None:
+    def run(self, gpu_pool: str, now: float, out: list[Action]) -> None:
         """HP then spot, each class in its queue's order (failures do not cross classes).
         With ``reserve_after_s`` the pass's first HP job in queue order that may reserve
         does, as soon as the pool holds no reservation: at once, or after the HP pass
@@ -76,22 +76,22 @@ class QueuePass:
         whichever job failed after the holder started); with ``reserve_smaller_first``
         after the HP pass, and not while a smaller HP job waits."""
         for cls in (_HP, _SPOT):
-            queue = self.s.queues[pool][cls]
+            queue = self.s.queues[gpu_pool][cls]
             if queue.order.stop:
-                self._stop(queue, pool, now, out)
+                self._stop(queue, gpu_pool, now, out)
             else:
                 self._skip(queue, now, out)
             if cls is _HP and self.s.reservations.candidates:
-                job = self.s.reservations.candidates.pop(pool, None)
+                job = self.s.reservations.candidates.pop(gpu_pool, None)
                 if (
                     job is not None
-                    and pool not in self.s.reservations.held
+                    and gpu_pool not in self.s.reservations.held
                     and not self.s.reservations.smaller_waits(job, queue)
                 ):
-                    self.s.reserve(job, pool)
-        held = self.s.reservations.held.get(pool)
+                    self.s.reserve(job, gpu_pool)
+        held = self.s.reservations.held.get(gpu_pool)
         if held is not None and self.s.reservations.smaller_waits(
-            self.s.jobs[held[0]], self.s.queues[pool][_HP]
+            self.s.jobs[held[0]], self.s.queues[gpu_pool][_HP]
         ):
             # held only while no smaller HP job waits: given up after the pass, so the next
             # pass offers the nodes to HP first (the holder reserves again once none waits)
@@ -133,8 +133,8 @@ class QueuePass:
         bucket go by their workers, so the first such failure ends the spot bucket
         (Philly: thousands of 1-GPU HP and spot jobs were tried one by one at every
         pass)."""
-        pool = self.s.pool_of(head)
-        held = self.s.reservations.held.get(pool)
+        gpu_pool = self.s.pool_of(head)
+        held = self.s.reservations.held.get(gpu_pool)
         if held is None:
             return
         no_room = over_quota = math.inf  # the fewest workers, the fewest GPUs that failed
@@ -147,8 +147,8 @@ class QueuePass:
                     return  # the later ones ask at least as much
                 if job.job_class is _SPOT:
                     continue
-                if pool in self.s.reservations.candidates or not self.s.may_reserve(job, now):
-                    if no_room <= 1 and pool in self.s.reservations.candidates:
+                if gpu_pool in self.s.reservations.candidates or not self.s.may_reserve(job, now):
+                    if no_room <= 1 and gpu_pool in self.s.reservations.candidates:
                         return  # every later job fails alike
                     continue
             acted = len(out)
@@ -163,13 +163,13 @@ class QueuePass:
                 else:  # over the spot quota
                     over_quota = min(over_quota, job.gpus)
 
-    def _stop(self, queue: ClassQueue, pool: str, now: float, out: list[Action]) -> None:
+    def _stop(self, queue: ClassQueue, gpu_pool: str, now: float, out: list[Action]) -> None:
         """The queue's order among the jobs within the spot quota (every job for HP); the
         first that cannot be placed ends the pass."""
         while queue.size:
             room = (
-                self.s.admission.room(pool, now)
-                if queue is self.s.queues[pool][_SPOT]
+                self.s.admission.room(gpu_pool, now)
+                if queue is self.s.queues[gpu_pool][_SPOT]
                 else math.inf
             )
             best = queue.first(room)

@@ -52,21 +52,21 @@ class GuaranteePeriods:
         """Settle running spot jobs' earned periods, then one eta step per pool; the pools
         (each due a pass: its quota moved)."""
         view = self.view
-        for pool in view.pools:
-            ledger = view.ledgers[pool]
-            for jid in view.running_spot[pool]:
+        for gpu_pool in view.gpu_pools:
+            ledger = view.ledgers[gpu_pool]
+            for jid in view.running_spot[gpu_pool]:
                 job = view.jobs[jid]
                 earned = self.earned(job, now)
                 if earned:
                     self.settle_ok(job, now, earned)
                     self.settled[jid] = self.settled.get(jid, 0) + earned
-            queue = view.queues[pool][JobClass.SPOT]
+            queue = view.queues[gpu_pool][JobClass.SPOT]
             waited = any(
                 view.jobs[jid].state is JobState.QUEUED
                 and now - view.jobs[jid].queued_since > HOUR_S
                 for jid in queue.heads()
             )
-            self.config.quota.feedback(pool, ledger.rate(self.last_eta), waited)
+            self.config.quota.feedback(gpu_pool, ledger.rate(self.last_eta), waited)
         self.last_eta = now
         self.next_eta = now + self.config.eta_every_s
-        return list(view.pools)
+        return list(view.gpu_pools)

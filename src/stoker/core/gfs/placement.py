@@ -44,7 +44,7 @@ class NodeInfo:
     """What the scheduler keeps per node beside the Cluster's shares."""
 
     name: str
-    pool: str
+    gpu_pool: str
     ordinal: int
     total: int
     full_free: int = 0
@@ -97,8 +97,8 @@ class PoolIndex:
     HP share (what bounds an HP job's room: :meth:`hp_slots`), and by their free and
     spot cards (:meth:`reclaim_slots`)."""
 
-    def __init__(self, pool: str, max_gpus: int) -> None:
-        self.pool = pool
+    def __init__(self, gpu_pool: str, max_gpus: int) -> None:
+        self.gpu_pool = gpu_pool
         self.max_gpus = max_gpus
         self.by_free: list[dict[str, None]] = [{} for _ in range(max_gpus + 1)]
         self.by_no_hp: list[int] = [0] * (max_gpus + 1)

@@ -93,15 +93,15 @@ class QuotaPolicy(Protocol):
 
     name: str
 
-    def quota(self, pool: str, mean: np.ndarray, var: np.ndarray, capacity: int) -> float: ...
+    def quota(self, gpu_pool: str, mean: np.ndarray, var: np.ndarray, capacity: int) -> float: ...
 
     def hp_reserve(self, mean: np.ndarray, var: np.ndarray, capacity: int) -> float | None:
         """The HP GPUs the quota keeps from spot by the forecast (None: it reads none)."""
         ...
 
-    def feedback(self, pool: str, e: float | None, spot_waited_long: bool) -> None: ...
+    def feedback(self, gpu_pool: str, e: float | None, spot_waited_long: bool) -> None: ...
 
-    def eta(self, pool: str) -> float: ...
+    def eta(self, gpu_pool: str) -> float: ...
 
 
 class ForecastQuota:
@@ -122,23 +122,23 @@ class ForecastQuota:
         self.fixed_eta = fixed_eta
         self._eta: dict[str, EtaController] = {}
 
-    def _ctl(self, pool: str) -> EtaController:
-        ctl = self._eta.get(pool)
+    def _ctl(self, gpu_pool: str) -> EtaController:
+        ctl = self._eta.get(gpu_pool)
         if ctl is None:
-            ctl = self._eta[pool] = EtaController(g=self.g, fixed=self.fixed_eta)
+            ctl = self._eta[gpu_pool] = EtaController(g=self.g, fixed=self.fixed_eta)
         return ctl
 
-    def quota(self, pool: str, mean: np.ndarray, var: np.ndarray, capacity: int) -> float:
-        return forecast_quota(mean, var, capacity, self.g, self._ctl(pool).eta, self.hours)
+    def quota(self, gpu_pool: str, mean: np.ndarray, var: np.ndarray, capacity: int) -> float:
+        return forecast_quota(mean, var, capacity, self.g, self._ctl(gpu_pool).eta, self.hours)
 
     def hp_reserve(self, mean: np.ndarray, var: np.ndarray, capacity: int) -> float:
         return forecast_hp(mean, var, capacity, self.g, self.hours)
 
-    def feedback(self, pool: str, e: float | None, spot_waited_long: bool) -> None:
-        self._ctl(pool).update(e, spot_waited_long)
+    def feedback(self, gpu_pool: str, e: float | None, spot_waited_long: bool) -> None:
+        self._ctl(gpu_pool).update(e, spot_waited_long)
 
-    def eta(self, pool: str) -> float:
-        return self._ctl(pool).eta
+    def eta(self, gpu_pool: str) -> float:
+        return self._ctl(gpu_pool).eta
 
 
 class StaticQuota:
@@ -153,14 +153,14 @@ class StaticQuota:
         self.share = share
         self.name = "none" if share >= 1.0 else f"static-{share:g}"
 
-    def quota(self, pool: str, mean: np.ndarray, var: np.ndarray, capacity: int) -> float:
+    def quota(self, gpu_pool: str, mean: np.ndarray, var: np.ndarray, capacity: int) -> float:
         return self.share * capacity
 
     def hp_reserve(self, mean: np.ndarray, var: np.ndarray, capacity: int) -> None:
         return None
 
-    def feedback(self, pool: str, e: float | None, spot_waited_long: bool) -> None:
+    def feedback(self, gpu_pool: str, e: float | None, spot_waited_long: bool) -> None:
         return None
 
-    def eta(self, pool: str) -> float:
+    def eta(self, gpu_pool: str) -> float:
         return 1.0

@@ -63,10 +63,10 @@ class AwaitedRoom:
         for pid in self.jobs.pop(job_id, ()):
             del self._by_pod[pid]
 
-    def freeing_for(self, pool: str, pool_of: Callable[[str], str]) -> str | None:
+    def freeing_for(self, gpu_pool: str, pool_of: Callable[[str], str]) -> str | None:
         """The first waiting job of ``pool`` (``pool_of``: a job id's GPU pool) that pods
         are stopping for (None: none)."""
-        return next((j for j in self.jobs if pool_of(j) == pool), None)
+        return next((j for j in self.jobs if pool_of(j) == gpu_pool), None)
 
 
 class ReclaimPlanner:
@@ -99,20 +99,22 @@ class ReclaimPlanner:
         none, the whole-card path with one card (``frac_hp_whole_card``). ``blocked``: nodes
         reserved for another job. ``prefix``: the failed free-room plan of this HP job at
         this instant (its gang plan and the worker that found no room), started from."""
-        pool = self.view.pool_of(job)
-        ledger = self.view.ledgers[pool]
+        gpu_pool = self.view.pool_of(job)
+        ledger = self.view.ledgers[gpu_pool]
         since = now - self.config.rate_window_s
         evicted: dict[str, Job] = {}
         ctx = PreemptContext(
             now=now,
             rate_after=lambda k: ledger.rate_after(since, len(evicted) + k),
-            pool_gpus=self.view.capacity[pool],
+            pool_gpus=self.view.capacity[gpu_pool],
             window_s=self.config.cost_window_s,
         )
         need = job.per_worker
         # a fractional worker with no card carrying HP to share takes one whole card
         whole_card = spot and self.config.frac_hp_whole_card
-        gang = GangPlan(self.view.pools[pool], exclude=blocked)  # whole-GPU workers: node -> cards
+        gang = GangPlan(
+            self.view.gpu_pools[gpu_pool], exclude=blocked
+        )  # whole-GPU workers: node -> cards
         shares: dict[str, float] = {}  # fractional workers: gpu -> share planned
         freed: dict[str, set[str]] = {}  # node -> whole cards freed by chosen spot victims
         idle_used: dict[str, None] = {}  # idle-only cards already counted
@@ -134,7 +136,7 @@ class ReclaimPlanner:
                 gpu = next(
                     (
                         g
-                        for g in self.cluster.gpus_with_room(pool, need)
+                        for g in self.cluster.gpus_with_room(gpu_pool, need)
                         if g.free - shares.get(g.id, 0.0) >= need - EPS and g.node not in blocked
                     ),
                     None,
@@ -258,7 +260,7 @@ class ReclaimPlanner:
         placement does. ``seen``: each node's candidate (None: not one) as the plan stands,
         read and filled here, emptied by the plan for the nodes it touches. ``need``: the
         worker's whole cards (one for a fractional worker on the whole-card path)."""
-        pool = self.view.pools[self.view.pool_of(job)]
+        gpu_pool = self.view.gpu_pools[self.view.pool_of(job)]
 
         def one(name: str) -> Candidate | None:
             info = self.view.nodes[name]
@@ -323,12 +325,12 @@ class ReclaimPlanner:
 
         heads: dict[int, list[str]] = {}
         if free_nodes:
-            heads = dict(gang.buckets(range(need, pool.max_gpus + 1)))
+            heads = dict(gang.buckets(range(need, gpu_pool.max_gpus + 1)))
         reads = self.config.victims.reads if spot else "all"
         if reads == "all":
             names = dict.fromkeys(idle)
             if spot:
-                names.update(pool.spot_nodes)
+                names.update(gpu_pool.spot_nodes)
             for bucket in heads.values():
                 names.update(dict.fromkeys(bucket))
             return build(names)
@@ -340,14 +342,14 @@ class ReclaimPlanner:
             if victim.fractional:  # the index still counts the cards it shared
                 own.update((n, None) for n, _, _ in self.view.placement[victim.id])
         scanned = {n for bucket in heads.values() for n in bucket} if own else set()
-        out = build([n for n in own if n in idle or n in pool.spot_nodes or n in scanned])
+        out = build([n for n in own if n in idle or n in gpu_pool.spot_nodes or n in scanned])
         least = min((c.no_hp for c in out), default=math.inf)
         nodes = self.view.nodes
-        for room in range(need, len(pool.by_room)):
+        for room in range(need, len(gpu_pool.by_room)):
             if reads == "fewest" and room > least + EPS:
                 break
             found = []
-            for _, name in pool.by_room[room]:
+            for _, name in gpu_pool.by_room[room]:
                 # a node whose spot work holds no card alone has room, not victims
                 if (
                     name not in own
@@ -357,7 +359,7 @@ class ReclaimPlanner:
                     found.append(name)
                     if reads == "first":
                         break
-            rest = [n for n in heads.get(room, ()) if n not in own and n not in pool.spot_nodes]
+            rest = [n for n in heads.get(room, ()) if n not in own and n not in gpu_pool.spot_nodes]
             if rest:
                 found += rest if reads == "fewest" else [min(rest, key=lambda n: nodes[n].ordinal)]
             out += build(found)
@@ -413,10 +415,10 @@ class ReclaimPlanner:
         ``whole_card`` none at all (the caller takes the whole-card path), else cards
         without HP (stoker's earlier rule). Without ``spot``, cards with idle pods."""
         need = job.per_worker
-        pool = self.view.pool_of(job)
-        names = dict.fromkeys(self.idle.idle_nodes(pool))
+        gpu_pool = self.view.pool_of(job)
+        names = dict.fromkeys(self.idle.idle_nodes(gpu_pool))
         if spot:
-            names.update(self.view.pools[pool].spot_nodes)
+            names.update(self.view.gpu_pools[gpu_pool].spot_nodes)
         for name in blocked:
             names.pop(name, None)
         gone = {p for v in evicted.values() for p in v.pods} | set(stop)

@@ -35,16 +35,16 @@ class Reservations:
     may reserve.
     """
 
-    def __init__(self, books: Books, pools: dict[str, PoolIndex], config: GFSConfig) -> None:
+    def __init__(self, books: Books, gpu_pools: dict[str, PoolIndex], config: GFSConfig) -> None:
         self.books = books
-        self.pools = pools
+        self.gpu_pools = gpu_pools
         self.config = config
         self.held: dict[str, tuple[str, frozenset[str], float]] = {}
         self.candidates: dict[str, Job] = {}
 
-    def nodes(self, pool: str) -> frozenset[str]:
+    def nodes(self, gpu_pool: str) -> frozenset[str]:
         """The nodes reserved in ``pool`` (none: no reservation)."""
-        held = self.held.get(pool)
+        held = self.held.get(gpu_pool)
         return frozenset() if held is None else held[1]
 
     def blocked(self, job: Job, now: float) -> frozenset[str]:
@@ -77,15 +77,15 @@ class Reservations:
         # the skip rule's HP buckets are -request, ascending: a smaller request's is later
         return bisect.bisect_right(queue.keys, queue.bucket(job) + EPS) < len(queue.keys)
 
-    def reserve(self, job: Job, pool: str) -> bool:
+    def reserve(self, job: Job, gpu_pool: str) -> bool:
         """Reserve for ``job`` the nodes that will hold it soonest (:meth:`plan`), in node
         order among equals, until they hold every worker; they drain for it by the latest
         of their times. False when the pool's nodes cannot hold it."""
-        planned = self.plan(job, pool)
+        planned = self.plan(job, gpu_pool)
         if planned is None:
             return False
         nodes, ready = planned
-        self.held[pool] = (job.id, nodes, ready)
+        self.held[gpu_pool] = (job.id, nodes, ready)
         return True
 
     def release(self, job: Job) -> str | None:
@@ -93,21 +93,21 @@ class Reservations:
         None when it held none."""
         if not self.held:
             return None
-        pool = self.books.gpu_pool(job.spec)
-        held = self.held.get(pool)
+        gpu_pool = self.books.gpu_pool(job.spec)
+        held = self.held.get(gpu_pool)
         if held is None or held[0] != job.id:
             return None
-        del self.held[pool]
-        return pool
+        del self.held[gpu_pool]
+        return gpu_pool
 
-    def plan(self, job: Job, pool: str) -> tuple[frozenset[str], float] | None:
+    def plan(self, job: Job, gpu_pool: str) -> tuple[frozenset[str], float] | None:
         """The nodes that will hold ``job`` soonest and when they will have drained for it
         (None: the pool's nodes cannot hold it): its workers' slots soonest first
         (:meth:`slots_ready`), in node order among equals."""
         need = int(job.per_worker)
         ranked = sorted(
             (ready, info.ordinal, k, info.name)
-            for info in self.pools[pool].nodes.values()
+            for info in self.gpu_pools[gpu_pool].nodes.values()
             if info.total >= need
             for k, ready in enumerate(self.slots_ready(info, need))
         )

@@ -86,7 +86,7 @@ class HpSpotScheduler:
         # the nodes and GPU pools as this part reads them (the index's, shared)
         self.index = NodeIndex(books, config)
         self.nodes = self.index.nodes
-        self.pools = self.index.pools
+        self.gpu_pools = self.index.gpu_pools
         self.node_jobs = self.index.node_jobs
         self._epoch = self.index.epoch
         self._grown = self.index.grown
@@ -122,13 +122,13 @@ class HpSpotScheduler:
         self.quota = self.admission.quota  # per pool, the forecast's spot quota
         self.hp_reserve = self.admission.hp_reserve
         self.planner = ReclaimPlanner(self, idle, self.cluster, config)
-        self.reservations = Reservations(books, self.pools, config)
+        self.reservations = Reservations(books, self.gpu_pools, config)
         self.leases = Leases(self, config, start)
         self.passes = QueuePass(self, config)
         for node in self.cluster.nodes.values():
             self._add(node)
-        for pool in self.pools:
-            self._resize(pool)
+        for gpu_pool in self.gpu_pools:
+            self._resize(gpu_pool)
 
     # ------------------------------------------------------------ the cluster
 
@@ -140,40 +140,40 @@ class HpSpotScheduler:
         self._grown[node.gpu_model] += 1  # room a failed search did not see
 
     def _add(self, node: Node) -> None:
-        pool = node.gpu_model
+        gpu_pool = node.gpu_model
         if self.index.add(node):  # a GPU pool seen for the first time
             order = QUEUE_ORDERS[self.config.queue]
-            self.queues[pool] = {_HP: ClassQueue(order, _HP), _SPOT: ClassQueue(order, _SPOT)}
-            self.used[pool] = {_HP: 0.0, _SPOT: 0.0}
-            self.ledgers[pool] = GuaranteeLedger()
-            self.running_spot[pool] = {}
+            self.queues[gpu_pool] = {_HP: ClassQueue(order, _HP), _SPOT: ClassQueue(order, _SPOT)}
+            self.used[gpu_pool] = {_HP: 0.0, _SPOT: 0.0}
+            self.ledgers[gpu_pool] = GuaranteeLedger()
+            self.running_spot[gpu_pool] = {}
 
     def remove_node(self, name: str) -> None:
         """A node left the cluster (nothing of hp or spot is placed there any more: the core
         failed its pods first)."""
         info = self.index.remove(name)
-        held = self.reservations.held.get(info.pool)
+        held = self.reservations.held.get(info.gpu_pool)
         if held is not None and name in held[1]:
             self.unreserve(self.jobs[held[0]])  # the next failed search reserves afresh
-        self._resize(info.pool)
-        self._grown[info.pool] += 1
+        self._resize(info.gpu_pool)
+        self._grown[info.gpu_pool] += 1
 
     def resize_node(self, name: str) -> None:
         """A node's cards changed in place (the core failed the pods on the cards it lost
         first, so those carried no share): the work on the cards it kept stays, its pool's
         index and capacity follow, and new cards are room a failed search did not see."""
         info = self.nodes[name]
-        held = self.reservations.held.get(info.pool)
+        held = self.reservations.held.get(info.gpu_pool)
         if held is not None and name in held[1]:
             self.unreserve(self.jobs[held[0]])  # its drain time was the old node's
         self.index.resize(info)
-        self._resize(info.pool)
+        self._resize(info.gpu_pool)
 
-    def _resize(self, pool: str) -> None:
+    def _resize(self, gpu_pool: str) -> None:
         """The pool's capacity changed: its spot quota follows (from its forecast, if any)."""
-        self.capacity[pool] = self.cluster.capacity.get(pool, 0)
-        self.admission.set_quota(pool, self.capacity[pool])
-        self._dirty[pool] = None
+        self.capacity[gpu_pool] = self.cluster.capacity.get(gpu_pool, 0)
+        self.admission.set_quota(gpu_pool, self.capacity[gpu_pool])
+        self._dirty[gpu_pool] = None
 
     # ------------------------------------------------------------ called by the core
 
@@ -187,12 +187,12 @@ class HpSpotScheduler:
     def submit(self, job: Job, now: float) -> None:
         """A new hp or spot job (the core checked that its shape fits its GPU pool)."""
         spec = job.spec
-        pool = self.pool_of(job)
+        gpu_pool = self.pool_of(job)
         self._active = True
         job.remaining = spec.duration or 0.0
         job.queued_since = now
-        self.queues[pool][job.job_class].push(job, now)
-        self._dirty[pool] = None
+        self.queues[gpu_pool][job.job_class].push(job, now)
+        self._dirty[gpu_pool] = None
 
     def withdraw(self, job: Job) -> None:
         """Take a queued job out of its queue, still queued: it can start nowhere on its
@@ -200,16 +200,16 @@ class HpSpotScheduler:
         self.awaited.clear(job.id)  # what is stopping for it goes to whoever fits
         self.memo.forget(job.id)
         self.unreserve(job)
-        pool = self.pool_of(job)
-        self.queues[pool][job.job_class].drop(job)
-        self._dirty[pool] = None
+        gpu_pool = self.pool_of(job)
+        self.queues[gpu_pool][job.job_class].drop(job)
+        self._dirty[gpu_pool] = None
 
     def restore(self, job: Job) -> None:
         """A withdrawn job fits again: back in its queue where it stood (its submit time,
         or its re-queue time where the order queues re-queued jobs at the back)."""
-        pool = self.pool_of(job)
-        self.queues[pool][job.job_class].push(job, job.queued_since, requeue=True)
-        self._dirty[pool] = None
+        gpu_pool = self.pool_of(job)
+        self.queues[gpu_pool][job.job_class].push(job, job.queued_since, requeue=True)
+        self._dirty[gpu_pool] = None
 
     def queued_ids(self) -> list[str]:
         """Queued hp and spot job ids (every pool and class; in no particular order)."""
@@ -225,30 +225,30 @@ class HpSpotScheduler:
         """The job's GPU pool (GPU model)."""
         return self.books.gpu_pool(job.spec)
 
-    def reserved_nodes(self, pool: str) -> frozenset[str]:
+    def reserved_nodes(self, gpu_pool: str) -> frozenset[str]:
         """The nodes of ``pool`` reserved for a waiting HP job (none without a
         reservation): until it starts, no other job's pod is placed there."""
-        return self.reservations.nodes(pool)
+        return self.reservations.nodes(gpu_pool)
 
-    def freeing_room(self, pool: str) -> bool:
+    def freeing_room(self, gpu_pool: str) -> bool:
         """Whether pods are stopping in ``pool`` to make room for a waiting job: what they
         free is that job's, so nothing else (a spot job, a spare pod) may take it first."""
-        return self._freeing_for(pool) is not None
+        return self._freeing_for(gpu_pool) is not None
 
-    def _freeing_for(self, pool: str) -> str | None:
+    def _freeing_for(self, gpu_pool: str) -> str | None:
         """The first waiting job of ``pool`` that pods are stopping for (None: none)."""
-        return self.awaited.freeing_for(pool, lambda j: self.pool_of(self.jobs[j]))
+        return self.awaited.freeing_for(gpu_pool, lambda j: self.pool_of(self.jobs[j]))
 
     def waiting(self, job: Job, now: float) -> SpotQuotaWait | GpuWait:
         """Why queued ``job`` has not started, by the tests :meth:`_try_start` makes, in
         its order (a pure read: nothing is searched or changed): pods stopping to make room
         for it or (for spot) for another job, the spot quota, else no room on its pool's
         cards (beside a reservation for another HP job, if one holds nodes back from it)."""
-        pool = self.pool_of(job)
+        gpu_pool = self.pool_of(job)
         freeing = job.id if job.id in self.awaiting else None
         if freeing is None and job.job_class is _SPOT:
-            freeing = self._freeing_for(pool)
-        return self.admission.waiting(job, pool, freeing, now)
+            freeing = self._freeing_for(gpu_pool)
+        return self.admission.waiting(job, gpu_pool, freeing, now)
 
     def cancel(self, job: Job, now: float, out: list[Action]) -> None:
         self.leases.closed.pop(job.id, None)
@@ -320,7 +320,7 @@ class HpSpotScheduler:
     ) -> None:
         """The run ended (every rank exited, or its pod died): settle its periods, end it,
         stop its pods."""
-        pool = self.pool_of(job)
+        gpu_pool = self.pool_of(job)
         self.release(job)
         if job.job_class is _SPOT and failure is None:
             ran = now - job.run_start
@@ -331,19 +331,19 @@ class HpSpotScheduler:
         job.remaining = 0.0
         self._stop_pods(job, "job_ended", now, out)
         self.books.end_job(job, failure, exit_code, now, out)
-        self._dirty[pool] = None
+        self._dirty[gpu_pool] = None
 
-    def set_forecast(self, pool: str, mean: np.ndarray, var: np.ndarray) -> None:
+    def set_forecast(self, gpu_pool: str, mean: np.ndarray, var: np.ndarray) -> None:
         """The summed HP forecast of a GPU pool changed: a new spot quota."""
-        self.admission.forecast[pool] = (mean, var)
-        if pool in self.pools:
-            self._resize(pool)
+        self.admission.forecast[gpu_pool] = (mean, var)
+        if gpu_pool in self.gpu_pools:
+            self._resize(gpu_pool)
 
     def tick(self, now: float, out: list[Action]) -> None:
         edges = self._gate_edges()
         if edges and now + EPS >= edges[0]:
             self._gate_seen = now
-            self._dirty.update(dict.fromkeys(self.pools))
+            self._dirty.update(dict.fromkeys(self.gpu_pools))
         while self._evict_wake and self._evict_wake[0][0] <= now + EPS:
             _, jid = heapq.heappop(self._evict_wake)
             self._evict_due.discard(jid)
@@ -361,7 +361,7 @@ class HpSpotScheduler:
             if self.config.lease_s > 0 and now + EPS >= self.leases.next_lease and in_window:
                 self.leases.next_lease = now + self.config.lease_s
                 self.leases.flush(now, out)
-            self._dirty.update(dict.fromkeys(self.pools))
+            self._dirty.update(dict.fromkeys(self.gpu_pools))
 
     def schedule(self, now: float, out: list[Action]) -> None:
         """The scheduling pass after every event (Chronus decides only in its rounds)."""
@@ -373,8 +373,8 @@ class HpSpotScheduler:
                 return
             self._round_due = False
         dirty, self._dirty = self._dirty, {}
-        for pool in sorted(dirty):
-            self.passes.run(pool, now, out)
+        for gpu_pool in sorted(dirty):
+            self.passes.run(gpu_pool, now, out)
         if self.leases.parked:
             self.leases.stop_parked(now, out)
 
@@ -398,17 +398,17 @@ class HpSpotScheduler:
             return []
         return [t for t in gate if t > self._gate_seen]
 
-    def queued(self, pool: str | None = None) -> int:
-        pools = [pool] if pool else list(self.pools)
-        return sum(q.size for p in pools for q in self.queues[p].values())
+    def queued(self, gpu_pool: str | None = None) -> int:
+        gpu_pools = [gpu_pool] if gpu_pool else list(self.gpu_pools)
+        return sum(q.size for p in gpu_pools for q in self.queues[p].values())
 
-    def eta(self, pool: str) -> float:
+    def eta(self, gpu_pool: str) -> float:
         """The pool's eta (the spot quota's scale, moved by the eviction feedback)."""
-        return self.config.quota.eta(pool)
+        return self.config.quota.eta(gpu_pool)
 
-    def spot_quota(self, pool: str) -> float:
+    def spot_quota(self, gpu_pool: str) -> float:
         """The pool's spot quota in force (:meth:`SpotAdmission.spot_quota`)."""
-        return self.admission.spot_quota(pool)
+        return self.admission.spot_quota(gpu_pool)
 
     @property
     def spot_ok_gpu_s(self) -> float:
@@ -437,13 +437,13 @@ class HpSpotScheduler:
         """Start ``job`` if it may and fits; else why not (``_QUOTA``: over the spot quota,
         ``_HOLD``: room is being freed for an HP job, nothing else starts; ``_NO_ROOM``).
         Without ``evict`` an HP job takes free room and idle pods only."""
-        pool = self.pool_of(job)
+        gpu_pool = self.pool_of(job)
         if job.job_class is _SPOT:
-            if self.freeing_room(pool):
+            if self.freeing_room(gpu_pool):
                 return _HOLD  # room is being freed for a job: no other spot job takes it
-            if self.admission.over_quota(job, pool, now):
+            if self.admission.over_quota(job, gpu_pool, now):
                 return _QUOTA
-            state = self.memo.state(pool, now)
+            state = self.memo.state(gpu_pool, now)
             if self.memo.failed(job.id, state):
                 return _NO_ROOM
             plan = self._plan_free(job, now)
@@ -451,20 +451,20 @@ class HpSpotScheduler:
                 # a card held only by standby pods is free for the asking: standby pods have
                 # no keep-alive, so without this a spot job could wait behind them forever
                 self._reclaim(job, now, out, standby_only=True)
-                self._remember(job, pool, state, now)
+                self._remember(job, gpu_pool, state, now)
                 return _NO_ROOM
             self._start(job, plan, now, out)
             return _STARTED
-        result = self._try_start_hp(job, pool, now, out, evict)
+        result = self._try_start_hp(job, gpu_pool, now, out, evict)
         if result == _NO_ROOM and self.may_reserve(job, now):
-            first = self.reservations.candidates.setdefault(pool, job)
+            first = self.reservations.candidates.setdefault(gpu_pool, job)
             # smaller HP jobs first: whether one waits is known only after the HP pass
-            if pool not in self.reservations.held and not self.config.reserve_smaller_first:
-                self.reserve(first, pool)
+            if gpu_pool not in self.reservations.held and not self.config.reserve_smaller_first:
+                self.reserve(first, gpu_pool)
         return result
 
     def _try_start_hp(
-        self, job: Job, pool: str, now: float, out: list[Action], evict: bool = True
+        self, job: Job, gpu_pool: str, now: float, out: list[Action], evict: bool = True
     ) -> Attempt:
         """An HP job's start: free room, else reclaim (``_NO_ROOM`` while pods stop for it
         or nothing makes its room); without ``evict``, idle pods only."""
@@ -476,15 +476,15 @@ class HpSpotScheduler:
                 self._evict_due.add(job.id)
                 wake = (job.queued_since + self.config.hp_evict_after_s, job.id)
                 heapq.heappush(self._evict_wake, wake)
-        state = self.memo.state(pool, now)
+        state = self.memo.state(gpu_pool, now)
         if self.memo.failed(job.id, state, evict):
             return _NO_ROOM
-        if self.pools[pool].hp_slots(job.per_worker) < job.spec.workers or self.memo.no_room(
-            job, pool
-        ):
+        if self.gpu_pools[gpu_pool].hp_slots(
+            job.per_worker
+        ) < job.spec.workers or self.memo.no_room(job, gpu_pool):
             # too little room for its workers (cards without HP; free cards and those spot
             # work alone holds): every search fails until that grows
-            self._remember(job, pool, state, now)
+            self._remember(job, gpu_pool, state, now)
             return _NO_ROOM
         if (
             evict
@@ -500,15 +500,15 @@ class HpSpotScheduler:
             return _STARTED
         self._reclaim(job, now, out, preempt=evict)
         self._free_prefix = None  # read by that reclaim only
-        self._remember(job, pool, state, now, evict)
+        self._remember(job, gpu_pool, state, now, evict)
         return _NO_ROOM
 
     def _remember(
-        self, job: Job, pool: str, state: tuple[int, int, bool], now: float, evict: bool = True
+        self, job: Job, gpu_pool: str, state: tuple[int, int, bool], now: float, evict: bool = True
     ) -> None:
         """A search changed nothing (:meth:`SearchMemo.remember`), unless pods stop for it."""
         if job.id not in self.awaiting:
-            self.memo.remember(job.id, pool, state, now, evict)
+            self.memo.remember(job.id, gpu_pool, state, now, evict)
 
     # ------------------------------------------------------------ reservations
 
@@ -517,30 +517,30 @@ class HpSpotScheduler:
         stop for it."""
         return self.reservations.may_reserve(job, now) and job.id not in self.awaiting
 
-    def reserve(self, job: Job, pool: str) -> None:
+    def reserve(self, job: Job, gpu_pool: str) -> None:
         """Reserve nodes for ``job`` (:meth:`Reservations.reserve`); the pool's books move."""
-        if self.reservations.reserve(job, pool):
-            self._epoch[pool] += 1
+        if self.reservations.reserve(job, gpu_pool):
+            self._epoch[gpu_pool] += 1
 
     def unreserve(self, job: Job) -> None:
         """``job`` started or left the queue: its reservation (if any) ends, and what it
         held back is room for the searches that failed meanwhile."""
-        pool = self.reservations.release(job)
-        if pool is None:
+        gpu_pool = self.reservations.release(job)
+        if gpu_pool is None:
             return
-        self._epoch[pool] += 1
-        self._grown[pool] += 1
-        self._dirty[pool] = None
+        self._epoch[gpu_pool] += 1
+        self._grown[gpu_pool] += 1
+        self._dirty[gpu_pool] = None
 
     # ------------------------------------------------------------ placement
 
     def _plan_free(self, job: Job, now: float) -> list[tuple[str, tuple[str, ...], float]] | None:
         """(node, cards, share) for every worker on free capacity, or None; an HP gang that
         finds no room leaves the workers it placed for the reclaim that follows."""
-        pool = self.pool_of(job)
-        plan, failed = self.index.plan_free(job, pool, now, self.reservations.blocked(job, now))
+        gpu_pool = self.pool_of(job)
+        plan, failed = self.index.plan_free(job, gpu_pool, now, self.reservations.blocked(job, now))
         if failed is not None and job.job_class is _HP:
-            self._free_prefix = (job.id, now, self._epoch[pool], *failed)
+            self._free_prefix = (job.id, now, self._epoch[gpu_pool], *failed)
         return plan
 
     def _start(
@@ -551,7 +551,7 @@ class HpSpotScheduler:
         out: list[Action],
     ) -> None:
         """One pod per worker, started cold for this job (rank i in the i-th)."""
-        pool = self.pool_of(job)
+        gpu_pool = self.pool_of(job)
         cls = job.job_class
         self.books.move_job(job, JobState.PLACED, now)
         self.memo.forget(job.id)
@@ -576,13 +576,13 @@ class HpSpotScheduler:
             place.extend((node, gid, share) for gid in cards)
         self.placement[job.id] = place
         self.allocated += job.gpus
-        self.used[pool][cls] += job.gpus
+        self.used[gpu_pool][cls] += job.gpus
         if cls is _HP:
-            self._hp_moved[pool] = None
+            self._hp_moved[gpu_pool] = None
             # the demand the forecaster learns is running HP GPUs (the authors' recorder)
-            self.books.demand.add(job.spec.tenant, pool, job.gpus)
+            self.books.demand.add(job.spec.tenant, gpu_pool, job.gpus)
             for _, gid, share in place:
-                self.pools[pool].add_hp(gid, share)
+                self.gpu_pools[gpu_pool].add_hp(gid, share)
         for node, (cards, shares) in _per_node(place).items():
             info = self.nodes[node]
             info.used[cls] += sum(shares)
@@ -594,8 +594,8 @@ class HpSpotScheduler:
         # books above, in the order the cards were taken (the node index's tie order)
         self.sync()
         if cls is _SPOT:
-            self._grown[pool] += 1  # spot work: a victim an HP job may take
-            self.running_spot[pool][job.id] = None
+            self._grown[gpu_pool] += 1  # spot work: a victim an HP job may take
+            self.running_spot[gpu_pool][job.id] = None
         if kept:
             self.leases.restart_in_place(job, now, out)
 
@@ -607,17 +607,17 @@ class HpSpotScheduler:
         place = self.placement.pop(job.id, None)
         if place is None:
             return
-        pool = self.pool_of(job)
+        gpu_pool = self.pool_of(job)
         cls = job.job_class
         self.allocated -= job.gpus
-        self.used[pool][cls] -= job.gpus
+        self.used[gpu_pool][cls] -= job.gpus
         if cls is _HP:
-            self._hp_moved[pool] = None
-            self.books.demand.add(job.spec.tenant, pool, -job.gpus)
+            self._hp_moved[gpu_pool] = None
+            self.books.demand.add(job.spec.tenant, gpu_pool, -job.gpus)
             for _, gid, share in place:
-                self.pools[pool].add_hp(gid, -share)
-        if abs(self.used[pool][cls]) < 1e-9:
-            self.used[pool][cls] = 0.0
+                self.gpu_pools[gpu_pool].add_hp(gid, -share)
+        if abs(self.used[gpu_pool][cls]) < 1e-9:
+            self.used[gpu_pool][cls] = 0.0
         for node, (cards, shares) in _per_node(place).items():
             info = self.nodes[node]
             info.used[cls] -= sum(shares)
@@ -629,13 +629,13 @@ class HpSpotScheduler:
                     info.spot_cards -= len(cards)
             if refresh:
                 self.index.refresh(info)
-        self.running_spot[pool].pop(job.id, None)
+        self.running_spot[gpu_pool].pop(job.id, None)
 
     def sync(self) -> None:
         """Refresh the nodes whose shares changed since the last look (by any part); a pool
         where cards were freed is due a pass."""
-        for pool in self.index.sync():
-            self._dirty[pool] = None
+        for gpu_pool in self.index.sync():
+            self._dirty[gpu_pool] = None
 
     # ------------------------------------------------------------ pods
 
@@ -734,9 +734,9 @@ class HpSpotScheduler:
         """The planner's plan for ``job``, from the free-room plan that just failed for it
         at this instant (if any) and clear of nodes reserved for another job."""
         prefix = self._free_prefix
-        pool = self.pool_of(job)
+        gpu_pool = self.pool_of(job)
         known = None
-        if prefix is not None and prefix[:3] == (job.id, now, self._epoch[pool]):
+        if prefix is not None and prefix[:3] == (job.id, now, self._epoch[gpu_pool]):
             known = (prefix[3], prefix[4])
         blocked = self.reservations.blocked(job, now)
         return self.planner.plan(
@@ -749,7 +749,7 @@ class HpSpotScheduler:
         again; one failed guarantee period."""
         if job.job_class is not _SPOT:
             raise AssertionError(f"{job.job_class} job {job.id} chosen as a victim")
-        pool = self.pool_of(job)
+        gpu_pool = self.pool_of(job)
         nodes = list(dict.fromkeys(n for n, _, _ in self.placement.get(job.id, ())))
         useful = job.useful_since_start(now)
         ckpt = job.last_checkpoint(now, self.config.checkpoint_s)
@@ -759,7 +759,7 @@ class HpSpotScheduler:
         job.overhead = restart_overhead(job.per_worker)
         self.periods.settle_ok(job, now, self.periods.earned(job, now))
         self.release(job)
-        self.ledgers[pool].record(now, failed=1)
+        self.ledgers[gpu_pool].record(now, failed=1)
         self.periods.forget(job.id)
         for node in nodes:
             self.nodes[node].evictions.append(now)
@@ -779,7 +779,7 @@ class HpSpotScheduler:
         job.queued_since = now
         job.ranks_started.clear()
         job.ranks_exited.clear()
-        pool = self.pool_of(job)
-        self.queues[pool][job.job_class].push(job, now, requeue=True)
-        self._dirty[pool] = None
+        gpu_pool = self.pool_of(job)
+        self.queues[gpu_pool][job.job_class].push(job, now, requeue=True)
+        self._dirty[gpu_pool] = None
         out.append(JobRequeued(job.id, reason))

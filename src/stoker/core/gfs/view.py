@@ -18,7 +18,7 @@ class HpSpotView(Protocol):
     jobs: dict[str, Job]
     pods: dict[str, Pod]
     nodes: dict[str, NodeInfo]
-    pools: dict[str, PoolIndex]
+    gpu_pools: dict[str, PoolIndex]
     queues: dict[str, dict[str, ClassQueue]]
     used: dict[str, dict[str, float]]
     node_jobs: dict[str, dict[str, list[str]]]
