@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/probe_evictions.py --out /var/tmp/evictions.json \\
         --load medium --seed 0 --policy gfs --policy gfs-reserve-patient-lend \\
-        --policy gfs-reserve-patient-lend+reserve_backfill_free=0
+        --policy gfs-reserve-patient-lend+reservation.backfill_free=0
 
 A policy is a registry preset, optionally with ``GFSConfig`` fields set after ``+``
 (``name+field=value+...``, as ``stoker sim gfs --policy`` takes it: ``preset``). Each

@@ -52,7 +52,7 @@ grace_s = 5
 def test_a_preset_with_its_parameters_changed(tmp_path: Path) -> None:
     text = "[policies]\npreset = 'gfs-reserve-patient-lend+lend_idle=0.25+hp_evict_after_s=600'\n"
     hpspot = _load(tmp_path, text).policies.build(None, 30.0).policies.hpspot
-    assert (hpspot.lend_idle, hpspot.hp_evict_after_s, hpspot.reserve_backfill_free) == (
+    assert (hpspot.lend_idle, hpspot.hp_evict_after_s, hpspot.reservation.backfill_free) == (
         0.25,
         600.0,
         True,

@@ -629,7 +629,7 @@ class _CheckingCore(Core):
             if isinstance(a, JobRequeued) and a.reason is Failure.PREEMPTED:
                 # only Chronus re-queues HP: its lease flush (pinned in
                 # test_chronus_releases_every_job_each_lease)
-                lease = self.hpspot.config.lease_s > 0
+                lease = self.hpspot.config.leases is not None
                 assert self.jobs[a.job].job_class is JobClass.SPOT or lease, "HP evicted"
             if isinstance(a, BindJob):
                 job = self.jobs[a.job]
@@ -890,8 +890,8 @@ def test_cli_runs_a_preset_with_its_parameters_changed(tmp_path) -> None:
     runner = CliRunner()
     out = {}
     # GFS with gfs-reserve-patient-lend's parts written out
-    written = "gfs+reserve_after_s=3600+reserve_min_worker=2+reserve_min_workers=2"
-    written += "+reserve_smaller_first=1+reserve_backfill_free=1+hp_evict_after_s=1800"
+    written = "gfs+reservation.after_s=3600+reservation.min_worker=2+reservation.min_workers=2"
+    written += "+reservation.smaller_first=1+reservation.backfill_free=1+hp_evict_after_s=1800"
     written += "+lend_idle=0.5"
     for policy in ("gfs-reserve-patient-lend", written):
         res = runner.invoke(app, [*base, "--policy", policy, "--out", str(tmp_path / policy)])
@@ -906,7 +906,7 @@ def test_cli_runs_a_preset_with_its_parameters_changed(tmp_path) -> None:
     assert out["gfs-reserve-patient-lend"] == out[written]
     # a bad parameter: a one-line message naming it, exit 2, nothing run
     bad = runner.invoke(app, [*base, "--policy", "gfs+lend_idle=2", "--out", str(tmp_path / "b")])
-    assert bad.exit_code == 2 and "--policy: preset: lend_idle must be in [0, 1]" in bad.output
+    assert bad.exit_code == 2 and "--policy: preset: lend_idle must be in (0, 1]" in bad.output
     assert not (tmp_path / "b").exists()
 
 

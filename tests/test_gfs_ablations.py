@@ -21,11 +21,11 @@ from stoker.core.registry import GANG_PRESETS, preset
 from test_gfs import Gangs, bound, cluster, evicted, spec
 
 # the reservation's parts, one at a time, as GFS with parameters (the presets combine them)
-RESERVE = "gfs+reserve_after_s=3600"
+RESERVE = "gfs+reservation.after_s=3600"
 RESERVE_LEND = RESERVE + "+lend_idle=1"
-RESERVE_MULTI = RESERVE + "+reserve_min_worker=2"
-RESERVE_GANGS = RESERVE_MULTI + "+reserve_min_workers=2+reserve_smaller_first=1"
-PATIENT = RESERVE_GANGS + "+reserve_backfill_free=1+hp_evict_after_s=1800"
+RESERVE_MULTI = RESERVE + "+reservation.min_worker=2"
+RESERVE_GANGS = RESERVE_MULTI + "+reservation.min_workers=2+reservation.smaller_first=1"
+PATIENT = RESERVE_GANGS + "+reservation.backfill_free=1+hp_evict_after_s=1800"
 
 
 @pytest.mark.parametrize(
@@ -113,8 +113,8 @@ def test_patient_lend_lends_half_and_hp_takes_free_room_back_first() -> None:
     assert _lend_run("gfs-reserve-patient-lend") == (["s2"], [], [], 0.0)
     config = preset("gfs-reserve-patient-lend").policies.hpspot
     patient = preset(PATIENT).policies.hpspot
-    assert config.lend_idle == 0.5 and patient.lend_idle == 0.0
-    same = ("reserve_after_s", "reserve_backfill_free", "hp_evict_after_s", "reserve_min_workers")
+    assert config.lend_idle == 0.5 and patient.lend_idle is None
+    same = ("reservation", "hp_evict_after_s")
     assert all(getattr(config, f) == getattr(patient, f) for f in same)
 
 
@@ -132,14 +132,18 @@ def test_a_preset_takes_its_parameters_after_its_name() -> None:
         if f.name != "name" and isinstance(getattr(a, f.name), (int, float, str, type(None)))
     ]
     assert [getattr(a, f) for f in plain] == [getattr(b, f) for f in plain]
-    several = preset("gfs+hp_evict_after_s=600+reserve_backfill_free=true+queue=fifo").policies
-    assert (several.hpspot.hp_evict_after_s, several.hpspot.reserve_backfill_free) == (600.0, True)
+    several = preset("gfs+hp_evict_after_s=600+reservation.backfill_free=true+queue=fifo").policies
+    assert several.hpspot.hp_evict_after_s == 600.0 and several.hpspot.reservation is not None
+    assert several.hpspot.reservation.backfill_free and several.hpspot.reservation.after_s == 3600
     assert several.hpspot.queue == "fifo" and preset("gfs").policies.hpspot.queue == "size"
     # what cannot be set this way is refused, naming what is wrong
     for bad, says in (
-        ("gfs+lend_idle=2", "lend_idle must be in [0, 1], got 2.0"),
+        ("gfs+lend_idle=2", "lend_idle must be in (0, 1], got 2.0"),
+        ("gfs+lend_idle=0", "lend_idle must be in (0, 1], got 0.0"),
+        ("gfs+reservation.after_s=-1", "reservation.after_s must be >= 0"),
+        ("gfs+reservation.nope=1", "'reservation.nope=1' is not field=value"),
         ("gfs+lend_idle=lots", "lend_idle: expected a float, got 'lots'"),
-        ("gfs+reserve_backfill_free=maybe", "reserve_backfill_free: expected a bool"),
+        ("gfs+reservation.backfill_free=maybe", "reservation.backfill_free: expected a bool"),
         ("gfs+queue=random", "queue must be one of"),
         ("gfs+nope=1", "'nope=1' is not field=value of a GFSConfig parameter"),
         ("gfs+lend_idle", "'lend_idle' is not field=value"),
@@ -161,15 +165,15 @@ def test_lend_shrinks_with_eta_when_lending_evicts() -> None:
 
 
 def test_only_the_reserve_presets_reserve() -> None:
-    reserving = {n for n in GANG_PRESETS if preset(n).policies.hpspot.reserve_after_s < 1e300}
+    reserving = {n for n in GANG_PRESETS if preset(n).policies.hpspot.reservation is not None}
     assert reserving == {"gfs-reserve-patient-lend", "gfs-reserve-patient-lend-multi"}
-    configs = {n: preset(n).policies.hpspot for n in reserving}
-    bounds = {n: (c.reserve_min_worker, c.reserve_min_workers) for n, c in configs.items()}
+    configs = {n: preset(n).policies.hpspot.reservation for n in reserving}
+    bounds = {n: (c.min_worker, c.min_workers) for n, c in configs.items()}
     assert bounds == {
         "gfs-reserve-patient-lend": (2.0, 2),
         "gfs-reserve-patient-lend-multi": (2.0, 1),
     }
-    assert all(c.reserve_smaller_first and c.reserve_backfill_free for c in configs.values())
+    assert all(c.smaller_first and c.backfill_free for c in configs.values())
     assert {n for n in GANG_PRESETS if preset(n).policies.hpspot.hp_evict_after_s} == reserving
 
 
@@ -315,7 +319,8 @@ def _smaller_run(name: str, smaller_first: bool | None = None) -> tuple[dict, li
     after small came, and every event's actions."""
     p = preset(name)
     if smaller_first is not None:
-        p.policies.hpspot.reserve_smaller_first = smaller_first
+        hpspot = p.policies.hpspot
+        hpspot.reservation = replace(hpspot.reservation, smaller_first=smaller_first)
     g = Gangs(cluster(4, 4), p.policies)
     log = [g.submit(spec(f"s{i}", "hp", 1, dur=20_000 if i < 4 else 7_200), 0.0) for i in range(8)]
     log.append(g.submit(spec("gang", "hp", 2, workers=2, dur=1e4), 10.0))
@@ -332,7 +337,8 @@ def test_patient_lend_multi_is_patient_lend_reserving_for_a_single_multi_card_wo
     )
     # every setting the same but the name and the single worker (policy objects are fresh)
     same = {"quota": multi.quota, "scorer": multi.scorer, "victims": multi.victims}
-    assert replace(lend, name=multi.name, reserve_min_workers=1, **same) == multi
+    one = replace(lend.reservation, min_workers=1)
+    assert replace(lend, name=multi.name, reservation=one, **same) == multi
     # one 2-GPU HP worker: only the -multi preset reserves n1 and holds the card it frees
     # from the spot job; with two such workers both do
     assert bound(_gang_run("gfs-reserve-patient-lend", 2, 1)[-1]) == ["sp"]
@@ -416,9 +422,11 @@ def _backfill_run(name: str, free: bool = False) -> tuple[Gangs, list[list[Actio
     3 x 2-GPU HP gang queued at 10 s (room for two workers at most, by evicting sp), a
     2-GPU HP job (x, 1,000 s: it ends before n1 drains) at 3,700 s (the pass after the
     gang's hour), a 1-GPU spot job at 3,800 s, one of n1's jobs ending at 4,000 s. With
-    ``free``: ``reserve_backfill_free``. The driver and every event's actions."""
+    ``free``: ``reservation.backfill_free``. The driver and every event's actions."""
     p = preset(name)
-    p.policies.hpspot.reserve_backfill_free = free
+    hpspot = p.policies.hpspot
+    if hpspot.reservation is not None:
+        hpspot.reservation = replace(hpspot.reservation, backfill_free=free)
     g = Gangs(cluster(4, 4, 4), p.policies)
     log = [g.submit(spec(f"a{i}", "hp", 1, dur=20_000), 0.0) for i in range(4)]
     log += [g.submit(spec(f"b{i}", "hp", 2, dur=7_200), 0.0) for i in range(2)]
@@ -441,7 +449,7 @@ def test_reserve_backfill_free_backfills_on_free_room_only() -> None:
     g, log = _backfill_run(RESERVE_GANGS)
     assert g.core.hpspot.reservations.held["A"] == ("gang", frozenset({"n1", "n2"}), 7_200.0)
     assert evicted(log[-2]) == ["sp"] and bound(log[-2]) == ["x"] and g.nodes("x") == {"n2"}
-    # with reserve_backfill_free (PATIENT's) the same reservation, but x
+    # with reservation.backfill_free (PATIENT's) the same reservation, but x
     # backfilled takes free room only: it evicts nothing and starts when n1 frees two cards
     g, log = _backfill_run(RESERVE_GANGS, free=True)
     assert g.core.hpspot.reservations.held["A"] == ("gang", frozenset({"n1", "n2"}), 7_200.0)
@@ -455,7 +463,7 @@ def _evict_after_run(after: float) -> tuple[Gangs, list[list[Action]], dict[floa
     only after ``after`` s queued. The driver, every event's actions, and those of a Tick
     at each deadline the core asks for before 2,000 s, by its time."""
     p = preset("gfs")
-    p.policies.hpspot.hp_evict_after_s = after
+    p.policies.hpspot.hp_evict_after_s = after or None
     g = Gangs(cluster(4, 4), p.policies)
     log = [g.submit(spec("r", "hp", 4, dur=300), 0.0), g.submit(spec("s", "spot", 4, dur=1e5), 0.0)]
     assert (g.nodes("r"), g.nodes("s")) == ({"n0"}, {"n1"})

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
 from stoker.core.config import Policies
-from stoker.core.gfs.config import GFSConfig
+from stoker.core.gfs.config import GFSConfig, LeaseConfig, ReservationConfig
 from stoker.core.gfs.placement import BestFitScorer, FGDScorer, GFSScorer
 from stoker.core.gfs.preemption import FGDVictims, FifoVictims, LyraVictims
 from stoker.core.gfs.quota import ForecastQuota, StaticQuota
@@ -58,17 +58,24 @@ HP_EVICT_AFTER_S = 1800.0
 # 0.75 and 1 on the ten 1/10-scale v2026 seeds (docs/gfs.md); what is lent past the
 # forecast is what HP takes back by evicting, so a smaller loan evicts less
 PATIENT_LEND_SHARE = 0.5
+
+
 # gfs-reserve-patient-lend's reservation: gangs of workers of two cards or more, after an
 # hour queued, while no HP job of a smaller request waits; a job backfilled beside it starts
 # on free room only, and HP evicts only after HP_EVICT_AFTER_S queued
-_PATIENT: dict[str, object] = {
-    "reserve_after_s": RESERVE_AFTER_S,
-    "reserve_min_worker": 2.0,
-    "reserve_min_workers": 2,
-    "reserve_smaller_first": True,
-    "reserve_backfill_free": True,
-    "hp_evict_after_s": HP_EVICT_AFTER_S,
-}
+def _patient(min_workers: int) -> dict[str, object]:
+    return {
+        "reservation": lambda p: ReservationConfig(
+            after_s=RESERVE_AFTER_S,
+            min_worker=2.0,
+            min_workers=min_workers,
+            smaller_first=True,
+            backfill_free=True,
+        ),
+        "hp_evict_after_s": HP_EVICT_AFTER_S,
+    }
+
+
 # the paper's comparison set for hp/spot
 PAPER_BASELINES = ("yarn-cs", "chronus", "lyra", "fgd")
 
@@ -211,14 +218,14 @@ _PRESETS: dict[str, _Entry] = {
     # hour queued, so room freed by jobs ending is taken first; and gfs-lend's loan at half
     # the share: the wait lets HP take lent room back as jobs end rather than by evictions
     "gfs-reserve-patient-lend": _gfs_variant(
-        "gfs-reserve-patient-lend", **_PATIENT, lend_idle=PATIENT_LEND_SHARE
+        "gfs-reserve-patient-lend", **_patient(2), lend_idle=PATIENT_LEND_SHARE
     ),
     # gfs-reserve-patient-lend reserving for a single worker of two cards or more too (its
     # bound kept: not while a smaller HP job waits); measured on Philly contended, spot
     # queueing 7-9 % under gfs-reserve-patient-lend's (docs/gfs.md, "Paired intervals")
     "gfs-reserve-patient-lend-multi": _gfs_variant(
         "gfs-reserve-patient-lend-multi",
-        **{**_PATIENT, "reserve_min_workers": 1},
+        **_patient(1),
         lend_idle=PATIENT_LEND_SHARE,
     ),
     # the paper's baselines: as the authors' simulator builds them, spot gated by the same
@@ -230,9 +237,7 @@ _PRESETS: dict[str, _Entry] = {
             quota=_no_quota,
             scorer=lambda p: GFSScorer(),
             preempt=False,
-            round_s=CHRONUS_ROUND_S,
-            lease_s=CHRONUS_LEASE_S,
-            lease_restart_s=CHRONUS_RESTART_S,
+            leases=lambda p: LeaseConfig(CHRONUS_ROUND_S, CHRONUS_LEASE_S, CHRONUS_RESTART_S),
         ),
         None,
     ),
@@ -262,10 +267,12 @@ def preset(name: str, g: float = 0.9, guarantee_s: float = 3600.0) -> Preset:
     """Build the named preset (fresh policy objects).
 
     An hp/spot preset may have parameters of its :class:`GFSConfig` changed after ``+``,
-    ``gfs-reserve-patient-lend+hp_evict_after_s=600+lend_idle=0.25`` (numbers,
-    ``true``/``false`` or ``1``/``0``, a queue order's name), each checked as the config
-    checks its own. ValueError names what is wrong: an unknown preset (listing the known
-    ones), a field that is not such a parameter (listing those), a bad value."""
+    ``gfs-reserve-patient-lend+hp_evict_after_s=600+lend_idle=0.25``, a concern's as
+    ``concern.field`` (``gfs+reservation.after_s=3600`` turns a reservation on, from its
+    defaults): numbers, ``true``/``false`` or ``1``/``0``, a queue order's name, ``none``
+    for an option that may be off; each checked as the config checks its own. ValueError
+    names what is wrong: an unknown preset (listing the known ones), a field that is not
+    such a parameter (listing those), a bad value."""
     base, *changes = name.split(VARIANT_SEP)
     entry = _PRESETS.get(base)
     if entry is None:
@@ -288,37 +295,69 @@ VARIANT_SEP = "+"
 # cost_window_s (the simulator's window), grace_s (the broker's setting), and the name
 _SET_ELSEWHERE = ("name", "g", "guarantee_s", "cost_window_s", "grace_s")
 _SCALARS = ("float", "int", "bool", "str")
-_TUNABLE = {
+# the concerns a preset name may set fields of, each from its defaults when it is off
+_CONCERNS: dict[str, type] = {"reservation": ReservationConfig, "leases": LeaseConfig}
+
+
+def _kind(annotation: object) -> tuple[str, bool]:
+    """A field's scalar kind and whether it may be None, from its annotation (the text of
+    a postponed one, or the type)."""
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    optional = text.endswith(" | None")
+    base = text.removesuffix(" | None")
+    return ("str" if base == "Queue" else base), optional
+
+
+_TUNABLE: dict[str, tuple[str, bool]] = {
     f.name: kind
     for f in fields(GFSConfig)
-    # a field's type is its annotation's text (postponed annotations) or the type itself
-    if (kind := f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")) in _SCALARS
-    and f.name not in _SET_ELSEWHERE
+    if (kind := _kind(f.type))[0] in _SCALARS and f.name not in _SET_ELSEWHERE
 }
+_TUNABLE.update(
+    {
+        f"{concern}.{f.name}": _kind(f.type)
+        for concern, cls in _CONCERNS.items()
+        for f in fields(cls)
+    }
+)
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 def _changed(config: GFSConfig, changes: list[str]) -> GFSConfig:
     """``config`` with each ``field=value`` of ``changes`` set, checked by GFSConfig."""
     values: dict[str, object] = {}
+    concerns: dict[str, dict[str, object]] = {}
     for item in changes:
         key, sep, text = item.partition("=")
-        kind = _TUNABLE.get(key)
-        if not sep or kind is None:
+        entry = _TUNABLE.get(key)
+        if not sep or entry is None:
             raise ValueError(
                 f"preset: {item!r} is not field=value of a GFSConfig parameter; "
                 f"known: {', '.join(sorted(_TUNABLE))}"
             )
-        try:
-            if kind == "bool":
-                if text.lower() not in _TRUE + _FALSE:
-                    raise ValueError("not a bool")
-                values[key] = text.lower() in _TRUE
-            else:
-                values[key] = {"float": float, "int": int, "str": str}[kind](text)
-        except ValueError:
-            raise ValueError(f"preset: {key}: expected a {kind}, got {text!r}") from None
+        kind, optional = entry
+        concern, _, name = key.rpartition(".")
+        (concerns.setdefault(concern, {}) if concern else values)[name] = _value(
+            key, kind, optional, text
+        )
     try:
+        for concern, changed in concerns.items():
+            base = getattr(config, concern) or _CONCERNS[concern]()
+            values[concern] = replace(base, **changed)
         return replace(config, **values)  # type: ignore[arg-type]
     except ValueError as exc:
         raise ValueError(f"preset: {exc}") from None
+
+
+def _value(key: str, kind: str, optional: bool, text: str) -> object:
+    """One parameter's value from its text; ValueError naming the field."""
+    if optional and text.lower() == "none":
+        return None
+    try:
+        if kind == "bool":
+            if text.lower() not in _TRUE + _FALSE:
+                raise ValueError("not a bool")
+            return text.lower() in _TRUE
+        return {"float": float, "int": int, "str": str}[kind](text)
+    except ValueError:
+        raise ValueError(f"preset: {key}: expected a {kind}, got {text!r}") from None

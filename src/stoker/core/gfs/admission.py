@@ -62,7 +62,7 @@ class SpotAdmission:
         """With ``lend_idle`` and no HP job waiting in the pool, that share (times eta) of
         the GPUs HP does not hold now; else None (nothing is lent)."""
         lend = self.config.lend_idle
-        if lend <= 0 or self.view.queues[gpu_pool][_HP].size:
+        if lend is None or self.view.queues[gpu_pool][_HP].size:
             return None
         used = self.view.used[gpu_pool][_HP]
         return lend * self.config.quota.eta(gpu_pool) * (self.view.capacity[gpu_pool] - used)

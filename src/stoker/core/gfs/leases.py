@@ -49,7 +49,8 @@ class LeaseHost(Protocol):
 
 
 class Leases:
-    """The rounds and leases of Chronus (``round_s``, ``lease_s``; off when 0).
+    """The rounds and leases of Chronus (:class:`~stoker.core.gfs.config.LeaseConfig`;
+    none without it).
 
     ``closed``: HP jobs whose remaining lease returns are charged at their next start.
     ``parked``: a lease flush's returned jobs, the pods each keeps until the round's pass
@@ -62,7 +63,7 @@ class Leases:
         self.s = host
         self.config = config
         self.next_round = start
-        self.next_lease = start + config.lease_s
+        self.next_lease = start + (config.leases.lease_s if config.leases else 0.0)
         self.closed: dict[str, None] = {}
         self.parked: dict[str, tuple[list[str], set[int]]] = {}
         self.rebind: dict[str, set[int]] = {}
@@ -92,15 +93,18 @@ class Leases:
     def closable(self) -> bool:
         """Leases flushed exactly every ``lease_s`` (a whole number of rounds), each
         return costing less than a round: the closed form of :meth:`charge_closed`."""
-        c = self.config
+        c = self.config.leases
+        assert c is not None  # only under leases
         rounds = c.lease_s / c.round_s
-        return abs(rounds - round(rounds)) < 1e-9 and c.lease_restart_s < c.round_s
+        return abs(rounds - round(rounds)) < 1e-9 and c.restart_s < c.round_s
 
     def charge_closed(self, job: Job, now: float) -> None:
         """A job whose lease returns are charged at once starts now: it owes the restart
-        of every lease boundary it will run across (``lease_restart_s`` each, the next at
+        of every lease boundary it will run across (``restart_s`` each, the next at
         ``next_lease``), so its run is what returning each lease would have made it."""
-        lease, restart = self.config.lease_s, self.config.lease_restart_s
+        c = self.config.leases
+        assert c is not None  # only under leases
+        lease, restart = c.lease_s, c.restart_s
         work = job.remaining
         # the first lease: from now to the next boundary, less this start's restart
         first = self.next_lease - now - restart
@@ -115,7 +119,7 @@ class Leases:
         work is kept, it owes the lease restart. Not an eviction: no failed period (the
         spot periods it earned are settled as successes)."""
         job.remaining = max(0.0, job.remaining - job.useful_since_start(now))
-        job.overhead = self.config.lease_restart_s
+        job.overhead = self.config.leases.restart_s if self.config.leases else 0.0
         if job.job_class is _SPOT:
             self.s.periods.settle_ok(job, now, self.s.periods.earned(job, now))
             self.s.periods.forget(job.id)

@@ -21,7 +21,7 @@ State = tuple[int, int, bool]
 
 class SearchMemo:
     """Per job, the state its last failed search read, apart for a search that may not
-    evict (free room and idle pods only: a job backfilled under ``reserve_backfill_free``,
+    evict (free room and idle pods only: a job backfilled under ``reservation.backfill_free``,
     or waiting out ``hp_evict_after_s``), whose failure says nothing of one that may."""
 
     def __init__(self, index: NodeIndex, idle: IdleRoom, config: GFSConfig) -> None:

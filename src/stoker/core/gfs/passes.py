@@ -70,10 +70,10 @@ class QueuePass:
 
     def run(self, gpu_pool: str, now: float, out: list[Action]) -> None:
         """HP then spot, each class in its queue's order (failures do not cross classes).
-        With ``reserve_after_s`` the pass's first HP job in queue order that may reserve
+        With a reservation policy the pass's first HP job in queue order that may reserve
         does, as soon as the pool holds no reservation: at once, or after the HP pass
         where the holder started in it (the reservation goes to the queue's head, not to
-        whichever job failed after the holder started); with ``reserve_smaller_first``
+        whichever job failed after the holder started); with ``smaller_first``
         after the HP pass, and not while a smaller HP job waits."""
         for cls in (_HP, _SPOT):
             queue = self.s.queues[gpu_pool][cls]
@@ -152,7 +152,9 @@ class QueuePass:
                         return  # every later job fails alike
                     continue
             acted = len(out)
-            result = self.s.try_start(job, now, out, evict=not self.config.reserve_backfill_free)
+            reserving = self.config.reservation
+            free_only = reserving is not None and reserving.backfill_free
+            result = self.s.try_start(job, now, out, evict=not free_only)
             if result == _STARTED:
                 queue.remove(k, entry)
             elif result == _HOLD:

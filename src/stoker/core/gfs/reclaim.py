@@ -101,7 +101,8 @@ class ReclaimPlanner:
         this instant (its gang plan and the worker that found no room), started from."""
         gpu_pool = self.view.pool_of(job)
         ledger = self.view.ledgers[gpu_pool]
-        since = now - self.config.rate_window_s
+        window = self.config.rate_window_s
+        since = -math.inf if window is None else now - window
         evicted: dict[str, Job] = {}
         ctx = PreemptContext(
             now=now,

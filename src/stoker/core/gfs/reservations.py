@@ -1,7 +1,7 @@
 """Reservations: room held for a waiting HP gang while the nodes it needs drain.
 
 stoker's own (``gfs-reserve-patient-lend``; GFS never reserves): a whole-GPU HP job that
-has queued ``reserve_after_s`` and finds no room, free or by eviction, reserves the nodes
+has queued ``reservation.after_s`` and finds no room, free or by eviction, reserves the nodes
 closest to holding it; no other hp or spot job (nor a warm pool's new pod) is placed there,
 nor reclaims there, unless it ends before they drain (EASY backfill). One reservation per
 GPU pool at a time (Slurm's backfill with a reservation for the top job, Kubernetes'
@@ -60,19 +60,22 @@ class Reservations:
 
     def may_reserve(self, job: Job, now: float) -> bool:
         """An HP job of more than one whole card (what smaller jobs backfilling can starve)
-        that found no room may reserve once it has queued ``reserve_after_s``."""
+        that found no room may reserve once it has queued ``after_s`` (never without a
+        :class:`~stoker.core.gfs.config.ReservationConfig`)."""
+        c = self.config.reservation
         return (
-            now - job.queued_since >= self.config.reserve_after_s - EPS
+            c is not None
+            and now - job.queued_since >= c.after_s - EPS
             and not job.fractional
             and job.gpus >= 2.0 - EPS
-            and job.per_worker >= self.config.reserve_min_worker - EPS
-            and job.spec.workers >= self.config.reserve_min_workers
+            and job.per_worker >= c.min_worker - EPS
+            and job.spec.workers >= c.min_workers
         )
 
     def smaller_waits(self, job: Job, queue: ClassQueue) -> bool:
-        """With ``reserve_smaller_first``: whether an HP job of a smaller per-worker request
+        """With ``smaller_first``: whether an HP job of a smaller per-worker request
         than ``job``'s waits in its pool's HP ``queue`` (after the pass: it found no room)."""
-        if not self.config.reserve_smaller_first:
+        if self.config.reservation is None or not self.config.reservation.smaller_first:
             return False
         # the skip rule's HP buckets are -request, ascending: a smaller request's is later
         return bisect.bisect_right(queue.keys, queue.bucket(job) + EPS) < len(queue.keys)

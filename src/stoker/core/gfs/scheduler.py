@@ -352,21 +352,22 @@ class HpSpotScheduler:
                 self._dirty[self.pool_of(job)] = None  # it may evict now
         if now + EPS >= self.periods.next_eta:
             self._dirty.update(dict.fromkeys(self.periods.feedback(now)))
-        if self.config.round_s > 0 and now + EPS >= self.leases.next_round:
-            self.leases.next_round = now + self.config.round_s
+        leases = self.config.leases
+        if leases is not None and now + EPS >= self.leases.next_round:
+            self.leases.next_round = now + leases.round_s
             self._round_due = True
             self._round_at = now
             gate = self.config.window
             in_window = gate is None or now >= gate[0]
-            if self.config.lease_s > 0 and now + EPS >= self.leases.next_lease and in_window:
-                self.leases.next_lease = now + self.config.lease_s
+            if now + EPS >= self.leases.next_lease and in_window:
+                self.leases.next_lease = now + leases.lease_s
                 self.leases.flush(now, out)
             self._dirty.update(dict.fromkeys(self.gpu_pools))
 
     def schedule(self, now: float, out: list[Action]) -> None:
         """The scheduling pass after every event (Chronus decides only in its rounds)."""
         self.sync()
-        if self.config.round_s > 0:
+        if self.config.leases is not None:
             # Chronus decides in its rounds; room freed at the round's instant (a lease
             # returned, its pods gone) is still that round's
             if not self._round_due and now > self._round_at + EPS:
@@ -386,7 +387,7 @@ class HpSpotScheduler:
         due = self.periods.next_eta
         if self._evict_wake:
             due = min(due, self._evict_wake[0][0])
-        if self.config.round_s > 0:
+        if self.config.leases is not None:
             due = min(due, self.leases.next_round)
         edges = self._gate_edges()
         return min(due, edges[0]) if edges else due
@@ -459,7 +460,9 @@ class HpSpotScheduler:
         if result == _NO_ROOM and self.may_reserve(job, now):
             first = self.reservations.candidates.setdefault(gpu_pool, job)
             # smaller HP jobs first: whether one waits is known only after the HP pass
-            if gpu_pool not in self.reservations.held and not self.config.reserve_smaller_first:
+            reserving = self.config.reservation
+            later = reserving is not None and reserving.smaller_first
+            if gpu_pool not in self.reservations.held and not later:
                 self.reserve(first, gpu_pool)
         return result
 
@@ -470,11 +473,12 @@ class HpSpotScheduler:
         or nothing makes its room); without ``evict``, idle pods only."""
         if job.id in self.awaiting:
             return _NO_ROOM  # pods are stopping for it: nothing more goes meanwhile
-        if evict and now - job.queued_since < self.config.hp_evict_after_s - EPS:
+        after = self.config.hp_evict_after_s
+        if evict and after is not None and now - job.queued_since < after - EPS:
             evict = False  # not yet: a pass is due when it may
             if job.id not in self._evict_due:
                 self._evict_due.add(job.id)
-                wake = (job.queued_since + self.config.hp_evict_after_s, job.id)
+                wake = (job.queued_since + after, job.id)
                 heapq.heappush(self._evict_wake, wake)
         state = self.memo.state(gpu_pool, now)
         if self.memo.failed(job.id, state, evict):
