@@ -166,7 +166,7 @@ def test_min_warm_is_bounded_by_the_warm_budget_and_yields_to_the_queue() -> Non
     d.settle()
     assert d.core.jobs[jobs[0]].path is HitPath.STANDBY
     assert len(d.core.queued("p")) == 1
-    assert not [p for p in d.core.warm._spare["p"]]
+    assert not [p for p in d.core.pods if d.core.warm.is_spare(p)]
 
 
 def test_min_warm_for_a_cpu_only_profile() -> None:

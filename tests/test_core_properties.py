@@ -361,7 +361,7 @@ class CoreMachine(RuleBasedStateMachine):
             queued = core.queued(name)
             if queued:
                 need = core.jobs[queued[0]].spec.workers
-                free = core.warm._find_capacity(profile, need, set())
+                free = core.warm.planner.find_capacity(profile, need, set())
                 assert len(free) < need, (queued[0], free)
         assert math.isclose(idle, core.idle_gpus, abs_tol=1e-6)
         hpspot = core.hpspot

@@ -243,7 +243,7 @@ def test_keepalive_deadlines_stay_bounded_under_a_long_keepalive() -> None:
         c.handle(RankStarted(f"j{i}"), at)
         c.handle(RankExited(f"j{i}"), at + 0.5)
         c.handle(JobForgotten(f"j{i}"), at + 0.5)
-    assert len(c.warm._deadlines) <= 2 * 1 + 64
+    assert len(c.warm.idle.deadlines) <= 2 * 1 + 64
     assert c.next_deadline() == 999.5 + 3600.0
     assert c.handle(Tick(), 999.5 + 3600.0) == [StopPod("pod-1", "keepalive")]
 

@@ -551,7 +551,9 @@ def test_keepalive_cap_follows_the_keepalive_idle_pods_hold() -> None:
     g.send(JobForgotten("pj"), 63.0)
     g.send(PodForgotten(first), 63.0)
     assert cap(g, 64.0) == pytest.approx(4.0 - 2.0 * 8 / 3600)
-    assert f"'{first}'" not in repr(vars(g.core.warm))
+    warm = g.core.warm
+    parts = (warm, warm.idle, warm.queues, warm.planner, warm.budget)
+    assert f"'{first}'" not in repr([vars(part) for part in parts])
 
     always = preset("gfs").policies
     always.keepalive = AlwaysOn()
