@@ -294,3 +294,20 @@ def test_rl_trainers_keep_their_pods_across_rounds() -> None:
         for t in ("a", "b")
     }
     assert held == {"a": 8, "b": 8}, held
+
+
+@pytest.mark.parametrize("u_first", [False, True])
+def test_a_gang_takes_an_always_on_pod_of_another_tenant(u_first: bool) -> None:
+    # two CPU slots; tenant t's pod (and, with u_first, u's too) stays warm for good under
+    # always-on. A 2-worker gang needs both slots: the equal split between tenants must not
+    # hold it back forever, since a pod with no keep-alive deadline never frees its room
+    cpu = Profile("cpu", gpus=0, cpu=1.0, memory_gb=1.0)
+    d = Driver(_core([cpu], Policies(keepalive=AlwaysOn()), cpu=2.0, memory_gb=2.0))
+    first = [d.submit("t", "a", "cpu")] + ([d.submit("u", "a", "cpu")] if u_first else [])
+    d.settle()
+    for j in first:
+        d.finish(j)
+    d.settle()
+    gang = d.submit("t" if u_first else "u", "b", "cpu", workers=2)
+    d.settle()
+    assert d.core.jobs[gang].state.value == "running"

@@ -9,6 +9,7 @@ starts the warm pools tell it of: the nodes with a profile's image cached.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -311,14 +312,16 @@ class RoomPlanner:
 
     def _takeable(self, job: Job, profile: Profile, pods: list[Pod]) -> list[Pod]:
         """The idle pods of ``pods`` ``job`` may stop for room (:meth:`Matching.may_reclaim`);
-        a pod of another profile is left to its own profile's split."""
+        a pod of another profile is left to its own profile's split. A warm pod with no
+        keep-alive deadline (``always_on``) is always takeable: the split would otherwise
+        hold a job back for good, since that pod never frees its room by itself."""
         held = self._tenant_pods(profile.name)
         mine = held.get(job.spec.tenant, 0)
         may = self.policies.matching.may_reclaim
         out = []
         for pod in pods:
             owner = self._tenant_of(pod)
-            if owner is None or pod.profile != profile.name:
+            if owner is None or pod.profile != profile.name or math.isinf(pod.deadline):
                 out.append(pod)  # a spare or standby, or another profile's (split per profile)
             elif may(mine, held.get(owner, 0), owner == job.spec.tenant):
                 out.append(pod)
