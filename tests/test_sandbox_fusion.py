@@ -3,6 +3,7 @@ published ``sandbox-fusion`` client (requests, HTTP Basic from the URL) and plai
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +15,7 @@ from sandbox_fusion.models import CommandRunStatus
 
 import stoker
 from stoker.agent.coderun import CAPTURE_BYTES
+from stoker.broker.bench_code import problems, program
 from stoker.broker.config import BrokerConfig, BrokerProfile
 from stoker.broker.embedded import EmbeddedBroker
 
@@ -42,7 +44,7 @@ def endpoint(broker: EmbeddedBroker, token: str) -> str:
     return f"http://rl:{token}@{host}/sandbox-fusion"
 
 
-def _run(endpoint: str, **kw: object) -> object:
+def _run(endpoint: str, **kw: Any) -> Any:
     return run_code(RunCodeRequest(language="python", **kw), endpoint=endpoint, max_attempts=1)
 
 
@@ -140,3 +142,41 @@ def test_auth(broker: EmbeddedBroker, token: str) -> None:
         assert http.get(f"{broker.url}/v1/profiles", auth=("rl", token)).status_code == 401
         ok = http.post(f"{base}/run_code", json=body, auth=("rl", token))
         assert ok.status_code == 200 and ok.json()["run_result"]["stdout"] == "1\n"
+
+
+# --- HumanEval: problems no one here wrote, through both paths -------------------------
+
+SUBSET = 8  # of the 164; benchmarks/code_reward.py runs them all
+
+
+def test_humaneval_through_sandbox_fusion(endpoint: str) -> None:
+    for problem in problems()[:SUBSET]:
+        ok = _run(endpoint, code=program(problem), reuse_tag="he")
+        assert ok.status == RunStatus.Success, (problem["task_id"], ok.run_result)
+        bad = _run(endpoint, code=program(problem, "broken"), reuse_tag="he")
+        assert bad.status == RunStatus.Failed and bad.run_result.return_code == 1
+        assert bad.run_result.status == CommandRunStatus.Finished
+    loop = _run(endpoint, code=program(problems()[0], "loop"), run_timeout=1, reuse_tag="he")
+    assert loop.status == RunStatus.Failed
+    assert loop.run_result.status == CommandRunStatus.TimeLimitExceeded
+
+
+def test_humaneval_through_async_client(broker: EmbeddedBroker, token: str) -> None:
+    async def verify(c: stoker.AsyncClient, problem: dict[str, Any], completion: str,
+                     timeout_s: float = 30) -> Any:  # fmt: skip
+        argv = ["python", "-c", program(problem, completion)]
+        job = await c.run("verify", argv, reuse_tag="he-sdk", timeout_s=timeout_s)
+        return await job.result(60)
+
+    async def main() -> None:
+        async with stoker.AsyncClient(broker.url, token) as c:
+            for problem in problems()[:SUBSET]:
+                ok = await verify(c, problem, "canonical")
+                assert ok.ok, (problem["task_id"], ok.stderr)
+                bad = await verify(c, problem, "broken")
+                assert (bad.exit_code, bad.failure) == (1, "user_error")
+                assert b"Error" in bad.stderr  # the tests' assertion (or a TypeError on None)
+            loop = await verify(c, problems()[0], "loop", timeout_s=1)
+            assert loop.failure == "timeout"
+
+    asyncio.run(main())
