@@ -98,6 +98,21 @@ def test_output_over_the_cap_is_cut_as_sandbox_fusion_does(endpoint: str) -> Non
     assert res.run_result.stdout == "a" * CAPTURE_BYTES and res.run_result.stderr == "e"
 
 
+def test_bash_exit_code_and_memory_limit(broker: EmbeddedBroker, token: str, endpoint: str) -> None:
+    sh = run_code(
+        RunCodeRequest(language="bash", code="read x; echo got $x; exit 3", stdin="v\n"),
+        endpoint=endpoint,
+        max_attempts=1,
+    )
+    assert sh.status == RunStatus.Failed
+    assert (sh.run_result.return_code, sh.run_result.stdout) == (3, "got v\n")
+    # the published client has no memory_limit_MB (SandboxFusion's server has)
+    body = {"code": "b = bytearray(400 << 20)", "language": "python", "memory_limit_MB": 200}
+    url = f"{broker.url}/sandbox-fusion/run_code"
+    big = httpx.post(url, json=body, auth=("rl", token), timeout=60).json()
+    assert big["status"] == "Failed" and "MemoryError" in big["run_result"]["stderr"]
+
+
 def test_reuse_tag_keeps_the_pod_and_its_files(broker: EmbeddedBroker, token: str) -> None:
     url = f"{broker.url}/sandbox-fusion/run_code"
     head = {"Authorization": f"Bearer {token}", "X-Stoker-Reuse-Tag": "worker-1"}

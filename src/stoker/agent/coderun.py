@@ -3,8 +3,9 @@
 The broker's ``/sandbox-fusion/run_code`` submits ``python -m stoker.agent.coderun`` with
 the request as JSON in :data:`REQUEST_ENV`. This runs in the pod's workspace (the job's
 cwd): it writes the request's files, writes the code to a file of its own, runs it with
-the request's stdin and time and memory limits, fetches the files asked for, and prints
-one JSON line (:func:`run`'s answer) as the job's whole stdout. The code's own output is
+the request's stdin and time and memory limits in a process of its own (python: a fork of
+this interpreter, so as cheap as any job's ``python -c``), fetches the files asked for,
+and prints one JSON line (:func:`run`'s answer) as the job's whole stdout. The code's own output is
 captured, each stream capped at :data:`CAPTURE_BYTES` past which it is read and dropped,
 as SandboxFusion does, so the code never blocks on a full pipe.
 
@@ -15,25 +16,28 @@ its pod (a reuse tag) finds its files again on its next call.
 from __future__ import annotations
 
 import base64
+import builtins
 import contextlib
 import json
 import os
 import resource
+import select
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
+import traceback
 from typing import IO, Any
 
 REQUEST_ENV = "CODERUN_REQUEST"
 CAPTURE_BYTES = 1 << 20  # SandboxFusion's cap on each captured stream
 _CHUNK = 64 * 1024
 
-#: language -> (the code file's suffix, the command that runs it, the file's path last)
+#: language -> (the code file's suffix, the command that runs it, the file's path last;
+#: none: python, run in a fork of this interpreter, whose imports are warm)
 LANGUAGES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "python": (".py", (sys.executable,)),
+    "python": (".py", ()),
     "bash": (".sh", ("bash",)),
 }
 
@@ -86,55 +90,107 @@ def _fetch_files(names: list[str]) -> dict[str, str]:
     return out
 
 
+def _exit_code(exc: SystemExit) -> int:
+    """The status ``python`` exits with for ``exc``."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def _run_python(path: str) -> int:
+    """``python PATH`` in this (forked) interpreter: its imports are warm already."""
+    sys.argv = [path]
+    sys.path[0] = os.path.dirname(path)
+    try:
+        with open(path) as f:
+            code = compile(f.read(), path, "exec")
+        exec(code, {"__name__": "__main__", "__file__": path, "__builtins__": builtins})
+    except SystemExit as exc:
+        return _exit_code(exc)
+    except BaseException as exc:  # as python prints it, without this frame
+        tb = exc.__traceback__.tb_next if exc.__traceback__ else None
+        traceback.print_exception(type(exc), exc, tb)
+        return 1
+    return 0
+
+
+def _child(language: str, path: str, mb: int, fds: tuple[int, int, int], close: list[int]) -> None:
+    """The code's process (a fork of this one); never returns."""
+    status = 1
+    try:
+        os.setsid()  # its whole group goes at a timeout
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        for fd in close:
+            os.close(fd)
+        os.environ.pop(REQUEST_ENV, None)
+        if mb > 0:
+            _limit_memory(mb)
+        command = LANGUAGES[language][1]
+        if command:
+            os.execvp(command[0], [*command, path])
+        status = _run_python(path)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            traceback.print_exc()
+    finally:
+        os._exit(status)
+
+
 def run(req: dict[str, Any]) -> dict[str, Any]:
     """Run one request (``code``, ``language``, ``run_timeout``, ``memory_limit_MB``,
     ``stdin``, ``files``, ``fetch_files``); the answer has SandboxFusion's ``run_result``
     fields (``status`` Finished or TimeLimitExceeded, ``execution_time``, ``return_code``,
     ``stdout``, ``stderr``) and ``files``."""
-    suffix, command = LANGUAGES[req["language"]]
+    language = req["language"]
     _write_files(req.get("files") or {})
-    fd, path = tempfile.mkstemp(suffix=suffix, prefix=".coderun-", dir=".")
+    fd, path = tempfile.mkstemp(suffix=LANGUAGES[language][0], prefix=".coderun-", dir=".")
     with os.fdopen(fd, "w") as f:
         f.write(req["code"])
+    path = os.path.abspath(path)
     mb = int(req.get("memory_limit_MB") or -1)
     stdin = req.get("stdin")
-    env = {k: v for k, v in os.environ.items() if k != REQUEST_ENV}
-    out, err = bytearray(), bytearray()
+    (in_r, in_w), (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe(), os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
     start = time.monotonic()
-    proc = subprocess.Popen(
-        [*command, os.path.abspath(path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        start_new_session=True,  # its whole group goes at a timeout
-        preexec_fn=(lambda: _limit_memory(mb)) if mb > 0 else None,
-    )
-    assert proc.stdin and proc.stdout and proc.stderr
+    pid = os.fork()
+    if pid == 0:
+        _child(language, path, mb, (in_r, out_w, err_w), [in_w, out_r, err_r])
+    for end in (in_r, out_w, err_w):
+        os.close(end)
+    out, err = bytearray(), bytearray()
+    streams = (open(in_w, "wb"), open(out_r, "rb"), open(err_r, "rb"))  # noqa: SIM115
     threads = [
-        threading.Thread(target=_feed, args=(proc.stdin, stdin.encode() if stdin else None)),
-        threading.Thread(target=_drain, args=(proc.stdout, out)),
-        threading.Thread(target=_drain, args=(proc.stderr, err)),
+        threading.Thread(target=_feed, args=(streams[0], stdin.encode() if stdin else None)),
+        threading.Thread(target=_drain, args=(streams[1], out)),
+        threading.Thread(target=_drain, args=(streams[2], err)),
     ]
     for t in threads:
         t.start()
-    timed_out = False
-    try:
-        proc.wait(timeout=float(req["run_timeout"]))
-    except subprocess.TimeoutExpired:
-        timed_out = True
+    pidfd = os.pidfd_open(pid)
+    exited, _, _ = select.select([pidfd], [], [], float(req["run_timeout"]))
+    os.close(pidfd)
     elapsed = time.monotonic() - start
     # what the code left running would hold the pipes open
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+        os.killpg(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
     for t in threads:
         t.join()
+    for stream in streams[1:]:
+        stream.close()
     os.unlink(path)
+    timed_out = not exited
     return {
         "status": "TimeLimitExceeded" if timed_out else "Finished",
         "execution_time": elapsed,
-        "return_code": None if timed_out else proc.returncode,
+        "return_code": None if timed_out else os.waitstatus_to_exitcode(status),
         "stdout": _decode(bytes(out)),
         "stderr": _decode(bytes(err)),
         "files": _fetch_files(list(req.get("fetch_files") or [])),
