@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import shutil
 import sys
@@ -116,23 +117,38 @@ async def _modes(bp: BrokerProcess, token: str, args: argparse.Namespace) -> dic
     url = f"{bp.url}/sandbox-fusion/run_code"
     limits = httpx.Limits(max_connections=args.callers + 8)
     out: dict[str, Any] = {}
-    async with (
-        httpx.AsyncClient(auth=("rl", token), timeout=600, limits=limits) as http,
-        AsyncClient(bp.url, token, timeout_s=600) as sdk,
-    ):
-        runs: list[tuple[str, Call, bool]] = [
-            ("sf-tag", _sf(http, url, True), True),
-            ("sdk-tag", _sdk(sdk), True),
-            ("sf-fresh", _sf(http, url, False), False),
-            ("process", _local(False), False),
-            ("sandbox", _local(True), False),
-        ]
-        for name, call, warm in runs:
+    # (name, its calls, warm each caller's pod first); each mode its own connections, so
+    # none reuses one the broker closed while it sat idle through the mode before
+    runs: list[tuple[str, Callable[[contextlib.AsyncExitStack], Awaitable[Call]], bool]] = [
+        ("sf-tag", lambda st: _open_sf(st, url, token, limits, True), True),
+        ("sdk-tag", lambda st: _open_sdk(st, bp.url, token), True),
+        ("sf-fresh", lambda st: _open_sf(st, url, token, limits, False), False),
+        ("process", lambda st: _no_client(_local(False)), False),
+        ("sandbox", lambda st: _no_client(_local(True)), False),
+    ]
+    for name, opened, warm in runs:
+        async with contextlib.AsyncExitStack() as stack:
+            call = await opened(stack)
             if warm:  # every caller once, at the same time: each its own pod
                 await asyncio.gather(*(call("pass", i) for i in range(args.callers)))
             out[name] = await _drive(call, programs, args.callers)
-            print(f"{name:9s} {json.dumps(out[name])}", flush=True)
+        print(f"{name:9s} {json.dumps(out[name])}", flush=True)
     return out
+
+
+async def _open_sf(
+    stack: contextlib.AsyncExitStack, url: str, token: str, limits: httpx.Limits, tagged: bool
+) -> Call:
+    http = httpx.AsyncClient(auth=("rl", token), timeout=600, limits=limits)
+    return _sf(await stack.enter_async_context(http), url, tagged)
+
+
+async def _open_sdk(stack: contextlib.AsyncExitStack, url: str, token: str) -> Call:
+    return _sdk(await stack.enter_async_context(AsyncClient(url, token, timeout_s=600)))
+
+
+async def _no_client(call: Call) -> Call:
+    return call
 
 
 def main() -> None:

@@ -1,13 +1,16 @@
 """One code-run request inside a pod: SandboxFusion's ``/run_code`` semantics.
 
-The broker's ``/sandbox-fusion/run_code`` submits ``python -m stoker.agent.coderun`` with
-the request as JSON in :data:`REQUEST_ENV`. This runs in the pod's workspace (the job's
-cwd): it writes the request's files, writes the code to a file of its own, runs it with
-the request's stdin and time and memory limits in a process of its own (python: a fork of
-this interpreter, so as cheap as any job's ``python -c``), fetches the files asked for,
-and prints one JSON line (:func:`run`'s answer) as the job's whole stdout. The code's own output is
-captured, each stream capped at :data:`CAPTURE_BYTES` past which it is read and dropped,
-as SandboxFusion does, so the code never blocks on a full pipe.
+The broker's ``/sandbox-fusion/run_code`` submits ``stoker.agent.coderun:main`` (a call
+entry: the agent imports this module before it forks its zygote, so every job's fork has
+it warm) with the request as JSON in :data:`REQUEST_ENV`. This runs in the pod's
+workspace (the job's cwd): it writes the request's files, writes the code to a file of its
+own, runs it with the request's stdin and time and memory limits in a process of its own
+(python: a fork of this interpreter, run as ``python FILE`` runs in the zygote), fetches
+the files asked for, and prints one JSON line (:func:`run`'s answer) as the job's whole
+stdout. The code's own output is captured, each stream capped at :data:`CAPTURE_BYTES`
+past which it is read and dropped, as SandboxFusion does, so the code never blocks on a
+full pipe. The code's process holds no fd but its three pipes, so it cannot
+write this answer for itself (an answer it garbles is a SandboxError, never a pass).
 
 The code file is removed afterwards; what the code wrote stays, so a caller that keeps
 its pod (a reuse tag) finds its files again on its next call.
@@ -16,10 +19,10 @@ its pod (a reuse tag) finds its files again on its next call.
 from __future__ import annotations
 
 import base64
-import builtins
 import contextlib
 import json
 import os
+import pkgutil  # noqa: F401 - runpy.run_path imports it in each run: warm in the zygote
 import resource
 import select
 import signal
@@ -29,6 +32,9 @@ import threading
 import time
 import traceback
 from typing import IO, Any
+
+from stoker.agent.binding import Entry
+from stoker.agent.zygote import _run_entry
 
 REQUEST_ENV = "CODERUN_REQUEST"
 CAPTURE_BYTES = 1 << 20  # SandboxFusion's cap on each captured stream
@@ -90,49 +96,21 @@ def _fetch_files(names: list[str]) -> dict[str, str]:
     return out
 
 
-def _exit_code(exc: SystemExit) -> int:
-    """The status ``python`` exits with for ``exc``."""
-    if exc.code is None:
-        return 0
-    if isinstance(exc.code, int):
-        return exc.code
-    print(exc.code, file=sys.stderr)
-    return 1
-
-
-def _run_python(path: str) -> int:
-    """``python PATH`` in this (forked) interpreter: its imports are warm already."""
-    sys.argv = [path]
-    sys.path[0] = os.path.dirname(path)
-    try:
-        with open(path) as f:
-            code = compile(f.read(), path, "exec")
-        exec(code, {"__name__": "__main__", "__file__": path, "__builtins__": builtins})
-    except SystemExit as exc:
-        return _exit_code(exc)
-    except BaseException as exc:  # as python prints it, without this frame
-        tb = exc.__traceback__.tb_next if exc.__traceback__ else None
-        traceback.print_exception(type(exc), exc, tb)
-        return 1
-    return 0
-
-
-def _child(language: str, path: str, mb: int, fds: tuple[int, int, int], close: list[int]) -> None:
+def _child(language: str, path: str, mb: int, fds: tuple[int, int, int]) -> None:
     """The code's process (a fork of this one); never returns."""
     status = 1
     try:
         os.setsid()  # its whole group goes at a timeout
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
-        for fd in close:
-            os.close(fd)
+        os.closerange(3, 1 << 20)  # nothing but its pipes: never this job's own stdout
         os.environ.pop(REQUEST_ENV, None)
         if mb > 0:
             _limit_memory(mb)
         command = LANGUAGES[language][1]
         if command:
             os.execvp(command[0], [*command, path])
-        status = _run_python(path)
+        status = _run_entry(Entry("script", path, (path,)))  # as ``python PATH`` runs it
         sys.stdout.flush()
         sys.stderr.flush()
     except BaseException:
@@ -161,7 +139,7 @@ def run(req: dict[str, Any]) -> dict[str, Any]:
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:
-        _child(language, path, mb, (in_r, out_w, err_w), [in_w, out_r, err_r])
+        _child(language, path, mb, (in_r, out_w, err_w))
     for end in (in_r, out_w, err_w):
         os.close(end)
     out, err = bytearray(), bytearray()

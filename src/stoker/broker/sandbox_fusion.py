@@ -3,7 +3,7 @@ rewards and tools call): ``POST /run_code`` and ``GET /v1/ping``, field for fiel
 SandboxFusion's own server answers them.
 
 Each call is one pool job on the broker's code-run profile (``sandbox_fusion_profile``;
-default the first CPU-only one): ``python -m stoker.agent.coderun`` in the pod's workspace
+default the first CPU-only one): ``stoker.agent.coderun:main`` in the pod's workspace
 (:mod:`stoker.agent.coderun` runs the code, with its stdin, time and memory limits). It
 goes through the ``POST /v1/jobs`` route's own function, so every check and every path
 (warm, standby, cold) is the one an SDK job takes.
@@ -46,7 +46,7 @@ REUSE_HEADER = "X-Stoker-Reuse-Tag"
 RUNNER_SLACK_S = 10.0
 # how long a call waits for a pod (its job queued) on top of the job's own timeout
 QUEUE_WAIT_S = 300.0
-_ENTRY = ("python", "-m", "stoker.agent.coderun")
+_ENTRY = ("stoker.agent.coderun:main",)  # warm in the agent (see stoker.agent.coderun)
 # what the runner reads of a request
 _RUNNER_FIELDS = {
     "code",
