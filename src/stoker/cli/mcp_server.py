@@ -180,7 +180,7 @@ def mcp(
         str, typer.Option(help="stdio, or http (streamable HTTP, at /mcp)")
     ] = "stdio",
     host: Annotated[str, typer.Option(help="http: the address to listen on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="http: the port")] = 8765,
+    port: Annotated[int, typer.Option(help="http: the port")] = 8766,
 ) -> None:
     """Serve stoker's tools to agents over MCP (one MCP session = one warm pod)."""
     from stoker.api.config import ClientConfig, ConfigError
