@@ -195,3 +195,10 @@ def test_humaneval_through_async_client(broker: EmbeddedBroker, token: str) -> N
             assert loop.failure == "timeout"
 
     asyncio.run(main())
+
+
+def test_a_bad_reuse_tag_is_a_422_naming_it(broker: EmbeddedBroker, token: str) -> None:
+    body = {"code": "pass", "language": "python", "reuse_tag": "a\x00b"}
+    url = f"{broker.url}/sandbox-fusion/run_code"
+    reply = httpx.post(url, json=body, auth=("rl", token), timeout=60)
+    assert reply.status_code == 422 and reply.json()["field"] == "body.reuse_tag"

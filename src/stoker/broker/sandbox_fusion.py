@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from stoker.agent.coderun import LANGUAGES, REQUEST_ENV
 from stoker.api.models import JobSubmit
@@ -244,13 +244,18 @@ def add_routes(
             )
         tag = x_stoker_reuse_tag or body.reuse_tag or f"sf-{uuid.uuid4().hex}"
         request = body.model_dump(include=_RUNNER_FIELDS)
-        job = JobSubmit(
-            profile=profile,
-            argv=list(_ENTRY),
-            reuse_tag=tag,
-            env={REQUEST_ENV: json.dumps(request)},
-            timeout_s=timeout_s,
-        )
+        try:  # the request is JSON-escaped ASCII in env: only the tag can be refused
+            job = JobSubmit(
+                profile=profile,
+                argv=list(_ENTRY),
+                reuse_tag=tag,
+                env={REQUEST_ENV: json.dumps(request)},
+                timeout_s=timeout_s,
+            )
+        except ValidationError as exc:
+            field = "header.x-stoker-reuse-tag" if x_stoker_reuse_tag else "body.reuse_tag"
+            msg = exc.errors()[0]["msg"]
+            raise ApiError(422, "invalid", f"{field}: {msg}", field) from None
         wait_s = timeout_s + QUEUE_WAIT_S
         reply = await submit(body=job, who=who, sched=sched, idempotency_key=None, wait=wait_s)
         row = json.loads(bytes(reply.body))
