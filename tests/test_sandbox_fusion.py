@@ -130,6 +130,9 @@ def test_reuse_tag_keeps_the_pod_and_its_files(broker: EmbeddedBroker, token: st
     assert again["run_result"]["stdout"] == "1\n"
     assert again["executor_pod_name"] == first["executor_pod_name"]
     assert other["run_result"]["stdout"] == "False\n"  # no tag: a pod of its own
+    with stoker.Client(broker.url, token) as c:  # each call a job, labelled as one of these
+        tags = {j["reuse_tag"] for j in c.jobs(labels={"api": "sandbox-fusion"}, limit=1000)}
+    assert "worker-1" in tags
 
 
 def test_unknown_and_unsupported_language(broker: EmbeddedBroker, token: str) -> None:

@@ -47,6 +47,8 @@ RUNNER_SLACK_S = 10.0
 # how long a call waits for a pod (its job queued) on top of the job's own timeout
 QUEUE_WAIT_S = 300.0
 _ENTRY = ("stoker.agent.coderun:main",)  # warm in the agent (see stoker.agent.coderun)
+# on every code-run job: `GET /v1/jobs?label=api=sandbox-fusion` lists them
+_LABELS = {"api": "sandbox-fusion"}
 # what the runner reads of a request
 _RUNNER_FIELDS = {
     "code",
@@ -251,6 +253,7 @@ def add_routes(
                 reuse_tag=tag,
                 env={REQUEST_ENV: json.dumps(request)},
                 timeout_s=timeout_s,
+                labels=_LABELS,
             )
         except ValidationError as exc:
             field = "header.x-stoker-reuse-tag" if x_stoker_reuse_tag else "body.reuse_tag"
