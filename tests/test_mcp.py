@@ -77,6 +77,10 @@ def test_stdio_session_keeps_its_files(broker: EmbeddedBroker, token: str) -> No
             assert _text(missing) == "no file none.txt"
             failed = await client.call_tool("run_code", {"code": "raise SystemExit(3)"})
             assert "exit code: 3" in _text(failed)
+            cobol = await client.call_tool("run_code", {"code": "x", "language": "cobol"})
+            assert "error: language 'cobol' is unknown here" in _text(cobol)
+            refused = await client.call_tool("run_code", {"code": "pass", "timeout_s": 1e9})
+            assert refused.is_error and "body.run_timeout" in refused.content[0].text
             profiles = _text(await client.call_tool("list_profiles", {}))
             assert '"verify"' in profiles
             assert "lost" not in _text(ran) + _text(cmd)  # one pod all along

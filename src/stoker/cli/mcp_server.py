@@ -20,7 +20,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-import httpx
 import typer
 
 from stoker.cli.broker import TokenOpt, UrlOpt, _fail
@@ -58,16 +57,27 @@ class Tools:
     async def run(self, key: str, **request: Any) -> tuple[dict[str, Any], str | None]:
         """One ``run_code`` call in the session's pod: the answer, and a note for the model
         when the session's pod changed since its last call (None when it did not)."""
+        # imported here: `stoker --help` imports this module
+        import httpx
+        from mcp.server.mcpserver.exceptions import ToolError
+
+        from stoker.broker.sandbox_fusion import QUEUE_WAIT_S, RUNNER_SLACK_S
+
         sess = self.session(key)
-        timeout = float(request.get("run_timeout", _TIMEOUT_S)) + 330.0  # its queue, its slack
-        async with httpx.AsyncClient(timeout=timeout) as http:
-            resp = await http.post(
-                f"{self.url}/sandbox-fusion/run_code",
-                json={"language": "python", **request, "reuse_tag": sess.tag},
-                headers={"Authorization": f"Bearer {self.token}"},
-            )
+        # the broker answers within the job's queue wait, its timeout and the runner's slack
+        run_timeout = float(request.get("run_timeout", _TIMEOUT_S))
+        timeout = run_timeout + RUNNER_SLACK_S + QUEUE_WAIT_S + 30.0
+        try:
+            async with httpx.AsyncClient(timeout=timeout) as http:
+                resp = await http.post(
+                    f"{self.url}/sandbox-fusion/run_code",
+                    json={"language": "python", **request, "reuse_tag": sess.tag},
+                    headers={"Authorization": f"Bearer {self.token}"},
+                )
+        except httpx.HTTPError as exc:  # the model reads why (a crash's text stays here)
+            raise ToolError(f"the broker at {self.url} is unreachable: {exc!r}") from exc
         if resp.status_code != 200:
-            raise RuntimeError(f"broker answered {resp.status_code}: {resp.text[:500]}")
+            raise ToolError(f"the broker answered {resp.status_code}: {resp.text[:500]}")
         answer = dict(resp.json())
         pod, note = answer.get("executor_pod_name"), None
         if answer["status"] == "SandboxError" and pod is not None:
