@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+import requests
 from sandbox_fusion import RunCodeRequest, RunStatus, run_code
 from sandbox_fusion.models import CommandRunStatus
 
@@ -205,3 +207,16 @@ def test_a_bad_reuse_tag_is_a_422_naming_it(broker: EmbeddedBroker, token: str) 
     url = f"{broker.url}/sandbox-fusion/run_code"
     reply = httpx.post(url, json=body, auth=("rl", token), timeout=60)
     assert reply.status_code == 422 and reply.json()["field"] == "body.reuse_tag"
+
+
+def test_the_request_verl_sends(endpoint: str) -> None:
+    # verl's call_sandbox_api (verl is not installed here): the full /run_code URL from its
+    # config, its own headers, a JSON string body, no auth argument (requests takes the
+    # credentials from the URL)
+    payload = {"compile_timeout": 10, "run_timeout": 10, "code": "print(input()[::-1])",
+               "stdin": "abc", "language": "python", "files": {}, "fetch_files": []}  # fmt: skip
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    reply = requests.post(f"{endpoint}/run_code", headers=headers, data=json.dumps(payload))
+    assert reply.status_code == 200
+    got = reply.json()
+    assert got["status"] == "Success" and got["run_result"]["stdout"] == "cba\n"
