@@ -9,6 +9,7 @@ import pytest
 
 from stoker.api.config import ConfigError
 from stoker.broker.config import BrokerConfig
+from stoker.broker.sandbox_fusion import code_run_profile
 
 
 def _load(tmp_path: Path, text: str) -> BrokerConfig:
@@ -99,6 +100,7 @@ def test_keepalive_s_alone_is_a_fixed_keepalive(tmp_path: Path) -> None:
         ("[cpu_slots]\ngpus = 8\n", "unknown key 'cpu_slots.gpus'"),
         ("max_keepalive_s = 0\n", "max_keepalive_s: Input should be greater than 0"),
         ("data_dir = 5\n", "data_dir: Input should be a valid string"),
+        ("sandbox_fusion_profile = 'gpu'\n", "sandbox_fusion_profile: no profile 'gpu'"),
     ],
 )
 def test_unknown_or_mistyped_keys_are_named(tmp_path: Path, text: str, named: str) -> None:
@@ -135,3 +137,11 @@ keepalive_s = 5
     assert type(own["verify"].keepalive).__name__ == "AlwaysOn" and own["verify"].min_warm == 2
     assert own["gpu"].keepalive is None and own["gpu"].min_warm == 1  # the broker's keep-alive
     assert own["fit"].keepalive.fallback_s == 5.0 and own["fit"].min_warm == 0
+
+
+def test_the_code_run_profile(tmp_path: Path) -> None:
+    both = "[profiles.big]\n[profiles.verify]\ngpus = 0\ncpus = 1.0\nmemory_mb = 512\n"
+    assert code_run_profile(_load(tmp_path, both)) == "verify"  # the first CPU-only one
+    assert code_run_profile(_load(tmp_path, "[profiles.big]\n")) == "big"
+    named = _load(tmp_path, "sandbox_fusion_profile = 'big'\n" + both)
+    assert code_run_profile(named) == "big"

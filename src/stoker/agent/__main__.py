@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stoker.agent import STANDBY_ENV, TOKEN_ENV
+from stoker.agent import coderun as _coderun  # noqa: F401 - the zygote's: warm in every job
 from stoker.agent.zygote import (
     JobUser,
     Zygote,

@@ -60,6 +60,7 @@ from stoker.broker.leader import Leadership
 from stoker.broker.loop import JobRequest, Refused, Scheduler
 from stoker.broker.metrics import BrokerMetrics
 from stoker.broker.replica import StoreReads, forward, unavailable
+from stoker.broker.sandbox_fusion import add_routes as add_sandbox_fusion_routes
 from stoker.broker.secrets import SecretBox
 from stoker.broker.store import JOB_FIELDS, Deposed, Store, StoreError
 from stoker.core import Core
@@ -923,6 +924,7 @@ def create_app(broker: Broker) -> FastAPI:
         return Response(status_code=204)
 
     add_dashboard_routes(app, broker, broker.decisions, broker.dashboard)
+    add_sandbox_fusion_routes(app, broker, submit)
     # the last added runs first: bodies are capped, then a plain submit takes its fast path
     app.add_middleware(FastSubmit, broker=broker, submit=submit)
     app.add_middleware(BodyCap, cap=broker.cfg.max_request_bytes, exempt=("/v1/code",))

@@ -278,6 +278,7 @@ class _BrokerFile(_Table):
     max_keepalive_s: float = Field(3600.0, gt=0)
     database_url: str | None = None
     advertise_url: str | None = None
+    sandbox_fusion_profile: str | None = None
     cpu_slots: CpuSlots = CpuSlots()
     profiles: dict[str, _ProfileFile] | None = None
     policies: PolicyConfig = PolicyConfig()
@@ -315,6 +316,9 @@ class BrokerConfig:
     # the local runtime's pods (None: data_dir/runtime); replicas on one host share it, so
     # whichever leads adopts the pods of the one before
     runtime_root: Path | None = None
+    # the profile /sandbox-fusion/run_code runs code on (None: the first CPU-only profile,
+    # else the first)
+    sandbox_fusion_profile: str | None = None
     cpu_slots: CpuSlots = field(default_factory=CpuSlots)
     policies: PolicyConfig = field(default_factory=PolicyConfig)
     forecast: ForecastConfig = field(default_factory=ForecastConfig)
@@ -390,6 +394,12 @@ class BrokerConfig:
                     cfg.profiles.append(p.profile(name))
                 except ValueError as exc:
                     raise ConfigError(f"{where}: profiles.{name}.{exc}") from exc
+        names = [p.name for p in cfg.profiles]
+        if cfg.sandbox_fusion_profile is not None and cfg.sandbox_fusion_profile not in names:
+            raise ConfigError(
+                f"{where}: sandbox_fusion_profile: no profile {cfg.sandbox_fusion_profile!r}"
+                f" (known: {', '.join(names)})"
+            )
         try:  # every name checked now, not when the broker starts
             cfg.policies.build(cfg.keepalive_s, cfg.spot.grace_s)
         except ValueError as exc:

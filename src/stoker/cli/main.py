@@ -27,6 +27,7 @@ _COMMAND_MODULES = (
     "stoker.cli.jobs",
     "stoker.cli.report",
     "stoker.cli.deploy",
+    "stoker.cli.mcp_server",
 )
 
 for _name in _COMMAND_MODULES:
