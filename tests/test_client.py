@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 import stoker
+from api_rig import embedded_broker, tenant_token
 from stoker.broker.config import BrokerConfig, BrokerProfile
 from stoker.broker.embedded import EmbeddedBroker, free_port
 from stoker.client import (
@@ -38,19 +39,14 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
-    cfg = BrokerConfig(
-        data_dir=tmp_path_factory.mktemp("client") / "data",
-        profiles=[BrokerProfile.simple("plain")],
-        gpu_slots=2,
-    )
-    with EmbeddedBroker(cfg) as eb:
+    data = tmp_path_factory.mktemp("client") / "data"
+    with embedded_broker(data, [BrokerProfile.simple("plain")], gpu_slots=2) as eb:
         yield eb
 
 
 @pytest.fixture(scope="module")
 def token(broker: EmbeddedBroker) -> str:
-    with stoker.Client(broker.url, broker.admin_token) as admin:
-        return admin.create_tenant("sdk")
+    return tenant_token(broker, "sdk")
 
 
 def test_run_wait_logs_result(broker: EmbeddedBroker, token: str) -> None:

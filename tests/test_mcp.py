@@ -17,6 +17,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 import stoker
+from api_rig import embedded_broker, tenant_token
 from stoker.broker.config import BrokerConfig, BrokerProfile
 from stoker.broker.embedded import EmbeddedBroker, free_port
 from stoker.cli.mcp_server import build_server
@@ -27,19 +28,14 @@ TOOLS = {"run_code", "run_command", "read_file", "write_file", "list_profiles"}
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
-    cfg = BrokerConfig(
-        data_dir=tmp_path_factory.mktemp("mcp") / "data",
-        profiles=[BrokerProfile.simple("verify", gpus=0)],
-        gpu_slots=0,
-    )
-    with EmbeddedBroker(cfg) as eb:
+    data = tmp_path_factory.mktemp("mcp") / "data"
+    with embedded_broker(data, [BrokerProfile.simple("verify", gpus=0)], gpu_slots=0) as eb:
         yield eb
 
 
 @pytest.fixture(scope="module")
 def token(broker: EmbeddedBroker) -> str:
-    with stoker.Client(broker.url, broker.admin_token) as admin:
-        return admin.create_tenant("agent")
+    return tenant_token(broker, "agent")
 
 
 def _argv(broker: EmbeddedBroker, token: str, *extra: str) -> list[str]:

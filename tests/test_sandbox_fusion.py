@@ -16,27 +16,25 @@ from sandbox_fusion import RunCodeRequest, RunStatus, run_code
 from sandbox_fusion.models import CommandRunStatus
 
 import stoker
+from api_rig import embedded_broker, tenant_token
 from stoker.agent.coderun import CAPTURE_BYTES
 from stoker.broker.bench_code import problems, program
-from stoker.broker.config import BrokerConfig, BrokerProfile
+from stoker.broker.config import BrokerProfile
 from stoker.broker.embedded import EmbeddedBroker
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
-    cfg = BrokerConfig(
-        data_dir=tmp_path_factory.mktemp("sf") / "data",
-        profiles=[BrokerProfile.simple("plain"), BrokerProfile.simple("verify", gpus=0)],
-        gpu_slots=1,
-    )
-    with EmbeddedBroker(cfg) as eb:
+    data = tmp_path_factory.mktemp("sf") / "data"
+    with embedded_broker(
+        data, [BrokerProfile.simple("plain"), BrokerProfile.simple("verify", gpus=0)], gpu_slots=1
+    ) as eb:
         yield eb
 
 
 @pytest.fixture(scope="module")
 def token(broker: EmbeddedBroker) -> str:
-    with stoker.Client(broker.url, broker.admin_token) as admin:
-        return admin.create_tenant("rl")
+    return tenant_token(broker, "rl")
 
 
 @pytest.fixture(scope="module")

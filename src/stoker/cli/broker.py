@@ -24,9 +24,10 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _client(url: str | None, token: str | None) -> Any:
+def _credentials(url: str | None, token: str | None) -> tuple[str, str]:
+    """The broker's URL and the token to call it with: the options, else the client's
+    configuration (environment, config file); a one-line error without a token."""
     from stoker.api.config import ClientConfig, ConfigError
-    from stoker.client import Client
 
     try:
         cfg = ClientConfig.load()
@@ -35,7 +36,13 @@ def _client(url: str | None, token: str | None) -> Any:
     tok = token or cfg.token
     if not tok:
         _fail("no token: set STOKER_TOKEN or pass --token")
-    return Client(url or cfg.url, tok)
+    return url or cfg.url, str(tok)
+
+
+def _client(url: str | None, token: str | None) -> Any:
+    from stoker.client import Client
+
+    return Client(*_credentials(url, token))
 
 
 def _call(url: str | None, token: str | None, fn: Callable[[Any], Any]) -> Any:

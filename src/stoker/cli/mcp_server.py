@@ -22,7 +22,7 @@ from typing import Annotated, Any
 
 import typer
 
-from stoker.cli.broker import TokenOpt, UrlOpt, _fail
+from stoker.cli.broker import TokenOpt, UrlOpt, _credentials, _fail
 
 POD_LOST = (
     "[stoker: this session's pod was lost (pod {old} is gone, now {new}): files and state"
@@ -193,19 +193,11 @@ def mcp(
     port: Annotated[int, typer.Option(help="http: the port")] = 8766,
 ) -> None:
     """Serve stoker's tools to agents over MCP (one MCP session = one warm pod)."""
-    from stoker.api.config import ClientConfig, ConfigError
-
-    try:
-        cfg = ClientConfig.load()
-    except ConfigError as exc:
-        _fail(str(exc))
-    tok = token or cfg.token
-    if not tok:
-        _fail("no token: pass --token or set STOKER_TOKEN")
+    base, tok = _credentials(url, token)
     if transport not in ("stdio", "http"):
         _fail(f"--transport: {transport!r} is neither stdio nor http")
     try:
-        server = build_server(url or cfg.url, str(tok))
+        server = build_server(base, tok)
     except ImportError:
         _fail("stoker mcp needs the mcp extra: pip install 'stoker[mcp]'")
     if transport == "stdio":

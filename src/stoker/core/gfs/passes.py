@@ -38,9 +38,6 @@ class Attempt(Enum):
         return {"quota": "admission", "hold": "reclaim"}.get(self.value, "placement")
 
 
-_STARTED, _QUOTA, _NO_ROOM, _HOLD = Attempt.STARTED, Attempt.QUOTA, Attempt.NO_ROOM, Attempt.HOLD
-
-
 class PassHost(Protocol):
     """What the pass asks of the hp/spot scheduler."""
 
@@ -109,10 +106,10 @@ class QueuePass:
                     queue.remove(k, entry)  # cancelled while queued
                     continue
                 result = self.s.try_start(job, now, out)
-                if result == _STARTED:
+                if result == Attempt.STARTED:
                     queue.remove(k, entry)
                     continue
-                if result == _HOLD:
+                if result == Attempt.HOLD:
                     return
                 if self.s.reservations.held:
                     self._backfill(queue, k, job, now, out)
@@ -155,12 +152,12 @@ class QueuePass:
             reserving = self.config.reservation
             free_only = reserving is not None and reserving.backfill_free
             result = self.s.try_start(job, now, out, evict=not free_only)
-            if result == _STARTED:
+            if result == Attempt.STARTED:
                 queue.remove(k, entry)
-            elif result == _HOLD:
+            elif result == Attempt.HOLD:
                 return  # room is being freed for a job: no spot job starts
             elif len(out) == acted and job.id not in self.s.awaiting:
-                if result == _NO_ROOM:
+                if result == Attempt.NO_ROOM:
                     no_room = min(no_room, job.spec.workers)
                 else:  # over the spot quota
                     over_quota = min(over_quota, job.gpus)
@@ -182,6 +179,6 @@ class QueuePass:
             if job.state is not JobState.QUEUED:
                 queue.remove(k, entry)
                 continue
-            if self.s.try_start(job, now, out) != _STARTED:
+            if self.s.try_start(job, now, out) != Attempt.STARTED:
                 return
             queue.remove(k, entry)

@@ -54,7 +54,6 @@ if TYPE_CHECKING:
     from stoker.core.ports import IdleRoom
 
 _HP, _SPOT = JobClass.HP, JobClass.SPOT
-_STARTED, _QUOTA, _NO_ROOM, _HOLD = Attempt.STARTED, Attempt.QUOTA, Attempt.NO_ROOM, Attempt.HOLD
 
 
 # ---------------------------------------------------------------- the scheduler
@@ -435,29 +434,29 @@ class HpSpotScheduler:
     # ------------------------------------------------------------ the pass
 
     def try_start(self, job: Job, now: float, out: list[Action], evict: bool = True) -> Attempt:
-        """Start ``job`` if it may and fits; else why not (``_QUOTA``: over the spot quota,
-        ``_HOLD``: room is being freed for an HP job, nothing else starts; ``_NO_ROOM``).
+        """Start ``job`` if it may and fits; else why not (``QUOTA``: over the spot quota,
+        ``HOLD``: room is being freed for an HP job, nothing else starts; ``NO_ROOM``).
         Without ``evict`` an HP job takes free room and idle pods only."""
         gpu_pool = self.pool_of(job)
         if job.job_class is _SPOT:
             if self.freeing_room(gpu_pool):
-                return _HOLD  # room is being freed for a job: no other spot job takes it
+                return Attempt.HOLD  # room is being freed for a job: no other spot job takes it
             if self.admission.over_quota(job, gpu_pool, now):
-                return _QUOTA
+                return Attempt.QUOTA
             state = self.memo.state(gpu_pool, now)
             if self.memo.failed(job.id, state):
-                return _NO_ROOM
+                return Attempt.NO_ROOM
             plan = self._plan_free(job, now)
             if plan is None:
                 # a card held only by standby pods is free for the asking: standby pods have
                 # no keep-alive, so without this a spot job could wait behind them forever
                 self._reclaim(job, now, out, standby_only=True)
                 self._remember(job, gpu_pool, state, now)
-                return _NO_ROOM
+                return Attempt.NO_ROOM
             self._start(job, plan, now, out)
-            return _STARTED
+            return Attempt.STARTED
         result = self._try_start_hp(job, gpu_pool, now, out, evict)
-        if result == _NO_ROOM and self.may_reserve(job, now):
+        if result == Attempt.NO_ROOM and self.may_reserve(job, now):
             first = self.reservations.candidates.setdefault(gpu_pool, job)
             # smaller HP jobs first: whether one waits is known only after the HP pass
             reserving = self.config.reservation
@@ -469,10 +468,10 @@ class HpSpotScheduler:
     def _try_start_hp(
         self, job: Job, gpu_pool: str, now: float, out: list[Action], evict: bool = True
     ) -> Attempt:
-        """An HP job's start: free room, else reclaim (``_NO_ROOM`` while pods stop for it
+        """An HP job's start: free room, else reclaim (``NO_ROOM`` while pods stop for it
         or nothing makes its room); without ``evict``, idle pods only."""
         if job.id in self.awaiting:
-            return _NO_ROOM  # pods are stopping for it: nothing more goes meanwhile
+            return Attempt.NO_ROOM  # pods are stopping for it: nothing more goes meanwhile
         after = self.config.hp_evict_after_s
         if evict and after is not None and now - job.queued_since < after - EPS:
             evict = False  # not yet: a pass is due when it may
@@ -482,14 +481,14 @@ class HpSpotScheduler:
                 heapq.heappush(self._evict_wake, wake)
         state = self.memo.state(gpu_pool, now)
         if self.memo.failed(job.id, state, evict):
-            return _NO_ROOM
+            return Attempt.NO_ROOM
         if self.gpu_pools[gpu_pool].hp_slots(
             job.per_worker
         ) < job.spec.workers or self.memo.no_room(job, gpu_pool):
             # too little room for its workers (cards without HP; free cards and those spot
             # work alone holds): every search fails until that grows
             self._remember(job, gpu_pool, state, now)
-            return _NO_ROOM
+            return Attempt.NO_ROOM
         if (
             evict
             and self.config.hp_preempt_first
@@ -497,15 +496,15 @@ class HpSpotScheduler:
             and job.spec.workers == 1
             and self._reclaim(job, now, out, free_first=False)
         ):
-            return _NO_ROOM
+            return Attempt.NO_ROOM
         plan = self._plan_free(job, now)
         if plan is not None:
             self._start(job, plan, now, out)
-            return _STARTED
+            return Attempt.STARTED
         self._reclaim(job, now, out, preempt=evict)
         self._free_prefix = None  # read by that reclaim only
         self._remember(job, gpu_pool, state, now, evict)
-        return _NO_ROOM
+        return Attempt.NO_ROOM
 
     def _remember(
         self, job: Job, gpu_pool: str, state: tuple[int, int, bool], now: float, evict: bool = True

@@ -47,9 +47,7 @@ class BudgetKeeper:
         self.hp: HpRoom
         # per GPU model, the GPUs idle pods there may hold at most so HP demand finds its
         # room (the core sets it by the warm cap policy from that GPU pool's HP forecast:
-        # what HP is not forecast to need); a model without an entry is not capped. Under a
-        # policy that does not hold it, it bounds only new idle capacity (standby staging,
-        # spares)
+        # what HP is not forecast to need); a model without an entry is not capped
         self.hp_cap: dict[str, float] = {}
 
     def limit(self) -> float:
