@@ -92,6 +92,7 @@ from stoker.core.policies import (
     ReuseMatching,
     StaticBudget,
 )
+from stoker.core.shares import Share, TenantShares
 
 PROFILES = [
     Profile("p", share=0.9, standby_share=0.1),
@@ -121,6 +122,14 @@ POLICIES = [
             "c": ProfilePolicies(AlwaysOn(), min_warm=1),
             "g": ProfilePolicies(min_warm=1),
         }
+    ),
+    # tenant shares (indexes above are named by tests: new ones go last)
+    lambda: Policies(
+        shares=TenantShares({"u": Share(weight=2.0, hp_gpus={"any": 2.0})}, Share(max_warm_pods=1))
+    ),
+    lambda: Policies(
+        hpspot=GFSConfig(quota=StaticQuota(1.0), queue="fifo"),
+        shares=TenantShares({"t": Share(hp_gpus={"any": 1.0})}),
     ),
 ]
 

@@ -35,6 +35,7 @@ class Books:
     core's refusal; they are in no part's queue, so none holds back the jobs behind it, and
     go back once nodes join and they fit again. ``on_cards``: told of every card a new pod
     takes (the warm pools' standby index follows it), wired once by the core.
+    ``queued``: per tenant, its jobs queued now (what a cap on them is checked against).
     """
 
     def __init__(self, cluster: Cluster, profiles: Iterable[Profile], start: float) -> None:
@@ -46,9 +47,23 @@ class Books:
         self.job_moves = Transitions("job", JOB_MOVES, JobState.FINISHED)
         self.demand = DemandMeter()
         self.set_aside: dict[str, Refusal] = {}
+        self.queued: dict[str, int] = {}
         self.now = start
         self.on_cards: Callable[[list[str]], None] = lambda gpus: None
         self._seq = 0  # pod ids
+
+    def add_job(self, job: Job) -> None:
+        """Register a job just submitted (queued)."""
+        self.jobs[job.id] = job
+        self._count(job, 1)
+
+    def _count(self, job: Job, step: int) -> None:
+        tenant = job.spec.tenant
+        left = self.queued.get(tenant, 0) + step
+        if left:
+            self.queued[tenant] = left
+        else:
+            del self.queued[tenant]
 
     def gpu_pool(self, spec: JobSpec) -> str:
         """The GPU pool (GPU model) a job's workers take: its own, else its profile's."""
@@ -98,7 +113,10 @@ class Books:
             and not lease
         ):
             raise CoreError(f"job {job.id}: only a spot job goes back to the queue once running")
+        was = job.state
         self.job_moves.transition(job, state, now)
+        if (was is JobState.QUEUED) != (state is JobState.QUEUED):
+            self._count(job, 1 if state is JobState.QUEUED else -1)
 
     def end_job(
         self,

@@ -21,6 +21,7 @@ from stoker.core.policies import (
     WarmBudget,
     WarmCap,
 )
+from stoker.core.shares import TenantShares
 
 
 @dataclass
@@ -45,8 +46,9 @@ class Policies:
     budget), ``warm_cap`` (how each GPU pool's HP forecast bounds the warm budget there),
     ``standby`` (standby staging). hp/spot: ``hpspot`` holds queue order, placement
     scoring, spot quota and reclaim (victim choice) with their parameters. ``profiles``:
-    per profile name, its own keep-alive and minimum warm count. Presets by name:
-    :mod:`stoker.core.registry`.
+    per profile name, its own keep-alive and minimum warm count. ``shares``: tenants'
+    weights, guaranteed HP GPUs and caps (:mod:`stoker.core.shares`; None: every queue in
+    submit order, no tenant capped). Presets by name: :mod:`stoker.core.registry`.
     """
 
     matching: Matching = field(default_factory=ReuseMatching)
@@ -56,3 +58,4 @@ class Policies:
     hpspot: GFSConfig = field(default_factory=GFSConfig)
     profiles: dict[str, ProfilePolicies] = field(default_factory=dict)
     warm_cap: WarmCap = field(default_factory=KeepAliveCap)
+    shares: TenantShares | None = None

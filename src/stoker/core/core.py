@@ -86,7 +86,9 @@ class Core:
         self.demand = self.books.demand
         self.unplaceable = self.books.set_aside
         self.warm = WarmPools(self.books, self.policies)
-        self.hpspot = HpSpotScheduler(self.books, self.warm, self.policies.hpspot, start)
+        self.hpspot = HpSpotScheduler(
+            self.books, self.warm, self.policies.hpspot, start, self.policies.shares
+        )
         self.warm.connect(self.hpspot)
         self.books.on_cards = self.warm.refresh_cards
         # per GPU pool, each tenant's latest forecast (mean, var per hour ahead)
@@ -309,6 +311,15 @@ class Core:
             pool_field="profile" if spec.gpu_model is None else "gpu_model",
         )
 
+    def limit(self, spec: JobSpec) -> Refusal | None:
+        """Whether ``spec`` is over one of its tenant's caps now (:mod:`stoker.core.shares`:
+        its time limit, its jobs queued), or None; the broker asks it on submit as it asks
+        :meth:`refusal`, and a submitted job over a cap is a :class:`CoreError` too."""
+        shares = self.policies.shares
+        if shares is None:
+            return None
+        return shares.limit(spec, self.books.queued.get(spec.tenant, 0))
+
     def _profile(self, name: str) -> Profile:
         """The profile of this name; :class:`CoreError` for one the core does not know."""
         profile = self.profiles.get(name)
@@ -329,11 +340,11 @@ class Core:
             demand = profile.gpu_demand
         else:
             demand = per_worker(spec.gpus if spec.gpus is not None else profile.gpu_demand)
-        refused = self.refusal(spec)
+        refused = self.refusal(spec) or self.limit(spec)
         if refused is not None:
             raise CoreError(f"job {spec.id}: {refused}")
         job = Job(spec=spec, state=JobState.QUEUED, submitted=now, per_worker=demand)
-        self.jobs[spec.id] = job
+        self.books.add_job(job)
         if spec.job_class is JobClass.POOL:
             self.warm.submit(job, now, out)
         else:

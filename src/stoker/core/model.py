@@ -184,7 +184,9 @@ class JobSpec:
     (``profile.gpus * profile.share``); below 1 a share of one card, else whole cards on one
     node (1.5 takes 2). ``gpu_model`` names the GPU pool (hp/spot; None: the profile's).
     ``guarantee_s`` is a spot job's guaranteed duration (None: the core's). ``duration`` is
-    the simulator's trace run time (None live: the job runs until it exits).
+    the simulator's trace run time (None live: the job runs until it exits). ``timeout_s``
+    is the caller's time limit (the driver enforces it; the core checks it against its
+    tenant's cap).
     """
 
     id: str
@@ -197,6 +199,7 @@ class JobSpec:
     gpu_model: str | None = None
     guarantee_s: float | None = None
     duration: float | None = None
+    timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -280,6 +283,7 @@ class Job:
     evictions: int = 0
     periods_ok: int = 0
     lost_s: float = 0.0
+    fair_tag: float | None = None  # its place in a fair queue (stoker.core.shares)
     history: deque[tuple[float, str, str]] = field(default_factory=lambda: deque(maxlen=8))
 
     @property

@@ -31,11 +31,17 @@ class Attempt(Enum):
     QUOTA = "quota"  # spot admission: over the spot quota
     NO_ROOM = "no-room"  # placement and reclaim: no room now, nothing more to stop
     HOLD = "hold"  # reclaim: room is being freed for a job, no spot job takes it
+    SHARE = "share"  # admission: HP past its tenant's guarantee, on room another's wants
 
     @property
     def part(self) -> str:
         """The part that decided: admission, placement or reclaim."""
-        return {"quota": "admission", "hold": "reclaim"}.get(self.value, "placement")
+        parts = {"quota": "admission", "share": "admission", "hold": "reclaim"}
+        return parts.get(self.value, "placement")
+
+
+def _order(item: tuple[float, tuple[tuple[float, ...], str]]) -> tuple[tuple[float, ...], str]:
+    return item[1]  # a queue's order: by entry, whatever its bucket
 
 
 class PassHost(Protocol):
@@ -111,9 +117,37 @@ class QueuePass:
                     continue
                 if result == Attempt.HOLD:
                     return
+                if result == Attempt.SHARE:
+                    later = [(k, e) for e in queue.buckets[k][1:]]
+                    self._other_tenants(queue, later, job, now, out)
                 if self.s.reservations.held:
                     self._backfill(queue, k, job, now, out)
                 break
+
+    def _other_tenants(
+        self,
+        queue: ClassQueue,
+        later: list[tuple[float, tuple[tuple[float, ...], str]]],
+        head: Job,
+        now: float,
+        out: list[Action],
+    ) -> None:
+        """``head`` was held back by its tenant's share, not by room: the ``later`` jobs
+        (bucket, entry) of other tenants may still go, in order, until one fails otherwise
+        (with the skip rule, the rest of its bucket would fail alike; with the stop rule,
+        that failure ends the pass)."""
+        held_back = {head.spec.tenant}
+        for k, entry in later:
+            job = self.s.jobs[entry[1]]
+            if job.state is not JobState.QUEUED or job.spec.tenant in held_back:
+                continue
+            result = self.s.try_start(job, now, out)
+            if result == Attempt.STARTED:
+                queue.remove(k, entry)
+            elif result == Attempt.SHARE:
+                held_back.add(job.spec.tenant)
+            else:
+                return
 
     def _backfill(
         self, queue: ClassQueue, k: float, head: Job, now: float, out: list[Action]
@@ -179,6 +213,10 @@ class QueuePass:
             if job.state is not JobState.QUEUED:
                 queue.remove(k, entry)
                 continue
-            if self.s.try_start(job, now, out) != Attempt.STARTED:
+            result = self.s.try_start(job, now, out)
+            if result == Attempt.SHARE:  # not a failure of room: the other tenants' jobs go
+                later = sorted(((b, e) for b in queue.keys for e in queue.buckets[b]), key=_order)
+                self._other_tenants(queue, later[later.index((k, entry)) + 1 :], job, now, out)
+            if result != Attempt.STARTED:
                 return
             queue.remove(k, entry)

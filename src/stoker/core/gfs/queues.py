@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from stoker.core.model import EPS, Job, JobClass
+from stoker.core.shares import FairQueue, TenantShares
 
 _SPOT = JobClass.SPOT
 
@@ -53,10 +55,25 @@ class ClassQueue:
     below it, and a pass takes the first of those heads in the queue's order. The heads
     are kept sorted in that order (:meth:`first`), so a pass (after every event) does not
     merge every bucket's head: an HP backlog holds hundreds of sizes.
+
+    With tenant shares (``fair``, and ``cost``: a job's dominant share) a job's fair tag
+    stands where its submit time would (:class:`~stoker.core.shares.FairQueue`): the
+    order's size rule still comes first, tenants interleave within it. ``tenants``: the
+    GPUs each tenant has queued here (what an HP guarantee wanted now is).
     """
 
-    def __init__(self, order: QueueOrder, job_class: JobClass) -> None:
+    def __init__(
+        self,
+        order: QueueOrder,
+        job_class: JobClass,
+        fair: FairQueue | None = None,
+        cost: Callable[[Job], float] | None = None,
+    ) -> None:
         self.order = order
+        self.fair = fair
+        self.cost = cost
+        self.tenants: dict[str, float] = {}
+        self._queued: dict[str, tuple[str, float]] = {}  # job -> (tenant, GPUs)
         self.fewer_workers = order.fewer_workers and job_class is _SPOT
         self.buckets: dict[float, list[tuple[tuple[float, ...], str]]] = {}
         self.keys: list[float] = []
@@ -73,8 +90,17 @@ class ClassQueue:
         return (rank, workers, at), job.id
 
     def push(self, job: Job, now: float, requeue: bool = False) -> None:
-        """Queue by submit time, or a re-queued job at ``now`` where the order says so."""
+        """Queue by submit time, or a re-queued job at ``now`` where the order says so (by
+        fair tag, given at its first push or then, with tenant shares)."""
         at = now if requeue and self.order.at_back else job.submitted
+        if self.fair is not None and self.cost is not None:
+            tag = job.fair_tag
+            if tag is None or (requeue and self.order.at_back):
+                tag = self.fair.tag(job, self.cost(job))
+            at = tag
+        tenant = job.spec.tenant
+        self._queued[job.id] = (tenant, job.gpus)
+        self.tenants[tenant] = self.tenants.get(tenant, 0.0) + job.gpus
         k = self.bucket(job)
         entry = self.entry(job, at)
         entries = self.buckets.get(k)
@@ -92,6 +118,12 @@ class ClassQueue:
         self.size += 1
 
     def remove(self, k: float, entry: tuple[tuple[float, ...], str]) -> None:
+        tenant, gpus = self._queued.pop(entry[1])
+        left = self.tenants[tenant] - gpus
+        if left < EPS:
+            del self.tenants[tenant]
+        else:
+            self.tenants[tenant] = left
         entries = self.buckets[k]
         i = bisect.bisect_left(entries, entry)
         del entries[i]
@@ -128,3 +160,17 @@ class ClassQueue:
         """Raise if the heads kept in order are not the buckets' heads."""
         if self._heads != sorted((entries[0], k) for k, entries in self.buckets.items()):
             raise AssertionError(f"queue heads {self._heads} are stale")
+
+
+def pool_queues(
+    order: QueueOrder, gpu_pool: str, shares: TenantShares | None, capacity: Mapping[str, int]
+) -> dict[JobClass, ClassQueue]:
+    """A new GPU pool's HP and spot queues; with tenant shares in fair order, a job's cost
+    its share of the pool's GPUs (``capacity``: GPUs per pool, read when a job is queued)."""
+    if shares is None:
+        return {cls: ClassQueue(order, cls) for cls in (JobClass.HP, _SPOT)}
+
+    def cost(job: Job) -> float:
+        return job.gpus / max(capacity.get(gpu_pool, 0), 1)
+
+    return {cls: ClassQueue(order, cls, FairQueue(shares), cost) for cls in (JobClass.HP, _SPOT)}

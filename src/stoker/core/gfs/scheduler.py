@@ -34,19 +34,11 @@ from stoker.core.gfs.placement import (
     GangPlan,
     NodeInfo,
 )
-from stoker.core.gfs.queues import QUEUE_ORDERS, ClassQueue
+from stoker.core.gfs.queues import QUEUE_ORDERS, ClassQueue, pool_queues
 from stoker.core.gfs.reclaim import AwaitedRoom, ReclaimPlan, ReclaimPlanner
 from stoker.core.gfs.reservations import Reservations
-from stoker.core.model import (
-    EPS,
-    Failure,
-    Job,
-    JobClass,
-    JobState,
-    Node,
-    Pod,
-    PodState,
-)
+from stoker.core.model import EPS, Failure, Job, JobClass, JobState, Node, Pod, PodState
+from stoker.core.shares import TenantShares
 from stoker.core.waiting import GpuWait, SpotQuotaWait
 
 if TYPE_CHECKING:
@@ -75,8 +67,16 @@ def _per_node(place: list[tuple[str, str, float]]) -> dict[str, tuple[list[str],
 class HpSpotScheduler:
     """hp and spot jobs over the core's cluster; see the module docstring."""
 
-    def __init__(self, books: Books, idle: IdleRoom, config: GFSConfig, start: float = 0.0) -> None:
+    def __init__(
+        self,
+        books: Books,
+        idle: IdleRoom,
+        config: GFSConfig,
+        start: float = 0.0,
+        shares: TenantShares | None = None,
+    ) -> None:
         self.books = books
+        self.shares = shares  # tenants' fair order and HP guarantees (None: off)
         self.idle = idle  # the warm pools' idle pods, room HP may take
         self.cluster = books.cluster
         self.config = config
@@ -142,7 +142,7 @@ class HpSpotScheduler:
         gpu_pool = node.gpu_model
         if self.index.add(node):  # a GPU pool seen for the first time
             order = QUEUE_ORDERS[self.config.queue]
-            self.queues[gpu_pool] = {_HP: ClassQueue(order, _HP), _SPOT: ClassQueue(order, _SPOT)}
+            self.queues[gpu_pool] = pool_queues(order, gpu_pool, self.shares, self.capacity)
             self.used[gpu_pool] = {_HP: 0.0, _SPOT: 0.0}
             self.ledgers[gpu_pool] = GuaranteeLedger()
             self.running_spot[gpu_pool] = {}
@@ -438,6 +438,11 @@ class HpSpotScheduler:
         ``HOLD``: room is being freed for an HP job, nothing else starts; ``NO_ROOM``).
         Without ``evict`` an HP job takes free room and idle pods only."""
         gpu_pool = self.pool_of(job)
+        if job.job_class is _HP and self.shares is not None:
+            free = self.capacity[gpu_pool] - self.used[gpu_pool][_HP]
+            queued = self.queues[gpu_pool][_HP].tenants
+            if self.shares.borrows_wanted(job, gpu_pool, self.books.demand.current, queued, free):
+                return Attempt.SHARE
         if job.job_class is _SPOT:
             if self.freeing_room(gpu_pool):
                 return Attempt.HOLD  # room is being freed for a job: no other spot job takes it
@@ -562,6 +567,8 @@ class HpSpotScheduler:
         job.placed = now
         job.queue_s += now - job.queued_since
         job.run_start = now
+        if (fair := self.queues[gpu_pool][cls].fair) is not None:
+            fair.served(job)
         if job.id in self.leases.closed:
             self.leases.charge_closed(job, now)
         if job.first_start is None:

@@ -311,19 +311,25 @@ class RoomPlanner:
         return victims[:count]
 
     def _takeable(self, job: Job, profile: Profile, pods: list[Pod]) -> list[Pod]:
-        """The idle pods of ``pods`` ``job`` may stop for room (:meth:`Matching.may_reclaim`);
+        """The idle pods of ``pods`` ``job`` may stop for room (:meth:`Matching.may_reclaim`,
+        or with tenant shares :meth:`~stoker.core.shares.TenantShares.may_reclaim`);
         a pod of another profile is left to its own profile's split. A warm pod with no
         keep-alive deadline (``always_on``) is always takeable: the split would otherwise
         hold a job back for good, since that pod never frees its room by itself."""
         held = self._tenant_pods(profile.name)
-        mine = held.get(job.spec.tenant, 0)
+        tenant = job.spec.tenant
+        mine = held.get(tenant, 0)
+        shares = self.policies.shares
         may = self.policies.matching.may_reclaim
         out = []
         for pod in pods:
             owner = self._tenant_of(pod)
             if owner is None or pod.profile != profile.name or math.isinf(pod.deadline):
                 out.append(pod)  # a spare or standby, or another profile's (split per profile)
-            elif may(mine, held.get(owner, 0), owner == job.spec.tenant):
+            elif shares is not None:
+                if shares.may_reclaim(tenant, mine, owner, held.get(owner, 0)):
+                    out.append(pod)
+            elif may(mine, held.get(owner, 0), owner == tenant):
                 out.append(pod)
         return out
 

@@ -66,9 +66,10 @@ class WarmPools:
         self.jobs = books.jobs
         self.pods = books.pods
         self.idle = IdlePods(books, policies, self.keepalive)
-        self.queues = PoolQueues(self.profiles)
+        self.queues = PoolQueues(books, policies.shares)
         self.planner = RoomPlanner(books, self.idle, policies)
         self.budget = BudgetKeeper(books, self.idle, self.queues, self.planner, policies)
+        self.warm_held: dict[str, int] = {}  # per tenant, its idle warm pods
 
     # ------------------------------------------------------------------ public API
 
@@ -326,6 +327,9 @@ class WarmPools:
                     pod, "pod_died" if failure is Failure.POD_DIED else "keepalive", now, out
                 )
                 continue
+            if self._at_warm_cap(job.spec.tenant):
+                self._stop(pod, "warm_cap", now, out)
+                continue
             self._make_warm(pod, ttl, now)
 
     def tick(self, now: float, out: list[Action]) -> None:
@@ -356,7 +360,7 @@ class WarmPools:
             busy = plan.busy | {g for _, gpus in slots for g in gpus}
             self._start_reclaim(job, profile, missing - len(slots), plan.taken, busy, now, out)
             return False
-        self.queues.dequeue(job)
+        self.queues.dequeue(job, served=True)
         self.books.move_job(job, JobState.PLACED, now)
         job.placed = now
         path = HitPath.WARM
@@ -418,7 +422,7 @@ class WarmPools:
         victims = self.planner.recyclable(job, profile, count, plan.taken, now)
         if victims is None:
             return False
-        self.queues.dequeue(job)
+        self.queues.dequeue(job, served=True)
         self.books.move_job(job, JobState.PLACED, now)
         job.placed, job.path = now, HitPath.COLD
         for old in victims:
@@ -469,12 +473,19 @@ class WarmPools:
         out.append(BindJob(job.id, tuple(job.pods)))
 
     def _drain(self, now: float, out: list[Action]) -> None:
-        """Place queued jobs: first those whose own caller's pods just turned warm (a warm
-        hit takes no new room, so it jumps the queue), then each profile in submit order;
-        a one-pod job with room being reclaimed for it lets the next one try (it found no
-        free slot, so the next finds none to take from it and can only start its own
-        reclaim); any other job that cannot go holds its profile's queue, so a gang keeps
-        the free slots its plan counts on."""
+        """Place queued jobs: those whose own caller's pods just turned warm (a warm hit
+        takes no new room, so it jumps the queue) and each profile's queue in order; with
+        tenant shares the queues go first, so a pod turning warm is room the queue's turn
+        (another tenant's job) may reclaim before its caller's next job takes it back."""
+        if self.queues.fair is not None:
+            self._drain_queues(now, out)
+            self._drain_fresh(now, out)
+        else:
+            self._drain_fresh(now, out)
+            self._drain_queues(now, out)
+
+    def _drain_fresh(self, now: float, out: list[Action]) -> None:
+        """The queued jobs of callers whose pods just turned warm take them (warm hits)."""
         queues = self.queues
         while queues.fresh:
             key = next(iter(queues.fresh))
@@ -484,6 +495,13 @@ class WarmPools:
                 if len(self.planner.warm_pods(job)) < job.spec.workers:
                     break
                 self._try_place(job, now, out)
+
+    def _drain_queues(self, now: float, out: list[Action]) -> None:
+        """Each profile's queue in order: a one-pod job with room being reclaimed for it
+        lets the next one try (it found no free slot, so the next finds none to take from
+        it and can only start its own reclaim); any other job that cannot go holds its
+        profile's queue, so a gang keeps the free slots its plan counts on."""
+        queues = self.queues
         if not queues.dirty:
             return
         queues.dirty = False
@@ -543,6 +561,12 @@ class WarmPools:
         self.planner.started(profile.name, active.node)
         out.append(StartPod(pod.id, profile.name, active.node, (gid,), standby=True))
 
+    def _at_warm_cap(self, tenant: str) -> bool:
+        """Whether ``tenant`` keeps as many idle warm pods as its share allows."""
+        shares = self.policies.shares
+        cap = shares.of(tenant).max_warm_pods if shares is not None else None
+        return cap is not None and self.warm_held.get(tenant, 0) >= cap
+
     def _make_warm(self, pod: Pod, ttl: float, now: float) -> None:
         self._set_state(pod, PodState.WARM, now)
         pod.idle_since = now
@@ -558,7 +582,7 @@ class WarmPools:
         for job_id in self.queues.queues[pod.profile]:
             job = self.jobs[job_id]
             if job.spec.workers == 1:
-                self.queues.dequeue(job)
+                self.queues.dequeue(job, served=True)
                 self.books.move_job(job, JobState.PLACED, now)
                 job.placed, job.path = now, HitPath.COLD
                 job.pods.append(pod.id)
@@ -603,6 +627,11 @@ class WarmPools:
         key = pod.state.value
         pod.held[key] = pod.held.get(key, 0.0) + share * (now - pod.since)
         self.idle.moved(pod, state, share)
+        if (pod.state is PodState.WARM) != (state is PodState.WARM) and pod.owner is not None:
+            tenant = pod.owner[0]
+            self.warm_held[tenant] = self.warm_held.get(tenant, 0) + (
+                1 if state is PodState.WARM else -1
+            )
         if state in _ROOM:
             self.queues.dirty = True
         self.books.move_pod(pod, state, now)

@@ -4,15 +4,18 @@ One :class:`PoolQueues` per :class:`~stoker.core.warm.WarmPools`: each profile's
 submit order (a job put back goes to the head), the queued jobs of each (profile, tenant,
 tag), the GPUs they ask for (what the queue-driven warm budget reads), the idle pods
 stopping to make room for a queued job (its reclaim), and whether something changed that
-may let a blocked queue move (``dirty``).
+may let a blocked queue move (``dirty``). With tenant shares a profile's queue is in fair
+order across tenants (:class:`~stoker.core.shares.FairQueue`) instead of submit order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from stoker.core.model import Job, JobClass, JobState, Pod, PodState, Profile
+from stoker.core.books import Books
+from stoker.core.model import Job, JobClass, JobState, Pod, PodState
 from stoker.core.shape import Refusal
+from stoker.core.shares import FairQueue, TenantShares, dominant_share
 
 Key = tuple[str, str, str]  # (profile, tenant, reuse tag)
 
@@ -26,11 +29,15 @@ class PoolQueues:
     ``queued_gpus``: the GPUs the queued jobs ask for; ``reclaim``: job -> the pods stopping
     to make room for it (``reclaim_by_pod`` the other way). ``dirty``: set when something
     changed that may let a blocked queue move; a busy cluster with a waiting queue then pays
-    for placement only when it can succeed.
+    for placement only when it can succeed. ``fair``: per profile, the fair queueing tags
+    when tenants have shares (a job put back keeps its tag, so its place).
     """
 
-    def __init__(self, profiles: Mapping[str, Profile]) -> None:
-        self.profiles = profiles
+    def __init__(self, books: Books, shares: TenantShares | None) -> None:
+        self.books = books
+        self.profiles = profiles = books.profiles
+        # per profile, its fair queueing tags (None: submit order)
+        self.fair = {p: FairQueue(shares) for p in profiles} if shares is not None else None
         self.queues: dict[str, dict[str, None]] = {p: {} for p in profiles}
         self.pairs: dict[Key, dict[str, None]] = {}
         self.fresh: dict[Key, None] = {}
@@ -53,7 +60,15 @@ class PoolQueues:
         taken before the jobs queued behind it)."""
         profile = job.spec.profile
         key = (profile, *job.pair)
-        if front:
+        if self.fair is not None:
+            if job.fair_tag is None:
+                spec = self.profiles[profile]
+                cost = dominant_share(job, spec, spec.gpu_model, self.books.cluster)
+                self.fair[profile].tag(job, cost)
+            self.queues[profile] = self._in_order(self.queues[profile], job)
+            self.pairs[key] = self._in_order(self.pairs.get(key, {}), job)
+            self.dirty = True
+        elif front:
             self.queues[profile] = {job.id: None, **self.queues[profile]}
             self.pairs[key] = {job.id: None, **self.pairs.get(key, {})}
             self.dirty = True
@@ -62,9 +77,24 @@ class PoolQueues:
             self.pairs.setdefault(key, {})[job.id] = None
         self.queued_gpus += self.profiles[job.spec.profile].gpu_demand * job.spec.workers
 
-    def dequeue(self, job: Job) -> None:
-        """Take a job out of its queue (placed, cancelled or set aside); room being freed
-        for it goes on to the next (:meth:`_hand_on_reclaim`)."""
+    def _in_order(self, queue: dict[str, None], job: Job) -> dict[str, None]:
+        """``queue`` with ``job`` in its place by fair tag (after equal tags)."""
+        last = next(reversed(queue), None)
+        if last is None or self._tag(last) <= self._tag(job.id):
+            queue[job.id] = None
+            return queue
+        return dict.fromkeys(sorted([*queue, job.id], key=self._tag))
+
+    def _tag(self, job_id: str) -> float:
+        tag = self.books.jobs[job_id].fair_tag
+        assert tag is not None  # every job of a fair queue is tagged as it is queued
+        return tag
+
+    def dequeue(self, job: Job, served: bool = False) -> None:
+        """Take a job out of its queue (``served``: placed; else cancelled or set aside);
+        room being freed for it goes on to the next (:meth:`_hand_on_reclaim`)."""
+        if served and self.fair is not None:
+            self.fair[job.spec.profile].served(job)
         queue = self.queues[job.spec.profile]
         head = next(iter(queue), None)
         if queue.pop(job.id, False) is None:
