@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -64,6 +65,7 @@ from stoker.broker.sandbox_fusion import add_routes as add_sandbox_fusion_routes
 from stoker.broker.secrets import SecretBox
 from stoker.broker.store import JOB_FIELDS, Deposed, Store, StoreError
 from stoker.core import Core
+from stoker.core.shape import Refusal
 from stoker.runtime.base import Runtime
 
 log = logging.getLogger("stoker.broker")
@@ -510,6 +512,15 @@ _HEAD_ERRORS = {
 _STATUS_ERRORS = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 
 
+def refused_error(refusal: Refusal) -> ApiError:
+    """The answer to a job the core refuses: a 422 naming the field when it could never
+    start here, a 429 when its tenant is over a cap (it may be submitted again later)."""
+    field = f"body.{refusal.field}"
+    if refusal.retry:
+        return ApiError(429, "tenant_limit", f"{field}: {refusal.reason}", field)
+    return ApiError(422, "invalid", f"{field}: {refusal.reason}", field)
+
+
 def create_app(broker: Broker) -> FastAPI:
     """The FastAPI application of ``broker`` (its lifespan starts and stops the broker)."""
 
@@ -714,7 +725,8 @@ def create_app(broker: Broker) -> FastAPI:
         short call."""
         tenant = tenant_of(who)
         profile_of(body.profile)  # a 422 naming body.profile if it has none
-        timeout_s = min(3600.0, cfg.max_timeout_s) if body.timeout_s is None else body.timeout_s
+        default_s = min(3600.0, cfg.max_timeout_s, sched.core.timeout_cap(tenant) or math.inf)
+        timeout_s = default_s if body.timeout_s is None else body.timeout_s
         if timeout_s > cfg.max_timeout_s:
             raise ApiError(
                 422,
@@ -757,9 +769,8 @@ def create_app(broker: Broker) -> FastAPI:
         digest = broker.box.digest(body.model_dump(mode="json"))
         try:
             row, created = await sched.submit(tenant, req, idempotency_key, digest)
-        except Refused as exc:  # it could never start here: a 422 naming the field
-            field = f"body.{exc.refusal.field}"
-            raise ApiError(422, "invalid", f"{field}: {exc.refusal.reason}", field) from None
+        except Refused as exc:  # never here (422), or over a tenant's cap for now (429)
+            raise refused_error(exc.refusal) from None
         if not created and row.get("request_mac") not in (None, digest):
             raise ApiError(
                 422,

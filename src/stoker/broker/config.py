@@ -53,6 +53,15 @@ key::
 
     [spot]
     grace_s = 30                    # SIGTERM, then SIGKILL this much later (checkpoint time)
+
+    [shares.default]                # tenant shares (stoker.core.shares); absent: none, every
+    weight = 1                      #   queue in submit order. Fair-order weight
+    max_queued = 1000               # jobs a tenant may have queued (429 past it)
+    max_warm_pods = 16              # idle warm pods a tenant may keep
+    max_timeout_s = 3600            # its jobs' longest time limit
+    [shares.tenants.research]       # one tenant's own share (unset keys: none, not default's)
+    weight = 2
+    hp_gpus = { any = 2 }           # HP GPUs guaranteed per GPU pool
 """
 
 from __future__ import annotations
@@ -70,6 +79,7 @@ from stoker.core.model import Profile
 from stoker.core.policies.keepalive import FIXED_KEEPALIVE_S
 from stoker.core.policy_names import Knobs, apply, build
 from stoker.core.registry import Preset, preset
+from stoker.core.shares import Share, TenantShares
 from stoker.forecast.registry import FORECASTERS
 from stoker.runtime.base import RuntimeProfile
 
@@ -182,6 +192,45 @@ class PolicyConfig(_Table):
         return {k: v for k in points if (v := getattr(self, k)) is not None}
 
 
+class ShareConfig(_Table):
+    """One tenant's share (:class:`stoker.core.shares.Share`)."""
+
+    weight: float = Field(1.0, gt=0)
+    hp_gpus: dict[str, float] = {}
+    max_queued: int | None = Field(None, ge=0)
+    max_warm_pods: int | None = Field(None, ge=0)
+    max_timeout_s: float | None = Field(None, gt=0)
+
+    def build(self) -> Share:
+        return Share(
+            self.weight,
+            dict(self.hp_gpus),
+            self.max_queued,
+            self.max_warm_pods,
+            self.max_timeout_s,
+        )
+
+
+class SharesConfig(_Table):
+    """Tenant shares: ``default`` for every tenant not in ``tenants``."""
+
+    default: ShareConfig = ShareConfig()
+    tenants: dict[str, ShareConfig] = {}
+
+    def build(self) -> TenantShares:
+        """The core's :class:`~stoker.core.shares.TenantShares` (ValueError naming the key)."""
+        tenants = {}
+        for name, share in self.tenants.items():
+            try:
+                tenants[name] = share.build()
+            except ValueError as exc:
+                raise ValueError(f"tenants.{name}.{exc}") from exc
+        try:
+            return TenantShares(tenants, self.default.build())
+        except ValueError as exc:
+            raise ValueError(f"default.{exc}") from exc
+
+
 class ForecastConfig(_Table):
     """How the broker runs the HP demand forecaster (off the scheduling loop)."""
 
@@ -284,6 +333,7 @@ class _BrokerFile(_Table):
     policies: PolicyConfig = PolicyConfig()
     forecast: ForecastConfig = ForecastConfig()
     spot: SpotConfig = SpotConfig()
+    shares: SharesConfig | None = None
 
 
 def default_data_dir() -> Path:
@@ -323,10 +373,16 @@ class BrokerConfig:
     policies: PolicyConfig = field(default_factory=PolicyConfig)
     forecast: ForecastConfig = field(default_factory=ForecastConfig)
     spot: SpotConfig = field(default_factory=SpotConfig)
+    # tenants' fair-order weights, guaranteed HP GPUs and caps (None: none)
+    shares: SharesConfig | None = None
 
     def build_policies(self) -> Preset:
-        """The core's policies for this configuration (preset, overrides, per profile)."""
-        return self.policies.build(self.keepalive_s, self.spot.grace_s, self.profiles)
+        """The core's policies for this configuration (preset, overrides, per profile,
+        tenant shares)."""
+        chosen = self.policies.build(self.keepalive_s, self.spot.grace_s, self.profiles)
+        if self.shares is not None:
+            chosen.policies.shares = self.shares.build()
+        return chosen
 
     @property
     def db_path(self) -> Path:
@@ -404,6 +460,12 @@ class BrokerConfig:
             cfg.policies.build(cfg.keepalive_s, cfg.spot.grace_s)
         except ValueError as exc:
             raise ConfigError(f"{where}: policies.{exc}") from exc
+        if f.shares is not None:
+            try:
+                f.shares.build()
+            except ValueError as exc:
+                raise ConfigError(f"{where}: shares.{exc}") from exc
+            cfg.shares = f.shares
         for p in cfg.profiles:
             try:
                 cfg.policies.build(cfg.keepalive_s, cfg.spot.grace_s, [p])

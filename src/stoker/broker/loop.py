@@ -565,8 +565,9 @@ class Scheduler:
             workers=req.workers,
             gpus=req.gpus,
             guarantee_s=req.guarantee_s,
+            timeout_s=req.timeout_s,
         )
-        if (refusal := self.core.refusal(spec)) is not None:
+        if (refusal := self.core.refusal(spec) or self.core.limit(spec)) is not None:
             raise Refused(refusal)  # before anything is stored
         now = self._tick_now()
         row = {

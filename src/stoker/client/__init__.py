@@ -65,6 +65,11 @@ class InvalidRequest(StokerError):
     """The broker refused the request; ``field`` names the field at fault (4xx)."""
 
 
+class TenantLimit(InvalidRequest):
+    """The tenant is over one of its caps for now (429: its queued jobs); the same request
+    may succeed once some of its jobs have started or ended."""
+
+
 class BrokerUnavailable(StokerError):
     """The broker could not be reached, or kept failing, after every retry."""
 
@@ -227,7 +232,7 @@ def _raise_for(resp: httpx.Response) -> None:
             resp.status_code,
             "url",
         )
-    cls = {401: AuthenticationError, 403: PermissionDenied, 404: NotFound}.get(
+    cls = {401: AuthenticationError, 403: PermissionDenied, 404: NotFound, 429: TenantLimit}.get(
         resp.status_code, InvalidRequest if resp.status_code < 500 else BrokerUnavailable
     )
     raise cls(message, resp.status_code, field)
@@ -1208,5 +1213,6 @@ __all__ = [
     "Session",
     "SessionFileError",
     "StokerError",
+    "TenantLimit",
     "pack_code",
 ]

@@ -320,6 +320,12 @@ class Core:
             return None
         return shares.limit(spec, self.books.queued.get(spec.tenant, 0))
 
+    def timeout_cap(self, tenant: str) -> float | None:
+        """The longest time limit ``tenant``'s jobs may have (None: no cap of its own); a
+        driver's default time limit stays under it."""
+        shares = self.policies.shares
+        return None if shares is None else shares.of(tenant).max_timeout_s
+
     def _profile(self, name: str) -> Profile:
         """The profile of this name; :class:`CoreError` for one the core does not know."""
         profile = self.profiles.get(name)
