@@ -21,6 +21,7 @@ _COMMAND_MODULES = (
     "stoker.cli.sim_firepool",
     "stoker.cli.sim_gfs",
     "stoker.cli.sim_shared",
+    "stoker.cli.sim_fairness",
     "stoker.cli.forecast",
     "stoker.cli.traces",
     "stoker.cli.broker",

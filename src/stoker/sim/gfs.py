@@ -31,6 +31,7 @@ from stoker.forecast.base import Cadence, Forecaster, ForecastError, SeriesKey
 from stoker.forecast.registry import DEFAULT_FORECASTER, make_forecaster
 from stoker.forecast.series import Calendar, demand_series
 from stoker.sim.engine import Simulator, Workload
+from stoker.sim.metrics import tenant_jain
 from stoker.sim.paired import JobOutcomes, job_metrics
 from stoker.sim.virtual import VirtualRuntime
 from stoker.traces.base import Trace, TraceJob, TraceNode
@@ -444,8 +445,12 @@ def _metrics(
     outcomes = JobOutcomes.of((core.jobs[j.name], j.gpu_model) for j in measured)
     useful = sum(g.gpus * (g.spec.duration or 0.0) for g in core.jobs.values())
     span = window.end - window.start
+    ran = [core.jobs[j.name] for j in measured]
     return {
         **job_metrics(outcomes),
+        "tenants.jain_slowdown": tenant_jain(
+            (j.spec.tenant, j.queue_s, (j.finished or 0.0) - j.submitted) for j in ran
+        ),
         "gpu_allocation_rate": alloc_window / (total_gpus * span),
         "useful_gpu_time_rate": useful / alloc_total if alloc_total else 0.0,
     }, outcomes

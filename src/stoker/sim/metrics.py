@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from stoker.core import Core, HitPath, Job, JobState, PodState
+from stoker.core.shares import jain
 from stoker.sim.engine import SimResult
 
 
@@ -42,6 +44,16 @@ def loop_times(core: Core) -> dict[str, float]:
         if j.finished is not None:
             last[t] = max(last.get(t, j.finished), j.finished)
     return {t: last[t] - first[t] for t in first if t in last}
+
+
+def tenant_jain(jobs: Iterable[tuple[str, float, float]]) -> float:
+    """Jain's index over tenants' mean slowdowns, from (tenant, queueing, JCT) per job: a
+    job's slowdown is its JCT over its time not queued (1 s at least), so each tenant's
+    queueing counts against the work it asked for (1: every tenant waits alike)."""
+    per: dict[str, list[float]] = {}
+    for tenant, queue_s, jct_s in jobs:
+        per.setdefault(tenant, []).append(jct_s / max(jct_s - queue_s, 1.0))
+    return jain([float(np.mean(v)) for v in per.values()])
 
 
 def hit_fractions(core: Core) -> dict[str, float]:

@@ -51,7 +51,7 @@ from stoker.sim.gfs import (
     trace_profiles,
     trace_simulator,
 )
-from stoker.sim.metrics import json_safe, percentile
+from stoker.sim.metrics import json_safe, percentile, tenant_jain
 from stoker.sim.params import RuntimeParams
 from stoker.sim.virtual import VirtualRuntime
 from stoker.sim.workloads import CallerPlan, LoopWorkload, MixSpec, mix
@@ -125,6 +125,7 @@ class Record:
     """What a job's end leaves in this simulation's records."""
 
     job_class: JobClass
+    tenant: str
     submitted: float
     started: float | None
     finished: float
@@ -138,6 +139,7 @@ class Record:
     def of(job: Job, now: float) -> Record:
         return Record(
             job.job_class,
+            job.spec.tenant,
             job.submitted,
             job.started,
             job.finished if job.finished is not None else now,
@@ -362,11 +364,13 @@ def _class_metrics(
         j.queue_s + (end - j.queued_since if j.state is JobState.QUEUED else 0.0) for j in open_jobs
     ]
     jct = [r.finished - r.submitted for r in done] + [end - j.submitted for j in open_jobs]
+    tenants = [r.tenant for r in done] + [j.spec.tenant for j in open_jobs]
     out: dict[str, Any] = {
         f"{key}.jobs": len(jobs),
         f"{key}.finished": len(done),
         f"{key}.unfinished": len(open_jobs),
         f"{key}.mean_queue_s": _mean(queue),
+        f"{key}.jain_tenants": tenant_jain(zip(tenants, queue, jct, strict=True)),
     }
     if cls is JobClass.HP:
         out[f"{key}.p99_jct_s"] = percentile(np.array(jct), 99)
