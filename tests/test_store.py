@@ -61,7 +61,8 @@ def test_migrations_reach_head_and_reopen(database_url: str) -> None:
         epoch = conn.execute(sa.text("SELECT epoch FROM leader WHERE id = 1")).scalar()
     s.close()
     assert {"tenants", "jobs", "job_output", "core_events", "code", "leader"} <= tables
-    assert version == "0007_placed_at" and epoch == 0
+    assert version == "0008_revocation" and epoch == 0
+    assert "tenant_tokens" in tables
 
 
 def test_tenants(store: Store) -> None:
@@ -70,7 +71,7 @@ def test_tenants(store: Store) -> None:
     with pytest.raises(StoreError, match="exists already"):
         store.add_tenant("a", "h-other")
     assert store.tenant_names() == ["a", "b"]
-    assert store.tenant_by_hash("h-b") == "b" and store.tenant_by_hash("nope") is None
+    assert store.tenant_by_hash("h-b", 0.0) == "b" and store.tenant_by_hash("nope", 0.0) is None
 
 
 def test_batch_writes_jobs_events_and_output_together(store: Store) -> None:

@@ -47,11 +47,9 @@ from stoker.api.models import (
     ProfileView,
     SecretSet,
     SecretView,
-    TenantCreate,
-    TenantCreated,
     parse_label,
 )
-from stoker.broker.auth import Authenticator, AuthError, Principal, check_tenant_name
+from stoker.broker.auth import Authenticator, AuthError, Principal
 from stoker.broker.config import BrokerConfig, BrokerProfile
 from stoker.broker.dashboard import Dashboard
 from stoker.broker.dashboard import add_routes as add_dashboard_routes
@@ -63,7 +61,8 @@ from stoker.broker.metrics import BrokerMetrics
 from stoker.broker.replica import StoreReads, forward, unavailable
 from stoker.broker.sandbox_fusion import add_routes as add_sandbox_fusion_routes
 from stoker.broker.secrets import SecretBox
-from stoker.broker.store import JOB_FIELDS, Deposed, Store, StoreError
+from stoker.broker.store import JOB_FIELDS, Deposed, Store
+from stoker.broker.tenants import add_routes as add_tenant_routes
 from stoker.core import Core
 from stoker.core.shape import Refusal
 from stoker.runtime.base import Runtime
@@ -907,33 +906,7 @@ def create_app(broker: Broker) -> FastAPI:
     async def gpu_pools(who: Caller, sched: Leader) -> list[PoolView]:
         return [PoolView(**p) for p in sched.gpu_pools()]
 
-    @app.get("/v1/tenants", response_model=list[str])
-    async def tenants(who: Caller) -> list[str]:
-        admin_only(who)
-        return broker.store.tenant_names()
-
-    @app.post("/v1/tenants", response_model=TenantCreated, status_code=201, responses={409: _ERR})
-    async def create_tenant(body: TenantCreate, who: Caller) -> TenantCreated:
-        admin_only(who)
-        try:
-            check_tenant_name(body.name)
-            token = broker.auth.create_tenant(body.name)
-        except ValueError as exc:
-            raise ApiError(422, "invalid", f"body.{exc}", "body.name") from exc
-        except StoreError as exc:
-            raise ApiError(409, "conflict", f"body.{exc}", "body.name") from exc
-        return TenantCreated(name=body.name, token=token)
-
-    @app.delete("/v1/tenants/{name}", status_code=204)
-    async def delete_tenant(name: str, who: Caller) -> Response:
-        admin_only(who)
-        try:
-            broker.auth.delete_tenant(name)
-        except StoreError as exc:
-            status, error = (404, "not_found") if "no tenant" in str(exc) else (409, "conflict")
-            raise ApiError(status, error, str(exc), "name") from exc
-        return Response(status_code=204)
-
+    add_tenant_routes(app, broker, admin_only)
     add_dashboard_routes(app, broker, broker.decisions, broker.dashboard)
     add_sandbox_fusion_routes(app, broker, submit)
     # the last added runs first: bodies are capped, then a plain submit takes its fast path

@@ -11,6 +11,7 @@ import hmac
 import os
 import re
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,8 +67,9 @@ class Authenticator:
     def __init__(self, store: Store, admin_token_path: Path) -> None:
         self.store = store
         self.admin_token_path = admin_token_path
+        # no cache of tenant tokens: a revoked or rotated token is refused by the next
+        # request on every replica (one indexed read per request)
         self._admin_hash = hash_token(self._admin_token())
-        self._cache: dict[str, str] = {}  # token hash -> tenant (tokens never move tenants)
 
     def _admin_token(self) -> str:
         return token_file(self.admin_token_path)
@@ -78,16 +80,17 @@ class Authenticator:
         h = hash_token(token)
         if hmac.compare_digest(h, self._admin_hash):
             return Principal(None, admin=True)
-        tenant = self._cache.get(h) or self.store.tenant_by_hash(h)
+        tenant = self.store.tenant_by_hash(h, time.time())
         if tenant is None:
             raise AuthError("authorization: unknown token")
-        self._cache[h] = tenant
         return Principal(tenant)
 
-    def delete_tenant(self, name: str) -> None:
-        """Remove a tenant and forget its cached token at once."""
-        self.store.delete_tenant(name)
-        self._cache = {h: t for h, t in self._cache.items() if t != name}
+    def rotate(self, name: str, grace_s: float) -> str:
+        """A new token for ``name``; its current one stays valid ``grace_s`` more, so its
+        other callers switch without a refused request. Returns the new token."""
+        token = new_token()
+        self.store.rotate_token(name, hash_token(token), time.time(), grace_s)
+        return token
 
     def create_tenant(self, name: str) -> str:
         """Add a tenant; returns its token (shown once, stored only as a hash)."""

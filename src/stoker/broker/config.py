@@ -14,6 +14,7 @@ key::
     keepalive_s = 60                # a fixed keep-alive of 60 s (default: the preset's)
     max_keepalive_s = 3600          # the longest keep-alive a session may renew for
     database_url = "postgresql://stoker@db/stoker"  # default: SQLite in data_dir
+    tenant_history = "keep"         # a deleted tenant's jobs: keep (audit) or delete
     advertise_url = "http://10.0.0.5:8765"   # where other replicas reach this one
     runtime_dir = "/var/lib/stoker-pods"     # default: data_dir/runtime
 
@@ -69,6 +70,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -328,6 +330,7 @@ class _BrokerFile(_Table):
     database_url: str | None = None
     advertise_url: str | None = None
     sandbox_fusion_profile: str | None = None
+    tenant_history: Literal["keep", "delete"] = "keep"
     cpu_slots: CpuSlots = CpuSlots()
     profiles: dict[str, _ProfileFile] | None = None
     policies: PolicyConfig = PolicyConfig()
@@ -369,6 +372,8 @@ class BrokerConfig:
     # the profile /sandbox-fusion/run_code runs code on (None: the first CPU-only profile,
     # else the first)
     sandbox_fusion_profile: str | None = None
+    # a deleted tenant's finished jobs: kept (its name then not reused) or deleted with it
+    tenant_history: str = "keep"
     cpu_slots: CpuSlots = field(default_factory=CpuSlots)
     policies: PolicyConfig = field(default_factory=PolicyConfig)
     forecast: ForecastConfig = field(default_factory=ForecastConfig)

@@ -630,6 +630,28 @@ class Scheduler:
             self._feed(JobCancelled(job_id))
             self._flush()
 
+    def cancel_tenant(self, tenant: str) -> int:
+        """Cancel every unfinished job of ``tenant`` (a revoked tenant); how many."""
+        ids = [j.id for j in self.core.jobs.values() if j.spec.tenant == tenant]
+        ids = [i for i in ids if self.core.jobs[i].state is not JobState.FINISHED]
+        for job_id in ids:
+            self._feed(JobCancelled(job_id))
+        if ids:
+            self._flush()
+        return len(ids)
+
+    def forget_tenant(self, tenant: str) -> None:
+        """A tenant's history was purged: no read serves its jobs from memory either."""
+        for job_id in [j for j, (_, row, _) in self._recent.items() if row["tenant"] == tenant]:
+            del self._recent[job_id]
+
+    def tenant_busy(self, tenant: str) -> bool:
+        """Whether ``tenant`` has a job the core has not finished, or one not yet stored."""
+        return any(
+            j.spec.tenant == tenant and j.state is not JobState.FINISHED
+            for j in self.core.jobs.values()
+        ) or any(row["tenant"] == tenant for row in self._requests.values())
+
     def renew(
         self, tenant: str, reuse_tag: str, profile: str, keepalive_s: float
     ) -> tuple[float, list[str]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +35,16 @@ tenants = sa.Table(
     sa.Column("name", sa.String(64), primary_key=True),
     sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
     sa.Column("created", sa.Float, nullable=False),
+    # deleted with its history kept: no token opens it, its name is not reused
+    sa.Column("revoked", sa.Float),
+)
+# a rotated token's predecessor, valid until ``expires`` (the rotation's grace)
+tenant_tokens = sa.Table(
+    "tenant_tokens",
+    _META,
+    sa.Column("token_hash", sa.String(64), primary_key=True),
+    sa.Column("tenant", sa.String(64), nullable=False),
+    sa.Column("expires", sa.Float, nullable=False),
 )
 jobs = sa.Table(
     "jobs",
@@ -133,6 +144,12 @@ secrets = sa.Table(
     sa.Column("value", sa.Text, nullable=False),
     sa.Column("updated", sa.Float, nullable=False),
 )
+
+
+def _tombstone(name: str) -> str:
+    """A revoked tenant's token hash: unique per name, never a token's (not hex)."""
+    return "revoked:" + hashlib.sha256(name.encode()).hexdigest()[:56]
+
 
 _MIGRATIONS = str(Path(__file__).resolve().parent / "migrations")
 # columns of a job row the API shows (not the idempotency key and the request's digest)
@@ -236,39 +253,128 @@ class Store:
 
     def add_tenant(self, name: str, token_hash: str) -> None:
         with self.transaction() as conn:
-            if conn.execute(sa.select(tenants.c.name).where(tenants.c.name == name)).first():
+            row = conn.execute(sa.select(tenants.c.revoked).where(tenants.c.name == name)).first()
+            if row is not None and row[0] is not None:
+                raise StoreError(
+                    f"name: tenant {name!r} was deleted and its job history kept; choose another"
+                    " name, or purge that history first (DELETE /v1/tenants/NAME?purge=true)"
+                )
+            if row is not None:
                 raise StoreError(f"name: tenant {name!r} exists already")
             conn.execute(
                 tenants.insert().values(name=name, token_hash=token_hash, created=time.time())
             )
 
-    def delete_tenant(self, name: str) -> None:
-        """Remove a tenant (its token stops working); refused while it has unfinished
-        jobs. Its finished jobs stay as history."""
+    def revoke_tenant(self, name: str, now: float, again: bool = False) -> list[str]:
+        """Revoke a tenant in one transaction: no token of its opens anything from now on,
+        its secrets and its claims on code archives are gone. Its job history stays (see
+        :meth:`purge_tenant`). ``again``: a revoked tenant is no error (its history is to
+        be purged). Returns the digests of archives no tenant claims any more (the caller
+        removes their files)."""
         with self.transaction() as conn:
-            if not conn.execute(sa.select(tenants.c.name).where(tenants.c.name == name)).first():
+            row = conn.execute(sa.select(tenants.c.revoked).where(tenants.c.name == name)).first()
+            if row is None or (row[0] is not None and not again):
                 raise StoreError(f"name: no tenant {name!r}")
+            conn.execute(tenant_tokens.delete().where(tenant_tokens.c.tenant == name))
+            conn.execute(
+                tenants.update()
+                .where(tenants.c.name == name)
+                # a value no token hashes to (hashes are 64 hex digits), unique per tenant
+                .values(token_hash=_tombstone(name), revoked=row[0] or now)
+            )
+            conn.execute(secrets.delete().where(secrets.c.tenant == name))
+            mine = [
+                str(r[0])
+                for r in conn.execute(
+                    sa.select(code_tenants.c.digest).where(code_tenants.c.tenant == name)
+                )
+            ]
+            conn.execute(code_tenants.delete().where(code_tenants.c.tenant == name))
+            claimed = {
+                str(r[0])
+                for r in conn.execute(
+                    sa.select(code_tenants.c.digest).where(code_tenants.c.digest.in_(mine))
+                )
+            }
+            orphans = [d for d in mine if d not in claimed]
+            if orphans:
+                conn.execute(code.delete().where(code.c.digest.in_(orphans)))
+        return orphans
+
+    def purge_tenant(self, name: str) -> int:
+        """Remove a revoked tenant's job history and its row (its name is free again);
+        refused while it has unfinished jobs. Returns the jobs removed."""
+        with self.transaction() as conn:
+            row = conn.execute(sa.select(tenants.c.revoked).where(tenants.c.name == name)).first()
+            if row is None:
+                raise StoreError(f"name: no tenant {name!r}")
+            if row[0] is None:
+                raise StoreError(f"name: tenant {name!r} is not revoked")
             busy = conn.execute(
                 sa.select(sa.func.count())
                 .select_from(jobs)
                 .where(jobs.c.tenant == name, jobs.c.state != "finished")
             ).scalar()
             if busy:
-                raise StoreError(f"name: tenant {name!r} has {busy} unfinished jobs; cancel them")
+                raise StoreError(f"name: tenant {name!r} has {busy} unfinished jobs")
+            ids = sa.select(jobs.c.id).where(jobs.c.tenant == name)
+            conn.execute(job_output.delete().where(job_output.c.job.in_(ids)))
+            removed = conn.execute(jobs.delete().where(jobs.c.tenant == name)).rowcount
+            conn.execute(hp_demand.delete().where(hp_demand.c.tenant == name))
             conn.execute(tenants.delete().where(tenants.c.name == name))
+        return int(removed)
 
-    def tenant_by_hash(self, token_hash: str) -> str | None:
-        with self.engine.connect() as conn:
+    def rotate_token(self, name: str, token_hash: str, now: float, grace_s: float) -> None:
+        """Give a tenant a new token; its current one stays valid ``grace_s`` more."""
+        with self.transaction() as conn:
             row = conn.execute(
-                sa.select(tenants.c.name).where(tenants.c.token_hash == token_hash)
+                sa.select(tenants.c.token_hash, tenants.c.revoked).where(tenants.c.name == name)
             ).first()
+            if row is None or row[1] is not None:
+                raise StoreError(f"name: no tenant {name!r}")
+            conn.execute(tenant_tokens.delete().where(tenant_tokens.c.expires <= now))
+            if grace_s > 0:
+                conn.execute(
+                    tenant_tokens.insert().values(
+                        token_hash=row[0], tenant=name, expires=now + grace_s
+                    )
+                )
+            conn.execute(
+                tenants.update().where(tenants.c.name == name).values(token_hash=token_hash)
+            )
+
+    def tenant_by_hash(self, token_hash: str, now: float) -> str | None:
+        """The live tenant a token's hash opens at ``now`` (its current token, or a rotated
+        one still in its grace), else None."""
+        current = sa.select(tenants.c.name).where(
+            tenants.c.token_hash == token_hash, tenants.c.revoked.is_(None)
+        )
+        rotated = (
+            sa.select(tenants.c.name)
+            .join(tenant_tokens, tenant_tokens.c.tenant == tenants.c.name)
+            .where(
+                tenant_tokens.c.token_hash == token_hash,
+                tenant_tokens.c.expires > now,
+                tenants.c.revoked.is_(None),
+            )
+        )
+        with self.engine.connect() as conn:
+            row = conn.execute(current).first() or conn.execute(rotated).first()
         return None if row is None else str(row[0])
 
-    def tenant_names(self) -> list[str]:
+    def tenant_jobs(self, name: str, unfinished: bool = True) -> list[str]:
+        """A tenant's job ids (only the unfinished ones by default)."""
+        q = sa.select(jobs.c.id).where(jobs.c.tenant == name)
+        if unfinished:
+            q = q.where(jobs.c.state != "finished")
         with self.engine.connect() as conn:
-            return [
-                str(r[0]) for r in conn.execute(sa.select(tenants.c.name).order_by(tenants.c.name))
-            ]
+            return [str(r[0]) for r in conn.execute(q)]
+
+    def tenant_names(self) -> list[str]:
+        """The live (not revoked) tenants' names."""
+        q = sa.select(tenants.c.name).where(tenants.c.revoked.is_(None)).order_by(tenants.c.name)
+        with self.engine.connect() as conn:
+            return [str(r[0]) for r in conn.execute(q)]
 
     # --- jobs ----------------------------------------------------------------
 

@@ -11,7 +11,9 @@ import typer
 
 from stoker.cli.broker import JsonOpt, TokenOpt, UrlOpt, _call, _client, _fail, _table
 
-tenant_app = typer.Typer(help="Tenants (admin token): create, list, delete.", no_args_is_help=True)
+tenant_app = typer.Typer(
+    help="Tenants (admin token): create, list, delete, rotate.", no_args_is_help=True
+)
 
 SHORT_ID = 10  # "j-" and 8 hex digits: what ps prints and what logs/cancel accept
 
@@ -48,9 +50,32 @@ def tenant_list(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = F
 
 
 @tenant_app.command("delete")
-def tenant_delete(name: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
-    """Remove a tenant: its token stops working (refused while it has unfinished jobs)."""
-    _call(url, token, lambda c: c.delete_tenant(name))
+def tenant_delete(
+    name: str,
+    purge: Annotated[bool, typer.Option(help="remove its job history too")] = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Revoke a tenant: its tokens stop working at once, its secrets and code go, its queued
+    and running jobs are cancelled; its job history is kept or removed as the broker's
+    tenant_history says (--purge: removed)."""
+    done = _call(url, token, lambda c: c.delete_tenant(name, purge))
+    typer.echo(
+        f"tenant {name} revoked: {done['cancelled']} jobs cancelled, history {done['history']}"
+        + (f" ({done['jobs_deleted']} jobs)" if done["history"] == "deleted" else "")
+    )
+
+
+@tenant_app.command("rotate")
+def tenant_rotate(
+    name: str,
+    grace: Annotated[float, typer.Option(help="seconds the previous token keeps working")] = 300.0,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Give a tenant a new token (printed); its previous one works --grace seconds more, so
+    its callers switch without downtime."""
+    typer.echo(_call(url, token, lambda c: c.rotate_token(name, grace))["token"])
 
 
 def logs(

@@ -750,10 +750,16 @@ class Client:
         """(admin) Add a tenant; returns its token."""
         return str(self._request("POST", "/v1/tenants", json={"name": name})["token"])
 
-    def delete_tenant(self, name: str) -> None:
-        """(admin) Remove a tenant: its token stops working (refused while it has
-        unfinished jobs)."""
-        self._request("DELETE", f"/v1/tenants/{name}")
+    def delete_tenant(self, name: str, purge: bool = False) -> dict[str, Any]:
+        """(admin) Revoke a tenant: its tokens stop working at once, its secrets and code
+        go, its queued and running jobs are cancelled; its job history is kept or removed
+        as the broker is configured (``purge``: removed). Returns what was done."""
+        return dict(self._request("DELETE", f"/v1/tenants/{name}", params={"purge": purge}))
+
+    def rotate_token(self, name: str, grace_s: float = 300.0) -> dict[str, Any]:
+        """(admin) A new token for a tenant; its previous one stays valid ``grace_s`` more.
+        Returns ``name``, ``token`` and ``previous_valid_until``."""
+        return dict(self._request("POST", f"/v1/tenants/{name}/token", params={"grace_s": grace_s}))
 
     def health(self) -> dict[str, Any]:
         return dict(self._request("GET", "/v1/health"))
@@ -990,8 +996,13 @@ class AsyncClient:
     async def create_tenant(self, name: str) -> str:
         return str((await self._request("POST", "/v1/tenants", json={"name": name}))["token"])
 
-    async def delete_tenant(self, name: str) -> None:
-        await self._request("DELETE", f"/v1/tenants/{name}")
+    async def delete_tenant(self, name: str, purge: bool = False) -> dict[str, Any]:
+        path = f"/v1/tenants/{name}"
+        return dict(await self._request("DELETE", path, params={"purge": purge}))
+
+    async def rotate_token(self, name: str, grace_s: float = 300.0) -> dict[str, Any]:
+        path = f"/v1/tenants/{name}/token"
+        return dict(await self._request("POST", path, params={"grace_s": grace_s}))
 
     async def health(self) -> dict[str, Any]:
         return dict(await self._request("GET", "/v1/health"))

@@ -188,6 +188,10 @@ class Runtime(Protocol):
         """Store a code archive (tar, any compression) once; returns its sha256 digest."""
         ...
 
+    async def drop_code(self, digest: str) -> None:
+        """Remove a stored code archive (no tenant claims it any more); none is no error."""
+        ...
+
     async def start_pod(
         self,
         pod: str,

@@ -58,6 +58,12 @@ class CodeStore:
                 raise
         return digest
 
+    def remove(self, digest: str) -> None:
+        """Remove archive ``digest`` (a pod it is bound into keeps its own link)."""
+        if _DIGEST.match(digest):
+            with contextlib.suppress(FileNotFoundError):
+                (self.root / digest).unlink()
+
     def path(self, digest: str) -> Path:
         """Where the archive ``digest`` lies; CodeNotFound if it was never uploaded."""
         if not _DIGEST.match(digest):

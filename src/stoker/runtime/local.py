@@ -323,6 +323,9 @@ class LocalRuntime:
     async def put_code(self, data: bytes) -> str:
         return await asyncio.to_thread(self.code.put, data)
 
+    async def drop_code(self, digest: str) -> None:
+        await asyncio.to_thread(self.code.remove, digest)
+
     # --- pods --------------------------------------------------------------
 
     def _pod(self, pod: str) -> _Pod:

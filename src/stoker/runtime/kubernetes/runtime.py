@@ -408,6 +408,11 @@ class KubernetesRuntime:
             raise NotCarried("code: this runtime keeps no code archives (no code_dir)")
         return await asyncio.to_thread(self.code.put, data)
 
+    async def drop_code(self, digest: str) -> None:
+        """Remove a stored code archive (none kept: nothing to do)."""
+        if self.code is not None:
+            await asyncio.to_thread(self.code.remove, digest)
+
     # --- pods ----------------------------------------------------------------
 
     def _pod(self, pod: str) -> _Pod:
