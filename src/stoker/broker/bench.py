@@ -29,6 +29,7 @@ from stoker.broker.config import BrokerConfig, BrokerProfile
 from stoker.broker.embedded import EmbeddedBroker, free_port
 from stoker.client import DEFAULT_WAIT_S, Client, StokerError
 from stoker.runtime.calibrate import calibrate
+from stoker.runtime.reaper import PARENT_ENV
 
 TRIVIAL = ["python", "-c", "pass"]
 SHORT = ["python", "-c", "import sys; sys.stdout.write('ok')"]
@@ -203,8 +204,10 @@ class BrokerProcess:
             str(self.port),
             *args,
         ]
+        # the child dies with this process, however it ends (its SIGTERM stops its pods)
+        env = {**os.environ, PARENT_ENV: str(os.getpid())}
         with open(data_dir / "broker.log", "ab") as log:  # the child keeps its own copy
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env=env)
         deadline = time.monotonic() + 60
         while True:
             try:

@@ -1,7 +1,8 @@
 """A broker served by uvicorn on 127.0.0.1 from a background thread (demo, bench, tests).
 
 The broker and its runtime live on the thread's own event loop; callers talk to it over
-real HTTP, exactly as a remote client would.
+real HTTP, exactly as a remote client would. Its pods die with this process however it
+ends (:class:`~stoker.runtime.reaper.OwnerWatch`: a SIGKILLed owner leaves nothing).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import uvicorn
 
 from stoker.broker.app import Broker
 from stoker.broker.config import BrokerConfig
+from stoker.runtime.reaper import OwnerWatch
 
 _STOP_S = 120.0  # a close waits for runtime calls (10 s), then stops every pod
 
@@ -38,12 +40,15 @@ class EmbeddedBroker:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._error: BaseException | None = None
+        self._watch: OwnerWatch | None = None
 
     @property
     def admin_token(self) -> str:
         return self.cfg.admin_token_path.read_text().strip()
 
     def start(self, timeout_s: float = 60.0) -> EmbeddedBroker:
+        self.cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        self._watch = OwnerWatch(self.cfg.runtime_dir, self.cfg.lock_path)
         ready = threading.Event()
 
         def run() -> None:
@@ -79,6 +84,9 @@ class EmbeddedBroker:
         deadline = time.monotonic() + timeout_s
         while not (self._server is not None and self._server.started):
             if self._error is not None:
+                self._thread.join(_STOP_S)
+                if not self._thread.is_alive():  # it cleared what it had started
+                    self._disarm()
                 raise RuntimeError(f"broker did not start: {self._error}") from self._error
             if time.monotonic() > deadline:
                 raise TimeoutError("broker did not start in time")
@@ -97,6 +105,14 @@ class EmbeddedBroker:
         self._server = None
         if self._thread.is_alive():  # its pods may outlive the caller: say so, never pass
             raise TimeoutError(f"the broker did not stop within {_STOP_S} s")
+        self._disarm()
+
+    def _disarm(self) -> None:
+        """A clean stop: the watchdog leaves the runtime dir alone (pods stopped, or kept
+        on purpose for the next broker on the dir)."""
+        if self._watch is not None:
+            self._watch.disarm()
+            self._watch = None
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()

@@ -142,7 +142,10 @@ def up(
 
     from stoker.broker.app import Broker, BrokerLocked
     from stoker.broker.db import display_url
+    from stoker.runtime.reaper import PARENT_ENV, die_with_parent
 
+    if parent := os.environ.get(PARENT_ENV):  # a child broker (stoker bench local)
+        die_with_parent(int(parent))  # SIGTERM when the owner dies: the pods are stopped
     cfg = _broker_config(config, data_dir)
     cfg.database_url = database_url or cfg.database_url
     cfg.advertise_url = advertise_url or cfg.advertise_url or f"http://{host}:{port}"
