@@ -54,6 +54,7 @@ from stoker.broker.config import BrokerConfig, BrokerProfile
 from stoker.broker.dashboard import Dashboard
 from stoker.broker.dashboard import add_routes as add_dashboard_routes
 from stoker.broker.dashboard import gauges as dashboard_gauges
+from stoker.broker.datadir import make_private
 from stoker.broker.events_log import DecisionLog, job_latencies_ms
 from stoker.broker.leader import Leadership
 from stoker.broker.loop import JobRequest, Refused, Scheduler
@@ -100,8 +101,8 @@ class Broker:
         self, cfg: BrokerConfig, runtime: Runtime | None = None, url: str | None = None
     ) -> None:
         self.cfg = cfg
-        cfg.data_dir.mkdir(parents=True, exist_ok=True)
-        self.lock = FileLock(cfg.lock_path, timeout=0, thread_local=False)
+        make_private(cfg.data_dir, cfg.runtime_dir)
+        self.lock = FileLock(cfg.lock_path, timeout=0, thread_local=False, mode=0o600)
         try:
             self.lock.acquire()
         except Timeout:

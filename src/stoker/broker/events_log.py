@@ -175,7 +175,9 @@ class DecisionLog:
         if path is not None:
             self._load(path)
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held open, closed in close()
+            # mode 600: the log names tenants, labels and argv (held open, closed in close())
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            self._file = open(fd, "a", encoding="utf-8")  # noqa: SIM115
 
     def _load(self, path: Path) -> None:
         """Reload the ring (and the sequence) from the file's tail after a restart."""

@@ -160,7 +160,9 @@ def up(
     broker.stop_pods_on_close = not keep_pods
     if not kubernetes:
         _build_envs(broker)
-    cfg.pid_path.write_text(f"{os.getpid()} http://{host}:{port}\n")
+    fd = os.open(cfg.pid_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{os.getpid()} http://{host}:{port}\n")
     typer.echo(
         f"stoker broker on http://{host}:{port}  (admin token: {cfg.admin_token_path})\n"
         f"dashboard: http://{host}:{port}/  (viewer token: {broker.dashboard.auth.token_path})",

@@ -28,10 +28,22 @@ class CodeNotFound(KeyError):
 class CodeStore:
     """Content-addressed store of code archives (tar, any compression tarfile reads)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, owner: tuple[int, int] | None = None) -> None:
+        """``owner``: the (uid, gid) a job runs as, when it is not this process's: the
+        archives are theirs to read (a job unpacks its archive, bound into its pod). The
+        dir is 700 and each archive 600: no other local user reads a tenant's code."""
         self.root = Path(root)
+        self.owner = owner
         self.root.mkdir(parents=True, exist_ok=True)
-        self.root.chmod(0o755)  # pods read archives through a read-only bind
+        self.root.chmod(0o700)
+        for path in self.root.iterdir():  # archives an older stoker stored 644
+            if _DIGEST.match(path.name):
+                self._private(path)
+
+    def _private(self, path: Path | str) -> None:
+        os.chmod(path, 0o600)
+        if self.owner is not None:
+            os.chown(path, *self.owner)
 
     def put(self, data: bytes) -> str:
         """Store ``data`` (once) and return its digest."""
@@ -50,7 +62,7 @@ class CodeStore:
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
-                os.chmod(tmp, 0o644)
+                self._private(tmp)
                 os.replace(tmp, path)  # atomic: the digest's name holds the whole archive
             except BaseException:
                 with contextlib.suppress(OSError):

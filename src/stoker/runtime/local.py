@@ -269,8 +269,10 @@ class LocalRuntime:
         self.state_dir = Path(state_dir).resolve()
         self.pods_dir = self.state_dir / "pods"
         self.pods_dir.mkdir(parents=True, exist_ok=True)
-        self.code = CodeStore(Path(code_cache_dir or self.state_dir / "code"))
         root = os.geteuid() == 0
+        self.code = CodeStore(
+            Path(code_cache_dir or self.state_dir / "code"), (uid, gid) if root else None
+        )
         self.envs = EnvBuilder(
             Path(env_dir or self.state_dir / "env"),
             base_python=base_python,
