@@ -105,15 +105,22 @@ def _json(res: Result) -> dict[str, object]:
         "evil @ https://127.0.0.1:1/evil.whl",
         "numpy; import os",
         "",
+        # valid PEP 508 names, but the installer reads them as files in its working dir
+        "foo.tar.gz",
+        "foo-1.0-py3-none-any.whl",
+        "Foo-1.0.ZIP",
+        "evil.tgz==1",
+        "pkgs/foo",
+        "pkgs\\foo",
+        "foo/bar>=1",
     ],
 )
 def test_deps_accept_only_pep508_requirements(dep: str) -> None:
     with pytest.raises(InvalidDeps, match=r"deps\[0\]"):
         check_deps([dep])
-    assert check_deps(["numpy>=1.26", "Requests[socks]==2.*; python_version>'3'"]) == (
-        "numpy>=1.26",
-        'Requests[socks]==2.*; python_version > "3"',
-    )
+    assert check_deps(
+        ["numpy>=1.26", "Requests[socks]==2.*; python_version>'3'", "zope.interface"]
+    ) == ("numpy>=1.26", 'Requests[socks]==2.*; python_version > "3"', "zope.interface")
 
 
 def _sdist(dest: Path, name: str, marker: Path) -> None:
