@@ -185,6 +185,60 @@ def test_bad_bodies_get_the_documented_error(tmp_path: Path) -> None:
         assert conn.execute("select count(*) from jobs").fetchone()[0] == 1
 
 
+def test_bodies_are_strict_an_unknown_field_or_a_coercion_is_a_422_naming_it(
+    tmp_path: Path,
+) -> None:
+    # a field the broker does not know ("replicas") was dropped unseen, and "60" read as 60:
+    # each is now refused, naming the field, on every body (the submit's fast path included)
+    with EmbeddedBroker(_cfg(tmp_path)) as eb:
+        a = _tenant(eb, "a")
+        admin = Api(eb.url, eb.admin_token)
+        job = {"profile": "plain", "argv": [PY, "-c", "pass"], "reuse_tag": "x"}
+        renew = {"profile": "plain", "reuse_tag": "x", "keepalive_s": 30}
+        run = {"code": "pass", "language": "python"}
+        cases = [
+            (a, "/v1/jobs", {**job, "replicas": 3}, "body.replicas"),
+            (a, "/v1/jobs", {**job, "timeout_s": "60"}, "body.timeout_s"),
+            (a, "/v1/jobs", {**job, "workers": "2"}, "body.workers"),
+            (a, "/v1/jobs", {**job, "workers": 2.0}, "body.workers"),
+            (a, "/v1/jobs", {**job, "workers": True}, "body.workers"),
+            (a, "/v1/jobs", {**job, "gpus": "0.5"}, "body.gpus"),
+            (a, "/v1/jobs", {**job, "env": {"K": 1}}, "body.env.K"),
+            (a, "/v1/keepalive", {**renew, "keepalive_s": "30"}, "body.keepalive_s"),
+            (a, "/v1/keepalive", {**renew, "pods": 2}, "body.pods"),
+            (a, "/v1/secrets", {"name": "K", "value": "v", "shared": True}, "body.shared"),
+            (a, "/v1/secrets", {"name": "K", "value": 123}, "body.value"),
+            (admin, "/v1/tenants", {"name": "b", "admin": True}, "body.admin"),
+            (a, "/sandbox-fusion/run_code", {**run, "run_timeout": "5"}, "body.run_timeout"),
+            (a, "/sandbox-fusion/run_code", {**run, "timeout": 5}, "body.timeout"),
+        ]
+        for api, path, body, field in cases:
+            r = api.http.post(path, json=body)
+            assert r.status_code == 422, (path, body, r.status_code, r.text)
+            assert r.json()["field"] == field, (path, body, r.json())
+            assert field in r.json()["message"]
+        # nothing of them was kept; the same bodies without the fault pass
+        assert a.http.get("/v1/jobs").json() == [] and a.http.get("/v1/secrets").json() == []
+        assert admin.http.get("/v1/tenants").json() == ["a"]
+        assert a.http.post("/v1/jobs", json={**job, "timeout_s": 60}).status_code == 201
+        db = eb.cfg.db_path
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("select count(*) from jobs").fetchone()[0] == 1
+
+
+def test_deps_that_look_like_files_are_refused_naming_the_rule(tmp_path: Path) -> None:
+    # foo.tar.gz is a valid PEP 508 name, but uv would install ./foo.tar.gz from its
+    # working directory: refused at submit, the message saying why
+    with EmbeddedBroker(_cfg(tmp_path)) as eb:
+        a = _tenant(eb, "a")
+        files = ("foo.tar.gz", "foo-1.0-py3-none-any.whl", "wheels/foo", "x.zip; os_name=='posix'")
+        for dep in files:
+            r = a.submit([PY, "-c", "pass"], deps=["numpy", dep])
+            assert r.status_code == 422 and r.json()["field"] == "body.deps", (dep, r.text)
+            assert "deps[1]" in r.json()["message"] and "looks like a file" in r.json()["message"]
+        assert a.http.get("/v1/jobs").json() == []
+
+
 def test_openapi_documents_code_body_and_refusals(tmp_path: Path) -> None:
     with EmbeddedBroker(_cfg(tmp_path)) as eb:
         doc = httpx.get(f"{eb.url}/openapi.json").json()

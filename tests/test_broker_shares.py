@@ -60,9 +60,9 @@ def test_caps_answer_at_submit(tmp_path: Path) -> None:
         r = a.submit(long, tag="t9")
         assert r.status_code == 429, r.text
         assert r.json()["error"] == "tenant_limit" and "max_queued" in r.json()["message"]
-        with stoker.Client(eb.url, a.http.headers["Authorization"][7:]) as sdk:
-            with pytest.raises(stoker.client.TenantLimit, match="max_queued"):
-                sdk.run("plain", ["true"], reuse_tag="t10")
+        sdk = stoker.Client(eb.url, a.http.headers["Authorization"][7:])
+        with sdk, pytest.raises(stoker.client.TenantLimit, match="max_queued"):
+            sdk.run("plain", ["true"], reuse_tag="t10")
         big = _tenant(eb, "big")
         assert big.submit(long, tag="b").status_code == 201  # its own cap
         for job_id in ids:

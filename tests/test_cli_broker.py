@@ -273,3 +273,45 @@ def test_a_large_code_upload_shows_progress(env: dict[str, str], tmp_path: Path)
     args = ["run", "-p", "plain", "--code", str(small), "--", "python", "main.py"]
     res = CliRunner().invoke(app, args, env=env)
     assert res.exit_code == 0 and res.stdout == "hi\n" and "uploading" not in res.stderr
+
+
+def test_the_token_from_a_file_not_argv(env: dict[str, str], tmp_path: Path) -> None:
+    # --token puts the token on argv, where any local user reads it (ps, /proc/PID/cmdline):
+    # every command that takes it also reads one from a file, and its help says why
+    runner = CliRunner()
+    path = tmp_path / "token"
+    path.write_text(env["STOKER_TOKEN"] + "\n")
+    path.chmod(0o600)
+    base = {"XDG_CONFIG_HOME": str(tmp_path), "STOKER_URL": env["STOKER_URL"]}
+    # the file's token is the one sent: the option wins over the environment's
+    for extra in ({"STOKER_TOKEN": ""}, {"STOKER_TOKEN": "stk_bad"}):
+        res = runner.invoke(app, ["ps", "--json", "--token-file", str(path)], env=base | extra)
+        assert res.exit_code == 0, res.output
+        assert all(j["tenant"] == "cli" for j in json.loads(res.stdout))
+    for args, message in (
+        (["--token-file", str(tmp_path / "absent")], f"--token-file {tmp_path / 'absent'}"),
+        (["--token-file", str(tmp_path)], f"--token-file {tmp_path}"),
+        (["--token-file", str(path), "--token", "stk_x"], "not both"),
+    ):
+        res = runner.invoke(app, ["ps", *args], env={**base, "STOKER_TOKEN": ""})
+        assert res.exit_code == 2 and message in res.stderr, (args, res.output)
+        assert res.stderr.strip().count("\n") == 0 and "Traceback" not in res.stderr
+    path.write_text("")
+    res = runner.invoke(app, ["ps", "--token-file", str(path)], env=base)
+    assert res.exit_code == 2 and "expected one line" in res.stderr
+    # every command with --token: --token-file too, and --token's help names the risk
+    import typer.main
+
+    def commands(group: object) -> Iterator[object]:
+        for cmd in getattr(group, "commands", {}).values():
+            yield cmd
+            yield from commands(cmd)
+
+    with_token = 0
+    for cmd in commands(typer.main.get_command(app)):
+        opts = {o: p for p in getattr(cmd, "params", ()) for o in p.opts}
+        if "--token" in opts:
+            with_token += 1
+            assert "--token-file" in opts, cmd.name
+            assert "ps" in opts["--token"].help and "--token-file" in opts["--token"].help
+    assert with_token >= 15

@@ -79,6 +79,7 @@ def browser(tmp_path: Path) -> Iterator[Any]:
         f"--user-data-dir={profile_dir}",
     ):
         opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # CSP violations show there
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
     try:
         yield driver
@@ -268,7 +269,7 @@ def test_sign_in_refuses_tenant_tokens(tmp_path: Path, browser: Any) -> None:
         browser.find_element(By.ID, "token").send_keys(token)
         browser.find_element(By.ID, "token").submit()
         assert "neither the admin nor the viewer" in browser.find_element(By.TAG_NAME, "body").text
-        assert browser.get_cookies() == []
+        assert {c["name"] for c in browser.get_cookies()} <= {"stoker_csrf"}  # no session
         # the admin token signs in too
         browser.find_element(By.ID, "token").send_keys(eb.admin_token)
         browser.find_element(By.ID, "token").submit()
@@ -465,3 +466,94 @@ def test_gpu_pool_panel_shows_a_live_preemption_and_forecast(
         assert len(shown["paths"]) == 5 and all(shown["paths"]), shown["paths"]
         assert browser.find_elements(By.ID, "no-gpu-pools") == []
         _screenshot(browser, "dashboard-gpu-pools", 1280, capsys)
+
+
+# markup that runs where a page writes text as HTML; the tenant name one the API refuses,
+# as a store written by hand (or before the rule) may still hold it
+_XSS_TENANT = '"><img src=x onerror=window.__pwned=1>'
+_XSS = ("<script>window.__pwned=2</script>", '"><svg onload=window.__pwned=3>')
+
+
+def test_hostile_names_never_run_and_no_page_is_framed_or_signed_in_across_sites(
+    tmp_path: Path, browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    cfg = _cfg(tmp_path)
+    cfg.data_dir.mkdir(parents=True)
+    store = Store.sqlite(cfg.db_path)
+    token = new_token()
+    store.add_tenant(_XSS_TENANT, hash_token(token))
+    store.close()
+    with EmbeddedBroker(cfg) as eb:
+        admin = _api(eb, eb.admin_token)
+        r = admin.post("/v1/tenants", json={"name": _XSS_TENANT})
+        assert r.status_code == 422 and r.json()["field"] == "body.name"
+        hostile = _api(eb, token)
+        body = {
+            "profile": "plain",
+            "argv": ["python", "-c", "import sys; print(sys.argv)", *_XSS],
+            "reuse_tag": _XSS[1],
+            "labels": {"note": _XSS[0], "k": _XSS[1]},
+        }
+        r = hostile.post("/v1/jobs", json=body)
+        assert r.status_code == 201, r.text
+        job = wait_finished(hostile, r.json()["id"])
+        assert job["exit_code"] == 0 and job["labels"]["note"] == _XSS[0], job
+
+        # every page: a CSP of its own script and styles, never in a frame
+        anon = httpx.Client(base_url=eb.url)
+        form = anon.get("/")
+        for resp in (form, httpx.post(f"{eb.url}/login", data={"token": "x"})):
+            csp = resp.headers["content-security-policy"]
+            assert "frame-ancestors 'none'" in csp and "script-src 'self'" in csp, csp
+            assert resp.headers["x-frame-options"] == "DENY"
+        # the sign-in form carries a CSRF token, the one in its cookie; without it (another
+        # site's form: a SameSite=Strict cookie never comes along) the right token is refused
+        viewer = (eb.cfg.data_dir / "viewer.token").read_text().strip()
+        csrf = form.text.split('name="csrf" value="')[1].split('"')[0]
+        assert anon.cookies["stoker_csrf"] == csrf
+        for data, cookies in (
+            ({"token": viewer}, {}),
+            ({"token": viewer}, {"stoker_csrf": csrf}),
+            ({"token": viewer, "csrf": csrf}, {}),
+            ({"token": viewer, "csrf": "forged"}, {"stoker_csrf": csrf}),
+        ):
+            r = httpx.post(f"{eb.url}/login", data=data, cookies=cookies)
+            assert r.status_code == 403 and "stoker_session" not in r.cookies, (data, cookies)
+        r = httpx.post(
+            f"{eb.url}/login", data={"token": viewer, "csrf": csrf}, cookies=anon.cookies
+        )
+        assert r.status_code == 303 and "stoker_session" in r.cookies
+        page = httpx.get(f"{eb.url}/", cookies=r.cookies)
+        assert "dashboard.js" in page.text
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        assert page.headers["x-frame-options"] == "DENY"
+
+        # in the browser: the name, the labels and the argv are text, nothing runs
+        _sign_in(browser, eb)
+        row = f'tr[data-job-id="{job["id"]}"]'
+        WebDriverWait(browser, 15).until(lambda d: d.find_elements(By.CSS_SELECTOR, row))
+        cells = [td.text for td in browser.find_elements(By.CSS_SELECTOR, f"{row} td")]
+        assert cells[1] == _XSS_TENANT, cells
+        WebDriverWait(browser, 15).until(
+            lambda d: _XSS_TENANT in d.find_element(By.ID, "gpus").text,
+            message="the hostile tenant's warm pod is not on the GPU bars",
+        )
+        browser.find_element(By.CSS_SELECTOR, f"{row} button").click()
+        WebDriverWait(browser, 10).until(
+            lambda d: "job.placed" in d.find_element(By.ID, "why-events").text
+        )
+        ran = browser.execute_script(
+            "return {pwned: window.__pwned ?? null,"
+            " injected: document.querySelectorAll('img, svg[onload], script:not([src])').length,"
+            " scripts: [...document.scripts].map((s) => s.src)}"
+        )
+        assert ran == {"pwned": None, "injected": 0, "scripts": [f"{eb.url}/static/dashboard.js"]}
+        # and the policy blocked nothing of the page's own (its charts' styles included)
+        refused = [
+            e for e in browser.get_log("browser") if "Content Security Policy" in e["message"]
+        ]
+        assert refused == [], refused
+        assert browser.find_elements(By.CSS_SELECTOR, "#gpus .seg[style*='flex']")

@@ -105,15 +105,22 @@ def _json(res: Result) -> dict[str, object]:
         "evil @ https://127.0.0.1:1/evil.whl",
         "numpy; import os",
         "",
+        # valid PEP 508 names, but the installer reads them as files in its working dir
+        "foo.tar.gz",
+        "foo-1.0-py3-none-any.whl",
+        "Foo-1.0.ZIP",
+        "evil.tgz==1",
+        "pkgs/foo",
+        "pkgs\\foo",
+        "foo/bar>=1",
     ],
 )
 def test_deps_accept_only_pep508_requirements(dep: str) -> None:
     with pytest.raises(InvalidDeps, match=r"deps\[0\]"):
         check_deps([dep])
-    assert check_deps(["numpy>=1.26", "Requests[socks]==2.*; python_version>'3'"]) == (
-        "numpy>=1.26",
-        'Requests[socks]==2.*; python_version > "3"',
-    )
+    assert check_deps(
+        ["numpy>=1.26", "Requests[socks]==2.*; python_version>'3'", "zope.interface"]
+    ) == ("numpy>=1.26", 'Requests[socks]==2.*; python_version > "3"', "zope.interface")
 
 
 def _sdist(dest: Path, name: str, marker: Path) -> None:
@@ -430,6 +437,31 @@ async def test_a_job_reaches_only_its_own_gpus(mixed_gpu_host: Path, tmp_path: P
 
 
 # ---------------------------------------------------------------- network
+
+
+_FIND_INTERFACES = """
+import json, os, sys
+names = set(sys.argv[1:])
+try:
+    listed = os.listdir("/sys/class/net")
+except OSError:
+    listed = []
+found = [os.path.join(d, n) for d, ds, fs in os.walk("/sys") for n in ds + fs if n in names]
+proc = [line.split(":")[0].strip() for line in open("/proc/net/dev").readlines()[2:]]
+print(json.dumps({"listed": listed, "found": found, "proc": proc}))
+"""
+
+
+async def test_a_pod_sees_no_host_network_interface_in_sys(rig: Rig) -> None:
+    # sysfs is the host's, bound read-only: without a mask /sys/class/net (and the devices'
+    # net/ dirs it links to) name every host interface to a pod of its own network
+    host = sorted(os.listdir("/sys/class/net"))
+    assert host, "no network interface on the host to look for"
+    pod = await rig.pod()
+    res = await rig.run(pod, ["python", "-c", _FIND_INTERFACES, *host])
+    seen = json.loads(res.stdout.decode().strip().splitlines()[-1])
+    assert seen["listed"] == [] and seen["found"] == [], seen
+    assert set(seen["proc"]) <= {"lo"}, seen  # its own namespace: its own loopback only
 
 
 async def test_no_egress_no_loopback_no_abstract_sockets(rig: Rig) -> None:

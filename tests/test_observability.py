@@ -249,10 +249,16 @@ def test_dashboard_needs_the_admin_or_viewer_token(broker: EmbeddedBroker) -> No
     page = anon.get("/")
     assert page.status_code == 200 and 'action="/login"' in page.text
     assert anon.get("/dashboard/state").status_code == 401
-    assert anon.post("/login", data={"token": tenant_token}).status_code == 401
-    assert anon.post("/login", data={"token": "stk_nope"}).status_code == 401
+
+    def login(token: str) -> httpx.Response:
+        # as the browser does: the form's CSRF token (its cookie came with the form)
+        csrf = anon.get("/").text.split('name="csrf" value="')[1].split('"')[0]
+        return anon.post("/login", data={"token": token, "csrf": csrf})
+
+    assert login(tenant_token).status_code == 401
+    assert login("stk_nope").status_code == 401
     assert "stoker_session" not in anon.cookies
-    r = anon.post("/login", data={"token": viewer})
+    r = login(viewer)
     assert r.status_code == 303 and "httponly" in r.headers["set-cookie"].lower()
     assert "samesite=strict" in r.headers["set-cookie"].lower()
     assert viewer not in r.headers["set-cookie"]

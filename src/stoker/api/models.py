@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from stoker.api.deps import check_deps
 from stoker.api.envnames import env_name_error
@@ -62,7 +62,15 @@ def parse_label(item: str) -> tuple[str, str]:
     return key, value
 
 
-class JobSubmit(BaseModel):
+class StrictBody(BaseModel):
+    """A request body, read strictly: an unknown field is refused (a 422 naming it, never
+    dropped unseen) and no value is coerced to another type (``"60"`` is no number, ``2.0``
+    no count of workers)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class JobSubmit(StrictBody):
     """A job: ``argv`` in a pod of ``profile``, reusing the pod of ``reuse_tag``."""
 
     profile: str = Field(min_length=1, max_length=64)
@@ -132,7 +140,7 @@ class JobSubmit(BaseModel):
         return v
 
 
-class KeepAliveRenew(BaseModel):
+class KeepAliveRenew(StrictBody):
     """Keep the caller's warm pod of ``profile`` and ``reuse_tag`` ``keepalive_s`` seconds
     from now at least (a session's ``renew``); the broker caps it (``max_keepalive_s``)."""
 
@@ -269,7 +277,7 @@ class PoolView(BaseModel):
     queued: QueuedCounts
 
 
-class TenantCreate(BaseModel):
+class TenantCreate(StrictBody):
     name: str = Field(min_length=1, max_length=63)
 
 
@@ -283,7 +291,7 @@ class CodeUploaded(BaseModel):
     size: int
 
 
-class SecretSet(BaseModel):
+class SecretSet(StrictBody):
     """A tenant secret: written once, never read back; jobs name it in ``secrets``."""
 
     name: str = Field(min_length=1, max_length=128)

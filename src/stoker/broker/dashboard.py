@@ -5,7 +5,11 @@ directory, made on first start, readable only by its owner). The browser posts t
 once to ``/login`` (a form: never in a URL, so never in an access log or the history) and
 gets a signed, HttpOnly, SameSite=Strict session cookie for 12 hours; the key that signs it
 lives only in the broker's memory, so a restart asks for the token again. Scripts may send
-``Authorization: Bearer`` instead of the cookie.
+``Authorization: Bearer`` instead of the cookie. The login form carries a CSRF token, the
+same one as in a cookie only ``/login`` gets (SameSite=Strict, HttpOnly): a sign-in posted
+from another site, or without the form's token, is refused. Every page is sent with
+:data:`PAGE_HEADERS`: a Content-Security-Policy admitting the broker's own script and styles
+only, and no framing (``frame-ancestors 'none'``, ``X-Frame-Options: DENY``).
 
 The page is hand-written HTML, CSS and JS under ``static/`` (no build step, no CDN); it
 polls ``/dashboard/state`` every two seconds while visible. That one JSON snapshot holds
@@ -43,6 +47,17 @@ if TYPE_CHECKING:
     from stoker.broker.app import Broker
 
 COOKIE = "stoker_session"
+CSRF_COOKIE = "stoker_csrf"
+#: on every page: its own script, styles and calls only (no inline script, so no injected
+#: one runs), no plugin or base rewrite, forms post here only, and never in a frame
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self';"
+    " img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none';"
+    " frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
 _SESSION_S = 12 * 3600
 _HISTORY_S = 3600
 _STATS_ROWS = 20_000  # started jobs of the last hour the percentiles read, newest first
@@ -340,24 +355,46 @@ def add_routes(app: FastAPI, broker: "Broker", log: DecisionLog, dash: Dashboard
             )
         return role
 
+    def login_page(request: Request, error: str | None = None, status: int = 200) -> Response:
+        """The sign-in form with a fresh CSRF token, the same as in its cookie."""
+        csrf = secrets.token_urlsafe(32)
+        html = _static("login.html").replace(
+            "<!--csrf-->", f'<input type="hidden" name="csrf" value="{csrf}">'
+        )
+        if error is not None:
+            html = html.replace("<!--error-->", f'<p class="error" role="alert">{error}</p>')
+        resp = HTMLResponse(html, status_code=status, headers=PAGE_HEADERS)
+        resp.set_cookie(
+            CSRF_COOKIE,
+            csrf,
+            path="/login",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return resp
+
     @app.get("/", include_in_schema=False)
-    async def page(request: Request) -> HTMLResponse:
+    async def page(request: Request) -> Response:
         if dash.auth.check_session(request.cookies.get(COOKIE), time.time()) is None:
-            return HTMLResponse(_static("login.html"))
-        return HTMLResponse(_static("index.html"))
+            return login_page(request)
+        return HTMLResponse(_static("index.html"), headers=PAGE_HEADERS)
 
     @app.post("/login", include_in_schema=False)
     async def login(request: Request) -> Response:
         form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        sent, kept = (form.get("csrf") or [""])[0], request.cookies.get(CSRF_COOKIE, "")
+        if not sent or not hmac.compare_digest(sent.encode(), kept.encode()):
+            # another site's form (a SameSite=Strict cookie never comes with it) or a
+            # stale one: the token is not even looked at
+            why = "That sign-in form had expired or came from elsewhere; sign in again."
+            return login_page(request, why, 403)
         role = dash.auth.role((form.get("token") or [""])[0].strip())
         if role is None:
-            html = _static("login.html").replace(
-                "<!--error-->",
-                '<p class="error" role="alert">That token is neither the admin nor the viewer'
-                " token.</p>",
-            )
-            return HTMLResponse(html, status_code=401)
+            why = "That token is neither the admin nor the viewer token."
+            return login_page(request, why, 401)
         resp = RedirectResponse("/", status_code=303)
+        resp.delete_cookie(CSRF_COOKIE, path="/login")
         resp.set_cookie(
             COOKIE,
             dash.auth.session(role, time.time()),

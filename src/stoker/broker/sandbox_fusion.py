@@ -31,7 +31,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field, ValidationError
 
 from stoker.agent.coderun import LANGUAGES, REQUEST_ENV
-from stoker.api.models import JobSubmit
+from stoker.api.models import JobSubmit, StrictBody
 from stoker.broker.auth import AuthError, Principal
 from stoker.broker.config import BrokerConfig
 
@@ -66,8 +66,9 @@ perl D_ut ruby scala julia pytest junit kotlin_script jest verilog python_gpu le
 SANDBOX_FUSION_LANGUAGES = frozenset(_SF_NAMES.split())
 
 
-class RunCodeRequest(BaseModel):
-    """SandboxFusion's ``RunCodeRequest``, plus stoker's ``reuse_tag``."""
+class RunCodeRequest(StrictBody):
+    """SandboxFusion's ``RunCodeRequest`` (every field its client and verl send), plus
+    stoker's ``reuse_tag``; read strictly, as every request body is."""
 
     compile_timeout: float = Field(10, ge=0)  # no compiled language runs here
     run_timeout: float = Field(10, gt=0)
@@ -75,9 +76,9 @@ class RunCodeRequest(BaseModel):
     code: str
     stdin: str | None = None
     language: str
-    files: dict[str, str | None] = {}  # path -> base64 content
-    fetch_files: list[str] = []
-    args: list[str] = []  # SandboxFusion's pytest arguments; no pytest here
+    files: dict[str, str | None] = Field(default_factory=dict)  # path -> base64 content
+    fetch_files: list[str] = Field(default_factory=list)
+    args: list[str] = Field(default_factory=list)  # SandboxFusion's pytest args; no pytest here
     reuse_tag: str | None = Field(None, min_length=1, max_length=200)
 
 

@@ -24,33 +24,45 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _credentials(url: str | None, token: str | None) -> tuple[str, str]:
-    """The broker's URL and the token to call it with: the options, else the client's
-    configuration (environment, config file); a one-line error without a token."""
+def _credentials(url: str | None, token: str | None, token_file: Path | None) -> tuple[str, str]:
+    """The broker's URL and the token to call it with: the options (``--token``, or the
+    first line of ``--token-file``), else the client's configuration (environment, config
+    file); a one-line error without a token."""
     from stoker.api.config import ClientConfig, ConfigError
 
+    if token is not None and token_file is not None:
+        _fail("give --token or --token-file, not both")
+    if token_file is not None:
+        try:
+            token = token_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            _fail(f"--token-file {token_file}: {getattr(exc, 'strerror', None) or exc}")
+        if not token or "\n" in token:
+            _fail(f"--token-file {token_file}: expected one line, the token")
     try:
         cfg = ClientConfig.load()
     except ConfigError as exc:
         _fail(str(exc))
     tok = token or cfg.token
     if not tok:
-        _fail("no token: set STOKER_TOKEN or pass --token")
+        _fail("no token: set STOKER_TOKEN or pass --token-file PATH")
     return url or cfg.url, str(tok)
 
 
-def _client(url: str | None, token: str | None) -> Any:
+def _client(url: str | None, token: str | None, token_file: Path | None) -> Any:
     from stoker.client import Client
 
-    return Client(*_credentials(url, token))
+    return Client(*_credentials(url, token, token_file))
 
 
-def _call(url: str | None, token: str | None, fn: Callable[[Any], Any]) -> Any:
+def _call(
+    url: str | None, token: str | None, token_file: Path | None, fn: Callable[[Any], Any]
+) -> Any:
     """``fn(client)``; a refusal or an unreachable broker is a one-line error."""
     from stoker.client import StokerError
 
     try:
-        with _client(url, token) as c:
+        with _client(url, token, token_file) as c:
             return fn(c)
     except StokerError as exc:
         _fail(str(exc))
@@ -79,7 +91,22 @@ def _fmt_ms(v: float | None) -> str:
 
 
 UrlOpt = Annotated[str | None, typer.Option("--url", help="broker URL (default: $STOKER_URL)")]
-TokenOpt = Annotated[str | None, typer.Option("--token", help="API token (default: $STOKER_TOKEN)")]
+TokenOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        help="API token (default: $STOKER_TOKEN). On the command line it is visible to every"
+        " local user (ps, /proc): prefer $STOKER_TOKEN or --token-file",
+    ),
+]
+TokenFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--token-file",
+        metavar="PATH",
+        help="read the API token from this file (one line; keep it mode 600)",
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
 
 
@@ -346,6 +373,7 @@ def run(
     ] = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
+    token_file: TokenFileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run a job, stream its output, and exit with its exit code. A spot job that is
@@ -368,7 +396,7 @@ def run(
         )
 
     try:
-        with _client(url, token) as c:
+        with _client(url, token, token_file) as c:
             packed = None if code is None else _upload(c, code)
             job = c.run(
                 profile,
@@ -410,6 +438,7 @@ def ps(
     wide: Annotated[bool, typer.Option("--wide", help="full ids and tags, labels")] = False,
     url: UrlOpt = None,
     token: TokenOpt = None,
+    token_file: TokenFileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """List your jobs (newest first); the table fits 80 columns (``--wide``: everything)."""
@@ -428,7 +457,7 @@ def ps(
         except ValueError as exc:
             _fail(f"--label: {exc}")
         labels[key] = value
-    jobs = _call(url, token, lambda c: c.jobs(state, limit, labels))
+    jobs = _call(url, token, token_file, lambda c: c.jobs(state, limit, labels))
     if as_json:
         typer.echo(json.dumps(jobs))
         return
@@ -458,9 +487,14 @@ def ps(
             typer.echo(f"{job_id} waits: {j['waiting_reason']}")
 
 
-def pods(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+def pods(
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    token_file: TokenFileOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """List live pods (a tenant sees its own; the admin sees all)."""
-    items = _call(url, token, lambda c: c.pods())
+    items = _call(url, token, token_file, lambda c: c.pods())
     if as_json:
         typer.echo(json.dumps(items))
         return
@@ -485,12 +519,13 @@ def events(
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
     url: UrlOpt = None,
     token: TokenOpt = None,
+    token_file: TokenFileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Why the broker did what it did: each decision with its reason (oldest first)."""
     import datetime
 
-    items = _call(url, token, lambda c: c.events(job=job, limit=limit))
+    items = _call(url, token, token_file, lambda c: c.events(job=job, limit=limit))
     if as_json:
         typer.echo(json.dumps(items))
         return
@@ -510,10 +545,15 @@ def _num(v: float) -> str:
     return f"{v:g}"
 
 
-def pools(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+def pools(
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    token_file: TokenFileOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """GPU pools: capacity, HP and spot GPUs in use, spot quota, eta, eviction rate (1 d),
     the HP forecast's g-quantile per hour ahead, and the queued hp/spot jobs."""
-    items = _call(url, token, lambda c: c.pools())
+    items = _call(url, token, token_file, lambda c: c.pools())
     if as_json:
         typer.echo(json.dumps(items))
         return
@@ -668,6 +708,7 @@ def secret_set(
     name: str,
     url: UrlOpt = None,
     token: TokenOpt = None,
+    token_file: TokenFileOpt = None,
 ) -> None:
     """Set secret NAME; its value is read from stdin (or a hidden prompt), never argv."""
     if sys.stdin.isatty():
@@ -676,14 +717,19 @@ def secret_set(
         value = sys.stdin.read()
         if value.endswith("\n"):
             value = value[:-1]  # what `echo` and here-strings add
-    _call(url, token, lambda c: c.set_secret(name, value))
+    _call(url, token, token_file, lambda c: c.set_secret(name, value))
     typer.echo(f"stoker: secret {name} set", err=True)
 
 
 @secret_app.command("list")
-def secret_list(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+def secret_list(
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    token_file: TokenFileOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Your secrets' names (values are never shown)."""
-    items = _call(url, token, lambda c: c.secrets())
+    items = _call(url, token, token_file, lambda c: c.secrets())
     if as_json:
         typer.echo(json.dumps(items))
         return
@@ -691,9 +737,11 @@ def secret_list(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = F
 
 
 @secret_app.command("delete")
-def secret_delete(name: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
+def secret_delete(
+    name: str, url: UrlOpt = None, token: TokenOpt = None, token_file: TokenFileOpt = None
+) -> None:
     """Delete secret NAME (jobs that name it and have not started fail at bind)."""
-    _call(url, token, lambda c: c.delete_secret(name))
+    _call(url, token, token_file, lambda c: c.delete_secret(name))
 
 
 def register(app: typer.Typer, sim_app: typer.Typer) -> None:

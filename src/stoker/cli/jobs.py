@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from stoker.cli.broker import JsonOpt, TokenOpt, UrlOpt, _call, _client, _fail, _table
+from stoker.cli.broker import JsonOpt, TokenFileOpt, TokenOpt, UrlOpt, _call, _client, _fail, _table
 
 tenant_app = typer.Typer(
     help="Tenants (admin token): create, list, delete, rotate.", no_args_is_help=True
@@ -37,15 +37,22 @@ def _resolve(c: Any, job_id: str) -> str:
 
 
 @tenant_app.command("create")
-def tenant_create(name: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
+def tenant_create(
+    name: str, url: UrlOpt = None, token: TokenOpt = None, token_file: TokenFileOpt = None
+) -> None:
     """Add a tenant and print its token (shown this once; the broker keeps only a hash)."""
-    typer.echo(_call(url, token, lambda c: c.create_tenant(name)))
+    typer.echo(_call(url, token, token_file, lambda c: c.create_tenant(name)))
 
 
 @tenant_app.command("list")
-def tenant_list(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+def tenant_list(
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    token_file: TokenFileOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """The tenants' names."""
-    names = _call(url, token, lambda c: c.tenants())
+    names = _call(url, token, token_file, lambda c: c.tenants())
     typer.echo(json.dumps(names) if as_json else "\n".join(names))
 
 
@@ -55,11 +62,12 @@ def tenant_delete(
     purge: Annotated[bool, typer.Option(help="remove its job history too")] = False,
     url: UrlOpt = None,
     token: TokenOpt = None,
+    token_file: TokenFileOpt = None,
 ) -> None:
     """Revoke a tenant: its tokens stop working at once, its secrets and code go, its queued
     and running jobs are cancelled; its job history is kept or removed as the broker's
     tenant_history says (--purge: removed)."""
-    done = _call(url, token, lambda c: c.delete_tenant(name, purge))
+    done = _call(url, token, token_file, lambda c: c.delete_tenant(name, purge))
     typer.echo(
         f"tenant {name} revoked: {done['cancelled']} jobs cancelled, history {done['history']}"
         + (f" ({done['jobs_deleted']} jobs)" if done["history"] == "deleted" else "")
@@ -72,10 +80,11 @@ def tenant_rotate(
     grace: Annotated[float, typer.Option(help="seconds the previous token keeps working")] = 300.0,
     url: UrlOpt = None,
     token: TokenOpt = None,
+    token_file: TokenFileOpt = None,
 ) -> None:
     """Give a tenant a new token (printed); its previous one works --grace seconds more, so
     its callers switch without downtime."""
-    typer.echo(_call(url, token, lambda c: c.rotate_token(name, grace))["token"])
+    typer.echo(_call(url, token, token_file, lambda c: c.rotate_token(name, grace))["token"])
 
 
 def logs(
@@ -83,12 +92,13 @@ def logs(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="until the job ends")] = False,
     url: UrlOpt = None,
     token: TokenOpt = None,
+    token_file: TokenFileOpt = None,
 ) -> None:
     """Print a job's output (stdout and stderr, in order); ``-f`` follows it live."""
     from stoker.client import Job, StokerError
 
     try:
-        with _client(url, token) as c:
+        with _client(url, token, token_file) as c:
             job = Job(c, c.get(_resolve(c, job_id)))
             for stream, data in job.stream(follow=follow):
                 out = sys.stdout if stream == "stdout" else sys.stderr
@@ -102,12 +112,13 @@ def cancel(
     job_id: Annotated[str, typer.Argument(help="job id (or the short id ps prints)")],
     url: UrlOpt = None,
     token: TokenOpt = None,
+    token_file: TokenFileOpt = None,
 ) -> None:
     """Cancel a job (it ends with failure ``cancelled``; a finished job stays as it was)."""
     from stoker.client import Job, StokerError
 
     try:
-        with _client(url, token) as c:
+        with _client(url, token, token_file) as c:
             job = Job(c, c.get(_resolve(c, job_id)))
             job.cancel()
             row = job.wait(30)  # the cancel lands once its pod has stopped the job
@@ -116,10 +127,15 @@ def cancel(
     typer.echo(f"{row['id']} {row['state']} {row['failure'] or ''}".rstrip())
 
 
-def profiles(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+def profiles(
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    token_file: TokenFileOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """The broker's profiles: GPUs per pod (0: CPU-only), warm and standby shares, preloads,
     the spare pods kept ready (min warm), queue."""
-    items = _call(url, token, lambda c: c.profiles())
+    items = _call(url, token, token_file, lambda c: c.profiles())
     if as_json:
         typer.echo(json.dumps(items))
         return

@@ -22,7 +22,7 @@ from typing import Annotated, Any
 
 import typer
 
-from stoker.cli.broker import TokenOpt, UrlOpt, _credentials, _fail
+from stoker.cli.broker import TokenFileOpt, TokenOpt, UrlOpt, _credentials, _fail
 
 POD_LOST = (
     "[stoker: this session's pod was lost (pod {old} is gone, now {new}): files and state"
@@ -186,6 +186,7 @@ def build_server(url: str, token: str) -> Any:
 def mcp(
     url: UrlOpt = None,
     token: TokenOpt = None,
+    token_file: TokenFileOpt = None,
     transport: Annotated[
         str, typer.Option(help="stdio, or http (streamable HTTP, at /mcp)")
     ] = "stdio",
@@ -193,7 +194,7 @@ def mcp(
     port: Annotated[int, typer.Option(help="http: the port")] = 8766,
 ) -> None:
     """Serve stoker's tools to agents over MCP (one MCP session = one warm pod)."""
-    base, tok = _credentials(url, token)
+    base, tok = _credentials(url, token, token_file)
     if transport not in ("stdio", "http"):
         _fail(f"--transport: {transport!r} is neither stdio nor http")
     try:

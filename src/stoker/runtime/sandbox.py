@@ -3,7 +3,8 @@
 A sandbox sees only what a job needs, never the host's home, project, data or service
 directories: the root is an empty tmpfs holding read-only binds of the system's programs and
 libraries (``/usr``, ``/bin``, ``/lib*``, ``/sbin``), ``/sys`` (read-only, with
-``/sys/fs/cgroup`` replaced by the pod's own groups), a minimal ``/etc`` (:data:`ETC`), and
+``/sys/fs/cgroup`` replaced by the pod's own groups, and, in its own network namespace,
+the host's network interfaces masked: :func:`host_net_dirs`), a minimal ``/etc`` (:data:`ETC`), and
 the paths its interpreter needs (``expose``: the profile's environment, its base install and
 stoker's own source). Directories named in ``hide`` are masked by an empty tmpfs wherever an
 exposed path would show them (the broker's data dir, the runtime's state dir). Fresh and
@@ -38,6 +39,8 @@ CODE_DIR = "/stoker/code"
 OVERLAY_DIR = "/stoker/overlays"
 SOCKET_NAME = "agent.sock"
 CGROUP_DIR = "/sys/fs/cgroup"
+#: where sysfs lists the network interfaces (of the host's namespace, whoever reads it)
+SYS_NET = "/sys/class/net"
 #: the host's top-level entries a sandbox sees (programs, libraries, devices' sysfs)
 SYSTEM = ("bin", "lib", "lib32", "lib64", "libx32", "sbin", "usr", "sys")
 #: what a sandbox sees of /etc: name resolution, users, the loader, certificates, locale
@@ -191,6 +194,19 @@ def _as_on_host(paths: list[str]) -> list[str]:
     return args
 
 
+def host_net_dirs() -> list[str]:
+    """The sysfs directories that name the host's network interfaces: /sys/class/net, the
+    virtual interfaces' /sys/devices/virtual/net, and each device's own ``net`` directory
+    (``/sys/devices/pci.../net``) the class links to."""
+    try:
+        links = [os.path.join(SYS_NET, name) for name in os.listdir(SYS_NET)]
+    except OSError:
+        return []
+    dirs = {SYS_NET, "/sys/devices/virtual/net"}
+    dirs.update(os.path.dirname(os.path.realpath(link)) for link in links)
+    return sorted(d for d in dirs if os.path.isdir(d))
+
+
 def build_command(spec: SandboxSpec, bwrap: str | None = None) -> list[str]:
     """The full bwrap argv for ``spec``."""
     cmd = [bwrap or find_bwrap(), "--unshare-pid", "--unshare-ipc"]
@@ -207,6 +223,12 @@ def build_command(spec: SandboxSpec, bwrap: str | None = None) -> list[str]:
     cmd += ["--perms", "0755", "--tmpfs", CGROUP_DIR]
     for host_dir, dest in spec.cgroups:
         cmd += ["--ro-bind", str(host_dir), f"{CGROUP_DIR}/{dest}".rstrip("/")]
+    if not spec.network:
+        # sysfs shows the namespace it was mounted in (the host's): a pod of its own network
+        # would read the host's interface names. A pod on the host's network sees them in
+        # any case (getifaddrs), and NCCL reads /sys/class/net to place its NICs
+        for path in host_net_dirs():
+            cmd += ["--perms", "0755", "--tmpfs", path]
     exposed = list(dict.fromkeys(Path(p).resolve() for p in spec.expose))
     hidden = [Path(h).resolve() for h in spec.hide]
     size = [] if spec.tmp_mb is None else ["--size", str(spec.tmp_mb * 1024 * 1024)]
