@@ -58,6 +58,12 @@ def test_revoking_a_tenant_with_history_keeps_it_and_refuses_the_token(
             row = admin.wait(ids[key], timeout_s=60)
             assert row["state"] == "finished" and row["failure"] == "cancelled", row
         assert admin.http.get(f"/v1/jobs/{ids['done']}").json()["exit_code"] == 0
+        kept = admin.http.get("/v1/jobs", params={"tenant": "t", "limit": 10})
+        assert kept.status_code == 200 and len(kept.json()) == 4, kept.text
+        deadline = time.monotonic() + 30  # its pods stop, none kept warm for it
+        while any(p["tenant"] == "t" for p in admin.pods()):
+            assert time.monotonic() < deadline, admin.pods()
+            time.sleep(0.1)
         assert not _code_file(eb, ids["digest"]).exists()  # no tenant claims it now
         assert "t" not in admin.http.get("/v1/tenants").json()
         # the name is not reused while its history is kept

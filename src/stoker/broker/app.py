@@ -801,7 +801,7 @@ def create_app(broker: Broker) -> FastAPI:
                 raise ApiError(422, "invalid", f"query.label: {exc}", "query.label") from exc
             wanted[key] = value
         if who.admin:
-            if tenant is not None and tenant not in broker.store.tenant_names():
+            if tenant is not None and tenant not in broker.store.tenant_names(revoked=True):
                 raise ApiError(
                     422, "invalid", f"query.tenant: unknown tenant {tenant!r}", "query.tenant"
                 )

@@ -61,6 +61,7 @@ from stoker.core import (
     Refusal,
     StartPod,
     StopPod,
+    TenantRevoked,
     Tick,
 )
 from stoker.core.gfs.quota import quantile
@@ -183,6 +184,8 @@ def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
                 "profile": profile,
                 "keepalive_s": keepalive_s,
             }
+        case TenantRevoked(tenant):
+            return "tenant_revoked", {"tenant": tenant}
         case JobForgotten(job):
             return "job_forgotten", {"job": job}
         case PodForgotten(pod):
@@ -249,6 +252,8 @@ def decode_event(ev: StoredEvent) -> Event:
             return KeepAliveRenewed(
                 d["tenant"], d["reuse_tag"], d["profile"], float(d["keepalive_s"])
             )
+        case "tenant_revoked":
+            return TenantRevoked(d["tenant"])
         case "job_forgotten":
             return JobForgotten(d["job"])
         case "pod_forgotten":
@@ -631,14 +636,15 @@ class Scheduler:
             self._flush()
 
     def cancel_tenant(self, tenant: str) -> int:
-        """Cancel every unfinished job of ``tenant`` (a revoked tenant); how many."""
-        ids = [j.id for j in self.core.jobs.values() if j.spec.tenant == tenant]
-        ids = [i for i in ids if self.core.jobs[i].state is not JobState.FINISHED]
-        for job_id in ids:
-            self._feed(JobCancelled(job_id))
-        if ids:
-            self._flush()
-        return len(ids)
+        """Tell the core ``tenant`` is revoked (it cancels the tenant's jobs and stops its
+        warm pods); how many of its jobs were unfinished."""
+        unfinished = sum(
+            j.spec.tenant == tenant and j.state is not JobState.FINISHED
+            for j in self.core.jobs.values()
+        )
+        self._feed(TenantRevoked(tenant))
+        self._flush()
+        return unfinished
 
     def forget_tenant(self, tenant: str) -> None:
         """A tenant's history was purged: no read serves its jobs from memory either."""

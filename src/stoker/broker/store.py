@@ -370,9 +370,11 @@ class Store:
         with self.engine.connect() as conn:
             return [str(r[0]) for r in conn.execute(q)]
 
-    def tenant_names(self) -> list[str]:
-        """The live (not revoked) tenants' names."""
-        q = sa.select(tenants.c.name).where(tenants.c.revoked.is_(None)).order_by(tenants.c.name)
+    def tenant_names(self, revoked: bool = False) -> list[str]:
+        """The live tenants' names (``revoked``: with those revoked whose history is kept)."""
+        q = sa.select(tenants.c.name).order_by(tenants.c.name)
+        if not revoked:
+            q = q.where(tenants.c.revoked.is_(None))
         with self.engine.connect() as conn:
             return [str(r[0]) for r in conn.execute(q)]
 

@@ -37,6 +37,7 @@ from stoker.core.events import (
     PodStopFailed,
     RankExited,
     RankStarted,
+    TenantRevoked,
     Tick,
 )
 from stoker.core.model import (
@@ -109,6 +110,7 @@ __all__ = [
     "SpotQuotaWait",
     "StartPod",
     "StopPod",
+    "TenantRevoked",
     "Tick",
     "Waiting",
     "preset",

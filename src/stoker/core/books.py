@@ -35,7 +35,8 @@ class Books:
     core's refusal; they are in no part's queue, so none holds back the jobs behind it, and
     go back once nodes join and they fit again. ``on_cards``: told of every card a new pod
     takes (the warm pools' standby index follows it), wired once by the core.
-    ``queued``: per tenant, its jobs queued now (what a cap on them is checked against).
+    ``queued``: per tenant, its jobs queued now (what a cap on them is checked against);
+    ``revoked``: jobs cancelled by their tenant's revocation, until they end.
     """
 
     def __init__(self, cluster: Cluster, profiles: Iterable[Profile], start: float) -> None:
@@ -48,6 +49,8 @@ class Books:
         self.demand = DemandMeter()
         self.set_aside: dict[str, Refusal] = {}
         self.queued: dict[str, int] = {}
+        # jobs cancelled by their tenant's revocation: the pods they leave are stopped
+        self.revoked: set[str] = set()
         self.now = start
         self.on_cards: Callable[[list[str]], None] = lambda gpus: None
         self._seq = 0  # pod ids

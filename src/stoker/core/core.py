@@ -40,6 +40,7 @@ from stoker.core.events import (
     PodStopFailed,
     RankExited,
     RankStarted,
+    TenantRevoked,
     Tick,
 )
 from stoker.core.gfs.scheduler import HpSpotScheduler
@@ -163,6 +164,8 @@ class Core:
                 if not (keepalive_s > 0 and math.isfinite(keepalive_s)):
                     raise CoreError(f"keepalive_s: must be finite and > 0, got {keepalive_s}")
                 self.warm.renew((profile, tenant, tag), now + keepalive_s)
+            case TenantRevoked(tenant):
+                self._revoke(tenant, now, out)
             case JobForgotten(job):
                 self._forget_job(job)
             case PodForgotten(pod):
@@ -313,8 +316,9 @@ class Core:
 
     def limit(self, spec: JobSpec) -> Refusal | None:
         """Whether ``spec`` is over one of its tenant's caps now (:mod:`stoker.core.shares`:
-        its time limit, its jobs queued), or None; the broker asks it on submit as it asks
-        :meth:`refusal`, and a submitted job over a cap is a :class:`CoreError` too."""
+        its time limit, its jobs queued), or None. A driver asks it before it submits (the
+        broker answers a 429 or 422); unlike :meth:`refusal` it is not checked again on
+        ``JobSubmitted``, so a restart's replay of jobs admitted under older caps holds."""
         shares = self.policies.shares
         if shares is None:
             return None
@@ -346,7 +350,7 @@ class Core:
             demand = profile.gpu_demand
         else:
             demand = per_worker(spec.gpus if spec.gpus is not None else profile.gpu_demand)
-        refused = self.refusal(spec) or self.limit(spec)
+        refused = self.refusal(spec)
         if refused is not None:
             raise CoreError(f"job {spec.id}: {refused}")
         job = Job(spec=spec, state=JobState.QUEUED, submitted=now, per_worker=demand)
@@ -362,6 +366,19 @@ class Core:
             self.books.end_job(job, Failure.CANCELLED, None, now, out)  # in no queue
         elif job.state is not JobState.FINISHED:
             self._part(job.job_class).cancel(job, now, out)
+
+    def _revoke(self, tenant: str, now: float, out: list[Action]) -> None:
+        """Cancel every unfinished job of ``tenant`` (in id order) and stop its idle warm
+        pods; the pods its cancelled jobs leave are stopped as they come free."""
+        doomed = sorted(
+            j.id
+            for j in self.jobs.values()
+            if j.spec.tenant == tenant and j.state is not JobState.FINISHED
+        )
+        self.books.revoked.update(doomed)
+        for job_id in doomed:
+            self._cancel(job_id, now, out)
+        self.warm.stop_idle_of(tenant, now, out)
 
     def _forget_job(self, job_id: str) -> None:
         """Drop a finished job (the driver keeps its record); nothing else names it by

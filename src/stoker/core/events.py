@@ -119,6 +119,14 @@ class KeepAliveRenewed:
 
 
 @dataclass(frozen=True, slots=True)
+class TenantRevoked:
+    """A tenant is revoked: its unfinished jobs are cancelled, its idle warm pods stopped,
+    and the pods its cancelled jobs leave are stopped, not kept warm for it."""
+
+    tenant: str
+
+
+@dataclass(frozen=True, slots=True)
 class JobForgotten:
     """The driver keeps a finished job's record elsewhere (the broker: its final row is
     committed to the store): the core drops it. Legal only for a finished job; a core that
@@ -196,6 +204,7 @@ Event = (
     | BindFailed
     | ForecastUpdated
     | KeepAliveRenewed
+    | TenantRevoked
     | JobForgotten
     | PodForgotten
     | NodeAdded

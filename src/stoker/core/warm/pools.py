@@ -309,6 +309,8 @@ class WarmPools:
         caller, or stop."""
         self.books.end_job(job, failure, exit_code, now, out)
         job_id = job.id
+        revoked = job_id in self.books.revoked
+        self.books.revoked.discard(job_id)
         keepalive = self.keepalive(job.spec.profile)
         ttl = keepalive.ttl(job.pair)
         # one end per job, as one submit per job: a gang's pods do not count as several pauses
@@ -327,8 +329,8 @@ class WarmPools:
                     pod, "pod_died" if failure is Failure.POD_DIED else "keepalive", now, out
                 )
                 continue
-            if self._at_warm_cap(job.spec.tenant):
-                self._stop(pod, "warm_cap", now, out)
+            if revoked or self._at_warm_cap(job.spec.tenant):
+                self._stop(pod, "revoked" if revoked else "warm_cap", now, out)
                 continue
             self._make_warm(pod, ttl, now)
 
@@ -560,6 +562,13 @@ class WarmPools:
         self.idle.add_staged(pod, gid, profile.standby_share)
         self.planner.started(profile.name, active.node)
         out.append(StartPod(pod.id, profile.name, active.node, (gid,), standby=True))
+
+    def stop_idle_of(self, tenant: str, now: float, out: list[Action]) -> None:
+        """Stop every idle warm pod ``tenant`` holds (it was revoked)."""
+        for pid in sorted(self.idle.idle):
+            pod = self.pods[pid]
+            if pod.state is PodState.WARM and pod.owner is not None and pod.owner[0] == tenant:
+                self._stop(pod, "revoked", now, out)
 
     def _at_warm_cap(self, tenant: str) -> bool:
         """Whether ``tenant`` keeps as many idle warm pods as its share allows."""
