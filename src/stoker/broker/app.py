@@ -62,6 +62,7 @@ from stoker.broker.metrics import BrokerMetrics
 from stoker.broker.replica import StoreReads, forward, unavailable
 from stoker.broker.sandbox_fusion import add_routes as add_sandbox_fusion_routes
 from stoker.broker.secrets import SecretBox
+from stoker.broker.storage import disk_refusal
 from stoker.broker.store import JOB_FIELDS, Deposed, Store
 from stoker.broker.tenants import add_routes as add_tenant_routes
 from stoker.core import Core
@@ -725,6 +726,9 @@ def create_app(broker: Broker) -> FastAPI:
         short call."""
         tenant = tenant_of(who)
         profile_of(body.profile)  # a 422 naming body.profile if it has none
+        if (full := disk_refusal(cfg.data_dir, cfg.storage.min_free_fraction)) is not None:
+            broker.metrics.storage_refused.labels("disk").inc()
+            raise ApiError(503, "storage_full", full, "disk")
         default_s = min(3600.0, cfg.max_timeout_s, sched.core.timeout_cap(tenant) or math.inf)
         timeout_s = default_s if body.timeout_s is None else body.timeout_s
         if timeout_s > cfg.max_timeout_s:

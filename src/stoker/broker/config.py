@@ -55,6 +55,12 @@ key::
     [spot]
     grace_s = 30                    # SIGTERM, then SIGKILL this much later (checkpoint time)
 
+    [storage]                       # bounded storage (stoker.broker.storage)
+    output_budget_mb = 1024         # a tenant's stored output; past it, not stored
+    keep_days = 30                  # finished jobs older are deleted (with their output)
+    keep_jobs = 100000              # a tenant's newest finished jobs kept
+    min_free_fraction = 0.05        # less free disk: new jobs get a 503
+
     [shares.default]                # tenant shares (stoker.core.shares); absent: none, every
     weight = 1                      #   queue in submit order. Fair-order weight
     max_queued = 1000               # jobs a tenant may have queued (429 past it)
@@ -76,6 +82,7 @@ import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stoker.api.config import ConfigError
+from stoker.broker.storage import Retention
 from stoker.core.config import ProfilePolicies
 from stoker.core.model import Profile
 from stoker.core.policies.keepalive import FIXED_KEEPALIVE_S
@@ -84,6 +91,7 @@ from stoker.core.registry import Preset, preset
 from stoker.core.shares import Share, TenantShares
 from stoker.forecast.registry import FORECASTERS
 from stoker.runtime.base import RuntimeProfile
+from stoker.units import DAY_S
 
 
 class _Table(BaseModel):
@@ -256,6 +264,29 @@ class SpotConfig(_Table):
     grace_s: float = Field(30.0, ge=0)
 
 
+class StorageConfig(_Table):
+    """What the broker keeps and how much disk it may fill (:mod:`stoker.broker.storage`):
+    a tenant's stored output budget (MB), how long and how many finished jobs are kept
+    (None: no bound), how often they are pruned, the free disk fraction below which new
+    jobs are refused."""
+
+    output_budget_mb: int | None = Field(1024, ge=0)
+    keep_days: float | None = Field(30.0, gt=0)
+    keep_jobs: int | None = Field(100_000, ge=0)
+    prune_every_s: float = Field(60.0, gt=0)
+    min_free_fraction: float = Field(0.05, ge=0, lt=1)
+
+    def build(self) -> Retention:
+        mb = self.output_budget_mb
+        return Retention(
+            output_budget_bytes=None if mb is None else mb * 1024 * 1024,
+            keep_s=None if self.keep_days is None else self.keep_days * DAY_S,
+            keep_jobs=self.keep_jobs,
+            prune_every_s=self.prune_every_s,
+            min_free_fraction=self.min_free_fraction,
+        )
+
+
 class CpuSlots(_Table):
     """Room on this host for CPU-only pods (profiles with ``gpus = 0``): each pod takes its
     profile's ``cpus`` and ``memory_mb`` from these (cgroup limits: a pod's CPUs are a
@@ -337,6 +368,7 @@ class _BrokerFile(_Table):
     forecast: ForecastConfig = ForecastConfig()
     spot: SpotConfig = SpotConfig()
     shares: SharesConfig | None = None
+    storage: StorageConfig = StorageConfig()
 
 
 def default_data_dir() -> Path:
@@ -380,6 +412,8 @@ class BrokerConfig:
     spot: SpotConfig = field(default_factory=SpotConfig)
     # tenants' fair-order weights, guaranteed HP GPUs and caps (None: none)
     shares: SharesConfig | None = None
+    # stored output budget, retention, the disk floor
+    storage: StorageConfig = field(default_factory=StorageConfig)
 
     def build_policies(self) -> Preset:
         """The core's policies for this configuration (preset, overrides, per profile,

@@ -84,6 +84,7 @@ def gauges(broker: "Broker") -> BrokerGauges:
         budget_gpus=core.budget_limit(),
         capacity_gpus=float(core.cluster.total_gpus),
         gpu_pools=gpu_pools(broker),
+        stored_output=dict(sched.output_budget.stored),
     )
     for pod in core.pods.values():
         for state, secs in pod.held.items():

@@ -23,6 +23,7 @@ from stoker.broker.events_log import waiting_words
 from stoker.broker.forecasting import HPForecasts
 from stoker.broker.metrics import BrokerMetrics
 from stoker.broker.secrets import SecretBox
+from stoker.broker.storage import BUDGET_NOTE, OutputBudget
 from stoker.broker.store import Batch, Deposed, Store, StoredEvent
 from stoker.core import (
     GPU,
@@ -335,6 +336,9 @@ class Scheduler:
         self._recent: dict[str, tuple[float, dict[str, Any], list[Any] | None]] = {}
         self._recent_timer: asyncio.TimerHandle | None = None
         self._demand_stored = store.last_hp_demand_minute() + 1  # the core meter's next
+        # bounded storage: each tenant's stored output against its budget, and retention
+        self.retention = cfg.storage.build()
+        self.output_budget = OutputBudget(self.retention.output_budget_bytes, store.output_bytes())
         # the forecaster: the configured one, else the preset's (None: it reads no forecast)
         name = cfg.forecast.forecaster or self.preset.forecaster
         name = DEFAULT_FORECASTER if name == "default" else name
@@ -421,7 +425,7 @@ class Scheduler:
         if any(p.min_warm for p in self.preset.policies.profiles.values()):
             self._feed(Tick())  # the core starts the spare pods the minimums ask for now
             self._flush()
-        for service in (self._read_runtime(), self._forecast_loop()):
+        for service in (self._read_runtime(), self._forecast_loop(), self._prune_loop()):
             self._service.add(self._spawn(service))
         self._ticking = True
         self._arm_timer()
@@ -1068,8 +1072,8 @@ class Scheduler:
                     job, requeues=row["requeues"], requeue_reason=row["requeue_reason"]
                 )
                 self._requeued.append(job)
-            case JobEnded():
-                pass  # the core already finished the job; _sync_jobs writes it
+            case JobEnded(job):
+                self.output_budget.ended(job)  # the core finished it; _sync_jobs writes it
             case _:
                 raise ValueError(f"unknown action {action!r}")
 
@@ -1190,8 +1194,18 @@ class Scheduler:
                 if rank is not None:
                     self._feed(RankStarted(job, rank, pod))
             case JobOutput(job, _pod, stream, data):
-                if job not in self._requests:
+                row = self._requests.get(job)
+                if row is None:
                     return
+                tenant = row["tenant"]
+                admitted = self.output_budget.admit(tenant, job, len(data))
+                if admitted is None:
+                    return  # past the budget, and said so
+                if not admitted:
+                    self.metrics.storage_refused.labels("budget").inc()
+                    budget = self.output_budget.budget
+                    stream, data = "stderr", BUDGET_NOTE.format(tenant=tenant, budget=budget)
+                    data = data.encode()
                 seq = self._out_seq.get(job, -1) + 1
                 self._out_seq[job] = seq
                 self._batch.output.append({"job": job, "seq": seq, "stream": stream, "data": data})
@@ -1235,6 +1249,26 @@ class Scheduler:
                 rows.append((pool, tenant, meter.minutes, float(meter.current[(tenant, pool)])))
         self._demand_stored = max(self._demand_stored, meter.minutes)
         return rows
+
+    async def _prune_loop(self) -> None:
+        """Every ``storage.prune_every_s``: delete what retention no longer keeps (in worker
+        threads, batched); a failed round is logged and the next one tries again."""
+        r = self.retention
+        while True:
+            await asyncio.sleep(r.prune_every_s)
+            if r.keep_s is None and r.keep_jobs is None:
+                continue
+            try:
+                pruned = await asyncio.to_thread(
+                    self.store.prune, time.time(), r.keep_s, r.keep_jobs
+                )
+            except Exception:  # retention must never stop the broker
+                log.exception("storage: pruning failed")
+                continue
+            self.output_budget.freed({t: size for t, (_, size) in pruned.items()})
+            for tenant, (n, size) in pruned.items():
+                self.metrics.pruned_jobs.labels(tenant).inc(n)
+                self.metrics.pruned_bytes.labels(tenant).inc(size)
 
     async def _forecast_loop(self) -> None:
         """Every ``forecast.query_every_s``: bring the core's HP demand meter up to now (a

@@ -35,6 +35,7 @@ class BrokerGauges:
     budget_gpus: float = 0.0
     capacity_gpus: float = 0.0
     gpu_pools: list[dict[str, Any]] = field(default_factory=list)  # rows of GET /v1/pools
+    stored_output: dict[str, int] = field(default_factory=dict)  # tenant -> output bytes
 
 
 # (metric name, help, the GPU-pool row's key); the forecast ones read the current hour
@@ -124,6 +125,14 @@ class _Snapshot(Collector):
         yield mean
         yield quant
         yield queued
+        fam = GaugeMetricFamily(
+            "stoker_storage_output_bytes",
+            "Stored job output, by tenant (bounded by storage.output_budget_mb)",
+            labels=["tenant"],
+        )
+        for tenant, size in sorted(g.stored_output.items()):
+            fam.add_metric([tenant], float(size))
+        yield fam
 
 
 class BrokerMetrics:
@@ -188,6 +197,25 @@ class BrokerMetrics:
             "stoker_spot_preemptions_total",
             "Spot jobs evicted for HP demand, by GPU pool",
             ["gpu_model"],
+            registry=r,
+        )
+        self.pruned_jobs = Counter(
+            "stoker_storage_pruned_jobs_total",
+            "Finished jobs deleted by retention (storage.keep_days, keep_jobs), by tenant",
+            ["tenant"],
+            registry=r,
+        )
+        self.pruned_bytes = Counter(
+            "stoker_storage_pruned_bytes_total",
+            "Stored output deleted by retention, by tenant",
+            ["tenant"],
+            registry=r,
+        )
+        self.storage_refused = Counter(
+            "stoker_storage_refused_total",
+            "What bounded storage refused: output past a tenant's budget (budget, in jobs)"
+            " or a submit on a nearly full disk (disk)",
+            ["reason"],
             registry=r,
         )
 

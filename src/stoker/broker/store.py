@@ -362,6 +362,59 @@ class Store:
             row = conn.execute(current).first() or conn.execute(rotated).first()
         return None if row is None else str(row[0])
 
+    def output_bytes(self) -> dict[str, int]:
+        """Each tenant's stored output, in bytes."""
+        q = (
+            sa.select(jobs.c.tenant, sa.func.sum(sa.func.length(job_output.c.data)))
+            .select_from(job_output.join(jobs, jobs.c.id == job_output.c.job))
+            .group_by(jobs.c.tenant)
+        )
+        with self.engine.connect() as conn:
+            return {str(t): int(n or 0) for t, n in conn.execute(q)}
+
+    def prune(
+        self, now: float, keep_s: float | None, keep_jobs: int | None, batch: int = 500
+    ) -> dict[str, tuple[int, int]]:
+        """Delete finished jobs (with their output) that ended before ``now - keep_s``, and
+        each tenant's finished jobs beyond its newest ``keep_jobs``; never an unfinished
+        one. One transaction per batch of ``batch`` jobs. Returns per tenant the jobs and
+        output bytes deleted."""
+        done = jobs.c.state == "finished"
+        doomed: list[tuple[str, str]] = []
+        with self.engine.connect() as conn:
+            if keep_s is not None:
+                q = sa.select(jobs.c.id, jobs.c.tenant).where(done, jobs.c.finished < now - keep_s)
+                doomed += [(str(i), str(t)) for i, t in conn.execute(q)]
+            if keep_jobs is not None:
+                rank = (
+                    sa.func.row_number()
+                    .over(partition_by=jobs.c.tenant, order_by=(jobs.c.finished.desc(), jobs.c.id))
+                    .label("rank")
+                )
+                ranked = sa.select(jobs.c.id, jobs.c.tenant, rank).where(done).subquery()
+                q = sa.select(ranked.c.id, ranked.c.tenant).where(ranked.c.rank > keep_jobs)
+                doomed += [(str(i), str(t)) for i, t in conn.execute(q)]
+        out: dict[str, tuple[int, int]] = {}
+        unique = list(dict.fromkeys(doomed))
+        for start in range(0, len(unique), batch):
+            part = unique[start : start + batch]
+            ids = [i for i, _ in part]
+            with self.transaction() as conn:
+                sizes = dict(
+                    conn.execute(
+                        sa.select(job_output.c.job, sa.func.sum(sa.func.length(job_output.c.data)))
+                        .where(job_output.c.job.in_(ids))
+                        .group_by(job_output.c.job)
+                    ).all()
+                )
+                conn.execute(job_output.delete().where(job_output.c.job.in_(ids)))
+                # finished only, checked again inside the transaction
+                conn.execute(jobs.delete().where(jobs.c.id.in_(ids), done))
+            for job_id, tenant in part:
+                n, size = out.get(tenant, (0, 0))
+                out[tenant] = (n + 1, size + int(sizes.get(job_id) or 0))
+        return out
+
     def tenant_jobs(self, name: str, unfinished: bool = True) -> list[str]:
         """A tenant's job ids (only the unfinished ones by default)."""
         q = sa.select(jobs.c.id).where(jobs.c.tenant == name)

@@ -70,6 +70,11 @@ class TenantLimit(InvalidRequest):
     may succeed once some of its jobs have started or ended."""
 
 
+class StorageFull(StokerError):
+    """The broker refuses new jobs while its disk is nearly full (503 ``storage_full``, not
+    retried): the message names the disk and the configured floor."""
+
+
 class BrokerUnavailable(StokerError):
     """The broker could not be reached, or kept failing, after every retry."""
 
@@ -232,10 +237,27 @@ def _raise_for(resp: httpx.Response) -> None:
             resp.status_code,
             "url",
         )
+    if _storage_full(resp):
+        raise StorageFull(message, resp.status_code, field)
     cls = {401: AuthenticationError, 403: PermissionDenied, 404: NotFound, 429: TenantLimit}.get(
         resp.status_code, InvalidRequest if resp.status_code < 500 else BrokerUnavailable
     )
     raise cls(message, resp.status_code, field)
+
+
+def _storage_full(resp: httpx.Response) -> bool:
+    """A 503 that retrying will not mend: the broker's disk is nearly full."""
+    if resp.status_code != 503:
+        return False
+    try:
+        return bool(resp.json().get("error") == "storage_full")
+    except (ValueError, AttributeError):
+        return False
+
+
+def _final(resp: httpx.Response, attempt: int) -> bool:
+    """Whether ``resp`` is the answer (no retry): below 500, the last try, or a full disk."""
+    return resp.status_code < 500 or attempt == _RETRIES or _storage_full(resp)
 
 
 def _unreachable(url: str, method: str, path: str, exc: Exception) -> BrokerUnavailable:
@@ -627,7 +649,7 @@ class Client:
                 if attempt == _RETRIES:
                     raise _unreachable(self.url, method, path, exc) from exc
             else:
-                if resp.status_code < 500 or attempt == _RETRIES:
+                if _final(resp, attempt):
                     _raise_for(resp)
                     return resp.json() if resp.content else None
             time.sleep(0.05 * 2**attempt)
@@ -895,7 +917,7 @@ class AsyncClient:
                 if attempt == _RETRIES:
                     raise _unreachable(self.url, method, path, exc) from exc
             else:
-                if resp.status_code < 500 or attempt == _RETRIES:
+                if _final(resp, attempt):
                     _raise_for(resp)
                     return resp.json() if resp.content else None
             await asyncio.sleep(0.05 * 2**attempt)
@@ -1224,6 +1246,7 @@ __all__ = [
     "Session",
     "SessionFileError",
     "StokerError",
+    "StorageFull",
     "TenantLimit",
     "pack_code",
 ]
