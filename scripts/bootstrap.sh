@@ -8,10 +8,11 @@ mode="${1:-run}"
 
 need_apt=()
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
-# the PostgreSQL server binaries: the store's tests start a private server (tests/conftest.py)
-compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null 2>&1 \
-  || need_apt+=(postgresql)
 if [ "$mode" = dev ]; then
+  # the PostgreSQL server binaries: the store's tests start a private server
+  # (tests/conftest.py); a broker itself runs on SQLite or on a PostgreSQL of yours
+  compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null 2>&1 \
+    || need_apt+=(postgresql)
   # the dashboard's browser test drives Debian's headless chromium through its driver
   [ -x /usr/bin/chromium ] || need_apt+=(chromium)
   [ -x /usr/bin/chromedriver ] || need_apt+=(chromium-driver)

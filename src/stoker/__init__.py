@@ -9,7 +9,23 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_SDK = ("AsyncClient", "Client", "PodLost", "SessionFileError")
+_SDK = (
+    "AsyncClient",
+    "AuthenticationError",
+    "BrokerUnavailable",
+    "Client",
+    "InvalidRequest",
+    "JobPreempted",
+    "JobShape",
+    "JobTimeout",
+    "NotFound",
+    "PermissionDenied",
+    "PodLost",
+    "SessionFileError",
+    "StokerError",
+    "StorageFull",
+    "TenantLimit",
+)
 __all__ = [*_SDK, "__version__"]
 
 

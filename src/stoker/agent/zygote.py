@@ -195,9 +195,19 @@ def _run_entry(entry: Entry) -> int:
         return 0
     except SystemExit as exc:
         return _exit_code(exc.code)
-    except BaseException:
-        traceback.print_exc()
+    except BaseException as exc:
+        _print_job_traceback(exc)
         return 1
+
+
+def _print_job_traceback(exc: BaseException) -> None:
+    """The job's traceback as ``python`` itself would print it: from the job's first frame,
+    without the zygote's or runpy's (whose host paths say nothing to the job's author)."""
+    ours = {__file__, runpy.__file__}
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename in ours:
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb)
 
 
 def env_change(base: dict[str, str], env: dict[str, str]) -> tuple[dict[str, str], list[str]]:

@@ -76,7 +76,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -489,6 +489,16 @@ class BrokerConfig:
                     cfg.profiles.append(p.profile(name))
                 except ValueError as exc:
                     raise ConfigError(f"{where}: profiles.{name}.{exc}") from exc
+        for p in cfg.profiles:  # a CPU-only profile whose pod the slots can never hold
+            need_cpu, need_mb = p.core.cpu, p.core.memory_gb * 1024
+            if p.core.cpu_only and (
+                need_cpu > cfg.cpu_slots.cpus or need_mb > cfg.cpu_slots.memory_mb
+            ):
+                raise ConfigError(
+                    f"{where}: profiles.{p.name}: a CPU-only pod takes {need_cpu:g} CPUs and"
+                    f" {need_mb:g} MB, more than [cpu_slots] gives ({cfg.cpu_slots.cpus:g} CPUs,"
+                    f" {cfg.cpu_slots.memory_mb} MB): its jobs could never start"
+                )
         names = [p.name for p in cfg.profiles]
         if cfg.sandbox_fusion_profile is not None and cfg.sandbox_fusion_profile not in names:
             raise ConfigError(
@@ -515,7 +525,30 @@ class BrokerConfig:
 
 def _first_error(exc: ValidationError) -> str:
     """The first of pydantic's errors as one line: ``KEY: what is wrong (got VALUE)``."""
-    err = exc.errors()[0]
+    return _error_line(exc.errors()[0])
+
+
+def check_file(path: Path | str) -> list[str]:
+    """Every error of a broker configuration file, one line each (none: it would start):
+    all of the file's key and value errors at once, else the first of the checks that
+    :meth:`BrokerConfig.load` makes across keys (names, profiles against the slots)."""
+    where = f"config {path}"
+    try:
+        raw = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        return [f"{where}: {exc}"]
+    try:
+        _BrokerFile.model_validate(raw)
+    except ValidationError as exc:
+        return [f"{where}: {_error_line(err)}" for err in exc.errors()]
+    try:
+        BrokerConfig.load(path).build_policies()
+    except (ConfigError, ValueError) as exc:
+        return [str(exc)]
+    return []
+
+
+def _error_line(err: Any) -> str:
     key = ".".join(str(part) for part in err["loc"])
     if err["type"] == "extra_forbidden":
         return f"unknown key {key!r}"

@@ -217,8 +217,10 @@ class DecisionLog:
         limit: int = 100,
         kind: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Events in order, oldest first: a tenant's own (``tenant`` None: all), after the
-        sequence number ``after``, of one job, the last ``limit`` of them."""
+        """Events in order, oldest first: a tenant's own (``tenant`` None: all), of one job;
+        with a cursor ``after`` (a sequence number) the first ``limit`` after it, so a
+        follower that pages on from the last it saw misses none; without one the last
+        ``limit`` (the log's tail)."""
 
         def keep(ev: dict[str, Any]) -> bool:
             return (
@@ -232,7 +234,7 @@ class DecisionLog:
         if job is not None and not any(ev["kind"] == "job.submitted" for ev in out):
             # an old job: its events have left the ring; read them back from the files
             out = [ev for ev in self._from_files() if keep(ev)]
-        return out[-limit:]
+        return out[:limit] if after else out[-limit:]
 
     def _from_files(self) -> Iterator[dict[str, Any]]:
         if self.path is None:

@@ -75,7 +75,7 @@ def _table(title: str, columns: list[str], rows: list[list[Any]], fit: bool = Fa
     from rich.table import Table
 
     t = (
-        Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0))
+        Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0, 0, 0))
         if fit
         else Table(title=title)
     )
@@ -83,7 +83,8 @@ def _table(title: str, columns: list[str], rows: list[list[Any]], fit: bool = Fa
         t.add_column(c, no_wrap=fit)
     for r in rows:
         t.add_row(*["" if v is None else str(v) for v in r])
-    Console().print(t)
+    # a full table is never cut to the terminal's width (or to 80 columns without one)
+    Console(width=None if fit else 10_000).print(t)
 
 
 def _fmt_ms(v: float | None) -> str:
@@ -371,13 +372,21 @@ def run(
     guarantee_s: Annotated[
         float | None, typer.Option("--guarantee-s", help="spot: the guaranteed run time")
     ] = None,
+    label: Annotated[
+        list[str], typer.Option("--label", help="k=v, the job's own tag for ps --label (repeat)")
+    ] = [],  # noqa: B006
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="print the job's id and exit at once")
+    ] = False,
     url: UrlOpt = None,
     token: TokenOpt = None,
     token_file: TokenFileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run a job, stream its output, and exit with its exit code. A spot job that is
-    preempted says so on stderr and runs again (its output goes on)."""
+    """Run a job, stream its output, and exit with its exit code (``--detach``: print its
+    id and return; ``stoker logs ID -f`` follows it). A spot job that is preempted says so
+    on stderr and runs again (its output goes on)."""
+    from stoker.api.models import parse_label
     from stoker.client import JobShape, StokerError
 
     envs: dict[str, str] = {}
@@ -386,6 +395,13 @@ def run(
         if not sep or not key:
             _fail(f"--env: expected K=V, got {item!r}")
         envs[key] = value
+    labels: dict[str, str] = {}
+    for item in label:
+        try:
+            k, v = parse_label(item)
+        except ValueError as exc:
+            _fail(f"--label: {exc}")
+        labels[k] = v
     shape = JobShape(job_class, workers, gpus, guarantee_s)
 
     def preempted(row: dict[str, Any]) -> None:
@@ -409,7 +425,11 @@ def run(
                 shape=shape,
                 wait_s=0,  # streamed live from the start, every re-queue notice heard
                 secrets=secret,
+                labels=labels,
             )
+            if detach:
+                typer.echo(json.dumps(job.info) if as_json else job.id)
+                return
             job.on_requeue = preempted
             captured: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
             for stream, data in job.stream():
@@ -443,7 +463,7 @@ def ps(
 ) -> None:
     """List your jobs (newest first); the table fits 80 columns (``--wide``: everything)."""
     from stoker.api.models import parse_label
-    from stoker.cli.jobs import short_id
+    from stoker.cli.ids import short_id
     from stoker.core import JobState
 
     known = [s.value for s in JobState]
@@ -461,7 +481,12 @@ def ps(
     if as_json:
         typer.echo(json.dumps(jobs))
         return
-    columns = ["id", "profile", "tag", "state", "path", "start ms", "exit", "failure"]
+    # the tenant's column where it tells something: several tenants' jobs (the admin's
+    # view; there start ms gives way to it in 80 columns, --wide has both)
+    tenants = wide or len({j["tenant"] for j in jobs}) > 1
+    latency = wide or not tenants
+    columns = ["id", *(["tenant"] if tenants else []), "class", "profile", "tag", "state"]
+    columns += ["path", *(["start ms"] if latency else []), "exit", "failure"]
 
     def cut(v: str | None, n: int) -> str | None:  # a long cell, shortened (unless --wide)
         return v if wide or v is None or len(v) <= n else v[: n - 1] + "…"
@@ -469,11 +494,13 @@ def ps(
     rows = [
         [
             j["id"] if wide else short_id(j["id"]),
+            *([cut(j["tenant"], 8)] if tenants else []),
+            j["job_class"],
             cut(j["profile"], 8),
-            cut(j["reuse_tag"], 10),
+            cut(j["reuse_tag"], 8),
             j["state"],
             j["path"],
-            _fmt_ms(j["start_latency_ms"]),
+            *([_fmt_ms(j["start_latency_ms"])] if latency else []),
             j["exit_code"],
             cut(j["failure"], 10),
         ]
@@ -525,7 +552,14 @@ def events(
     """Why the broker did what it did: each decision with its reason (oldest first)."""
     import datetime
 
-    items = _call(url, token, token_file, lambda c: c.events(job=job, limit=limit))
+    from stoker.cli.ids import resolve
+
+    items = _call(
+        url,
+        token,
+        token_file,
+        lambda c: c.events(job=None if job is None else resolve(c, job), limit=limit),
+    )
     if as_json:
         typer.echo(json.dumps(items))
         return
@@ -744,8 +778,34 @@ def secret_delete(
     _call(url, token, token_file, lambda c: c.delete_secret(name))
 
 
+config_app = typer.Typer(help="The broker's configuration file.", no_args_is_help=True)
+
+
+@config_app.command("check")
+def config_check(
+    path: Annotated[Path, typer.Argument(help="a broker configuration TOML (stoker up --config)")],
+) -> None:
+    """Check a broker configuration without starting a broker: one line per error and a
+    non-zero exit, else one line saying what it holds."""
+    from stoker.broker.config import BrokerConfig, check_file
+
+    errors = check_file(path)
+    for line in errors:
+        typer.echo(line, err=True)
+    if errors:
+        raise typer.Exit(2)
+    cfg = BrokerConfig.load(path)
+    preset = cfg.policies.preset or "the default preset"
+    typer.echo(
+        f"config {path}: ok ({len(cfg.profiles)} profiles: "
+        f"{', '.join(p.name for p in cfg.profiles)}; {preset}; store "
+        f"{'PostgreSQL' if cfg.database_url else 'SQLite'}; data dir {cfg.data_dir})"
+    )
+
+
 def register(app: typer.Typer, sim_app: typer.Typer) -> None:
     """Add the broker's commands to the ``stoker`` command."""
+    app.add_typer(config_app, name="config")
     app.command()(up)
     app.command()(down)
     app.add_typer(secret_app, name="secret")

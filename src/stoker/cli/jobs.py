@@ -5,35 +5,16 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from stoker.cli.broker import JsonOpt, TokenFileOpt, TokenOpt, UrlOpt, _call, _client, _fail, _table
+from stoker.cli.ids import resolve
 
 tenant_app = typer.Typer(
     help="Tenants (admin token): create, list, delete, rotate.", no_args_is_help=True
 )
-
-SHORT_ID = 10  # "j-" and 8 hex digits: what ps prints and what logs/cancel accept
-
-
-def short_id(job_id: str) -> str:
-    return job_id[:SHORT_ID]
-
-
-def _resolve(c: Any, job_id: str) -> str:
-    """The full id of ``job_id`` (a full id, or a unique prefix of one of your jobs)."""
-    from stoker.client import NotFound
-
-    try:
-        return str(c.get(job_id)["id"])
-    except NotFound:
-        matches = [j["id"] for j in c.jobs(limit=1000) if j["id"].startswith(job_id)]
-        if len(matches) != 1:
-            why = "no job" if not matches else f"{len(matches)} jobs match"
-            raise NotFound(f"job_id: {why} {job_id!r}", 404, "job_id") from None
-        return str(matches[0])
 
 
 @tenant_app.command("create")
@@ -99,7 +80,7 @@ def logs(
 
     try:
         with _client(url, token, token_file) as c:
-            job = Job(c, c.get(_resolve(c, job_id)))
+            job = Job(c, c.get(resolve(c, job_id)))
             for stream, data in job.stream(follow=follow):
                 out = sys.stdout if stream == "stdout" else sys.stderr
                 out.buffer.write(data)
@@ -119,7 +100,7 @@ def cancel(
 
     try:
         with _client(url, token, token_file) as c:
-            job = Job(c, c.get(_resolve(c, job_id)))
+            job = Job(c, c.get(resolve(c, job_id)))
             job.cancel()
             row = job.wait(30)  # the cancel lands once its pod has stopped the job
     except StokerError as exc:

@@ -790,7 +790,8 @@ class Client:
         self, job: str | None = None, after: int = 0, limit: int = 100
     ) -> list[dict[str, Any]]:
         """The broker's decision log, oldest first (a tenant's own; the admin's all): why
-        each job took its path (warm, standby, cold) or waited, each pod's stop reason."""
+        each job took its path (warm, standby, cold) or waited, each pod's stop reason. With
+        ``after`` (the last sequence number seen) the first ``limit`` events after it."""
         params: dict[str, Any] = {"after": after, "limit": limit}
         if job is not None:
             params["job"] = job
