@@ -107,7 +107,7 @@ def test_a_jobs_traceback_starts_at_its_own_code(
     )
     lines = script.stderr.decode().splitlines()
     assert lines[0] == "Traceback (most recent call last):"
-    assert lines[1] == '  File "/workspace/main.py", line 5, in <module>'  # the pod's path
+    assert lines[1] == '  File "main.py", line 5, in <module>'  # as ``python main.py`` says
     assert "stoker" not in script.stderr.decode() and lines[-1].startswith("ZeroDivisionError")
 
 
