@@ -91,6 +91,26 @@ def test_code_is_uploaded_once_by_digest(
         assert res.ok and res.stdout == b"from code\n"
 
 
+def test_a_jobs_traceback_starts_at_its_own_code(
+    broker: EmbeddedBroker, token: str, tmp_path: Path
+) -> None:
+    """As ``python`` prints it: no frame of stoker's runner (nor its host path) above the
+    job's first frame, for a code string and a script alike."""
+    (tmp_path / "main.py").write_text("def f():\n    1 / 0\n\n\nf()\n")
+    with stoker.Client(broker.url, token) as c:
+        code = c.run("plain", ["python", "-c", "x = 1\nraise ValueError('bad')"]).result(60)
+        script = c.run("plain", ["python", "main.py"], code=tmp_path).result(60)
+    assert code.stderr.decode() == (
+        "Traceback (most recent call last):\n"
+        '  File "<string>", line 2, in <module>\n'
+        "ValueError: bad\n"
+    )
+    lines = script.stderr.decode().splitlines()
+    assert lines[0] == "Traceback (most recent call last):"
+    assert lines[1] == '  File "main.py", line 5, in <module>'  # as ``python main.py`` says
+    assert "stoker" not in script.stderr.decode() and lines[-1].startswith("ZeroDivisionError")
+
+
 def test_pack_code_checks_the_size_first(tmp_path: Path) -> None:
     (tmp_path / "big.bin").write_bytes(b"x" * 5000)
     (tmp_path / "small.py").write_text("pass\n")

@@ -174,6 +174,24 @@ def _exit_code(code: object) -> int:
     return 1
 
 
+def _runs_the_entry(filename: str) -> bool:
+    """Whether a frame of ``filename`` is the runner's (this module, runpy, importlib), not
+    the job's code."""
+    return filename in _RUNNER_FILES or filename.startswith("<frozen importlib.")
+
+
+def _print_job_traceback(exc: BaseException) -> None:
+    """Print ``exc`` to stderr as ``python`` prints its program's: the traceback starts at
+    the job's own first frame. The runner's frames above it are no part of the job, and
+    their paths are the host's (the sandbox binds stoker's source from there); where the
+    runner raised it itself (a ``mod:func`` with no ``func``) only the error is printed,
+    as ``python -m`` prints a missing module."""
+    tb = exc.__traceback__
+    while tb is not None and _runs_the_entry(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb)
+
+
 def _run_entry(entry: Entry) -> int:
     """Run ``entry`` in this (forked) interpreter; its exit code."""
     try:
@@ -200,14 +218,10 @@ def _run_entry(entry: Entry) -> int:
         return 1
 
 
-def _print_job_traceback(exc: BaseException) -> None:
-    """The job's traceback as ``python`` itself would print it: from the job's first frame,
-    without the zygote's or runpy's (whose host paths say nothing to the job's author)."""
-    ours = {__file__, runpy.__file__}
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename in ours:
-        tb = tb.tb_next
-    traceback.print_exception(type(exc), exc, tb)
+#: where the frames that run an entry come from (runpy is frozen, so no __file__ would do)
+_RUNNER_FILES = frozenset(
+    f.__code__.co_filename for f in (_run_entry, runpy.run_path, importlib.import_module)
+)
 
 
 def env_change(base: dict[str, str], env: dict[str, str]) -> tuple[dict[str, str], list[str]]:
