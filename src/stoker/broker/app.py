@@ -180,6 +180,9 @@ class Broker:
             gpu_slots=cfg.gpu_slots,
             find_links=cfg.find_links,
             no_index=cfg.no_index,
+            index_url=cfg.index_url,
+            extra_index_urls=tuple(cfg.extra_index_urls),
+            ca_bundle=cfg.ca_bundle,
             hide=(cfg.data_dir,),  # the store and tokens: never in a pod, whatever the path
         )
 

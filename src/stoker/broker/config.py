@@ -9,6 +9,9 @@ key::
     data_dir = "/var/lib/stoker"    # default: platformdirs' user data dir
     gpu_slots = 2                   # virtual GPU slots where NVML finds none
     gpu_model = "any"               # the GPU pool this host's GPUs belong to
+    index_url = "https://download.pytorch.org/whl/cpu"  # packages and deps (default: PyPI)
+    extra_index_urls = ["https://pypi.org/simple"]
+    ca_bundle = "/etc/ssl/certs/corp-proxy.pem"   # CAs uv trusts besides its own
     max_code_bytes = 67108864
     max_request_bytes = 1048576     # any other request body (a job, a secret)
     keepalive_s = 60                # a fixed keep-alive of 60 s (default: the preset's)
@@ -76,7 +79,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -351,6 +354,9 @@ class _BrokerFile(_Table):
     runtime_dir: str | None = None
     find_links: list[str] = []
     no_index: bool = False
+    index_url: str | None = Field(None, pattern=r"^https?://\S+$")
+    extra_index_urls: list[Annotated[str, Field(pattern=r"^https?://\S+$")]] = []
+    ca_bundle: str | None = None
     gpu_slots: int = Field(2, ge=0)
     gpu_model: str = "any"
     max_code_bytes: int = Field(64 * 1024 * 1024, gt=0)
@@ -393,6 +399,11 @@ class BrokerConfig:
     gpu_model: str = "any"
     find_links: tuple[Path, ...] = ()
     no_index: bool = False
+    # where profile packages and job deps come from (None: PyPI), and extra CAs uv trusts
+    # (a TLS-intercepting proxy's PEM bundle)
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    ca_bundle: Path | None = None
     # the store: None is SQLite in data_dir (one broker); a postgresql:// URL lets several
     # replicas share one store, one of them leading (env STOKER_DATABASE_URL overrides)
     database_url: str | None = None
@@ -469,11 +480,24 @@ class BrokerConfig:
         except ValidationError as exc:
             raise ConfigError(f"{where}: {_first_error(exc)}") from exc
         # the keys the file and the broker share by name; the rest are converted below
-        same = set(_BrokerFile.model_fields) - {"data_dir", "runtime_dir", "find_links", "profiles"}
+        same = set(_BrokerFile.model_fields) - {
+            "data_dir",
+            "runtime_dir",
+            "find_links",
+            "profiles",
+            "extra_index_urls",
+            "ca_bundle",
+        }
         cfg = BrokerConfig(
             **{k: getattr(f, k) for k in sorted(same)},
             find_links=tuple(Path(p) for p in f.find_links),
+            extra_index_urls=tuple(f.extra_index_urls),
         )
+        if f.ca_bundle is not None:
+            bundle = Path(f.ca_bundle).expanduser()
+            if not bundle.is_file():
+                raise ConfigError(f"{where}: ca_bundle: no such file {str(bundle)!r}")
+            cfg.ca_bundle = bundle
         if f.data_dir is not None:
             cfg.data_dir = Path(f.data_dir).expanduser()
         if f.runtime_dir is not None:

@@ -234,7 +234,10 @@ def _build_envs(broker: Any) -> None:
                 broker.prepare_env(p)
             except EnvBuildError as exc:
                 bar.stop()
-                _fail(f"profiles.{p.name}.packages: {str(exc).strip().splitlines()[0]}")
+                # uv's first line says what failed, its last ones why (a TLS error, a name)
+                lines = str(exc).strip().splitlines()
+                why = "\n".join(f"  {line}" for line in lines[1:][-15:])
+                _fail(f"profiles.{p.name}.packages: {lines[0]}" + (f"\n{why}" if why else ""))
             bar.advance(task)
         bar.update(task, description="environments ready")
 

@@ -80,13 +80,22 @@ class EnvBuilder:
         base_python: str = sys.executable,
         find_links: tuple[Path, ...] = (),
         no_index: bool = False,
+        index_url: str | None = None,
+        extra_index_urls: tuple[str, ...] = (),
+        ca_bundle: Path | None = None,
         uv: str | None = None,
         build_user: tuple[int, int] | None = None,
     ) -> None:
+        """``index_url``/``extra_index_urls``: the package indexes uv reads (None: PyPI),
+        e.g. PyTorch's CPU wheels; ``ca_bundle``: a PEM file of CAs uv trusts besides its
+        own (a TLS-intercepting proxy's), readable in the build sandbox."""
         self.root = Path(root)
         self.base_python = base_python
         self.find_links = tuple(Path(p) for p in find_links)
         self.no_index = no_index
+        self.index_url = index_url
+        self.extra_index_urls = tuple(extra_index_urls)
+        self.ca_bundle = None if ca_bundle is None else Path(ca_bundle)
         self._uv = uv
         self.build_user = build_user  # (uid, gid) uv runs as, under root
         self.cache_dir = self.root / "uv-cache"
@@ -112,6 +121,11 @@ class EnvBuilder:
             args += ["--find-links", str(link)]
         if self.no_index:
             args.append("--no-index")
+        else:
+            if self.index_url:
+                args += ["--index-url", self.index_url]
+            for url in self.extra_index_urls:
+                args += ["--extra-index-url", url]
         return args
 
     def _run(self, cmd: list[str], what: str, writable: tuple[Path, ...], python: str = "") -> None:
@@ -126,16 +140,20 @@ class EnvBuilder:
             readable += [Path(py).parent.parent, Path(py).resolve().parent.parent]
         binds = [sandbox.Bind(p, str(p), writable=True) for p in (self.cache_dir, *writable)]
         binds += [sandbox.Bind(p, str(p)) for p in self.find_links]
+        env = {
+            "PATH": f"{uv_dir}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": "/tmp",
+            "UV_CACHE_DIR": str(self.cache_dir),
+            "UV_NO_CONFIG": "1",  # never a uv.toml or pip.conf of the host's
+            "UV_PYTHON_DOWNLOADS": "never",
+        }
+        if self.ca_bundle is not None:  # uv reads SSL_CERT_FILE for its extra roots
+            binds.append(sandbox.Bind(self.ca_bundle, str(self.ca_bundle)))
+            env["SSL_CERT_FILE"] = str(self.ca_bundle)
         spec = sandbox.SandboxSpec(
             argv=tuple(cmd),
             binds=tuple(binds),
-            env={
-                "PATH": f"{uv_dir}:/usr/local/bin:/usr/bin:/bin",
-                "HOME": "/tmp",
-                "UV_CACHE_DIR": str(self.cache_dir),
-                "UV_NO_CONFIG": "1",  # never a uv.toml or pip.conf of the host's
-                "UV_PYTHON_DOWNLOADS": "never",
-            },
+            env=env,
             expose=tuple(readable),
             network=not self.no_index,
             hostname="build",

@@ -256,6 +256,9 @@ class LocalRuntime:
         env_dir: Path | str | None = None,
         find_links: tuple[Path, ...] = (),
         no_index: bool = False,
+        index_url: str | None = None,
+        extra_index_urls: tuple[str, ...] = (),
+        ca_bundle: Path | None = None,
         base_python: str = sys.executable,
         start_timeout_s: float = 60.0,
         recycle: str = "scrub",
@@ -278,6 +281,9 @@ class LocalRuntime:
             base_python=base_python,
             find_links=tuple(find_links),
             no_index=no_index,
+            index_url=index_url,
+            extra_index_urls=tuple(extra_index_urls),
+            ca_bundle=ca_bundle,
             build_user=(build_uid, build_uid) if root else None,
         )
         self.devices: dict[str, GpuDevice] = {d.id: d for d in discover(gpu_slots)}
