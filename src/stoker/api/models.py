@@ -165,6 +165,18 @@ class KeepAliveRenewed(BaseModel):
     pods: list[str]
 
 
+class SessionView(BaseModel):
+    """A session (a tenant's reuse tag on a profile) as the broker holds it now: the pods
+    that keep its workspace (``live``: any; none after its keep-alive ended) and until when
+    its warm pod is kept (None: a job of it is running, or it has none)."""
+
+    profile: str
+    reuse_tag: str
+    live: bool
+    pods: list[str]
+    until: float | None
+
+
 class JobOutputView(BaseModel):
     """A finished job's whole output, base64 (what ``/output`` streams, in one piece)."""
 

@@ -47,6 +47,7 @@ from stoker.api.models import (
     ProfileView,
     SecretSet,
     SecretView,
+    SessionView,
     parse_label,
 )
 from stoker.broker.auth import Authenticator, AuthError, Principal
@@ -881,6 +882,18 @@ def create_app(broker: Broker) -> FastAPI:
         until, pods = sched.renew(tenant, body.reuse_tag, body.profile, body.keepalive_s)
         return KeepAliveRenewed(
             profile=body.profile, reuse_tag=body.reuse_tag, until=until, pods=pods
+        )
+
+    @app.get("/v1/sessions/{profile}/{reuse_tag}", response_model=SessionView)
+    async def session_state(profile: str, reuse_tag: str, who: Caller, sched: Leader) -> Any:
+        """Whether the caller's session (its reuse tag on ``profile``) still has a pod, and
+        so its workspace: any process may ask (a new one cannot compare pods as a running
+        session does)."""
+        tenant = tenant_of(who)
+        profile_of(profile)
+        pods, until = sched.session(tenant, reuse_tag, profile)
+        return SessionView(
+            profile=profile, reuse_tag=reuse_tag, live=bool(pods), pods=pods, until=until
         )
 
     # --- pods, profiles, GPU pools -------------------------------------------

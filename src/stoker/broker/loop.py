@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
@@ -671,6 +672,16 @@ class Scheduler:
         self._feed(KeepAliveRenewed(tenant, reuse_tag, profile, keepalive_s), now)
         self._flush()
         return now + keepalive_s, self.core.warm.held((profile, tenant, reuse_tag))
+
+    def session(self, tenant: str, reuse_tag: str, profile: str) -> tuple[list[str], float | None]:
+        """The pods (tenant, tag) holds of ``profile`` now, and until when the warm ones
+        wait (wall clock; None: none waits)."""
+        pods = self.core.warm.held((profile, tenant, reuse_tag))
+        deadlines = [
+            self.core.pods[p].deadline for p in pods if self.core.pods[p].state is PodState.WARM
+        ]
+        finite = [d for d in deadlines if math.isfinite(d)]
+        return pods, (max(finite) - self._now + time.time()) if finite else None
 
     def job(self, job_id: str) -> dict[str, Any] | None:
         """A job's row: an unfinished job's from the core, a finished one's as committed

@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -753,6 +754,13 @@ class Client:
     def profiles(self) -> list[dict[str, Any]]:
         return list(self._request("GET", "/v1/profiles"))
 
+    def session_state(self, profile: str, reuse_tag: str) -> dict[str, Any]:
+        """Whether a session (this tenant's ``reuse_tag`` on ``profile``) still has a pod,
+        and so its files: ``live``, ``pods``, ``until`` (its warm pod's keep-alive end).
+        Any process may ask, not only the one that ran the session."""
+        path = f"/v1/sessions/{quote(profile, safe='')}/{quote(reuse_tag, safe='')}"
+        return dict(self._request("GET", path))
+
     def renew_keepalive(self, profile: str, reuse_tag: str, keepalive_s: float) -> dict[str, Any]:
         """Keep this tenant's warm pod of (profile, reuse tag) ``keepalive_s`` seconds from
         now at least; returns ``until`` and the ``pods`` the tag holds (empty: none is
@@ -1003,6 +1011,11 @@ class AsyncClient:
     async def profiles(self) -> list[dict[str, Any]]:
         return list(await self._request("GET", "/v1/profiles"))
 
+    async def session_state(self, profile: str, reuse_tag: str) -> dict[str, Any]:
+        """See :meth:`Client.session_state`."""
+        path = f"/v1/sessions/{quote(profile, safe='')}/{quote(reuse_tag, safe='')}"
+        return dict(await self._request("GET", path))
+
     async def renew_keepalive(
         self, profile: str, reuse_tag: str, keepalive_s: float
     ) -> dict[str, Any]:
@@ -1062,8 +1075,9 @@ class AsyncClient:
 
 # files.write sends a file in chunks of argv (one argument may hold 128 KiB on Linux)
 _CHUNK = 96 * 1024
-_WRITE = (
-    "import base64, sys\n"
+_WRITE = (  # its parent directories made as needed, as an upload would
+    "import base64, os, sys\n"
+    "os.makedirs(os.path.dirname(sys.argv[1]) or '.', exist_ok=True)\n"
     "with open(sys.argv[1], sys.argv[2]) as f: f.write(base64.b64decode(sys.argv[3]))"
 )
 _READ = (
@@ -1071,6 +1085,28 @@ _READ = (
     "try: data = open(sys.argv[1], 'rb').read()\n"
     "except OSError as e: sys.exit(f'{e.strerror}: {sys.argv[1]}')\n"
     "sys.stdout.write(base64.b64encode(data).decode())"
+)
+
+
+_LIST = (
+    "import json, os, sys\n"
+    "try: names = sorted(os.listdir(sys.argv[1]))\n"
+    "except OSError as e: sys.exit(f'{e.strerror}: {sys.argv[1]}')\n"
+    "paths = [(n, os.path.join(sys.argv[1], n)) for n in names]\n"
+    "print(json.dumps([{'name': n, 'size': os.stat(p).st_size, 'dir': os.path.isdir(p)}\n"
+    "                  for n, p in paths]))"
+)
+_STAT = (
+    "import json, os, sys\n"
+    "try: st = os.stat(sys.argv[1])\n"
+    "except OSError as e: sys.exit(f'{e.strerror}: {sys.argv[1]}')\n"
+    "d = os.path.isdir(sys.argv[1])\n"
+    "print(json.dumps({'size': st.st_size, 'dir': d, 'mtime': st.st_mtime}))"
+)
+_DELETE = (
+    "import os, sys\n"
+    "try: (os.rmdir if os.path.isdir(sys.argv[1]) else os.remove)(sys.argv[1])\n"
+    "except OSError as e: sys.exit(f'{e.strerror}: {sys.argv[1]}')"
 )
 
 
@@ -1096,10 +1132,13 @@ def _write_argvs(path: str, data: bytes) -> list[list[str]]:
     ]
 
 
-def _file_result(res: JobResult, what: str, path: str) -> JobResult:
+def _file_result(res: JobResult, what: str, path: str, live: bool = True) -> JobResult:
+    """``res``, or SessionFileError saying why it failed: the pod's own error, and that the
+    session's pod was gone (``live`` False: its keep-alive ended and its files with it)."""
     if not res.ok:
         reason = res.stderr.decode(errors="replace").strip().splitlines()[-1:] or [res.failure]
-        raise SessionFileError(f"files.{what} {path}: {reason[0]}")
+        gone = "" if live else " (the session's pod was gone: its workspace went with it)"
+        raise SessionFileError(f"files.{what} {path}: {reason[0]}{gone}")
     return res
 
 
@@ -1164,13 +1203,22 @@ class Session(_SessionState):
         ``pods`` it holds (empty: the pod is gone, the next call starts in a fresh one)."""
         return self.client.renew_keepalive(self.profile, self.reuse_tag, keepalive_s)
 
+    def exists(self) -> bool:
+        """Whether the session's pod (and so its workspace) is still there: a process that
+        picks a session up by its reuse tag asks this before it reads files."""
+        return bool(self.client.session_state(self.profile, self.reuse_tag)["live"])
+
 
 class SessionFiles:
     """Files in the session pod's workspace (the jobs' working directory), moved by jobs
-    in that pod."""
+    in that pod. A file missing because the pod itself is gone says so."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
+
+    def _do(self, argv: list[str], what: str, path: str) -> JobResult:
+        live = self.session.exists()  # before the call: the call itself makes a pod
+        return _file_result(self.session.run(argv), what, path, live)
 
     def write(self, path: str, data: bytes | str) -> None:
         raw = data.encode() if isinstance(data, str) else data
@@ -1178,8 +1226,19 @@ class SessionFiles:
             _file_result(self.session.run(argv), "write", path)
 
     def read(self, path: str) -> bytes:
-        res = _file_result(self.session.run(["python", "-c", _READ, path]), "read", path)
-        return base64.b64decode(res.stdout)
+        return base64.b64decode(self._do(["python", "-c", _READ, path], "read", path).stdout)
+
+    def list(self, path: str = ".") -> list[dict[str, Any]]:
+        """The entries under ``path``: ``name``, ``size`` (bytes), ``dir``."""
+        return list(json.loads(self._do(["python", "-c", _LIST, path], "list", path).stdout))
+
+    def stat(self, path: str) -> dict[str, Any]:
+        """``size`` (bytes), ``dir`` and ``mtime`` of ``path``."""
+        return dict(json.loads(self._do(["python", "-c", _STAT, path], "stat", path).stdout))
+
+    def delete(self, path: str) -> None:
+        """Remove a file (or an empty directory)."""
+        self._do(["python", "-c", _DELETE, path], "delete", path)
 
 
 class AsyncSession(_SessionState):
@@ -1210,6 +1269,10 @@ class AsyncSession(_SessionState):
         """See :meth:`Session.renew`."""
         return await self.client.renew_keepalive(self.profile, self.reuse_tag, keepalive_s)
 
+    async def exists(self) -> bool:
+        """See :meth:`Session.exists`."""
+        return bool((await self.client.session_state(self.profile, self.reuse_tag))["live"])
+
 
 class AsyncSessionFiles:
     """The asynchronous twin of :class:`SessionFiles`."""
@@ -1217,14 +1280,33 @@ class AsyncSessionFiles:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
+    async def _do(self, argv: list[str], what: str, path: str) -> JobResult:
+        live = await self.session.exists()
+        return _file_result(await self.session.run(argv), what, path, live)
+
     async def write(self, path: str, data: bytes | str) -> None:
         raw = data.encode() if isinstance(data, str) else data
         for argv in _write_argvs(path, raw):
             _file_result(await self.session.run(argv), "write", path)
 
     async def read(self, path: str) -> bytes:
-        res = await self.session.run(["python", "-c", _READ, path])
-        return base64.b64decode(_file_result(res, "read", path).stdout)
+        res = await self._do(["python", "-c", _READ, path], "read", path)
+        return base64.b64decode(res.stdout)
+
+    async def list(self, path: str = ".") -> list[dict[str, Any]]:
+        """See :meth:`SessionFiles.list`."""
+        res = await self._do(["python", "-c", _LIST, path], "list", path)
+        return list(json.loads(res.stdout))
+
+    async def stat(self, path: str) -> dict[str, Any]:
+        """See :meth:`SessionFiles.stat`."""
+        return dict(
+            json.loads((await self._do(["python", "-c", _STAT, path], "stat", path)).stdout)
+        )
+
+    async def delete(self, path: str) -> None:
+        """See :meth:`SessionFiles.delete`."""
+        await self._do(["python", "-c", _DELETE, path], "delete", path)
 
 
 __all__ = [
