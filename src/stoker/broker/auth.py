@@ -14,6 +14,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from stoker.broker.secrets import KeysError
 from stoker.broker.store import Store
 
 ADMIN = "admin"
@@ -36,10 +37,17 @@ def new_token() -> str:
     return "stk_" + secrets.token_urlsafe(32)
 
 
-def token_file(path: Path) -> str:
-    """The token kept in ``path``; a new one, written readable only by its owner, if none."""
-    if path.exists():
-        return path.read_text().strip()
+def token_file(path: Path, create: bool = True) -> str:
+    """The token kept in ``path``; a new one, written readable only by its owner, if none
+    (unless ``create`` is False: a token from a mounted Secret must be there)."""
+    if path.exists() or not create:
+        try:
+            token = path.read_text().strip()
+        except OSError as exc:
+            raise KeysError(f"{path.name}: cannot read {path}: {exc.strerror}") from exc
+        if not token:
+            raise KeysError(f"{path.name}: {path} is empty")
+        return token
     path.parent.mkdir(parents=True, exist_ok=True)
     token = new_token()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -63,14 +71,11 @@ def check_tenant_name(name: str) -> str:
 class Authenticator:
     """Turns a bearer token into a :class:`Principal`."""
 
-    def __init__(self, store: Store, admin_token_path: Path) -> None:
+    def __init__(self, store: Store, admin_token_path: Path, create: bool = True) -> None:
         self.store = store
         self.admin_token_path = admin_token_path
-        self._admin_hash = hash_token(self._admin_token())
+        self._admin_hash = hash_token(token_file(admin_token_path, create))
         self._cache: dict[str, str] = {}  # token hash -> tenant (tokens never move tenants)
-
-    def _admin_token(self) -> str:
-        return token_file(self.admin_token_path)
 
     def principal(self, token: str | None) -> Principal:
         if not token:

@@ -16,6 +16,7 @@ key::
     database_url = "postgresql://stoker@db/stoker"  # default: SQLite in data_dir
     advertise_url = "http://10.0.0.5:8765"   # where other replicas reach this one
     runtime_dir = "/var/lib/stoker-pods"     # default: data_dir/runtime
+    keys_dir = "/etc/stoker/keys"   # shared keys (needed on PostgreSQL); default: data_dir
 
     [cpu_slots]                     # room for CPU-only pods (profiles with gpus = 0)
     cpus = 8.0                      # CPUs they take together (each its profile's cpus)
@@ -266,6 +267,7 @@ class _BrokerFile(_Table):
     """The whole file."""
 
     data_dir: str | None = None
+    keys_dir: str | None = None
     runtime_dir: str | None = None
     find_links: list[str] = []
     no_index: bool = False
@@ -313,6 +315,10 @@ class BrokerConfig:
     database_url: str | None = None
     # where the other replicas forward writes to this one when it leads
     advertise_url: str | None = None
+    # the keys every replica shares (a mounted Secret: secret.key, admin.token,
+    # viewer.token), read and never written; None: made in data_dir on first use, which
+    # only one broker may do (env STOKER_KEYS_DIR overrides)
+    keys_dir: Path | None = None
     # the local runtime's pods (None: data_dir/runtime); replicas on one host share it, so
     # whichever leads adopts the pods of the one before
     runtime_root: Path | None = None
@@ -338,13 +344,36 @@ class BrokerConfig:
         return self.database_url or f"sqlite:///{self.db_path}"
 
     @property
+    def keys_path(self) -> Path:
+        """Where the keys and tokens are: ``keys_dir``, else ``data_dir``."""
+        return self.keys_dir or self.data_dir
+
+    @property
     def admin_token_path(self) -> Path:
-        return self.data_dir / "admin.token"
+        return self.keys_path / "admin.token"
+
+    @property
+    def viewer_token_path(self) -> Path:
+        """The dashboard's read-only token."""
+        return self.keys_path / "viewer.token"
 
     @property
     def secret_key_path(self) -> Path:
-        """The key sealing secrets and env values in the store (mode 600, never in it)."""
-        return self.data_dir / "secret.key"
+        """The keys sealing secrets and env values in the store (mode 600, never in it;
+        one per line, the newest first)."""
+        return self.keys_path / "secret.key"
+
+    def shared_keys_missing(self) -> str | None:
+        """Why this broker must not start (None: it may): replicas on one PostgreSQL store
+        each making their own key could not open each other's secrets nor match each
+        other's idempotency digests."""
+        if self.database_url and self.database_url.startswith("postgresql") and not self.keys_dir:
+            return (
+                "keys_dir: a broker on PostgreSQL (several replicas) needs the keys every"
+                " replica shares: set keys_dir (or STOKER_KEYS_DIR) to the mounted Secret"
+                " stoker-keys (see docs/kubernetes.md, 'Keys')"
+            )
+        return None
 
     @property
     def lock_path(self) -> Path:
@@ -374,13 +403,21 @@ class BrokerConfig:
         except ValidationError as exc:
             raise ConfigError(f"{where}: {_first_error(exc)}") from exc
         # the keys the file and the broker share by name; the rest are converted below
-        same = set(_BrokerFile.model_fields) - {"data_dir", "runtime_dir", "find_links", "profiles"}
+        same = set(_BrokerFile.model_fields) - {
+            "data_dir",
+            "keys_dir",
+            "runtime_dir",
+            "find_links",
+            "profiles",
+        }
         cfg = BrokerConfig(
             **{k: getattr(f, k) for k in sorted(same)},
             find_links=tuple(Path(p) for p in f.find_links),
         )
         if f.data_dir is not None:
             cfg.data_dir = Path(f.data_dir).expanduser()
+        if f.keys_dir is not None:
+            cfg.keys_dir = Path(f.keys_dir).expanduser()
         if f.runtime_dir is not None:
             cfg.runtime_root = Path(f.runtime_dir).expanduser()
         try:
