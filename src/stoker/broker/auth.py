@@ -14,7 +14,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from stoker.broker.secrets import KeysError
+from stoker.broker.secrets import KeysError, new_key
 from stoker.broker.store import Store
 
 ADMIN = "admin"
@@ -54,6 +54,30 @@ def token_file(path: Path, create: bool = True) -> str:
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
     return token
+
+
+#: what a keys_dir holds (the Secret ``stoker-keys`` on Kubernetes): file -> a fresh value
+KEY_FILES = {
+    "secret.key": lambda: new_key().decode(),
+    "admin.token": new_token,
+    "viewer.token": new_token,
+}
+
+
+def write_keys(directory: Path) -> list[str]:
+    """Make each of :data:`KEY_FILES` missing in ``directory`` (mode 600; one that is there
+    is kept: a new key would leave every sealed value unreadable); the names made."""
+    directory.mkdir(parents=True, exist_ok=True)
+    made = []
+    for name, fresh in KEY_FILES.items():
+        path = directory / name
+        if path.exists():
+            continue
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(fresh() + "\n")
+        made.append(name)
+    return made
 
 
 def hash_token(token: str) -> str:
