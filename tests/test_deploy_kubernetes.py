@@ -359,3 +359,56 @@ def test_deploy_render_cli(tmp_path: Path) -> None:
     (tmp_path / "typo.toml").write_text("replica = 2\n")
     res = runner.invoke(app, ["deploy", "render", "--config", str(tmp_path / "typo.toml")])
     assert res.exit_code == 2 and "'replica'" in res.output
+
+
+def test_gpu_pods_tolerate_tainted_gpu_nodes_and_take_a_profiles_mig_slice() -> None:
+    s = KubeSettings()
+    gpu = pods.pod_manifest(s, _shape(ShareMechanism.TIME_SLICING, False, "hp"))
+    assert gpu["spec"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert gpu["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    cpu = Profile("cpu", gpus=0, share=1.0, standby_share=0.0, cpu=1.0, memory_gb=1.0)
+    shape = pods.PodShape("p", cpu, RuntimeProfile("cpu"), None, ())
+    assert "tolerations" not in pods.pod_manifest(s, shape)["spec"]  # only GPU pods
+    # a MIG slice per profile, and the cluster's own taints instead of the default
+    own = [{"key": "gpu-team", "operator": "Equal", "value": "ml", "effect": "NoExecute"}]
+    s = KubeSettings.from_dict({"gpu_tolerations": own})
+    mig = Profile("mig", gpu_model="NVIDIA-A100-SXM4-80GB", share=1.0, standby_share=0.0)
+    rt = RuntimeProfile("mig", gpu_resource="nvidia.com/mig-1g.10gb")
+    pod = pods.pod_manifest(s, pods.PodShape("m", mig, rt, None, ("n/0",)))
+    _validate(pod)
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/mig-1g.10gb"] == "1" and "nvidia.com/gpu" not in limits
+    assert pod["spec"]["tolerations"] == own
+    assert pod["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB"
+    # read back from the spec annotation by a broker that re-adopts the pod
+    note = json.loads(pod["metadata"]["annotations"]["stoker.dev/spec"])
+    assert pods.runtime_profile(note).gpu_resource == "nvidia.com/mig-1g.10gb"
+    with pytest.raises(ValueError, match=r"gpu_tolerations\[0\]"):
+        KubeSettings.from_dict({"gpu_tolerations": [{"key": "x", "effekt": "NoSchedule"}]})
+
+
+def test_the_priority_values_are_configurable_and_ordered(tmp_path: Path) -> None:
+    (tmp_path / "deploy.toml").write_text(
+        "[kubernetes.priority]\nhp_value = 900000\npool_value = 800000\n"
+    )
+    cfg = deploy.DeployConfig.load(tmp_path / "deploy.toml")
+    values = {o["metadata"]["name"]: o["value"] for o in deploy.priority_classes(cfg)}
+    assert values == {"stoker-hp": 900000, "stoker-pool": 800000, "stoker-spot": 1000}
+    for obj in deploy.priority_classes(cfg):
+        _validate(obj)
+    # the runtime reads the same settings back from the ConfigMap
+    kube_toml = deploy.config(cfg)[0]["data"]["kubernetes.toml"]
+    import tomllib
+
+    assert KubeSettings.from_dict(tomllib.loads(kube_toml)) == cfg.settings
+    for bad, named in (
+        ("hp_value = 100", "spot_value < pool_value < hp_value"),
+        ("hp_value = 2000000000", "within"),
+        ("hp_valu = 1", "unknown key 'hp_valu'"),
+        ("hp_value = '1'", "kubernetes.priority.hp_value"),
+    ):
+        (tmp_path / "bad.toml").write_text(f"[kubernetes.priority]\n{bad}\n")
+        with pytest.raises(ValueError, match=named):
+            deploy.DeployConfig.load(tmp_path / "bad.toml")

@@ -35,6 +35,9 @@ key::
     workspace_mb = 1024
     output_mb = 16                  # per job, stdout and stderr together
     min_warm = 0                    # spare pods kept ready for callers not yet seen
+    gpu_model = "NVIDIA-A100-80GB"  # its GPU pool (default: the broker's gpu_model)
+    gpu_resource = "nvidia.com/mig-1g.10gb"  # Kubernetes: a MIG slice (default: the runtime's)
+    image = "registry.example/stoker-torch:0.1.0"  # Kubernetes: the profile's image
     keepalive = "fitted"            # this profile's keep-alive (default: [policies]')
     keepalive_s = 30                # its fixed keep-alive, or the fitted one's fallback
 
@@ -91,6 +94,9 @@ class BrokerProfile:
     keepalive: str | None = None  # a keep-alive policy's name (None: the broker's)
     keepalive_s: float | None = None
     min_warm: int = 0
+    # this profile's GPU pool (the node label's value; None: the broker's gpu_model): on
+    # Kubernetes, one broker serves profiles on several GPU models
+    gpu_model: str | None = None
 
     @property
     def name(self) -> str:
@@ -237,6 +243,11 @@ class _ProfileFile(_Table):
     min_warm: int = Field(0, ge=0)
     keepalive: str | None = None
     keepalive_s: float | None = Field(None, ge=0)
+    gpu_model: str | None = Field(None, min_length=1)
+    # Kubernetes: the extended resource a pod asks for (e.g. nvidia.com/mig-1g.10gb for a
+    # MIG slice; None: the runtime's gpu_resource), and the profile's image
+    gpu_resource: str | None = Field(None, pattern=r"^[a-z0-9.-]+/[A-Za-z0-9._-]+$")
+    image: str | None = Field(None, min_length=1)
 
     def profile(self, name: str) -> BrokerProfile:
         """The broker's profile; ValueError naming the field for a shape the core refuses."""
@@ -247,8 +258,12 @@ class _ProfileFile(_Table):
             packages=tuple(self.packages),
             preload=tuple(self.preload),
             network=self.network,
+            image=self.image,
+            gpu_resource=self.gpu_resource,
             **limits,
         )
+        if self.gpu_resource and self.gpus == 0:
+            raise ValueError("gpu_resource: a CPU-only profile (gpus = 0) asks for no GPU")
         if self.gpus == 0 and not (rt.cpus and rt.memory_mb):
             raise ValueError("cpus: a CPU-only profile needs cpus and memory_mb limits above 0")
         cpu_only = self.gpus == 0
@@ -260,7 +275,9 @@ class _ProfileFile(_Table):
             recyclable=True,
             **_cpu_shape(rt, self.gpus),
         )
-        return BrokerProfile(core, rt, self.keepalive, self.keepalive_s, self.min_warm)
+        return BrokerProfile(
+            core, rt, self.keepalive, self.keepalive_s, self.min_warm, self.gpu_model
+        )
 
 
 class _BrokerFile(_Table):

@@ -24,6 +24,7 @@ ClusterRole of its own, read-only on nodes and nothing else.
 from __future__ import annotations
 
 import copy
+import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,7 @@ from stoker.runtime.kubernetes.settings import (
     LABEL_NETWORK,
     LABEL_PART,
     KubeSettings,
+    PriorityClasses,
 )
 
 BROKER = "stoker-broker"
@@ -206,9 +208,25 @@ def kube_toml(s: KubeSettings) -> str:
         "run_as_user",
         "start_timeout_s",
     ):
-        value = getattr(s, key)
-        lines.append(f"{key} = {value}" if isinstance(value, int | float) else f'{key} = "{value}"')
+        lines.append(f"{key} = {_toml(getattr(s, key))}")
+    lines.append(f"gpu_tolerations = {_toml(list(s.gpu_tolerations))}")
+    lines.append("\n[priority]  # the PriorityClasses: names and values (priority-classes.yaml)")
+    p = s.priority
+    lines += [f"{f} = {_toml(getattr(p, f))}" for f in PriorityClasses.__dataclass_fields__]
     return "\n".join(lines) + "\n"
+
+
+def _toml(value: Any) -> str:
+    """``value`` as a TOML value (strings, numbers, lists and inline tables of them)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + "}"
+    return json.dumps(str(value))  # a TOML basic string is a JSON string
 
 
 def config(cfg: DeployConfig) -> list[dict[str, Any]]:
