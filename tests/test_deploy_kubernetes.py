@@ -412,3 +412,13 @@ def test_the_priority_values_are_configurable_and_ordered(tmp_path: Path) -> Non
         (tmp_path / "bad.toml").write_text(f"[kubernetes.priority]\n{bad}\n")
         with pytest.raises(ValueError, match=named):
             deploy.DeployConfig.load(tmp_path / "bad.toml")
+
+
+def test_the_images_run_as_the_pods_user() -> None:
+    """The image the Dockerfiles build runs as the user the manifests ask for (a
+    runAsNonRoot pod whose image says root would still start, as a user it never meant)."""
+    uid = KubeSettings().run_as_user
+    for name in ("Dockerfile", "Dockerfile.profile"):
+        lines = (ROOT / "deploy/images" / name).read_text().splitlines()
+        users = [line.split()[1] for line in lines if line.startswith("USER ")]
+        assert users[-1] == f"{uid}:{uid}", name
