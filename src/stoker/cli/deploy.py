@@ -1,8 +1,8 @@
 """``stoker deploy render``: the Kubernetes manifests for a configuration.
 
 With ``--out DIR`` the whole Kustomize tree (the same as ``deploy/kubernetes/`` for the
-default configuration) is written there, with the keys Secret's files made in ``DIR/keys``
-where missing, for ``kubectl apply -k DIR/overlays/postgres``. Without ``--out`` the
+default configuration) is written there, with the keys Secret's files made in
+``DIR/base/keys`` where missing, for ``kubectl apply -k DIR/overlays/postgres``. Without ``--out`` the
 manifests of that overlay are one YAML stream on stdout, all but the keys Secret.
 """
 
@@ -28,6 +28,7 @@ def render(
     try:
         from stoker.runtime.kubernetes.deploy import (
             KEYS_SECRET,
+            BASE_DIR,
             POSTGRES_OVERLAY,
             DeployConfig,
             dump,
@@ -52,16 +53,16 @@ def render(
         typer.echo(
             f"stoker: Secret {KEYS_SECRET} is not in the stream (re-applied, it would change"
             f" the keys): make it once with stoker deploy render --out DIR, or"
-            f" kubectl -n {ns} create secret generic {KEYS_SECRET} --from-file=DIR/keys",
+            f" kubectl -n {ns} create secret generic {KEYS_SECRET} --from-file=DIR/base/keys",
             err=True,
         )
         return
     made = write_tree(cfg, out)
     keys = f"made {', '.join(made)}" if made else "kept"
     typer.echo(
-        f"wrote {out} (keys in {out / 'keys'}: {keys}; keep them secret)\n"
+        f"wrote {out} (keys in {out / BASE_DIR / 'keys'}: {keys}; keep them secret)\n"
         f"apply: kubectl apply -k {out / POSTGRES_OVERLAY}"
-        f"   (one broker on SQLite, no PostgreSQL: kubectl apply -k {out})",
+        f"   (one broker on SQLite, no PostgreSQL: kubectl apply -k {out / BASE_DIR})",
         err=True,
     )
 
