@@ -2,8 +2,9 @@
 
 With ``--out DIR`` the whole Kustomize tree (the same as ``deploy/kubernetes/`` for the
 default configuration) is written there, with the keys Secret's files made in
-``DIR/base/keys`` where missing, for ``kubectl apply -k DIR/overlays/postgres``. Without ``--out`` the
-manifests of that overlay are one YAML stream on stdout, all but the keys Secret.
+``DIR/base/keys`` where missing, for ``kubectl apply -k DIR/overlays/postgres``. Without
+``--out`` the manifests of that overlay are one YAML stream on stdout, all but the keys
+Secret.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ def render(
     """Write the manifests: namespace, broker, RBAC, config, policies, PriorityClasses."""
     try:
         from stoker.runtime.kubernetes.deploy import (
-            KEYS_SECRET,
             BASE_DIR,
+            KEYS_SECRET,
             POSTGRES_OVERLAY,
             DeployConfig,
             dump,
