@@ -36,5 +36,6 @@ if [ "$mode" = dev ]; then
   .venv/bin/python -m pip install -q "torch==2.13.0" || echo "bootstrap: torch unavailable; torch tests will skip" >&2
   .venv/bin/python -m pip install -q -e '.[dev]'
 else
-  .venv/bin/python -m pip install -q -e .
+  # the kubernetes extra (lightkube, PyYAML) is small: stoker deploy render works out of the box
+  .venv/bin/python -m pip install -q -e '.[kubernetes]'
 fi

@@ -101,6 +101,9 @@ def test_keepalive_s_alone_is_a_fixed_keepalive(tmp_path: Path) -> None:
         ("max_keepalive_s = 0\n", "max_keepalive_s: Input should be greater than 0"),
         ("data_dir = 5\n", "data_dir: Input should be a valid string"),
         ("sandbox_fusion_profile = 'gpu'\n", "sandbox_fusion_profile: no profile 'gpu'"),
+        ("[profiles.t]\ngpu_resource = 'mig'\n", "profiles.t.gpu_resource: String should match"),
+        ("[profiles.t]\ngpus = 0\ncpus = 1\nmemory_mb = 512\ngpu_resource = 'a/b'\n", "a CPU-only"),
+        ("keys_dir = 1\n", "keys_dir: Input should be a valid string"),
     ],
 )
 def test_unknown_or_mistyped_keys_are_named(tmp_path: Path, text: str, named: str) -> None:
@@ -145,3 +148,22 @@ def test_the_code_run_profile(tmp_path: Path) -> None:
     assert code_run_profile(_load(tmp_path, "[profiles.big]\n")) == "big"
     named = _load(tmp_path, "sandbox_fusion_profile = 'big'\n" + both)
     assert code_run_profile(named) == "big"
+
+
+def test_a_profile_names_its_own_gpu_pool_resource_and_image(tmp_path: Path) -> None:
+    """On Kubernetes one broker serves several GPU models, MIG slices among them."""
+    cfg = _load(
+        tmp_path,
+        "gpu_model = 'NVIDIA-H100-80GB-HBM3'\nkeys_dir = '/etc/stoker/keys'\n"
+        "[profiles.big]\n"
+        "[profiles.small]\ngpu_model = 'NVIDIA-A100-SXM4-80GB'\n"
+        "gpu_resource = 'nvidia.com/mig-1g.10gb'\nshare = 1.0\nstandby_share = 0.0\n"
+        "image = 'registry.example/stoker-torch:0.1.0'\n",
+    )
+    big, small = cfg.profiles
+    assert big.gpu_model is None and big.runtime.gpu_resource is None  # the broker's
+    assert small.gpu_model == "NVIDIA-A100-SXM4-80GB"
+    assert small.runtime.gpu_resource == "nvidia.com/mig-1g.10gb"
+    assert small.runtime.image == "registry.example/stoker-torch:0.1.0"
+    assert cfg.secret_key_path == Path("/etc/stoker/keys/secret.key")
+    assert cfg.viewer_token_path == Path("/etc/stoker/keys/viewer.token")

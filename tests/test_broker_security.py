@@ -303,3 +303,43 @@ def test_migration_0002_keeps_unfinished_env_and_drops_finished_values(tmp_path:
         assert box.open(box.seal(ENV_VALUE)) == ENV_VALUE != box.seal(ENV_VALUE)
     finally:
         store.close()
+
+
+def test_a_key_rotation_keeps_every_secret_open(tmp_path: Path) -> None:
+    """The steps docs/kubernetes.md gives: a new key put first in secret.key, the broker
+    restarted (it re-seals the tenants' secrets under the new key as it takes the lead),
+    then the old key dropped: the secret still opens in a job, and a submit retried with
+    its idempotency key across the rotation finds its first job."""
+    from stoker.broker.auth import write_keys
+    from stoker.broker.secrets import new_key
+
+    keys = tmp_path / "keys"
+    write_keys(keys)
+    old = (keys / "secret.key").read_bytes()
+    cfg = _cfg(tmp_path, keys_dir=keys)
+    argv = [PY, "-c", "import os; print(os.environ['API_KEY'][::-1])"]
+    with EmbeddedBroker(cfg) as eb:
+        a = _tenant(eb, "a")
+        assert a.http.post("/v1/secrets", json={"name": "API_KEY", "value": SECRET}).is_success
+        first = a.http.post(
+            "/v1/jobs",
+            json={"profile": "plain", "argv": argv, "reuse_tag": "x", "secrets": ["API_KEY"]},
+            headers={"Idempotency-Key": "k1"},
+        ).json()
+        token = a.http.headers["Authorization"]
+    new = new_key()
+    (keys / "secret.key").write_bytes(new + b"\n" + old)
+    with EmbeddedBroker(cfg) as eb:
+        a = Api(eb.url, token.split()[1])
+        again = a.http.post(
+            "/v1/jobs",
+            json={"profile": "plain", "argv": argv, "reuse_tag": "x", "secrets": ["API_KEY"]},
+            headers={"Idempotency-Key": "k1"},
+        )
+        assert again.status_code == 200 and again.json()["id"] == first["id"], again.text
+    (keys / "secret.key").write_bytes(new + b"\n")  # the old key dropped
+    with EmbeddedBroker(cfg) as eb:
+        a = Api(eb.url, token.split()[1])
+        job = a.run(argv, secrets=["API_KEY"])
+        assert job["exit_code"] == 0 and a.output(job["id"]).strip() == SECRET[::-1]
+    assert SecretBox(keys / "secret.key", create=False).key_count == 1

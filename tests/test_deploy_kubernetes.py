@@ -4,8 +4,11 @@ committed ``deploy/kubernetes`` tree is exactly what the builders render."""
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -135,62 +138,163 @@ def test_pod_names_are_dns_labels_and_unique() -> None:
     assert all(len(n) <= 63 and n.replace("-", "").isalnum() and n.islower() for n in names)
 
 
-def _tree_objects(tree: dict[str, str]) -> list[dict[str, Any]]:
-    return [
-        doc
-        for rel, text in tree.items()
-        if not rel.endswith("kustomization.yaml")
-        for doc in yaml.safe_load_all(text)
-    ]
+def _kustomize(root: Path, rel: str) -> list[dict[str, Any]]:
+    """What ``kubectl kustomize root/rel`` renders: kubectl's own where it is installed,
+    else :func:`_build`."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        return _build(root, rel)
+    out = subprocess.run(
+        [kubectl, "kustomize", str(root / rel)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    return [o for o in yaml.safe_load_all(out.stdout) if o]
+
+
+def _build(root: Path, rel: str) -> list[dict[str, Any]]:
+    """What ``kubectl kustomize root/rel`` renders, for what the tree uses: resources
+    (files and directories), secretGenerator from files, JSON patches."""
+    where = root / rel
+    k = yaml.safe_load((where / "kustomization.yaml").read_text())
+    objs: list[dict[str, Any]] = []
+    for res in k.get("resources", []):
+        if (where / res).is_dir():
+            objs += _build(root, str(Path(rel) / res))
+        else:
+            objs += [o for o in yaml.safe_load_all((where / res).read_text()) if o]
+    for gen in k.get("secretGenerator", []):
+        assert gen["options"]["disableNameSuffixHash"] is True  # the Deployment names it
+        data = {
+            Path(f).name: base64.b64encode((where / f).read_bytes()).decode() for f in gen["files"]
+        }
+        meta = {
+            "name": gen["name"],
+            "namespace": gen["namespace"],
+            "labels": gen["options"]["labels"],
+        }
+        objs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": gen["type"],
+                "metadata": meta,
+                "data": data,
+            }
+        )
+    for patch in k.get("patches", []):
+        ops = yaml.safe_load((where / patch["path"]).read_text())
+        t = patch["target"]
+        hits = [
+            i
+            for i, o in enumerate(objs)
+            if (o["kind"], o["metadata"]["name"]) == (t["kind"], t["name"])
+        ]
+        assert len(hits) == 1, patch
+        objs[hits[0]] = deploy.json_patch(objs[hits[0]], ops)
+    return objs
+
+
+def _references(obj: dict[str, Any]) -> set[tuple[str, str, str | None]]:
+    """(kind, name, key) of every Secret and ConfigMap a Deployment's pods read."""
+    spec = obj["spec"]["template"]["spec"]
+    refs: set[tuple[str, str, str | None]] = set()
+    for v in spec.get("volumes", []):
+        if "secret" in v:
+            items = v["secret"].get("items") or [{"key": None}]
+            refs |= {("Secret", v["secret"]["secretName"], i["key"]) for i in items}
+        if "configMap" in v:
+            refs.add(("ConfigMap", v["configMap"]["name"], None))
+    for c in spec["containers"]:
+        for e in c.get("env", []):
+            for kind, ref in (("Secret", "secretKeyRef"), ("ConfigMap", "configMapKeyRef")):
+                if ref in e.get("valueFrom", {}):
+                    refs.add((kind, e["valueFrom"][ref]["name"], e["valueFrom"][ref]["key"]))
+    return refs
 
 
 @pytest.mark.parametrize("namespace", ["stoker", "gpu-team"])
-def test_every_deploy_manifest_is_valid(namespace: str) -> None:
-    cfg = deploy.DeployConfig(settings=KubeSettings(namespace=namespace))
-    objs = _tree_objects(deploy.kustomize_tree(cfg))
+@pytest.mark.parametrize("target", [deploy.BASE_DIR, deploy.POSTGRES_OVERLAY])
+def test_every_deploy_manifest_is_valid_and_self_contained(
+    tmp_path: Path, namespace: str, target: str
+) -> None:
+    """The base and the postgres overlay as kubectl would apply them: every object valid,
+    and every Secret and ConfigMap the brokers read is in the same rendering (the base once
+    named a database Secret only the overlay made: pods stuck in CreateContainerConfigError)."""
+    cfg = deploy.DeployConfig(settings=KubeSettings(namespace=namespace), replicas=3)
+    assert set(deploy.write_tree(cfg, tmp_path)) == {"secret.key", "admin.token", "viewer.token"}
+    objs = _kustomize(tmp_path, target)
     kinds = sorted(o["kind"] for o in objs)
+    postgres = target != deploy.BASE_DIR
     assert kinds == sorted(
         ["Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole"]
         + ["ClusterRoleBinding", "ConfigMap", "Deployment", "Service", "Service"]
         + ["PodDisruptionBudget", "NetworkPolicy", "NetworkPolicy", "NetworkPolicy"]
         + ["PriorityClass"] * 3
-        + ["ServiceMonitor", "Secret"]
+        + ["Secret"] * (2 if postgres else 1)
     )
     for obj in objs:
-        if obj["kind"] in NOT_BUILT_IN:
-            # no schema ships for a CRD: its shape is checked here instead
-            assert obj["apiVersion"] == "monitoring.coreos.com/v1"
-            assert obj["spec"]["endpoints"] == [
-                {"port": "api", "path": "/metrics", "interval": "30s"}
-            ]
-            continue
         _validate(obj)
         if obj["kind"] not in ("Namespace", "PriorityClass", "ClusterRole", "ClusterRoleBinding"):
             assert obj["metadata"]["namespace"] == namespace
+    by = {(o["kind"], o["metadata"]["name"]): o for o in objs}
+    dep = by[("Deployment", "stoker-broker")]
+    for kind, name, key in _references(dep):
+        assert (kind, name) in by, f"{kind} {name} is named but not rendered"
+        held = by[(kind, name)].get("data") or by[(kind, name)].get("stringData")
+        assert key is None or key in held, (kind, name, key)
+    # several replicas only on PostgreSQL, and then always with the shared keys
+    assert dep["spec"]["replicas"] == (3 if postgres else 1)
+    env = {e["name"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert ("STOKER_DATABASE_URL" in env) is postgres
+    command = dep["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--keys-dir") + 1] == deploy.KEYS_DIR
+    # the keys Secret's key is one the broker opens
+    from stoker.broker.secrets import SecretBox
+
+    key_file = tmp_path / "key"
+    key_file.write_bytes(base64.b64decode(by[("Secret", "stoker-keys")]["data"]["secret.key"]))
+    assert SecretBox(key_file, create=False).key_count == 1
+    # the tree with the same keys rendered again: nothing made, the keys kept
+    before = (tmp_path / "base/keys/secret.key").read_bytes()
+    assert deploy.write_tree(cfg, tmp_path) == []
+    assert (tmp_path / "base/keys/secret.key").read_bytes() == before
+
+
+def test_the_service_monitor_component() -> None:
+    # no schema ships for a CRD: its shape is checked here instead
+    (sm,) = deploy.service_monitor(deploy.DeployConfig())
+    assert sm["kind"] in NOT_BUILT_IN and sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["spec"]["endpoints"] == [{"port": "api", "path": "/metrics", "interval": "30s"}]
 
 
 def test_the_committed_tree_is_what_the_builders_render() -> None:
     tree = deploy.kustomize_tree(deploy.DeployConfig())
+    committed = ROOT / "deploy/kubernetes"
     on_disk = {
-        str(p.relative_to(ROOT / "deploy/kubernetes")): p.read_text()
-        for p in sorted((ROOT / "deploy/kubernetes").rglob("*"))
-        if p.is_file()
+        str(p.relative_to(committed)): p.read_text()
+        for p in sorted(committed.rglob("*"))
+        if p.is_file() and "keys" not in p.relative_to(committed).parts  # made, not committed
     }
     assert on_disk == tree, (
         "deploy/kubernetes is stale: run `stoker deploy render --out deploy/kubernetes`"
     )
-    # every kustomization names files that exist, and nothing is left out of one
+    # every kustomization names files that exist (or, keys/, that render --out makes), and
+    # nothing is left out of one
     listed = set()
     for rel, text in tree.items():
         if rel.endswith("kustomization.yaml"):
             base = Path(rel).parent
-            for res in yaml.safe_load(text)["resources"]:
-                path = (ROOT / "deploy/kubernetes" / base / res).resolve()
+            k = yaml.safe_load(text)
+            names = k["resources"] + [p["path"] for p in k.get("patches", [])]
+            for res in names:
+                path = (committed / base / res).resolve()
                 assert path.exists(), (rel, res)
                 listed.add(path)
+            for gen in k.get("secretGenerator", []):
+                assert all(f.startswith("keys/") for f in gen["files"]), gen
     for rel in tree:
         if not rel.endswith("kustomization.yaml"):
-            assert (ROOT / "deploy/kubernetes" / rel).resolve() in listed, rel
+            assert (committed / rel).resolve() in listed, rel
 
 
 def test_rbac_networking_and_priorities() -> None:
@@ -248,9 +352,18 @@ def test_deploy_render_cli(tmp_path: Path) -> None:
         app, ["deploy", "render", "--config", str(tmp_path / "deploy.toml"), "--out", str(out)]
     )
     assert res.exit_code == 0, res.output
-    dep = yaml.safe_load((out / "broker.yaml").read_text().split("---")[0].split("\n", 1)[1])
-    assert dep["spec"]["replicas"] == 3 and dep["metadata"]["namespace"] == "ml"
-    assert "keepalive_s = 30" in (out / "config.yaml").read_text()
+    dep = yaml.safe_load((out / "base/broker.yaml").read_text().split("---")[0].split("\n", 1)[1])
+    assert dep["metadata"]["namespace"] == "ml"
+    patch = yaml.safe_load((out / "overlays/postgres/broker-replicas.yaml").read_text())
+    assert patch[0] == {"op": "replace", "path": "/spec/replicas", "value": 3}
+    # the printed apply target is the overlay, and the keys it needs are there
+    assert f"kubectl apply -k {out / 'overlays/postgres'}" in res.stderr
+    assert sorted(p.name for p in (out / "base/keys").iterdir()) == [
+        "admin.token",
+        "secret.key",
+        "viewer.token",
+    ]
+    assert "keepalive_s = 30" in (out / "base/config.yaml").read_text()
     # a bad value: one line naming it, exit 2, nothing written
     (tmp_path / "bad.toml").write_text('[kubernetes]\nshare = "mig"\n')
     res = runner.invoke(
@@ -261,3 +374,66 @@ def test_deploy_render_cli(tmp_path: Path) -> None:
     (tmp_path / "typo.toml").write_text("replica = 2\n")
     res = runner.invoke(app, ["deploy", "render", "--config", str(tmp_path / "typo.toml")])
     assert res.exit_code == 2 and "'replica'" in res.output
+
+
+def test_gpu_pods_tolerate_tainted_gpu_nodes_and_take_a_profiles_mig_slice() -> None:
+    s = KubeSettings()
+    gpu = pods.pod_manifest(s, _shape(ShareMechanism.TIME_SLICING, False, "hp"))
+    assert gpu["spec"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert gpu["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    cpu = Profile("cpu", gpus=0, share=1.0, standby_share=0.0, cpu=1.0, memory_gb=1.0)
+    shape = pods.PodShape("p", cpu, RuntimeProfile("cpu"), None, ())
+    assert "tolerations" not in pods.pod_manifest(s, shape)["spec"]  # only GPU pods
+    # a MIG slice per profile, and the cluster's own taints instead of the default
+    own = [{"key": "gpu-team", "operator": "Equal", "value": "ml", "effect": "NoExecute"}]
+    s = KubeSettings.from_dict({"gpu_tolerations": own})
+    mig = Profile("mig", gpu_model="NVIDIA-A100-SXM4-80GB", share=1.0, standby_share=0.0)
+    rt = RuntimeProfile("mig", gpu_resource="nvidia.com/mig-1g.10gb")
+    pod = pods.pod_manifest(s, pods.PodShape("m", mig, rt, None, ("n/0",)))
+    _validate(pod)
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/mig-1g.10gb"] == "1" and "nvidia.com/gpu" not in limits
+    assert pod["spec"]["tolerations"] == own
+    assert pod["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB"
+    # read back from the spec annotation by a broker that re-adopts the pod
+    note = json.loads(pod["metadata"]["annotations"]["stoker.dev/spec"])
+    assert pods.runtime_profile(note).gpu_resource == "nvidia.com/mig-1g.10gb"
+    with pytest.raises(ValueError, match=r"gpu_tolerations\[0\]"):
+        KubeSettings.from_dict({"gpu_tolerations": [{"key": "x", "effekt": "NoSchedule"}]})
+
+
+def test_the_priority_values_are_configurable_and_ordered(tmp_path: Path) -> None:
+    (tmp_path / "deploy.toml").write_text(
+        "[kubernetes.priority]\nhp_value = 900000\npool_value = 800000\n"
+    )
+    cfg = deploy.DeployConfig.load(tmp_path / "deploy.toml")
+    values = {o["metadata"]["name"]: o["value"] for o in deploy.priority_classes(cfg)}
+    assert values == {"stoker-hp": 900000, "stoker-pool": 800000, "stoker-spot": 1000}
+    for obj in deploy.priority_classes(cfg):
+        _validate(obj)
+    # the runtime reads the same settings back from the ConfigMap
+    kube_toml = deploy.config(cfg)[0]["data"]["kubernetes.toml"]
+    import tomllib
+
+    assert KubeSettings.from_dict(tomllib.loads(kube_toml)) == cfg.settings
+    for bad, named in (
+        ("hp_value = 100", "spot_value < pool_value < hp_value"),
+        ("hp_value = 2000000000", "within"),
+        ("hp_valu = 1", "unknown key 'hp_valu'"),
+        ("hp_value = '1'", "kubernetes.priority.hp_value"),
+    ):
+        (tmp_path / "bad.toml").write_text(f"[kubernetes.priority]\n{bad}\n")
+        with pytest.raises(ValueError, match=named):
+            deploy.DeployConfig.load(tmp_path / "bad.toml")
+
+
+def test_the_images_run_as_the_pods_user() -> None:
+    """The image the Dockerfiles build runs as the user the manifests ask for (a
+    runAsNonRoot pod whose image says root would still start, as a user it never meant)."""
+    uid = KubeSettings().run_as_user
+    for name in ("Dockerfile", "Dockerfile.profile"):
+        lines = (ROOT / "deploy/images" / name).read_text().splitlines()
+        users = [line.split()[1] for line in lines if line.startswith("USER ")]
+        assert users[-1] == f"{uid}:{uid}", name

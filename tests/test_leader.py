@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from leaks import leftovers
+from stoker.broker.auth import write_keys
 from stoker.broker.config import BrokerConfig, BrokerProfile
 from stoker.broker.embedded import EmbeddedBroker, free_port
 from stoker.broker.leader import Leadership
@@ -107,8 +108,10 @@ def sandboxed(test: Callable[..., None]) -> Callable[..., None]:
 
 
 def _cfg(root: Path, name: str, database_url: str) -> BrokerConfig:
+    write_keys(root / "keys")  # the replicas' one keys dir (the Secret stoker-keys)
     return BrokerConfig(
         data_dir=root / name,
+        keys_dir=root / "keys",
         profiles=[BrokerProfile.simple("plain", standby=False)],
         gpu_slots=1,
         database_url=database_url,
@@ -119,8 +122,6 @@ def _cfg(root: Path, name: str, database_url: str) -> BrokerConfig:
 def _pair(root: Path, database_url: str) -> tuple[EmbeddedBroker, EmbeddedBroker]:
     """Two embedded replicas on one database and pods directory; the first one leads."""
     lead = EmbeddedBroker(_cfg(root, "a", database_url)).start()
-    (root / "b").mkdir()
-    shutil.copy2(lead.cfg.admin_token_path, root / "b" / "admin.token")  # one admin token
     return lead, EmbeddedBroker(_cfg(root, "b", database_url)).start()
 
 
@@ -161,6 +162,19 @@ def test_follower_serves_reads_and_forwards_writes(tmp_path: Path, postgres_url:
         bad = f.post("/v1/jobs", json={**body, "profile": "nope"})  # the leader's 4xx, as is
         assert bad.status_code == 422 and bad.json()["field"] == "body.profile"
         assert f.post(f"/v1/jobs/{job}/cancel").status_code == 200
+
+        # a dashboard session signed by one replica opens on the other (one Service: the
+        # next page may reach either)
+        viewer = lead.cfg.viewer_token_path.read_text().strip()
+        form = httpx.get(f"{lead.url}/")  # the sign-in form and its CSRF cookie, as a browser
+        csrf = form.text.split('name="csrf" value="')[1].split('"')[0]
+        signed = httpx.post(
+            f"{lead.url}/login", data={"token": viewer, "csrf": csrf}, cookies=form.cookies
+        )
+        assert signed.status_code == 303
+        cookies = {"stoker_session": signed.cookies["stoker_session"]}
+        page = httpx.get(f"{follow.url}/", cookies=cookies).text
+        assert page != httpx.get(f"{follow.url}/").text  # the dashboard, not the sign-in
     finally:
         follow.stop()
         lead.stop()

@@ -9,6 +9,7 @@ host, outside every sandbox, so a job run twice shows.
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import signal
@@ -111,3 +112,57 @@ def test_follower_takes_over_from_a_lost_leader(
             c.halt.set()
         reps.close()
     assert not leftovers(tmp_path), leftovers(tmp_path)
+
+
+def _until_leads(url: str) -> None:
+    deadline = time.monotonic() + 60
+    while role(url) != "ready":
+        assert time.monotonic() < deadline, role(url)
+        time.sleep(0.1)
+
+
+def test_secrets_and_idempotency_keys_survive_a_failover(tmp_path: Path, postgres_url: str) -> None:
+    """Both replicas read one keys dir (the Secret stoker-keys): a secret the first leader
+    sealed opens on the next, and a submit retried across the failover (same idempotency
+    key, same body) finds its first job rather than a digest conflict."""
+    reps = Replicas(tmp_path, postgres_url, gpu_slots=1)
+    try:
+        http = httpx.Client(headers={"Authorization": f"Bearer {reps.tenant('t')}"}, timeout=60)
+        r = http.post(f"{reps.a.url}/v1/secrets", json={"name": "HF_TOKEN", "value": "hf_s3cr3t"})
+        assert r.status_code == 201, r.text
+        body = {
+            "profile": "plain",
+            "argv": ["python", "-c", "import os; print(os.environ['HF_TOKEN'][::-1])"],
+            "secrets": ["HF_TOKEN"],
+            "reuse_tag": "train",
+        }
+        key = {"Idempotency-Key": "train-42"}
+        first = http.post(f"{reps.a.url}/v1/jobs", json=body, headers=key)
+        assert first.status_code == 201, first.text
+        first = first.json()
+        reps.a.kill()
+        _until_leads(reps.b.url)
+        again = http.post(f"{reps.b.url}/v1/jobs", json=body, headers=key)
+        assert again.status_code == 200 and again.json()["id"] == first["id"], again.text
+        done = http.get(f"{reps.b.url}/v1/jobs/{first['id']}/wait", params={"timeout_s": 60})
+        after = http.post(f"{reps.b.url}/v1/jobs", json=body, params={"wait": 60}).json()
+        for job in (done.json(), after):
+            assert (job["state"], job["exit_code"]) == ("finished", 0), job
+        assert base64.b64decode(after["output"]["stdout"]) == b"t3rc3s_fh\n"
+        http.close()
+    finally:
+        reps.close()
+    assert not leftovers(tmp_path), leftovers(tmp_path)
+
+
+def test_a_broker_on_postgresql_without_shared_keys_refuses_to_start(tmp_path: Path) -> None:
+    """Each replica would make its own key: one line naming keys_dir, exit 2, no store
+    opened (the URL need not even resolve)."""
+    from typer.testing import CliRunner
+
+    from stoker.cli.main import app
+
+    url = "postgresql+psycopg://stoker@db.invalid/stoker"
+    res = CliRunner().invoke(app, ["up", "--data-dir", str(tmp_path), "--database-url", url])
+    assert res.exit_code == 2 and res.output.startswith("stoker: keys_dir:"), res.output
+    assert len(res.output.strip().splitlines()) == 1 and not any(tmp_path.iterdir())

@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
+from stoker.broker.auth import write_keys
 from stoker.broker.config import BrokerConfig
 from stoker.broker.db import normalize_url
 from stoker.broker.embedded import free_port
@@ -250,8 +251,11 @@ def test_config_names_the_store_and_the_replica(tmp_path: Path) -> None:
 )
 def test_up_with_a_bad_database_url_is_one_line(tmp_path: Path, url: str) -> None:
     url = url.format(port=free_port())  # nothing listens there
+    write_keys(tmp_path / "keys")  # PostgreSQL needs the shared keys before it is tried
     res = CliRunner().invoke(
-        app, ["up", "--data-dir", str(tmp_path)], env={"STOKER_DATABASE_URL": url}
+        app,
+        ["up", "--data-dir", str(tmp_path), "--keys-dir", str(tmp_path / "keys")],
+        env={"STOKER_DATABASE_URL": url},
     )
     assert res.exit_code == 2, res.output
     assert res.stderr.startswith("stoker: database_url: cannot open")

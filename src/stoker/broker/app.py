@@ -121,8 +121,10 @@ class Broker:
     def _open(self, cfg: BrokerConfig, runtime: Runtime | None, url: str | None) -> None:
         # SQLite through Store.sqlite: it makes the file (and its WAL) mode 600
         self.store = Store(cfg.database_url) if cfg.database_url else Store.sqlite(cfg.db_path)
-        self.auth = Authenticator(self.store, cfg.admin_token_path)
-        self.box = SecretBox(cfg.secret_key_path)
+        # keys from a mounted Secret (keys_dir) are read, never made: every replica shares them
+        create = cfg.keys_dir is None
+        self.auth = Authenticator(self.store, cfg.admin_token_path, create=create)
+        self.box = SecretBox(cfg.secret_key_path, create=create)
         self._runtime = runtime
         self.metrics = BrokerMetrics()
         self.leadership = Leadership(self.store, cfg.advertise_url or url or "")
@@ -208,6 +210,9 @@ class Broker:
         await self.dashboard.start()
 
     async def _take_over(self) -> None:
+        if self.box.key_count > 1:  # a rotation: the tenants' secrets move to the new key
+            n = await asyncio.to_thread(self.store.reseal_secrets, self.box.reseal)
+            log.warning("key rotation: %d secrets sealed again under the newest key", n)
         runtime = self._new_runtime()
         gpus = sorted(
             getattr(runtime, "devices", {}) or [f"vgpu{i}" for i in range(self.cfg.gpu_slots)]
@@ -774,12 +779,14 @@ def create_app(broker: Broker) -> FastAPI:
             guarantee_s=body.guarantee_s,
             labels=dict(body.labels),
         )
-        digest = broker.box.digest(body.model_dump(mode="json"))
+        submitted = body.model_dump(mode="json")
+        digest = broker.box.digest(submitted)
         try:
             row, created = await sched.submit(tenant, req, idempotency_key, digest)
         except Refused as exc:  # never here (422), or over a tenant's cap for now (429)
             raise refused_error(exc.refusal) from None
-        if not created and row.get("request_mac") not in (None, digest):
+        # under any of the keys: a retry across a key rotation still matches its first try
+        if not created and row.get("request_mac") not in (None, *broker.box.digests(submitted)):
             raise ApiError(
                 422,
                 "conflict",

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from stoker.broker.secrets import KeysError, new_key
 from stoker.broker.store import Store
 
 ADMIN = "admin"
@@ -37,16 +38,47 @@ def new_token() -> str:
     return "stk_" + secrets.token_urlsafe(32)
 
 
-def token_file(path: Path) -> str:
-    """The token kept in ``path``; a new one, written readable only by its owner, if none."""
-    if path.exists():
-        return path.read_text().strip()
+def token_file(path: Path, create: bool = True) -> str:
+    """The token kept in ``path``; a new one, written readable only by its owner, if none
+    (unless ``create`` is False: a token from a mounted Secret must be there)."""
+    if path.exists() or not create:
+        try:
+            token = path.read_text().strip()
+        except OSError as exc:
+            raise KeysError(f"{path.name}: cannot read {path}: {exc.strerror}") from exc
+        if not token:
+            raise KeysError(f"{path.name}: {path} is empty")
+        return token
     path.parent.mkdir(parents=True, exist_ok=True)
     token = new_token()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
     return token
+
+
+#: what a keys_dir holds (the Secret ``stoker-keys`` on Kubernetes): file -> a fresh value
+KEY_FILES = {
+    "secret.key": lambda: new_key().decode(),
+    "admin.token": new_token,
+    "viewer.token": new_token,
+}
+
+
+def write_keys(directory: Path) -> list[str]:
+    """Make each of :data:`KEY_FILES` missing in ``directory`` (mode 600; one that is there
+    is kept: a new key would leave every sealed value unreadable); the names made."""
+    directory.mkdir(parents=True, exist_ok=True)
+    made = []
+    for name, fresh in KEY_FILES.items():
+        path = directory / name
+        if path.exists():
+            continue
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(fresh() + "\n")
+        made.append(name)
+    return made
 
 
 def hash_token(token: str) -> str:
@@ -64,15 +96,12 @@ def check_tenant_name(name: str) -> str:
 class Authenticator:
     """Turns a bearer token into a :class:`Principal`."""
 
-    def __init__(self, store: Store, admin_token_path: Path) -> None:
+    def __init__(self, store: Store, admin_token_path: Path, create: bool = True) -> None:
         self.store = store
         self.admin_token_path = admin_token_path
         # no cache of tenant tokens: a revoked or rotated token is refused by the next
         # request on every replica (one indexed read per request)
-        self._admin_hash = hash_token(self._admin_token())
-
-    def _admin_token(self) -> str:
-        return token_file(self.admin_token_path)
+        self._admin_hash = hash_token(token_file(admin_token_path, create))
 
     def principal(self, token: str | None) -> Principal:
         if not token:

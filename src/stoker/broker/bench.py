@@ -220,7 +220,8 @@ class BrokerProcess:
                     f"broker did not start: {(data_dir / 'broker.log').read_text()[-2000:]}"
                 )
             time.sleep(0.05)
-        self.admin_token = (data_dir / "admin.token").read_text().strip()
+        keys = Path((settings or {}).get("keys_dir", data_dir))
+        self.admin_token = (keys / "admin.token").read_text().strip()
 
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():

@@ -20,6 +20,7 @@ key::
     tenant_history = "keep"         # a deleted tenant's jobs: keep (audit) or delete
     advertise_url = "http://10.0.0.5:8765"   # where other replicas reach this one
     runtime_dir = "/var/lib/stoker-pods"     # default: data_dir/runtime
+    keys_dir = "/etc/stoker/keys"   # shared keys (needed on PostgreSQL); default: data_dir
 
     [cpu_slots]                     # room for CPU-only pods (profiles with gpus = 0)
     cpus = 8.0                      # CPUs they take together (each its profile's cpus)
@@ -38,6 +39,9 @@ key::
     workspace_mb = 1024
     output_mb = 16                  # per job, stdout and stderr together
     min_warm = 0                    # spare pods kept ready for callers not yet seen
+    gpu_model = "NVIDIA-A100-80GB"  # its GPU pool (default: the broker's gpu_model)
+    gpu_resource = "nvidia.com/mig-1g.10gb"  # Kubernetes: a MIG slice (default: the runtime's)
+    image = "registry.example/stoker-torch:0.1.0"  # Kubernetes: the profile's image
     keepalive = "fitted"            # this profile's keep-alive (default: [policies]')
     keepalive_s = 30                # its fixed keep-alive, or the fitted one's fallback
 
@@ -113,6 +117,9 @@ class BrokerProfile:
     keepalive: str | None = None  # a keep-alive policy's name (None: the broker's)
     keepalive_s: float | None = None
     min_warm: int = 0
+    # this profile's GPU pool (the node label's value; None: the broker's gpu_model): on
+    # Kubernetes, one broker serves profiles on several GPU models
+    gpu_model: str | None = None
 
     @property
     def name(self) -> str:
@@ -321,6 +328,11 @@ class _ProfileFile(_Table):
     min_warm: int = Field(0, ge=0)
     keepalive: str | None = None
     keepalive_s: float | None = Field(None, ge=0)
+    gpu_model: str | None = Field(None, min_length=1)
+    # Kubernetes: the extended resource a pod asks for (e.g. nvidia.com/mig-1g.10gb for a
+    # MIG slice; None: the runtime's gpu_resource), and the profile's image
+    gpu_resource: str | None = Field(None, pattern=r"^[a-z0-9.-]+/[A-Za-z0-9._-]+$")
+    image: str | None = Field(None, min_length=1)
 
     def profile(self, name: str) -> BrokerProfile:
         """The broker's profile; ValueError naming the field for a shape the core refuses."""
@@ -331,8 +343,12 @@ class _ProfileFile(_Table):
             packages=tuple(self.packages),
             preload=tuple(self.preload),
             network=self.network,
+            image=self.image,
+            gpu_resource=self.gpu_resource,
             **limits,
         )
+        if self.gpu_resource and self.gpus == 0:
+            raise ValueError("gpu_resource: a CPU-only profile (gpus = 0) asks for no GPU")
         if self.gpus == 0 and not (rt.cpus and rt.memory_mb):
             raise ValueError("cpus: a CPU-only profile needs cpus and memory_mb limits above 0")
         cpu_only = self.gpus == 0
@@ -344,13 +360,16 @@ class _ProfileFile(_Table):
             recyclable=True,
             **_cpu_shape(rt, self.gpus),
         )
-        return BrokerProfile(core, rt, self.keepalive, self.keepalive_s, self.min_warm)
+        return BrokerProfile(
+            core, rt, self.keepalive, self.keepalive_s, self.min_warm, self.gpu_model
+        )
 
 
 class _BrokerFile(_Table):
     """The whole file."""
 
     data_dir: str | None = None
+    keys_dir: str | None = None
     runtime_dir: str | None = None
     find_links: list[str] = []
     no_index: bool = False
@@ -409,6 +428,10 @@ class BrokerConfig:
     database_url: str | None = None
     # where the other replicas forward writes to this one when it leads
     advertise_url: str | None = None
+    # the keys every replica shares (a mounted Secret: secret.key, admin.token,
+    # viewer.token), read and never written; None: made in data_dir on first use, which
+    # only one broker may do (env STOKER_KEYS_DIR overrides)
+    keys_dir: Path | None = None
     # the local runtime's pods (None: data_dir/runtime); replicas on one host share it, so
     # whichever leads adopts the pods of the one before
     runtime_root: Path | None = None
@@ -444,13 +467,36 @@ class BrokerConfig:
         return self.database_url or f"sqlite:///{self.db_path}"
 
     @property
+    def keys_path(self) -> Path:
+        """Where the keys and tokens are: ``keys_dir``, else ``data_dir``."""
+        return self.keys_dir or self.data_dir
+
+    @property
     def admin_token_path(self) -> Path:
-        return self.data_dir / "admin.token"
+        return self.keys_path / "admin.token"
+
+    @property
+    def viewer_token_path(self) -> Path:
+        """The dashboard's read-only token."""
+        return self.keys_path / "viewer.token"
 
     @property
     def secret_key_path(self) -> Path:
-        """The key sealing secrets and env values in the store (mode 600, never in it)."""
-        return self.data_dir / "secret.key"
+        """The keys sealing secrets and env values in the store (mode 600, never in it;
+        one per line, the newest first)."""
+        return self.keys_path / "secret.key"
+
+    def shared_keys_missing(self) -> str | None:
+        """Why this broker must not start (None: it may): replicas on one PostgreSQL store
+        each making their own key could not open each other's secrets nor match each
+        other's idempotency digests."""
+        if self.database_url and self.database_url.startswith("postgresql") and not self.keys_dir:
+            return (
+                "keys_dir: a broker on PostgreSQL (several replicas) needs the keys every"
+                " replica shares: set keys_dir (or STOKER_KEYS_DIR) to the mounted Secret"
+                " stoker-keys (see docs/kubernetes.md, 'Keys')"
+            )
+        return None
 
     @property
     def lock_path(self) -> Path:
@@ -482,6 +528,7 @@ class BrokerConfig:
         # the keys the file and the broker share by name; the rest are converted below
         same = set(_BrokerFile.model_fields) - {
             "data_dir",
+            "keys_dir",
             "runtime_dir",
             "find_links",
             "profiles",
@@ -500,6 +547,8 @@ class BrokerConfig:
             cfg.ca_bundle = bundle
         if f.data_dir is not None:
             cfg.data_dir = Path(f.data_dir).expanduser()
+        if f.keys_dir is not None:
+            cfg.keys_dir = Path(f.keys_dir).expanduser()
         if f.runtime_dir is not None:
             cfg.runtime_root = Path(f.runtime_dir).expanduser()
         try:

@@ -104,8 +104,9 @@ class ViewerAuth:
     def __init__(self, broker: "Broker", viewer_token_path: Path) -> None:
         self.broker = broker
         self.token_path = viewer_token_path
-        self._viewer_hash = hash_token(token_file(viewer_token_path))
-        self._key = secrets.token_bytes(32)
+        self._viewer_hash = hash_token(token_file(viewer_token_path, broker.cfg.keys_dir is None))
+        # from the shared key: a session cookie one replica signed opens on every other
+        self._key = broker.box.derived_key(b"dashboard session")
 
     def role(self, token: str | None) -> str | None:
         """``admin``, ``viewer``, or None for any other token (a tenant's included: the
@@ -194,7 +195,7 @@ class Dashboard:
 
     def __init__(self, broker: "Broker", period_s: float = 10.0) -> None:
         self.broker = broker
-        self.auth = ViewerAuth(broker, broker.cfg.data_dir / "viewer.token")
+        self.auth = ViewerAuth(broker, broker.cfg.viewer_token_path)
         self.history = History(period_s)
         self._task: asyncio.Task[None] | None = None
 

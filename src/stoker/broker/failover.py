@@ -3,14 +3,14 @@ them, and the leader SIGKILLed in its middle: shared by the failover test and be
 
 Each replica is a real ``stoker up`` with its own data dir; both share one pods directory
 (the local runtime's pods belong to the host, so whichever replica leads adopts them) and
-one admin token. Callers submit with an idempotency key to either replica in turn and
+one keys dir (the secret key and the admin token, as the Secret ``stoker-keys`` on
+Kubernetes). Callers submit with an idempotency key to either replica in turn and
 retry through the failover, as the SDK does.
 """
 
 from __future__ import annotations
 
 import asyncio
-import shutil
 import threading
 import time
 import uuid
@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 
+from stoker.broker.auth import write_keys
 from stoker.broker.bench import BrokerProcess
 from stoker.broker.db import make_engine
 
@@ -44,10 +45,13 @@ class Replicas:
         self.root = root
         self.runtime = root / "pods"
         self.database_url = database_url
-        settings = {"database_url": database_url, "runtime_dir": str(self.runtime)}
+        write_keys(root / "keys")
+        settings = {
+            "database_url": database_url,
+            "runtime_dir": str(self.runtime),
+            "keys_dir": str(root / "keys"),
+        }
         self.a = BrokerProcess(root / "a", PROFILES, gpu_slots, keepalive_s, settings=settings)
-        (root / "b").mkdir(parents=True, exist_ok=True)
-        shutil.copy2(root / "a" / "admin.token", root / "b" / "admin.token")
         self.b = BrokerProcess(root / "b", PROFILES, gpu_slots, keepalive_s, settings=settings)
         self.admin_token = self.a.admin_token
 

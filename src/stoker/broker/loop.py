@@ -366,7 +366,10 @@ class Scheduler:
         host's one node as its config says, :meth:`_local_node`; a runtime's own cluster,
         Kubernetes', as ``discover`` finds it), so a replay rebuilds the cluster each past
         event saw (:func:`stoker.core.reconcile.node_events`)."""
-        profiles = [replace(p.core, gpu_model=self.cfg.gpu_model) for p in self.profiles.values()]
+        profiles = [
+            replace(p.core, gpu_model=p.gpu_model or self.cfg.gpu_model)
+            for p in self.profiles.values()
+        ]
         return Core(Cluster(), profiles, self.preset.policies)
 
     def _local_node(self) -> Node:

@@ -561,6 +561,17 @@ class Store:
         with self.engine.connect() as conn:
             return {str(n): str(v) for n, v in conn.execute(q)}
 
+    def reseal_secrets(self, reseal: Callable[[str], str]) -> int:
+        """Every secret's value replaced by ``reseal(value)`` (a key rotation); how many.
+        The ``updated`` time stays: the value did not change."""
+        with self.transaction() as conn:
+            q = sa.select(secrets.c.tenant, secrets.c.name, secrets.c.value)
+            rows = conn.execute(q).all()
+            for tenant, name, value in rows:
+                key = (secrets.c.tenant == tenant) & (secrets.c.name == name)
+                conn.execute(secrets.update().where(key).values(value=reseal(value)))
+            return len(rows)
+
     def delete_secret(self, tenant: str, name: str) -> bool:
         """Delete a secret; False if there was none."""
         key = (secrets.c.tenant == tenant) & (secrets.c.name == name)

@@ -157,6 +157,13 @@ def up(
     runtime_dir: Annotated[
         Path | None, typer.Option(help="the pods' directory, shared by replicas on one host")
     ] = None,
+    keys_dir: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="STOKER_KEYS_DIR",
+            help="the keys and tokens every replica shares (a mounted Secret; read only)",
+        ),
+    ] = None,
 ) -> None:
     """Run the broker with the local runtime (or Kubernetes); its store is SQLite, or
     PostgreSQL shared by several replicas of which one leads (docs/broker.md).
@@ -170,6 +177,7 @@ def up(
 
     from stoker.broker.app import Broker, BrokerLocked
     from stoker.broker.db import display_url
+    from stoker.broker.secrets import KeysError
     from stoker.runtime.reaper import PARENT_ENV, die_with_parent
 
     if parent := os.environ.get(PARENT_ENV):  # a child broker (stoker bench local)
@@ -178,9 +186,12 @@ def up(
     cfg.database_url = database_url or cfg.database_url
     cfg.advertise_url = advertise_url or cfg.advertise_url or f"http://{host}:{port}"
     cfg.runtime_root = runtime_dir or cfg.runtime_root
+    cfg.keys_dir = keys_dir or cfg.keys_dir
+    if problem := cfg.shared_keys_missing():
+        _fail(problem)
     try:
         broker = Broker(cfg, _kube_runtime(kubernetes, cfg) if kubernetes else None)
-    except BrokerLocked as exc:
+    except (BrokerLocked, KeysError) as exc:
         _fail(str(exc))
     except (sa.exc.SQLAlchemyError, ImportError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0]

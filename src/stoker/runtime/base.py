@@ -105,6 +105,9 @@ class RuntimeProfile:
     output_mb: int | None = 16  # a job's stdout and stderr together; past it: a marker
     image: str | None = None  # Kubernetes: the profile's base image (None: the runtime's default)
     runtime_class: str | None = None  # Kubernetes: a RuntimeClass such as gvisor or kata
+    # Kubernetes: the extended resource its pods ask for, e.g. a MIG slice
+    # nvidia.com/mig-1g.10gb (None: the runtime's gpu_resource)
+    gpu_resource: str | None = None
     # Kubernetes: a stopped pod's SIGTERM-to-SIGKILL grace (None: the runtime's default)
     grace_s: float | None = None
 

@@ -4,11 +4,18 @@
 configuration (a test says so), and ``stoker deploy render`` writes the same tree for any
 other configuration, so there is one source of truth. The tree::
 
-    kustomization.yaml            the base: kubectl apply -k deploy/kubernetes
-    namespace.yaml  rbac.yaml  config.yaml  broker.yaml  network-policy.yaml
-    priority-classes.yaml
+    base/kustomization.yaml       the base: one broker on SQLite (kubectl apply -k DIR/base)
+    base/namespace.yaml  rbac.yaml  config.yaml  broker.yaml  network-policy.yaml
+    base/priority-classes.yaml
+    base/keys/                    the Secret stoker-keys' files (made by render --out, never
+                                  committed: secret.key, admin.token, viewer.token)
     components/service-monitor/   optional Prometheus Operator ServiceMonitor (a Component)
-    overlays/postgres/            the database Secret the brokers read STOKER_DATABASE_URL from
+    overlays/postgres/            the replicas on PostgreSQL: the database Secret, and a patch
+                                  giving the Deployment its replicas and STOKER_DATABASE_URL
+
+The base is self-contained: every Secret and ConfigMap it names it makes (the keys Secret
+from ``base/keys/`` by a secretGenerator), and the overlay brings the one it adds. The base
+is a directory of its own: kustomize refuses an overlay inside the base it names (a cycle).
 
 RBAC: the broker's ServiceAccount gets a namespace-scoped Role on pods, secrets and events
 only; reading nodes (cluster-scoped: the runtime builds the core's cluster from them) needs a
@@ -17,6 +24,8 @@ ClusterRole of its own, read-only on nodes and nothing else.
 
 from __future__ import annotations
 
+import copy
+import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from stoker.broker.auth import KEY_FILES, write_keys
 from stoker.runtime.base import MASTER_PORT_BASE, MASTER_PORT_COUNT
 from stoker.runtime.kubernetes.pods import container_security, pod_security
 from stoker.runtime.kubernetes.settings import (
@@ -33,13 +43,19 @@ from stoker.runtime.kubernetes.settings import (
     LABEL_NETWORK,
     LABEL_PART,
     KubeSettings,
+    PriorityClasses,
 )
 
 BROKER = "stoker-broker"
 DATABASE_SECRET = "stoker-database"
-ADMIN_SECRET = "stoker-admin"  # key "token": the admin token every replica shares
+KEYS_SECRET = "stoker-keys"  # the keys and tokens every replica shares (auth.KEY_FILES)
 DATABASE_ENV = "STOKER_DATABASE_URL"
 CONFIG_DIR = "/etc/stoker"
+KEYS_DIR = f"{CONFIG_DIR}/keys"
+DATA_DIR = "/var/lib/stoker"
+#: the overlay that runs ``replicas`` brokers on PostgreSQL (what ``kubectl apply -k`` takes)
+POSTGRES_OVERLAY = "overlays/postgres"
+BASE_DIR = "base"
 
 DEFAULT_BROKER_TOML = """\
 # the broker's configuration (stoker up --config): profiles and policies
@@ -194,9 +210,25 @@ def kube_toml(s: KubeSettings) -> str:
         "run_as_user",
         "start_timeout_s",
     ):
-        value = getattr(s, key)
-        lines.append(f"{key} = {value}" if isinstance(value, int | float) else f'{key} = "{value}"')
+        lines.append(f"{key} = {_toml(getattr(s, key))}")
+    lines.append(f"gpu_tolerations = {_toml(list(s.gpu_tolerations))}")
+    lines.append("\n[priority]  # the PriorityClasses: names and values (priority-classes.yaml)")
+    p = s.priority
+    lines += [f"{f} = {_toml(getattr(p, f))}" for f in PriorityClasses.__dataclass_fields__]
     return "\n".join(lines) + "\n"
+
+
+def _toml(value: Any) -> str:
+    """``value`` as a TOML value (strings, numbers, lists and inline tables of them)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + "}"
+    return json.dumps(str(value))  # a TOML basic string is a JSON string
 
 
 def config(cfg: DeployConfig) -> list[dict[str, Any]]:
@@ -228,18 +260,15 @@ def _broker_container(cfg: DeployConfig) -> dict[str, Any]:
             "--kubernetes",
             f"{CONFIG_DIR}/kubernetes.toml",
             "--data-dir",
-            "/var/lib/stoker",
+            DATA_DIR,
+            "--keys-dir",
+            KEYS_DIR,
             # a rolling upgrade terminates the leader: its pods stay for the next leader to
             # adopt (uninstalling deletes the namespace, and the pods with it)
             "--keep-pods",
         ],
-        "env": [
-            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-            {
-                "name": DATABASE_ENV,
-                "valueFrom": {"secretKeyRef": {"name": DATABASE_SECRET, "key": "url"}},
-            },
-        ],
+        # the database URL comes with the postgres overlay (postgres_patch)
+        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
         "ports": [
             {"name": "api", "containerPort": s.api_port, "protocol": "TCP"},
             {"name": "gateway", "containerPort": s.gateway_port, "protocol": "TCP"},
@@ -261,13 +290,8 @@ def _broker_container(cfg: DeployConfig) -> dict[str, Any]:
         "securityContext": container_security(),
         "volumeMounts": [
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-            {"name": "data", "mountPath": "/var/lib/stoker"},
-            {
-                "name": "admin",
-                "mountPath": "/var/lib/stoker/admin.token",
-                "subPath": "admin.token",
-                "readOnly": True,
-            },
+            {"name": "data", "mountPath": DATA_DIR},
+            {"name": "keys", "mountPath": KEYS_DIR, "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
@@ -281,7 +305,7 @@ def broker(cfg: DeployConfig) -> list[dict[str, Any]]:
         "kind": "Deployment",
         "metadata": _meta(cfg, BROKER, "broker"),
         "spec": {
-            "replicas": cfg.replicas,
+            "replicas": 1,  # one broker per SQLite store; the postgres overlay sets replicas
             "selector": {"matchLabels": selector},
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
             "template": {
@@ -308,12 +332,8 @@ def broker(cfg: DeployConfig) -> list[dict[str, Any]]:
                         {"name": "config", "configMap": {"name": "stoker-config"}},
                         {"name": "data", "emptyDir": {}},
                         {
-                            "name": "admin",
-                            "secret": {
-                                "secretName": ADMIN_SECRET,
-                                "items": [{"key": "token", "path": "admin.token"}],
-                                "defaultMode": 0o440,
-                            },
+                            "name": "keys",
+                            "secret": {"secretName": KEYS_SECRET, "defaultMode": 0o440},
                         },
                         {"name": "tmp", "emptyDir": {}},
                     ],
@@ -501,9 +521,47 @@ BASE = {
 }
 
 
+def postgres_patch(cfg: DeployConfig) -> list[dict[str, Any]]:
+    """The overlay's JSON patch of the Deployment: its replicas, and the database URL from
+    the overlay's Secret."""
+    env = {
+        "name": DATABASE_ENV,
+        "valueFrom": {"secretKeyRef": {"name": DATABASE_SECRET, "key": "url"}},
+    }
+    return [
+        {"op": "replace", "path": "/spec/replicas", "value": cfg.replicas},
+        {"op": "add", "path": "/spec/template/spec/containers/0/env/-", "value": env},
+    ]
+
+
+def json_patch(obj: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """``obj`` with the ``add`` and ``replace`` operations of an RFC 6902 patch applied (all
+    the overlay uses), as kustomize applies them."""
+    out = copy.deepcopy(obj)
+    for op in ops:
+        *parents, last = op["path"].lstrip("/").split("/")
+        node: Any = out
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        if isinstance(node, list):
+            if op["op"] == "add":
+                node.insert(len(node) if last == "-" else int(last), op["value"])
+            else:
+                node[int(last)] = op["value"]
+        elif op["op"] == "replace" and last not in node:
+            raise KeyError(f"{op['path']}: nothing to replace")
+        else:
+            node[last] = op["value"]
+    return out
+
+
 def manifests(cfg: DeployConfig, service_monitor_too: bool = True) -> list[dict[str, Any]]:
-    """Every object the tree holds (base, the ServiceMonitor, the database Secret)."""
+    """What ``kubectl apply -k overlays/postgres`` applies, but the keys Secret (a stream
+    re-applied must never bring new keys): the base with the overlay's patch, the
+    ServiceMonitor, the database Secret."""
     out = [obj for build in BASE.values() for obj in build(cfg)]
+    patch = postgres_patch(cfg)
+    out = [json_patch(o, patch) if o["kind"] == "Deployment" else o for o in out]
     if service_monitor_too:
         out += service_monitor(cfg)
     return out + database_secret(cfg)
@@ -529,14 +587,44 @@ HEADER = "# generated by `stoker deploy render`; edit the builders, not this fil
 
 def kustomize_tree(cfg: DeployConfig) -> dict[str, str]:
     """Relative path -> file content of the whole Kustomize tree."""
-    files = {name: HEADER + dump(build(cfg)) for name, build in BASE.items()}
-    files["kustomization.yaml"] = HEADER + _kustomization(resources=list(BASE))
+    files = {f"{BASE_DIR}/{name}": HEADER + dump(build(cfg)) for name, build in BASE.items()}
+    keys = {
+        "name": KEYS_SECRET,
+        "namespace": cfg.settings.namespace,
+        "type": "Opaque",
+        "files": [f"keys/{name}" for name in KEY_FILES],
+        "options": {
+            "labels": cfg.settings.base_labels("broker"),
+            # one fixed name: the Deployment names it, and a key must never change by itself
+            "disableNameSuffixHash": True,
+        },
+    }
+    files[f"{BASE_DIR}/kustomization.yaml"] = HEADER + _kustomization(
+        resources=list(BASE), secretGenerator=[keys]
+    )
     files["components/service-monitor/kustomization.yaml"] = HEADER + _kustomization(
         "Component", resources=["service-monitor.yaml"]
     )
     files["components/service-monitor/service-monitor.yaml"] = HEADER + dump(service_monitor(cfg))
-    files["overlays/postgres/kustomization.yaml"] = HEADER + _kustomization(
-        resources=["../..", "database-secret.yaml"]
+    target = {"group": "apps", "version": "v1", "kind": "Deployment", "name": BROKER}
+    files[f"{POSTGRES_OVERLAY}/kustomization.yaml"] = HEADER + _kustomization(
+        resources=[f"../../{BASE_DIR}", "database-secret.yaml"],
+        patches=[{"path": "broker-replicas.yaml", "target": target}],
     )
-    files["overlays/postgres/database-secret.yaml"] = HEADER + dump(database_secret(cfg))
+    files[f"{POSTGRES_OVERLAY}/database-secret.yaml"] = HEADER + dump(database_secret(cfg))
+    files[f"{POSTGRES_OVERLAY}/broker-replicas.yaml"] = HEADER + yaml.safe_dump(
+        postgres_patch(cfg), sort_keys=False
+    )
     return dict(sorted(files.items()))
+
+
+def write_tree(cfg: DeployConfig, out: Path) -> list[str]:
+    """Write :func:`kustomize_tree` into ``out``, and the keys Secret's files into
+    ``out/base/keys`` where missing (kept where there: new keys would leave every sealed value
+    unreadable); the key files made."""
+    tree = kustomize_tree(cfg)
+    for rel, text in tree.items():
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return write_keys(out / BASE_DIR / "keys")

@@ -63,6 +63,7 @@ def runtime_profile(note: dict[str, Any]) -> RuntimeProfile:
         image=rt["image"],
         runtime_class=rt["runtime_class"],
         grace_s=rt.get("grace_s"),
+        gpu_resource=rt.get("gpu_resource"),
     )
 
 
@@ -78,6 +79,7 @@ def secret_name(pod: str) -> str:
 def _gpu_request(s: KubeSettings, shape: PodShape) -> tuple[dict[str, str], dict[str, str]]:
     """(resource limits, annotations) that give the pod its GPUs or its share of one."""
     p = shape.profile
+    resource = shape.runtime.gpu_resource or s.gpu_resource  # a MIG slice, or whole GPUs
     share = p.standby_share if shape.standby else p.share
     if shape.standby and share <= 0.0:
         raise PodSpecError(f"profile {p.name}: a standby pod needs a standby_share above 0")
@@ -91,16 +93,16 @@ def _gpu_request(s: KubeSettings, shape: PodShape) -> tuple[dict[str, str], dict
         )
     if not fraction or mech is ShareMechanism.TIME_SLICING:
         # time-slicing: one replica per GPU; stoker's core keeps the real shares
-        return {s.gpu_resource: str(p.gpus)}, {}
+        return {resource: str(p.gpus)}, {}
     if mech is ShareMechanism.KAI:
         return {}, {"gpu-fraction": f"{share:g}"}
     # hami: a slice of the card's memory, in MiB where the node says how much it has
     if shape.gpu_memory_mib:
         return {
-            s.gpu_resource: "1",
+            resource: "1",
             "nvidia.com/gpumem": str(int(share * shape.gpu_memory_mib)),
         }, {}
-    return {s.gpu_resource: "1", "nvidia.com/gpumem-percentage": str(round(share * 100))}, {}
+    return {resource: "1", "nvidia.com/gpumem-percentage": str(round(share * 100))}, {}
 
 
 def pod_security(s: KubeSettings) -> dict[str, Any]:
@@ -158,6 +160,7 @@ def pod_manifest(s: KubeSettings, shape: PodShape) -> dict[str, Any]:
             "network": rt.network,
             "memory_mb": rt.memory_mb,
             "grace_s": rt.grace_s,
+            "gpu_resource": rt.gpu_resource,
         },
     }
     env = [
@@ -221,6 +224,8 @@ def pod_manifest(s: KubeSettings, shape: PodShape) -> dict[str, Any]:
     }
     if node_selector:
         spec["nodeSelector"] = node_selector
+    if p.gpus and s.gpu_tolerations:  # GPU nodes are commonly tainted for GPU pods only
+        spec["tolerations"] = [dict(t) for t in s.gpu_tolerations]
     if rt.runtime_class:
         spec["runtimeClassName"] = rt.runtime_class
     if s.share is ShareMechanism.KAI:

@@ -32,6 +32,12 @@ LABEL_NETWORK = f"{PREFIX}/network"  # "open" on pods of a profile with network 
 ANNOTATION_SPEC = f"{PREFIX}/spec"  # what a restarted broker needs to re-adopt a pod
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
+#: the highest value a PriorityClass not of the system may have
+USER_PRIORITY_MAX = 1_000_000_000
+#: the taint GPU nodes commonly carry (GPU Operator, cloud GPU node pools)
+GPU_TAINT_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+_TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
+
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
@@ -55,14 +61,29 @@ class ShareMechanism(StrEnum):
 @dataclass(frozen=True, slots=True)
 class PriorityClasses:
     """PriorityClass names and values: spot below pool below hp, so the cluster's own
-    scheduler never evicts hp pods for spot ones."""
+    scheduler never evicts hp pods for spot ones.
+
+    The values are cluster-wide and hp may preempt any pod below it, other teams' included:
+    the default hp (10000) is above pods with no class (0) and far below the 100000 and up
+    that clusters commonly give their own critical workloads, so stoker's hp pods take room
+    from best-effort pods only. Set ``[kubernetes.priority]`` to fit your cluster's scale.
+    """
 
     hp: str = "stoker-hp"
     pool: str = "stoker-pool"
     spot: str = "stoker-spot"
-    hp_value: int = 100000
-    pool_value: int = 50000
-    spot_value: int = 10000
+    hp_value: int = 10000
+    pool_value: int = 5000
+    spot_value: int = 1000
+
+    def __post_init__(self) -> None:
+        if not self.spot_value < self.pool_value < self.hp_value:
+            raise ValueError(
+                "priority: spot_value < pool_value < hp_value, not"
+                f" {self.spot_value}, {self.pool_value}, {self.hp_value}"
+            )
+        if self.hp_value > USER_PRIORITY_MAX or self.spot_value < -USER_PRIORITY_MAX:
+            raise ValueError(f"priority: values within +-{USER_PRIORITY_MAX} (Kubernetes' limit)")
 
     def name(self, job_class: str) -> str:
         """The PriorityClass of a pod of ``job_class`` (``pool``, ``hp`` or ``spot``)."""
@@ -102,20 +123,30 @@ class KubeSettings:
     #: or an in-cluster mirror a NetworkPolicy of yours opens)
     deps_index_url: str = "https://pypi.org/simple"
     deps_find_links: str = ""  # a URL of wheels besides (or instead of) the index
+    #: the tolerations of pods that take GPUs (tainted GPU nodes); CPU-only pods get none
+    gpu_tolerations: tuple[dict[str, Any], ...] = (GPU_TAINT_TOLERATION,)
 
     def __post_init__(self) -> None:
         if not _LABEL_VALUE.match(self.instance) or len(self.instance) > 63:
             raise ValueError(f"instance: not a label value: {self.instance!r}")
         object.__setattr__(self, "share", ShareMechanism(self.share))
+        for n, t in enumerate(self.gpu_tolerations):
+            if not isinstance(t, dict) or not set(t) <= _TOLERATION_KEYS:
+                raise ValueError(
+                    f"gpu_tolerations[{n}]: a table of {', '.join(sorted(_TOLERATION_KEYS))}"
+                )
 
     @staticmethod
     def from_dict(raw: dict[str, Any], where: str = "kubernetes") -> KubeSettings:
         """Settings from a TOML table; an unknown key or a bad value is an error naming it."""
-        known = {f.name: f for f in fields(KubeSettings) if f.name != "priority"}
+        known = {f.name: f for f in fields(KubeSettings)}
         values: dict[str, Any] = {}
         for key, value in raw.items():
             if key not in known:
                 raise ValueError(f"{where}: unknown key {key!r}")
+            if key == "priority":
+                values[key] = _priority(value, f"{where}.priority")
+                continue
             default = getattr(KubeSettings(), key)
             try:
                 values[key] = type(default)(value)
@@ -147,6 +178,22 @@ class KubeSettings:
     def base_labels(self, part: str) -> dict[str, str]:
         """Labels every object of this install carries; ``part`` is broker or pod."""
         return {LABEL_APP: "stoker", LABEL_PART: part, LABEL_INSTANCE: self.instance}
+
+
+def _priority(raw: Any, where: str) -> PriorityClasses:
+    """The ``[kubernetes.priority]`` table: any field of :class:`PriorityClasses`."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: must be a table")
+    known = {f.name: f for f in fields(PriorityClasses)}
+    for key, value in raw.items():
+        if key not in known:
+            raise ValueError(f"{where}: unknown key {key!r}")
+        if not isinstance(value, type(getattr(PriorityClasses(), key))):
+            raise ValueError(f"{where}.{key}: {value!r} is not a {known[key].type}")
+    try:
+        return PriorityClasses(**raw)
+    except ValueError as exc:
+        raise ValueError(f"{where.rsplit('.', 1)[0]}: {exc}") from exc
 
 
 def tenant_hash(tenant: str) -> str:
