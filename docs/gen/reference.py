@@ -279,18 +279,25 @@ def cli_page() -> str:
 # -- the HTTP API ------------------------------------------------------------------------
 
 
-def openapi_document() -> dict[str, Any]:
-    """The broker app's OpenAPI document, from a broker built (never started) on a
-    throwaway data dir: its routes need a broker's configuration, nothing of its work."""
+def broker_routes() -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The broker app's OpenAPI document, and its routes outside it (methods, path), from
+    a broker built (never started) on a throwaway data dir: its routes need a broker's
+    configuration, nothing of its work."""
     from stoker.broker.app import Broker
     from stoker.broker.config import BrokerConfig
 
     with tempfile.TemporaryDirectory() as data_dir:
         broker = Broker(BrokerConfig(data_dir=Path(data_dir)))
         try:
-            return broker.app.openapi()
+            doc = broker.app.openapi()
+            hidden = [
+                (", ".join(sorted(r.methods or ())), r.path)
+                for r in broker.app.routes
+                if not getattr(r, "include_in_schema", True)
+            ]
         finally:
             asyncio.run(broker.close())
+    return doc, hidden
 
 
 def _schema_name(schema: dict[str, Any]) -> str:
@@ -307,7 +314,7 @@ def _schema_name(schema: dict[str, Any]) -> str:
 
 def http_page() -> str:
     """Every operation (parameters, body, responses), then every schema's fields."""
-    doc = openapi_document()
+    doc, hidden = broker_routes()
     lines = [
         "# HTTP API reference",
         "",
@@ -349,7 +356,15 @@ def http_page() -> str:
                 ("Status", "Description", "Body"),
                 [(*r, "") if len(r) == 2 else r for r in responses],
             )
-    lines += ["## Schemas", ""]
+    lines += [
+        "## Outside the OpenAPI document",
+        "",
+        "The metrics, the dashboard and the API's own documentation:",
+        "",
+        *table(("Method", "Path"), [(cell(m), code(p)) for m, p in hidden]),
+        "## Schemas",
+        "",
+    ]
     for name, schema in doc.get("components", {}).get("schemas", {}).items():
         lines += [f"### {name}", ""]
         if schema.get("description"):
