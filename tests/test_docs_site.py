@@ -159,3 +159,4 @@ def test_sdk_reference_documents_clients_and_exceptions(site: Path) -> None:
     errors = [n for n in errors if issubclass(getattr(sdk, n), Exception)]
     named = ["Client", "AsyncClient", "Session", "Job", "Client.run", *errors]
     assert [n for n in named if f'id="stoker.client.{n}"' not in raw] == []
+    assert ":class:`" not in raw and ":meth:`" not in raw  # reST roles shown as code
