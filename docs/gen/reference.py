@@ -41,31 +41,8 @@ _UNITS = {
     "_gpus": "GPUs",
 }
 
-# the SDK's public names, documented one by one (the module's __all__ names helpers too)
-_SDK = (
-    "Client",
-    "AsyncClient",
-    "Session",
-    "AsyncSession",
-    "Job",
-    "AsyncJob",
-    "JobResult",
-    "JobShape",
-    "PodLost",
-    "pack_code",
-)
-_SDK_ERRORS = (
-    "StokerError",
-    "AuthenticationError",
-    "PermissionDenied",
-    "NotFound",
-    "InvalidRequest",
-    "TenantLimit",
-    "BrokerUnavailable",
-    "JobTimeout",
-    "JobPreempted",
-    "SessionFileError",
-)
+# the SDK's classes a reader looks for first; the rest of stoker.client.__all__ follows
+_SDK_FIRST = ("Client", "AsyncClient", "Session", "AsyncSession", "Job", "AsyncJob")
 
 
 def cell(text: object) -> str:
@@ -90,8 +67,22 @@ def table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
 # -- the SDK ---------------------------------------------------------------------------
 
 
+def sdk_names() -> tuple[list[str], list[str]]:
+    """stoker.client's public names (its ``__all__``): the exceptions apart, base first."""
+    import stoker.client as sdk
+
+    def is_error(name: str) -> bool:
+        obj = getattr(sdk, name)
+        return isinstance(obj, type) and issubclass(obj, Exception)
+
+    rest = [n for n in sdk.__all__ if n not in _SDK_FIRST and not is_error(n)]
+    errors = sorted((n for n in sdk.__all__ if is_error(n)), key=lambda n: n != "StokerError")
+    return [*_SDK_FIRST, *rest], errors
+
+
 def sdk_page() -> str:
     """mkdocstrings renders each name from its docstrings."""
+    names, errors = sdk_names()
     lines = [
         "# SDK reference",
         "",
@@ -99,10 +90,10 @@ def sdk_page() -> str:
         "docstrings of `stoker.client`.",
         "",
     ]
-    for name in _SDK:
+    for name in names:
         lines += [f"::: stoker.client.{name}", ""]
     lines += ["## Exceptions", ""]
-    for name in _SDK_ERRORS:
+    for name in errors:
         lines += [f"::: stoker.client.{name}", "    options:", "      heading_level: 3", ""]
     return "\n".join(lines)
 
