@@ -173,11 +173,28 @@ class PolicyConfig(_Table):
     """The core's policies by registry name: a preset, and per extension point an override
     (None keeps the preset's). The core's registry checks the names when the file is read."""
 
-    preset: str | None = None
-    keepalive: str | None = None
-    warm_budget: str | None = None
-    standby: str | None = None
-    spot_quota: str | None = None
+    preset: str | None = Field(
+        None,
+        description=(
+            "the starting set of policies, by name in the core's registry (default: gfs-lend)"
+        ),
+    )
+    keepalive: str | None = Field(
+        None,
+        description="the keep-alive policy: fixed, fitted or always-on (default: the preset's)",
+    )
+    warm_budget: str | None = Field(
+        None,
+        description="the warm budget policy, e.g. queue-driven (default: the preset's)",
+    )
+    standby: str | None = Field(
+        None,
+        description="the standby policy: beside-active or none (default: the preset's)",
+    )
+    spot_quota: str | None = Field(
+        None,
+        description="the spot quota policy: forecast or none (default: the preset's)",
+    )
 
     def build(
         self,
@@ -215,11 +232,30 @@ class PolicyConfig(_Table):
 class ShareConfig(_Table):
     """One tenant's share (:class:`stoker.core.shares.Share`)."""
 
-    weight: float = Field(1.0, gt=0)
-    hp_gpus: dict[str, float] = {}
-    max_queued: int | None = Field(None, ge=0)
-    max_warm_pods: int | None = Field(None, ge=0)
-    max_timeout_s: float | None = Field(None, gt=0)
+    weight: float = Field(
+        1.0,
+        gt=0,
+        description="the tenant's fair-order weight (weight 2 gets twice the turns of weight 1)",
+    )
+    hp_gpus: dict[str, float] = Field(
+        {},
+        description="HP GPUs guaranteed to the tenant, per GPU pool (GPU model -> GPUs)",
+    )
+    max_queued: int | None = Field(
+        None,
+        ge=0,
+        description="jobs the tenant may have queued (a submit past it is a 429); unset: no cap",
+    )
+    max_warm_pods: int | None = Field(
+        None,
+        ge=0,
+        description="idle warm pods the tenant may keep; unset: no cap",
+    )
+    max_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="the longest time limit the tenant's jobs may ask for; unset: no cap",
+    )
 
     def build(self) -> Share:
         return Share(
@@ -234,8 +270,14 @@ class ShareConfig(_Table):
 class SharesConfig(_Table):
     """Tenant shares: ``default`` for every tenant not in ``tenants``."""
 
-    default: ShareConfig = ShareConfig()
-    tenants: dict[str, ShareConfig] = {}
+    default: ShareConfig = Field(
+        ShareConfig(),
+        description="the share of every tenant not named in tenants",
+    )
+    tenants: dict[str, ShareConfig] = Field(
+        {},
+        description="one tenant's own share, by tenant name (unset keys: none, not default's)",
+    )
 
     def build(self) -> TenantShares:
         """The core's :class:`~stoker.core.shares.TenantShares` (ValueError naming the key)."""
@@ -254,11 +296,28 @@ class SharesConfig(_Table):
 class ForecastConfig(_Table):
     """How the broker runs the HP demand forecaster (off the scheduling loop)."""
 
-    forecaster: str | None = None  # None: the preset's (ridge, the default, for most)
-    query_every_s: float = Field(300.0, gt=0)
-    refit_every_s: float = Field(86400.0, gt=0)
-    horizon_h: int = Field(4, gt=0)
-    history_days: float = Field(35.0, gt=0)
+    forecaster: str | None = Field(
+        None,
+        description=(
+            "the HP demand forecaster by name in stoker.forecast's registry (default: the preset's)"
+        ),
+    )
+    query_every_s: float = Field(
+        300.0,
+        gt=0,
+        description="how often the forecaster is queried and its answer handed to the core",
+    )
+    refit_every_s: float = Field(
+        86400.0,
+        gt=0,
+        description="how often the forecaster is refitted on the stored history",
+    )
+    horizon_h: int = Field(4, gt=0, description="how far ahead the forecast reaches")
+    history_days: float = Field(
+        35.0,
+        gt=0,
+        description="the history read from the store at each refit",
+    )
 
     def check(self) -> None:
         """ValueError naming the forecaster when the registry does not know it."""
@@ -271,7 +330,13 @@ class ForecastConfig(_Table):
 class SpotConfig(_Table):
     """How an evicted spot job is stopped: SIGTERM, then SIGKILL ``grace_s`` later."""
 
-    grace_s: float = Field(30.0, ge=0)
+    grace_s: float = Field(
+        30.0,
+        ge=0,
+        description=(
+            "an evicted spot job gets SIGTERM, then SIGKILL this much later (its checkpoint time)"
+        ),
+    )
 
 
 class StorageConfig(_Table):
@@ -280,11 +345,22 @@ class StorageConfig(_Table):
     (None: no bound), how often they are pruned, the free disk fraction below which new
     jobs are refused."""
 
-    output_budget_mb: int | None = Field(1024, ge=0)
-    keep_days: float | None = Field(30.0, gt=0)
-    keep_jobs: int | None = Field(100_000, ge=0)
-    prune_every_s: float = Field(60.0, gt=0)
-    min_free_fraction: float = Field(0.05, ge=0, lt=1)
+    output_budget_mb: int | None = Field(
+        1024, ge=0, description="a tenant's stored job output; past it, output is not stored"
+    )
+    keep_days: float | None = Field(
+        30.0, gt=0, description="finished jobs older than this are deleted with their output"
+    )
+    keep_jobs: int | None = Field(
+        100_000, ge=0, description="a tenant's newest finished jobs kept; older ones deleted"
+    )
+    prune_every_s: float = Field(60.0, gt=0, description="how often retention runs")
+    min_free_fraction: float = Field(
+        0.05,
+        ge=0,
+        lt=1,
+        description="below this free fraction of the data dir's disk, new jobs get a 503",
+    )
 
     def build(self) -> Retention:
         mb = self.output_budget_mb
@@ -302,8 +378,16 @@ class CpuSlots(_Table):
     profile's ``cpus`` and ``memory_mb`` from these (cgroup limits: a pod's CPUs are a
     quota, so more slots than cores oversubscribe, as I/O-bound verifiers allow)."""
 
-    cpus: float = Field(8.0, ge=0)
-    memory_mb: int = Field(16384, ge=0)
+    cpus: float = Field(
+        8.0,
+        ge=0,
+        description="CPUs the CPU-only pods take together (each its profile's cpus)",
+    )
+    memory_mb: int = Field(
+        16384,
+        ge=0,
+        description="memory the CPU-only pods take together (each its profile's memory_mb)",
+    )
 
 
 #: a profile's limits a config may name (see :class:`stoker.runtime.base.RuntimeProfile`)
@@ -313,26 +397,95 @@ PROFILE_LIMITS = ("memory_mb", "pids_max", "cpus", "tmp_mb", "workspace_mb", "ou
 class _ProfileFile(_Table):
     """``[profiles.NAME]``."""
 
-    gpus: int = Field(1, ge=0)
-    share: float = Field(0.9, gt=0, le=1)
-    standby_share: float = Field(0.1, ge=0, lt=1)
-    preload: list[str] = []
-    packages: list[str] = []
-    network: bool = False
-    memory_mb: int | None = Field(None, ge=0)
-    pids_max: int | None = Field(None, ge=0)
-    cpus: float | None = Field(None, ge=0)
-    tmp_mb: int | None = Field(None, ge=0)
-    workspace_mb: int | None = Field(None, ge=0)
-    output_mb: int | None = Field(None, ge=0)
-    min_warm: int = Field(0, ge=0)
-    keepalive: str | None = None
-    keepalive_s: float | None = Field(None, ge=0)
-    gpu_model: str | None = Field(None, min_length=1)
+    gpus: int = Field(
+        1,
+        ge=0,
+        description="GPUs per pod; 0 makes a CPU-only profile (verifiers, tool calls)",
+    )
+    share: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description=(
+            "the fraction of each GPU an active pod takes (0.9 leaves room for a standby)"
+        ),
+    )
+    standby_share: float = Field(
+        0.1,
+        ge=0,
+        lt=1,
+        description="the fraction of a GPU a zero-VRAM standby pod takes beside an active one",
+    )
+    preload: list[str] = Field(
+        [],
+        description=('modules the pod\'s zygote imports before any job binds (e.g. ["torch"])'),
+    )
+    packages: list[str] = Field(
+        [],
+        description="packages installed into the profile's base environment",
+    )
+    network: bool = Field(False, description="whether the profile's pods may reach the network")
+    memory_mb: int | None = Field(
+        None,
+        ge=0,
+        description="memory limit per pod (unset: the runtime's default; 0: no limit)",
+    )
+    pids_max: int | None = Field(
+        None,
+        ge=0,
+        description="process limit per pod (unset: the runtime's default; 0: no limit)",
+    )
+    cpus: float | None = Field(
+        None,
+        ge=0,
+        description="CPU limit per pod (unset: the runtime's default; 0: no limit)",
+    )
+    tmp_mb: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "size of each of /tmp and /dev/shm in a pod (unset: the runtime's default; 0: no limit)"
+        ),
+    )
+    workspace_mb: int | None = Field(
+        None,
+        ge=0,
+        description="size of a pod's workspace (unset: the runtime's default; 0: no limit)",
+    )
+    output_mb: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "output per job, stdout and stderr together (unset: the runtime's default; 0: no limit)"
+        ),
+    )
+    min_warm: int = Field(0, ge=0, description="spare pods kept ready for callers not yet seen")
+    keepalive: str | None = Field(
+        None,
+        description=(
+            "this profile's keep-alive policy: fixed, fitted or always-on (unset: [policies]')"
+        ),
+    )
+    keepalive_s: float | None = Field(
+        None,
+        ge=0,
+        description="this profile's fixed keep-alive, or the fitted one's fallback",
+    )
+    gpu_model: str | None = Field(
+        None,
+        min_length=1,
+        description="the GPU pool this profile's pods take (unset: the broker's gpu_model)",
+    )
     # Kubernetes: the extended resource a pod asks for (e.g. nvidia.com/mig-1g.10gb for a
     # MIG slice; None: the runtime's gpu_resource), and the profile's image
-    gpu_resource: str | None = Field(None, pattern=r"^[a-z0-9.-]+/[A-Za-z0-9._-]+$")
-    image: str | None = Field(None, min_length=1)
+    gpu_resource: str | None = Field(
+        None,
+        pattern=r"^[a-z0-9.-]+/[A-Za-z0-9._-]+$",
+        description="Kubernetes: the extended resource a pod asks for (e.g. a MIG slice)",
+    )
+    image: str | None = Field(
+        None, min_length=1, description="Kubernetes: this profile's image (unset: the broker's)"
+    )
 
     def profile(self, name: str) -> BrokerProfile:
         """The broker's profile; ValueError naming the field for a shape the core refuses."""
@@ -368,32 +521,121 @@ class _ProfileFile(_Table):
 class _BrokerFile(_Table):
     """The whole file."""
 
-    data_dir: str | None = None
-    keys_dir: str | None = None
-    runtime_dir: str | None = None
-    find_links: list[str] = []
-    no_index: bool = False
-    index_url: str | None = Field(None, pattern=r"^https?://\S+$")
-    extra_index_urls: list[Annotated[str, Field(pattern=r"^https?://\S+$")]] = []
-    ca_bundle: str | None = None
-    gpu_slots: int = Field(2, ge=0)
-    gpu_model: str = "any"
-    max_code_bytes: int = Field(64 * 1024 * 1024, gt=0)
-    max_request_bytes: int = Field(1024 * 1024, gt=0)
-    max_timeout_s: float = Field(24 * 3600.0, gt=0)
-    keepalive_s: float | None = Field(None, ge=0)
-    max_keepalive_s: float = Field(3600.0, gt=0)
-    database_url: str | None = None
-    advertise_url: str | None = None
-    sandbox_fusion_profile: str | None = None
-    tenant_history: Literal["keep", "delete"] = "keep"
-    cpu_slots: CpuSlots = CpuSlots()
-    profiles: dict[str, _ProfileFile] | None = None
-    policies: PolicyConfig = PolicyConfig()
-    forecast: ForecastConfig = ForecastConfig()
-    spot: SpotConfig = SpotConfig()
-    shares: SharesConfig | None = None
-    storage: StorageConfig = StorageConfig()
+    data_dir: str | None = Field(
+        None,
+        description=(
+            "where the broker keeps its store, tokens, keys and logs (default: platformdirs' user"
+            " data dir)"
+        ),
+    )
+    keys_dir: str | None = Field(
+        None,
+        description=(
+            "where secret.key, admin.token and viewer.token are read (a mounted Secret all"
+            " replicas share; default: data_dir)"
+        ),
+    )
+    runtime_dir: str | None = Field(
+        None,
+        description=(
+            "where the local runtime keeps its pods (default: data_dir/runtime); replicas on one "
+            "host share it"
+        ),
+    )
+    find_links: list[str] = Field(
+        [],
+        description="local directories of wheels that profiles' packages are installed from",
+    )
+    no_index: bool = Field(
+        False,
+        description="install profiles' packages from find_links only, never from an index",
+    )
+    gpu_slots: int = Field(2, ge=0, description="virtual GPU slots where NVML finds no GPU")
+    index_url: str | None = Field(
+        None,
+        pattern=r"^https?://\S+$",
+        description="the package index for profile packages and job deps (default: PyPI)",
+    )
+    extra_index_urls: list[Annotated[str, Field(pattern=r"^https?://\S+$")]] = Field(
+        [], description="more package indexes, read after index_url"
+    )
+    ca_bundle: str | None = Field(
+        None,
+        description="a PEM file of CAs uv trusts besides its own (a TLS-intercepting proxy's)",
+    )
+    gpu_model: str = Field("any", description="the GPU pool this host's GPUs belong to")
+    max_code_bytes: int = Field(
+        64 * 1024 * 1024,
+        gt=0,
+        description="the largest code archive a job may upload",
+    )
+    max_request_bytes: int = Field(
+        1024 * 1024,
+        gt=0,
+        description="the largest body of any other request (a job, a secret)",
+    )
+    max_timeout_s: float = Field(
+        24 * 3600.0,
+        gt=0,
+        description="the longest time limit a job may ask for",
+    )
+    keepalive_s: float | None = Field(
+        None,
+        ge=0,
+        description=(
+            "a fixed keep-alive of this long (unless [policies] keepalive names another kind: "
+            "then the fitted one's fallback); unset: the preset's"
+        ),
+    )
+    max_keepalive_s: float = Field(
+        3600.0,
+        gt=0,
+        description="the longest keep-alive a session may renew its warm pod for",
+    )
+    database_url: str | None = Field(
+        None,
+        description=(
+            "the store: a postgresql:// URL lets several replicas share it (default: SQLite in "
+            "data_dir; env STOKER_DATABASE_URL overrides)"
+        ),
+    )
+    advertise_url: str | None = Field(
+        None,
+        description=(
+            "where the other replicas reach this one (they forward writes to it while it leads)"
+        ),
+    )
+    sandbox_fusion_profile: str | None = Field(
+        None,
+        description=(
+            "the profile /sandbox-fusion/run_code runs code on (default: the first CPU-only "
+            "profile, else the first)"
+        ),
+    )
+    tenant_history: Literal["keep", "delete"] = Field(
+        "keep",
+        description=(
+            "a deleted tenant's finished jobs: keep (audit; the name is not reused) or delete"
+        ),
+    )
+    cpu_slots: CpuSlots = Field(CpuSlots(), description="room on this host for CPU-only pods")
+    profiles: dict[str, _ProfileFile] | None = Field(
+        None,
+        description="the profiles, by name (default: one one-GPU profile named plain)",
+    )
+    policies: PolicyConfig = Field(
+        PolicyConfig(),
+        description="the core's policies by registry name",
+    )
+    forecast: ForecastConfig = Field(ForecastConfig(), description="the HP demand forecaster")
+    spot: SpotConfig = Field(SpotConfig(), description="how evicted spot jobs are stopped")
+    shares: SharesConfig | None = Field(
+        None,
+        description="tenant shares (absent: none, every queue in submit order)",
+    )
+    storage: StorageConfig = Field(
+        StorageConfig(), description="stored output budget, retention and the disk floor"
+    )
 
 
 def default_data_dir() -> Path:
