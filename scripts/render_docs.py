@@ -260,6 +260,14 @@ def gfs_philly() -> str:
     return _absolute("gfs/philly/results.json", "medium")
 
 
+def gfs_money() -> str:
+    """The paper's money figure: the monthly value of GFS's allocation gain over each policy."""
+    av = _load("gfs/v2026/month.json")["allocation_value"]
+    base = ("yarn-cs", "lyra", "fgd", "chronus")
+    rows = [[load, *(f"{av['per_month'][load][b]:+,.0f}" for b in base)] for load in LOADS]
+    return _table(["load", *(f"over `{b}` $/month" for b in base)], rows, "lrrrr")
+
+
 def gfs_speed() -> str:
     """CPU seconds of each full-fleet month run (one process per run)."""
     runs = _load("gfs/v2026/month_timings.json")["runs"]
@@ -285,6 +293,7 @@ TABLES: dict[str, Callable[[], str]] = {
         gfs_v2026,
         gfs_openb,
         gfs_philly,
+        gfs_money,
         gfs_speed,
     )
 }
