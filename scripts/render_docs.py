@@ -61,14 +61,21 @@ def _verdicts(cells: list[dict[str, Any]], metric: str) -> str:
     changes = [c[metric]["change"] for c in cells]
     counts = {k: sum(c[metric]["verdict"] == k for c in cells) for k in ("better", "worse")}
     same = len(cells) - counts["better"] - counts["worse"]
-    parts = [f"{n} {k}" for k, n in (("B", counts["better"]), ("W", counts["worse"]), ("~", same)) if n]
+    parts = [
+        f"{n} {k}" for k, n in (("B", counts["better"]), ("W", counts["worse"]), ("~", same)) if n
+    ]
     return f"{_pct(min(changes))}..{_pct(max(changes))} ({', '.join(parts)})"
 
 
 def _replicate_cells(rel: str, policy: str) -> list[dict[str, Any]]:
     """Every (load, replicate) paired comparison of ``policy`` in a replicates file."""
     data = _load(rel)
-    return [rep["results"][load][policy] for rep in data["replicates"] for load in LOADS if load in rep["results"]]
+    return [
+        rep["results"][load][policy]
+        for rep in data["replicates"]
+        for load in LOADS
+        if load in rep["results"]
+    ]
 
 
 def _v2026_cells(kind: str, policies: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -76,7 +83,7 @@ def _v2026_cells(kind: str, policies: tuple[str, ...]) -> list[dict[str, Any]]:
     (seeds 0-2 were run with ``gfs-reserve-patient-lend``, 3-4 with its ``-multi`` successor)."""
     cells = []
     for s in SEEDS:
-        for load, by_policy in _load(f"gfs/v2026/{kind}_s{s}.json")["results"].items():
+        for by_policy in _load(f"gfs/v2026/{kind}_s{s}.json")["results"].values():
             cells.append(next(by_policy[p] for p in policies if p in by_policy))
     return cells
 
@@ -89,12 +96,20 @@ def firepool_results() -> str:
     d = _load("firepool/results.json")
     sl, ho, ka, mix = d["start_latency"], d["handover_s"], d["keepalive"], d["mix"]
     rows = [
-        ["agent loop speedup (warm reuse / fresh pod)", f"{d['agent_loop']['speedup']:.1f}x", "13x"],
+        [
+            "agent loop speedup (warm reuse / fresh pod)",
+            f"{d['agent_loop']['speedup']:.1f}x",
+            "13x",
+        ],
         ["RL loop speedup", f"{d['rl_loop']['speedup']:.1f}x", "10.8x"],
         ["start p90, fresh tag (mix)", f"{sl['fresh_tag']['start_p90_s']:.1f} s", "59.1 s"],
         ["start p90, warm reuse (mix)", f"{sl['warm_reuse']['start_p90_s']:.2f} s", "3.5 s"],
         ["handover median, no standby", f"{ho['no_standby']:.1f} s", "51 s"],
-        ["handover median, standby", f"{ho['standby']:.2f} s (p90 {ho['standby_p90']:.0f} s)", "0.94 s"],
+        [
+            "handover median, standby",
+            f"{ho['standby']:.2f} s (p90 {ho['standby_p90']:.0f} s)",
+            "0.94 s",
+        ],
         ["capacity ratio, fitted / always-on GPU-s", f"{ka['capacity_ratio']:.2f}", "~0.5"],
         [
             "mix: warm or standby fraction",
@@ -127,7 +142,9 @@ def firepool_policies() -> str:
 def firepool_runtime() -> str:
     """The virtual runtime's durations, as results.json records them."""
     rt = _load("firepool/results.json")["assumptions"]["runtime"]
-    rows = [[f"`{k}`", v["dist"], "measured" if v["measured"] else v["source"]] for k, v in rt.items()]
+    rows = [
+        [f"`{k}`", v["dist"], "measured" if v["measured"] else v["source"]] for k, v in rt.items()
+    ]
     return _table(["duration", "distribution", "source"], rows)
 
 
@@ -144,7 +161,14 @@ def firepool_sweep() -> str:
         ]
         for s in _load("firepool/results.json")["sweep"]
     ]
-    head = ["f_start", "f_pause", "agent speedup", "mix warm+standby", "capacity ratio", "p90 fitted / always-on"]
+    head = [
+        "f_start",
+        "f_pause",
+        "agent speedup",
+        "mix warm+standby",
+        "capacity ratio",
+        "p90 fitted / always-on",
+    ]
     return _table(head, rows, "rrrrrr")
 
 
@@ -175,19 +199,25 @@ def shared_contended() -> str:
 
 def bench_local() -> str:
     """``stoker bench local`` before issue 10's last round and three runs after."""
-    runs = {n: _load(f"broker/bench_local_{n}.json")["profiles"] for n in ("base", "final", "final2", "final3")}
-    rows = []
-    for prof in ("plain", "torch-cpu"):
-
-        def cells(get: Callable[[dict[str, Any]], float], fmt: str = "{:.0f}") -> list[str]:
-            return [fmt.format(get(runs[n][prof])) for n in runs]  # noqa: B023 (used at once)
-
-        rows.append([prof, "jobs/s, 4 callers", *cells(lambda p: p["throughput"]["4"]["jobs_per_s"])])
-        rows.append([prof, "jobs/s, 16 callers", *cells(lambda p: p["throughput"]["16"]["jobs_per_s"])])
-        rows.append([prof, "SDK call p50 ms", *cells(lambda p: p["client"]["call_ms_p50"], "{:.1f}")])
-        rows.append([prof, "warm start p50 ms", *cells(lambda p: p["warm"]["start_ms_p50"], "{:.1f}")])
-        rows.append([prof, "warm start p99 ms", *cells(lambda p: p["warm"]["start_ms_p99"], "{:.1f}")])
-    return _table(["profile", "figure", "before (b577ab8)", "after, run 1", "run 2", "run 3"], rows, "llrrrr")
+    runs = {
+        n: _load(f"broker/bench_local_{n}.json")["profiles"]
+        for n in ("base", "final", "final2", "final3")
+    }
+    figures: list[tuple[str, Callable[[dict[str, Any]], float], str]] = [
+        ("jobs/s, 4 callers", lambda p: p["throughput"]["4"]["jobs_per_s"], "{:.0f}"),
+        ("jobs/s, 16 callers", lambda p: p["throughput"]["16"]["jobs_per_s"], "{:.0f}"),
+        ("SDK call p50 ms", lambda p: p["client"]["call_ms_p50"], "{:.1f}"),
+        ("warm start p50 ms", lambda p: p["warm"]["start_ms_p50"], "{:.1f}"),
+        ("warm start p99 ms", lambda p: p["warm"]["start_ms_p99"], "{:.1f}"),
+    ]
+    rows = [
+        [prof, label, *(fmt.format(get(run[prof])) for run in runs.values())]
+        for prof in ("plain", "torch-cpu")
+        for label, get, fmt in figures
+    ]
+    return _table(
+        ["profile", "figure", "before (b577ab8)", "after, run 1", "run 2", "run 3"], rows, "llrrrr"
+    )
 
 
 # --- GFS page -----------------------------------------------------------------------------
@@ -217,7 +247,10 @@ def gfs_beyond() -> str:
     v2026 = _v2026_cells("compare", ("gfs-reserve-patient-lend-multi", "gfs-reserve-patient-lend"))
     openb = _replicate_cells("gfs/openb/replicates.json", "gfs-reserve-patient-lend-multi")
     philly = _replicate_cells("gfs/philly/replicates.json", "gfs-reserve-patient-lend-multi")
-    rows = [[label, _verdicts(v2026, m), _verdicts(openb, m), _verdicts(philly, m)] for m, (label, _) in GFS_PAPER.items()]
+    rows = [
+        [label, _verdicts(v2026, m), _verdicts(openb, m), _verdicts(philly, m)]
+        for m, (label, _) in GFS_PAPER.items()
+    ]
     head = [
         "metric",
         f"v2026: `-lend` seeds 0-2, `-multi` 3-4 ({len(v2026)} runs)",
@@ -241,7 +274,15 @@ def _absolute(rel: str, load: str) -> str:
         ]
         for p, r in sorted(res.items())
     ]
-    head = ["policy", "HP queue h", "HP p99 JCT h", "spot eviction", "spot queue h", "spot JCT h", "allocation"]
+    head = [
+        "policy",
+        "HP queue h",
+        "HP p99 JCT h",
+        "spot eviction",
+        "spot queue h",
+        "spot JCT h",
+        "allocation",
+    ]
     return _table(head, rows, "lrrrrrr")
 
 
@@ -272,7 +313,13 @@ def gfs_speed() -> str:
     """CPU seconds of each full-fleet month run (one process per run)."""
     runs = _load("gfs/v2026/month_timings.json")["runs"]
     rows = [
-        [f"`{r['policy']}`", r["load"], f"{r['events']:,}", f"{r['cpu_s']:,.0f}", f"{r['max_rss_mb_upper']:.0f}"]
+        [
+            f"`{r['policy']}`",
+            r["load"],
+            f"{r['events']:,}",
+            f"{r['cpu_s']:,.0f}",
+            f"{r['max_rss_mb_upper']:.0f}",
+        ]
         for r in sorted(runs, key=lambda r: (r["policy"], LOADS.index(r["load"])))
     ]
     return _table(["policy", "load", "events", "CPU s", "max RSS MB"], rows, "llrrr")
@@ -351,8 +398,15 @@ def render_plots(out: Path = IMG) -> list[Path]:
     names = sorted(res)
     fig, ax = plt.subplots(figsize=(7, 3.6), dpi=80)
     xs = range(len(names))
-    ax.bar([x - 0.2 for x in xs], [res[n]["hp.mean_queue_s"] / 3600 for n in names], 0.4, label="HP")
-    ax.bar([x + 0.2 for x in xs], [res[n]["spot.mean_queue_s"] / 3600 for n in names], 0.4, label="spot")
+    ax.bar(
+        [x - 0.2 for x in xs], [res[n]["hp.mean_queue_s"] / 3600 for n in names], 0.4, label="HP"
+    )
+    ax.bar(
+        [x + 0.2 for x in xs],
+        [res[n]["spot.mean_queue_s"] / 3600 for n in names],
+        0.4,
+        label="spot",
+    )
     ax.set_xticks(list(xs), names, rotation=60, ha="right", fontsize=6)
     ax.set_ylabel("mean queueing (h)")
     ax.set_title("v2026 full-fleet month, medium load: queueing per policy")
@@ -367,7 +421,9 @@ def render_plots(out: Path = IMG) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     """Rewrite the pages' tables (or, with --check, say which differ) and the plots."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a page's tables differ")
+    ap.add_argument(
+        "--check", action="store_true", help="change nothing; exit 1 if a page's tables differ"
+    )
     args = ap.parse_args(argv)
     stale = []
     for page in sorted(PAGES.glob("*.md")):
@@ -379,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
                 page.write_text(new)
     if args.check:
         for page in stale:
-            print(f"{page.relative_to(ROOT)}: tables differ from results/ (run scripts/render_docs.py)")
+            print(f"{page.relative_to(ROOT)}: tables differ from results/ (rerun this script)")
         return 1 if stale else 0
     for path in render_plots():
         print(f"wrote {path.relative_to(ROOT)}")
