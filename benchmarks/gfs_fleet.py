@@ -1,6 +1,6 @@
 """Every policy at every load on one trace, one ``stoker sim gfs`` process per run, merged.
 
-    .venv/bin/python benchmarks/gfs_fleet.py --out docs/gfs-fleet \\
+    .venv/bin/python benchmarks/gfs_fleet.py --out stoker-results/gfs-fleet \\
         --load low --load medium --load high --policy gfs --policy yarn-cs ...
 
 The defaults are issue 9's full-fleet month: the generated v2026 jobs on the real node list

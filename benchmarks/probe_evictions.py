@@ -20,7 +20,7 @@ written before 2026-12-05 name every ``1xN`` ``multi``); each pool's eta over th
 The counting is a probe's, not the core's: while a policy runs, the scheduler's
 ``_reclaim``, ``_evict``, ``_reserve``, ``_backfill`` and ``_feedback`` are wrapped to see
 who evicts and when, and the simulator's ``_metrics`` to read the window; all are restored
-after. The findings are in docs/gfs.md, "Beating GFS on every figure".
+after. The findings made `gfs-reserve-patient` (docs/evaluation/gfs.md).
 """
 
 from __future__ import annotations

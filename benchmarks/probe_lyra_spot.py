@@ -22,7 +22,7 @@ with the CPU seconds it took.
 The per-class order and the breakdown are a probe's, not the core's: while a variant runs,
 the scheduler module's ``ClassQueue`` is wrapped to build each class's queue with that class's
 order, and the simulator's ``_metrics`` to read the finished jobs; both are restored after.
-The findings (docs/gfs.md, "Where Lyra's spot queueing comes from") made no preset.
+The findings (issue 9: where Lyra's spot queueing comes from) made no preset.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """GFS and its baselines as the authors' simulator builds them (Xu-Sheng-lin/GFS-asplos-26;
-docs/gfs-fidelity.md, one test per item), each on a small hand-built cluster driven through
-the one core. Every test states what the earlier behaviour did, so it fails on it."""
+docs/evaluation/gfs.md, "Where we differ", one test per item), each on a small hand-built
+cluster driven through the one core. Every test states what the earlier behaviour did, so it
+fails on it."""
 
 from __future__ import annotations
 

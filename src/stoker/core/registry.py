@@ -13,7 +13,7 @@ warm defaults): ``gfs``, ``yarn-cs``, ``chronus``, ``lyra``, ``fgd`` (each gated
 forecast quota, as the authors' simulator runs them; Chronus has none), and the paper's
 ablations ``gfs-naive``, ``gfs-fixed-eta``, ``gfs-simple-placement``,
 ``gfs-simple-preemption``. stoker's own, kept on the replicate measurements in
-docs/gfs.md: ``gfs-lend`` (the broker's default: spot borrows what HP does not hold while
+docs/evaluation/gfs.md: ``gfs-lend`` (the broker's default: spot borrows what HP does not hold while
 no HP job waits), ``gfs-reserve-patient-lend`` (a waiting gang of multi-card workers
 reserves the nodes it drains, HP evicts only after half an hour queued, half of the idle
 room lent) and ``gfs-reserve-patient-lend-multi`` (that, reserving for a single multi-card
@@ -55,7 +55,7 @@ RESERVE_AFTER_S = 3600.0
 # the reservation's hour, so a gang that evicting would start does so before it reserves
 HP_EVICT_AFTER_S = 1800.0
 # gfs-reserve-patient-lend's share lent (gfs-lend's is all): half, the best of 0.25, 0.5,
-# 0.75 and 1 on the ten 1/10-scale v2026 seeds (docs/gfs.md); what is lent past the
+# 0.75 and 1 on the ten 1/10-scale v2026 seeds (issue 9); what is lent past the
 # forecast is what HP takes back by evicting, so a smaller loan evicts less
 PATIENT_LEND_SHARE = 0.5
 
@@ -222,7 +222,7 @@ _PRESETS: dict[str, _Entry] = {
     ),
     # gfs-reserve-patient-lend reserving for a single worker of two cards or more too (its
     # bound kept: not while a smaller HP job waits); measured on Philly contended, spot
-    # queueing 7-9 % under gfs-reserve-patient-lend's (docs/gfs.md, "Paired intervals")
+    # queueing 7-9 % under gfs-reserve-patient-lend's (docs/evaluation/gfs.md)
     "gfs-reserve-patient-lend-multi": _gfs_variant(
         "gfs-reserve-patient-lend-multi",
         **_patient(1),

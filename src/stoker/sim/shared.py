@@ -76,7 +76,7 @@ class SharedConfig:
     # share of each GPU model's nodes kept, and of the generated hp/spot jobs
     scale: float = 0.05
     # then this share of each model's nodes, every job kept (more contention): 0.7 leaves
-    # the warm pools' GPU model contended but not saturated (docs/shared-sim.md)
+    # the warm pools' GPU model contended but not saturated (docs/evaluation/firepool.md)
     capacity_scale: float = 0.7
     days: float = 1.0  # the measured window
     warm_days: float = 7.0  # HP history before it (the forecaster's first fit)
