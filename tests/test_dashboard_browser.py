@@ -557,3 +557,44 @@ def test_hostile_names_never_run_and_no_page_is_framed_or_signed_in_across_sites
         ]
         assert refused == [], refused
         assert browser.find_elements(By.CSS_SELECTOR, "#gpus .seg[style*='flex']")
+
+
+def test_hp_and_spot_pods_have_their_own_panel_and_queued_spot_is_in_the_queue(
+    tmp_path: Path, browser: Any
+) -> None:
+    """A running spot job's pod shows in the hp/spot panel, not as a warm-pool pod on its
+    GPU; a second spot job waiting for the card shows in the queue panel."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    cfg = BrokerConfig(
+        data_dir=tmp_path / "data", profiles=[BrokerProfile.simple("plain")], gpu_slots=1
+    )
+    with EmbeddedBroker(cfg) as eb:
+        admin = _api(eb, eb.admin_token)
+        a = _api(eb, admin.post("/v1/tenants", json={"name": "a"}).json()["token"])
+        body = {"profile": "plain", "reuse_tag": "t", "gpus": 1.0, "job_class": "spot"}
+        long = ["python", "-c", "import time; time.sleep(120)"]
+        first = a.post("/v1/jobs", json={**body, "argv": long}).json()["id"]
+        deadline = time.monotonic() + 60
+        while admin.get(f"/v1/jobs/{first}").json()["state"] != "running":
+            assert time.monotonic() < deadline, "the spot job did not start"
+            time.sleep(0.05)
+        second = a.post("/v1/jobs", json={**body, "argv": long}).json()["id"]
+        _sign_in(browser, eb)
+
+        def shown(_: Any) -> dict[str, Any] | None:
+            got = browser.execute_script(
+                """const rows = (id) => [...document.querySelectorAll(`#${id} tbody tr`)]
+                     .map((r) => r.textContent);
+                   return {hpspot: rows("hpspot"), queue: rows("queue"),
+                     bars: [...document.querySelectorAll("#gpus .seg")].map((e) => e.title)};"""
+            )
+            ok = any(first in r and "spot" in r for r in got["hpspot"]) and any(
+                second in r and "spot" in r for r in got["queue"]
+            )
+            return got if ok else None
+
+        got = WebDriverWait(browser, 20, poll_frequency=0.5).until(shown)
+        assert not any("spot" in t or first in t for t in got["bars"]), got["bars"]
+        for job in (first, second):
+            a.post(f"/v1/jobs/{job}/cancel")

@@ -41,7 +41,7 @@ from stoker.broker.auth import AuthError, Principal, hash_token, token_file
 from stoker.broker.events_log import DecisionLog
 from stoker.broker.metrics import BrokerGauges
 from stoker.broker.store import jobs as jobs_table
-from stoker.core import PodState
+from stoker.core import JobClass, PodState
 
 if TYPE_CHECKING:
     from stoker.broker.app import Broker
@@ -248,12 +248,28 @@ class Dashboard:
         now = time.time()
         g = gauges(broker)
         gpus = []
+        hpspot: dict[str, dict[str, Any]] = {}  # hp and spot pods: their own panel
         for gpu in core.cluster.gpus.values():
             pods = []
             for pid, share in gpu.allocs.items():
                 pod = core.pods.get(pid)
                 if pod is None:
                     continue  # a share held by something else (an hp/spot worker)
+                if pod.job_class is not JobClass.POOL:
+                    job = core.jobs.get(pod.job or pod.pending_job or "")
+                    entry = hpspot.setdefault(
+                        pid,
+                        {
+                            "id": pid,
+                            "job_class": pod.job_class.value,
+                            "state": pod.state.value,
+                            "job": pod.job or pod.pending_job,
+                            "tenant": job.spec.tenant if job is not None else None,
+                            "gpus": [],
+                        },
+                    )
+                    entry["gpus"].append(f"{gpu.id} ({share:g})")
+                    continue
                 pods.append(
                     {
                         "id": pid,
@@ -279,8 +295,13 @@ class Dashboard:
                 }
             )
         queue = []
-        for job_id in core.queued()[:20]:
-            job = core.jobs[job_id]
+        # pool, hp and spot jobs waiting, oldest first
+        waiting = sorted(
+            (core.jobs[j] for j in [*core.queued(), *core.hpspot.queued_ids()]),
+            key=lambda job: (job.submitted, job.id),
+        )
+        for job in waiting[:20]:
+            job_id = job.id
             queue.append(
                 {
                     "id": job_id,
@@ -324,9 +345,10 @@ class Dashboard:
             "capacity_gpus": g.capacity_gpus,
             "budget_gpus": g.budget_gpus,
             "idle_gpus": g.idle_gpus,
-            "queued": sum(g.queued.values()),
+            "queued": len(waiting),
             "profiles": profiles,
             "gpus": gpus,
+            "hpspot_pods": list(hpspot.values()),
             "queue": queue,
             "jobs": recent,
             "stats": self._stats(since),

@@ -163,6 +163,23 @@ function renderWarm(s) {
   $("gpus").replaceChildren(...gpus);
 }
 
+// hp and spot pods are no warm pool's: one row each, with its job and the cards it holds
+function renderHpSpot(s) {
+  const rows = (s.hpspot_pods || []).map((p) =>
+    el(
+      "tr",
+      {},
+      el("td", { class: "mono", text: p.id }),
+      el("td", { text: p.job_class }),
+      el("td", { text: p.state }),
+      el("td", { text: p.tenant || "" }),
+      el("td", { class: "mono", text: p.job || "" }),
+      el("td", { class: "mono", text: p.gpus.join(", ") }),
+    ),
+  );
+  fill($("hpspot").tBodies[0], rows, "no hp or spot pods", 6);
+}
+
 function legend(items) {
   return items.map(([label, color, line]) => el("span", {}, el("span", { class: "key" + (line ? " line" : ""), style: `background:${color}` }), label));
 }
@@ -171,12 +188,19 @@ function legend(items) {
 
 // x: [t0, t1] seconds; y: [0, ymax]; the viewBox is the element's own size, so text is
 // never stretched, with a left axis and time ticks below
-function frame(node, t0, t1, ymax, ticks) {
+// ``mid``: a time that takes the middle of the width (the past hour and the hours ahead
+// each get half, however long each is)
+function frame(node, t0, t1, ymax, ticks, mid) {
   node.replaceChildren();
   const W = Math.max(200, Math.round(node.clientWidth || 600));
   const H = 200, L = 34, B = 18, T = 6;
   node.setAttribute("viewBox", `0 0 ${W} ${H}`);
-  const x = (t) => L + ((t - t0) / Math.max(1, t1 - t0)) * (W - L - 4);
+  const span = W - L - 4;
+  const x = mid === undefined || t1 <= mid
+    ? (t) => L + ((t - t0) / Math.max(1, t1 - t0)) * span
+    : (t) => L + (t <= mid
+      ? ((t - t0) / Math.max(1, mid - t0)) * span / 2
+      : span / 2 + ((t - mid) / Math.max(1, t1 - mid)) * span / 2);
   const y = (v) => H - B - (v / ymax) * (H - B - T);
   for (const v of [0, ymax / 2, ymax]) {
     node.append(svg("line", { class: "axis", x1: L, x2: W, y1: y(v), y2: y(v) }));
@@ -298,7 +322,7 @@ function drawPool(node, p, s) {
   const ymax = Math.max(1, p.capacity, ...(fc ? fc.quantile : []), ...h.hp) * 1.05;
   const ticks = [{ at: t0, label: "-1 h" }, { at: s.now, label: "now" }];
   if (t1 > s.now) ticks.push({ at: t1, label: `+${Math.round((t1 - s.now) / 3600)} h` });
-  const { x, y } = frame(node, t0, t1, ymax, ticks);
+  const { x, y } = frame(node, t0, t1, ymax, ticks, s.now);
   if (fc) {
     node.append(svg("path", { d: area(ft, lo, fc.quantile, x, y, false), fill: "var(--hp)", "fill-opacity": 0.18 }));
     node.append(svg("path", { d: pathOf(ft, fc.mean, x, y, false), fill: "none", stroke: "var(--hp)", "stroke-width": 2, "stroke-dasharray": "5 4" }));
@@ -312,6 +336,7 @@ function drawPool(node, p, s) {
 // ---------------------------------------------------------------- loop
 
 function render(s) {
+  renderHpSpot(s);
   renderSummary(s);
   renderHeld(s);
   renderWarm(s);
