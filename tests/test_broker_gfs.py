@@ -43,20 +43,32 @@ pytestmark = [
 ]
 
 PY = "python"
-# a spot job that checkpoints on SIGTERM: its first run waits to be preempted, later runs end
+# a spot job that checkpoints on SIGTERM into its checkpoint dir: its first run waits to
+# be preempted, later runs resume from what the first left there
 SPOT = """
 import os, signal, sys, time
 run = int(os.environ["STOKER_RUN"])
+state = os.path.join(os.environ["STOKER_CHECKPOINT_DIR"], "state")
 def term(*_):
+    with open(state, "w") as f:
+        f.write("step 7")
     os.write(1, f"run {run}: SIGTERM, checkpointed\\n".encode())  # print is not reentrant
     sys.exit(0)
 signal.signal(signal.SIGTERM, term)
 print(f"run {run}: started", flush=True)
 if run == 1:
     time.sleep(90)
-print(f"run {run}: done", flush=True)
+with open(state) as f:
+    print(f"run {run}: resumed from {f.read()}", flush=True)
 """
-SPOT_OUTPUT = "run 1: started\nrun 1: SIGTERM, checkpointed\nrun 2: started\nrun 2: done\n"
+SPOT_OUTPUT = (
+    "run 1: started\nrun 1: SIGTERM, checkpointed\nrun 2: started\nrun 2: resumed from step 7\n"
+)
+
+
+def _checkpoints_dropped(cfg: BrokerConfig, job: str) -> None:
+    """Once the job has ended for good its checkpoints leave the runtime's disk."""
+    _wait_for(lambda: not (cfg.runtime_dir / "checkpoints" / job).exists(), 10)
 
 
 def _cfg(tmp: Path, gpu_slots: int = 1, **kw: Any) -> BrokerConfig:
@@ -207,6 +219,7 @@ def test_hp_preempts_spot_which_checkpoints_and_runs_again(
         assert (final["requeue_reason"], final["guarantee_failed"]) == ("preempted", 1)
         assert cli.returncode == 0, err
         assert f"stoker: job {spot.id} preempted" in err
+        _checkpoints_dropped(broker.cfg, spot.id)
         assert json.loads(out)["requeues"] == 1
         pool = _pool(a)
         assert (pool["spot_gpus"], pool["hp_gpus"]) == (0.0, 0.0)
@@ -268,6 +281,7 @@ def test_restart_in_the_middle_keeps_spot_hp_and_demand_history(tmp_path: Path) 
             assert gang.result(60).ok
             res = Job(a2, a2.get(spot.id)).result(60)
             assert res.ok and res.requeues == 1 and res.stdout.decode() == SPOT_OUTPUT
+            _checkpoints_dropped(cfg, spot.id)  # kept across the restart, then dropped
 
 
 def _store_hp_peak(cfg: BrokerConfig) -> None:
@@ -389,3 +403,28 @@ def test_cli_pools_table_and_json(broker: EmbeddedBroker) -> None:
     bad = runner.invoke(app, ["pools"], env={**env, "STOKER_TOKEN": "stk_bad"})
     assert bad.exit_code == 2 and "authorization" in bad.stderr
     assert httpx.get(f"{broker.url}/v1/pools").status_code == 401
+
+
+def test_a_checkpoint_dir_is_the_jobs_own_and_leaves_with_it(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """A hostile job leaves a file and a link to a host file in its checkpoint dir and
+    ends: the next job in the same pod (same reuse tag) finds the dir empty, the host file
+    is untouched, and nothing of the job stays on the runtime's disk."""
+    secret = tmp_path / "host-secret"
+    secret.write_text("host only")
+    leave = (
+        "import os; d = os.environ['STOKER_CHECKPOINT_DIR']\n"
+        "open(os.path.join(d, 'mine'), 'w').write('x' * 1000)\n"
+        f"os.symlink({str(secret)!r}, os.path.join(d, 'link'))\n"
+        "print(sorted(os.listdir(d)))"
+    )
+    look = "import os; print(sorted(os.listdir(os.environ['STOKER_CHECKPOINT_DIR'])))"
+    with _tenant(broker, "a") as a:
+        first = a.run("plain", [PY, "-c", leave], reuse_tag="t").result(60)
+        assert first.ok and first.stdout == b"['link', 'mine']\n", first
+        _checkpoints_dropped(broker.cfg, first.id)
+        second = a.run("plain", [PY, "-c", look], reuse_tag="t").result(60)
+        assert second.ok and second.stdout == b"[]\n", second
+        assert second.pods == first.pods  # the same pod: its dir was emptied at the bind
+    assert secret.read_text() == "host only"

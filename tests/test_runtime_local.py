@@ -579,11 +579,11 @@ def test_exposed_paths_under_tmp_are_bound_back(tmp_path: Path) -> None:
         (tree / "lib" / "marker.txt").chmod(0o644)
         (tree / "secret.txt").write_text("hidden")
         dirs = {}
-        for name in ("ws", "sock", "code", "overlay"):
+        for name in ("ws", "sock", "code", "overlay", "checkpoint"):
             dirs[name] = tmp_path / name
             dirs[name].mkdir()
         spec = sandbox.SandboxSpec(
-            binds=sandbox.pod_binds(dirs["ws"], dirs["sock"], dirs["code"], dirs["overlay"]),
+            binds=sandbox.pod_binds(*dirs.values()),
             argv=("sh", "-c", f"cat {tree}/lib/marker.txt; echo; ls {tree}"),
             drop_to=(65534, 65534) if os.geteuid() == 0 else None,
             expose=(tree / "lib",),

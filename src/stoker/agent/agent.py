@@ -43,6 +43,7 @@ DIAL_MIN_S, DIAL_MAX_S = 0.1, 5.0  # redial backoff bounds
 # under $TMPDIR (/tmp in a pod), what a pod that cannot see the runtime's disk (dial mode)
 # gets over its connection: code archives, and the deps its agent installs
 CODE_DIR = "stoker-code"
+CHECKPOINT_DIR = "/stoker/checkpoint"  # runtime/sandbox.py binds a job's own dir here
 DEPS_DIR = "stoker-deps"
 #: where a job may leave files besides its workspace (emptied after every job)
 SCRATCH = ("/tmp", "/dev/shm", "/dev/mqueue")
@@ -335,6 +336,8 @@ class Agent:
             )
             env["STOKER_JOB"] = job_id
             env["STOKER_RUN"] = str(int(msg.get("run", 1)))  # > 1: it was preempted before
+            if os.path.isdir(CHECKPOINT_DIR):  # kept across the job's runs (the runtime's)
+                env["STOKER_CHECKPOINT_DIR"] = CHECKPOINT_DIR
             timeout_s = float(msg.get("timeout_s", 3600.0))
             deps = tuple(str(d) for d in msg.get("deps") or ())
         except (KeyError, ValueError, TypeError, OSError) as exc:

@@ -1088,6 +1088,7 @@ class Scheduler:
                 self._requeued.append(job)
             case JobEnded(job):
                 self.output_budget.ended(job)  # the core finished it; _sync_jobs writes it
+                self._later(lambda: self._call(self.runtime.drop_checkpoint(job)))
             case _:
                 raise ValueError(f"unknown action {action!r}")
 

@@ -195,6 +195,10 @@ class Runtime(Protocol):
         """Remove a stored code archive (no tenant claims it any more); none is no error."""
         ...
 
+    async def drop_checkpoint(self, job: str) -> None:
+        """The job ended for good: what its runs kept in their checkpoint dirs goes."""
+        ...
+
     async def start_pod(
         self,
         pod: str,

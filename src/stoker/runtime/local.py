@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -57,6 +58,7 @@ from stoker.runtime.code import CodeStore
 from stoker.runtime.envs import EnvBuilder, EnvBuildError, top_level_modules
 from stoker.runtime.gpus import GpuDevice, cuda_visible_devices, device_nodes, discover
 
+log = logging.getLogger(__name__)
 _EXIT_REPORT_S = 5.0  # how long a killed job's exit report may take to arrive
 _POD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")
 _SRC_ROOT = str(Path(stoker.__file__).resolve().parent.parent)
@@ -120,6 +122,10 @@ class _Pod:
     oom_at_bind: int = -1
     stopping: bool = False
     taken_over: bool = False  # the agent said a newer runtime connected
+    checkpoint: tuple[str, int] | None = None  # (job, rank) whose checkpoint dir this holds
+    # the move of a checkpoint out of the pod: never cut short by a cancelled reader, and
+    # awaited by the teardown before it removes the pod's dir
+    keeping: asyncio.Task[None] | None = None
 
     def __post_init__(self) -> None:
         self.link = AgentLink(self.id)
@@ -153,6 +159,7 @@ class _Pod:
             "init_pid": self.init_pid,
             "init_start": self.init_start,
             "started_at": self.started_at,
+            "checkpoint": list(self.checkpoint) if self.checkpoint else None,
         }
 
 
@@ -189,6 +196,33 @@ def _empty_dir(root: Path) -> None:
             shutil.rmtree(child)
         else:
             child.unlink()
+
+
+def _move_all(src: Path, dst: Path) -> None:
+    """Move what is in ``src`` into ``dst`` (made where missing, private). Links are moved,
+    never followed; the two may be on different filesystems (a tmpfs and the state dir)."""
+    items = list(src.iterdir()) if src.is_dir() else []
+    if items:
+        dst.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for item in items:
+        shutil.move(item, dst / item.name)
+
+
+def _keep(pod: str, here: Path, kept: Path) -> None:
+    """Move a finished run's checkpoint out of its pod; a failure is logged (the job's exit
+    is still told, its next run starts over)."""
+    try:
+        _move_all(here, kept)
+    except OSError as exc:
+        log.warning("pod %s: could not keep the checkpoint in %s: %s", pod, kept, exc)
+
+
+def _restore(kept: Path, here: Path) -> None:
+    """Empty the pod's checkpoint dir ``here``, then move what was ``kept`` into it."""
+    _empty_dir(here)
+    _move_all(kept, here)
+    if kept.is_dir():
+        kept.rmdir()
 
 
 def cgroup_prefix(state_dir: Path) -> str:
@@ -236,6 +270,7 @@ def _clear_pod(rec: _Pod) -> None:
     its directory."""
     rec.cgroup.remove()
     unmount(rec.dir / "workspace")
+    unmount(rec.dir / "checkpoint")
     shutil.rmtree(rec.dir, ignore_errors=True)
 
 
@@ -334,6 +369,33 @@ class LocalRuntime:
     async def drop_code(self, digest: str) -> None:
         await asyncio.to_thread(self.code.remove, digest)
 
+    # --- checkpoints: a job's own directory, kept across its runs ---------------
+
+    def _checkpoints(self, job: str, rank: int) -> Path:
+        return self.state_dir / "checkpoints" / job / str(rank)
+
+    async def _checkpoint_in(self, rec: _Pod, binding: JobBinding) -> None:
+        """What the job's earlier run left (rank by rank) into this pod's checkpoint dir;
+        the pod's dir is emptied first (a pod serves one job at a time)."""
+        await self._checkpoint_out(rec)  # an earlier job's, if it is still being kept
+        rec.checkpoint = (binding.job, binding.topology.rank)
+        kept = self._checkpoints(*rec.checkpoint)
+        await asyncio.to_thread(_restore, kept, rec.dir / "checkpoint")
+
+    async def _checkpoint_out(self, rec: _Pod) -> None:
+        """The job's run ended in this pod: what it left in its checkpoint dir is kept for
+        its next run (the broker drops it when the job ends for good)."""
+        if rec.checkpoint is not None:
+            here, kept = rec.dir / "checkpoint", self._checkpoints(*rec.checkpoint)
+            rec.checkpoint = None
+            rec.keeping = asyncio.ensure_future(asyncio.to_thread(_keep, rec.id, here, kept))
+        if rec.keeping is not None:
+            await asyncio.shield(rec.keeping)
+
+    async def drop_checkpoint(self, job: str) -> None:
+        """The job ended for good: its kept checkpoints go."""
+        await asyncio.to_thread(shutil.rmtree, self.state_dir / "checkpoints" / job, True)
+
     # --- pods --------------------------------------------------------------
 
     def _pod(self, pod: str) -> _Pod:
@@ -365,7 +427,7 @@ class LocalRuntime:
             raise PodStartError(f"pod {pod}: profile {profile.name}: {exc}") from exc
         d = self.pods_dir / pod
         (d / "code").mkdir(parents=True)  # only the bound job's archive, linked at bind
-        for sub in ("workspace", "sock"):
+        for sub in ("workspace", "sock", "checkpoint"):
             (d / sub).mkdir(parents=True)
         d.chmod(0o700)
         # unique on the host: pod ids are only unique within one runtime's state dir
@@ -394,18 +456,22 @@ class LocalRuntime:
         """The workspace (the jobs' uid's; a size-capped tmpfs where we may mount one) and
         the socket's directory (the agent's uid's alone: no job may connect or leave files
         there)."""
-        ws, sock = rec.dir / "workspace", rec.dir / "sock"
+        ws, sock, ckpt = rec.dir / "workspace", rec.dir / "sock", rec.dir / "checkpoint"
         if self.job_user is not None and self.drop_to is not None:
-            if rec.profile.workspace_mb:
+            # the checkpoint dir has the workspace's cap too: what a job keeps across its
+            # runs is bounded like what it may write in one
+            for d in (ws, ckpt) if rec.profile.workspace_mb else ():
                 try:
-                    _mount_tmpfs(ws, rec.profile.workspace_mb, self.job_user)
+                    _mount_tmpfs(d, rec.profile.workspace_mb, self.job_user)
                 except (OSError, subprocess.CalledProcessError) as exc:
-                    rec.cgroup.missing["workspace"] = f"tmpfs on the workspace: {exc}"
+                    rec.cgroup.missing[d.name] = f"tmpfs on the {d.name} dir: {exc}"
             os.chown(ws, *self.job_user)
+            os.chown(ckpt, *self.job_user)
             os.chown(sock, *self.drop_to)
         elif rec.profile.workspace_mb:
             rec.cgroup.missing["workspace"] = "no size cap: mounting a tmpfs needs root"
         sock.chmod(0o700)
+        ckpt.chmod(0o700)
 
     def _sandbox_command(self, rec: _Pod, visible: str, info_fd: int, sc_fd: int) -> list[str]:
         py_bin = os.path.dirname(rec.python)
@@ -431,7 +497,11 @@ class LocalRuntime:
         spec = sandbox.SandboxSpec(
             argv=argv,
             binds=sandbox.pod_binds(
-                rec.dir / "workspace", rec.dir / "sock", rec.dir / "code", self.envs.overlay_root
+                rec.dir / "workspace",
+                rec.dir / "sock",
+                rec.dir / "code",
+                self.envs.overlay_root,
+                rec.dir / "checkpoint",
             ),
             env=env,
             hide=self._hidden,
@@ -552,6 +622,8 @@ class LocalRuntime:
                 and rec.cgroup.oom_kills() > rec.oom_at_bind
             ):
                 failure = Failure.OUT_OF_MEMORY
+            # kept before the exit is told: a stop waiting for the exit then finds it kept
+            await self._checkpoint_out(rec)
             if rec.job == msg["job"]:
                 rec.job = None
                 rec.job_exited.set()
@@ -618,6 +690,8 @@ class LocalRuntime:
         rec.job = binding.job
         rec.job_exited = asyncio.Event()
         rec.grace_until = 0.0
+        await self._checkpoint_in(rec, binding)
+        self._save(rec)  # a successor that adopts this pod keeps the job's checkpoint
         overlay: list[str] = []
         imports: tuple[str, ...] = ()
         if binding.deps:
@@ -677,6 +751,7 @@ class LocalRuntime:
             await asyncio.to_thread(rec.cgroup.kill_all)
             if rec.proc is not None:
                 await asyncio.to_thread(rec.proc.wait)
+            await self._checkpoint_out(rec)  # before the dir goes
             await asyncio.to_thread(_clear_pod, rec)
         except BaseException:
             _clear_pod(rec)  # cancelled midway: still no mount, group or directory left
@@ -748,7 +823,8 @@ class LocalRuntime:
                 data = json.loads((d / "pod.json").read_text())
             except (OSError, ValueError):
                 # died before its record: no process was started yet
-                await asyncio.to_thread(unmount, d / "workspace")
+                for sub in ("workspace", "checkpoint"):
+                    await asyncio.to_thread(unmount, d / sub)
                 await asyncio.to_thread(shutil.rmtree, d, True)
                 continue
             await self._adopt(data, d)
@@ -787,6 +863,9 @@ class LocalRuntime:
             outer_start=int(str(data["outer_start"])),
             init_start=int(str(data["init_start"])),
         )
+        kept = data.get("checkpoint")
+        if isinstance(kept, list) and len(kept) == 2:
+            rec.checkpoint = (str(kept[0]), int(kept[1]))
         self._pods[rec.id] = rec
         alive = rec.init_pid > 0 and _start_time(rec.init_pid) == rec.init_start
         if alive:

@@ -37,6 +37,9 @@ WORKSPACE = "/workspace"
 SOCK_DIR = "/stoker/sock"
 CODE_DIR = "/stoker/code"
 OVERLAY_DIR = "/stoker/overlays"
+# a job's own checkpoint directory: what it leaves there follows it to its next run after a
+# preemption (STOKER_CHECKPOINT_DIR), and goes when the job ends for good
+CHECKPOINT_DIR = "/stoker/checkpoint"
 SOCKET_NAME = "agent.sock"
 CGROUP_DIR = "/sys/fs/cgroup"
 #: where sysfs lists the network interfaces (of the host's namespace, whoever reads it)
@@ -107,7 +110,7 @@ class Bind:
 
 
 def pod_binds(
-    workspace: Path, sock_dir: Path, code_dir: Path, overlay_dir: Path
+    workspace: Path, sock_dir: Path, code_dir: Path, overlay_dir: Path, checkpoint_dir: Path
 ) -> tuple[Bind, ...]:
     """A pod's own directories (see the module's docstring)."""
     return (
@@ -115,6 +118,7 @@ def pod_binds(
         Bind(sock_dir, SOCK_DIR, writable=True),
         Bind(code_dir, CODE_DIR),
         Bind(overlay_dir, OVERLAY_DIR),
+        Bind(checkpoint_dir, CHECKPOINT_DIR, writable=True),
     )
 
 

@@ -408,6 +408,10 @@ class KubernetesRuntime:
             raise NotCarried("code: this runtime keeps no code archives (no code_dir)")
         return await asyncio.to_thread(self.code.put, data)
 
+    async def drop_checkpoint(self, job: str) -> None:
+        """Nothing kept here: on Kubernetes a checkpoint goes to a volume of the job's own
+        (docs: the guides' hp and spot page)."""
+
     async def drop_code(self, digest: str) -> None:
         """Remove a stored code archive (none kept: nothing to do)."""
         if self.code is not None:
