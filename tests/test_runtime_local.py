@@ -610,3 +610,37 @@ def test_exposed_paths_under_tmp_are_bound_back(tmp_path: Path) -> None:
         assert out.stdout.split() == ["venv", "interpreter"], out.stderr
     finally:
         shutil.rmtree(tree)
+
+
+async def test_an_upload_cut_by_a_recycle_never_lands_in_the_next_callers_pod(rig: Rig) -> None:
+    """A file streamed into a pod whose keep-alive ends midway (the pod is recycled for the
+    next caller) is refused, not put in the recycled workspace; a whole one lands."""
+    from stoker.runtime.local import UnknownPod
+
+    pod = await rig.pod()
+    size = await rig.rt.write_file(pod, "dir/whole.bin", _pieces(b"a" * 10, 3), 1 << 20)
+    assert size == 30
+    res = await rig.run(pod, ["python", "-c", "print(open('dir/whole.bin').read())"])
+    assert res.stdout == b"a" * 30 + b"\n"
+    half = asyncio.Event()
+
+    async def slow() -> AsyncIterator[bytes]:
+        yield b"b" * 10
+        half.set()
+        await asyncio.sleep(0.5)
+        yield b"b" * 10
+
+    upload = asyncio.create_task(rig.rt.write_file(pod, "cut.bin", slow(), 1 << 20))
+    await half.wait()
+    new = f"{pod}-r"
+    await rig.rt.recycle(pod, new)
+    assert await rig.until(PodUp) == PodUp(new)
+    with pytest.raises(UnknownPod):
+        await upload
+    look = "import os; print(sorted(os.listdir('.')))"
+    assert (await rig.run(new, ["python", "-c", look])).stdout == b"[]\n"
+
+
+async def _pieces(piece: bytes, n: int) -> AsyncIterator[bytes]:
+    for _ in range(n):
+        yield piece

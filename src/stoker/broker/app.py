@@ -57,6 +57,8 @@ from stoker.broker.dashboard import add_routes as add_dashboard_routes
 from stoker.broker.dashboard import gauges as dashboard_gauges
 from stoker.broker.datadir import make_private
 from stoker.broker.events_log import DecisionLog, job_latencies_ms
+from stoker.broker.files import add_routes as add_file_routes
+from stoker.broker.files import is_file_route
 from stoker.broker.leader import Leadership
 from stoker.broker.loop import JobRequest, Refused, Scheduler
 from stoker.broker.metrics import BrokerMetrics
@@ -373,6 +375,7 @@ class BodyCap:
             scope["type"] != "http"
             or scope["method"] in ("GET", "HEAD", "OPTIONS")
             or scope["path"] in self.exempt
+            or is_file_route(scope["path"])  # streamed under max_file_bytes
         ):
             await self.app(scope, receive, send)
             return
@@ -935,6 +938,7 @@ def create_app(broker: Broker) -> FastAPI:
         return [PoolView(**p) for p in sched.gpu_pools()]
 
     add_tenant_routes(app, broker, admin_only)
+    add_file_routes(app, broker, tenant_of, profile_of)
     add_dashboard_routes(app, broker, broker.decisions, broker.dashboard)
     add_sandbox_fusion_routes(app, broker, submit)
     # the last added runs first: bodies are capped, then a plain submit takes its fast path

@@ -13,6 +13,7 @@ key::
     extra_index_urls = ["https://pypi.org/simple"]
     ca_bundle = "/etc/ssl/certs/corp-proxy.pem"   # CAs uv trusts besides its own
     max_code_bytes = 67108864
+    max_file_bytes = 268435456      # a session file streamed in or out
     max_request_bytes = 1048576     # any other request body (a job, a secret)
     keepalive_s = 60                # a fixed keep-alive of 60 s (default: the preset's)
     max_keepalive_s = 3600          # the longest keep-alive a session may renew for
@@ -569,6 +570,11 @@ class _BrokerFile(_Table):
         gt=0,
         description="the largest code archive a job may upload",
     )
+    max_file_bytes: int = Field(
+        256 * 1024 * 1024,
+        gt=0,
+        description="the largest file streamed into or out of a session's workspace",
+    )
     max_request_bytes: int = Field(
         1024 * 1024,
         gt=0,
@@ -650,6 +656,7 @@ class BrokerConfig:
     profiles: list[BrokerProfile] = field(default_factory=lambda: [BrokerProfile.simple("plain")])
     gpu_slots: int = 2
     max_code_bytes: int = 64 * 1024 * 1024
+    max_file_bytes: int = 256 * 1024 * 1024
     max_request_bytes: int = 1024 * 1024
     max_timeout_s: float = 24 * 3600.0
     # a fixed keep-alive of this many seconds (unless [policies] keepalive names another

@@ -23,6 +23,7 @@ import base64
 import hashlib
 import io
 import json
+import os
 import tarfile
 import threading
 import time
@@ -30,7 +31,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import quote
 
 import httpx
@@ -1132,14 +1133,96 @@ def _write_argvs(path: str, data: bytes) -> list[list[str]]:
     ]
 
 
+_POD_GONE = "the session's pod was gone: its workspace went with it"
+
+
 def _file_result(res: JobResult, what: str, path: str, live: bool = True) -> JobResult:
     """``res``, or SessionFileError saying why it failed: the pod's own error, and that the
     session's pod was gone (``live`` False: its keep-alive ended and its files with it)."""
     if not res.ok:
         reason = res.stderr.decode(errors="replace").strip().splitlines()[-1:] or [res.failure]
-        gone = "" if live else " (the session's pod was gone: its workspace went with it)"
+        gone = "" if live else f" ({_POD_GONE})"
         raise SessionFileError(f"files.{what} {path}: {reason[0]}{gone}")
     return res
+
+
+# what a file transfer's refusal says when the SDK works around it: the session has no pod
+# (a write makes one with a call; a read says its workspace went), or the broker's runtime
+# cannot reach a pod's disk (the file moves by jobs instead)
+_NO_POD, _NOT_CARRIED = "no_pod", "not_carried"
+_TRANSFER_CHUNK = 256 * 1024
+Source = bytes | str | Path | BinaryIO
+
+
+def _file_url(profile: str, reuse_tag: str, path: str) -> str:
+    # refused here as the broker would: an HTTP client resolves dot segments away first
+    names = [p for p in path.split("/") if p not in ("", ".")]
+    if path.startswith("/") or ".." in names or not names:
+        raise InvalidRequest(f"path: {path!r} must name a file inside the workspace", 422, "path")
+    return f"/v1/sessions/{quote(profile, safe='')}/{quote(reuse_tag, safe='')}/files/" + "/".join(
+        quote(p, safe="") for p in names
+    )
+
+
+def _transfer_refusal(resp: httpx.Response, what: str, path: str) -> str | None:
+    """None when ``resp`` succeeded; ``no_pod`` or ``not_carried`` when the SDK works
+    around the refusal; otherwise the SDK's error for it (SessionFileError for a missing
+    file or a full workspace)."""
+    if resp.status_code < 400:
+        return None
+    try:
+        body = resp.json()
+        error, message, field = body.get("error"), str(body.get("message")), body.get("field")
+    except (ValueError, AttributeError):
+        error, message, field = None, resp.text, None
+    if error in (_NO_POD, _NOT_CARRIED):
+        return str(error)
+    if field == "path" and error in ("not_found", "workspace_full"):
+        raise SessionFileError(f"files.{what} {path}: {message}", resp.status_code, "path")
+    _raise_for(resp)
+    raise AssertionError("unreachable")
+
+
+def _body(
+    source: Source, progress: Callable[[int, int], None] | None
+) -> tuple[int, Iterator[bytes]]:
+    """The size of what ``source`` holds (bytes, a local file's path, an open binary file
+    read from where it stands) and its bytes in pieces, telling ``progress``."""
+    if isinstance(source, bytes):
+        size, fh = len(source), io.BytesIO(source)
+    elif isinstance(source, (str, Path)):
+        size, fh = Path(source).stat().st_size, open(source, "rb")  # noqa: SIM115 (closed below)
+    else:
+        fh = source
+        size = os.fstat(fh.fileno()).st_size - fh.tell() if hasattr(fh, "fileno") else -1
+
+    def pieces() -> Iterator[bytes]:
+        sent = 0
+        try:
+            while chunk := fh.read(_TRANSFER_CHUNK):
+                sent += len(chunk)
+                if progress is not None:
+                    progress(sent, size)
+                yield chunk
+        finally:
+            if fh is not source:
+                fh.close()
+
+    return size, pieces()
+
+
+def _all_bytes(source: Source) -> bytes:
+    if isinstance(source, bytes):
+        return source
+    if isinstance(source, (str, Path)):
+        return Path(source).read_bytes()
+    return source.read()
+
+
+def _put_headers(size: int) -> dict[str, str]:
+    return {"Content-Type": "application/octet-stream"} | (
+        {"Content-Length": str(size)} if size >= 0 else {}
+    )
 
 
 class _SessionState:
@@ -1157,7 +1240,11 @@ class _SessionState:
         self.on_pod_lost = on_pod_lost
 
     def _landed(self, res: JobResult) -> JobResult:
-        new = res.pods[0] if res.pods else None
+        self._seen(res.pods[0] if res.pods else None)
+        return res
+
+    def _seen(self, new: str | None) -> None:
+        """A call (or a file transfer) of the session went to pod ``new``."""
         self.pod_lost = self.pod is not None and new is not None and new != self.pod
         if self.pod_lost:
             assert self.pod is not None and new is not None
@@ -1166,7 +1253,6 @@ class _SessionState:
             if self.on_pod_lost is not None:
                 self.on_pod_lost(event)
         self.pod = new or self.pod
-        return res
 
 
 class Session(_SessionState):
@@ -1210,23 +1296,87 @@ class Session(_SessionState):
 
 
 class SessionFiles:
-    """Files in the session pod's workspace (the jobs' working directory), moved by jobs
-    in that pod. A file missing because the pod itself is gone says so."""
+    """Files in the session pod's workspace (the jobs' working directory), streamed
+    between this process and the pod (``max_file_bytes`` caps one file); on a runtime whose
+    pods the broker cannot reach (Kubernetes), moved by jobs in the pod instead. A file
+    missing because the pod itself is gone says so."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
+
+    def _url(self, path: str) -> str:
+        return _file_url(self.session.profile, self.session.reuse_tag, path)
 
     def _do(self, argv: list[str], what: str, path: str) -> JobResult:
         live = self.session.exists()  # before the call: the call itself makes a pod
         return _file_result(self.session.run(argv), what, path, live)
 
     def write(self, path: str, data: bytes | str) -> None:
-        raw = data.encode() if isinstance(data, str) else data
-        for argv in _write_argvs(path, raw):
-            _file_result(self.session.run(argv), "write", path)
+        """Put ``data`` at ``path`` (parents made; a file there is replaced whole)."""
+        self.upload(path, data.encode() if isinstance(data, str) else data)
+
+    def upload(
+        self, path: str, source: Source, progress: Callable[[int, int], None] | None = None
+    ) -> int:
+        """Stream ``source`` (bytes, a local file's path, or an open binary file) to
+        ``path``; the bytes sent. ``progress(sent, total)`` hears them go. A session with no
+        pod yet gets one first (a call)."""
+        http = self.session.client._http
+        start = source.tell() if hasattr(source, "tell") else None
+        for attempt in range(2):
+            if attempt and start is not None:
+                source.seek(start)  # type: ignore[union-attr]
+            size, pieces = _body(source, progress)
+            try:
+                resp = http.put(self._url(path), content=pieces, headers=_put_headers(size))
+            except httpx.TransportError as exc:
+                raise _unreachable(self.session.client.url, "PUT", self._url(path), exc) from exc
+            refusal = _transfer_refusal(resp, "upload", path)
+            if refusal is None:
+                body = resp.json()
+                self.session._seen(body["pod"])
+                return int(body["size"])
+            if refusal == _NOT_CARRIED:
+                if start is not None:
+                    source.seek(start)  # type: ignore[union-attr]
+                data = _all_bytes(source)
+                for argv in _write_argvs(path, data):
+                    _file_result(self.session.run(argv), "write", path)
+                return len(data)
+            self.session.run(["python", "-c", "pass"])  # no pod: a call makes one
+        raise SessionFileError(f"files.upload {path}: the session's pod went during the upload")
 
     def read(self, path: str) -> bytes:
-        return base64.b64decode(self._do(["python", "-c", _READ, path], "read", path).stdout)
+        """The bytes of ``path``."""
+        buf = io.BytesIO()
+        self.download(path, buf)
+        return buf.getvalue()
+
+    def download(
+        self,
+        path: str,
+        dest: str | Path | BinaryIO,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> int:
+        """Stream ``path`` into ``dest`` (a local path, written whole or not at all, or an
+        open binary file); the bytes received, told to ``progress(received, total)``."""
+        http = self.session.client._http
+        try:
+            with http.stream("GET", self._url(path)) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                refusal = _transfer_refusal(resp, "read", path)
+                if refusal is None:
+                    total = int(resp.headers.get("content-length", -1))
+                    self.session._seen(resp.headers.get("x-stoker-pod"))
+                    return _save(resp.iter_bytes(_TRANSFER_CHUNK), dest, total, progress)
+        except httpx.TransportError as exc:
+            raise _unreachable(self.session.client.url, "GET", self._url(path), exc) from exc
+        if refusal == _NO_POD:
+            raise SessionFileError(f"files.read {path}: {_POD_GONE}", 409, "path")
+        res = self._do(["python", "-c", _READ, path], "read", path)
+        data = base64.b64decode(res.stdout)
+        return _save(iter([data]), dest, len(data), progress)
 
     def list(self, path: str = ".") -> list[dict[str, Any]]:
         """The entries under ``path``: ``name``, ``size`` (bytes), ``dir``."""
@@ -1239,6 +1389,29 @@ class SessionFiles:
     def delete(self, path: str) -> None:
         """Remove a file (or an empty directory)."""
         self._do(["python", "-c", _DELETE, path], "delete", path)
+
+
+def _save(
+    chunks: Iterator[bytes],
+    dest: str | Path | BinaryIO,
+    total: int,
+    progress: Callable[[int, int], None] | None,
+) -> int:
+    """Write ``chunks`` to ``dest``: a local path is written beside itself and renamed, so
+    a broken transfer leaves no half file."""
+    got = 0
+    if isinstance(dest, (str, Path)):
+        part = Path(f"{dest}.part")
+        with open(part, "wb") as fh:
+            got = _save(chunks, fh, total, progress)
+        part.replace(dest)
+        return got
+    for chunk in chunks:
+        dest.write(chunk)
+        got += len(chunk)
+        if progress is not None:
+            progress(got, total)
+    return got
 
 
 class AsyncSession(_SessionState):
@@ -1280,18 +1453,78 @@ class AsyncSessionFiles:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
+    def _url(self, path: str) -> str:
+        return _file_url(self.session.profile, self.session.reuse_tag, path)
+
     async def _do(self, argv: list[str], what: str, path: str) -> JobResult:
         live = await self.session.exists()
         return _file_result(await self.session.run(argv), what, path, live)
 
     async def write(self, path: str, data: bytes | str) -> None:
-        raw = data.encode() if isinstance(data, str) else data
-        for argv in _write_argvs(path, raw):
-            _file_result(await self.session.run(argv), "write", path)
+        """See :meth:`SessionFiles.write`."""
+        await self.upload(path, data.encode() if isinstance(data, str) else data)
+
+    async def upload(
+        self, path: str, source: Source, progress: Callable[[int, int], None] | None = None
+    ) -> int:
+        """See :meth:`SessionFiles.upload`."""
+        http = self.session.client._http
+        start = source.tell() if hasattr(source, "tell") else None
+        for attempt in range(2):
+            if attempt and start is not None:
+                source.seek(start)  # type: ignore[union-attr]
+            size, pieces = _body(source, progress)
+            try:
+                resp = await http.put(
+                    self._url(path), content=_aiter(pieces), headers=_put_headers(size)
+                )
+            except httpx.TransportError as exc:
+                raise _unreachable(self.session.client.url, "PUT", self._url(path), exc) from exc
+            refusal = _transfer_refusal(resp, "upload", path)
+            if refusal is None:
+                body = resp.json()
+                self.session._seen(body["pod"])
+                return int(body["size"])
+            if refusal == _NOT_CARRIED:
+                if start is not None:
+                    source.seek(start)  # type: ignore[union-attr]
+                data = _all_bytes(source)
+                for argv in _write_argvs(path, data):
+                    _file_result(await self.session.run(argv), "write", path)
+                return len(data)
+            await self.session.run(["python", "-c", "pass"])
+        raise SessionFileError(f"files.upload {path}: the session's pod went during the upload")
 
     async def read(self, path: str) -> bytes:
+        """See :meth:`SessionFiles.read`."""
+        buf = io.BytesIO()
+        await self.download(path, buf)
+        return buf.getvalue()
+
+    async def download(
+        self,
+        path: str,
+        dest: str | Path | BinaryIO,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> int:
+        """See :meth:`SessionFiles.download`."""
+        http = self.session.client._http
+        try:
+            async with http.stream("GET", self._url(path)) as resp:
+                if resp.status_code >= 400:
+                    await resp.aread()
+                refusal = _transfer_refusal(resp, "read", path)
+                if refusal is None:
+                    total = int(resp.headers.get("content-length", -1))
+                    self.session._seen(resp.headers.get("x-stoker-pod"))
+                    return await _asave(resp.aiter_bytes(_TRANSFER_CHUNK), dest, total, progress)
+        except httpx.TransportError as exc:
+            raise _unreachable(self.session.client.url, "GET", self._url(path), exc) from exc
+        if refusal == _NO_POD:
+            raise SessionFileError(f"files.read {path}: {_POD_GONE}", 409, "path")
         res = await self._do(["python", "-c", _READ, path], "read", path)
-        return base64.b64decode(res.stdout)
+        data = base64.b64decode(res.stdout)
+        return _save(iter([data]), dest, len(data), progress)
 
     async def list(self, path: str = ".") -> list[dict[str, Any]]:
         """See :meth:`SessionFiles.list`."""
@@ -1307,6 +1540,35 @@ class AsyncSessionFiles:
     async def delete(self, path: str) -> None:
         """See :meth:`SessionFiles.delete`."""
         await self._do(["python", "-c", _DELETE, path], "delete", path)
+
+
+async def _asave(
+    chunks: AsyncIterator[bytes],
+    dest: str | Path | BinaryIO,
+    total: int,
+    progress: Callable[[int, int], None] | None,
+) -> int:
+    """The asynchronous twin of :func:`_save`."""
+    part = Path(f"{dest}.part") if isinstance(dest, (str, Path)) else None
+    fh = open(part, "wb") if part is not None else dest  # noqa: SIM115 (closed below)
+    got = 0
+    try:
+        async for chunk in chunks:
+            fh.write(chunk)
+            got += len(chunk)
+            if progress is not None:
+                progress(got, total)
+    finally:
+        if part is not None:
+            fh.close()
+    if part is not None:
+        part.replace(dest)
+    return got
+
+
+async def _aiter(pieces: Iterator[bytes]) -> AsyncIterator[bytes]:
+    for piece in pieces:
+        yield piece
 
 
 __all__ = [

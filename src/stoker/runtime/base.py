@@ -195,6 +195,21 @@ class Runtime(Protocol):
         """Remove a stored code archive (no tenant claims it any more); none is no error."""
         ...
 
+    async def read_file(
+        self, pod: str, path: str, max_bytes: int
+    ) -> tuple[int, AsyncIterator[bytes]]:
+        """A file of a pod's workspace: its size and its bytes, streamed (a session's
+        ``files``). FileNotFoundError, ``workspace_files.WorkspacePathError`` (a link, a
+        path out of the workspace), ``FileTooLarge`` over ``max_bytes``."""
+        ...
+
+    async def write_file(
+        self, pod: str, path: str, chunks: AsyncIterator[bytes], max_bytes: int
+    ) -> int:
+        """Put a file in a pod's workspace from ``chunks``, whole or not at all; the bytes
+        written. Refusals as :meth:`read_file`'s."""
+        ...
+
     async def drop_checkpoint(self, job: str) -> None:
         """The job ended for good: what its runs kept in their checkpoint dirs goes."""
         ...

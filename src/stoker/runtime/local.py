@@ -39,7 +39,7 @@ import stoker
 from stoker.agent import protocol
 from stoker.agent.binding import check_env
 from stoker.core.model import Failure
-from stoker.runtime import sandbox, seccomp
+from stoker.runtime import sandbox, seccomp, workspace_files
 from stoker.runtime.agent_link import AgentLink
 from stoker.runtime.base import (
     BindRefused,
@@ -126,6 +126,9 @@ class _Pod:
     # the move of a checkpoint out of the pod: never cut short by a cancelled reader, and
     # awaited by the teardown before it removes the pod's dir
     keeping: asyncio.Task[None] | None = None
+    # bumped when the pod is recycled or stopped: an upload begun before never lands in
+    # the workspace after (the recycled pod is another caller's)
+    generation: int = 0
 
     def __post_init__(self) -> None:
         self.link = AgentLink(self.id)
@@ -395,6 +398,69 @@ class LocalRuntime:
     async def drop_checkpoint(self, job: str) -> None:
         """The job ended for good: its kept checkpoints go."""
         await asyncio.to_thread(shutil.rmtree, self.state_dir / "checkpoints" / job, True)
+
+    # --- a pod's workspace files, streamed from the host side -------------------
+
+    async def read_file(
+        self, pod: str, path: str, max_bytes: int
+    ) -> tuple[int, AsyncIterator[bytes]]:
+        """The size of ``path`` in ``pod``'s workspace and its bytes, piece by piece (links
+        refused, never followed: :mod:`stoker.runtime.workspace_files`)."""
+        rec = self._pod(pod)
+        fd, size = await asyncio.to_thread(
+            workspace_files.open_read, str(rec.dir / "workspace"), path
+        )
+        if size > max_bytes:
+            os.close(fd)
+            raise workspace_files.FileTooLarge(
+                f"path: {path} is {size} bytes, over the {max_bytes}-byte cap (max_file_bytes)"
+            )
+
+        async def chunks() -> AsyncIterator[bytes]:
+            try:
+                while chunk := await asyncio.to_thread(os.read, fd, workspace_files.CHUNK):
+                    yield chunk
+            finally:
+                os.close(fd)
+
+        return size, chunks()
+
+    async def write_file(
+        self, pod: str, path: str, chunks: AsyncIterator[bytes], max_bytes: int
+    ) -> int:
+        """Put ``chunks`` in ``pod``'s workspace at ``path`` (parents made, the job's uid
+        owns them), replacing the file whole once all has arrived; the bytes written. A
+        recycle or stop of the pod midway aborts it (UnknownPod), so nothing lands in the
+        pod's next caller's workspace."""
+        rec = self._pod(pod)
+        generation = rec.generation
+        fd, dfd, tmp = await asyncio.to_thread(
+            workspace_files.open_write, str(rec.dir / "workspace"), path, self.job_user
+        )
+        size = 0
+        try:
+            try:
+                async for chunk in chunks:
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise workspace_files.FileTooLarge(
+                            f"path: {path} is over the {max_bytes}-byte cap (max_file_bytes)"
+                        )
+                    await asyncio.to_thread(workspace_files.write_all, fd, chunk)
+                    if rec.generation != generation:
+                        break
+            finally:
+                os.close(fd)
+            # checked and renamed in one step of the loop: no recycle comes in between
+            if rec.generation != generation or self._pods.get(pod) is not rec:
+                raise UnknownPod(f"pod {pod}: recycled or stopped during the upload")
+            workspace_files.commit(dfd, tmp, path)
+        except BaseException:
+            workspace_files.abort(dfd, tmp)
+            raise
+        finally:
+            os.close(dfd)
+        return size
 
     # --- pods --------------------------------------------------------------
 
@@ -739,6 +805,7 @@ class LocalRuntime:
     async def _teardown(self, rec: _Pod) -> None:
         """Kill the whole pod, reap it, and remove its cgroup and directory (workspace too)."""
         rec.stopping = True
+        rec.generation += 1  # an upload in flight is not put in place
         rec.link.hang_up()
         if rec.reader_task is not None and rec.reader_task is not asyncio.current_task():
             rec.reader_task.cancel()
@@ -791,6 +858,7 @@ class LocalRuntime:
             or (self.pods_dir / new_pod).exists()
         ):
             raise ValueError(f"new_pod: bad or existing pod id {new_pod!r}")
+        rec.generation += 1  # an upload in flight is not put in the next caller's pod
         if self.recycle_mode == "scrub" and rec.job is None:
             reply = await rec.link.request({"op": "scrub", "pod": new_pod}, "scrubbed")
             if reply.get("pod") == new_pod:

@@ -408,6 +408,18 @@ class KubernetesRuntime:
             raise NotCarried("code: this runtime keeps no code archives (no code_dir)")
         return await asyncio.to_thread(self.code.put, data)
 
+    async def read_file(
+        self, pod: str, path: str, max_bytes: int
+    ) -> tuple[int, AsyncIterator[bytes]]:
+        """Not here: the broker cannot reach a pod's disk (the SDK moves files by jobs)."""
+        raise NotCarried("this runtime cannot reach a pod's workspace from the broker")
+
+    async def write_file(
+        self, pod: str, path: str, chunks: AsyncIterator[bytes], max_bytes: int
+    ) -> int:
+        """Not here: see :meth:`read_file`."""
+        raise NotCarried("this runtime cannot reach a pod's workspace from the broker")
+
     async def drop_checkpoint(self, job: str) -> None:
         """Nothing kept here: on Kubernetes a checkpoint goes to a volume of the job's own
         (docs: the guides' hp and spot page)."""
