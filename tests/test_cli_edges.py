@@ -117,3 +117,20 @@ def test_bootstrap_installs_postgresql_for_dev_only() -> None:
     dev = script.index('if [ "$mode" = dev ]; then')
     assert script.index("need_apt+=(postgresql)") > dev
     assert script.index("need_apt+=(bubblewrap)") < dev
+
+
+def test_cp_copies_into_and_out_of_a_session(env: dict[str, str], tmp_path: Path) -> None:
+    runner = CliRunner()
+    src = tmp_path / "in.txt"
+    src.write_text("through the workspace")
+    res = runner.invoke(app, ["cp", str(src), "plain:cp-tag:data/in.txt"], env=env)
+    assert res.exit_code == 0, res.output
+    back = tmp_path / "out.txt"
+    res = runner.invoke(app, ["cp", "plain:cp-tag:data/in.txt", str(back)], env=env)
+    assert res.exit_code == 0, res.output
+    assert back.read_text() == "through the workspace"
+    # a refusal is one line and a non-zero exit
+    res = runner.invoke(app, ["cp", "plain:cp-tag:nope.txt", str(back)], env=env)
+    assert res.exit_code != 0 and "nope.txt" in res.output
+    res = runner.invoke(app, ["cp", str(src), str(back)], env=env)
+    assert res.exit_code != 0 and "PROFILE:TAG:PATH" in res.output

@@ -26,6 +26,7 @@ _COMMAND_MODULES = (
     "stoker.cli.traces",
     "stoker.cli.broker",
     "stoker.cli.jobs",
+    "stoker.cli.files",
     "stoker.cli.report",
     "stoker.cli.deploy",
     "stoker.cli.mcp_server",
