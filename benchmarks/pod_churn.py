@@ -4,7 +4,7 @@ set-up (4 tenants, one warm pod each, settled), then ``--calls`` trivial calls f
 (warm, standby, cold), how many pods they ran in and how many pods are new since the
 window began, as one JSON line. With more callers than pods a queued job's own pod is busy,
 and the core may promote a standby or start a pod for it: in the torch-cpu profile each is
-a torch import inside the window (docs/broker.md).
+a torch import inside the window (docs/evaluation/firepool.md).
 
     .venv/bin/python benchmarks/pod_churn.py [--callers 16] [--calls 40]
 """

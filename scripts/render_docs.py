@@ -325,9 +325,50 @@ def gfs_speed() -> str:
     return _table(["policy", "load", "events", "CPU s", "max RSS MB"], rows, "llrrr")
 
 
+def fairness() -> str:
+    """One greedy tenant among ordinary ones, without and with tenant shares."""
+    data = _load("fairness/results.json")
+    rows = [
+        ("ordinary tenants' mean slowdown", "ordinary_mean_slowdown", "{:.2f}"),
+        ("greedy tenant's mean slowdown", "greedy_mean_slowdown", "{:.2f}"),
+        ("Jain's index over ordinary tenants' slowdowns", "jain_ordinary", "{:.2f}"),
+        ("Jain's index over every tenant", "jain_all", "{:.2f}"),
+    ]
+    return _table(
+        ["figure", "no shares", "shares"],
+        [
+            [label, fmt.format(data["none"][k]), fmt.format(data["shares"][k])]
+            for label, k, fmt in rows
+        ],
+        "lrr",
+    )
+
+
+def fairness_tenants() -> str:
+    """Each tenant's jobs and mean waits, without and with tenant shares."""
+    data = _load("fairness/results.json")
+    rows = []
+    for name, none in data["none"]["tenants"].items():
+        shared = data["shares"]["tenants"][name]
+        rows.append(
+            [
+                name,
+                none["jobs"],
+                f"{none['pool_mean_wait_s']:,.0f}",
+                f"{shared['pool_mean_wait_s']:,.0f}",
+                f"{none['hp_mean_wait_s']:,.0f}",
+                f"{shared['hp_mean_wait_s']:,.0f}",
+            ]
+        )
+    head = ["tenant", "jobs", "pool wait s, no shares", "shares", "hp wait s, no shares", "shares"]
+    return _table(head, rows, "lrrrrr")
+
+
 TABLES: dict[str, Callable[[], str]] = {
     f.__name__: f
     for f in (
+        fairness,
+        fairness_tenants,
         firepool_results,
         firepool_policies,
         firepool_runtime,

@@ -306,7 +306,7 @@ def test_migration_0002_keeps_unfinished_env_and_drops_finished_values(tmp_path:
 
 
 def test_a_key_rotation_keeps_every_secret_open(tmp_path: Path) -> None:
-    """The steps docs/kubernetes.md gives: a new key put first in secret.key, the broker
+    """The steps docs/guides/kubernetes.md gives: a new key put first in secret.key, the broker
     restarted (it re-seals the tenants' secrets under the new key as it takes the lead),
     then the old key dropped: the secret still opens in a job, and a submit retried with
     its idempotency key across the rotation finds its first job."""

@@ -1,7 +1,7 @@
 """The adversarial isolation suite: in each test a job actively tries an attack, through
 real bubblewrap sandboxes (LocalRuntime) or a real broker, and the test fails if it works.
 
-Every claim of docs/runtime-agent.md's "Isolation" section names its test here.
+Every claim of docs/guides/isolation.md names its test here.
 """
 
 from __future__ import annotations

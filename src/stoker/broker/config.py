@@ -743,7 +743,7 @@ class BrokerConfig:
             return (
                 "keys_dir: a broker on PostgreSQL (several replicas) needs the keys every"
                 " replica shares: set keys_dir (or STOKER_KEYS_DIR) to the mounted Secret"
-                " stoker-keys (see docs/kubernetes.md, 'Keys')"
+                " stoker-keys (see docs/guides/kubernetes.md, 'Secrets and keys')"
             )
         return None
 

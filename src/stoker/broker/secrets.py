@@ -2,7 +2,8 @@
 
 The keys are Fernet keys (AES-128-CBC with an HMAC-SHA256, from ``cryptography``) in their
 own mode-600 file beside the store, or in a directory every replica mounts (a Kubernetes
-Secret ``stoker-keys``: docs/kubernetes.md), so a copy of the database alone reveals no value.
+Secret ``stoker-keys``: docs/guides/kubernetes.md), so a copy of the database alone
+reveals no value.
 The file holds one key per line, the newest first: values are sealed with the first and
 opened with any (MultiFernet), which is how a key is rotated. The same keys, under their own
 label, key the digest of a submit that idempotency keys compare.

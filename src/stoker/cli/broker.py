@@ -166,7 +166,7 @@ def up(
     ] = None,
 ) -> None:
     """Run the broker with the local runtime (or Kubernetes); its store is SQLite, or
-    PostgreSQL shared by several replicas of which one leads (docs/broker.md).
+    PostgreSQL shared by several replicas of which one leads (docs/guides/operating.md).
 
     SIGTERM or Ctrl-C stops it: open requests get a few seconds, then every pod is stopped
     (unless --keep-pods). One broker per data dir: a second one exits at once."""

@@ -11,7 +11,7 @@ gradient descent. This forecaster does that with numpy only, one global model fo
 
 with ``window`` the hourly peaks over the series' scale and ``x_last`` its last one: the
 model learns the change from the last hour, so the penalty shrinks towards persistence
-(towards zero change), not towards zero demand. On the walk-forward of docs/forecast.md
+(towards zero change), not towards zero demand. On ``stoker forecast eval``'s walk-forward
 (v2026: 42 generated days, weekly refits; Philly: refits every 2 weeks) that gave MAE
 6.06 and 5.93 GPUs against 6.67 and 6.64 for the level itself;
 and a second ridge regression of the absolute in-sample residuals on the same features

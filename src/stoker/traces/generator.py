@@ -11,7 +11,7 @@ Modelling choices that are ours (the aggregates do not pin them down) are the co
 marked "ours" below: the per-model request mixes, the burst sizes, the per-tenant
 variations and the shape of the duration laws (spot: log-normal; HP: per organization and
 model, a mixture of long single-worker jobs and short ones drawn from the published
-buckets). docs/traces.md walks through it. Same seed, same jobs.
+buckets). docs/simulator.md shows its commands. Same seed, same jobs.
 """
 
 from __future__ import annotations
