@@ -217,6 +217,8 @@ def test_hp_preempts_spot_which_checkpoints_and_runs_again(
         assert res.stdout.decode() == SPOT_OUTPUT  # SIGTERM reached its code; nothing lost
         final = a.get(spot.id)
         assert (final["requeue_reason"], final["guarantee_failed"]) == ("preempted", 1)
+        # its start latency is its first run's: placed, then started (never negative)
+        assert final["start_latency_ms"] is not None and final["start_latency_ms"] >= 0, final
         assert cli.returncode == 0, err
         assert f"stoker: job {spot.id} preempted" in err
         _checkpoints_dropped(broker.cfg, spot.id)

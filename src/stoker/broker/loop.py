@@ -905,7 +905,7 @@ class Scheduler:
             }
             row = self._requests[job_id]
             values["placed"] = row["placed"] = self._placed(row, job)
-            if job.started is not None and row.get("started") is None and job.path is not None:
+            if job.started is not None and row.get("started") is None:
                 row["started"] = job.started
             if job.state is JobState.FINISHED:
                 exited, drained = self._ends.pop(job_id, (None, None))

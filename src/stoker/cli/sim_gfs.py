@@ -163,8 +163,8 @@ def sim_gfs(
         with steps(console) as bar:
             task = bar.add_task("simulating", total=len(loads) * len(names))
             for level in loads:
-                jobs = scale_spot_load(base.jobs, LOADS[level], seed)
-                tr = Trace(base.name, base.nodes, jobs, base.source, dict(base.notes))
+                scaled = scale_spot_load(base.jobs, LOADS[level], seed)
+                tr = Trace(base.name, base.nodes, scaled, base.source, dict(base.notes))
                 runs[level] = {}
                 for name in names:
                     spec = make_policy(name)
