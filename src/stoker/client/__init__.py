@@ -1277,11 +1277,22 @@ class Session(_SessionState):
     def __exit__(self, *exc: object) -> None:
         pass  # the pod stays warm for its keep-alive: a later session of the tag reuses it
 
-    def run(self, argv: list[str], timeout_s: float | None = None, **kw: Any) -> JobResult:
-        """Run ``argv`` in the session's pod and return its result (what :meth:`Client.run`
-        takes, by keyword)."""
-        job = self.client.run(self.profile, argv, reuse_tag=self.reuse_tag, **kw)
-        return self._landed(job.result(timeout_s))
+    def run(
+        self,
+        argv: list[str],
+        timeout_s: float | None = None,
+        *,
+        wait_timeout_s: float | None = None,
+        **kw: Any,
+    ) -> JobResult:
+        """Run ``argv`` in the session's pod and return its result. ``timeout_s`` is the
+        job's time limit, as :meth:`Client.run`'s (None: the broker's default), and the other
+        keywords are that method's; ``wait_timeout_s`` bounds the wait for the result
+        (``JobTimeout``; the job runs on)."""
+        job = self.client.run(
+            self.profile, argv, reuse_tag=self.reuse_tag, timeout_s=timeout_s, **kw
+        )
+        return self._landed(job.result(wait_timeout_s))
 
     def renew(self, keepalive_s: float) -> dict[str, Any]:
         """Keep the session's pod ``keepalive_s`` seconds from now at least (a running
@@ -1434,9 +1445,19 @@ class AsyncSession(_SessionState):
     async def __aexit__(self, *exc: object) -> None:
         pass
 
-    async def run(self, argv: list[str], timeout_s: float | None = None, **kw: Any) -> JobResult:
-        job = await self.client.run(self.profile, argv, reuse_tag=self.reuse_tag, **kw)
-        return self._landed(await job.result(timeout_s))
+    async def run(
+        self,
+        argv: list[str],
+        timeout_s: float | None = None,
+        *,
+        wait_timeout_s: float | None = None,
+        **kw: Any,
+    ) -> JobResult:
+        """See :meth:`Session.run`."""
+        job = await self.client.run(
+            self.profile, argv, reuse_tag=self.reuse_tag, timeout_s=timeout_s, **kw
+        )
+        return self._landed(await job.result(wait_timeout_s))
 
     async def renew(self, keepalive_s: float) -> dict[str, Any]:
         """See :meth:`Session.renew`."""
