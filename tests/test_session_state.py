@@ -106,6 +106,9 @@ def test_files_stream_in_and_out_past_a_jobs_output_cap_and_leave_nothing_stored
             assert "huge.bin" not in {e["name"] for e in s.files.list()}
             s.files.write("notes/a.txt", "streamed")
             assert s.files.read("notes/a.txt") == b"streamed"
+            # a session call's timeout_s is the job's limit, as Client.run's
+            slow = s.run(["sleep", "30"], timeout_s=1.0, wait_timeout_s=30)
+            assert slow.failure == "timeout", slow
 
 
 def test_a_hostile_job_cannot_turn_a_file_transfer_on_the_host(tmp_path: Path) -> None:
