@@ -31,6 +31,8 @@ from urllib.parse import parse_qs
 import httpx2
 import kubernetes_validate
 
+import stoker
+
 KINDS = {
     "pods": ("Pod", "PodList"),
     "secrets": ("Secret", "SecretList"),
@@ -344,11 +346,16 @@ class Kubelet:
     """Runs each Pod's container as a real agent process on this host, the way a node would:
     it waits for the Pod's Secret (the env refers to it), starts the container's command
     with the Pod's env, and writes Running, then the container's end, into the Pod's status.
-    ``gateway`` is where the runtime's gateway really listens (the Pod names the Service)."""
+    ``gateway`` is where the runtime's gateway really listens (the Pod names the Service).
+    A PersistentVolumeClaim is a directory under ``claims`` (one per claim name, shared by
+    every pod, as a ReadWriteMany volume on any node): a mount of it (its subPath made where
+    missing, as a kubelet does) is that directory, and the command's paths under the mount
+    path are rewritten to it (a process here has no mount namespace of its own)."""
 
     def __init__(self, api: FakeApi, root: Path, gateway: Callable[[], str]) -> None:
         self.api = api
         self.root = root
+        self.claims = root.parent / "claims"
         self.gateway = gateway
         self.procs: dict[str, asyncio.subprocess.Process] = {}
         self.oom: set[str] = set()
@@ -419,6 +426,8 @@ class Kubelet:
                 secret = self.api.secrets()[ref["name"]]
                 env[var["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
         env["HOME"] = str(workspace)
+        # the stoker under test, not whichever one the interpreter has installed
+        env["PYTHONPATH"] = str(Path(stoker.__file__).resolve().parents[1])
         env["TMPDIR"] = str(workspace.parent / f"{workspace.name}.tmp")  # the pod's own /tmp
         Path(env["TMPDIR"]).mkdir(exist_ok=True)
         return env
@@ -430,7 +439,9 @@ class Kubelet:
             return  # not a stoker pod: nothing this kubelet knows how to run
         container = pod["spec"]["containers"][0]
         needs = [
-            v["valueFrom"]["secretKeyRef"]["name"] for v in container["env"] if "valueFrom" in v
+            v["valueFrom"]["secretKeyRef"]["name"]
+            for v in container.get("env") or []
+            if "valueFrom" in v
         ]
         while any(n not in self.api.secrets() for n in needs):  # what a kubelet waits for too
             if name not in self.api.pods():
@@ -440,8 +451,13 @@ class Kubelet:
         workspace.mkdir(parents=True, exist_ok=True)
         command = list(container["command"])
         command[0] = sys.executable  # "python" in the image
-        command[command.index("--dial") + 1] = self.gateway()
-        command[command.index("--workspace") + 1] = str(workspace)
+        if "--dial" in command:  # an agent (a checkpoint drop pod dials nothing)
+            command[command.index("--dial") + 1] = self.gateway()
+            command[command.index("--workspace") + 1] = str(workspace)
+        for at, host in self._claim_mounts(pod).items():
+            command = [
+                host + c[len(at) :] if c == at or c.startswith(at + "/") else c for c in command
+            ]
         proc = await asyncio.create_subprocess_exec(
             *command,
             env=self._env(pod, workspace),
@@ -482,6 +498,21 @@ class Kubelet:
                 ],
             },
         )
+
+    def _claim_mounts(self, pod: dict[str, Any]) -> dict[str, str]:
+        """Mount path -> host directory of each PersistentVolumeClaim the container mounts."""
+        claims = {
+            v["name"]: v["persistentVolumeClaim"]["claimName"]
+            for v in pod["spec"].get("volumes") or []
+            if "persistentVolumeClaim" in v
+        }
+        mounts = {}
+        for m in pod["spec"]["containers"][0].get("volumeMounts") or []:
+            if m["name"] in claims:
+                host = self.claims / claims[m["name"]] / m.get("subPath", "")
+                host.mkdir(parents=True, exist_ok=True)
+                mounts[m["mountPath"]] = str(host)
+        return mounts
 
     @staticmethod
     def _image(pod: dict[str, Any]) -> dict[str, str]:

@@ -305,3 +305,41 @@ def test_output_past_the_backlog_pauses_and_arrives_whole(tmp_path: Path) -> Non
         proc.wait()
     assert exited["exit_code"] == 0 and exited["failure"] is None
     assert out == b"".join(bytes([i]) * 65536 for i in range(64))
+
+
+def test_a_checkpoint_drop_follows_no_link(tmp_path: Path) -> None:
+    """What a drop pod does on a checkpoint volume: the ended job's directory goes, with
+    every link a hostile job left in it removed as a link (to another job's directory, to
+    a file of another job's, to a path outside the volume), never followed; a link in the
+    job's own place goes alone; a name that is not one plain name is refused."""
+    from stoker.agent.checkpoint import drop, main
+
+    root = tmp_path / "volume" / "stoker"
+    other = root / "j-other" / "0"
+    other.mkdir(parents=True)
+    (other / "state").write_text("theirs")
+    outside = tmp_path / "host-secret"
+    outside.write_text("host only")
+    mine = root / "j-mine" / "0"
+    (mine / "deep").mkdir(parents=True)
+    (mine / "state").write_text("mine")
+    (mine / "deep" / "more").write_text("mine too")
+    os.symlink("../../j-other", mine / "to-dir")  # a directory link: rmtree must not descend
+    os.symlink(other / "state", mine / "deep" / "to-file")
+    os.symlink(outside, mine / "to-host")
+    os.symlink(root / "j-other", root / "j-link")  # a link in a job's own place
+
+    assert drop(str(root), "j-mine") is True
+    assert not (root / "j-mine").exists()
+    assert (other / "state").read_text() == "theirs" and outside.read_text() == "host only"
+    assert drop(str(root), "j-link") is True
+    assert not os.path.lexists(root / "j-link") and (other / "state").read_text() == "theirs"
+    assert drop(str(root), "j-never") is False  # nothing kept: no error
+    for bad in ("..", ".", "j-other/0", "../stoker", ""):
+        with pytest.raises(ValueError, match="plain name"):
+            drop(str(root), bad)
+    assert sorted(os.listdir(root)) == ["j-other"]
+    # the command line the drop pod runs
+    assert main(["drop", str(root), "j-other"]) == 0 and os.listdir(root) == []
+    assert main(["drop", str(root), "../x"]) == 1
+    assert main(["rm", str(root)]) == 2

@@ -5,6 +5,7 @@ committed ``deploy/kubernetes`` tree is exactly what the builders render."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import itertools
 import json
 import shutil
@@ -437,3 +438,89 @@ def test_the_images_run_as_the_pods_user() -> None:
         lines = (ROOT / "deploy/images" / name).read_text().splitlines()
         users = [line.split()[1] for line in lines if line.startswith("USER ")]
         assert users[-1] == f"{uid}:{uid}", name
+
+
+CHECKPOINT_VOLUMES = {
+    "spot": "spot-checkpoints",  # a PersistentVolumeClaim's name
+    "hp": {"nfs": {"server": "nfs.test", "path": "/checkpoints"}},  # or a volume source
+}
+
+
+@pytest.mark.parametrize("job_class", ["pool", "hp", "spot"])
+def test_a_pod_mounts_only_its_own_jobs_checkpoint_dir(job_class: str) -> None:
+    """A pod of a class with a checkpoint volume mounts its job's and rank's directory of
+    it (subPath INSTANCE/JOB/RANK), and nothing else of it; pool pods, and pods started for
+    no job, have no checkpoint dir. Every such pod, and every drop pod, is valid."""
+    s = KubeSettings(checkpoint_volumes=CHECKPOINT_VOLUMES)
+    base = _shape(ShareMechanism.TIME_SLICING, False, job_class)
+    pod = pods.pod_manifest(s, dataclasses.replace(base, checkpoint=("j-1f", 2)))
+    _validate(pod)
+    spec, c = pod["spec"], pod["spec"]["containers"][0]
+    mounts = [m for m in c["volumeMounts"] if m["name"] == "checkpoint"]
+    volumes = [v for v in spec["volumes"] if v["name"] == "checkpoint"]
+    note = json.loads(pod["metadata"]["annotations"]["stoker.dev/spec"])
+    assert pods.checkpoint_of(note) == ("j-1f", 2)  # a broker that re-adopts it keeps it
+    if job_class == "pool":
+        assert mounts == volumes == [] and "--checkpoint" not in c["command"]
+    else:
+        assert mounts == [
+            {"name": "checkpoint", "mountPath": "/stoker/checkpoint", "subPath": "stoker/j-1f/2"}
+        ]
+        source = s.checkpoint_volumes[job_class]
+        assert volumes == [{"name": "checkpoint", **source}]
+        assert c["command"][-2:] == ["--checkpoint", "/stoker/checkpoint"]
+        assert spec["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
+    bare = pods.pod_manifest(s, base)  # no job named: no checkpoint dir
+    assert "checkpoint" not in {v["name"] for v in bare["spec"]["volumes"]}
+
+    drops = pods.drop_pods(s, "j-1f")
+    assert len(drops) == 2 and len({d["metadata"]["name"] for d in drops}) == 2
+    for drop in drops:
+        _validate(drop)
+        dspec, dc = drop["spec"], drop["spec"]["containers"][0]
+        assert drop["metadata"]["labels"]["app.kubernetes.io/component"] == "checkpoint-drop"
+        assert dspec["restartPolicy"] == "Never" and dspec["automountServiceAccountToken"] is False
+        assert dspec["securityContext"]["runAsNonRoot"]
+        assert dc["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert dc["volumeMounts"] == [
+            {"name": "checkpoints", "mountPath": "/stoker/checkpoints", "subPath": "stoker"}
+        ]
+        assert dc["command"][-3:] == ["drop", "/stoker/checkpoints", "j-1f"]
+    assert pods.drop_pods(KubeSettings(), "j-1f") == []
+    (spot,) = pods.drop_pods(s, "j-1f", "spot")  # the class known: its volume only
+    assert spot["spec"]["volumes"] == [{"name": "checkpoints", **s.checkpoint_volumes["spot"]}]
+    assert pods.drop_pods(s, "j-1f", "pool") == []
+
+
+def test_checkpoint_volume_settings_are_checked_and_round_trip(tmp_path: Path) -> None:
+    for bad, named in (
+        ({"pool": "x"}, "pool pods serve many jobs"),
+        ({"batch": "x"}, "only hp or spot"),
+        ({"spot": "Not_A_Name"}, "not a PersistentVolumeClaim name"),
+        ({"spot": {"nfs": {"server": "a", "path": "/"}, "csi": {}}}, "one volume source"),
+        ({"spot": 7}, "a claim name"),
+        ({"spot": {"nfs": {"server": "a", "path": "/", "readOnly": True}}}, "writable"),
+    ):
+        with pytest.raises(ValueError, match=named):
+            KubeSettings.from_dict({"checkpoint_volumes": bad})
+    (tmp_path / "deploy.toml").write_text(
+        '[kubernetes.checkpoint_volumes]\nspot = "spot-checkpoints"\n'
+        'hp = { nfs = { server = "nfs.test", path = "/checkpoints" } }\n'
+    )
+    cfg = deploy.DeployConfig.load(tmp_path / "deploy.toml")
+    assert (
+        cfg.settings.checkpoint_volumes
+        == KubeSettings(checkpoint_volumes=CHECKPOINT_VOLUMES).checkpoint_volumes
+    )
+    import tomllib
+
+    kube_toml = deploy.config(cfg)[0]["data"]["kubernetes.toml"]
+    assert KubeSettings.from_dict(tomllib.loads(kube_toml)) == cfg.settings
+    assert "checkpoint_volumes" not in deploy.kube_toml(KubeSettings())  # the default tree
+
+
+def test_a_jobs_checkpoint_key_is_one_plain_name() -> None:
+    assert pods.checkpoint_key("j-0123abcd") == "j-0123abcd"
+    keys = {pods.checkpoint_key(j) for j in ("..", ".", "../j-1", "a/b", ".hidden", "", "x" * 200)}
+    assert len(keys) == 7
+    assert all(k.startswith("h-") and "/" not in k and ".." not in k for k in keys)

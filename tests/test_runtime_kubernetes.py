@@ -39,6 +39,7 @@ from stoker.runtime.base import (
     Topology,
 )
 from stoker.runtime.code import CodeNotFound
+from stoker.runtime.kubernetes.pods import drop_pods
 from stoker.runtime.kubernetes.runtime import (
     CODE_CHUNK,
     Backoff,
@@ -510,7 +511,8 @@ async def test_jobs_through_the_broker_run_in_kubernetes_pods_on_the_clusters_no
 
     kube.api.hooks.append(seen)
     plain = BrokerProfile.simple("plain")
-    rt = kube.runtime(profiles=[plain.core])
+    volumes = {"checkpoint_volumes": {"hp": "hp-ckpt", "spot": "spot-ckpt"}}
+    rt = kube.runtime(profiles=[plain.core], settings=volumes)
     cfg = BrokerConfig(data_dir=tmp_path / "data", profiles=[plain], gpu_model=H100)
     broker = Broker(cfg, rt)
     await broker.start()
@@ -555,6 +557,7 @@ async def test_jobs_through_the_broker_run_in_kubernetes_pods_on_the_clusters_no
             priority = {
                 (o["metadata"]["labels"]["stoker.dev/class"], o["spec"]["priorityClassName"])
                 for o in created.values()
+                if not o["metadata"]["name"].startswith("stoker-drop-")  # see below
             }
             assert priority == {
                 ("pool", "stoker-pool"),
@@ -570,6 +573,19 @@ async def test_jobs_through_the_broker_run_in_kubernetes_pods_on_the_clusters_no
             (rank0, rank1) = sorted(out.decode().splitlines())
             master = rank0.split()[1]
             assert rank0 == f"0 {master}" and rank1 == f"1 {master}" and master in gang_ips
+            # each rank's pod mounted its own directory of the hp volume, and once the job
+            # ended a drop pod removed the job's directory
+            for rank, pod in enumerate(done["pods"]):
+                mounts = created[object_name(pod)]["spec"]["containers"][0]["volumeMounts"]
+                want = f"stoker/{done['id']}/{rank}"
+                assert {
+                    "name": "checkpoint",
+                    "mountPath": "/stoker/checkpoint",
+                    "subPath": want,
+                } in (mounts)
+            await until(
+                lambda: not (kube.kubelet.claims / "hp-ckpt" / "stoker" / done["id"]).exists()
+            )
             # a node joins: the core places on it; it leaves: the core's model follows
             kube.api.add_node("gpu-b", H100, 4)
             await until(lambda: "gpu-b" in core.cluster.nodes)
@@ -855,3 +871,104 @@ async def test_a_node_whose_gpus_change_keeps_its_running_pods(kube: Kube, tmp_p
     finally:
         await broker.close(stop_pods=True)
     assert kube.api.pods() == {}
+
+
+# a spot job that checkpoints on SIGTERM into its checkpoint dir, and leaves a link out of
+# it there (to where another job's dir lies on the volume); its next run resumes
+SPOT = """
+import os, signal, sys, time
+run = int(os.environ["STOKER_RUN"])
+d = os.environ["STOKER_CHECKPOINT_DIR"]
+def term(*_):
+    open(os.path.join(d, "state"), "w").write("step 7")
+    os.symlink("../../j-2/0", os.path.join(d, "other"))
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+print(f"run {run}: started", flush=True)
+if run == 1:
+    time.sleep(90)
+print(f"run {run}: resumed from {open(os.path.join(d, 'state')).read()}", flush=True)
+"""
+LOOK = "import os; d = os.environ.get('STOKER_CHECKPOINT_DIR'); print(d and sorted(os.listdir(d)))"
+
+
+async def test_a_preempted_spot_job_resumes_from_its_checkpoint_in_a_new_pod(kube: Kube) -> None:
+    """Each spot pod mounts only its own job's and rank's directory of the class's volume;
+    a preempted job's next run, in a new pod on another node, finds what it left there; a
+    job that ends for good has its directory dropped by a short-lived Pod that follows no
+    link; a class with no volume, or a pod started for no job, has no checkpoint dir."""
+    kube.api.add_node("gpu-b", H100, 1)
+    rt = kube.runtime(settings={"checkpoint_volumes": {"spot": "spot-ckpt"}})
+    await rt.discover()
+    await _up(kube, rt, "spot-1", job_class="spot", checkpoint=("j-1", 0))
+    spec = kube.api.pods()[object_name("spot-1")]["spec"]
+    c = spec["containers"][0]
+    assert {"name": "checkpoint", "persistentVolumeClaim": {"claimName": "spot-ckpt"}} in spec[
+        "volumes"
+    ]
+    assert [m for m in c["volumeMounts"] if m["name"] == "checkpoint"] == [
+        {"name": "checkpoint", "mountPath": "/stoker/checkpoint", "subPath": "stoker/j-1/0"}
+    ]
+    assert c["command"][-2:] == ["--checkpoint", "/stoker/checkpoint"]
+    await rt.bind("spot-1", JobBinding(job="j-1", argv=("python", "-c", SPOT), run=1))
+    out = await kube.until(rt, JobOutput)
+    assert out.data == b"run 1: started\n"
+    await rt.stop_pod("spot-1")  # preempted: SIGTERM, it checkpoints, the pod goes
+    assert await kube.until(rt, JobExited) == JobExited("j-1", "spot-1", 137, Failure.PREEMPTED)
+    volume = kube.kubelet.claims / "spot-ckpt" / "stoker"
+    assert (volume / "j-1" / "0" / "state").read_text() == "step 7"
+
+    # another job of the class: a directory of its own, empty
+    await rt.start_pod("spot-3", GPU, ("gpu-a/1",), False, job_class="spot", checkpoint=("j-2", 0))
+    await kube.until(rt, PodUp)
+    mine = LOOK + "; open(os.path.join(d, 'mine'), 'w').write('j-2 only')"
+    await rt.bind("spot-3", JobBinding(job="j-2", argv=("python", "-c", mine)))
+    out_2, _ = await kube.collect(rt, "j-2")
+    assert out_2 == b"[]\n"
+
+    # the next run of j-1: a new pod, on another node, resumes from the checkpoint
+    await rt.start_pod("spot-2", GPU, ("gpu-b/0",), False, job_class="spot", checkpoint=("j-1", 0))
+    await kube.until(rt, PodUp)
+    assert (
+        kube.api.pods()[object_name("spot-2")]["spec"]["nodeSelector"]["kubernetes.io/hostname"]
+        == "gpu-b"
+    )
+    await rt.bind("spot-2", JobBinding(job="j-1", argv=("python", "-c", SPOT), run=2))
+    out_1, exited = await kube.collect(rt, "j-1")
+    assert out_1 == b"run 2: started\nrun 2: resumed from step 7\n" and exited.exit_code == 0
+
+    # hp has no volume here, and a spot pod started for no job mounts none
+    await _up(kube, rt, "hp-1", job_class="hp", checkpoint=("j-3", 0))
+    await rt.bind("hp-1", JobBinding(job="j-3", argv=("python", "-c", LOOK)))
+    assert (await kube.collect(rt, "j-3"))[0] == b"None\n"
+    names = [m["name"] for m in kube.api.pods()[object_name("hp-1")]["spec"]["volumes"]]
+    assert "checkpoint" not in names
+
+    # j-1 ended for good: its directory goes, the link in it is not followed
+    before = len(kube.api.requests)
+    await rt.drop_checkpoint("j-1", job_class="pool")  # no volume for pool: no API call
+    assert kube.api.requests[before:] == []
+    await rt.drop_checkpoint("j-1", job_class="spot")
+    assert not (volume / "j-1").exists()
+    assert (volume / "j-2" / "0" / "mine").read_text() == "j-2 only"
+    drops = [p for m, p, _ in kube.api.requests if m == "POST" and p.endswith("/pods")]
+    assert len(drops) == 5  # four stoker pods, one drop pod (valid: the API checks each)
+    assert all(not n.startswith("stoker-drop-") for n in kube.api.pods())  # deleted after
+    # a drop pod a stopped broker left behind: waited for and deleted as if it were ours
+    (left,) = drop_pods(rt.settings, "j-8", "spot")
+    kube.api._store("pods", {**left, "status": {"phase": "Pending"}}, "ADDED")
+    await rt.drop_checkpoint("j-8", job_class="spot")
+    assert left["metadata"]["name"] not in kube.api.pods()
+    before = len(kube.api.requests)
+    await rt.drop_checkpoint("j-9")  # class unknown, nothing kept: every volume, no error
+    assert len(kube.api.requests) > before
+    assert all(not n.startswith("stoker-drop-") for n in kube.api.pods())
+
+
+async def test_no_checkpoint_volume_no_drop_pod(kube: Kube) -> None:
+    rt = kube.runtime()
+    await rt.discover()
+    before = len(kube.api.requests)
+    for cls in ("spot", None):
+        await rt.drop_checkpoint("j-1", job_class=cls)
+    assert kube.api.requests[before:] == []  # nothing to drop: no API call at all

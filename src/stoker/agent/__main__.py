@@ -96,6 +96,12 @@ def main(argv: list[str] | None = None) -> None:
         help="the agent is pid 2 of its own pid namespace under bwrap: kill every other "
         "process after each job (refused anywhere else)",
     )
+    parser.add_argument(
+        "--checkpoint",
+        default=None,
+        help="the job's checkpoint dir, kept across its runs (STOKER_CHECKPOINT_DIR; "
+        "default: /stoker/checkpoint where the sandbox binds one)",
+    )
     parser.add_argument("--job-uid", type=int, help="run jobs as this uid (needs CAP_SETUID)")
     parser.add_argument("--job-gid", type=int, help="... and this gid")
     args = parser.parse_args(argv)
@@ -136,6 +142,7 @@ def main(argv: list[str] | None = None) -> None:
         user,
         dial=args.dial,
         token=token,
+        checkpoint_dir=args.checkpoint,
     )
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         runner.run(agent.run())

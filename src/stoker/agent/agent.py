@@ -43,7 +43,8 @@ DIAL_MIN_S, DIAL_MAX_S = 0.1, 5.0  # redial backoff bounds
 # under $TMPDIR (/tmp in a pod), what a pod that cannot see the runtime's disk (dial mode)
 # gets over its connection: code archives, and the deps its agent installs
 CODE_DIR = "stoker-code"
-CHECKPOINT_DIR = "/stoker/checkpoint"  # runtime/sandbox.py binds a job's own dir here
+#: runtime/sandbox.py binds a job's own dir here (a Kubernetes pod names its own: --checkpoint)
+CHECKPOINT_DIR = "/stoker/checkpoint"
 DEPS_DIR = "stoker-deps"
 #: where a job may leave files besides its workspace (emptied after every job)
 SCRATCH = ("/tmp", "/dev/shm", "/dev/mqueue")
@@ -86,8 +87,12 @@ class Agent:
         user: JobUser | None = None,
         dial: tuple[str, int] | None = None,
         token: str = "",
+        checkpoint_dir: str | None = None,
     ) -> None:
         self.socket_path = socket_path
+        # the job's checkpoint dir where one exists: the sandbox's bind locally, the job's
+        # own directory of its class's volume in a Kubernetes pod (--checkpoint)
+        self.checkpoint_dir = checkpoint_dir or CHECKPOINT_DIR
         self.dial = dial  # (host, port) of the broker's agent gateway, instead of listening
         self.token = token
         self.sweep = sweep  # only ever True inside the pod's own pid namespace
@@ -336,8 +341,8 @@ class Agent:
             )
             env["STOKER_JOB"] = job_id
             env["STOKER_RUN"] = str(int(msg.get("run", 1)))  # > 1: it was preempted before
-            if os.path.isdir(CHECKPOINT_DIR):  # kept across the job's runs (the runtime's)
-                env["STOKER_CHECKPOINT_DIR"] = CHECKPOINT_DIR
+            if os.path.isdir(self.checkpoint_dir):  # kept across the job's runs (the runtime's)
+                env["STOKER_CHECKPOINT_DIR"] = self.checkpoint_dir
             timeout_s = float(msg.get("timeout_s", 3600.0))
             deps = tuple(str(d) for d in msg.get("deps") or ())
         except (KeyError, ValueError, TypeError, OSError) as exc:

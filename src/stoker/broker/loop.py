@@ -1055,6 +1055,15 @@ class Scheduler:
 
     # ------------------------------------------------------------------ actions
 
+    def _checkpoint_of(self, pod: str) -> tuple[str, int] | None:
+        """The (job, rank) an hp or spot pod is started for: rank i runs in the job's i-th
+        pod (see :meth:`_bind`). None for a pool pod, which serves many jobs."""
+        rec = self.core.pods[pod]
+        job = self.core.jobs.get(rec.pending_job or "")
+        if rec.job_class is JobClass.POOL or job is None or pod not in job.pods:
+            return None
+        return job.id, job.pods.index(pod)
+
     def _carry_out(self, action: Any) -> None:
         if self._closing or not self.may_act():
             return  # shutting down or deposed: what the core asks is the next leader's
@@ -1063,9 +1072,13 @@ class Scheduler:
             case StartPod(pod, profile, _node, gpus, standby):
                 shape = self.profiles[profile].runtime
                 cls = self.core.pods[pod].job_class.value  # a cluster ranks pods by it
+                ckpt = self._checkpoint_of(pod)
                 self._later(
                     lambda: self._call(
-                        rt.start_pod(pod, shape, tuple(gpus), standby, job_class=cls), pod=pod
+                        rt.start_pod(
+                            pod, shape, tuple(gpus), standby, job_class=cls, checkpoint=ckpt
+                        ),
+                        pod=pod,
                     )
                 )
             case PromoteStandby(pod):
@@ -1088,7 +1101,10 @@ class Scheduler:
                 self._requeued.append(job)
             case JobEnded(job):
                 self.output_budget.ended(job)  # the core finished it; _sync_jobs writes it
-                self._later(lambda: self._call(self.runtime.drop_checkpoint(job)))
+                ended = self.core.jobs.get(job)
+                # the class tells a cluster which volume (if any) holds the job's checkpoints
+                cls = ended.job_class.value if ended is not None else None
+                self._later(lambda: self._call(self.runtime.drop_checkpoint(job, job_class=cls)))
             case _:
                 raise ValueError(f"unknown action {action!r}")
 

@@ -210,8 +210,9 @@ class Runtime(Protocol):
         written. Refusals as :meth:`read_file`'s."""
         ...
 
-    async def drop_checkpoint(self, job: str) -> None:
-        """The job ended for good: what its runs kept in their checkpoint dirs goes."""
+    async def drop_checkpoint(self, job: str, *, job_class: str | None = None) -> None:
+        """The job ended for good: what its runs kept in their checkpoint dirs goes.
+        ``job_class``: its class, where known (Kubernetes keeps checkpoints per class)."""
         ...
 
     async def start_pod(
@@ -222,9 +223,12 @@ class Runtime(Protocol):
         standby: bool,
         *,
         job_class: str = "pool",
+        checkpoint: tuple[str, int] | None = None,
     ) -> None:
         """Start a pod; ``job_class`` (pool, hp, spot) is the class of the jobs it serves,
-        which a cluster's own scheduler ranks pods by (Kubernetes: the PriorityClass)."""
+        which a cluster's own scheduler ranks pods by (Kubernetes: the PriorityClass).
+        ``checkpoint``: the (job, rank) an hp or spot pod is started for (Kubernetes mounts
+        that job's own checkpoint directory; None for a pod of no one job yet)."""
         ...
 
     async def promote(self, pod: str) -> None: ...

@@ -395,8 +395,8 @@ class LocalRuntime:
         if rec.keeping is not None:
             await asyncio.shield(rec.keeping)
 
-    async def drop_checkpoint(self, job: str) -> None:
-        """The job ended for good: its kept checkpoints go."""
+    async def drop_checkpoint(self, job: str, *, job_class: str | None = None) -> None:
+        """The job ended for good: its kept checkpoints go (every class keeps them here)."""
         await asyncio.to_thread(shutil.rmtree, self.state_dir / "checkpoints" / job, True)
 
     # --- a pod's workspace files, streamed from the host side -------------------
@@ -478,9 +478,11 @@ class LocalRuntime:
         standby: bool,
         *,
         job_class: str = "pool",
+        checkpoint: tuple[str, int] | None = None,
     ) -> None:
         """Start a sandbox running the agent; returns once it is up (PodUp emitted).
-        ``job_class`` changes nothing on one host: the core alone decides who runs here."""
+        ``job_class`` changes nothing on one host: the core alone decides who runs here.
+        ``checkpoint`` neither: a local pod's checkpoint dir is filled at each bind."""
         if not _POD_ID.match(pod):
             raise ValueError(f"pod: bad pod id {pod!r} (letters, digits, _ . -)")
         if pod in self._pods or (self.pods_dir / pod).exists():

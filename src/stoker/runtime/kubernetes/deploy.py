@@ -212,6 +212,8 @@ def kube_toml(s: KubeSettings) -> str:
     ):
         lines.append(f"{key} = {_toml(getattr(s, key))}")
     lines.append(f"gpu_tolerations = {_toml(list(s.gpu_tolerations))}")
+    if s.checkpoint_volumes:  # absent by default: the default tree stays as it was
+        lines.append(f"checkpoint_volumes = {_toml(s.checkpoint_volumes)}")
     lines.append("\n[priority]  # the PriorityClasses: names and values (priority-classes.yaml)")
     p = s.priority
     lines += [f"{f} = {_toml(getattr(p, f))}" for f in PriorityClasses.__dataclass_fields__]

@@ -7,8 +7,10 @@ the runtime can build is rendered and validated by the tests.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +34,13 @@ from stoker.runtime.kubernetes.settings import (
 WORKSPACE = "/workspace"
 TOKEN_KEY = "token"
 CONTAINER = "agent"
+#: where a pod of a class with a checkpoint volume mounts its job's own directory of it
+#: (the agent then sets STOKER_CHECKPOINT_DIR, as the local runtime's sandbox does)
+CHECKPOINT_DIR = "/stoker/checkpoint"
+#: where a drop pod mounts this install's directory of a checkpoint volume
+DROP_ROOT = "/stoker/checkpoints"
+DROP_DEADLINE_S = 300  # a drop pod that has not finished by then is failed by the kubelet
+_JOB_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")
 
 
 class PodSpecError(ValueError):
@@ -50,6 +59,31 @@ class PodShape:
     standby: bool = False
     job_class: str = "pool"
     gpu_memory_mib: int | None = None  # per GPU on its node, where the node labels it
+    #: (job, rank) whose checkpoint directory the pod mounts, where its class has a
+    #: checkpoint volume (hp and spot pods are started for one job: the broker names it)
+    checkpoint: tuple[str, int] | None = None
+
+
+def checkpoint_key(job: str) -> str:
+    """A job's directory name on a checkpoint volume: the id itself where it is a plain
+    name (the broker's ``j-<hex>``), else a digest (never ``..``, a slash or a dot file)."""
+    if _JOB_KEY.match(job):
+        return job
+    return "h-" + hashlib.sha256(job.encode()).hexdigest()[:40]
+
+
+def checkpoint_subpath(s: KubeSettings, job: str, rank: int) -> str:
+    """The directory of one rank of a job on its class's volume: INSTANCE/JOB/RANK (two
+    installs may share a volume)."""
+    return f"{s.instance}/{checkpoint_key(job)}/{int(rank)}"
+
+
+def checkpoint_mount(s: KubeSettings, shape: PodShape) -> str | None:
+    """The subPath of the class's volume the pod mounts, or None: no volume for its class,
+    or no job named at its creation (then it has no checkpoint dir at all)."""
+    if shape.checkpoint is None or shape.job_class not in s.checkpoint_volumes:
+        return None
+    return checkpoint_subpath(s, *shape.checkpoint)
 
 
 def runtime_profile(note: dict[str, Any]) -> RuntimeProfile:
@@ -65,6 +99,14 @@ def runtime_profile(note: dict[str, Any]) -> RuntimeProfile:
         grace_s=rt.get("grace_s"),
         gpu_resource=rt.get("gpu_resource"),
     )
+
+
+def checkpoint_of(note: dict[str, Any]) -> tuple[str, int] | None:
+    """The (job, rank) a pod's checkpoint mount is for, from its spec annotation."""
+    kept = note.get("checkpoint")
+    if isinstance(kept, list) and len(kept) == 2:
+        return str(kept[0]), int(kept[1])
+    return None
 
 
 def grace_period(s: KubeSettings, rt: RuntimeProfile) -> int:
@@ -116,6 +158,13 @@ def pod_security(s: KubeSettings) -> dict[str, Any]:
     }
 
 
+def _shared_volume_security(s: KubeSettings) -> dict[str, Any]:
+    """:func:`pod_security` for a pod that mounts a checkpoint volume: the kubelet applies
+    fsGroup to the volume's root only where the root is not the group's already, not to
+    every job's files on it at every pod's start (the default walks the whole volume)."""
+    return {**pod_security(s), "fsGroupChangePolicy": "OnRootMismatch"}
+
+
 def container_security() -> dict[str, Any]:
     """Non-root, no privilege escalation, no capabilities, read-only root (writes go to
     emptyDir volumes), the runtime's default seccomp profile."""
@@ -162,6 +211,7 @@ def pod_manifest(s: KubeSettings, shape: PodShape) -> dict[str, Any]:
             "grace_s": rt.grace_s,
             "gpu_resource": rt.gpu_resource,
         },
+        "checkpoint": list(shape.checkpoint) if shape.checkpoint else None,
     }
     env = [
         {"name": "STOKER_POD", "value": shape.pod},
@@ -186,6 +236,9 @@ def pod_manifest(s: KubeSettings, shape: PodShape) -> dict[str, Any]:
     command += ["--workspace", WORKSPACE]
     if rt.preload:
         command += ["--preload", ",".join(rt.preload)]
+    ckpt = checkpoint_mount(s, shape)
+    if ckpt is not None:
+        command += ["--checkpoint", CHECKPOINT_DIR]
     node_selector = {s.gpu_model_label: p.gpu_model} if p.gpu_model != "any" else {}
     if shape.node:
         node_selector[HOSTNAME_LABEL] = shape.node
@@ -222,6 +275,15 @@ def pod_manifest(s: KubeSettings, shape: PodShape) -> dict[str, Any]:
             {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
         ],
     }
+    if ckpt is not None:
+        # only the job's own directory of the class's volume is mounted: the job runs as
+        # the agent's uid here (no capability to drop to another), so whatever the pod
+        # mounts, the job can read and write; the rest of the volume is never in the pod
+        spec["containers"][0]["volumeMounts"].append(
+            {"name": "checkpoint", "mountPath": CHECKPOINT_DIR, "subPath": ckpt}
+        )
+        spec["volumes"].append({"name": "checkpoint", **s.checkpoint_volumes[shape.job_class]})
+        spec["securityContext"] = _shared_volume_security(s)
     if node_selector:
         spec["nodeSelector"] = node_selector
     if p.gpus and s.gpu_tolerations:  # GPU nodes are commonly tainted for GPU pods only
@@ -273,3 +335,59 @@ def secret_manifest(
         "metadata": meta,
         "data": {TOKEN_KEY: base64.b64encode(token.encode()).decode()},
     }
+
+
+def drop_pods(s: KubeSettings, job: str, job_class: str | None = None) -> list[dict[str, Any]]:
+    """The Pods that remove an ended job's checkpoints: one for its class's checkpoint
+    volume (none if the class has none), or one per distinct volume where ``job_class`` is
+    not known. Each runs the stoker image's ``stoker.agent.checkpoint`` on this
+    install's directory of the volume (subPath INSTANCE) and removes JOB there, never
+    following a link (:func:`stoker.agent.checkpoint.drop`). No tenant code runs in it."""
+    out = []
+    seen: list[dict[str, Any]] = []
+    key = checkpoint_key(job)
+    volumes = s.checkpoint_volumes
+    if job_class is not None:
+        volumes = {job_class: volumes[job_class]} if job_class in volumes else {}
+    for source in volumes.values():
+        if source in seen:
+            continue
+        seen.append(source)
+        digest = hashlib.sha256(json.dumps([job, source], sort_keys=True).encode()).hexdigest()
+        command = ["python", "-m", "stoker.agent.checkpoint", "drop", DROP_ROOT, key]
+        container = {
+            "name": "drop",
+            "image": s.image,
+            "imagePullPolicy": s.image_pull_policy,
+            "command": command,
+            "resources": {
+                "requests": {"cpu": "10m", "memory": "64Mi"},
+                "limits": {"memory": "128Mi"},
+            },
+            "securityContext": container_security(),
+            "volumeMounts": [
+                {"name": "checkpoints", "mountPath": DROP_ROOT, "subPath": s.instance}
+            ],
+        }
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"stoker-drop-{digest[:16]}",
+                    "namespace": s.namespace,
+                    # not a stoker pod (component pod): the runtime's watch never sees it
+                    "labels": s.base_labels("checkpoint-drop"),
+                },
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "activeDeadlineSeconds": DROP_DEADLINE_S,
+                    "securityContext": _shared_volume_security(s),
+                    "containers": [container],
+                    "volumes": [{"name": "checkpoints", **source}],
+                },
+            }
+        )
+    return out

@@ -420,9 +420,47 @@ class KubernetesRuntime:
         """Not here: see :meth:`read_file`."""
         raise NotCarried("this runtime cannot reach a pod's workspace from the broker")
 
-    async def drop_checkpoint(self, job: str) -> None:
-        """Nothing kept here: on Kubernetes a checkpoint goes to a volume of the job's own
-        (docs: the guides' hp and spot page)."""
+    async def drop_checkpoint(self, job: str, *, job_class: str | None = None) -> None:
+        """The job ended for good: its directory goes from its class's checkpoint volume
+        (every volume where the class is not known; none for a class without one, so a
+        pool job costs no API call), by a short-lived Pod per volume (:func:`pods.drop_pods`;
+        no pod of a job mounts more than its own rank's directory, so none could). Waited for
+        up to ``start_timeout_s``, then deleted; a drop that fails is logged, and its
+        directory stays."""
+        for manifest in pods.drop_pods(self.settings, job, job_class):
+            name = manifest["metadata"]["name"]
+            try:
+                await self._api(
+                    f"create pod {name}", lambda m=manifest: self.client.create(KPod.from_dict(m))
+                )
+            except ApiError as exc:
+                # 409: a drop of the same job and volume is under way, or one a broker left
+                # behind (it stopped meanwhile): waited for and deleted as if it were ours
+                if status_code(exc) != 409:
+                    log.warning("checkpoint drop of job %s: %s", job, exc)
+                    continue
+            phase = await self._finished(name, self.settings.start_timeout_s)
+            if phase != "Succeeded":
+                log.warning("checkpoint drop of job %s: pod %s ended %s", job, name, phase)
+            with contextlib.suppress(ApiError):
+                await self._delete_pod(name, 0)
+
+    async def _finished(self, name: str, timeout_s: float) -> str | None:
+        """The phase of the Pod ``name`` once it is Succeeded or Failed; None if it is not
+        within ``timeout_s`` (or is gone)."""
+        deadline = time.monotonic() + timeout_s
+        delay = 0.05
+        while time.monotonic() < deadline:
+            try:
+                obj = await self._api(f"read pod {name}", lambda: self.client.get(KPod, name))
+            except ApiError:
+                return None
+            phase = obj.status.phase if obj.status is not None else None
+            if phase in ("Succeeded", "Failed"):
+                return phase
+            await asyncio.sleep(delay)
+            delay = min(2.0, delay * 2)
+        return None
 
     async def drop_code(self, digest: str) -> None:
         """Remove a stored code archive (none kept: nothing to do)."""
@@ -451,6 +489,7 @@ class KubernetesRuntime:
         gpus: tuple[str, ...],
         standby: bool,
         job_class: str = "pool",
+        checkpoint: tuple[str, int] | None = None,
     ) -> pods.PodShape:
         """The shape of a pod as :meth:`start_pod` would create it."""
         core = self.profiles.get(profile.name)
@@ -461,7 +500,9 @@ class KubernetesRuntime:
             raise ValueError(f"gpus: one pod's GPUs on one node, not {sorted(nodes)}")
         node = next(iter(nodes), None)
         mem = self._gpu_mem.get(node) if node else None
-        return pods.PodShape(pod, core, profile, node, tuple(gpus), standby, job_class, mem)
+        return pods.PodShape(
+            pod, core, profile, node, tuple(gpus), standby, job_class, mem, checkpoint
+        )
 
     async def start_pod(
         self,
@@ -471,12 +512,15 @@ class KubernetesRuntime:
         standby: bool,
         *,
         job_class: str = "pool",
+        checkpoint: tuple[str, int] | None = None,
     ) -> None:
-        """Create the pod and its Secret; returns once its agent dialed in (PodUp emitted)."""
+        """Create the pod and its Secret; returns once its agent dialed in (PodUp emitted).
+        ``checkpoint``: the (job, rank) the pod is started for, whose own directory of its
+        class's checkpoint volume it mounts (where the settings give the class one)."""
         await self.start()
         if pod in self._pods:
             raise ValueError(f"pod: {pod!r} exists already")
-        shape = self.shape(pod, profile, gpus, standby, job_class)
+        shape = self.shape(pod, profile, gpus, standby, job_class, checkpoint)
         try:
             manifest = pods.pod_manifest(self.settings, shape)
         except pods.PodSpecError as exc:
@@ -600,6 +644,7 @@ class KubernetesRuntime:
         if job is not None:
             await self._events.put(JobExited(job, pod, 137, Failure.PREEMPTED))
         s = rec.shape
+        # no checkpoint mount: a recycled pod may serve another job than the old one's
         await self.start_pod(new_pod, s.runtime, s.gpu_ids, s.standby, job_class=s.job_class)
 
     async def promote(self, pod: str) -> None:
@@ -762,7 +807,12 @@ class KubernetesRuntime:
             token = base64.b64decode(secret.data[pods.TOKEN_KEY]).decode()
             runtime = pods.runtime_profile(note)
             shape = self.shape(
-                note["pod"], runtime, tuple(note["gpus"]), bool(note["standby"]), note["class"]
+                note["pod"],
+                runtime,
+                tuple(note["gpus"]),
+                bool(note["standby"]),
+                note["class"],
+                pods.checkpoint_of(note),
             )
         except (KeyError, ValueError, TypeError, ApiError) as exc:
             log.warning("pod %s: cannot adopt (%s); deleting it", meta["name"], exc)

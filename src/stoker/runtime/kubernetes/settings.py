@@ -8,6 +8,7 @@ NetworkPolicy selects, the PriorityClass names, the gateway port the agents dial
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -39,6 +40,12 @@ GPU_TAINT_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect":
 _TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+#: the job classes whose pods may mount a checkpoint volume: hp and spot pods start cold
+#: for one job and never serve another (core/actions.py), so the broker can name the job's
+#: own directory when it creates the pod. Pool pods serve many jobs, and a pod's volumes
+#: are fixed when it is created
+CHECKPOINT_CLASSES = ("hp", "spot")
 
 
 class ShareMechanism(StrEnum):
@@ -125,6 +132,12 @@ class KubeSettings:
     deps_find_links: str = ""  # a URL of wheels besides (or instead of) the index
     #: the tolerations of pods that take GPUs (tainted GPU nodes); CPU-only pods get none
     gpu_tolerations: tuple[dict[str, Any], ...] = (GPU_TAINT_TOLERATION,)
+    #: job class (hp, spot) -> the volume its jobs' checkpoints live on: a
+    #: PersistentVolumeClaim's name, or a volume source as a table (``{nfs = {server = ...,
+    #: path = ...}}``). A pod mounts only its own job's and rank's directory of it (subPath
+    #: INSTANCE/JOB/RANK) at /stoker/checkpoint; ReadWriteMany, for a resumed job whose new
+    #: pod lands on another node. Read back normalised: every value a volume source
+    checkpoint_volumes: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not _LABEL_VALUE.match(self.instance) or len(self.instance) > 63:
@@ -135,6 +148,10 @@ class KubeSettings:
                 raise ValueError(
                     f"gpu_tolerations[{n}]: a table of {', '.join(sorted(_TOLERATION_KEYS))}"
                 )
+        volumes = {
+            str(cls): _volume_source(cls, src) for cls, src in self.checkpoint_volumes.items()
+        }
+        object.__setattr__(self, "checkpoint_volumes", volumes)
 
     @staticmethod
     def from_dict(raw: dict[str, Any], where: str = "kubernetes") -> KubeSettings:
@@ -178,6 +195,26 @@ class KubeSettings:
     def base_labels(self, part: str) -> dict[str, str]:
         """Labels every object of this install carries; ``part`` is broker or pod."""
         return {LABEL_APP: "stoker", LABEL_PART: part, LABEL_INSTANCE: self.instance}
+
+
+def _volume_source(job_class: str, raw: Any) -> dict[str, Any]:
+    """One ``checkpoint_volumes`` entry as a Pod's volume source (its own copy)."""
+    where = f"checkpoint_volumes.{job_class}"
+    if job_class not in CHECKPOINT_CLASSES:
+        why = " (pool pods serve many jobs)" if job_class == "pool" else ""
+        raise ValueError(f"{where}: only {' or '.join(CHECKPOINT_CLASSES)} jobs{why}")
+    if isinstance(raw, str):
+        if not _DNS_SUBDOMAIN.match(raw):
+            raise ValueError(f"{where}: not a PersistentVolumeClaim name: {raw!r}")
+        return {"persistentVolumeClaim": {"claimName": raw}}
+    if not (isinstance(raw, dict) and len(raw) == 1 and isinstance(next(iter(raw.values())), dict)):
+        raise ValueError(f"{where}: a claim name, or a table of one volume source")
+    kind, body = next(iter(raw.items()))
+    # the pod writes its checkpoints there: a read-only source is a configuration mistake
+    # (and the job never gets a say in how the volume is mounted)
+    if body.get("readOnly"):
+        raise ValueError(f"{where}: the volume must be writable")
+    return {str(kind): json.loads(json.dumps(body))}
 
 
 def _priority(raw: Any, where: str) -> PriorityClasses:
