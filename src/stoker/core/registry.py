@@ -17,7 +17,9 @@ docs/evaluation/gfs.md: ``gfs-lend`` (the broker's default: spot borrows what HP
 no HP job waits), ``gfs-reserve-patient-lend`` (a waiting gang of multi-card workers
 reserves the nodes it drains, HP evicts only after half an hour queued, half of the idle
 room lent) and ``gfs-reserve-patient-lend-multi`` (that, reserving for a single multi-card
-worker too).
+worker too). The authors' released rules, bugs kept, each its base preset plus options
+(``GFSConfig.gang_rule``, ``demand``, queue ``fifo-submit``, ``Preset.cold_start``):
+``gfs-as-released``, ``yarn-cs-as-released``, ``lyra-as-released``, ``fgd-as-released``.
 """
 
 from __future__ import annotations
