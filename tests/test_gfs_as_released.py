@@ -219,3 +219,26 @@ def test_as_released_presets_and_the_registry_bound() -> None:
     assert preset("gfs+gang_rule=one-worker").policies.hpspot.gang_rule is GangRule.ONE_WORKER
     with pytest.raises(ValueError, match="gang_rule"):
         GFSConfig(gang_rule="some")  # type: ignore[arg-type]
+
+
+def test_partial_leaves_spot_gangs_and_fractional_hp_gangs_all_or_nothing() -> None:
+    g = _two_spot_jobs(gang_rule=GangRule.PARTIAL)
+    out = g.submit(spec("s3", "spot", 1, 3, dur=1e4), 5.0)  # two cards free for three
+    assert "s3" not in bound(out) and g.core.jobs["s3"].run_workers is None
+    g = Gangs(cluster(1), static(gang_rule=GangRule.PARTIAL))
+    g.submit(spec("s", "spot", 0.5, dur=1e5), 0.0)
+    out = g.submit(spec("h", "hp", 0.5, 2, dur=1e4), 1.0)
+    assert evicted(out) == ["s"] and _pods(out, "h") == 2
+
+
+def test_yarn_cs_as_released_evicts_for_one_worker_of_a_gang() -> None:
+    # fifo_spot.py: HP straight to place_with_preemption, one worker; here a spot job on
+    # each of two nodes, an HP gang of two 4-GPU workers takes one node by eviction
+    p = preset("yarn-cs-as-released").policies
+    p.hpspot.quota = static().hpspot.quota
+    g = Gangs(cluster(4, 4), p)
+    g.submit(spec("s1", "spot", 4, dur=1e5), 0.0)
+    g.submit(spec("s2", "spot", 4, dur=1e5), 0.0)
+    out = g.submit(spec("h", "hp", 4, 2, dur=1e4), 10.0)
+    assert len(evicted(out)) == 1 and _pods(out, "h") == 1
+    assert g.core.hpspot.used["A"]["hp"] == 4.0
