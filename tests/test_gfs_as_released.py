@@ -114,6 +114,28 @@ def test_the_hp_demand_series_counts_one_worker_as_released(demand, series) -> N
 
 
 @pytest.mark.parametrize(
+    ("demand", "series"),
+    [
+        (DemandCount.EVERY_WORKER, [2.0, 0.0, 2.0, 0.0]),
+        (DemandCount.ONE_WORKER, [2.0, 0.0, 2.0, 0.0]),
+        (DemandCount.CUMULATIVE, [2.0, 2.0, 4.0, 4.0]),
+    ],
+)
+def test_the_baselines_as_released_never_take_an_ended_hp_job_off_the_series(
+    demand, series
+) -> None:
+    # fifo_spot.py, lyra.py, fgd.py add each HP job started to guar_request_dict and never
+    # subtract it: the series the forecaster learns only grows
+    g = Gangs(cluster(4), static(demand=demand))
+    g.submit(spec("h1", "hp", 2, dur=60.0), 0.0)
+    g.finish("h1", 60.0)
+    g.submit(spec("h2", "hp", 2, dur=60.0), 120.0)
+    g.finish("h2", 180.0)
+    g.send(Tick(), 240.0)
+    assert list(g.core.demand.history(("t", "A"))) == series
+
+
+@pytest.mark.parametrize(
     ("demand", "starts"),
     [
         (DemandCount.EVERY_WORKER, False),
@@ -190,19 +212,19 @@ def test_as_released_presets_and_the_registry_bound() -> None:
     )
     assert rules["lyra-as-released"] == (
         GangRule.PARTIAL,
-        DemandCount.ONE_WORKER,
+        DemandCount.CUMULATIVE,
         "size-stop",
         True,
     )
     assert rules["yarn-cs-as-released"] == (
         GangRule.ONE_WORKER,
-        DemandCount.ONE_WORKER,
+        DemandCount.CUMULATIVE,
         "fifo",
         True,
     )
     assert rules["fgd-as-released"] == (
         GangRule.ONE_WORKER,
-        DemandCount.ONE_WORKER,
+        DemandCount.CUMULATIVE,
         "fifo-submit",
         True,
     )

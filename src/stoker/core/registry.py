@@ -177,14 +177,15 @@ _FGD: dict[str, object] = {
 }
 
 
-# the as-released gang rules (``GFSConfig.gang_rule``) with one worker's demand books
+# the baselines' as-released gang rules (``GFSConfig.gang_rule``) and demand books (one
+# worker a job, never taken off: ``DemandCount.CUMULATIVE``)
 _AS_RELEASED_ONE: dict[str, object] = {
     "gang_rule": GangRule.ONE_WORKER,
-    "demand": DemandCount.ONE_WORKER,
+    "demand": DemandCount.CUMULATIVE,
 }
 _AS_RELEASED_PARTIAL: dict[str, object] = {
     "gang_rule": GangRule.PARTIAL,
-    "demand": DemandCount.ONE_WORKER,
+    "demand": DemandCount.CUMULATIVE,
 }
 
 

@@ -61,11 +61,14 @@ def unshorten(job: Job, config: GFSConfig) -> None:
         job.run_workers = None
 
 
-def demand_gpus(job: Job, config: GFSConfig) -> float:
-    """GPUs a running HP job adds to the demand the forecaster learns (``one-worker``: one
-    worker's request, the authors' ``guar_request_dict``)."""
+def demand_gpus(job: Job, config: GFSConfig, ends: bool = False) -> float:
+    """GPUs an HP job adds to the demand the forecaster learns when it starts, or takes off
+    it when it ``ends``: every worker's (ours), one worker's (the authors'
+    ``guar_request_dict``), nothing taken off (``cumulative``: the baselines')."""
     if config.demand is DemandCount.EVERY_WORKER:
         return job.gpus
+    if ends and config.demand is DemandCount.CUMULATIVE:
+        return 0.0
     return job.per_worker
 
 

@@ -36,15 +36,18 @@ class GangRule(StrEnum):
 
 
 class DemandCount(StrEnum):
-    """What a running job counts for in the demand books: ``every-worker`` (stoker's, for
-    every policy), ``one-worker`` (the authors' ``Policy.run_guar``: the HP demand series
-    the forecaster learns counts one worker per job) or ``one-worker-spot`` (that, and a
-    running spot job counts one worker against the spot quota: ``policy/gfs.py``,
-    ``SpotScheduler.run_spot``, bug B3)."""
+    """What a job counts for in the demand books: ``every-worker`` (stoker's, for every
+    policy: a running HP job's every worker in the HP series the forecaster learns, taken
+    off when it ends); ``one-worker`` (one worker a job: ``Policy.run_guar`` in
+    ``policy/policy.py``); ``one-worker-spot`` (that, and a running spot job counts one
+    worker against the spot quota: ``policy/gfs.py``, ``SpotScheduler.run_spot``, bug B3);
+    ``cumulative`` (one worker a job, never taken off: ``fifo_spot.py``, ``lyra.py`` and
+    ``fgd.py`` never subtract an ended HP job from ``guar_request_dict``)."""
 
     EVERY_WORKER = "every-worker"
     ONE_WORKER = "one-worker"
     ONE_WORKER_SPOT = "one-worker-spot"
+    CUMULATIVE = "cumulative"
 
 
 @dataclass

@@ -622,7 +622,7 @@ class HpSpotScheduler:
         self.used[gpu_pool][cls] -= job.gpus
         if cls is _HP:
             self._hp_moved[gpu_pool] = None
-            self.books.demand.add(job.spec.tenant, gpu_pool, -demand_gpus(job, self.config))
+            self.books.demand.add(job.spec.tenant, gpu_pool, -demand_gpus(job, self.config, True))
             for _, gid, share in place:
                 self.gpu_pools[gpu_pool].add_hp(gid, -share)
         if abs(self.used[gpu_pool][cls]) < 1e-9:
