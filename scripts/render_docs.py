@@ -261,19 +261,8 @@ def gfs_beyond() -> str:
 
 
 def _absolute(rel: str, load: str) -> str:
-    res = _load(rel)["results"][load]
-    rows = [
-        [
-            f"`{p}`",
-            f"{r['hp.mean_queue_s'] / 3600:,.1f}",
-            f"{r['hp.p99_jct_s'] / 3600:,.0f}",
-            f"{r['spot.eviction_rate']:.3f}",
-            f"{r['spot.mean_queue_s'] / 3600:,.1f}",
-            f"{r['spot.mean_jct_s'] / 3600:,.1f}",
-            f"{r['gpu_allocation_rate']:.3f}",
-        ]
-        for p, r in sorted(res.items())
-    ]
+    """One row per policy of a results file at ``load``."""
+    rows = _absolute_rows(rel, load, None)
     head = [
         "policy",
         "HP queue h",
@@ -284,6 +273,24 @@ def _absolute(rel: str, load: str) -> str:
         "allocation",
     ]
     return _table(head, rows, "lrrrrrr")
+
+
+def _absolute_rows(rel: str, load: str, trace: str | None) -> list[list[object]]:
+    """The rows of :func:`_absolute`, each after the trace's name if one is given."""
+    res = _load(rel)["results"][load]
+    return [
+        [
+            *([] if trace is None else [trace]),
+            f"`{p}`",
+            f"{r['hp.mean_queue_s'] / 3600:,.1f}",
+            f"{r['hp.p99_jct_s'] / 3600:,.0f}",
+            f"{r['spot.eviction_rate']:.3f}",
+            f"{r['spot.mean_queue_s'] / 3600:,.1f}",
+            f"{r['spot.mean_jct_s'] / 3600:,.1f}",
+            f"{r['gpu_allocation_rate']:.3f}",
+        ]
+        for p, r in sorted(res.items())
+    ]
 
 
 def gfs_v2026() -> str:
@@ -299,6 +306,19 @@ def gfs_openb() -> str:
 def gfs_philly() -> str:
     """Every policy on Philly, contended, seed 0, medium load."""
     return _absolute("gfs/philly/results.json", "medium")
+
+
+def gfs_as_released() -> str:
+    """Each policy beside its ``-as-released`` preset, openb and Philly contended, seed 0,
+    medium load."""
+    rows = [
+        row
+        for trace in ("openb", "philly")
+        for row in _absolute_rows(f"gfs/{trace}/as_released.json", "medium", trace)
+    ]
+    head = ["trace", "policy", "HP queue h", "HP p99 JCT h", "spot eviction"]
+    head += ["spot queue h", "spot JCT h", "allocation"]
+    return _table(head, rows, "llrrrrrr")
 
 
 def gfs_money() -> str:
@@ -381,6 +401,7 @@ TABLES: dict[str, Callable[[], str]] = {
         gfs_v2026,
         gfs_openb,
         gfs_philly,
+        gfs_as_released,
         gfs_money,
         gfs_speed,
     )

@@ -179,7 +179,7 @@ class Gangs:
                 case StopPod(pod=pod) if self.stop or self.core.pods[pod].profile == "A":
                     done += self.send(PodGone(pod), now)
                 case KillJob(job=job, reason=Failure.PREEMPTED):
-                    for rank in range(self.core.jobs[job].spec.workers):
+                    for rank in range(self.core.jobs[job].workers):
                         done += self.send(RankExited(job, rank, 1, Failure.PREEMPTED), now)
         return done
 
@@ -188,7 +188,7 @@ class Gangs:
 
     def finish(self, job: str, now: float) -> list[Action]:
         out: list[Action] = []
-        for rank in range(self.core.jobs[job].spec.workers):
+        for rank in range(self.core.jobs[job].workers):
             out += self.send(RankExited(job, rank), now)
         return out
 

@@ -229,7 +229,7 @@ class Core:
             free = [self.cluster.cpu_free(name) for name in nodes]
             return CpuWait(
                 profile=profile.name,
-                pods=job.spec.workers,
+                pods=job.workers,
                 cpu=profile.cpu,
                 memory_gb=profile.memory_gb,
                 free_cpu=sum(c for c, _ in free),
@@ -240,7 +240,7 @@ class Core:
         model = profile.gpu_model
         return GpuWait(
             pool=model,
-            workers=job.spec.workers,
+            workers=job.workers,
             per_worker=profile.gpu_demand,
             free_gpus=self.cluster.free_gpus(model),
             capacity=self.cluster.capacity.get(model, 0),
@@ -405,7 +405,7 @@ class Core:
             return  # late news of a run the core moved on from
         job.ranks_started.add(rank)
         # the job runs once every rank does (a gang's ranks meet before any work)
-        if job.state is JobState.BINDING and len(job.ranks_started) == job.spec.workers:
+        if job.state is JobState.BINDING and len(job.ranks_started) == job.workers:
             self.books.move_job(job, JobState.RUNNING, now)
             if job.started is None:
                 job.started = now
@@ -438,7 +438,7 @@ class Core:
             failure = Failure.USER_ERROR
         first_failure = all(code == 0 for code, _ in job.ranks_exited.values())
         job.ranks_exited[rank] = (exit_code, failure)
-        left = job.spec.workers - len(job.ranks_exited)
+        left = job.workers - len(job.ranks_exited)
         if exit_code != 0 and first_failure and left > 0:
             out.append(KillJob(job.id, failure or Failure.USER_ERROR))
         if left > 0:

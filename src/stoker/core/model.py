@@ -284,6 +284,9 @@ class Job:
     periods_ok: int = 0
     lost_s: float = 0.0
     fair_tag: float | None = None  # its place in a fair queue (stoker.core.shares)
+    # workers it runs with when an as-released gang rule gives it fewer than its spec asks
+    # (:class:`~stoker.core.gfs.config.GangRule`); None: all of them
+    run_workers: int | None = None
     history: deque[tuple[float, str, str]] = field(default_factory=lambda: deque(maxlen=8))
 
     @property
@@ -312,9 +315,15 @@ class Job:
         return self.per_worker < 1.0 - EPS
 
     @property
+    def workers(self) -> int:
+        """Workers (pods, ranks) it runs with: its spec's, or fewer under an as-released
+        gang rule."""
+        return self.spec.workers if self.run_workers is None else self.run_workers
+
+    @property
     def gpus(self) -> float:
         """GPUs the whole job holds while it runs."""
-        return self.per_worker * self.spec.workers
+        return self.per_worker * self.workers
 
     @property
     def start_latency(self) -> float | None:

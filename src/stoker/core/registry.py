@@ -17,7 +17,9 @@ docs/evaluation/gfs.md: ``gfs-lend`` (the broker's default: spot borrows what HP
 no HP job waits), ``gfs-reserve-patient-lend`` (a waiting gang of multi-card workers
 reserves the nodes it drains, HP evicts only after half an hour queued, half of the idle
 room lent) and ``gfs-reserve-patient-lend-multi`` (that, reserving for a single multi-card
-worker too).
+worker too). The authors' released rules, bugs kept, each its base preset plus options
+(``GFSConfig.gang_rule``, ``demand``, queue ``fifo-submit``, ``Preset.cold_start``):
+``gfs-as-released``, ``yarn-cs-as-released``, ``lyra-as-released``, ``fgd-as-released``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
 from stoker.core.config import Policies
-from stoker.core.gfs.config import GFSConfig, LeaseConfig, ReservationConfig
+from stoker.core.gfs.config import (
+    DemandCount,
+    GangRule,
+    GFSConfig,
+    LeaseConfig,
+    ReservationConfig,
+)
 from stoker.core.gfs.placement import BestFitScorer, FGDScorer, GFSScorer
 from stoker.core.gfs.preemption import FGDVictims, FifoVictims, LyraVictims
 from stoker.core.gfs.quota import ForecastQuota, StaticQuota
@@ -83,11 +91,13 @@ PAPER_BASELINES = ("yarn-cs", "chronus", "lyra", "fgd")
 @dataclass(frozen=True, slots=True)
 class Preset:
     """A named configuration of the core and the forecaster it needs ("default": the
-    driver's default forecaster, "naive", or None)."""
+    driver's default forecaster, "naive", or None); ``cold_start``: the driver's forecaster
+    starts cold at the evaluation window, as the authors' simulator (``policy/gfs.py``)."""
 
     name: str
     policies: Policies
     forecaster: str | None
+    cold_start: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +177,18 @@ _FGD: dict[str, object] = {
 }
 
 
+# the baselines' as-released gang rules (``GFSConfig.gang_rule``) and demand books (one
+# worker a job, never taken off: ``DemandCount.CUMULATIVE``)
+_AS_RELEASED_ONE: dict[str, object] = {
+    "gang_rule": GangRule.ONE_WORKER,
+    "demand": DemandCount.CUMULATIVE,
+}
+_AS_RELEASED_PARTIAL: dict[str, object] = {
+    "gang_rule": GangRule.PARTIAL,
+    "demand": DemandCount.CUMULATIVE,
+}
+
+
 def _baseline(name: str, parts: dict[str, object]) -> dict[str, _Entry]:
     """``name`` with the forecast quota, as the authors' simulator runs it."""
     return {name: (_gangs(name=name, quota=_forecast_quota, **parts), "default")}
@@ -243,7 +265,19 @@ _PRESETS: dict[str, _Entry] = {
     ),
     **_baseline("lyra", _LYRA),
     **_baseline("fgd", _FGD),
+    # each policy as the authors' released simulator runs it, its bugs kept
+    # (docs/evaluation/gfs.md lists each rule against stoker's default): HP gangs placed by
+    # their rule, the demand books of one worker a job, the forecaster cold at the
+    # window's start (``cold_start``), FGD's evicted spot job back at its submit time
+    "gfs-as-released": _gfs_variant(
+        "gfs-as-released", gang_rule=GangRule.PARTIAL, demand=DemandCount.ONE_WORKER_SPOT
+    ),
+    **_baseline("yarn-cs-as-released", {**_YARN, **_AS_RELEASED_ONE}),
+    **_baseline("lyra-as-released", {**_LYRA, **_AS_RELEASED_PARTIAL}),
+    **_baseline("fgd-as-released", {**_FGD, **_AS_RELEASED_ONE, "queue": "fifo-submit"}),
 }
+# the presets whose driver's forecaster starts cold at the window (``Preset.cold_start``)
+_COLD_START = ("gfs-as-released", "yarn-cs-as-released", "lyra-as-released", "fgd-as-released")
 
 WARM_PRESETS = (
     "fresh_pod",
@@ -285,7 +319,7 @@ def preset(name: str, g: float = 0.9, guarantee_s: float = 3600.0) -> Preset:
                 f"preset: {base!r} is a warm-pool preset; only hp/spot presets take +field=value"
             )
         policies.hpspot = _changed(policies.hpspot, changes)
-    return Preset(name, policies, forecaster)
+    return Preset(name, policies, forecaster, cold_start=base in _COLD_START)
 
 
 # a preset's changed GFSConfig fields follow its name, each after this
@@ -293,8 +327,10 @@ VARIANT_SEP = "+"
 # GFSConfig fields a preset name may change: its scalar parameters, but those set
 # elsewhere: g and guarantee_s (preset()'s own arguments, which build the quota too),
 # cost_window_s (the simulator's window), grace_s (the broker's setting), and the name
-_SET_ELSEWHERE = ("name", "g", "guarantee_s", "cost_window_s", "grace_s")
+_SET_ELSEWHERE = ("name", "g", "guarantee_s", "cost_window_s", "grace_s", "quota_opens")
 _SCALARS = ("float", "int", "bool", "str")
+# the GFSConfig fields that are an enum of names, set by a name as a str is
+_ENUMS = ("Queue", "GangRule", "DemandCount")
 # the concerns a preset name may set fields of, each from its defaults when it is off
 _CONCERNS: dict[str, type] = {"reservation": ReservationConfig, "leases": LeaseConfig}
 
@@ -305,7 +341,7 @@ def _kind(annotation: object) -> tuple[str, bool]:
     text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
     optional = text.endswith(" | None")
     base = text.removesuffix(" | None")
-    return ("str" if base == "Queue" else base), optional
+    return ("str" if base in _ENUMS else base), optional
 
 
 _TUNABLE: dict[str, tuple[str, bool]] = {

@@ -165,11 +165,15 @@ class TraceWorkload:
         progress: Callable[[str], None] | None,
         name: str,
         clocks_until: float = math.inf,
+        cold_from: float | None = None,
     ) -> None:
         """``clocks_until``: the forecaster's clocks and the timeline stop there (the end
-        of the window where the spot quota holds: after it no forecast changes anything)."""
+        of the window where the spot quota holds: after it no forecast changes anything).
+        ``cold_from`` (the authors' cold start): the forecaster reads no history before it
+        and first fits and answers a day after it."""
         self.jobs = jobs
         self.clocks_until = clocks_until
+        self.cold_from = cold_from
         self.forecaster = forecaster
         self.cadence = cadence
         self.hours = hours
@@ -191,8 +195,11 @@ class TraceWorkload:
         t0 = sim.now
         self._next_submission(sim)
         if self.forecaster is not None:
-            sim.at(t0, self._refit, sim, prio=PRIO_CLOCK)
-            sim.at(t0, self._query, sim, prio=PRIO_CLOCK)
+            # cold: ``policy/gfs.py`` trains at the day boundaries inside the window, on
+            # what its recorder saw there: the first fit is a day in
+            first = t0 if self.cold_from is None else max(t0, self.cold_from + DAY_S)
+            sim.at(first, self._refit, sim, prio=PRIO_CLOCK)
+            sim.at(first, self._query, sim, prio=PRIO_CLOCK)
         sim.at(t0, self._sample, sim, prio=PRIO_SAMPLE)
 
     def _again(
@@ -234,6 +241,9 @@ class TraceWorkload:
         meter.record_until(sim.now)
         keys = sorted(meter.keys, key=lambda k: (k[1], k[0]))
         last = self.forecaster.fit_minutes
+        if self.cold_from is not None:
+            seen = max(1, int((sim.now - self.cold_from) // 60))
+            last = seen if last is None else min(last, seen)
         self.forecaster.fit(
             {SeriesKey(t, p): meter.history((t, p), last) for t, p in keys}, int(sim.now // 60)
         )
@@ -316,7 +326,12 @@ def simulate(
     config.window = (window.start, window.end) if gate == "window" else None
     config.arrivals_end = window.end  # the trace's jobs are those submitted before it
     cadence = cadence or (forecaster.cadence if forecaster else Cadence())
-    if forecaster is not None:
+    # the authors' forecaster cold start (a preset's ``cold_start``, with the window's
+    # gate): no history before the window, and no spot quota until the first fit
+    cold = spec.cold_start and gate == "window" and forecaster is not None
+    if cold:
+        config.quota_opens = window.start + DAY_S
+    elif forecaster is not None:
         prefill_meter(core, trace, t0)
     workload = TraceWorkload(
         jobs,
@@ -331,6 +346,7 @@ def simulate(
         # window's gate the quota does not hold after it, so no forecast there changes a
         # decision
         window.end if gate == "window" else math.inf,
+        window.start if cold else None,
     )
     alloc = {"window": 0.0, "total": 0.0, "cards": 0.0, "hp": 0.0}
     # GPU-s held by hp and spot workers in the window, per GPU pool

@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from stoker.core.gfs.asreleased import quota_used
 from stoker.core.gfs.config import GFSConfig
 from stoker.core.gfs.quota import guaranteed_hours
 from stoker.core.gfs.view import HpSpotView
@@ -50,7 +51,15 @@ class SpotAdmission:
             return -math.inf
         if gate is not None and now >= gate[1]:
             return math.inf
-        return self.spot_quota(gpu_pool) - self.view.used[gpu_pool][_SPOT]
+        if self._closed(now):
+            return 0.0
+        return self.spot_quota(gpu_pool) - quota_used(self.view, gpu_pool, self.config)
+
+    def _closed(self, now: float) -> bool:
+        """Inside the window and before ``quota_opens`` (the authors' forecaster cold
+        start): the spot quota is 0."""
+        opens = self.config.quota_opens
+        return opens is not None and now < opens
 
     def spot_quota(self, gpu_pool: str) -> float:
         """The pool's spot quota in force inside the window: the forecast's, or with
@@ -73,9 +82,12 @@ class SpotAdmission:
         gate = self.config.window
         if gate is not None and now < gate[0]:
             return True  # before the window no spot job starts
-        used = self.view.used[gpu_pool][_SPOT]
-        quota = math.inf if gate is not None and now >= gate[1] else self.spot_quota(gpu_pool)
-        return used + job.gpus > quota + EPS
+        if gate is not None and now >= gate[1]:
+            return False
+        if self._closed(now):
+            return True
+        used = quota_used(self.view, gpu_pool, self.config)
+        return used + job.gpus > self.spot_quota(gpu_pool) + EPS
 
     def waiting(
         self, job: Job, gpu_pool: str, freeing: str | None, now: float
@@ -92,7 +104,7 @@ class SpotAdmission:
         held = view.reservations.held.get(gpu_pool) if blocked else None
         return GpuWait(
             pool=gpu_pool,
-            workers=job.spec.workers,
+            workers=job.workers,
             per_worker=job.per_worker,
             free_gpus=free,
             capacity=view.capacity[gpu_pool],

@@ -19,6 +19,35 @@ class Queue(StrEnum):
     SIZE = "size"
     SIZE_STOP = "size-stop"
     FIFO = "fifo"
+    # FIFO with an evicted spot job back at its submit time (the authors' ``fgd.py``)
+    FIFO_SUBMIT = "fifo-submit"
+
+
+class GangRule(StrEnum):
+    """How an HP job of several whole-GPU workers is placed (spot and fractional HP jobs
+    are all or nothing under every rule): ``all-or-nothing`` (stoker's), ``partial`` (the
+    authors' ``policy/gfs.py`` and ``lyra.py``: the workers free room holds plus one by
+    eviction, and it runs with those) or ``one-worker`` (``fifo_spot.py`` and ``fgd.py``:
+    ``place_with_preemption`` places one worker, so every HP job runs with one)."""
+
+    ALL_OR_NOTHING = "all-or-nothing"
+    PARTIAL = "partial"
+    ONE_WORKER = "one-worker"
+
+
+class DemandCount(StrEnum):
+    """What a job counts for in the demand books: ``every-worker`` (stoker's, for every
+    policy: a running HP job's every worker in the HP series the forecaster learns, taken
+    off when it ends); ``one-worker`` (one worker a job: ``Policy.run_guar`` in
+    ``policy/policy.py``); ``one-worker-spot`` (that, and a running spot job counts one
+    worker against the spot quota: ``policy/gfs.py``, ``SpotScheduler.run_spot``, bug B3);
+    ``cumulative`` (one worker a job, never taken off: ``fifo_spot.py``, ``lyra.py`` and
+    ``fgd.py`` never subtract an ended HP job from ``guar_request_dict``)."""
+
+    EVERY_WORKER = "every-worker"
+    ONE_WORKER = "one-worker"
+    ONE_WORKER_SPOT = "one-worker-spot"
+    CUMULATIVE = "cumulative"
 
 
 @dataclass
@@ -121,10 +150,17 @@ class GFSConfig:
     # up): in a busy pool a short wait often finds the room without an eviction
     hp_evict_after_s: float | None = None
     grace_s: float = 0.0  # an evicted spot job's SIGTERM-to-SIGKILL grace
+    # the as-released options (each default is stoker's corrected rule; the
+    # ``*-as-released`` presets set the authors'): HP gang placement, demand bookkeeping
+    gang_rule: GangRule = GangRule.ALL_OR_NOTHING
+    demand: DemandCount = DemandCount.EVERY_WORKER
     # the authors' gate (every policy's ``simulate``): with a window (start, end), no spot
     # job starts before ``start``, the quota holds in [start, end) and none after; HP
     # preempts and Chronus flushes leases only from ``start``. None: always on (stoker's)
     window: tuple[float, float] | None = None
+    # driver-set, with ``window``: inside it, the spot quota is 0 before this (the
+    # authors' forecaster cold start: no quota before its first fit; None: none)
+    quota_opens: float | None = None
     # when the last job arrives (a trace driver knows; None: any time). After it, a pool
     # with nothing queued stays so under leases (nothing arrives, leases never preempt):
     # its HP jobs are charged every remaining lease return at once
@@ -136,6 +172,13 @@ class GFSConfig:
         except ValueError:
             known = ", ".join(q.value for q in Queue)
             raise ValueError(f"queue must be one of {known}, got {self.queue!r}") from None
+        for name, kind in (("gang_rule", GangRule), ("demand", DemandCount)):
+            try:
+                setattr(self, name, kind(getattr(self, name)))
+            except ValueError:
+                known = ", ".join(v.value for v in kind)
+                got = getattr(self, name)
+                raise ValueError(f"{name} must be one of {known}, got {got!r}") from None
         if self.lend_idle is not None and not 0.0 < self.lend_idle <= 1.0:
             raise ValueError(f"lend_idle must be in (0, 1], got {self.lend_idle}")
         smaller_first = self.reservation is not None and self.reservation.smaller_first

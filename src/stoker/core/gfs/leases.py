@@ -127,7 +127,7 @@ class Leases:
         out.append(KillJob(job.id, Failure.PREEMPTED, self.config.grace_s))
         # as the authors' ``release_resource``: the cards are free for the round's pass at
         # once (its pods' shares with them); the pods stay until the pass has re-placed it
-        running = set(range(job.spec.workers)) - set(job.ranks_exited)
+        running = set(range(job.workers)) - set(job.ranks_exited)
         for pid in job.pods:
             pod = self.s.pods[pid]
             pod.job = None

@@ -11,6 +11,7 @@ its pods are gone, so neither makes a failed search succeed.
 
 from __future__ import annotations
 
+from stoker.core.gfs.asreleased import fewest_workers
 from stoker.core.gfs.config import GFSConfig
 from stoker.core.gfs.nodes import NodeIndex
 from stoker.core.model import Job
@@ -69,4 +70,5 @@ class SearchMemo:
         of them freeing fewer cards than it needs (an HP backlog)."""
         if job.fractional or self.idle.idle_nodes(gpu_pool):
             return False
-        return self.index.gpu_pools[gpu_pool].reclaim_slots(int(job.per_worker)) < job.spec.workers
+        slots = self.index.gpu_pools[gpu_pool].reclaim_slots(int(job.per_worker))
+        return slots < fewest_workers(job, self.config)

@@ -132,7 +132,7 @@ class NodeIndex:
             # so the next worker's card is at or after this one's: one walk for the gang
             # (a walk per worker was quadratic in its workers)
             plan = []
-            workers = job.spec.workers
+            workers = job.workers
             for gpu in self.cluster.gpus_with_room(gpu_pool, need):
                 if gpu.node in blocked:
                     continue
@@ -146,7 +146,7 @@ class NodeIndex:
         count = int(need)
         gang = GangPlan(self.gpu_pools[gpu_pool], exclude=blocked)
         nodes: list[str] = []
-        for worker in range(job.spec.workers):
+        for worker in range(job.workers):
             node = self.config.scorer.choose(gang, job.job_class, count, now)
             if node is None:
                 return None, (gang, worker)

@@ -173,7 +173,7 @@ class QueuePass:
             job = self.s.jobs[entry[1]]
             if job.state is not JobState.QUEUED or not ends_by(job, now, held[2]):
                 continue
-            if job.spec.workers >= no_room or job.gpus >= over_quota - EPS:
+            if job.workers >= no_room or job.gpus >= over_quota - EPS:
                 if job.job_class is _SPOT and queue.fewer_workers:
                     return  # the later ones ask at least as much
                 if job.job_class is _SPOT:
@@ -192,7 +192,7 @@ class QueuePass:
                 return  # room is being freed for a job: no spot job starts
             elif len(out) == acted and job.id not in self.s.awaiting:
                 if result == Attempt.NO_ROOM:
-                    no_room = min(no_room, job.spec.workers)
+                    no_room = min(no_room, job.workers)
                 else:  # over the spot quota
                     over_quota = min(over_quota, job.gpus)
 

@@ -209,7 +209,7 @@ class LyraVictims:
 
     @staticmethod
     def _cost(job: Job) -> float:
-        w = job.spec.workers
+        w = job.workers
         return 1.0 / w if job.fractional else 1.0 / (w * job.per_worker)
 
     def choose(

@@ -43,6 +43,10 @@ QUEUE_ORDERS: dict[str, QueueOrder] = {
     ),
     # YARN-CS and FGD (fifo_spot.py, fgd.py): arrival order, the first failure stops
     "fifo": QueueOrder("fifo", by_size=False, fewer_workers=False, stop=True, at_back=True),
+    # FGD as released (fgd.py): FIFO, an evicted spot job back at its submit time
+    "fifo-submit": QueueOrder(
+        "fifo-submit", by_size=False, fewer_workers=False, stop=True, at_back=False
+    ),
 }
 
 
@@ -86,7 +90,7 @@ class ClassQueue:
 
     def entry(self, job: Job, at: float) -> tuple[tuple[float, ...], str]:
         rank = -job.per_worker if self.order.by_size else 0.0
-        workers = float(job.spec.workers) if self.fewer_workers else 0.0
+        workers = float(job.workers) if self.fewer_workers else 0.0
         return (rank, workers, at), job.id
 
     def push(self, job: Job, now: float, requeue: bool = False) -> None:

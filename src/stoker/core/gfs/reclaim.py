@@ -129,7 +129,7 @@ class ReclaimPlanner:
         known = -1
         if free_first and not job.fractional and job.job_class is _HP and prefix is not None:
             gang, known = prefix
-        for worker in range(job.spec.workers):
+        for worker in range(job.workers):
             if worker < known:
                 continue
             # a worker that fits on free room takes it (only the rest need victims)

@@ -69,7 +69,7 @@ class Reservations:
             and not job.fractional
             and job.gpus >= 2.0 - EPS
             and job.per_worker >= c.min_worker - EPS
-            and job.spec.workers >= c.min_workers
+            and job.workers >= c.min_workers
         )
 
     def smaller_waits(self, job: Job, queue: ClassQueue) -> bool:
@@ -114,8 +114,8 @@ class Reservations:
             if info.total >= need
             for k, ready in enumerate(self.slots_ready(info, need))
         )
-        chosen = ranked[: job.spec.workers]
-        if len(chosen) < job.spec.workers:
+        chosen = ranked[: job.workers]
+        if len(chosen) < job.workers:
             return None
         return frozenset(name for *_, name in chosen), chosen[-1][0]
 

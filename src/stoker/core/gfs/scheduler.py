@@ -22,6 +22,7 @@ import numpy as np
 
 from stoker.core.actions import Action, BindJob, JobRequeued, KillJob, StartPod, StopPod
 from stoker.core.gfs.admission import SpotAdmission
+from stoker.core.gfs.asreleased import demand_gpus, fewest_workers, on_submit, shorten, unshorten
 from stoker.core.gfs.config import GFSConfig
 from stoker.core.gfs.invariants import check_books
 from stoker.core.gfs.jobs import GuaranteeLedger, restart_overhead
@@ -30,10 +31,7 @@ from stoker.core.gfs.memo import SearchMemo
 from stoker.core.gfs.nodes import NodeIndex
 from stoker.core.gfs.passes import Attempt, QueuePass
 from stoker.core.gfs.periods import GuaranteePeriods
-from stoker.core.gfs.placement import (
-    GangPlan,
-    NodeInfo,
-)
+from stoker.core.gfs.placement import GangPlan, NodeInfo
 from stoker.core.gfs.queues import QUEUE_ORDERS, ClassQueue, pool_queues
 from stoker.core.gfs.reclaim import AwaitedRoom, ReclaimPlan, ReclaimPlanner
 from stoker.core.gfs.reservations import Reservations
@@ -190,6 +188,7 @@ class HpSpotScheduler:
         self._active = True
         job.remaining = spec.duration or 0.0
         job.queued_since = now
+        on_submit(job, self.config)  # ``gang_rule``: the workers it runs with
         self.queues[gpu_pool][job.job_class].push(job, now)
         self._dirty[gpu_pool] = None
 
@@ -429,8 +428,6 @@ class HpSpotScheduler:
         """Raise if an invariant fails (tests call it after every event)."""
         check_books(self)
 
-    # ------------------------------------------------------------ periods and leases
-
     # ------------------------------------------------------------ the pass
 
     def try_start(self, job: Job, now: float, out: list[Action], evict: bool = True) -> Attempt:
@@ -487,9 +484,9 @@ class HpSpotScheduler:
         state = self.memo.state(gpu_pool, now)
         if self.memo.failed(job.id, state, evict):
             return Attempt.NO_ROOM
-        if self.gpu_pools[gpu_pool].hp_slots(
-            job.per_worker
-        ) < job.spec.workers or self.memo.no_room(job, gpu_pool):
+        if self.gpu_pools[gpu_pool].hp_slots(job.per_worker) < fewest_workers(
+            job, self.config
+        ) or self.memo.no_room(job, gpu_pool):
             # too little room for its workers (cards without HP; free cards and those spot
             # work alone holds): every search fails until that grows
             self._remember(job, gpu_pool, state, now)
@@ -498,7 +495,7 @@ class HpSpotScheduler:
             evict
             and self.config.hp_preempt_first
             and not job.fractional
-            and job.spec.workers == 1
+            and job.workers == 1
             and self._reclaim(job, now, out, free_first=False)
         ):
             return Attempt.NO_ROOM
@@ -506,7 +503,9 @@ class HpSpotScheduler:
         if plan is not None:
             self._start(job, plan, now, out)
             return Attempt.STARTED
-        self._reclaim(job, now, out, preempt=evict)
+        shortened = shorten(job, self._free_prefix, self.config)  # ``partial``: one more
+        if not self._reclaim(job, now, out, preempt=evict) and shortened:
+            unshorten(job, self.config)
         self._free_prefix = None  # read by that reclaim only
         self._remember(job, gpu_pool, state, now, evict)
         return Attempt.NO_ROOM
@@ -590,7 +589,7 @@ class HpSpotScheduler:
         if cls is _HP:
             self._hp_moved[gpu_pool] = None
             # the demand the forecaster learns is running HP GPUs (the authors' recorder)
-            self.books.demand.add(job.spec.tenant, gpu_pool, job.gpus)
+            self.books.demand.add(job.spec.tenant, gpu_pool, demand_gpus(job, self.config))
             for _, gid, share in place:
                 self.gpu_pools[gpu_pool].add_hp(gid, share)
         for node, (cards, shares) in _per_node(place).items():
@@ -623,7 +622,7 @@ class HpSpotScheduler:
         self.used[gpu_pool][cls] -= job.gpus
         if cls is _HP:
             self._hp_moved[gpu_pool] = None
-            self.books.demand.add(job.spec.tenant, gpu_pool, -job.gpus)
+            self.books.demand.add(job.spec.tenant, gpu_pool, -demand_gpus(job, self.config, True))
             for _, gid, share in place:
                 self.gpu_pools[gpu_pool].add_hp(gid, -share)
         if abs(self.used[gpu_pool][cls]) < 1e-9:
