@@ -167,3 +167,9 @@ def test_a_profile_names_its_own_gpu_pool_resource_and_image(tmp_path: Path) -> 
     assert small.runtime.image == "registry.example/stoker-torch:0.1.0"
     assert cfg.secret_key_path == Path("/etc/stoker/keys/secret.key")
     assert cfg.viewer_token_path == Path("/etc/stoker/keys/viewer.token")
+
+
+def test_an_as_released_preset_is_for_the_simulator_only(tmp_path: Path) -> None:
+    for name in ("gfs-as-released", "fgd-as-released", "gfs+gang_rule=partial"):
+        with pytest.raises(ConfigError, match="for the simulator only"):
+            _load(tmp_path, f"[policies]\npreset = {name!r}\n")

@@ -92,6 +92,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from stoker.api.config import ConfigError
 from stoker.broker.storage import Retention
 from stoker.core.config import ProfilePolicies
+from stoker.core.gfs.config import GangRule
 from stoker.core.model import Profile
 from stoker.core.policies.keepalive import FIXED_KEEPALIVE_S
 from stoker.core.policy_names import Knobs, apply, build
@@ -208,6 +209,14 @@ class PolicyConfig(_Table):
         profile's own keep-alive and minimum warm count. ValueError naming the key for an
         unknown name."""
         chosen = preset(self.preset or DEFAULT_PRESET)  # ValueError "preset: ..."
+        if chosen.cold_start or chosen.policies.hpspot.gang_rule is not GangRule.ALL_OR_NOTHING:
+            # the authors' released rules are for comparisons in the simulator: the store
+            # keeps no shortened gang, and a broker has its history from its first day
+            raise ValueError(
+                f"preset: {chosen.name!r} runs the authors' released rules (short gangs,"
+                " a cold-started forecast) and is for the simulator only; a broker takes"
+                " the corrected presets"
+            )
         overrides = self.overrides()
         if keepalive_s is not None:
             overrides.setdefault("keepalive", "fixed")
