@@ -32,3 +32,21 @@ def test_imports_point_one_way(module: str, forbidden: tuple[str, ...]) -> None:
     assert module in loaded
     bad = [m for m in loaded if m.startswith(forbidden)]
     assert not bad, f"importing {module} loaded {bad}"
+
+
+def test_the_broker_builds_its_app_without_the_kubernetes_extra() -> None:
+    """``pip install stoker`` has no lightkube: the broker's app (every route) must not
+    need it; only the Kubernetes runtime does."""
+    code = (
+        "import sys, tempfile, pathlib\n"
+        "class NoKube:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('lightkube', 'yaml'):\n"
+        "            raise ImportError(f'no {name} (the kubernetes extra)')\n"
+        "sys.meta_path.insert(0, NoKube())\n"
+        "from stoker.broker.app import Broker, create_app\n"
+        "from stoker.broker.config import BrokerConfig\n"
+        "create_app(Broker(BrokerConfig(data_dir=pathlib.Path(tempfile.mkdtemp()))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

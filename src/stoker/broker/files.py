@@ -16,6 +16,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
 from stoker.broker.auth import Principal
+from stoker.runtime.base import NotCarried
 from stoker.runtime.workspace_files import FileTooLarge, WorkspacePathError
 
 if TYPE_CHECKING:
@@ -47,7 +48,6 @@ def add_routes(
 ) -> None:
     """The file routes (annotations evaluated, not postponed: FastAPI reads them)."""
     from stoker.broker.app import _ERR, ApiError, Caller, Leader
-    from stoker.runtime.kubernetes.runtime import NotCarried
     from stoker.runtime.local import UnknownPod
 
     def pod_of(sched: "Scheduler", who: Principal, profile: str, tag: str, pod: str | None) -> str:

@@ -117,6 +117,11 @@ class BindRefused(ValueError):
     its code digest): the job's fault. Anything else a bind raises is the runtime's own."""
 
 
+class NotCarried(RuntimeError):
+    """The runtime does not carry this out (a Kubernetes pod's disk, which the broker
+    cannot reach; a binding a pod does not receive yet)."""
+
+
 # --- events a runtime reports ------------------------------------------------
 
 

@@ -72,6 +72,7 @@ from stoker.runtime.base import (
     RuntimeProfile,
     exited_event,
 )
+from stoker.runtime.base import NotCarried as Unsupported
 from stoker.runtime.code import CodeStore
 from stoker.runtime.kubernetes import pods
 from stoker.runtime.kubernetes.nodes import cluster_nodes, gpu_memory_mib, node_of
@@ -117,7 +118,7 @@ class PodStopTimeout(KubeRuntimeError):
     node that stopped answering): it is kept, and a later ``stop_pod`` asks again."""
 
 
-class NotCarried(KubeRuntimeError):
+class NotCarried(KubeRuntimeError, Unsupported):
     """A binding asks for something a Kubernetes pod does not receive yet."""
 
 
