@@ -644,3 +644,26 @@ async def test_an_upload_cut_by_a_recycle_never_lands_in_the_next_callers_pod(ri
 async def _pieces(piece: bytes, n: int) -> AsyncIterator[bytes]:
     for _ in range(n):
         yield piece
+
+
+async def test_a_jobs_checkpoint_is_kept_between_its_runs_and_dropped_at_its_end(rig: Rig) -> None:
+    """What a run leaves in its checkpoint dir is kept on the runtime's disk per job and
+    rank, put into the pod of the job's next run (another pod), and removed by a drop; a
+    job that left nothing costs no kept dir."""
+    save = "import os; open(os.environ['STOKER_CHECKPOINT_DIR'] + '/state', 'w').write('7')"
+    load = "import os; print(open(os.environ['STOKER_CHECKPOINT_DIR'] + '/state').read())"
+    first, second = await rig.pod(), await rig.pod()
+    kept = rig.rt.state_dir / "checkpoints" / "ckpt-job" / "0"
+    for pod, code in ((first, save), (second, load)):
+        await rig.rt.bind(pod, JobBinding(job="ckpt-job", argv=("python", "-c", code)))
+        res = await rig.collect("ckpt-job")
+        assert res.exit.exit_code == 0, res.stderr
+        if code == save:
+            assert (kept / "state").read_text() == "7"  # kept on the runtime's disk
+    assert res.stdout == b"7\n"  # the second run, in another pod, found it
+    assert (kept / "state").read_text() == "7"  # and left it for a run after
+    await rig.rt.drop_checkpoint("ckpt-job")
+    assert not kept.parent.exists()
+    quiet = await rig.run(second, ["python", "-c", "pass"])
+    assert quiet.exit.exit_code == 0
+    assert sorted(p.name for p in (rig.rt.state_dir / "checkpoints").iterdir()) == []

@@ -1211,6 +1211,23 @@ def _body(
     return size, pieces()
 
 
+def _rewind(source: Source, start: int | None) -> None:
+    """Put an open file back where the upload began (a retry sends it again)."""
+    if start is not None:
+        source.seek(start)  # type: ignore[union-attr]
+
+
+def _uploaded(session: _SessionState, resp: httpx.Response, path: str) -> int | str:
+    """The bytes an upload put in the pod, or the refusal the SDK works around
+    (``no_pod``, ``not_carried``)."""
+    refusal = _transfer_refusal(resp, "upload", path)
+    if refusal is not None:
+        return refusal
+    body = resp.json()
+    session._seen(body["pod"])
+    return int(body["size"])
+
+
 def _all_bytes(source: Source) -> bytes:
     if isinstance(source, bytes):
         return source
@@ -1335,21 +1352,18 @@ class SessionFiles:
         http = self.session.client._http
         start = source.tell() if hasattr(source, "tell") else None
         for attempt in range(2):
-            if attempt and start is not None:
-                source.seek(start)  # type: ignore[union-attr]
+            if attempt:
+                _rewind(source, start)
             size, pieces = _body(source, progress)
             try:
                 resp = http.put(self._url(path), content=pieces, headers=_put_headers(size))
             except httpx.TransportError as exc:
                 raise _unreachable(self.session.client.url, "PUT", self._url(path), exc) from exc
-            refusal = _transfer_refusal(resp, "upload", path)
-            if refusal is None:
-                body = resp.json()
-                self.session._seen(body["pod"])
-                return int(body["size"])
-            if refusal == _NOT_CARRIED:
-                if start is not None:
-                    source.seek(start)  # type: ignore[union-attr]
+            done = _uploaded(self.session, resp, path)
+            if isinstance(done, int):
+                return done
+            if done == _NOT_CARRIED:
+                _rewind(source, start)
                 data = _all_bytes(source)
                 for argv in _write_argvs(path, data):
                     _file_result(self.session.run(argv), "write", path)
@@ -1492,8 +1506,8 @@ class AsyncSessionFiles:
         http = self.session.client._http
         start = source.tell() if hasattr(source, "tell") else None
         for attempt in range(2):
-            if attempt and start is not None:
-                source.seek(start)  # type: ignore[union-attr]
+            if attempt:
+                _rewind(source, start)
             size, pieces = _body(source, progress)
             try:
                 resp = await http.put(
@@ -1501,14 +1515,11 @@ class AsyncSessionFiles:
                 )
             except httpx.TransportError as exc:
                 raise _unreachable(self.session.client.url, "PUT", self._url(path), exc) from exc
-            refusal = _transfer_refusal(resp, "upload", path)
-            if refusal is None:
-                body = resp.json()
-                self.session._seen(body["pod"])
-                return int(body["size"])
-            if refusal == _NOT_CARRIED:
-                if start is not None:
-                    source.seek(start)  # type: ignore[union-attr]
+            done = _uploaded(self.session, resp, path)
+            if isinstance(done, int):
+                return done
+            if done == _NOT_CARRIED:
+                _rewind(source, start)
                 data = _all_bytes(source)
                 for argv in _write_argvs(path, data):
                     _file_result(await self.session.run(argv), "write", path)

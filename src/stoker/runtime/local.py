@@ -220,6 +220,15 @@ def _keep(pod: str, here: Path, kept: Path) -> None:
         log.warning("pod %s: could not keep the checkpoint in %s: %s", pod, kept, exc)
 
 
+def _is_empty(d: Path) -> bool:
+    """Whether directory ``d`` holds nothing (a missing one holds nothing)."""
+    try:
+        with os.scandir(d) as entries:
+            return next(entries, None) is None
+    except FileNotFoundError:
+        return True
+
+
 def _restore(kept: Path, here: Path) -> None:
     """Empty the pod's checkpoint dir ``here``, then move what was ``kept`` into it."""
     _empty_dir(here)
@@ -310,6 +319,10 @@ class LocalRuntime:
         self.state_dir = Path(state_dir).resolve()
         self.pods_dir = self.state_dir / "pods"
         self.pods_dir.mkdir(parents=True, exist_ok=True)
+        # jobs with a checkpoint kept on disk (an earlier runtime's too): a bind or a drop
+        # for any other job costs no disk work, the warm path stays as it was
+        ckpts = self.state_dir / "checkpoints"
+        self._kept: set[str] = {d.name for d in ckpts.iterdir()} if ckpts.is_dir() else set()
         root = os.geteuid() == 0
         self.code = CodeStore(
             Path(code_cache_dir or self.state_dir / "code"), (uid, gid) if root else None
@@ -382,22 +395,31 @@ class LocalRuntime:
         the pod's dir is emptied first (a pod serves one job at a time)."""
         await self._checkpoint_out(rec)  # an earlier job's, if it is still being kept
         rec.checkpoint = (binding.job, binding.topology.rank)
-        kept = self._checkpoints(*rec.checkpoint)
-        await asyncio.to_thread(_restore, kept, rec.dir / "checkpoint")
+        here = rec.dir / "checkpoint"
+        # a run's exit empties the dir (unless keeping failed): most binds have nothing to do
+        if binding.job in self._kept or not _is_empty(here):
+            kept = self._checkpoints(*rec.checkpoint)
+            await asyncio.to_thread(_restore, kept, here)
 
     async def _checkpoint_out(self, rec: _Pod) -> None:
         """The job's run ended in this pod: what it left in its checkpoint dir is kept for
         its next run (the broker drops it when the job ends for good)."""
         if rec.checkpoint is not None:
-            here, kept = rec.dir / "checkpoint", self._checkpoints(*rec.checkpoint)
+            here, (job, rank) = rec.dir / "checkpoint", rec.checkpoint
             rec.checkpoint = None
-            rec.keeping = asyncio.ensure_future(asyncio.to_thread(_keep, rec.id, here, kept))
+            if not _is_empty(here):
+                self._kept.add(job)
+                task = asyncio.to_thread(_keep, rec.id, here, self._checkpoints(job, rank))
+                rec.keeping = asyncio.ensure_future(task)
         if rec.keeping is not None:
             await asyncio.shield(rec.keeping)
+            rec.keeping = None
 
     async def drop_checkpoint(self, job: str, *, job_class: str | None = None) -> None:
         """The job ended for good: its kept checkpoints go (every class keeps them here)."""
-        await asyncio.to_thread(shutil.rmtree, self.state_dir / "checkpoints" / job, True)
+        if job in self._kept:
+            self._kept.discard(job)
+            await asyncio.to_thread(shutil.rmtree, self.state_dir / "checkpoints" / job, True)
 
     # --- a pod's workspace files, streamed from the host side -------------------
 
