@@ -78,6 +78,12 @@ def _replicate_cells(rel: str, policy: str) -> list[dict[str, Any]]:
     ]
 
 
+def _v2026_seed_cells(kind: str, seed: int, policy: str) -> list[dict[str, Any]]:
+    """Every load's cell of ``policy`` in one seed's v2026 month file."""
+    by_load = _load(f"gfs/v2026/{kind}_s{seed}.json")["results"]
+    return [by_load[load][policy] for load in LOADS if policy in by_load.get(load, {})]
+
+
 def _v2026_cells(kind: str, policies: tuple[str, ...]) -> list[dict[str, Any]]:
     """Every (seed, load) cell of the v2026 month files; the first of ``policies`` each holds
     (seeds 0-2 were run with ``gfs-reserve-patient-lend``, 3-4 with its ``-multi`` successor)."""
@@ -260,6 +266,40 @@ def gfs_beyond() -> str:
     return _table(head, rows)
 
 
+def gfs_margin() -> str:
+    """stoker's own presets against GFS within the stated margin, over every replicate."""
+    from stoker.sim.paired import MARGIN, Change, Tally
+
+    def within(cells: list[dict[str, Any]], metric: str) -> str:
+        t = Tally.of([Change.from_dict(c[metric]) for c in cells])
+        return f"{t.within(MARGIN)} ({max(t.highs) * 100:+.1f} %)"
+
+    cols = [
+        (
+            "v2026 `-lend`",
+            [_v2026_seed_cells("compare", s, "gfs-reserve-patient-lend") for s in (0, 1, 2)],
+        ),
+        (
+            "v2026 `-multi`",
+            [_v2026_seed_cells("compare", s, "gfs-reserve-patient-lend-multi") for s in (3, 4)],
+        ),
+        (
+            "openb `-multi`",
+            [_replicate_cells("gfs/openb/replicates.json", "gfs-reserve-patient-lend-multi")],
+        ),
+        (
+            "Philly `-multi`",
+            [_replicate_cells("gfs/philly/replicates.json", "gfs-reserve-patient-lend-multi")],
+        ),
+    ]
+    flat = [(label, [c for group in groups for c in group]) for label, groups in cols]
+    rows = [
+        [label, *(within(cells, m) for _, cells in flat)] for m, (label, _) in GFS_PAPER.items()
+    ]
+    head = ["metric", *(f"{label} ({len(cells)} runs)" for label, cells in flat)]
+    return _table(head, rows)
+
+
 def _absolute(rel: str, load: str) -> str:
     """One row per policy of a results file at ``load``."""
     rows = _absolute_rows(rel, load, None)
@@ -398,6 +438,7 @@ TABLES: dict[str, Callable[[], str]] = {
         bench_local,
         gfs_claims,
         gfs_beyond,
+        gfs_margin,
         gfs_v2026,
         gfs_openb,
         gfs_philly,

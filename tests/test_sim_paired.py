@@ -10,10 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stoker.sim.paired import (
+    MARGIN,
     METRICS,
     VERDICTS,
+    Change,
     JobOutcomes,
     PairedError,
+    Tally,
     _weighted_percentile,
     compare_runs,
     find_runs,
@@ -222,3 +225,36 @@ def test_replicates_pair_inside_each_and_tally_side_by_side(tmp_path) -> None:
     assert tally(each)["low"]["extra"]["spot.mean_queue_s"].as_dict()["replicates"] == 1
     # a load without the base is left out, not an error
     assert compare_runs(reps[0], ["lyra"], resamples=10) == {}
+    # within a margin: 10 % and 2 % slower spot is not shown non-inferior at 2 %, and at
+    # 15 % it is; the unchanged HP figure is non-inferior, never superior
+    assert q["ci_highs"] == [c["low"]["lend"]["spot.mean_queue_s"].high for c in each]
+    assert q["within_margin"] == "not shown" and q["margin"] == MARGIN == 0.02
+    queue = summary["low"]["lend"]["spot.mean_queue_s"]
+    assert queue.within(0.15) == "non-inferior"
+    assert summary["low"]["lend"]["hp.mean_queue_s"].within(0.0) == "non-inferior"
+    # the base against the slower policy: faster on both seeds, by over 5 % on one only
+    flipped = [
+        compare_runs(
+            {"low": {"gfs": r["low"]["lend"], "lend": r["low"]["gfs"]}}, ["gfs"], resamples=200
+        )
+        for r in reps
+    ]
+    faster = tally(flipped)["low"]["lend"]["spot.mean_queue_s"]
+    assert faster.within(0.0) == "superior" and faster.within(0.05) == "non-inferior"
+    # a compare file's cell reads back as the Change it was written from
+    cell = each[0]["low"]["lend"]["spot.mean_queue_s"]
+    assert Change.from_dict(cell.as_dict()) == cell
+    with pytest.raises(PairedError, match="margin"):
+        queue.within(1.5)
+
+
+def test_margin_verdicts_over_replicates() -> None:
+    def t(*highs: float) -> Tally:
+        return Tally(highs, ("no clear difference",) * len(highs), highs, highs)
+
+    assert t(-0.05, -0.03).within(0.02) == "superior"
+    assert t(-0.05, -0.01).within(0.02) == "non-inferior"
+    assert t(-0.05, 0.02).within(0.02) == "non-inferior"  # at the margin: not worse by more
+    assert t(-0.05, 0.021).within(0.02) == "not shown"  # one replicate allows worse
+    with pytest.raises(PairedError, match="no replicate"):
+        t().within(0.02)

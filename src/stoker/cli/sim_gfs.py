@@ -270,6 +270,14 @@ def sim_gfs_compare(
             "tables give each figure over the replicates",
         ),
     ] = False,
+    margin: Annotated[
+        float,
+        typer.Option(
+            help="with --replicates: the non-inferiority margin, a relative change "
+            "(superior: every replicate's interval below -margin; non-inferior: every "
+            "upper end at most +margin)"
+        ),
+    ] = 0.02,
 ) -> None:
     """Each policy against --base on the same jobs, load by load: every job metric's change
     and its paired bootstrap interval (better / worse / no clear difference). Jobs are
@@ -301,6 +309,8 @@ def sim_gfs_compare(
         check_draws(resamples, level)
     except PairedError as exc:
         fail(f"--{exc}")
+    if not 0 <= margin < 1:
+        fail(f"--margin: a relative change in [0, 1), got {margin}")
     groups = [[p] for p in paths] if replicates else [list(paths)]
     if replicates and len(paths) < 2:
         fail("--replicates: give two folders or more, one per replicate")
@@ -344,13 +354,15 @@ def sim_gfs_compare(
     if replicates:
         summary = tally(compared)
         doc: dict[str, Any] = {
-            "meta": {**meta, "replicates": [str(p) for p in paths]},
+            "meta": {**meta, "replicates": [str(p) for p in paths], "margin": margin},
             "replicates": [
                 {"runs": listing(runs), "results": as_json_doc(results)}
                 for runs, results in zip(found, compared, strict=True)
             ],
             "results": {
-                load: {name: {m: t.as_dict() for m, t in ts.items()} for name, ts in by.items()}
+                load: {
+                    name: {m: t.as_dict(margin) for m, t in ts.items()} for name, ts in by.items()
+                }
                 for load, by in summary.items()
             },
         }
@@ -369,7 +381,7 @@ def sim_gfs_compare(
         if replicates:
             title = escape(
                 f"against {against}, load {load}, over replicates (mean change [least, "
-                f"greatest]; how many {' / '.join(VERDICTS)})"
+                f"greatest]; how many {' / '.join(VERDICTS)}; within {margin:.0%})"
             )
         else:
             title = f"against {against}, load {load} (change [{level:.0%} interval])"
@@ -385,7 +397,7 @@ def sim_gfs_compare(
                     counts = "/".join(str(c[v]) for v in VERDICTS)
                     cells.append(
                         f"{c['mean_change']:+.1%} [{c['min_change']:+.1%}, "
-                        f"{c['max_change']:+.1%}] {counts}"
+                        f"{c['max_change']:+.1%}] {counts} {c['within_margin']}"
                     )
                 else:
                     cells.append(

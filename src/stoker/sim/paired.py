@@ -55,6 +55,11 @@ METRICS = (
 HP_QUANTILE = 99.0
 # a change's verdict: its interval below 0, above 0, or holding it
 VERDICTS = ("better", "worse", "no clear difference")
+# a policy's verdict against the base within a margin m over replicates (:meth:`Tally.within`):
+# every replicate's interval below -m; every one's upper end at most +m; neither
+MARGIN_VERDICTS = ("superior", "non-inferior", "not shown")
+# the margin the docs state the claims with: no figure worse by more than 2 % beyond chance
+MARGIN = 0.02
 # resamples drawn per block (each a row of job counts): bounds the memory of a draw
 _BLOCK = 32
 
@@ -190,6 +195,18 @@ class Change:
             "ci_high": self.high,
             "verdict": self.verdict,
         }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, float | str]) -> Change:
+        """Back from :meth:`as_dict` (a compare file's cell)."""
+        return cls(
+            float(d["base"]),
+            float(d["other"]),
+            float(d["change"]),
+            float(d["ci_low"]),
+            float(d["ci_high"]),
+            str(d["verdict"]),
+        )
 
 
 def paired_bootstrap(
@@ -386,22 +403,55 @@ def compare_runs(
 @dataclass(frozen=True, slots=True)
 class Tally:
     """One metric of one policy over replicates (runs of other seeds: other jobs, other
-    paths), each judged on its own jobs: the changes and how many of each verdict. What
-    the job draws cannot show, how far another path moves a figure, is their spread."""
+    paths), each judged on its own jobs: the changes, their intervals' ends and how many of
+    each verdict. What the job draws cannot show, how far another path moves a figure, is
+    their spread."""
 
     changes: tuple[float, ...]
     verdicts: tuple[str, ...]
+    lows: tuple[float, ...]
+    highs: tuple[float, ...]
 
-    def as_dict(self) -> dict[str, object]:
+    @classmethod
+    def of(cls, seen: Sequence[Change]) -> Tally:
+        """The replicates' comparisons of one metric, in the replicates' order."""
+        return cls(
+            tuple(c.change for c in seen),
+            tuple(c.verdict for c in seen),
+            tuple(c.low for c in seen),
+            tuple(c.high for c in seen),
+        )
+
+    def within(self, margin: float) -> str:
+        """Against the base within ``margin`` (a relative change, lower is better), as a
+        non-inferiority test reads it: ``superior`` when every replicate's interval lies
+        below ``-margin``, ``non-inferior`` when every one's upper end is at most
+        ``+margin`` (no replicate allows a figure worse by more than the margin beyond
+        chance), else ``not shown``."""
+        if not 0 <= margin < 1:
+            raise PairedError(f"margin: a relative change in [0, 1), got {margin}")
+        if not self.highs:
+            raise PairedError("margin: no replicate to judge")
+        superior, non_inferior, not_shown = MARGIN_VERDICTS
+        if max(self.highs) < -margin:
+            return superior
+        return non_inferior if max(self.highs) <= margin else not_shown
+
+    def as_dict(self, margin: float = MARGIN) -> dict[str, object]:
         """JSON-ready: the count, the mean, least and greatest change, each verdict's
-        count, and the changes in the replicates' order."""
+        count, the verdict within ``margin``, and the changes and interval ends in the
+        replicates' order."""
         return {
             "replicates": len(self.changes),
             "mean_change": float(np.mean(self.changes)),
             "min_change": min(self.changes),
             "max_change": max(self.changes),
             **{v: self.verdicts.count(v) for v in VERDICTS},
+            "margin": margin,
+            "within_margin": self.within(margin),
             "changes": list(self.changes),
+            "ci_lows": list(self.lows),
+            "ci_highs": list(self.highs),
         }
 
 
@@ -414,8 +464,5 @@ def tally(
     for load in sorted({load for r in replicates for load in r}):
         for name in sorted({name for r in replicates for name in r.get(load, {})}):
             seen = [r[load][name] for r in replicates if name in r.get(load, {})]
-            out.setdefault(load, {})[name] = {
-                m: Tally(tuple(c[m].change for c in seen), tuple(c[m].verdict for c in seen))
-                for m in METRICS
-            }
+            out.setdefault(load, {})[name] = {m: Tally.of([c[m] for c in seen]) for m in METRICS}
     return out
