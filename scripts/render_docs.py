@@ -348,17 +348,37 @@ def gfs_philly() -> str:
     return _absolute("gfs/philly/results.json", "medium")
 
 
-def gfs_as_released() -> str:
-    """Each policy beside its ``-as-released`` preset, openb and Philly contended, seed 0,
-    medium load."""
+AS_RELEASED_TRACES = ("v2026", "openb", "philly")
+BASELINES = ("yarn-cs", "lyra", "fgd")
+
+
+def _as_released(trace: str) -> Callable[[], str]:
+    """Each policy beside its ``-as-released`` preset on one trace, seed 0, medium load."""
+
+    def table() -> str:
+        return _absolute(f"gfs/{trace}/as_released.json", "medium")
+
+    table.__name__ = f"gfs_as_released_{trace}"
+    return table
+
+
+def gfs_claims_as_released() -> str:
+    """The paper's claims, GFS against the mean of YARN-CS, Lyra and FGD, with every policy
+    as fixed and as released, per trace (one run each, seed 0, medium load)."""
+    runs = {t: _load(f"gfs/{t}/as_released.json")["results"]["medium"] for t in AS_RELEASED_TRACES}
+
+    def change(res: dict[str, Any], suffix: str, metric: str) -> str:
+        base = sum(res[b + suffix][metric] for b in BASELINES) / len(BASELINES)
+        return _pct(res["gfs" + suffix][metric] / base - 1) if base else "n/a"
+
     rows = [
-        row
-        for trace in ("openb", "philly")
-        for row in _absolute_rows(f"gfs/{trace}/as_released.json", "medium", trace)
+        [label, paper]
+        + [change(runs[t], s, m) for t in AS_RELEASED_TRACES for s in ("", "-as-released")]
+        for m, (label, paper) in GFS_PAPER.items()
     ]
-    head = ["trace", "policy", "HP queue h", "HP p99 JCT h", "spot eviction"]
-    head += ["spot queue h", "spot JCT h", "allocation"]
-    return _table(head, rows, "llrrrrrr")
+    head = ["metric", "paper"]
+    head += [f"{t} {kind}" for t in AS_RELEASED_TRACES for kind in ("fixed", "as released")]
+    return _table(head, rows, "lr" + "r" * 2 * len(AS_RELEASED_TRACES))
 
 
 def gfs_money() -> str:
@@ -370,8 +390,9 @@ def gfs_money() -> str:
 
 
 def gfs_speed() -> str:
-    """CPU seconds of each full-fleet month run (one process per run)."""
-    runs = _load("gfs/v2026/month_timings.json")["runs"]
+    """CPU seconds of each full-fleet month run at medium load (one process per run; the
+    file holds every load's, within 25 % of these)."""
+    runs = [r for r in _load("gfs/v2026/month_timings.json")["runs"] if r["load"] == "medium"]
     rows = [
         [
             f"`{r['policy']}`",
@@ -442,7 +463,8 @@ TABLES: dict[str, Callable[[], str]] = {
         gfs_v2026,
         gfs_openb,
         gfs_philly,
-        gfs_as_released,
+        *(_as_released(t) for t in AS_RELEASED_TRACES),
+        gfs_claims_as_released,
         gfs_money,
         gfs_speed,
     )
