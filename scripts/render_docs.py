@@ -89,8 +89,8 @@ def _v2026_cells(kind: str, policies: tuple[str, ...]) -> list[dict[str, Any]]:
     (seeds 0-2 were run with ``gfs-reserve-patient-lend``, 3-4 with its ``-multi`` successor)."""
     cells = []
     for s in SEEDS:
-        for by_policy in _load(f"gfs/v2026/{kind}_s{s}.json")["results"].values():
-            cells.append(next(by_policy[p] for p in policies if p in by_policy))
+        held = _load(f"gfs/v2026/{kind}_s{s}.json")["results"]["medium"]
+        cells += _v2026_seed_cells(kind, s, next(p for p in policies if p in held))
     return cells
 
 
@@ -274,25 +274,20 @@ def gfs_margin() -> str:
         t = Tally.of([Change.from_dict(c[metric]) for c in cells])
         return f"{t.within(MARGIN)} ({max(t.highs) * 100:+.1f} %)"
 
-    cols = [
+    multi = "gfs-reserve-patient-lend-multi"
+    flat = [
         (
             "v2026 `-lend`",
-            [_v2026_seed_cells("compare", s, "gfs-reserve-patient-lend") for s in (0, 1, 2)],
+            [
+                c
+                for s in (0, 1, 2)
+                for c in _v2026_seed_cells("compare", s, "gfs-reserve-patient-lend")
+            ],
         ),
-        (
-            "v2026 `-multi`",
-            [_v2026_seed_cells("compare", s, "gfs-reserve-patient-lend-multi") for s in (3, 4)],
-        ),
-        (
-            "openb `-multi`",
-            [_replicate_cells("gfs/openb/replicates.json", "gfs-reserve-patient-lend-multi")],
-        ),
-        (
-            "Philly `-multi`",
-            [_replicate_cells("gfs/philly/replicates.json", "gfs-reserve-patient-lend-multi")],
-        ),
+        ("v2026 `-multi`", [c for s in (3, 4) for c in _v2026_seed_cells("compare", s, multi)]),
+        ("openb `-multi`", _replicate_cells("gfs/openb/replicates.json", multi)),
+        ("Philly `-multi`", _replicate_cells("gfs/philly/replicates.json", multi)),
     ]
-    flat = [(label, [c for group in groups for c in group]) for label, groups in cols]
     rows = [
         [label, *(within(cells, m) for _, cells in flat)] for m, (label, _) in GFS_PAPER.items()
     ]
@@ -352,14 +347,19 @@ AS_RELEASED_TRACES = ("v2026", "openb", "philly")
 BASELINES = ("yarn-cs", "lyra", "fgd")
 
 
-def _as_released(trace: str) -> Callable[[], str]:
-    """Each policy beside its ``-as-released`` preset on one trace, seed 0, medium load."""
+def gfs_as_released_v2026() -> str:
+    """Each policy beside its ``-as-released`` preset, v2026 month, seed 0, medium load."""
+    return _absolute("gfs/v2026/as_released.json", "medium")
 
-    def table() -> str:
-        return _absolute(f"gfs/{trace}/as_released.json", "medium")
 
-    table.__name__ = f"gfs_as_released_{trace}"
-    return table
+def gfs_as_released_openb() -> str:
+    """As :func:`gfs_as_released_v2026`, openb contended."""
+    return _absolute("gfs/openb/as_released.json", "medium")
+
+
+def gfs_as_released_philly() -> str:
+    """As :func:`gfs_as_released_v2026`, Philly contended."""
+    return _absolute("gfs/philly/as_released.json", "medium")
 
 
 def gfs_claims_as_released() -> str:
@@ -463,7 +463,9 @@ TABLES: dict[str, Callable[[], str]] = {
         gfs_v2026,
         gfs_openb,
         gfs_philly,
-        *(_as_released(t) for t in AS_RELEASED_TRACES),
+        gfs_as_released_v2026,
+        gfs_as_released_openb,
+        gfs_as_released_philly,
         gfs_claims_as_released,
         gfs_money,
         gfs_speed,

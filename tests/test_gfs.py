@@ -1331,6 +1331,7 @@ def test_cli_jobs_and_gfs_compare(tmp_path) -> None:
         ([str(out), str(seed1)], "high/gfs is in both"),
         ([str(out), "--replicates"], "--replicates: give two folders or more"),
         ([str(out), str(empty), "--replicates"], "no job outcomes under " + str(empty)),
+        ([str(out), str(seed1), "--replicates", "--margin", "1.5"], "--margin: a relative"),
     ):
         bad = runner.invoke(app, ["sim", "gfs-compare", *args, "--out", str(tmp_path / "x.json")])
         assert bad.exit_code == 2 and msg in bad.output, bad.output

@@ -293,6 +293,7 @@ def sim_gfs_compare(
         Change,
         PairedError,
         check_draws,
+        check_margin,
         compare_runs,
         find_runs,
         tally,
@@ -307,10 +308,9 @@ def sim_gfs_compare(
         fail(f"--base: one policy or several, each once, comma-separated; got {base!r}")
     try:
         check_draws(resamples, level)
+        check_margin(margin)
     except PairedError as exc:
         fail(f"--{exc}")
-    if not 0 <= margin < 1:
-        fail(f"--margin: a relative change in [0, 1), got {margin}")
     groups = [[p] for p in paths] if replicates else [list(paths)]
     if replicates and len(paths) < 2:
         fail("--replicates: give two folders or more, one per replicate")

@@ -261,6 +261,12 @@ def check_draws(resamples: int, level: float) -> None:
         raise PairedError(f"level: must be in (0, 1), got {level}")
 
 
+def check_margin(margin: float) -> None:
+    """A non-inferiority margin (a relative change in [0, 1)), or a :class:`PairedError`."""
+    if not 0 <= margin < 1:
+        raise PairedError(f"margin: a relative change in [0, 1), got {margin}")
+
+
 def _aligned(base: JobOutcomes, other: JobOutcomes) -> JobOutcomes:
     """``other``'s jobs in ``base``'s order; an error unless both ran the same jobs."""
     b, o = np.argsort(base.name), np.argsort(other.name)
@@ -428,8 +434,7 @@ class Tally:
         below ``-margin``, ``non-inferior`` when every one's upper end is at most
         ``+margin`` (no replicate allows a figure worse by more than the margin beyond
         chance), else ``not shown``."""
-        if not 0 <= margin < 1:
-            raise PairedError(f"margin: a relative change in [0, 1), got {margin}")
+        check_margin(margin)
         if not self.highs:
             raise PairedError("margin: no replicate to judge")
         superior, non_inferior, not_shown = MARGIN_VERDICTS
