@@ -101,22 +101,27 @@ def test_rotation_keeps_the_old_token_for_its_grace(tmp_path: Path, database_url
     with EmbeddedBroker(_cfg(tmp_path, database_url=database_url)) as eb:
         t = _tenant(eb, "t")
         admin = Api(eb.url, eb.admin_token)
-        r = admin.http.post("/v1/tenants/t/token", params={"grace_s": 2})
+        # a long grace, so a slow request on a loaded machine still falls inside it
+        r = admin.http.post("/v1/tenants/t/token", params={"grace_s": 3600})
         assert r.status_code == 200, r.text
-        new = Api(eb.url, r.json()["token"])
+        second = Api(eb.url, r.json()["token"])
         assert t.http.get("/v1/jobs").status_code == 200  # in its grace
-        assert new.http.get("/v1/jobs").status_code == 200
+        assert second.http.get("/v1/jobs").status_code == 200
+        # a short one: the second token is refused once it has passed
+        r = admin.http.post("/v1/tenants/t/token", params={"grace_s": 1})
+        assert r.status_code == 200, r.text
+        third = Api(eb.url, r.json()["token"])
         deadline = time.monotonic() + 10
-        while t.http.get("/v1/jobs").status_code == 200:
+        while second.http.get("/v1/jobs").status_code == 200:
             assert time.monotonic() < deadline, "the old token outlived its grace"
             time.sleep(0.1)
-        assert t.http.get("/v1/jobs").status_code == 401
-        assert new.http.get("/v1/jobs").status_code == 200
+        assert second.http.get("/v1/jobs").status_code == 401
+        assert third.http.get("/v1/jobs").status_code == 200
         r = admin.http.post("/v1/tenants/t/token", params={"grace_s": 0})
-        assert new.http.get("/v1/jobs").status_code == 401  # no grace: refused at once
+        assert third.http.get("/v1/jobs").status_code == 401  # no grace: refused at once
         assert Api(eb.url, r.json()["token"]).http.get("/v1/jobs").status_code == 200
         assert admin.http.post("/v1/tenants/x/token").status_code == 404
-        assert t.http.post("/v1/tenants/t/token").status_code == 401
+        assert third.http.post("/v1/tenants/t/token").status_code == 401
 
 
 def test_cli_delete_and_rotate(tmp_path: Path) -> None:
