@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from stoker.broker.config import BrokerConfig, BrokerProfile
+from stoker.broker.config import BrokerConfig, BrokerProfile, PolicyConfig
 from stoker.broker.embedded import EmbeddedBroker
 
 pytestmark = [
@@ -287,7 +287,7 @@ def test_standby_promotion(tmp_path: Path) -> None:
 
 
 def test_keepalive_expiry(tmp_path: Path) -> None:
-    with EmbeddedBroker(_cfg(tmp_path, keepalive_s=0.5)) as eb:
+    with EmbeddedBroker(_cfg(tmp_path, policies=PolicyConfig(keepalive_s=0.5))) as eb:
         a = _tenant(eb, "a")
         job = a.run([PY, "-c", "pass"])
         pod = job["pods"][0]
@@ -785,7 +785,7 @@ def test_finished_jobs_and_gone_pods_leave_the_brokers_memory(tmp_path: Path) ->
     pods went (keep-alive), the core and the loop's per-job and per-pod maps are empty, and
     every finished job still reads in full from the store, also after a restart."""
     profiles = [BrokerProfile.simple("plain", standby=False)]  # no pod outlives its keep-alive
-    cfg = _cfg(tmp_path, keepalive_s=0.5, profiles=profiles)
+    cfg = _cfg(tmp_path, policies=PolicyConfig(keepalive_s=0.5), profiles=profiles)
     jobs: dict[str, Api] = {}
     with EmbeddedBroker(cfg) as eb:
         a, b = _tenant(eb, "a"), _tenant(eb, "b")

@@ -45,14 +45,14 @@ grace_s = 5
     assert (cfg.forecast.forecaster, cfg.forecast.query_every_s) == ("naive", 60.0)
     assert cfg.forecast.refit_every_s == 3600.0 and cfg.forecast.horizon_h == 4
     assert cfg.spot.grace_s == 5.0
-    chosen = cfg.policies.build(cfg.keepalive_s, cfg.spot.grace_s)
+    chosen = cfg.policies.build(cfg.spot.grace_s)
     assert type(chosen.policies.keepalive).__name__ == "FittedKeepAlive"  # named over preset
     assert chosen.policies.hpspot.quota.name == "none" and chosen.policies.hpspot.grace_s == 5
 
 
 def test_a_preset_with_its_parameters_changed(tmp_path: Path) -> None:
     text = "[policies]\npreset = 'gfs-reserve-patient-lend+lend_idle=0.25+hp_evict_after_s=600'\n"
-    hpspot = _load(tmp_path, text).policies.build(None, 30.0).policies.hpspot
+    hpspot = _load(tmp_path, text).policies.build(30.0).policies.hpspot
     assert (hpspot.lend_idle, hpspot.hp_evict_after_s, hpspot.reservation.backfill_free) == (
         0.25,
         600.0,
@@ -61,9 +61,27 @@ def test_a_preset_with_its_parameters_changed(tmp_path: Path) -> None:
 
 
 def test_keepalive_s_alone_is_a_fixed_keepalive(tmp_path: Path) -> None:
-    fixed = _load(tmp_path, "keepalive_s = 7\n").policies.build(7.0, 30.0).policies.keepalive
+    cfg = _load(tmp_path, "[policies]\nkeepalive_s = 7\n")
+    fixed = cfg.build_policies().policies.keepalive
     assert type(fixed).__name__ == "FixedKeepAlive" and fixed.ttl_s == 7.0
-    default = BrokerConfig().policies.build(None, 30.0)
+    # the keep-alive's one default: a profile that names only its kind takes the seconds
+    # from [policies], one that names only its seconds takes the kind
+    cfg = _load(
+        tmp_path,
+        "[policies]\nkeepalive = 'fitted'\nkeepalive_s = 9\n"
+        "[profiles.a]\nkeepalive = 'fixed'\n[profiles.b]\nkeepalive_s = 4\n[profiles.c]\n",
+    )
+    built = cfg.build_policies().policies
+    a, b = built.profiles["a"].keepalive, built.profiles["b"].keepalive
+    assert type(a).__name__ == "FixedKeepAlive" and a.ttl_s == 9.0
+    assert type(b).__name__ == "FittedKeepAlive" and b.fallback_s == 4.0
+    assert "c" not in built.profiles and built.keepalive.fallback_s == 9.0
+    # the key an earlier release read at the top level: refused, saying where it went
+    with pytest.raises(
+        ConfigError, match=r"unknown key 'keepalive_s' \(it moved: set \[policies\]"
+    ):
+        _load(tmp_path, "keepalive_s = 7\n")
+    default = BrokerConfig().policies.build(30.0)
     assert default.name == "gfs-lend" and default.forecaster == "default"
     # spot may run on the GPUs HP does not hold while no HP job waits (the forecast's
     # quota alone keeps idle GPUs from it: the live report of a spot job starving)
@@ -115,8 +133,9 @@ def test_pools_a_user_sizes(tmp_path: Path) -> None:
     cfg = _load(
         tmp_path,
         """
-keepalive_s = 20
 max_keepalive_s = 600
+[policies]
+keepalive_s = 20
 [cpu_slots]
 cpus = 8
 memory_mb = 8192

@@ -367,7 +367,7 @@ def test_a_waiting_job_is_told_what_holds_it(tmp_path: Path) -> None:
 
 
 def test_fitted_keepalive_runs_live(tmp_path: Path) -> None:
-    cfg = _cfg(tmp_path, policies=PolicyConfig(keepalive="fitted"), keepalive_s=30.0)
+    cfg = _cfg(tmp_path, policies=PolicyConfig(keepalive="fitted", keepalive_s=30.0))
     with EmbeddedBroker(cfg) as eb, _tenant(eb, "a") as a:
         assert eb.broker is not None
         keepalive = eb.broker.scheduler.core.policies.keepalive

@@ -22,8 +22,9 @@ pytestmark = [
 
 CONFIG = """
 gpu_slots = 2
-keepalive_s = 120
 max_keepalive_s = 600
+[policies]
+keepalive_s = 120
 [cpu_slots]
 cpus = 4.0
 memory_mb = 4096

@@ -18,7 +18,7 @@ import pytest
 
 import stoker
 from api_rig import embedded_broker, tenant_token
-from stoker.broker.config import BrokerConfig, BrokerProfile
+from stoker.broker.config import BrokerConfig, BrokerProfile, PolicyConfig
 from stoker.broker.embedded import EmbeddedBroker, free_port
 from stoker.client import (
     AuthenticationError,
@@ -244,7 +244,7 @@ def test_session_says_when_its_pod_was_lost(tmp_path: Path) -> None:
         data_dir=tmp_path / "data",
         profiles=[BrokerProfile.simple("plain")],
         gpu_slots=1,
-        keepalive_s=0.5,
+        policies=PolicyConfig(keepalive_s=0.5),
     )
     seen: list[stoker.PodLost] = []
 

@@ -343,7 +343,7 @@ def test_deploy_render_cli(tmp_path: Path) -> None:
     res = runner.invoke(app, ["deploy", "render"])
     assert res.exit_code == 0, res.output
     assert list(yaml.safe_load_all(res.stdout)) == deploy.manifests(deploy.DeployConfig())
-    (tmp_path / "broker.toml").write_text("keepalive_s = 30\n")
+    (tmp_path / "broker.toml").write_text("[policies]\nkeepalive_s = 30\n")
     (tmp_path / "deploy.toml").write_text(
         'replicas = 3\nbroker_config = "broker.toml"\n'
         '[kubernetes]\nnamespace = "ml"\nshare = "hami"\n'

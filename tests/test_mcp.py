@@ -18,7 +18,7 @@ from mcp import Client, StdioServerParameters
 
 import stoker
 from api_rig import embedded_broker, tenant_token
-from stoker.broker.config import BrokerConfig, BrokerProfile
+from stoker.broker.config import BrokerConfig, BrokerProfile, PolicyConfig
 from stoker.broker.embedded import EmbeddedBroker, free_port
 from stoker.cli.mcp_server import build_server
 
@@ -123,7 +123,7 @@ def test_a_lost_pod_is_said(tmp_path: Path) -> None:
         data_dir=tmp_path / "data",
         profiles=[BrokerProfile.simple("verify", gpus=0)],
         gpu_slots=0,
-        keepalive_s=0.5,  # the session's pod goes between two calls
+        policies=PolicyConfig(keepalive_s=0.5),  # the session's pod goes between two calls
     )
     with EmbeddedBroker(cfg) as eb, stoker.Client(eb.url, eb.admin_token) as admin:
         token = admin.create_tenant("agent")

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from api_rig import wait_finished
-from stoker.broker.config import BrokerConfig, BrokerProfile
+from stoker.broker.config import BrokerConfig, BrokerProfile, PolicyConfig
 from stoker.broker.embedded import EmbeddedBroker
 from stoker.broker.events_log import outcome
 from stoker.broker.metrics import BrokerGauges, BrokerMetrics
@@ -318,7 +318,7 @@ def test_handover_is_measured_as_the_api_times_it(tmp_path: Path) -> None:
 
 
 def test_keepalive_expiry_is_counted_and_explains_the_next_cold_start(tmp_path: Path) -> None:
-    with EmbeddedBroker(_cfg(tmp_path, keepalive_s=0.3)) as eb:
+    with EmbeddedBroker(_cfg(tmp_path, policies=PolicyConfig(keepalive_s=0.3))) as eb:
         admin = _api(eb, eb.admin_token)
         a, _ = _tenant(eb, "a")
         first = wait_finished(a, _submit(a, "x"))

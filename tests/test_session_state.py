@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 import stoker
+from stoker.broker.config import PolicyConfig
 from stoker.broker.embedded import EmbeddedBroker
 from stoker.client import SessionFileError
 from test_broker import _cfg
 
 
 def test_a_session_says_whether_its_pod_and_files_are_still_there(tmp_path: Path) -> None:
-    with EmbeddedBroker(_cfg(tmp_path, keepalive_s=2.0)) as eb:
+    with EmbeddedBroker(_cfg(tmp_path, policies=PolicyConfig(keepalive_s=2.0))) as eb:
         with stoker.Client(eb.url, eb.admin_token) as admin:
             token = admin.create_tenant("t")
         with stoker.Client(eb.url, token) as c:

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from stoker.broker.bench_host import end_steps_ms, host_environment, outliers
-from stoker.broker.config import BrokerConfig, BrokerProfile
+from stoker.broker.config import BrokerConfig, BrokerProfile, PolicyConfig
 from stoker.broker.embedded import EmbeddedBroker, free_port
 from stoker.client import DEFAULT_WAIT_S, Client, StokerError
 from stoker.runtime.calibrate import calibrate
@@ -132,7 +132,7 @@ def run_demo(
             data_dir=base / name.replace(" ", "-").replace("+", "and"),
             profiles=[BrokerProfile.simple("plain", standby=standby, preload=preload)],
             gpu_slots=2,
-            keepalive_s=keepalive,
+            policies=PolicyConfig(keepalive_s=keepalive),
         )
         with EmbeddedBroker(cfg) as eb, _tenant_client(eb.url, eb.admin_token, "demo") as c:
             took, rows = _loop(c, "plain", n_jobs, tag, SHORT)
@@ -176,8 +176,9 @@ class BrokerProcess:
         lines = [
             f'data_dir = "{data_dir}"',
             f"gpu_slots = {gpu_slots}",
-            f"keepalive_s = {keepalive_s}",
             *(f"{k} = {json.dumps(v)}" for k, v in (settings or {}).items()),
+            "[policies]",
+            f"keepalive_s = {keepalive_s}",
         ]
         if cpu_slots:
             lines.append("[cpu_slots]")

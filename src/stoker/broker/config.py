@@ -15,7 +15,6 @@ key::
     max_code_bytes = 67108864
     max_file_bytes = 268435456      # a session file streamed in or out
     max_request_bytes = 1048576     # any other request body (a job, a secret)
-    keepalive_s = 60                # a fixed keep-alive of 60 s (default: the preset's)
     max_keepalive_s = 3600          # the longest keep-alive a session may renew for
     database_url = "postgresql://stoker@db/stoker"  # default: SQLite in data_dir
     tenant_history = "keep"         # a deleted tenant's jobs: keep (audit) or delete
@@ -43,12 +42,13 @@ key::
     gpu_model = "NVIDIA-A100-80GB"  # its GPU pool (default: the broker's gpu_model)
     gpu_resource = "nvidia.com/mig-1g.10gb"  # Kubernetes: a MIG slice (default: the runtime's)
     image = "registry.example/stoker-torch:0.1.0"  # Kubernetes: the profile's image
-    keepalive = "fitted"            # this profile's keep-alive (default: [policies]')
-    keepalive_s = 30                # its fixed keep-alive, or the fitted one's fallback
+    keepalive = "fitted"            # this profile's keep-alive kind (default: [policies]')
+    keepalive_s = 30                # its seconds (default: [policies]')
 
     [policies]                      # every decision by its name in the core's registry
     preset = "gfs-lend"             # the starting set; the keys below override one each
-    keepalive = "fitted"            # fixed | fitted | always-on
+    keepalive = "fitted"            # every profile's keep-alive: fixed | fitted | always-on
+    keepalive_s = 60                # a fixed one's length, the fitted one's fallback (60 s)
     warm_budget = "queue-driven"
     standby = "beside-active"       # or none
     spot_quota = "forecast"         # or none
@@ -183,7 +183,18 @@ class PolicyConfig(_Table):
     )
     keepalive: str | None = Field(
         None,
-        description="the keep-alive policy: fixed, fitted or always-on (default: the preset's)",
+        description=(
+            "the keep-alive policy: fixed, fitted or always-on (default: the preset's, or fixed"
+            " when only keepalive_s is set)"
+        ),
+    )
+    keepalive_s: float | None = Field(
+        None,
+        ge=0,
+        description=(
+            "the keep-alive's seconds: a fixed one's length, the fitted one's fallback before"
+            f" it has pauses to fit (default: {FIXED_KEEPALIVE_S:g})"
+        ),
     )
     warm_budget: str | None = Field(
         None,
@@ -200,14 +211,13 @@ class PolicyConfig(_Table):
 
     def build(
         self,
-        keepalive_s: float | None,
         grace_s: float,
         profiles: tuple[BrokerProfile, ...] | list[BrokerProfile] = (),
     ) -> Preset:
         """The core's preset (fresh policies) with the named policies swapped in; a fixed
         keep-alive of ``keepalive_s`` when it is given and no other kind is named; each
-        profile's own keep-alive and minimum warm count. ValueError naming the key for an
-        unknown name."""
+        profile's own keep-alive (a key it leaves unset is taken from here) and minimum
+        warm count. ValueError naming the key for an unknown name."""
         chosen = preset(self.preset or DEFAULT_PRESET)  # ValueError "preset: ..."
         if chosen.cold_start or chosen.policies.hpspot.gang_rule is not GangRule.ALL_OR_NOTHING:
             # the authors' released rules are for comparisons in the simulator: the store
@@ -218,24 +228,24 @@ class PolicyConfig(_Table):
                 " the corrected presets"
             )
         overrides = self.overrides()
-        if keepalive_s is not None:
+        if self.keepalive_s is not None:
             overrides.setdefault("keepalive", "fixed")
-        knobs = Knobs(keepalive_s=FIXED_KEEPALIVE_S if keepalive_s is None else keepalive_s)
-        apply(chosen.policies, overrides, knobs)
+        seconds = FIXED_KEEPALIVE_S if self.keepalive_s is None else self.keepalive_s
+        apply(chosen.policies, overrides, Knobs(keepalive_s=seconds))
         chosen.policies.hpspot.grace_s = grace_s
         for p in profiles:
             own = None
             if p.keepalive is not None or p.keepalive_s is not None:
-                own_knobs = knobs if p.keepalive_s is None else Knobs(keepalive_s=p.keepalive_s)
-                kind = p.keepalive or "fixed"
-                own = build("keepalive", kind, own_knobs)  # ValueError "keepalive: ..."
+                kind = p.keepalive or overrides.get("keepalive", "fixed")
+                knobs = Knobs(keepalive_s=seconds if p.keepalive_s is None else p.keepalive_s)
+                own = build("keepalive", kind, knobs)  # ValueError "keepalive: ..."
             if own is not None or p.min_warm:
                 chosen.policies.profiles[p.name] = ProfilePolicies(own, p.min_warm)
         return chosen
 
     def overrides(self) -> dict[str, str]:
         """The extension points set here, by name."""
-        points = (k for k in type(self).model_fields if k != "preset")
+        points = (k for k in type(self).model_fields if k not in ("preset", "keepalive_s"))
         return {k: v for k in points if (v := getattr(self, k)) is not None}
 
 
@@ -473,13 +483,17 @@ class _ProfileFile(_Table):
     keepalive: str | None = Field(
         None,
         description=(
-            "this profile's keep-alive policy: fixed, fitted or always-on (unset: [policies]')"
+            "this profile's keep-alive policy: fixed, fitted or always-on (unset: [policies]'"
+            " keepalive, else fixed)"
         ),
     )
     keepalive_s: float | None = Field(
         None,
         ge=0,
-        description="this profile's fixed keep-alive, or the fitted one's fallback",
+        description=(
+            "this profile's keep-alive seconds: a fixed one's length, the fitted one's fallback"
+            " (unset: [policies]' keepalive_s)"
+        ),
     )
     gpu_model: str | None = Field(
         None,
@@ -594,14 +608,6 @@ class _BrokerFile(_Table):
         gt=0,
         description="the longest time limit a job may ask for",
     )
-    keepalive_s: float | None = Field(
-        None,
-        ge=0,
-        description=(
-            "a fixed keep-alive of this long (unless [policies] keepalive names another kind: "
-            "then the fitted one's fallback); unset: the preset's"
-        ),
-    )
     max_keepalive_s: float = Field(
         3600.0,
         gt=0,
@@ -668,9 +674,6 @@ class BrokerConfig:
     max_file_bytes: int = 256 * 1024 * 1024
     max_request_bytes: int = 1024 * 1024
     max_timeout_s: float = 24 * 3600.0
-    # a fixed keep-alive of this many seconds (unless [policies] keepalive names another
-    # kind; then the fitted one's fallback); None: the preset's
-    keepalive_s: float | None = None
     # the longest keep-alive a caller may renew its warm pod for (a session's renew)
     max_keepalive_s: float = 3600.0
     gpu_model: str = "any"
@@ -710,7 +713,7 @@ class BrokerConfig:
     def build_policies(self) -> Preset:
         """The core's policies for this configuration (preset, overrides, per profile,
         tenant shares)."""
-        chosen = self.policies.build(self.keepalive_s, self.spot.grace_s, self.profiles)
+        chosen = self.policies.build(self.spot.grace_s, self.profiles)
         if self.shares is not None:
             chosen.policies.shares = self.shares.build()
         return chosen
@@ -837,7 +840,7 @@ class BrokerConfig:
                 f" (known: {', '.join(names)})"
             )
         try:  # every name checked now, not when the broker starts
-            cfg.policies.build(cfg.keepalive_s, cfg.spot.grace_s)
+            cfg.policies.build(cfg.spot.grace_s)
         except ValueError as exc:
             raise ConfigError(f"{where}: policies.{exc}") from exc
         if f.shares is not None:
@@ -848,7 +851,7 @@ class BrokerConfig:
             cfg.shares = f.shares
         for p in cfg.profiles:
             try:
-                cfg.policies.build(cfg.keepalive_s, cfg.spot.grace_s, [p])
+                cfg.policies.build(cfg.spot.grace_s, [p])
             except ValueError as exc:
                 raise ConfigError(f"{where}: profiles.{p.name}.{exc}") from exc
         return cfg
@@ -879,10 +882,15 @@ def check_file(path: Path | str) -> list[str]:
     return []
 
 
+# keys an earlier release read, and where they are set now
+_MOVED = {"keepalive_s": "[policies] keepalive_s"}
+
+
 def _error_line(err: Any) -> str:
     key = ".".join(str(part) for part in err["loc"])
     if err["type"] == "extra_forbidden":
-        return f"unknown key {key!r}"
+        moved = _MOVED.get(key)
+        return f"unknown key {key!r}" + (f" (it moved: set {moved})" if moved else "")
     if err["type"] in ("model_type", "dict_type"):
         return f"{key}: must be a table (got {err.get('input')!r})"
     return f"{key}: {err['msg']} (got {err.get('input')!r})"

@@ -59,7 +59,8 @@ BASE_DIR = "base"
 
 DEFAULT_BROKER_TOML = """\
 # the broker's configuration (stoker up --config): profiles and policies
-keepalive_s = 60
+[policies]
+keepalive_s = 60     # a fixed keep-alive for every profile
 
 [profiles.plain]
 share = 0.9          # leaves room beside an active pod for a standby
