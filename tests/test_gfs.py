@@ -757,7 +757,7 @@ def test_queries_from_kept_peaks_forecast_what_the_laid_out_minutes_do(
         f = predict_peaks(self, keys, peaks_, now_min, horizon_h, recorded_min)
         if inner[0]:
             return f
-        laid = np.array([meters[0].history((k.tenant, k.pool)) for k in keys])
+        laid = np.array([meters[0].history((k.tenant, k.gpu_pool)) for k in keys])
         inner[0] = True
         g = self.predict_many(keys, laid, now_min, horizon_h)
         inner[0] = False

@@ -444,7 +444,7 @@ def prefill_meter(core: Core, trace: Trace, t0: float) -> None:
         return
     start_min = int(t0 // 60)
     warm = demand_series(trace.jobs, end_min=start_min)
-    core.demand.prefill({(k.tenant, k.pool): v for k, v in warm.items()}, start_min)
+    core.demand.prefill({(k.tenant, k.gpu_pool): v for k, v in warm.items()}, start_min)
 
 
 def _metrics(
