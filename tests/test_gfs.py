@@ -275,7 +275,7 @@ def test_spot_admission_respects_quota_summed_over_tenants() -> None:
 
 
 def _idle_after_hp(policy: str) -> tuple[Gangs, list[Action]]:
-    """The live report's case on a 2-GPU GPU pool: HP ran 1 GPU for 40 s, then 2 GPUs for 20 s;
+    """The live report's case on a GPU pool of 2 GPUs: HP ran 1 GPU for 40 s, then 2 GPUs for 20 s;
     both done, the forecaster says HP will peak at 2 GPUs every hour ahead (the recent
     peak: quota 0); then a 1-GPU spot job comes."""
     g = Gangs(cluster(2), policy)
