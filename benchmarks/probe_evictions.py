@@ -9,12 +9,12 @@ A policy is a registry preset, optionally with ``GFSConfig`` fields set after ``
 runs in this process as ``stoker sim gfs --trace v2026`` runs it (same trace cut, load
 copies, forecaster, window gate; the defaults are the full-fleet month's, ``--scale 0.1
 --days 7 --warm-days 14 --burn-in-days 1 --query-every-min 30`` the 1/10-scale setup), and
-prints and writes its metrics, each class's queueing by pool (job-s) and its evictions of
+prints and writes its metrics, each class's queueing by GPU pool (job-s) and its evictions of
 measured spot jobs (submitted in the window: those the eviction rate counts) split by GPU
-pool and by the evicting HP job's kind: ``holder`` (it held its pool's reservation at some
+pool and by the evicting HP job's kind: ``holder`` (it held its GPU pool's reservation at some
 time), ``backfill`` (tried beside a reservation, behind its bucket's head), else by its
 shape (``probe_month.shape``: ``frac``, ``1gpu``, ``1gpu-gang``, ``1xN``, ``gang``; files
-written before 2026-12-05 name every ``1xN`` ``multi``); each pool's eta over the window
+written before 2026-12-05 name every ``1xN`` ``multi``); each GPU pool's eta over the window
 (its mean and the share of hourly feedback steps below 1); with the CPU seconds it took.
 
 The counting is a probe's, not the core's: while a policy runs, the scheduler's
@@ -47,13 +47,13 @@ def _kind(job: Any, holders: set[str], in_backfill: bool) -> str:
 
 
 def run_policy(policy: str, trace: Trace, window: simgfs.Window, cadence: Cadence) -> dict:
-    """One policy over ``trace``: its metrics, evictions by kind and pool, CPU seconds."""
+    """One policy over ``trace``: its metrics, evictions by kind and GPU pool, CPU seconds."""
     spec = preset(policy)
-    seen: list[tuple[Any, str, bool]] = []  # (victim, its pool, whether in a backfill)
+    seen: list[tuple[Any, str, bool]] = []  # (victim, its GPU pool, whether in a backfill)
     holders: set[str] = set()
     state: dict[str, Any] = {"hp": None, "backfill": False}
     orig = (GS._reclaim, GS._evict, GS._reserve, GS._backfill)
-    etas: dict[str, list[float]] = {}  # each pool's eta after each feedback step in the window
+    etas: dict[str, list[float]] = {}  # each GPU pool's eta after each feedback step in the window
     feedback = GS._feedback
 
     def reclaim(self: Any, job: Any, now: float, out: list, **kw: Any) -> bool:
@@ -67,9 +67,9 @@ def run_policy(policy: str, trace: Trace, window: simgfs.Window, cadence: Cadenc
         seen.append((victim.id, state["hp"], state["backfill"]))
         orig[1](self, victim, now, out)
 
-    def reserve(self: Any, job: Any, pool: str, now: float) -> None:
-        orig[2](self, job, pool, now)
-        held = self._reserved.get(pool)
+    def reserve(self: Any, job: Any, gpu_pool: str, now: float) -> None:
+        orig[2](self, job, gpu_pool, now)
+        held = self._reserved.get(gpu_pool)
         if held is not None and held[0] == job.id:
             holders.add(job.id)
 
@@ -83,8 +83,8 @@ def run_policy(policy: str, trace: Trace, window: simgfs.Window, cadence: Cadenc
     def step(self: Any, now: float) -> None:
         feedback(self, now)
         if window.start <= now < window.end:
-            for pool in self.pools:
-                etas.setdefault(pool, []).append(self.eta(pool))
+            for gpu_pool in self.gpu_pools:
+                etas.setdefault(gpu_pool, []).append(self.eta(gpu_pool))
 
     wrappers = {"_reclaim": reclaim, "_evict": evict, "_reserve": reserve, "_backfill": backfill}
     patches: list[tuple[object, str, object]] = [(GS, n, f) for n, f in wrappers.items()]
@@ -97,26 +97,26 @@ def run_policy(policy: str, trace: Trace, window: simgfs.Window, cadence: Cadenc
         if not window.start <= job.submitted < window.end:
             continue  # not a measured job: the eviction rate does not count it
         kind = "none" if hp is None else _kind(hp, holders, in_backfill)
-        counts[f"{core.hpspot.pool_of(job)}/{kind}"] += 1
-    queued: dict[str, float] = {}  # measured jobs' queueing, job-s, by class and pool
+        counts[f"{core.hpspot.gpu_pool_of(job)}/{kind}"] += 1
+    queued: dict[str, float] = {}  # measured jobs' queueing, job-s, by class and GPU pool
     for job in core.jobs.values():
         if job.job_class in (JobClass.HP, JobClass.SPOT) and (
             window.start <= job.submitted < window.end
         ):
-            key = f"{job.job_class.value}/{core.hpspot.pool_of(job)}"
+            key = f"{job.job_class.value}/{core.hpspot.gpu_pool_of(job)}"
             queued[key] = queued.get(key, 0.0) + job.queue_s
     return {
         "metrics": result.metrics,
         "evictions": sum(counts.values()),
         "evictions_by_pool_kind": dict(sorted(counts.items())),
         "queue_job_s_by_class_pool": {k: round(v) for k, v in sorted(queued.items())},
-        # eta in the window: its mean and the share of feedback steps below 1, by pool
+        # eta in the window: its mean and the share of feedback steps below 1, by GPU pool
         "eta_by_pool": {
-            pool: {
+            gpu_pool: {
                 "mean": round(sum(v) / len(v), 4),
                 "below_1": round(sum(1 for e in v if e < 1.0 - 1e-9) / len(v), 4),
             }
-            for pool, v in sorted(etas.items())
+            for gpu_pool, v in sorted(etas.items())
         },
         "cpu_s": cpu,
     }

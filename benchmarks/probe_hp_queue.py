@@ -37,9 +37,9 @@ def run_policy(policy: str, trace: Trace, window: Window, cadence: Cadence) -> d
     ]
     parts: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     for job in hp:
-        pool, kind = job.spec.gpu_model, shape(job)
+        gpu_pool, kind = job.spec.gpu_model, shape(job)
         wait = "queued over a day" if job.queue_s > DAY else "queued a day or less"
-        for key in (f"pool {pool}", f"shape {kind}", f"pool/shape {pool}/{kind}", wait):
+        for key in (f"pool {gpu_pool}", f"shape {kind}", f"pool/shape {gpu_pool}/{kind}", wait):
             parts[key][0] += 1
             parts[key][1] += job.queue_s
     n = max(len(hp), 1)

@@ -14,9 +14,9 @@ of each class on its own (the registry's ``queue`` sets both classes' order; the
 builds each class's queue with its own order). Each variant runs in this process as
 ``stoker sim gfs`` runs it (same trace cut, load copies, forecaster, window gate), and
 prints and writes its metrics and a breakdown from the jobs themselves: spot queueing by
-total GPUs, by per-worker request and by GPU pool, HP queueing by pool, and the spot and
+total GPUs, by per-worker request and by GPU pool, HP queueing by GPU pool, and the spot and
 HP queueing of the jobs submitted on each day of the window, and the window's hourly means
-of the spot quota, HP and spot GPUs held and HP's forecast quantile (every pool summed);
+of the spot quota, HP and spot GPUs held and HP's forecast quantile (every GPU pool summed);
 with the CPU seconds it took.
 
 The per-class order and the breakdown are a probe's, not the core's: while a variant runs,
@@ -72,21 +72,21 @@ _VICTIMS = {"gfs": GFSVictims, "lyra": LyraVictims}
 
 
 def _breakdown(core: Any, jobs: list[Any], window: simgfs.Window) -> dict[str, Any]:
-    """Spot and HP queueing of the measured jobs, split by size, pool and submit day."""
+    """Spot and HP queueing of the measured jobs, split by size, GPU pool and submit day."""
     measured = [j for j in jobs if window.start <= j.submit_time < window.end]
     groups: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for tj in measured:
         job = core.jobs[tj.name]
         cls = "spot" if job.job_class is JobClass.SPOT else "hp"
-        pool = core.hpspot.pool_of(job)
+        gpu_pool = core.hpspot.gpu_pool_of(job)
         day = int((tj.submit_time - window.start) // 86400)
-        groups[f"{cls}.by_pool"][pool].append(job.queue_s)
+        groups[f"{cls}.by_pool"][gpu_pool].append(job.queue_s)
         groups[f"{cls}.by_day"][str(day)].append(job.queue_s)
         groups[f"{cls}.by_gpus"][f"{job.gpus:g}"].append(job.queue_s)
         if cls == "spot":
             groups["spot.by_per_worker"][f"{job.per_worker:g}"].append(job.queue_s)
             groups["spot.by_workers"][str(job.spec.workers)].append(job.queue_s)
-            groups["spot.evictions_by_pool"][pool].append(float(job.evictions))
+            groups["spot.evictions_by_pool"][gpu_pool].append(float(job.evictions))
     return {
         group: {k: {"jobs": len(v), "mean": sum(v) / len(v), "sum": sum(v)} for k, v in g.items()}
         for group, g in groups.items()

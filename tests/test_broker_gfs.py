@@ -96,9 +96,9 @@ def _wait_for(pred: Callable[[], Any], timeout_s: float = 30.0) -> Any:
     return value
 
 
-def _pool(c: stoker.Client) -> dict[str, Any]:
-    (pool,) = c.pools()
-    return pool
+def _gpu_pool(c: stoker.Client) -> dict[str, Any]:
+    (gpu_pool,) = c.pools()
+    return gpu_pool
 
 
 def _running_spot(c: stoker.Client) -> Job:
@@ -201,8 +201,12 @@ def test_hp_preempts_spot_which_checkpoints_and_runs_again(
             row = _wait_for(lambda: next(iter(a.jobs(["running"])), None))
             spot = Job(a, row)
             _wait_for(lambda: "run 1: started" in spot.logs())
-            pool = _pool(a)
-            assert (pool["capacity"], pool["spot_gpus"], pool["hp_gpus"]) == (1.0, 1.0, 0.0)
+            gpu_pool = _gpu_pool(a)
+            assert (gpu_pool["capacity"], gpu_pool["spot_gpus"], gpu_pool["hp_gpus"]) == (
+                1.0,
+                1.0,
+                0.0,
+            )
             assert [p["job"] for p in a.pods()] == [spot.id] and b.pods() == []  # its own
             hp = b.run("plain", [PY, "-c", "print('hp ran')"], shape=JobShape("hp", gpus=1.0))
             with pytest.raises(JobPreempted) as preempted:
@@ -223,9 +227,9 @@ def test_hp_preempts_spot_which_checkpoints_and_runs_again(
         assert f"stoker: job {spot.id} preempted" in err
         _checkpoints_dropped(broker.cfg, spot.id)
         assert json.loads(out)["requeues"] == 1
-        pool = _pool(a)
-        assert (pool["spot_gpus"], pool["hp_gpus"]) == (0.0, 0.0)
-        assert pool["eviction_rate_1d"] > 0 and pool["queued"] == {"hp": 0, "spot": 0}
+        gpu_pool = _gpu_pool(a)
+        assert (gpu_pool["spot_gpus"], gpu_pool["hp_gpus"]) == (0.0, 0.0)
+        assert gpu_pool["eviction_rate_1d"] > 0 and gpu_pool["queued"] == {"hp": 0, "spot": 0}
 
 
 def test_hp_takes_the_gpu_of_idle_standby_then_warm_pods(broker: EmbeddedBroker) -> None:
@@ -274,8 +278,8 @@ def test_restart_in_the_middle_keeps_spot_hp_and_demand_history(tmp_path: Path) 
             done = Job(b2, b2.get(first.id)).result(60)
             assert done.ok and done.stdout == b"hp up\nhp done\n"
             # the forecaster refits on the stored history and its answer reaches the core
-            pool = _wait_for(lambda: (p := _pool(a2))["forecast"] and p)
-            fc = pool["forecast"]
+            gpu_pool = _wait_for(lambda: (p := _gpu_pool(a2))["forecast"] and p)
+            fc = gpu_pool["forecast"]
             assert len(fc["hours"]) == len(fc["mean"]) == len(fc["quantile"]) == 4
             assert all(q >= m for q, m in zip(fc["quantile"], fc["mean"], strict=True))
             # an HP gang of two needs both GPUs: the spot job gives its own up
@@ -287,7 +291,7 @@ def test_restart_in_the_middle_keeps_spot_hp_and_demand_history(tmp_path: Path) 
 
 
 def _store_hp_peak(cfg: BrokerConfig) -> None:
-    """The live report's history on a 2-GPU pool: an HP job of 1 GPU for 40 s, then one of
+    """The live report's history on a GPU pool of 2 GPUs: an HP job of 1 GPU for 40 s, then one of
     2 GPUs for 20 s, both done, stored as the broker stores what its meter saw (each
     minute's peak: the last two). The broker stores a minute only once it has ended, so a
     live run of them would wait a minute for its forecast."""
@@ -316,7 +320,7 @@ def test_a_spot_job_runs_on_gpus_no_hp_job_uses_under_the_default_preset(tmp_pat
         spot = a.run("plain", [PY, "-c", "print('spot ran')"], shape=JobShape("spot", gpus=1.0))
         res = spot.result(timeout_s=30)
         assert res.ok and res.stdout == b"spot ran\n" and res.requeues == 0
-        assert _pool(a)["spot_quota"] == 2.0  # the quota in force: the loan
+        assert _gpu_pool(a)["spot_quota"] == 2.0  # the quota in force: the loan
 
 
 def test_a_waiting_job_is_told_what_holds_it(tmp_path: Path) -> None:
@@ -387,9 +391,9 @@ def test_cli_pools_table_and_json(broker: EmbeddedBroker) -> None:
     runner = CliRunner()
     res = runner.invoke(app, ["pools", "--json"], env=env)
     assert res.exit_code == 0, res.output
-    (pool,) = json.loads(res.stdout)
-    assert pool["gpu_model"] == "vgpu" and pool["capacity"] == 1.0
-    assert set(pool) == {
+    (gpu_pool,) = json.loads(res.stdout)
+    assert gpu_pool["gpu_model"] == "vgpu" and gpu_pool["capacity"] == 1.0
+    assert set(gpu_pool) == {
         "gpu_model",
         "capacity",
         "hp_gpus",

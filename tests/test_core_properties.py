@@ -162,7 +162,7 @@ class CoreMachine(RuleBasedStateMachine):
         follow = core._follow_hp_cap
 
         def follow_checked(now: float) -> None:
-            # the warm cap, followed pool by pool, is its full recomputation (order too)
+            # the warm cap, followed GPU pool by GPU pool, is its full recomputation (order too)
             follow(now)
             assert list(core.warm.hp_cap.items()) == list(core._hp_cap(now).items())
 
@@ -374,11 +374,11 @@ class CoreMachine(RuleBasedStateMachine):
                 assert len(free) < need, (queued[0], free)
         assert math.isclose(idle, core.idle_gpus, abs_tol=1e-6)
         hpspot = core.hpspot
-        # the quota bounds admission: when spot was started, its pool's spot use fits it
+        # the quota bounds admission: when spot was started, its GPU pool's spot use fits it
         # (a quota that shrinks later evicts nobody, as in GFS)
-        for pool, used in hpspot.used.items():
+        for gpu_pool, used in hpspot.used.items():
             if spot_started:
-                assert used[JobClass.SPOT] <= hpspot.quota[pool] + 1e-6, (used, hpspot.quota)
+                assert used[JobClass.SPOT] <= hpspot.quota[gpu_pool] + 1e-6, (used, hpspot.quota)
         for job in core.jobs.values():
             if job.state is JobState.QUEUED:
                 assert not job.pods, job

@@ -39,7 +39,7 @@ def _nodes(*sizes: tuple[str, int]) -> Cluster:
 
 def test_each_gpu_refusal_names_its_field() -> None:
     assert gpu_refusal("A", {}, 1, 1.0, 1) == Refusal("gpu_model", "GPU pool A has no GPUs")
-    assert gpu_refusal("A", {8: 0}, 1, 1.0, 1, pool_field="profile").field == "profile"
+    assert gpu_refusal("A", {8: 0}, 1, 1.0, 1, gpu_pool_field="profile").field == "profile"
     big = gpu_refusal("A", {8: 2, 4: 1}, 16, 1.0, 1)
     assert big == Refusal(
         "gpus", "a worker takes 16 GPUs on one node; the largest node of GPU pool A has 8"
@@ -51,7 +51,7 @@ def test_each_gpu_refusal_names_its_field() -> None:
 
 
 def test_the_125_by_8_gang_on_77_eight_gpu_nodes() -> None:
-    """The review's case: 1,000 GPUs fit the pool's 1,558, but only 77 nodes hold 8."""
+    """The review's case: 1,000 GPUs fit the GPU pool's 1,558, but only 77 nodes hold 8."""
     sizes = {8: 77, 4: 200, 2: 71}
     assert sum(s * n for s, n in sizes.items()) == 1558
     why = gpu_refusal("GPU-series-1", sizes, 8, 1.0, 125)
@@ -98,7 +98,7 @@ def test_cpu_refusal_by_node_shape() -> None:
 def test_whole_gpu_refusal_agrees_with_a_placement_on_the_empty_pool(
     sizes: list[int], cards: int, workers: int
 ) -> None:
-    """Refused exactly when the core cannot place the gang on the empty pool."""
+    """Refused exactly when the core cannot place the gang on the empty GPU pool."""
     g = Gangs(_nodes(*((f"n{i}", s) for i, s in enumerate(sizes))), "gfs")
     counts: dict[int, int] = {}
     for s in sizes:

@@ -71,8 +71,8 @@ def test_a_weight_gives_a_tenant_more_of_the_queue() -> None:
 
 
 def _guarantee(shares: TenantShares | None) -> list:
-    """A 4-GPU pool: tenant a runs 2 HP GPUs; b, guaranteed the pool, queues a 4-GPU HP job;
-    a then asks for 2 more."""
+    """A GPU pool of 4 GPUs: tenant a runs 2 HP GPUs; b, guaranteed the GPU pool, queues a
+    4-GPU HP job; a then asks for 2 more."""
     policies = replace(preset("gfs").policies, shares=shares)
     g = Gangs(cluster(4), policies)
     hp = JobClass.HP

@@ -187,13 +187,13 @@ def test_dashboard_shows_what_the_api_reports_and_updates(
         failed = next(r for r in rows if r.get_attribute("data-job-id") == jobs[0]["id"])
         assert "user_error (exit 3)" in failed.text
         # the GPU pool of this host, as GET /v1/pools shows it
-        (pool,) = admin.get("/v1/pools").json()
+        (gpu_pool,) = admin.get("/v1/pools").json()
         card = browser.find_element(
-            By.CSS_SELECTOR, f'article.pool[data-gpu-model="{pool["gpu_model"]}"]'
+            By.CSS_SELECTOR, f'article.pool[data-gpu-model="{gpu_pool["gpu_model"]}"]'
         )
-        assert card.find_element(By.TAG_NAME, "h3").text == f"{pool['gpu_model']} · 2 GPUs"
+        assert card.find_element(By.TAG_NAME, "h3").text == f"{gpu_pool['gpu_model']} · 2 GPUs"
         dd = [e.text for e in card.find_elements(By.TAG_NAME, "dd")]
-        assert dd[0] == f"{pool['hp_gpus']:g}" and dd[-2:] == ["0", "0"]
+        assert dd[0] == f"{gpu_pool['hp_gpus']:g}" and dd[-2:] == ["0", "0"]
         # one bar segment per live pod (pods may still be moving: read both until they agree)
         WebDriverWait(browser, 15).until(
             lambda d: (
@@ -425,11 +425,11 @@ def test_gpu_pool_panel_shows_a_live_preemption_and_forecast(
         row = admin.get(f"/v1/jobs/{spot}").json()
         assert row["requeues"] == 1 and row["state"] in ("queued", "running", "finished"), row
 
-        def live_pool() -> dict[str, Any] | None:
+        def live_gpu_pool() -> dict[str, Any] | None:
             (p,) = admin.get("/v1/pools").json()
             return p if p["forecast"] and p["eviction_rate_1d"] > 0 else None
 
-        WebDriverWait(admin, 30, poll_frequency=0.2).until(lambda _: live_pool())
+        WebDriverWait(admin, 30, poll_frequency=0.2).until(lambda _: live_gpu_pool())
         _sign_in(browser, eb)
 
         def card() -> dict[str, Any]:
@@ -448,15 +448,15 @@ def test_gpu_pool_panel_shows_a_live_preemption_and_forecast(
         def card_matches_api(_: Any) -> dict[str, Any] | None:
             # the page polls every 2 s and the forecast is queried again meanwhile: read
             # the API and the card until one poll shows the same figures
-            (pool,) = admin.get("/v1/pools").json()
+            (gpu_pool,) = admin.get("/v1/pools").json()
             shown = card()
             want = [
-                _fmt_n(pool["hp_gpus"], 2),
-                f"{_fmt_n(pool['spot_gpus'], 2)} / {_fmt_n(pool['spot_quota'], 2)}",
-                _fmt_n(pool["eta"], 3),
-                f"{100 * pool['eviction_rate_1d']:.1f} %",
-                str(pool["queued"]["hp"]),
-                str(pool["queued"]["spot"]),
+                _fmt_n(gpu_pool["hp_gpus"], 2),
+                f"{_fmt_n(gpu_pool['spot_gpus'], 2)} / {_fmt_n(gpu_pool['spot_quota'], 2)}",
+                _fmt_n(gpu_pool["eta"], 3),
+                f"{100 * gpu_pool['eviction_rate_1d']:.1f} %",
+                str(gpu_pool["queued"]["hp"]),
+                str(gpu_pool["queued"]["spot"]),
             ]
             return shown if shown.get("h3") == "vgpu · 1 GPUs" and shown["dd"] == want else None
 

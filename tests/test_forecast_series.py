@@ -18,11 +18,11 @@ def job(
     duration: float,
     gpus: float = 1,
     workers: int = 1,
-    pool: str = "A100",
+    gpu_pool: str = "A100",
     cls: str = "hp",
 ) -> TraceJob:
     return TraceJob(
-        f"{tenant}-{submit}-{duration}", tenant, pool, gpus, workers, submit, duration, cls
+        f"{tenant}-{submit}-{duration}", tenant, gpu_pool, gpus, workers, submit, duration, cls
     )  # type: ignore[arg-type]
 
 
@@ -32,7 +32,7 @@ def test_demand_counts_every_minute_a_job_touches() -> None:
         job("t1", 60, 0),  # zero length: still its own minute (1)
         job("t1", 180, 120, gpus=0.5),  # [180, 300): minutes 3 and 4
         job("t1", 0, 1000, gpus=8, cls="spot"),  # other class: not counted
-        job("t2", 120, 60, gpus=4, pool="H100"),  # minute 2 exactly
+        job("t2", 120, 60, gpus=4, gpu_pool="H100"),  # minute 2 exactly
     ]
     series = demand_series(jobs, end_min=6)
     assert list(series) == [SeriesKey("t1", "A100"), SeriesKey("t2", "H100")]

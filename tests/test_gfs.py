@@ -275,7 +275,7 @@ def test_spot_admission_respects_quota_summed_over_tenants() -> None:
 
 
 def _idle_after_hp(policy: str) -> tuple[Gangs, list[Action]]:
-    """The live report's case on a 2-GPU pool: HP ran 1 GPU for 40 s, then 2 GPUs for 20 s;
+    """The live report's case on a GPU pool of 2 GPUs: HP ran 1 GPU for 40 s, then 2 GPUs for 20 s;
     both done, the forecaster says HP will peak at 2 GPUs every hour ahead (the recent
     peak: quota 0); then a 1-GPU spot job comes."""
     g = Gangs(cluster(2), policy)
@@ -294,7 +294,7 @@ def test_a_spot_job_held_by_the_quota_is_told_the_quota_the_forecast_and_the_fre
     g, out = _idle_after_hp("gfs")
     assert bound(out) == [] and g.core.jobs["s"].state is JobState.QUEUED
     assert g.core.waiting("s") == SpotQuotaWait(
-        pool="A",
+        gpu_pool="A",
         quota=0.0,
         spot_gpus=0.0,
         gpus=1.0,
@@ -400,7 +400,7 @@ def test_gfs_victims_cost_includes_rate_increase() -> None:
     c1 = Candidate("n0", 0, 0.0, [(a, 1.0)])  # needs one more GPU: unusable for need 2
     c2 = Candidate("n1", 1, 1.0, [(a, 1.0)])
     c3 = Candidate("n2", 2, 0.0, [(b, 2.0)])
-    ctx = PreemptContext(now=10.0, rate_after=lambda k: 0.1 * k, pool_gpus=8, window_s=100.0)
+    ctx = PreemptContext(now=10.0, rate_after=lambda k: 0.1 * k, gpu_pool_gpus=8, window_s=100.0)
     cand, victims = GFSVictims().choose([c2, c3], 2.0, ctx)  # type: ignore[misc]
     assert victims  # both cost one eviction; c2 loses 2 GPUs x 10 s, c3 also: tie -> fit
     assert cand.node in {"n1", "n2"}
@@ -522,7 +522,7 @@ def test_keepalive_cap_counts_what_hp_holds_and_its_near_growth() -> None:
 
 
 def test_keepalive_cap_follows_the_keepalive_idle_pods_hold() -> None:
-    # the keep-alive cap's horizon is how long the pool's idle pods may yet hold their
+    # the keep-alive cap's horizon is how long the GPU pool's idle pods may yet hold their
     # cards: a renewed hour (or always-on) makes HP's whole hour count, as strict does;
     # with no warm pod, the profiles' keep-alive for a new caller (the fitted fallback)
     def cap(g: Gangs, at: float) -> float:
@@ -538,7 +538,7 @@ def test_keepalive_cap_follows_the_keepalive_idle_pods_hold() -> None:
     assert StopPod(pod, "budget") in out  # the renewed pod itself gives way
     assert cap(g, 41.0) == pytest.approx(2.0 - 2.0 * 60 / 3600)  # none warm: a new caller's
     # a gone, forgotten pod leaves no keep-alive deadline behind, though a later one of
-    # another warm pod of the pool still counts (the core keeps no forgotten name)
+    # another warm pod of the GPU pool still counts (the core keeps no forgotten name)
     g = Gangs(cluster(4), "gfs")
     first = _warm_pod(g, "pj", 0.0)  # warm from 2 s to 62 s
     acts = g.core.handle(JobSubmitted(JobSpec("pk", "v", "p", "other")), 10.0)
@@ -570,7 +570,7 @@ def test_keepalive_cap_follows_the_keepalive_idle_pods_hold() -> None:
 
 
 def test_the_warm_cap_follows_a_pool_whose_last_warm_pod_went() -> None:
-    # the cap is set again only for pools whose inputs moved: a pool whose last warm pod
+    # the cap is set again only for GPU pools whose inputs moved: a GPU pool whose last warm pod
     # just went (no new forecast, no HP change) must fall back to a new caller's keep-alive
     g = Gangs(cluster(2), "gfs")
     pod = _warm_pod(g, "pj", 0.0)  # warm from 2 s to 62 s
@@ -581,11 +581,11 @@ def test_the_warm_cap_follows_a_pool_whose_last_warm_pod_went() -> None:
 
 
 def test_the_warm_budget_is_capped_per_gpu_pool() -> None:
-    # the warm pod is on pool A; pool B has room to spare: B's slack must not let idle
+    # the warm pod is on GPU pool A; GPU pool B has room to spare: B's slack must not let idle
     # pods keep the room A's HP forecast asks for, and B's forecast alone stops nothing
     cl = cluster(2)
     cl.add_node(Node("m0", "B", [GPU(f"m0/{i}", "m0", i, "B") for i in range(4)]))
-    # (a forecast this uncertain needs every card of its pool within any keep-alive)
+    # (a forecast this uncertain needs every card of its GPU pool within any keep-alive)
     g = Gangs(cl, "gfs")
     g.stop = False
     pod = _warm_pod(g, "pj", 0.0)
@@ -640,10 +640,10 @@ class _CheckingCore(Core):
                 )
                 assert math.isclose(held, job.gpus) and len(a.pods) == job.spec.workers
         gate = hpspot.config.window
-        for pool, used in hpspot.used.items():
+        for gpu_pool, used in hpspot.used.items():
             # with the window's gate the quota holds inside the window only (the authors')
             after = gate is not None and now >= gate[1]
-            assert used[JobClass.SPOT] <= hpspot.quota[pool] + 1e-6 or after
+            assert used[JobClass.SPOT] <= hpspot.quota[gpu_pool] + 1e-6 or after
         return out
 
 
@@ -757,7 +757,7 @@ def test_queries_from_kept_peaks_forecast_what_the_laid_out_minutes_do(
         f = predict_peaks(self, keys, peaks_, now_min, horizon_h, recorded_min)
         if inner[0]:
             return f
-        laid = np.array([meters[0].history((k.tenant, k.pool)) for k in keys])
+        laid = np.array([meters[0].history((k.tenant, k.gpu_pool)) for k in keys])
         inner[0] = True
         g = self.predict_many(keys, laid, now_min, horizon_h)
         inner[0] = False
@@ -774,7 +774,7 @@ def test_queries_from_kept_peaks_forecast_what_the_laid_out_minutes_do(
 
 def test_forecasts_of_one_query_reach_the_pass_together(monkeypatch) -> None:
     """The driver hands a query's forecasts to the core together: every tenant's answer is
-    in the pool's forecast before the scheduling pass, so no pass decides on a partial sum
+    in the GPU pool's forecast before the scheduling pass, so no pass decides on a partial sum
     (handed over one by one, a pass follows each)."""
     from stoker.core.gfs.passes import QueuePass
     from stoker.sim.engine import Simulator
@@ -782,15 +782,15 @@ def test_forecasts_of_one_query_reach_the_pass_together(monkeypatch) -> None:
     trace = _busy_trace()
     window = Window(0.0, 86400.0, 3 * 86400.0)
     log: list[str] = []
-    set_forecast, pass_pool = Core._forecast, QueuePass.run
+    set_forecast, pass_gpu_pool = Core._forecast, QueuePass.run
 
-    def logged_set(self, tenant, pool, mean, var):
+    def logged_set(self, tenant, gpu_pool, mean, var):
         log.append("set")
-        return set_forecast(self, tenant, pool, mean, var)
+        return set_forecast(self, tenant, gpu_pool, mean, var)
 
-    def logged_pass(self, pool, now, out):
+    def logged_pass(self, gpu_pool, now, out):
         log.append("pass")
-        return pass_pool(self, pool, now, out)
+        return pass_gpu_pool(self, gpu_pool, now, out)
 
     monkeypatch.setattr(Core, "_forecast", logged_set)
     monkeypatch.setattr(QueuePass, "run", logged_pass)
@@ -1062,7 +1062,7 @@ def test_a_failed_search_is_not_repeated_and_decides_the_same(monkeypatch, name)
     its GPU pool changed, and an HP job only while the cards without HP could hold its
     workers: the same actions, in the same order, as searching on every event, with fewer
     searches."""
-    from stoker.core.gfs.placement import PoolIndex
+    from stoker.core.gfs.placement import GpuPoolIndex
     from stoker.core.gfs.scheduler import HpSpotScheduler
     from stoker.sim.virtual import VirtualRuntime
 
@@ -1092,9 +1092,9 @@ def test_a_failed_search_is_not_repeated_and_decides_the_same(monkeypatch, name)
     remembered, fewer = run()
     # every search's state looks new: nothing is remembered; and the bounds on an HP job's
     # room (cards without HP; free and whole-GPU spot cards) never spare a search
-    monkeypatch.setattr(SearchMemo, "state", lambda self, pool, now: object())
-    monkeypatch.setattr(PoolIndex, "hp_slots", lambda self, need: 10**9)
-    monkeypatch.setattr(PoolIndex, "reclaim_slots", lambda self, need: 10**9)
+    monkeypatch.setattr(SearchMemo, "state", lambda self, gpu_pool, now: object())
+    monkeypatch.setattr(GpuPoolIndex, "hp_slots", lambda self, need: 10**9)
+    monkeypatch.setattr(GpuPoolIndex, "reclaim_slots", lambda self, need: 10**9)
     searched, every = run()
     assert remembered == searched
     assert len(remembered) > 1000
@@ -1112,7 +1112,7 @@ def test_a_blocked_hp_job_is_searched_again_only_once_a_node_could_hold_it(
     starts it (the spot job evicted), as searching on every event does."""
     from dataclasses import replace
 
-    from stoker.core.gfs.placement import PoolIndex
+    from stoker.core.gfs.placement import GpuPoolIndex
     from stoker.core.gfs.scheduler import HpSpotScheduler
 
     def run() -> tuple[list[tuple[float, Action]], list[float]]:
@@ -1175,9 +1175,9 @@ def test_a_blocked_hp_job_is_searched_again_only_once_a_node_could_hold_it(
     remembered, fewer = run()
     assert not [t for t in fewer if 2.0 <= t <= 6.0]
     # every search's state looks new and no bound spares one
-    monkeypatch.setattr(SearchMemo, "state", lambda self, pool, now: object())
-    monkeypatch.setattr(PoolIndex, "hp_slots", lambda self, need: 10**9)
-    monkeypatch.setattr(PoolIndex, "reclaim_slots", lambda self, need: 10**9)
+    monkeypatch.setattr(SearchMemo, "state", lambda self, gpu_pool, now: object())
+    monkeypatch.setattr(GpuPoolIndex, "hp_slots", lambda self, need: 10**9)
+    monkeypatch.setattr(GpuPoolIndex, "reclaim_slots", lambda self, need: 10**9)
     searched, every = run()
     assert remembered == searched
     assert [t for t in every if 2.0 <= t <= 6.0]
@@ -1201,7 +1201,7 @@ def test_forecasters_run_on_one_blas_thread_in_the_simulator() -> None:
 
 
 def test_a_gang_needs_a_node_slot_per_whole_gpu_worker() -> None:
-    # one 8-GPU node and eight 1-GPU nodes (16 GPUs): two 8-GPU workers fit the pool's
+    # one 8-GPU node and eight 1-GPU nodes (16 GPUs): two 8-GPU workers fit the GPU pool's
     # GPUs but never start (one node holds 8), so the job is left out; the rest can run
     nodes = [TraceNode("big", "A", 8)] + [TraceNode(f"s{i}", "A", 1) for i in range(8)]
     jobs = [

@@ -96,7 +96,7 @@ def _lend_run(policy: str | Policies) -> tuple[list[str], list[str], list[str], 
 
 
 def test_lend_gives_spot_what_hp_does_not_hold_while_no_hp_waits() -> None:
-    # GFS: the forecast reserves the whole pool, no spot job starts
+    # GFS: the forecast reserves the whole GPU pool, no spot job starts
     assert _lend_run("gfs") == ([], [], [], 0.0)
     # gfs-lend: both spot jobs start on the 6 GPUs HP does not hold; the next HP job
     # evicts the 4-GPU one; with HP queued (h3) the quota is the forecast's again (0)
@@ -105,7 +105,7 @@ def test_lend_gives_spot_what_hp_does_not_hold_while_no_hp_waits() -> None:
 
 
 def test_patient_lend_lends_half_and_hp_takes_free_room_back_first() -> None:
-    # without its loan it lends nothing: the forecast reserves the whole pool
+    # without its loan it lends nothing: the forecast reserves the whole GPU pool
     assert _lend_run(PATIENT) == ([], [], [], 0.0)
     # gfs-reserve-patient-lend lends half the 6 GPUs HP does not hold: the 2-GPU spot job
     # starts, the 4-GPU one does not; the next HP job takes the 4 free GPUs without a

@@ -194,7 +194,7 @@ def test_victim_cost_is_the_time_since_the_run_started() -> None:
     # run's start) evicts b, though a has lost less since its last checkpoint
     a, b = _victim("a", 4, 0.0), _victim("b", 4, 3000.0)
     cands = [Candidate("n0", 0, 0.0, [(a, 4.0)]), Candidate("n1", 1, 0.0, [(b, 4.0)])]
-    ctx = PreemptContext(now=3650.0, rate_after=lambda k: 0.0, pool_gpus=8, window_s=86400.0)
+    ctx = PreemptContext(now=3650.0, rate_after=lambda k: 0.0, gpu_pool_gpus=8, window_s=86400.0)
     assert GFSVictims().choose(cands, 4.0, ctx)[1] == [b]  # type: ignore[index]
 
 
@@ -308,7 +308,7 @@ def test_yarn_cs_blocks_the_hp_pass_only() -> None:
     g = Gangs(cluster(4), "yarn-cs")
     g.submit(spec("h0", "hp", 3, dur=1e5), 0.0)
     g.submit(spec("h1", "hp", 4, dur=10), 1.0)  # cannot run: blocks the HP queue
-    # the spot pass is its own (before: the whole pool's pass stopped at h1)
+    # the spot pass is its own (before: the whole GPU pool's pass stopped at h1)
     assert "s" in bound(g.submit(spec("s", "spot", 1, dur=10), 2.0))
 
 

@@ -29,8 +29,8 @@ from stoker.core.gfs.placement import (
     FGDScorer,
     GangPlan,
     GFSScorer,
+    GpuPoolIndex,
     NodeInfo,
-    PoolIndex,
 )
 from stoker.core.gfs.preemption import FGDVictims, FifoVictims, GFSVictims, LyraVictims
 from stoker.core.gfs.quota import StaticQuota
@@ -41,7 +41,7 @@ from stoker.traces.base import Trace, TraceJob, TraceNode
 from test_gfs import Gangs, _FlatForecaster, _job, bound, cluster, spec, static
 
 
-def _recomputed(index: PoolIndex, taken: dict[str, int], order: range) -> list:
+def _recomputed(index: GpuPoolIndex, taken: dict[str, int], order: range) -> list:
     """The plan's buckets by their definition: per free count, the first SCAN_CAP nodes of
     the bucket not in the plan, then the planned nodes left with that many GPUs."""
     out = []
@@ -63,7 +63,7 @@ def test_gang_plan_buckets_equal_a_recomputed_index(free, takes, need) -> None:
     """After any sequence of planned workers (on nodes the buckets offered, or any node, as
     a reclaim plans on spot nodes), the plan's buckets are the recomputed ones; a plan built
     from the same GPUs at once gives them too."""
-    index = PoolIndex("A", 8)
+    index = GpuPoolIndex("A", 8)
     for i, f in enumerate(free):
         index.add(NodeInfo(f"n{i}", "A", i, 8, full_free=f))
     order = range(need, 9)
@@ -93,7 +93,7 @@ def test_gang_plan_buckets_equal_a_recomputed_index(free, takes, need) -> None:
 )
 def test_cards_without_hp_follow_the_books(ops) -> None:
     """Jobs of every shape start and end: every node's count of cards without HP and the
-    pool's count of nodes per such count stay what the books give, and never fewer than
+    GPU pool's count of nodes per such count stay what the books give, and never fewer than
     the cards really without an HP share (``HpSpotScheduler.check``, after every event)."""
     g = Gangs(cluster(8, 8, 4, 2), static())
     running: list[str] = []
@@ -152,8 +152,8 @@ def _searches(
     with monkeypatch.context() as m:
         m.setattr(HpSpotScheduler, "_plan_free", counted)
         if not bounded:
-            m.setattr(PoolIndex, "hp_slots", lambda self, need: 10**9)
-            m.setattr(PoolIndex, "reclaim_slots", lambda self, need: 10**9)
+            m.setattr(GpuPoolIndex, "hp_slots", lambda self, need: 10**9)
+            m.setattr(GpuPoolIndex, "reclaim_slots", lambda self, need: 10**9)
         log = scenario(Gangs(cluster(*nodes), static()))
     return searches[0], log
 
@@ -306,7 +306,7 @@ def test_reclaim_from_the_room_index_decides_as_the_scan_of_every_spot_node(
 
 
 def _fleet_trace() -> Trace:
-    """Two pools of 8-, 4- and 2-GPU nodes, busy with HP and spot jobs of every shape."""
+    """Two GPU pools of 8-, 4- and 2-GPU nodes, busy with HP and spot jobs of every shape."""
     rng = np.random.default_rng(11)
     nodes = [TraceNode(f"a{i}", "A", int(g)) for i, g in enumerate(rng.choice([2, 4, 8], 24))]
     nodes += [TraceNode(f"b{i}", "B", 8) for i in range(6)]

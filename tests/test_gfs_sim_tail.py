@@ -19,7 +19,7 @@ STRIP = ("wall_s", "events_per_s", "events")
 
 
 def _tail_trace() -> Trace:
-    """Two pools; HP jobs that run for days past a one-day window (the v2026 trace's
+    """Two GPU pools; HP jobs that run for days past a one-day window (the v2026 trace's
     longest run months), spot jobs and short HP jobs that contend inside it."""
     nodes = [TraceNode(f"a{i}", "A", 8) for i in range(3)] + [TraceNode("b0", "B", 8)]
     jobs = []
@@ -81,7 +81,7 @@ def test_a_lease_flush_never_ends_a_job() -> None:
 
 
 def test_closed_form_leases_end_every_job_where_flushing_would(monkeypatch) -> None:
-    """After the last arrival, a pool with nothing queued has its HP jobs charged every
+    """After the last arrival, a GPU pool with nothing queued has its HP jobs charged every
     later lease return at once: each job ends, queues and runs exactly as flushing every
     lease would make it (on far fewer events)."""
     trace = _tail_trace()

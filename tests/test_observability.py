@@ -263,9 +263,9 @@ def test_dashboard_needs_the_admin_or_viewer_token(broker: EmbeddedBroker) -> No
     assert "samesite=strict" in r.headers["set-cookie"].lower()
     assert viewer not in r.headers["set-cookie"]
     state = anon.get("/dashboard/state").json()
-    pools = _api(broker, broker.admin_token).get("/v1/pools").json()
+    gpu_pools = _api(broker, broker.admin_token).get("/v1/pools").json()
     assert state["capacity_gpus"] == 2.0
-    assert [{k: v for k, v in p.items() if k != "history"} for p in state["gpu_pools"]] == pools
+    assert [{k: v for k, v in p.items() if k != "history"} for p in state["gpu_pools"]] == gpu_pools
     assert 'id="kpi-hit-rate"' in anon.get("/").text
     # a forged or tampered session is refused
     forged = httpx.Client(base_url=broker.url, cookies={"stoker_session": "admin.9999999999.00"})
@@ -355,10 +355,10 @@ def test_preemptions_and_gpu_pool_gauges_equal_the_api(tmp_path: Path) -> None:
         assert r.status_code == 201, r.text
         spot = r.json()["id"]
         _running(admin, spot)
-        (pool,) = admin.get("/v1/pools").json()
+        (gpu_pool,) = admin.get("/v1/pools").json()
         m = _samples(admin.get("/metrics").text)
-        assert m["stoker_gpu_pool_spot_gpus"] == [({"gpu_model": "vgpu"}, pool["spot_gpus"])]
-        assert pool["spot_gpus"] == 1.0
+        assert m["stoker_gpu_pool_spot_gpus"] == [({"gpu_model": "vgpu"}, gpu_pool["spot_gpus"])]
+        assert gpu_pool["spot_gpus"] == 1.0
         hp_body = {"profile": "plain", "reuse_tag": "h", "job_class": "hp", "gpus": 1.0}
         r = b.post("/v1/jobs", json={**hp_body, "argv": ["python", "-c", "pass"]})
         assert r.status_code == 201, r.text
@@ -373,7 +373,7 @@ def test_preemptions_and_gpu_pool_gauges_equal_the_api(tmp_path: Path) -> None:
         assert _by(m["stoker_spot_preemptions_total"], "gpu_model") == Counter(
             {("vgpu",): preempted}
         )
-        (pool,) = admin.get("/v1/pools").json()
+        (gpu_pool,) = admin.get("/v1/pools").json()
         for name, key in (
             ("stoker_gpu_pool_capacity_gpus", "capacity"),
             ("stoker_gpu_pool_hp_gpus", "hp_gpus"),
@@ -382,8 +382,8 @@ def test_preemptions_and_gpu_pool_gauges_equal_the_api(tmp_path: Path) -> None:
             ("stoker_spot_eta_ratio", "eta"),
             ("stoker_spot_eviction_rate_ratio", "eviction_rate_1d"),
         ):
-            assert m[name] == [({"gpu_model": "vgpu"}, pytest.approx(pool[key]))], name
-        assert pool["eviction_rate_1d"] > 0
+            assert m[name] == [({"gpu_model": "vgpu"}, pytest.approx(gpu_pool[key]))], name
+        assert gpu_pool["eviction_rate_1d"] > 0
         # the log says why the spot job ran twice
         ev = a.get("/v1/events", params={"job": spot}).json()
         requeued = [e for e in ev if e["kind"] == "job.requeued"]

@@ -37,7 +37,7 @@ def _outcomes(n_spot: int = 300, n_hp: int = 200, seed: int = 1) -> JobOutcomes:
     return JobOutcomes(
         name=np.array([f"job-{i:04d}" for i in range(n)], dtype=object),
         spot=spot,
-        pool=np.array(["A100"] * n, dtype=object),
+        gpu_pool=np.array(["A100"] * n, dtype=object),
         gpus=np.ones(n),
         submitted=np.arange(n, dtype=float),
         queue_s=queue,

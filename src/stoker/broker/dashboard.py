@@ -158,7 +158,7 @@ class History:
             "standby": g.idle_gpus["standby"],
             "budget": g.budget_gpus,
             "queued": sum(g.queued.values()),
-            "pools": {
+            "gpu_pools": {
                 r["gpu_model"]: (r["hp_gpus"], r["spot_gpus"], r["spot_quota"]) for r in g.gpu_pools
             },
         }
@@ -176,9 +176,11 @@ class History:
         rows = self._rows(since, live)
         return {k: [s[k] for s in rows] for k in ("t", "warm", "standby", "budget", "queued")}
 
-    def pool_series(self, model: str, since: float, live: dict[str, Any]) -> dict[str, list[float]]:
-        rows = [s for s in self._rows(since, live) if model in s["pools"]]
-        cols = [[s["pools"][model][i] for s in rows] for i in range(3)]
+    def gpu_pool_series(
+        self, model: str, since: float, live: dict[str, Any]
+    ) -> dict[str, list[float]]:
+        rows = [s for s in self._rows(since, live) if model in s["gpu_pools"]]
+        cols = [[s["gpu_pools"][model][i] for s in rows] for i in range(3)]
         return {"t": [s["t"] for s in rows], "hp": cols[0], "spot": cols[1], "quota": cols[2]}
 
 
@@ -334,8 +336,8 @@ class Dashboard:
             )
         since = now - _HISTORY_S
         live = self.history.point(g, now)
-        pools = [
-            {**row, "history": self.history.pool_series(row["gpu_model"], since, live)}
+        gpu_pools = [
+            {**row, "history": self.history.gpu_pool_series(row["gpu_model"], since, live)}
             for row in g.gpu_pools
         ]
         return {
@@ -353,7 +355,7 @@ class Dashboard:
             "jobs": recent,
             "stats": self._stats(since),
             "history": self.history.series(since, live),
-            "gpu_pools": pools,
+            "gpu_pools": gpu_pools,
         }
 
 

@@ -114,7 +114,7 @@ def _quota_words(wait: SpotQuotaWait) -> str:
     """``spot quota 0 GPU of A100, ... (forecast HP 2.0 of 2 GPUs over the guaranteed 1 h,
     ...; 2 GPUs free)``."""
     head = (
-        f"spot quota {wait.quota:g} GPU of {wait.pool}, {wait.spot_gpus:g} held by spot, "
+        f"spot quota {wait.quota:g} GPU of {wait.gpu_pool}, {wait.spot_gpus:g} held by spot, "
         f"the job asks {wait.gpus:g}"
     )
     if wait.opens_at is not None:
@@ -136,7 +136,7 @@ def _quota_words(wait: SpotQuotaWait) -> str:
 
 def _gpu_words(wait: GpuWait) -> tuple[str, str]:
     words = (
-        f"no room on {wait.pool} for {wait.workers} worker(s) of {wait.per_worker:g} GPU: "
+        f"no room on {wait.gpu_pool} for {wait.workers} worker(s) of {wait.per_worker:g} GPU: "
         f"{wait.free_gpus} of {wait.capacity} GPUs free"
     )
     if wait.freeing_for is not None:

@@ -65,10 +65,10 @@ class HPForecasts:
             at = unix_min - _EPOCH_MIN
             if at >= now_min:
                 continue
-            key = SeriesKey(tenant=tenant, pool=model)
+            key = SeriesKey(tenant=tenant, gpu_pool=model)
             series = out.setdefault(key, np.zeros(self._history_min))
             series[at - start] = max(series[at - start], gpus)
-        return dict(sorted(out.items(), key=lambda kv: (kv[0].pool, kv[0].tenant)))
+        return dict(sorted(out.items(), key=lambda kv: (kv[0].gpu_pool, kv[0].tenant)))
 
     def refit(self, now_s: float) -> int:
         """Refit on the stored history; returns the series fitted (0: nothing to fit on)."""
@@ -97,7 +97,7 @@ class HPForecasts:
         return [
             TenantForecast(
                 key.tenant,
-                key.pool,
+                key.gpu_pool,
                 tuple(float(m) for m in fc.mean[i]),
                 tuple(float(s) ** 2 for s in fc.std[i]),
             )

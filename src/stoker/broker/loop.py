@@ -846,7 +846,7 @@ class Scheduler:
                             if (job := self.core.jobs.get(j)) is not None
                             and job.job_class is cls
                             and job.state is JobState.QUEUED
-                            and hpspot.pool_of(job) == model
+                            and hpspot.gpu_pool_of(job) == model
                         )
                         for cls in (JobClass.HP, JobClass.SPOT)
                     },
@@ -1273,11 +1273,13 @@ class Scheduler:
             return []
         start = max(self._demand_stored, meter.origin)
         rows = []
-        for tenant, pool in meter.keys:
-            values = meter.history((tenant, pool))[start - meter.origin :]
-            rows += [(pool, tenant, start + i, float(g)) for i, g in enumerate(values) if g > 0]
-            if open_minute and meter.current[(tenant, pool)] > 0:
-                rows.append((pool, tenant, meter.minutes, float(meter.current[(tenant, pool)])))
+        for tenant, gpu_pool in meter.keys:
+            values = meter.history((tenant, gpu_pool))[start - meter.origin :]
+            rows += [(gpu_pool, tenant, start + i, float(g)) for i, g in enumerate(values) if g > 0]
+            if open_minute and meter.current[(tenant, gpu_pool)] > 0:
+                rows.append(
+                    (gpu_pool, tenant, meter.minutes, float(meter.current[(tenant, gpu_pool)]))
+                )
         self._demand_stored = max(self._demand_stored, meter.minutes)
         return rows
 

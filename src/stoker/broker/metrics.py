@@ -39,7 +39,7 @@ class BrokerGauges:
 
 
 # (metric name, help, the GPU-pool row's key); the forecast ones read the current hour
-_POOL_GAUGES = (
+_GPU_POOL_GAUGES = (
     ("stoker_gpu_pool_capacity_gpus", "GPUs in the GPU pool", "capacity"),
     ("stoker_gpu_pool_hp_gpus", "GPUs held by HP jobs (actual HP demand)", "hp_gpus"),
     ("stoker_gpu_pool_spot_gpus", "GPUs held by spot jobs", "spot_gpus"),
@@ -95,7 +95,7 @@ class _Snapshot(Collector):
         yield GaugeMetricFamily(
             "stoker_capacity_gpus", "GPUs the broker schedules on", g.capacity_gpus
         )
-        for name, doc, key in _POOL_GAUGES:
+        for name, doc, key in _GPU_POOL_GAUGES:
             fam = GaugeMetricFamily(name, doc, labels=["gpu_model"])
             for row in g.gpu_pools:
                 fam.add_metric([row["gpu_model"]], float(row[key]))

@@ -97,7 +97,7 @@ def eval_command(
     if not series:
         _fail(f"{trace}: the trace holds no HP jobs")
     console.print(
-        f"{trace}: {len(loaded.jobs)} jobs, {len(series)} tenant x pool series of "
+        f"{trace}: {len(loaded.jobs)} jobs, {len(series)} tenant x GPU pool series of "
         f"{len(next(iter(series.values()))) // 1440} days; calendar: epoch "
         f"{loaded.notes['epoch']}, holidays {loaded.notes.get('holidays', 'none')}"
     )
@@ -135,9 +135,9 @@ def eval_command(
         for s in scores:
             t.add_column(f"{s.name} MAE", justify="right")
             t.add_column(f"{s.name} cov", justify="right")
-        for tenant, pool, pick in rows:
+        for tenant, gpu_pool, pick in rows:
             first = pick(scores[0])
-            cells = [tenant, pool, f"{first.mean_actual:.1f}"]
+            cells = [tenant, gpu_pool, f"{first.mean_actual:.1f}"]
             for s in scores:
                 cells += [f"{pick(s).mae:.2f}", f"{pick(s).coverage:.3f}"]
             t.add_row(*cells, style="bold" if tenant == "all" else None)
@@ -148,14 +148,14 @@ def eval_command(
     console.print(
         table(
             f"{what}, per tenant",
-            [(k.tenant, k.pool, lambda s, k=k: s.per_series[k]) for k in keys]
+            [(k.tenant, k.gpu_pool, lambda s, k=k: s.per_series[k]) for k in keys]
             + [("all", "", lambda s: s.overall)],
         )
     )
     console.print(
         table(
             f"{what}, per GPU pool (tenants summed)",
-            [("", p, lambda s, p=p: s.per_pool[p]) for p in scores[0].per_pool],
+            [("", p, lambda s, p=p: s.per_gpu_pool[p]) for p in scores[0].per_gpu_pool],
         )
     )
 
@@ -182,10 +182,10 @@ def eval_command(
                 "fit_s": s.fit_s,
                 "predict_s": s.predict_s,
                 "per_tenant": [
-                    {"tenant": k.tenant, "pool": k.pool, "cluster": k.cluster, **_score_json(v)}
+                    {"tenant": k.tenant, "pool": k.gpu_pool, "cluster": k.cluster, **_score_json(v)}
                     for k, v in s.per_series.items()
                 ],
-                "per_pool": [{"pool": p, **_score_json(v)} for p, v in s.per_pool.items()],
+                "per_pool": [{"pool": p, **_score_json(v)} for p, v in s.per_gpu_pool.items()],
             }
             for s in scores
         },

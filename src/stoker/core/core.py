@@ -97,9 +97,9 @@ class Core:
         self.forecast: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # summed per GPU pool
         # GPU pools whose summed forecast changed and whose quota and warm cap do not yet
         # follow it: set once after a run of forecasts (one query brings every tenant's)
-        self._forecast_pools: dict[str, None] = {}
+        self._forecast_gpu_pools: dict[str, None] = {}
         # GPU pools whose warm cap (:meth:`_follow_hp_cap`) may have moved since it was
-        # last set: a new forecast or a node joining or leaving there; and the pools whose
+        # last set: a new forecast or a node joining or leaving there; and the GPU pools whose
         # cap ran on a warm pod's keep-alive deadline then (it runs down with time)
         self._cap_stale: dict[str, None] = {}
         self._cap_timed: list[str] = []
@@ -124,11 +124,11 @@ class Core:
         self.demand.record_until(now)
         out: list[Action] = []
         for event in events:
-            if self._forecast_pools and not isinstance(event, ForecastUpdated):
+            if self._forecast_gpu_pools and not isinstance(event, ForecastUpdated):
                 self._settle_forecasts()
             self._apply(event, now, out)
         self._settle_forecasts()
-        # hp and spot first (guaranteed work before loop jobs take free room), then pools
+        # hp and spot first (guaranteed work before loop jobs take free room), then the warm pools
         self.hpspot.schedule(now, out)
         # the warm cap may follow what HP holds now: set after HP's placements
         self._follow_hp_cap(now)
@@ -239,7 +239,7 @@ class Core:
             )
         model = profile.gpu_model
         return GpuWait(
-            pool=model,
+            gpu_pool=model,
             workers=job.workers,
             per_worker=profile.gpu_demand,
             free_gpus=self.cluster.free_gpus(model),
@@ -300,18 +300,18 @@ class Core:
                 profile.share,
                 spec.workers,
                 shape_field="profile",
-                pool_field="profile",
+                gpu_pool_field="profile",
             )
-        pool = self.books.gpu_pool(spec)
+        gpu_pool = self.books.gpu_pool(spec)
         cards, share = worker_cards(spec.gpus if spec.gpus is not None else profile.gpu_demand)
         return gpu_refusal(
-            pool,
-            self.cluster.sizes.get(pool, {}),
+            gpu_pool,
+            self.cluster.sizes.get(gpu_pool, {}),
             cards,
             share,
             spec.workers,
             shape_field="profile" if spec.gpus is None else "gpus",
-            pool_field="profile" if spec.gpu_model is None else "gpu_model",
+            gpu_pool_field="profile" if spec.gpu_model is None else "gpu_model",
         )
 
     def limit(self, spec: JobSpec) -> Refusal | None:
@@ -656,26 +656,26 @@ class Core:
                 total_var -= old[1]
             per[tenant] = new
         self.forecast[gpu_model] = (total_mean, total_var)
-        self._forecast_pools[gpu_model] = None
+        self._forecast_gpu_pools[gpu_model] = None
         self._cap_stale[gpu_model] = None
 
     def _settle_forecasts(self) -> None:
-        """The spot quota follows the pools' summed forecasts (once per pool for a query's
+        """The spot quota follows the GPU pools' summed forecasts (once per GPU pool for a query's
         many tenants: nothing reads them in between); the warm budget's cap is set after
         every scheduling pass (:meth:`handle_all`)."""
-        if not self._forecast_pools:
+        if not self._forecast_gpu_pools:
             return
-        for pool in self._forecast_pools:
-            self.hpspot.set_forecast(pool, *self.forecast[pool])
-        self._forecast_pools = {}
+        for gpu_pool in self._forecast_gpu_pools:
+            self.hpspot.set_forecast(gpu_pool, *self.forecast[gpu_pool])
+        self._forecast_gpu_pools = {}
 
     def _follow_hp_cap(self, now: float) -> None:
-        """Set the warm budget's HP cap (:meth:`_hp_cap`) after a scheduling pass, pool by
-        pool for the pools whose inputs may have moved since the last pass: a new forecast,
+        """Set the warm budget's HP cap (:meth:`_hp_cap`) after a scheduling pass, GPU pool by
+        GPU pool for the GPU pools whose inputs may have moved since the last pass: a new forecast,
         a node joining or leaving, the HP GPUs running there, a warm pod's keep-alive
         deadline (before or now). The others keep their cap: it is a function of those
         inputs alone, so the result is :meth:`_hp_cap`'s (a test compares them after every
-        event); a pool whose cap appears or goes rebuilds the whole map in forecast order
+        event); a GPU pool whose cap appears or goes rebuilds the whole map in forecast order
         (the order in which :meth:`WarmPools._enforce_hp_cap` walks it)."""
         stale = self._cap_stale
         stale.update(dict.fromkeys(self.hpspot.hp_moved()))
@@ -699,11 +699,11 @@ class Core:
 
     def _hp_cap(self, now: float) -> dict[str, float]:
         """Per GPU pool with a forecast, the GPUs idle pods there may hold so that HP
-        finds its room, by the warm cap policy (from the pool's capacity, the HP GPUs
+        finds its room, by the warm cap policy (from the GPU pool's capacity, the HP GPUs
         running there, the forecast of the next hour, and how long idle pods there may
-        yet hold their cards by keep-alive). A pool without a forecast (or
-        under a policy with no bound) is not capped; one pool's slack never lets idle pods
-        hold another pool's HP room."""
+        yet hold their cards by keep-alive). A GPU pool without a forecast (or
+        under a policy with no bound) is not capped; one GPU pool's slack never lets idle pods
+        hold another GPU pool's HP room."""
         cap: dict[str, float] = {}
         for model in self.forecast:
             bound = self._cap_of(model, now)

@@ -66,9 +66,9 @@ class DemandMeter:
             self._value[key] = [0.0]
         self.minutes = end_min
 
-    def add(self, tenant: str, pool: str, gpus: float) -> None:
-        """HP demand of ``tenant`` in ``pool`` changes by ``gpus`` from this minute on."""
-        key = (tenant, pool)
+    def add(self, tenant: str, gpu_pool: str, gpus: float) -> None:
+        """HP demand of ``tenant`` in ``gpu_pool`` changes by ``gpus`` from this minute on."""
+        key = (tenant, gpu_pool)
         self._key(key)
         self.current[key] += gpus
         if self._ring is not None:
@@ -96,7 +96,7 @@ class DemandMeter:
             self.minutes = minute
 
     def history(self, key: tuple[str, str], last: int | None = None) -> np.ndarray:
-        """One (tenant, pool)'s recorded minutes, from ``origin`` to ``minutes``; with
+        """One (tenant, GPU pool)'s recorded minutes, from ``origin`` to ``minutes``; with
         ``last``, only the last ``last`` of them (a forecaster's fit reads no more)."""
         if key not in self.current or self.minutes is None:
             return np.zeros(0)
@@ -123,7 +123,7 @@ class DemandMeter:
         """The peaks of the last ``hours`` 60-minute blocks ending at ``minutes`` of every
         series (oldest first; blocks before the record are zero), what
         :func:`~stoker.forecast.series.hourly_peaks_many` makes of the recorded minutes:
-        the keys, sorted by (pool, tenant), one row per key, and how many minutes are
+        the keys, sorted by (GPU pool, tenant), one row per key, and how many minutes are
         recorded (at most ``hours`` hours).
 
         The first call starts a ring of that many hours (and one more), kept up as the
@@ -154,7 +154,7 @@ class _Ring:
     peak is ``max(onward[i], upto[i + 59])`` (van Herk / Gil-Werman): a query of ``H``
     hourly peaks reads ``2 H`` numbers per series; each minute the clock passes extends its
     clock hour's ``upto`` by one column, and each clock hour's ``onward`` is written once,
-    when the hour is whole. Rows in (pool, tenant) order."""
+    when the hour is whole. Rows in (GPU pool, tenant) order."""
 
     def __init__(self, hours: int) -> None:
         if hours < 1:
@@ -172,7 +172,7 @@ class _Ring:
     def add(self, series: list[tuple[tuple[str, str], np.ndarray, float]], end: int) -> None:
         """New series: each key, its minutes ``[end - len(minutes), end)`` and its value
         now."""
-        # rare (a tenant's first HP job in a pool): the rows stay in order at a copy's cost
+        # rare (a tenant's first HP job in a GPU pool): the rows stay in order at a copy's cost
         for key, minutes, value in series:
             at = bisect.bisect_left([(p, t) for t, p in self.keys], (key[1], key[0]))
             self.keys.insert(at, key)

@@ -173,7 +173,7 @@ class NodeChanged(NodeShape):
     stay, with their jobs; a pod on a card it lost fails (``pod_died``: its job re-queued
     if it never ran, else ended typed) and is stopped, in case it still runs, as are its
     CPU-only pods beyond its new CPU slots (the newest first); new cards are free. Another
-    GPU model is another pool: every pod fails, as for NodeAdded. Of a node the core lacks:
+    GPU model is another GPU pool: every pod fails, as for NodeAdded. Of a node the core lacks:
     as NodeAdded."""
 
 

@@ -46,10 +46,10 @@ class IdleRoom(Protocol):
 class HpRoom(Protocol):
     """The hp/spot scheduler's holds on room (the warm pools' view)."""
 
-    def reserved_nodes(self, pool: str) -> frozenset[str]:
-        """Nodes of GPU pool ``pool`` reserved for a waiting HP job."""
+    def reserved_nodes(self, gpu_pool: str) -> frozenset[str]:
+        """Nodes of GPU pool ``gpu_pool`` reserved for a waiting HP job."""
         ...
 
-    def freeing_room(self, pool: str) -> bool:
-        """Whether pods of GPU pool ``pool`` are stopping to make room for an HP job."""
+    def freeing_room(self, gpu_pool: str) -> bool:
+        """Whether pods of GPU pool ``gpu_pool`` are stopping to make room for an HP job."""
         ...

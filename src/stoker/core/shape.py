@@ -41,38 +41,38 @@ def worker_cards(gpus: float) -> tuple[int, float]:
 
 
 def gpu_refusal(
-    pool: str,
+    gpu_pool: str,
     sizes: Mapping[int, int],
     cards: int,
     share: float,
     workers: int,
     *,
     shape_field: str = "gpus",
-    pool_field: str = "gpu_model",
+    gpu_pool_field: str = "gpu_model",
 ) -> Refusal | None:
     """Whether ``workers`` workers, each of ``cards`` cards on one node at ``share`` of
-    each card, can never all be placed on GPU pool ``pool`` whose nodes are counted by
-    size in ``sizes`` (GPUs per node -> nodes). None: they fit on the empty pool.
+    each card, can never all be placed on GPU pool ``gpu_pool`` whose nodes are counted by
+    size in ``sizes`` (GPUs per node -> nodes). None: they fit on the empty GPU pool.
 
     A whole-GPU worker needs a node slot of its own (``share`` 1: a node of ``s`` cards
     holds ``s // cards`` of them); a fractional one a card with room (a card holds
     ``1 // share`` of them). ``shape_field`` names the field a worker's shape comes from
-    (``gpus``, or ``profile`` for a profile's shape), ``pool_field`` the pool's."""
+    (``gpus``, or ``profile`` for a profile's shape), ``gpu_pool_field`` the GPU pool's."""
     capacity = sum(s * n for s, n in sizes.items())
     if capacity == 0:
-        return Refusal(pool_field, f"GPU pool {pool} has no GPUs")
+        return Refusal(gpu_pool_field, f"GPU pool {gpu_pool} has no GPUs")
     largest = max(s for s, n in sizes.items() if n)
     if cards > largest:
         return Refusal(
             shape_field,
-            f"a worker takes {cards} GPUs on one node; the largest node of GPU pool {pool}"
+            f"a worker takes {cards} GPUs on one node; the largest node of GPU pool {gpu_pool}"
             f" has {largest}",
         )
     total = workers * cards * share
     if total > capacity + EPS:
         return Refusal(
             "workers",
-            f"{workers} workers x {cards * share:g} GPUs = {total:g} GPUs; GPU pool {pool}"
+            f"{workers} workers x {cards * share:g} GPUs = {total:g} GPUs; GPU pool {gpu_pool}"
             f" has {capacity}",
         )
     per_card = math.floor((1.0 + EPS) / share)
@@ -84,7 +84,7 @@ def gpu_refusal(
             need = f"room for {share:g} of a card each"
         return Refusal(
             "workers",
-            f"{workers} workers need {need}; GPU pool {pool}'s nodes hold {slots} at once",
+            f"{workers} workers need {need}; GPU pool {gpu_pool}'s nodes hold {slots} at once",
         )
     return None
 

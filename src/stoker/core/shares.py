@@ -8,7 +8,7 @@ fair scheduler give platform teams), as one core policy at two extension points:
   (Goyal et al., SIGCOMM 1996) whose cost is a job's dominant share of the cluster over its
   tenant's weight, as DRFQ (Ghodsi et al., SIGCOMM 2012). A tenant's thirtieth queued job
   stands behind another tenant's first; within a tenant, its own submit order holds.
-- **admission**: an HP job that would put its tenant past its guaranteed GPUs of the pool
+- **admission**: an HP job that would put its tenant past its guaranteed GPUs of the GPU pool
   borrows; it starts only on room that the other tenants' unused guarantees, while they have
   HP work queued for it, do not need (idle quota is lent, wanted quota is not). Borrowed HP
   runs to its end: stoker does not preempt HP work, so a guarantee is kept by not lending
@@ -45,9 +45,9 @@ class Share:
     def __post_init__(self) -> None:
         if not (self.weight > 0 and math.isfinite(self.weight)):
             raise ValueError(f"weight: must be > 0, got {self.weight}")
-        for pool, gpus in self.hp_gpus.items():
+        for gpu_pool, gpus in self.hp_gpus.items():
             if not (gpus >= 0 and math.isfinite(gpus)):
-                raise ValueError(f"hp_gpus.{pool}: must be >= 0, got {gpus}")
+                raise ValueError(f"hp_gpus.{gpu_pool}: must be >= 0, got {gpus}")
         for name in ("max_queued", "max_warm_pods"):
             value = getattr(self, name)
             if value is not None and value < 0:
@@ -109,10 +109,10 @@ class TenantShares:
         free: float,
     ) -> bool:
         """Whether HP ``job`` would borrow room another tenant's guarantee wants now: it
-        takes its tenant past its guaranteed GPUs of ``gpu_pool``, and the pool's room not
+        takes its tenant past its guaranteed GPUs of ``gpu_pool``, and the GPU pool's room not
         held by HP (``free``) less its GPUs would not cover what the other tenants with HP
         work queued there (``queued``: GPUs per tenant) are still owed (``running``: HP GPUs
-        per (tenant, pool))."""
+        per (tenant, GPU pool))."""
         tenant = job.spec.tenant
 
         def owed(who: str) -> float:

@@ -25,7 +25,7 @@ class SpotQuotaWait:
     lends nothing, or ``hp_queued`` HP jobs wait there, which stops it). ``opens_at``:
     before a simulator's window, when spot may start (None: no window)."""
 
-    pool: str
+    gpu_pool: str
     quota: float
     spot_gpus: float
     gpus: float
@@ -47,7 +47,7 @@ class GpuWait:
     job (this one's id, or the one that takes that room first); ``reserved_for``: nodes
     held back for a waiting HP job's reservation."""
 
-    pool: str
+    gpu_pool: str
     workers: int
     per_worker: float
     free_gpus: int

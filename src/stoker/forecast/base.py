@@ -1,8 +1,8 @@
-"""The forecaster interface: per tenant and pool, HP GPU demand ahead, as a distribution.
+"""The forecaster interface: per tenant and GPU pool, HP GPU demand ahead, as a distribution.
 
 How a caller (the simulator, the broker's quota loop) uses a forecaster:
 
-- It records each tenant's HP GPU demand per pool once a minute (see
+- It records each tenant's HP GPU demand per GPU pool once a minute (see
   :func:`stoker.forecast.series.demand_series` for a trace's series).
 - Every ``cadence.refit_every_min`` minutes (daily) it calls ``fit(histories, now_min)``.
 - Every ``cadence.query_every_min`` minutes (5) it calls
@@ -49,10 +49,10 @@ class ForecastDependencyError(ImportError):
 
 @dataclass(frozen=True, slots=True)
 class SeriesKey:
-    """Whose demand: a tenant's HP GPUs in one pool (GPU model) of one cluster."""
+    """Whose demand: a tenant's HP GPUs in one GPU pool (GPU model) of one cluster."""
 
     tenant: str
-    pool: str
+    gpu_pool: str
     cluster: str = "default"
 
 

@@ -65,7 +65,7 @@ class ForecasterScore:
 
     name: str
     per_series: dict[SeriesKey, SeriesScore]
-    per_pool: dict[str, SeriesScore]
+    per_gpu_pool: dict[str, SeriesScore]
     overall: SeriesScore
     per_horizon_mae: list[float]
     fit_s: float
@@ -85,13 +85,13 @@ def walk_forward(
 ) -> ForecasterScore:
     """Score ``forecaster`` on ``series`` (all of one length, minute 0 = their epoch).
 
-    Per series, and per GPU pool: the pool's forecast is the sum of its series' (means
+    Per series, and per GPU pool: the GPU pool's forecast is the sum of its series' (means
     added, variances added, as the spot quota adds them), scored against the hourly peaks
-    of the pool's summed demand. Each origin is one ``predict_many`` call for all series.
+    of the GPU pool's summed demand. Each origin is one ``predict_many`` call for all series.
     """
     if not series:
         raise ForecastError("series is empty: nothing to evaluate")
-    keys = sorted(series, key=lambda k: (k.tenant, k.pool, k.cluster))
+    keys = sorted(series, key=lambda k: (k.tenant, k.gpu_pool, k.cluster))
     length = {len(series[k]) for k in keys}
     if len(length) != 1:
         raise ForecastError("series must all have one length")
@@ -106,9 +106,9 @@ def walk_forward(
         raise ForecastError("refit_every_min and origin_every_min must be >= 1")
     origins = np.arange(warmup_min, last_origin + 1, origin_every_min)
     matrix = np.stack([np.asarray(series[k], dtype=float) for k in keys])
-    pools = sorted({k.pool for k in keys})
-    members = [[i for i, k in enumerate(keys) if k.pool == p] for p in pools]
-    pool_matrix = np.stack([matrix[rows].sum(axis=0) for rows in members])
+    gpu_pools = sorted({k.gpu_pool for k in keys})
+    members = [[i for i, k in enumerate(keys) if k.gpu_pool == p] for p in gpu_pools]
+    gpu_pool_matrix = np.stack([matrix[rows].sum(axis=0) for rows in members])
     n = len(origins)
     means = np.zeros((len(keys), n, horizon_h))
     stds = np.zeros_like(means)
@@ -132,15 +132,20 @@ def walk_forward(
         return rows[:, idx].reshape(len(rows), n, horizon_h, MINUTES_PER_HOUR).max(axis=3)
 
     actual = peaks_ahead(matrix)
-    pool_actual = peaks_ahead(pool_matrix)
-    pool_means = np.stack([means[rows].sum(axis=0) for rows in members])
-    pool_stds = np.stack([np.sqrt((stds[rows] ** 2).sum(axis=0)) for rows in members])
+    gpu_pool_actual = peaks_ahead(gpu_pool_matrix)
+    gpu_pool_means = np.stack([means[rows].sum(axis=0) for rows in members])
+    gpu_pool_stds = np.stack([np.sqrt((stds[rows] ** 2).sum(axis=0)) for rows in members])
 
     def score(a: np.ndarray, m: np.ndarray, s: np.ndarray) -> SeriesScore:
         return SeriesScore(mae(a, m), coverage(a, m, s, q), float(a.mean()), int(a.size))
 
     per_series = {k: score(actual[i], means[i], stds[i]) for i, k in enumerate(keys)}
-    per_pool = {p: score(pool_actual[i], pool_means[i], pool_stds[i]) for i, p in enumerate(pools)}
+    per_gpu_pool = {
+        p: score(gpu_pool_actual[i], gpu_pool_means[i], gpu_pool_stds[i])
+        for i, p in enumerate(gpu_pools)
+    }
     overall = score(actual, means, stds)
     per_h = [mae(actual[:, :, h], means[:, :, h]) for h in range(horizon_h)]
-    return ForecasterScore(forecaster.name, per_series, per_pool, overall, per_h, fit_s, predict_s)
+    return ForecasterScore(
+        forecaster.name, per_series, per_gpu_pool, overall, per_h, fit_s, predict_s
+    )

@@ -31,10 +31,10 @@ MIN_STD = 1e-3  # GPUs: keeps every Normal proper when a series never moved
 
 @dataclass(frozen=True, slots=True)
 class Vocab:
-    """Integer ids for the tenants, pools and clusters seen at fit time (0 = unseen)."""
+    """Integer ids for the tenants, GPU pools and clusters seen at fit time (0 = unseen)."""
 
     tenants: dict[str, int]
-    pools: dict[str, int]
+    gpu_pools: dict[str, int]
     clusters: dict[str, int]
 
     @classmethod
@@ -44,15 +44,15 @@ class Vocab:
 
         return cls(
             tenants=ids({k.tenant for k in keys}),
-            pools=ids({k.pool for k in keys}),
+            gpu_pools=ids({k.gpu_pool for k in keys}),
             clusters=ids({k.cluster for k in keys}),
         )
 
     def ids(self, key: SeriesKey) -> tuple[int, int, int]:
-        """(tenant, pool, cluster) ids of a key; 0 where the fit never saw the name."""
+        """(tenant, GPU pool, cluster) ids of a key; 0 where the fit never saw the name."""
         return (
             self.tenants.get(key.tenant, 0),
-            self.pools.get(key.pool, 0),
+            self.gpu_pools.get(key.gpu_pool, 0),
             self.clusters.get(key.cluster, 0),
         )
 
@@ -67,7 +67,7 @@ class Samples:
     hour: np.ndarray  # (n, horizon) int
     weekday: np.ndarray  # (n, horizon) int
     holiday: np.ndarray  # (n, horizon) int
-    ids: np.ndarray  # (n, 3) int: tenant, pool, cluster
+    ids: np.ndarray  # (n, 3) int: tenant, GPU pool, cluster
 
     def __len__(self) -> int:
         return len(self.x)
@@ -133,7 +133,7 @@ def training_samples(
         stride = max(1, -(-len(histories) * train_h // max_samples))
     newest_first = np.arange(train_h)[::-1]
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-    for key in sorted(histories, key=lambda k: (k.tenant, k.pool, k.cluster)):
+    for key in sorted(histories, key=lambda k: (k.tenant, k.gpu_pool, k.cluster)):
         history = check_history(histories[key], f"histories[{key}]")
         peaks = hourly_peaks(history, n_blocks)
         windows = sliding_window_view(peaks, lookback_h + horizon_h)  # (train_h, L+H)

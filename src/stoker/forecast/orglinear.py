@@ -35,8 +35,8 @@ on CPU. Means below zero are read as zero and deviations are held above
 Two corrections, each an option (``scale``, ``fallback``) so the authors' behaviour stays
 one switch away. With ``scale`` (the default) each series is divided by its own peak
 (at least 1 GPU) before training and prediction, and the answer is multiplied back:
-in raw GPUs a pool of hundreds of GPUs gives the Gaussian loss values near 1e13, the fit
-never converges, and its 0.9-quantile over-covers the pool so far that the spot quota is
+in raw GPUs a GPU pool of hundreds of GPUs gives the Gaussian loss values near 1e13, the fit
+never converges, and its 0.9-quantile over-covers the GPU pool so far that the spot quota is
 zero (issue 33: coverage 1.000 and a mean error of 386 GPUs against ridge's 23.7).
 ``fallback``: a fit whose best validation loss is not finite (degenerate) is not used: the
 last good fit is kept, else the forecasts come from last week's peaks
@@ -258,7 +258,7 @@ class OrgLinear(BatchPredictor):
 
     def _ids(self, vocab: Vocab, keys: Sequence[SeriesKey]) -> Any:
         # the authors' class order: GPU model, cluster, organisation
-        rows = [(vocab.pools.get(k.pool, 0), vocab.clusters.get(k.cluster, 0),
+        rows = [(vocab.gpu_pools.get(k.gpu_pool, 0), vocab.clusters.get(k.cluster, 0),
                  vocab.tenants.get(k.tenant, 0)) for k in keys]  # fmt: skip
         return self._torch.as_tensor(np.array(rows, dtype=np.int64).reshape(len(keys), 3))
 
@@ -292,7 +292,7 @@ class OrgLinear(BatchPredictor):
         """Train on the histories (all ending at ``now_min``): further from the last fit's
         weights with ``warm_start``, else from scratch."""
         check_now(now_min)
-        keys = sorted(histories, key=lambda k: (k.pool, k.cluster, k.tenant))
+        keys = sorted(histories, key=lambda k: (k.gpu_pool, k.cluster, k.tenant))
         rows = [check_history(histories[k], f"histories[{k}]") for k in keys]
         length = max((len(r) for r in rows), default=0)
         if self.train_days is not None:
@@ -326,7 +326,7 @@ class OrgLinear(BatchPredictor):
         net = OrgLinearNet(
             self.lookback_h,
             self.horizon_h,
-            (len(vocab.pools) + 1, len(vocab.clusters) + 1, len(vocab.tenants) + 1),
+            (len(vocab.gpu_pools) + 1, len(vocab.clusters) + 1, len(vocab.tenants) + 1),
             kernel=self.kernel,
             emb_dim=self.emb_dim,
             attn_dim=self.attn_dim,
@@ -402,7 +402,7 @@ class OrgLinear(BatchPredictor):
         assert self._net is not None and self._vocab is not None
         old, new = self._net.state_dict(), net.state_dict()
         old_vocab = self._vocab
-        pairs = [(old_vocab.pools, vocab.pools), (old_vocab.clusters, vocab.clusters),
+        pairs = [(old_vocab.gpu_pools, vocab.gpu_pools), (old_vocab.clusters, vocab.clusters),
                  (old_vocab.tenants, vocab.tenants)]  # fmt: skip
         for name, tensor in old.items():
             if not name.startswith("classes."):

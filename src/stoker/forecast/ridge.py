@@ -7,7 +7,7 @@ gradient descent. This forecaster does that with numpy only, one global model fo
 :mod:`stoker.forecast.features`), per hour ahead:
 
     mean_k = (x_last + w_k . [window, one-hot(hour, weekday, holiday of hour k),
-                              one-hot(tenant, pool, cluster), 1]) * scale
+                              one-hot(tenant, GPU pool, cluster), 1]) * scale
 
 with ``window`` the hourly peaks over the series' scale and ``x_last`` its last one: the
 model learns the change from the last hour, so the penalty shrinks towards persistence
@@ -106,7 +106,7 @@ class RidgeLinear(BatchPredictor):
         ids = self._onehots(
             [
                 (s.ids[:, 0], len(vocab.tenants) + 1),
-                (s.ids[:, 1], len(vocab.pools) + 1),
+                (s.ids[:, 1], len(vocab.gpu_pools) + 1),
                 (s.ids[:, 2], len(vocab.clusters) + 1),
             ]
         )

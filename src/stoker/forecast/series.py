@@ -29,12 +29,12 @@ def demand_series(
     end_min: int | None = None,
     cluster: str = "default",
 ) -> dict[SeriesKey, np.ndarray]:
-    """Each tenant's GPU demand per pool (``gpu_model``) per minute, for one job class.
+    """Each tenant's GPU demand per GPU pool (``gpu_model``) per minute, for one job class.
 
     A job asks ``gpu_request * worker_num`` GPUs from its submit time for its duration and
     counts in every minute it touches: minutes ``floor(submit/60)`` up to
     ``ceil((submit+duration)/60)`` (exclusive), at least one minute. That is the demand the
-    tenant puts on the pool (whether or not it was served at once), and, counted in every
+    tenant puts on the GPU pool (whether or not it was served at once), and, counted in every
     minute touched, its per-minute peak, so short jobs are not lost between samples.
 
     The series run from minute 0 (the trace's start) to ``end_min`` (exclusive; default:
@@ -71,7 +71,8 @@ def demand_series(
     # float sums of +g/-g leave tiny residues; demand is a sum of requests, never below 0
     demand = np.where(np.abs(demand) < 1e-9, 0.0, demand)
     return {
-        SeriesKey(tenant=t, pool=p, cluster=cluster): demand[i] for i, (t, p) in enumerate(names)
+        SeriesKey(tenant=t, gpu_pool=p, cluster=cluster): demand[i]
+        for i, (t, p) in enumerate(names)
     }
 
 

@@ -254,10 +254,10 @@ class TraceWorkload:
         meter = sim.core.demand
         meter.record_until(sim.now)
         now_min = int(sim.now // 60)
-        pools = sim.core.hpspot.gpu_pools
+        gpu_pools = sim.core.hpspot.gpu_pools
         # only the hourly peaks the forecaster reads, kept by the meter as the clock passes
         keys, peaks, recorded = meter.peaks(self.forecaster.query_hours)
-        rows = [i for i, k in enumerate(keys) if k[1] in pools]
+        rows = [i for i, k in enumerate(keys) if k[1] in gpu_pools]
         if len(rows) < len(keys):
             keys, peaks = [keys[i] for i in rows], peaks[rows]
         if keys:
@@ -270,8 +270,8 @@ class TraceWorkload:
             # one query's answers reach the core together: the quota follows their sum
             sim.deliver_all(
                 [
-                    ForecastUpdated(tenant, pool, tuple(means[i]), tuple(variances[i]))
-                    for i, (tenant, pool) in enumerate(keys)
+                    ForecastUpdated(tenant, gpu_pool, tuple(means[i]), tuple(variances[i]))
+                    for i, (tenant, gpu_pool) in enumerate(keys)
                 ]
             )
         self._again(sim, self.cadence.query_every_min * 60.0, self._query, PRIO_CLOCK)
@@ -350,7 +350,7 @@ def simulate(
     )
     alloc = {"window": 0.0, "total": 0.0, "cards": 0.0, "hp": 0.0}
     # GPU-s held by hp and spot workers in the window, per GPU pool
-    by_pool: dict[str, float] = {}
+    by_gpu_pool: dict[str, float] = {}
     # the spot GPU-seconds of succeeded periods when the window opened and closed
     ok_at: dict[str, float] = {}
 
@@ -363,9 +363,9 @@ def simulate(
             alloc["window"] += held * (hi - lo)
             alloc["cards"] += hpspot.busy_cards * (hi - lo)
             alloc["hp"] += sum(u[JobClass.HP] for u in hpspot.used.values()) * (hi - lo)
-            for pool, u in hpspot.used.items():
+            for gpu_pool, u in hpspot.used.items():
                 held_s = (u[JobClass.HP] + u[JobClass.SPOT]) * (hi - lo)
-                by_pool[pool] = by_pool.get(pool, 0.0) + held_s
+                by_gpu_pool[gpu_pool] = by_gpu_pool.get(gpu_pool, 0.0) + held_s
         for edge, at in (("start", window.start), ("end", window.end)):
             if edge not in ok_at and a <= at <= b:
                 ok_at[edge] = hpspot.spot_ok_gpu_s
@@ -384,10 +384,10 @@ def simulate(
     spot_ok = ok_at.get("end", core.hpspot.spot_ok_gpu_s) - ok_at.get("start", 0.0)
     metrics["authors.gpu_allocation_rate"] = alloc["cards"] / capacity_s
     metrics["authors.useful_gpu_time_rate"] = (alloc["hp"] + spot_ok) / capacity_s
-    # which GPU pools the allocation comes from (a contended trace's idle pools show here)
-    for pool, gpus in sorted(cluster.capacity.items()):
-        held = by_pool.get(pool, 0.0)
-        metrics[f"pool_allocation_rate.{pool}"] = held / (gpus * (window.end - window.start))
+    # which GPU pools the allocation comes from (a contended trace's idle GPU pools show here)
+    for gpu_pool, gpus in sorted(cluster.capacity.items()):
+        held = by_gpu_pool.get(gpu_pool, 0.0)
+        metrics[f"pool_allocation_rate.{gpu_pool}"] = held / (gpus * (window.end - window.start))
     metrics["events"] = result.events
     metrics["wall_s"] = round(wall, 3)
     metrics["events_per_s"] = round(result.events / wall, 1) if wall > 0 else 0.0
@@ -416,11 +416,11 @@ def trace_simulator(
     )
 
 
-def simulated_jobs(trace: Trace, window: Window, pools: set[str]) -> list[TraceJob]:
+def simulated_jobs(trace: Trace, window: Window, gpu_pools: set[str]) -> list[TraceJob]:
     """The trace's jobs submitted in ``[window.sim_start, window.end)``, after the HP jobs
     submitted earlier and still running at ``sim_start``, carried in (submitted then, with
     the rest of their duration; named ``NAME@carry``). Raises when there are none, or a job
-    names a GPU model outside ``pools``."""
+    names a GPU model outside ``gpu_pools``."""
     t0 = window.sim_start
     jobs = [j for j in trace.jobs if t0 <= j.submit_time < window.end]
     carried = [
@@ -431,7 +431,7 @@ def simulated_jobs(trace: Trace, window: Window, pools: set[str]) -> list[TraceJ
     jobs = carried + jobs
     if not jobs:
         raise SimGFSError("the window holds no jobs")
-    unknown = sorted({j.gpu_model for j in jobs} - pools)
+    unknown = sorted({j.gpu_model for j in jobs} - gpu_pools)
     if unknown:
         raise SimGFSError(f"gpu_model {unknown[0]!r}: no node of that model in the trace")
     return jobs
@@ -444,7 +444,7 @@ def prefill_meter(core: Core, trace: Trace, t0: float) -> None:
         return
     start_min = int(t0 // 60)
     warm = demand_series(trace.jobs, end_min=start_min)
-    core.demand.prefill({(k.tenant, k.pool): v for k, v in warm.items()}, start_min)
+    core.demand.prefill({(k.tenant, k.gpu_pool): v for k, v in warm.items()}, start_min)
 
 
 def _metrics(
@@ -508,7 +508,7 @@ class Setup:
 
 def runnable(jobs: list[TraceJob], nodes: list[TraceNode]) -> list[TraceJob]:
     """The jobs that could start on ``nodes`` with the cluster empty, by the core's own
-    shape refusal (:func:`~stoker.core.shape.gpu_refusal`): a 125 x 8-GPU job on a pool
+    shape refusal (:func:`~stoker.core.shape.gpu_refusal`): a 125 x 8-GPU job on a GPU pool
     with 77 8-GPU nodes never starts (the core would refuse it at submit)."""
     sizes: dict[str, dict[int, int]] = {}
     for n in nodes:
@@ -519,9 +519,11 @@ def runnable(jobs: list[TraceJob], nodes: list[TraceNode]) -> list[TraceJob]:
     def fits(j: TraceJob) -> bool:
         key = (j.gpu_model, j.gpu_request, j.worker_num)
         if key not in refused:
-            pool = sizes.get(j.gpu_model, {})
+            gpu_pool_sizes = sizes.get(j.gpu_model, {})
             cards, share = worker_cards(j.gpu_request)
-            refused[key] = gpu_refusal(j.gpu_model, pool, cards, share, j.worker_num) is not None
+            refused[key] = (
+                gpu_refusal(j.gpu_model, gpu_pool_sizes, cards, share, j.worker_num) is not None
+            )
         return not refused[key]
 
     return [j for j in jobs if fits(j)]
@@ -584,7 +586,7 @@ def prepare_trace(kind: str, path: str | None, setup: Setup) -> tuple[Trace, Win
     models = {n.gpu_model for n in trace.nodes}
     trace = capacity_scale(trace, setup.capacity_scale, start, max(demand_end, start + 1.0))
     nodes = keep_nodes(trace.nodes, setup.scale)
-    # a job that could never start on the (scaled) pool: leave it out, and say how many
+    # a job that could never start on the (scaled) GPU pool: leave it out, and say how many
     jobs = runnable(trace.jobs, nodes)
     notes = dict(trace.notes)
     # a GPU model the capacity scale left out (a share of 0) takes its jobs with it

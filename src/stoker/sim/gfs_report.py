@@ -188,7 +188,7 @@ def plot(out: Path, runs: dict[str, dict[str, TraceResult]]) -> list[Path]:
         ax.plot(t, tl["capacity"], color="black", lw=0.8, label="capacity")
         ax.plot(t, tl["hp_used"], lw=0.9, label="HP GPUs running")
         ax.plot(t, tl["hp_forecast_u"], lw=0.9, ls="--", label="HP forecast 0.9 quantile (next h)")
-        ax.plot(t, tl["quota"], lw=0.9, label="spot quota (sum of pools)")
+        ax.plot(t, tl["quota"], lw=0.9, label="spot quota (sum of GPU pools)")
         ax.plot(t, tl["spot_used"], lw=0.9, label="spot GPUs running")
         ax.set_xlabel("trace day")
         ax.set_ylabel("GPUs")

@@ -29,7 +29,7 @@ from stoker.core.model import Job, JobClass
 _LAYOUT: tuple[tuple[str, str, type], ...] = (
     ("name", "name", object),
     ("class", "spot", bool),
-    ("pool", "pool", object),
+    ("pool", "gpu_pool", object),
     ("gpus", "gpus", float),
     ("submitted", "submitted", float),
     ("queue_s", "queue_s", float),
@@ -76,7 +76,7 @@ class JobOutcomes:
 
     name: np.ndarray
     spot: np.ndarray
-    pool: np.ndarray
+    gpu_pool: np.ndarray
     gpus: np.ndarray
     submitted: np.ndarray
     queue_s: np.ndarray
@@ -91,7 +91,7 @@ class JobOutcomes:
             (
                 j.id,
                 j.job_class is JobClass.SPOT,
-                pool,
+                gpu_pool,
                 j.gpus,
                 j.submitted,
                 j.queue_s,
@@ -99,7 +99,7 @@ class JobOutcomes:
                 j.evictions,
                 j.periods_ok,
             )
-            for j, pool in jobs
+            for j, gpu_pool in jobs
         ]
         return cls._from_columns(list(zip(*rows, strict=True)) if rows else [()] * len(_LAYOUT))
 

@@ -246,7 +246,8 @@ def loop_plans(cfg: SharedConfig, window: Window) -> list[CallerPlan]:
 
 @dataclass
 class Prepared:
-    """The trace, its window, the loops' plans and the pool model: the same for every run."""
+    """The trace, its window, the loops' plans and the warm pools' GPU model: the same for
+    every run."""
 
     trace: Trace
     window: Window
@@ -421,7 +422,7 @@ def _metrics(
             if j.job_class == cls.value and window.start <= j.submit_time < window.end
         ]
         out.update(_class_metrics(core, recs, cls, window_jobs, end, cls.value))
-        # the same on the warm pools' GPU model alone: the only pool the modes differ on
+        # the same on the warm pools' GPU model alone: the only GPU pool the modes differ on
         on_model = [j for j in window_jobs if j.gpu_model == model]
         out.update(_class_metrics(core, recs, cls, on_model, end, f"{cls.value}.pool_model"))
     trace_names = {j.name for j in jobs}
@@ -442,8 +443,8 @@ def _metrics(
 
 
 def slice_for_peak(prep: Prepared, peak_gpus: float) -> list[str]:
-    """The last nodes of the pool model whose GPUs cover ``peak_gpus`` (at least one node,
-    at most all but one, so hp/spot keep a node of the model)."""
+    """The last nodes of the warm pools' GPU model whose GPUs cover ``peak_gpus`` (at least
+    one node, at most all but one, so hp/spot keep a node of the model)."""
     nodes = _nodes_of(prep.trace.nodes, prep.model)
     picked: list[str] = []
     gpus = 0
@@ -465,7 +466,7 @@ def run_all(
     prep: Prepared,
     progress: Callable[[str, float], None] | None = None,
 ) -> dict[str, Any]:
-    """The sizing run (loops alone on the pool model's nodes), then every mode on the
+    """The sizing run (loops alone on the warm pools' GPU model's nodes), then every mode on the
     input :func:`prepare` made; the results document (no wall-clock figure in it: same
     seed, same file). ``progress`` hears (step of :data:`STEPS`, fraction of its
     simulated span done)."""

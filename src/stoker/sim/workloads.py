@@ -2,7 +2,7 @@
 
 Every caller's plan (its job run times and pauses) is drawn up front from its own seeded
 stream, so the same seed gives every policy exactly the same work to do; only how fast the
-pool serves it differs. A plan is a list of steps; a step is a set of chains run in
+warm pools serve it differs. A plan is a list of steps; a step is a set of chains run in
 parallel (a chain is jobs run one after another: a rollout then its verifier); the next
 step starts a pause after the last chain of the step ends (a think pause, a training step).
 """

@@ -16,7 +16,7 @@ The mapping to GFS terms (each rule is recorded in ``Trace.notes`` too):
   - ``creation_time`` for pods never scheduled (the Pending ones: how long they wanted).
 - tenant: the trace has none, so the tenant is the pod's QoS class (``LS``, ``BE``,
   ``Burstable``, ``Guaranteed``): the closest thing it has to who submitted it.
-- GPU model (the GFS pool): the first model in ``gpu_spec`` when set; else (every pod of
+- GPU model (the GFS GPU pool): the first model in ``gpu_spec`` when set; else (every pod of
   the default list) a model drawn with probability proportional to its GPU count among the
   models that have a node big enough for the pod, by a seeded generator.
 - every pod list of the release loads (``openb_pod_list_*.csv``: ``default``,

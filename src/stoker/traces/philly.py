@@ -13,8 +13,8 @@ What this loader assumes, since the file does not say:
   ``hp_share`` (default 0.89, the HP share of jobs in the GFS release, Alibaba
   cluster-trace-v2026-spot-gpu), else ``spot``, drawn independently per row in file order
   from ``numpy.random.default_rng(seed)``: same seed, same split.
-- **One pool**: every job's ``gpu_model`` is ``"philly"``. The release has no GPU models
-  per job; Philly's servers were almost all of one kind for its DL jobs, so one pool it is.
+- **One GPU pool**: every job's ``gpu_model`` is ``"philly"``. The release has no GPU models
+  per job; Philly's servers were almost all of one kind for its DL jobs, so one GPU pool it is.
 - **Workers**: a job of more than ``gpus_per_node`` GPUs is a gang of
   ``ceil(num_gpus / gpus_per_node)`` workers with an equal share each (12 GPUs: 2 x 6);
   others are one worker.

@@ -215,7 +215,7 @@ def _largest_jobs(jobs: Iterable[TraceJob]) -> dict[str, tuple[float, int]]:
 def mean_demand(jobs: Iterable[TraceJob], start: float, end: float) -> dict[str, float]:
     """Per GPU model: GPUs the jobs ask over ``[start, end)``, averaged over it, as the trace
     runs them (each from its submit time for its duration, nobody waiting): the load the
-    pool is offered."""
+    GPU pool is offered."""
     if not end > start:
         raise ValueError(f"capacity_scale: empty window [{start:g}, {end:g})")
     out: dict[str, float] = {}

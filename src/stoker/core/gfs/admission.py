@@ -1,6 +1,6 @@
 """Spot admission: the spot quota each GPU pool holds spot work to, and why a job waits.
 
-The quota is the :class:`~stoker.core.gfs.quota.QuotaPolicy`'s, from the pool's summed HP
+The quota is the :class:`~stoker.core.gfs.quota.QuotaPolicy`'s, from the GPU pool's summed HP
 forecast and its capacity, scaled by eta (GFS); with ``lend_idle`` (stoker's ``gfs-lend``)
 and no HP job waiting, spot may also borrow that share of what HP does not hold. With the
 authors' window, no spot job starts before it opens and none is held back after it closes.
@@ -31,13 +31,13 @@ class SpotAdmission:
         self.view = view
         self.config = config
         self.quota: dict[str, float] = {}
-        # per pool, the HP GPUs its quota keeps from spot by the forecast (None: it reads
+        # per GPU pool, the HP GPUs its quota keeps from spot by the forecast (None: it reads
         # none): what a spot job the quota holds back is told
         self.hp_reserve: dict[str, float | None] = {}
-        self.forecast: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # per pool, summed
+        self.forecast: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # per GPU pool, summed
 
     def set_quota(self, gpu_pool: str, capacity: int) -> None:
-        """The pool's capacity or forecast changed: its quota follows (no forecast yet: an
+        """The GPU pool's capacity or forecast changed: its quota follows (no forecast yet: an
         HP demand of zero)."""
         zero = np.zeros(max(1, math.ceil(self.config.guarantee_s / HOUR_S)))
         mean, var = self.forecast.get(gpu_pool, (zero, zero))
@@ -45,7 +45,7 @@ class SpotAdmission:
         self.hp_reserve[gpu_pool] = self.config.quota.hp_reserve(mean, var, capacity)
 
     def room(self, gpu_pool: str, now: float) -> float:
-        """Spot GPUs the pool's quota still admits (none before the window, any after)."""
+        """Spot GPUs the GPU pool's quota still admits (none before the window, any after)."""
         gate = self.config.window
         if gate is not None and now < gate[0]:
             return -math.inf
@@ -62,13 +62,13 @@ class SpotAdmission:
         return opens is not None and now < opens
 
     def spot_quota(self, gpu_pool: str) -> float:
-        """The pool's spot quota in force inside the window: the forecast's, or with
+        """The GPU pool's spot quota in force inside the window: the forecast's, or with
         ``lend_idle`` and no HP job waiting there, at least the loan (:meth:`lent`)."""
         lent = self.lent(gpu_pool)
         return self.quota[gpu_pool] if lent is None else max(self.quota[gpu_pool], lent)
 
     def lent(self, gpu_pool: str) -> float | None:
-        """With ``lend_idle`` and no HP job waiting in the pool, that share (times eta) of
+        """With ``lend_idle`` and no HP job waiting in the GPU pool, that share (times eta) of
         the GPUs HP does not hold now; else None (nothing is lent)."""
         lend = self.config.lend_idle
         if lend is None or self.view.queues[gpu_pool][_HP].size:
@@ -94,7 +94,7 @@ class SpotAdmission:
     ) -> SpotQuotaWait | GpuWait:
         """Why queued ``job`` has not started, by the tests a start attempt makes, in its
         order (a pure read): pods stopping to make room (``freeing``: for this job or, for
-        spot, another), the spot quota, else no room on its pool's cards (beside a
+        spot, another), the spot quota, else no room on its GPU pool's cards (beside a
         reservation for another HP job, if one holds nodes back from it)."""
         view = self.view
         free = view.cluster.free_gpus(gpu_pool)
@@ -103,7 +103,7 @@ class SpotAdmission:
         blocked = view.reservations.blocked(job, now)
         held = view.reservations.held.get(gpu_pool) if blocked else None
         return GpuWait(
-            pool=gpu_pool,
+            gpu_pool=gpu_pool,
             workers=job.workers,
             per_worker=job.per_worker,
             free_gpus=free,
@@ -117,7 +117,7 @@ class SpotAdmission:
         gate = self.config.window
         used = self.view.used[gpu_pool]
         return SpotQuotaWait(
-            pool=gpu_pool,
+            gpu_pool=gpu_pool,
             quota=self.spot_quota(gpu_pool),
             spot_gpus=used[_SPOT],
             gpus=job.gpus,

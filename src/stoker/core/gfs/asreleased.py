@@ -73,7 +73,7 @@ def demand_gpus(job: Job, config: GFSConfig, ends: bool = False) -> float:
 
 
 def quota_used(view: HpSpotView, gpu_pool: str, config: GFSConfig) -> float:
-    """Spot GPUs the pool's quota counts as used (``one-worker-spot``: one worker per
+    """Spot GPUs the GPU pool's quota counts as used (``one-worker-spot``: one worker per
     running spot job, ``SpotScheduler.run_spot``'s ``gpu_request_dict``)."""
     if config.demand is not DemandCount.ONE_WORKER_SPOT:
         return view.used[gpu_pool][_SPOT]

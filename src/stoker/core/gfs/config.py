@@ -66,7 +66,7 @@ class ReservationConfig:
     # the fewest workers a job must have to reserve
     min_workers: int = 1
     # a job reserves only when, after the HP pass, no HP job of a smaller per-worker
-    # request waits in its pool (one that waits finds no card at all: the pool is short
+    # request waits in its GPU pool (one that waits finds no card at all: the GPU pool is short
     # of cards for HP, not fragmented), and gives its reservation up when one does
     smaller_first: bool = False
     # a job backfilled beside a reservation starts on free room and idle pods only, never
@@ -140,14 +140,14 @@ class GFSConfig:
     frac_hp_whole_card: bool = True
     leases: LeaseConfig | None = None
     # stoker's ``gfs-lend`` (None: GFS): while no HP job waits in a GPU pool, spot may hold
-    # up to this share of the GPUs HP does not hold now, times the pool's eta, even past
+    # up to this share of the GPUs HP does not hold now, times the GPU pool's eta, even past
     # the forecast quota (the part of the forecast's reserve HP is not using; eta, shrunk
     # by evictions above the target, takes it back)
     lend_idle: float | None = None
     reservation: ReservationConfig | None = None
     # stoker's (None: GFS's, at once): an HP job evicts spot only once it has queued this
     # long; before, it takes free room and idle pods only (a pass is due when the wait is
-    # up): in a busy pool a short wait often finds the room without an eviction
+    # up): in a busy GPU pool a short wait often finds the room without an eviction
     hp_evict_after_s: float | None = None
     grace_s: float = 0.0  # an evicted spot job's SIGTERM-to-SIGKILL grace
     # the as-released options (each default is stoker's corrected rule; the
@@ -161,7 +161,7 @@ class GFSConfig:
     # driver-set, with ``window``: inside it, the spot quota is 0 before this (the
     # authors' forecaster cold start: no quota before its first fit; None: none)
     quota_opens: float | None = None
-    # when the last job arrives (a trace driver knows; None: any time). After it, a pool
+    # when the last job arrives (a trace driver knows; None: any time). After it, a GPU pool
     # with nothing queued stays so under leases (nothing arrives, leases never preempt):
     # its HP jobs are charged every remaining lease return at once
     arrivals_end: float | None = None

@@ -11,15 +11,15 @@ _HP, _SPOT = JobClass.HP, JobClass.SPOT
 
 def check_books(view: HpSpotView) -> None:
     """Raise if an index of the scheduler disagrees with the books (tests call it after
-    every event): the GPUs each class holds per pool, placements only of placed jobs,
-    reservations of queued jobs on their pool's nodes, each node's and pool's counts."""
+    every event): the GPUs each class holds per GPU pool, placements only of placed jobs,
+    reservations of queued jobs on their GPU pool's nodes, each node's and GPU pool's counts."""
     for gpu_pool in view.gpu_pools:
         for cls in (_HP, _SPOT):
             view.queues[gpu_pool][cls].check()
             held = sum(
                 s
                 for jid, place in view.placement.items()
-                if view.jobs[jid].job_class is cls and view.pool_of(view.jobs[jid]) == gpu_pool
+                if view.jobs[jid].job_class is cls and view.gpu_pool_of(view.jobs[jid]) == gpu_pool
                 for _, _, s in place
             )
             if abs(held - view.used[gpu_pool][cls]) > 1e-6:
@@ -30,7 +30,7 @@ def check_books(view: HpSpotView) -> None:
             raise AssertionError(f"job {jid} holds a placement in state {job.state}")
     for gpu_pool, (jid, reserved, _) in view.reservations.held.items():
         job = view.jobs[jid]
-        if job.state is not JobState.QUEUED or view.pool_of(job) != gpu_pool:
+        if job.state is not JobState.QUEUED or view.gpu_pool_of(job) != gpu_pool:
             raise AssertionError(f"{gpu_pool}: reserved for job {jid} in state {job.state}")
         if not reserved <= view.gpu_pools[gpu_pool].nodes.keys():
             raise AssertionError(f"{gpu_pool}: reserved nodes {sorted(reserved)} not all its")

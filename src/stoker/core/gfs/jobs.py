@@ -27,7 +27,7 @@ def restart_overhead(per_worker: float) -> float:
 
 
 class GuaranteeLedger:
-    """Successful and failed guarantee periods of one pool, with the time each was settled.
+    """Successful and failed guarantee periods of one GPU pool, with the time each was settled.
 
     A running spot job earns one success per uninterrupted guaranteed duration and one at
     completion; an eviction is one failure. ``rate(since)`` is failed / (failed + successful)

@@ -33,7 +33,7 @@ class LeaseHost(Protocol):
     placement: dict[str, list[tuple[str, str, float]]]
     periods: GuaranteePeriods
 
-    def pool_of(self, job: Job) -> str: ...
+    def gpu_pool_of(self, job: Job) -> str: ...
 
     def queued(self, gpu_pool: str | None = None) -> int: ...
 
@@ -72,7 +72,7 @@ class Leases:
         """Chronus (``chronus.py``, "Flush All Lease"): every running job, HP and spot, gives
         its lease back at each lease boundary and the round re-places both queues.
 
-        After the last arrival, in a pool where nothing is queued, the HP jobs return this
+        After the last arrival, in a GPU pool where nothing is queued, the HP jobs return this
         lease and are charged every later one at their start (:meth:`charge_closed`):
         nothing can queue there any more, so each later return re-places every job at once,
         and flushing them again and again (every 20 minutes, for the months the longest HP
@@ -86,7 +86,7 @@ class Leases:
         for jid in sorted(j for j in self.s.placement if j not in closed):
             job = self.s.jobs[jid]
             if job.state is JobState.RUNNING:
-                if job.job_class is _HP and self.s.pool_of(job) in quiet:
+                if job.job_class is _HP and self.s.gpu_pool_of(job) in quiet:
                     self.closed[jid] = None
                 self.return_lease(job, now, out)
 

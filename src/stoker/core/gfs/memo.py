@@ -1,8 +1,8 @@
 """The failure memo: a search for room that changed nothing is not repeated for nothing.
 
-An HP job that fits nowhere would otherwise be searched again on every event of its pool
+An HP job that fits nowhere would otherwise be searched again on every event of its GPU pool
 (an HP backlog holds thousands). A failed search is remembered with what it read: its
-pool's ``grown`` counter (moved only when room a failed search could use appears: cards
+GPU pool's ``grown`` counter (moved only when room a failed search could use appears: cards
 freed, a spot job placed or running as a victim, a pod ready, a node joining or leaving),
 the warm pools' idle epoch, and whether the window's gate lets HP preempt; until one moves
 the same search fails alike. A start takes room and a release leaves its cards held until
@@ -33,8 +33,8 @@ class SearchMemo:
         self._failed_free: dict[str, State] = {}
 
     def state(self, gpu_pool: str, now: float) -> State:
-        """What a search for room in ``pool`` reads: the pool's growth, the warm pools' (idle
-        pods anywhere), and whether the window's gate lets HP preempt yet."""
+        """What a search for room in ``gpu_pool`` reads: the GPU pool's growth, the warm
+        pools' (idle pods anywhere), and whether the window's gate lets HP preempt yet."""
         gate = self.config.window
         return (self.index.grown[gpu_pool], self.idle.epoch, gate is None or now >= gate[0])
 
@@ -57,16 +57,16 @@ class SearchMemo:
         self._failed_free.pop(job_id, None)
 
     def no_room(self, job: Job, gpu_pool: str) -> bool:
-        """Whether a whole-GPU HP job's search must fail, by the pool's reclaim room alone.
+        """Whether a whole-GPU HP job's search must fail, by the GPU pool's reclaim room alone.
 
         Each of its workers takes a node's free cards, its idle pods' cards and the cards
         its spot work alone holds and no other (free-room placement, and the reclaim
         planner's node candidates: a node is one only while those cover the request beside
         what earlier workers took there), so a node holds at most (free + spot + idle
-        cards) // request of them. With no idle pod in the pool,
-        :meth:`PoolIndex.reclaim_slots` bounds that sum: under the job's workers, its
+        cards) // request of them. With no idle pod in the GPU pool,
+        :meth:`GpuPoolIndex.reclaim_slots` bounds that sum: under the job's workers, its
         search (free room, then reclaim) would find nothing and change nothing. It spares
-        the searches the memo does not: a blocked head's pool grows at every release, most
+        the searches the memo does not: a blocked head's GPU pool grows at every release, most
         of them freeing fewer cards than it needs (an HP backlog)."""
         if job.fractional or self.idle.idle_nodes(gpu_pool):
             return False

@@ -1,18 +1,18 @@
 """The hp/spot part's index of nodes and GPU pools, and placement on free room.
 
 Per node a :class:`~stoker.core.gfs.placement.NodeInfo` (free cards, cards without HP,
-the cards spot work holds) and per GPU pool a :class:`~stoker.core.gfs.placement.PoolIndex`
+the cards spot work holds) and per GPU pool a :class:`~stoker.core.gfs.placement.GpuPoolIndex`
 of its nodes by room, kept in step with the cluster's cards: every part marks the nodes it
 touches on the cluster and :meth:`NodeIndex.sync` refreshes them. The two counters per
-pool are what the scheduler's failure memo keys on: ``epoch`` moves with any change of a
-pool's books, ``grown`` only when a failed search could now succeed.
+GPU pool are what the scheduler's failure memo keys on: ``epoch`` moves with any change of a
+GPU pool's books, ``grown`` only when a failed search could now succeed.
 """
 
 from __future__ import annotations
 
 from stoker.core.books import Books
 from stoker.core.gfs.config import GFSConfig
-from stoker.core.gfs.placement import GangPlan, NodeInfo, PoolIndex
+from stoker.core.gfs.placement import GangPlan, GpuPoolIndex, NodeInfo
 from stoker.core.model import EPS, Job, JobClass, Node
 
 _SPOT = JobClass.SPOT
@@ -32,7 +32,7 @@ class NodeIndex:
         self.cluster = books.cluster
         self.config = config
         self.nodes: dict[str, NodeInfo] = {}
-        self.gpu_pools: dict[str, PoolIndex] = {}
+        self.gpu_pools: dict[str, GpuPoolIndex] = {}
         self.node_jobs: dict[str, dict[str, list[str]]] = {}
         self.epoch: dict[str, int] = {}
         self.grown: dict[str, int] = {}
@@ -44,7 +44,7 @@ class NodeIndex:
         gpu_pool = node.gpu_model
         new = gpu_pool not in self.gpu_pools
         if new:
-            self.gpu_pools[gpu_pool] = PoolIndex(gpu_pool, 0)
+            self.gpu_pools[gpu_pool] = GpuPoolIndex(gpu_pool, 0)
             self.epoch[gpu_pool] = 0
             self.grown[gpu_pool] = 0
         info = NodeInfo(node.name, gpu_pool, self._ordinals, len(node.gpus))
@@ -64,7 +64,7 @@ class NodeIndex:
         return info
 
     def resize(self, info: NodeInfo) -> None:
-        """A node's cards changed in place: its pool's index follows."""
+        """A node's cards changed in place: its GPU pool's index follows."""
         total = len(self.cluster.nodes[info.name].gpus)
         self.busy_cards += total - info.total  # busy = total - full_free, refreshed below
         self.gpu_pools[info.gpu_pool].resize(info, total)
@@ -72,7 +72,7 @@ class NodeIndex:
 
     def sync(self) -> list[str]:
         """Refresh the nodes whose shares changed since the last look (by any part); the
-        pools where cards were freed, in the order their nodes were touched."""
+        GPU pools where cards were freed, in the order their nodes were touched."""
         touched = self.cluster.touched
         freed_in: list[str] = []
         if touched:

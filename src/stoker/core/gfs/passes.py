@@ -53,7 +53,7 @@ class PassHost(Protocol):
     admission: SpotAdmission
     awaiting: dict[str, set[str]]
 
-    def pool_of(self, job: Job) -> str: ...
+    def gpu_pool_of(self, job: Job) -> str: ...
 
     def try_start(self, job: Job, now: float, out: list[Action], evict: bool = True) -> Attempt: ...
 
@@ -74,7 +74,7 @@ class QueuePass:
     def run(self, gpu_pool: str, now: float, out: list[Action]) -> None:
         """HP then spot, each class in its queue's order (failures do not cross classes).
         With a reservation policy the pass's first HP job in queue order that may reserve
-        does, as soon as the pool holds no reservation: at once, or after the HP pass
+        does, as soon as the GPU pool holds no reservation: at once, or after the HP pass
         where the holder started in it (the reservation goes to the queue's head, not to
         whichever job failed after the holder started); with ``smaller_first``
         after the HP pass, and not while a smaller HP job waits."""
@@ -164,7 +164,7 @@ class QueuePass:
         bucket go by their workers, so the first such failure ends the spot bucket
         (Philly: thousands of 1-GPU HP and spot jobs were tried one by one at every
         pass)."""
-        gpu_pool = self.s.pool_of(head)
+        gpu_pool = self.s.gpu_pool_of(head)
         held = self.s.reservations.held.get(gpu_pool)
         if held is None:
             return

@@ -2,8 +2,8 @@
 
 A running spot job earns one guarantee period per ``guarantee_s`` it runs; an eviction
 fails the period in progress. Every ``eta_every_s`` the periods earned are settled in each
-pool's :class:`~stoker.core.gfs.jobs.GuaranteeLedger` and the quota policy takes one eta
-step from the pool's eviction rate since the last step.
+GPU pool's :class:`~stoker.core.gfs.jobs.GuaranteeLedger` and the quota policy takes one eta
+step from the GPU pool's eviction rate since the last step.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class GuaranteePeriods:
         count = periods + (0 if last_s is None else 1)
         if not count:
             return
-        self.view.ledgers[self.view.pool_of(job)].record(now, succeeded=count)
+        self.view.ledgers[self.view.gpu_pool_of(job)].record(now, succeeded=count)
         job.periods_ok += count
         self.spot_ok_gpu_s += job.gpus * (periods * self.config.guarantee_s + (last_s or 0.0))
 
@@ -49,7 +49,7 @@ class GuaranteePeriods:
         self.settled.pop(job_id, None)
 
     def feedback(self, now: float) -> list[str]:
-        """Settle running spot jobs' earned periods, then one eta step per pool; the pools
+        """Settle running spot jobs' earned periods, then one eta step per GPU pool; the GPU pools
         (each due a pass: its quota moved)."""
         view = self.view
         for gpu_pool in view.gpu_pools:

@@ -1,7 +1,7 @@
-"""Per-pool node indexes, queue order and node scores (where a worker goes).
+"""Per-GPU-pool node indexes, queue order and node scores (where a worker goes).
 
-Nodes of a pool are indexed by their count of fully free GPUs, so "nodes with room for r
-whole GPUs, tightest first" never scans the pool, and the nodes holding spot work by the
+Nodes of a GPU pool are indexed by their count of fully free GPUs, so "nodes with room for r
+whole GPUs, tightest first" never scans the GPU pool, and the nodes holding spot work by the
 room evicting it would make, so a reclaim's "fewest cards carrying no HP first" does not
 scan every spot node either. Scores are policies behind
 :class:`NodeScorer`: GFS's (tight packing, same-class affinity, eviction score), a plain
@@ -60,7 +60,7 @@ class NodeInfo:
     # the node's reclaim room while it holds spot work: full_free + victim_cards (-1: none)
     room: int = -1
     # full_free + victim_cards on every node: the most a whole-GPU HP worker may take here
-    # while no idle pod is in the pool (:meth:`PoolIndex.reclaim_slots`)
+    # while no idle pod is in the GPU pool (:meth:`GpuPoolIndex.reclaim_slots`)
     reach: int = 0
     evictions: deque[float] = field(default_factory=deque)  # spot eviction times, last 24 h
 
@@ -90,8 +90,8 @@ def no_hp_cards(info: NodeInfo) -> int:
     return info.total - math.ceil(info.used["hp"] - _SLACK)
 
 
-class PoolIndex:
-    """Nodes of one pool bucketed by fully free GPU count; spot-holding nodes apart, and
+class GpuPoolIndex:
+    """Nodes of one GPU pool bucketed by fully free GPU count; spot-holding nodes apart, and
     bucketed by their reclaim room (free cards and cards held by spot work alone), each
     bucket in node order; the nodes counted by cards carrying no HP and the cards by their
     HP share (what bounds an HP job's room: :meth:`hp_slots`), and by their free and
@@ -198,7 +198,7 @@ class PoolIndex:
         self.by_hp_share[_steps(new)] += 1
 
     def hp_slots(self, need: float) -> int:
-        """How many HP workers of ``need`` GPUs the pool could hold at most if all room
+        """How many HP workers of ``need`` GPUs the GPU pool could hold at most if all room
         not taken by HP were theirs (free, idle and spot alike): for whole GPUs the nodes'
         cards carrying no HP, for a share the cards' room beside their HP share. A gang of
         more workers cannot be placed, however its search goes."""
@@ -212,7 +212,7 @@ class PoolIndex:
         )
 
     def reclaim_slots(self, need: int) -> int:
-        """How many whole-GPU workers of ``need`` GPUs the pool could hold at most from its
+        """How many whole-GPU workers of ``need`` GPUs the GPU pool could hold at most from its
         free cards and the cards its spot work alone holds (a reclaim's room; idle pods
         aside): a node holds at most (free + spot cards) // need of them. Unlike
         :meth:`hp_slots` it does not count cards held by the pods of an ended job until
@@ -227,13 +227,13 @@ def _steps(share: float) -> int:
 
 
 class GangPlan:
-    """The nodes a gang's earlier workers are planned on, over a pool's index: the next
+    """The nodes a gang's earlier workers are planned on, over a GPU pool's index: the next
     worker's candidates per free count, kept up to date as workers are planned.
 
     ``buckets`` yields, per free count, up to SCAN_CAP unplanned nodes of that bucket (in
     the bucket's order) and then the planned nodes left with that many GPUs (in the order
     they were first planned). Kept incrementally (``take``), a gang of many workers plans
-    in time linear in its workers: rebuilt for every worker it was quadratic. The pool's
+    in time linear in its workers: rebuilt for every worker it was quadratic. The GPU pool's
     index must not change while a plan is used (planning changes nothing). Nodes in
     ``exclude`` (reserved for another job) are never candidates.
     """
@@ -242,7 +242,7 @@ class GangPlan:
 
     def __init__(
         self,
-        index: PoolIndex,
+        index: GpuPoolIndex,
         taken: dict[str, int] | None = None,
         exclude: frozenset[str] = frozenset(),
     ) -> None:
@@ -305,7 +305,7 @@ class GangPlan:
 class NodeScorer(Protocol):
     """Picks the node for one whole-GPU worker of ``need`` GPUs (None: nowhere fits now).
 
-    ``plan`` holds the pool's index and the GPUs already planned for earlier workers of
+    ``plan`` holds the GPU pool's index and the GPUs already planned for earlier workers of
     the same gang.
     """
 

@@ -69,12 +69,12 @@ class Candidate:
 
 @dataclass(frozen=True, slots=True)
 class PreemptContext:
-    """What a node cost needs: the time, the pool's eviction rate after k more failures,
-    the pool's GPUs and the window the lost-work term is measured over."""
+    """What a node cost needs: the time, the GPU pool's eviction rate after k more failures,
+    the GPU pool's GPUs and the window the lost-work term is measured over."""
 
     now: float
     rate_after: Callable[[int], float]
-    pool_gpus: int
+    gpu_pool_gpus: int
     window_s: float
 
 
@@ -169,8 +169,8 @@ class VictimChooser(Protocol):
 
 class GFSVictims:
     """GFS (``select_with_preemption``): among the best-fit candidates, victims by the
-    two-pointer walk; node cost = the pool's eviction rate after the preemption + 5 * lost
-    GPU-s / (pool GPUs * window); the cheapest node, the first on ties. A victim loses its
+    two-pointer walk; node cost = the GPU pool's eviction rate after the preemption + 5 * lost
+    GPU-s / (the GPU pool's GPUs * window); the cheapest node, the first on ties. A victim loses its
     GPUs times the time since its run started (the authors' ``Job.get_preempt_cost``).
     """
 
@@ -190,7 +190,7 @@ class GFSVictims:
             victims = two_pointer(cand, need, lambda g: self.lost(g, ctx))
             lost = sum(self.lost(g, ctx) for g in victims)
             cost = ctx.rate_after(len(victims)) + LOST_WORK_WEIGHT * lost / (
-                ctx.pool_gpus * ctx.window_s
+                ctx.gpu_pool_gpus * ctx.window_s
             )
             key = (cost, cand.ordinal, cand.gpu or "")
             if best_key is None or key < best_key:

@@ -51,7 +51,7 @@ QUEUE_ORDERS: dict[str, QueueOrder] = {
 
 
 class ClassQueue:
-    """One class's queue in one pool, in buckets of sorted entries.
+    """One class's queue in one GPU pool, in buckets of sorted entries.
 
     With the skip rule a bucket is one per-worker request (largest first; later jobs of a
     bucket fail as its first did, so a failure skips the bucket); with ``stop`` a bucket is
@@ -166,11 +166,12 @@ class ClassQueue:
             raise AssertionError(f"queue heads {self._heads} are stale")
 
 
-def pool_queues(
+def gpu_pool_queues(
     order: QueueOrder, gpu_pool: str, shares: TenantShares | None, capacity: Mapping[str, int]
 ) -> dict[JobClass, ClassQueue]:
     """A new GPU pool's HP and spot queues; with tenant shares in fair order, a job's cost
-    its share of the pool's GPUs (``capacity``: GPUs per pool, read when a job is queued)."""
+    its share of the GPU pool's GPUs (``capacity``: GPUs per GPU pool, read when a job is
+    queued)."""
     if shares is None:
         return {cls: ClassQueue(order, cls) for cls in (JobClass.HP, _SPOT)}
 

@@ -1,6 +1,6 @@
-"""Spot quota per pool from the forecast HP demand, and eta fed back from evictions.
+"""Spot quota per GPU pool from the forecast HP demand, and eta fed back from evictions.
 
-GFS: every 5 minutes, per pool, sum the tenants' forecast means and variances of the hourly
+GFS: every 5 minutes, per GPU pool, sum the tenants' forecast means and variances of the hourly
 HP peak, take the g-quantile U_k of that Normal for each hour k ahead,
 ``free_k = capacity - clip(floor(U_k), 0, capacity)`` and
 ``quota = eta * min(free_k for the hours of the guaranteed duration)``.
@@ -89,7 +89,7 @@ class EtaController:
 
 
 class QuotaPolicy(Protocol):
-    """Turns a pool's summed HP forecast into its spot quota (GPUs)."""
+    """Turns a GPU pool's summed HP forecast into its spot quota (GPUs)."""
 
     name: str
 
@@ -142,7 +142,7 @@ class ForecastQuota:
 
 
 class StaticQuota:
-    """A fixed share of each pool's capacity, blind to the forecast (a baseline).
+    """A fixed share of each GPU pool's capacity, blind to the forecast (a baseline).
 
     ``share=1`` is "no quota": spot may take everything HP leaves (YARN-CS, Chronus, Lyra, FGD).
     """

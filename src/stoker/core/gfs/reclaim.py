@@ -63,10 +63,10 @@ class AwaitedRoom:
         for pid in self.jobs.pop(job_id, ()):
             del self._by_pod[pid]
 
-    def freeing_for(self, gpu_pool: str, pool_of: Callable[[str], str]) -> str | None:
-        """The first waiting job of ``pool`` (``pool_of``: a job id's GPU pool) that pods
+    def freeing_for(self, gpu_pool: str, gpu_pool_of: Callable[[str], str]) -> str | None:
+        """The first waiting job of ``gpu_pool`` (``gpu_pool_of``: a job id's GPU pool) that pods
         are stopping for (None: none)."""
-        return next((j for j in self.jobs if pool_of(j) == gpu_pool), None)
+        return next((j for j in self.jobs if gpu_pool_of(j) == gpu_pool), None)
 
 
 class ReclaimPlanner:
@@ -99,7 +99,7 @@ class ReclaimPlanner:
         none, the whole-card path with one card (``frac_hp_whole_card``). ``blocked``: nodes
         reserved for another job. ``prefix``: the failed free-room plan of this HP job at
         this instant (its gang plan and the worker that found no room), started from."""
-        gpu_pool = self.view.pool_of(job)
+        gpu_pool = self.view.gpu_pool_of(job)
         ledger = self.view.ledgers[gpu_pool]
         window = self.config.rate_window_s
         since = -math.inf if window is None else now - window
@@ -107,7 +107,7 @@ class ReclaimPlanner:
         ctx = PreemptContext(
             now=now,
             rate_after=lambda k: ledger.rate_after(since, len(evicted) + k),
-            pool_gpus=self.view.capacity[gpu_pool],
+            gpu_pool_gpus=self.view.capacity[gpu_pool],
             window_s=self.config.cost_window_s,
         )
         need = job.per_worker
@@ -254,14 +254,14 @@ class ReclaimPlanner:
     ) -> list[Candidate]:
         """The nodes a whole-GPU worker may reclaim on, as many as the victim chooser reads
         (:attr:`VictimChooser.reads`; every one without ``spot``): nodes with idle cards,
-        nodes the plan took or freed GPUs on, each looked at; the pool's other spot nodes
+        nodes the plan took or freed GPUs on, each looked at; the GPU pool's other spot nodes
         from its reclaim-room index (their room is their free cards and the cards their
         spot work alone holds), only the buckets and nodes the chooser reads; with
         ``free_nodes``, nodes with free room only, a bounded scan per free count as
         placement does. ``seen``: each node's candidate (None: not one) as the plan stands,
         read and filled here, emptied by the plan for the nodes it touches. ``need``: the
         worker's whole cards (one for a fractional worker on the whole-card path)."""
-        gpu_pool = self.view.gpu_pools[self.view.pool_of(job)]
+        gpu_pool = self.view.gpu_pools[self.view.gpu_pool_of(job)]
 
         def one(name: str) -> Candidate | None:
             info = self.view.nodes[name]
@@ -416,7 +416,7 @@ class ReclaimPlanner:
         ``whole_card`` none at all (the caller takes the whole-card path), else cards
         without HP (stoker's earlier rule). Without ``spot``, cards with idle pods."""
         need = job.per_worker
-        gpu_pool = self.view.pool_of(job)
+        gpu_pool = self.view.gpu_pool_of(job)
         names = dict.fromkeys(self.idle.idle_nodes(gpu_pool))
         if spot:
             names.update(self.view.gpu_pools[gpu_pool].spot_nodes)

@@ -16,7 +16,7 @@ import math
 
 from stoker.core.books import Books
 from stoker.core.gfs.config import GFSConfig
-from stoker.core.gfs.placement import NodeInfo, PoolIndex
+from stoker.core.gfs.placement import GpuPoolIndex, NodeInfo
 from stoker.core.gfs.queues import ClassQueue
 from stoker.core.model import EPS, Job, JobClass
 
@@ -30,12 +30,12 @@ def ends_by(job: Job, now: float, until: float) -> bool:
 class Reservations:
     """Per GPU pool, the HP job holding its reservation; see the module docstring.
 
-    ``held``: per pool, (job, the nodes reserved for it, when they will have drained for
-    it). ``candidates``: per pool, the first HP job of the current pass (queue order) that
+    ``held``: per GPU pool, (job, the nodes reserved for it, when they will have drained for
+    it). ``candidates``: per GPU pool, the first HP job of the current pass (queue order) that
     may reserve.
     """
 
-    def __init__(self, books: Books, gpu_pools: dict[str, PoolIndex], config: GFSConfig) -> None:
+    def __init__(self, books: Books, gpu_pools: dict[str, GpuPoolIndex], config: GFSConfig) -> None:
         self.books = books
         self.gpu_pools = gpu_pools
         self.config = config
@@ -43,12 +43,12 @@ class Reservations:
         self.candidates: dict[str, Job] = {}
 
     def nodes(self, gpu_pool: str) -> frozenset[str]:
-        """The nodes reserved in ``pool`` (none: no reservation)."""
+        """The nodes reserved in ``gpu_pool`` (none: no reservation)."""
         held = self.held.get(gpu_pool)
         return frozenset() if held is None else held[1]
 
     def blocked(self, job: Job, now: float) -> frozenset[str]:
-        """The nodes reserved in ``job``'s pool for another job, unless ``job`` would end
+        """The nodes reserved in ``job``'s GPU pool for another job, unless ``job`` would end
         before they drain for it by its known run time (EASY backfill; none: no
         reservation)."""
         if not self.held:
@@ -74,7 +74,7 @@ class Reservations:
 
     def smaller_waits(self, job: Job, queue: ClassQueue) -> bool:
         """With ``smaller_first``: whether an HP job of a smaller per-worker request
-        than ``job``'s waits in its pool's HP ``queue`` (after the pass: it found no room)."""
+        than ``job``'s waits in its GPU pool's HP ``queue`` (after the pass: it found no room)."""
         if self.config.reservation is None or not self.config.reservation.smaller_first:
             return False
         # the skip rule's HP buckets are -request, ascending: a smaller request's is later
@@ -83,7 +83,7 @@ class Reservations:
     def reserve(self, job: Job, gpu_pool: str) -> bool:
         """Reserve for ``job`` the nodes that will hold it soonest (:meth:`plan`), in node
         order among equals, until they hold every worker; they drain for it by the latest
-        of their times. False when the pool's nodes cannot hold it."""
+        of their times. False when the GPU pool's nodes cannot hold it."""
         planned = self.plan(job, gpu_pool)
         if planned is None:
             return False
@@ -92,7 +92,7 @@ class Reservations:
         return True
 
     def release(self, job: Job) -> str | None:
-        """``job`` started or left the queue: its reservation ends; the pool it held, or
+        """``job`` started or left the queue: its reservation ends; the GPU pool it held, or
         None when it held none."""
         if not self.held:
             return None
@@ -105,7 +105,7 @@ class Reservations:
 
     def plan(self, job: Job, gpu_pool: str) -> tuple[frozenset[str], float] | None:
         """The nodes that will hold ``job`` soonest and when they will have drained for it
-        (None: the pool's nodes cannot hold it): its workers' slots soonest first
+        (None: the GPU pool's nodes cannot hold it): its workers' slots soonest first
         (:meth:`slots_ready`), in node order among equals."""
         need = int(job.per_worker)
         ranked = sorted(

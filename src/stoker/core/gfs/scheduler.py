@@ -32,7 +32,7 @@ from stoker.core.gfs.nodes import NodeIndex
 from stoker.core.gfs.passes import Attempt, QueuePass
 from stoker.core.gfs.periods import GuaranteePeriods
 from stoker.core.gfs.placement import GangPlan, NodeInfo
-from stoker.core.gfs.queues import QUEUE_ORDERS, ClassQueue, pool_queues
+from stoker.core.gfs.queues import QUEUE_ORDERS, ClassQueue, gpu_pool_queues
 from stoker.core.gfs.reclaim import AwaitedRoom, ReclaimPlan, ReclaimPlanner
 from stoker.core.gfs.reservations import Reservations
 from stoker.core.model import EPS, Failure, Job, JobClass, JobState, Node, Pod, PodState
@@ -95,7 +95,7 @@ class HpSpotScheduler:
         self.placement: dict[str, list[tuple[str, str, float]]] = {}  # job -> (node, gpu, share)
         self._dirty: dict[str, None] = {}
         self.memo = SearchMemo(self.index, idle, config)
-        # the last failed free-room plan of an HP job: (job, now, pool epoch, the plan of
+        # the last failed free-room plan of an HP job: (job, now, GPU pool epoch, the plan of
         # its first workers, the worker that found no room)
         self._free_prefix: tuple[str, float, int, GangPlan, int] | None = None
         # HP jobs waiting for the pods stopped to make their room, and the reverse index
@@ -105,7 +105,7 @@ class HpSpotScheduler:
         # (a heap of (time, job); each job once, while it is in ``_evict_due``)
         self._evict_wake: list[tuple[float, str]] = []
         self._evict_due: set[str] = set()
-        # pools whose running HP GPUs changed since the core last asked (:meth:`hp_moved`)
+        # GPU pools whose running HP GPUs changed since the core last asked (:meth:`hp_moved`)
         self._hp_moved: dict[str, None] = {}
         self._round_due = False
         self._round_at = -math.inf
@@ -116,7 +116,7 @@ class HpSpotScheduler:
         # and Chronus's leases
         self.admission = SpotAdmission(self, config)
         self.periods = GuaranteePeriods(self, config, start)
-        self.quota = self.admission.quota  # per pool, the forecast's spot quota
+        self.quota = self.admission.quota  # per GPU pool, the forecast's spot quota
         self.hp_reserve = self.admission.hp_reserve
         self.planner = ReclaimPlanner(self, idle, self.cluster, config)
         self.reservations = Reservations(books, self.gpu_pools, config)
@@ -130,7 +130,7 @@ class HpSpotScheduler:
     # ------------------------------------------------------------ the cluster
 
     def add_node(self, node: Node) -> None:
-        """A node joined the cluster: its GPU pool gets its cards, and a pool seen for the
+        """A node joined the cluster: its GPU pool gets its cards, and a GPU pool seen for the
         first time its queues and spot quota."""
         self._add(node)
         self._resize(node.gpu_model)
@@ -140,7 +140,7 @@ class HpSpotScheduler:
         gpu_pool = node.gpu_model
         if self.index.add(node):  # a GPU pool seen for the first time
             order = QUEUE_ORDERS[self.config.queue]
-            self.queues[gpu_pool] = pool_queues(order, gpu_pool, self.shares, self.capacity)
+            self.queues[gpu_pool] = gpu_pool_queues(order, gpu_pool, self.shares, self.capacity)
             self.used[gpu_pool] = {_HP: 0.0, _SPOT: 0.0}
             self.ledgers[gpu_pool] = GuaranteeLedger()
             self.running_spot[gpu_pool] = {}
@@ -157,7 +157,7 @@ class HpSpotScheduler:
 
     def resize_node(self, name: str) -> None:
         """A node's cards changed in place (the core failed the pods on the cards it lost
-        first, so those carried no share): the work on the cards it kept stays, its pool's
+        first, so those carried no share): the work on the cards it kept stays, its GPU pool's
         index and capacity follow, and new cards are room a failed search did not see."""
         info = self.nodes[name]
         held = self.reservations.held.get(info.gpu_pool)
@@ -167,7 +167,7 @@ class HpSpotScheduler:
         self._resize(info.gpu_pool)
 
     def _resize(self, gpu_pool: str) -> None:
-        """The pool's capacity changed: its spot quota follows (from its forecast, if any)."""
+        """The GPU pool's capacity changed: its spot quota follows (from its forecast, if any)."""
         self.capacity[gpu_pool] = self.cluster.capacity.get(gpu_pool, 0)
         self.admission.set_quota(gpu_pool, self.capacity[gpu_pool])
         self._dirty[gpu_pool] = None
@@ -175,7 +175,7 @@ class HpSpotScheduler:
     # ------------------------------------------------------------ called by the core
 
     def hp_moved(self) -> list[str]:
-        """The pools whose running HP GPUs (:attr:`used`) changed since the last call (the
+        """The GPU pools whose running HP GPUs (:attr:`used`) changed since the last call (the
         warm budget's HP cap follows them: ``Core._follow_hp_cap``)."""
         moved = list(self._hp_moved)
         self._hp_moved.clear()
@@ -184,7 +184,7 @@ class HpSpotScheduler:
     def submit(self, job: Job, now: float) -> None:
         """A new hp or spot job (the core checked that its shape fits its GPU pool)."""
         spec = job.spec
-        gpu_pool = self.pool_of(job)
+        gpu_pool = self.gpu_pool_of(job)
         self._active = True
         job.remaining = spec.duration or 0.0
         job.queued_since = now
@@ -194,23 +194,23 @@ class HpSpotScheduler:
 
     def withdraw(self, job: Job) -> None:
         """Take a queued job out of its queue, still queued: it can start nowhere on its
-        pool as it is now (:attr:`Core.unplaceable`)."""
+        GPU pool as it is now (:attr:`Core.unplaceable`)."""
         self.awaited.clear(job.id)  # what is stopping for it goes to whoever fits
         self.memo.forget(job.id)
         self.unreserve(job)
-        gpu_pool = self.pool_of(job)
+        gpu_pool = self.gpu_pool_of(job)
         self.queues[gpu_pool][job.job_class].drop(job)
         self._dirty[gpu_pool] = None
 
     def restore(self, job: Job) -> None:
         """A withdrawn job fits again: back in its queue where it stood (its submit time,
         or its re-queue time where the order queues re-queued jobs at the back)."""
-        gpu_pool = self.pool_of(job)
+        gpu_pool = self.gpu_pool_of(job)
         self.queues[gpu_pool][job.job_class].push(job, job.queued_since, requeue=True)
         self._dirty[gpu_pool] = None
 
     def queued_ids(self) -> list[str]:
-        """Queued hp and spot job ids (every pool and class; in no particular order)."""
+        """Queued hp and spot job ids (every GPU pool and class; in no particular order)."""
         return [
             jid
             for classes in self.queues.values()
@@ -219,30 +219,30 @@ class HpSpotScheduler:
             for _, jid in entries
         ]
 
-    def pool_of(self, job: Job) -> str:
+    def gpu_pool_of(self, job: Job) -> str:
         """The job's GPU pool (GPU model)."""
         return self.books.gpu_pool(job.spec)
 
     def reserved_nodes(self, gpu_pool: str) -> frozenset[str]:
-        """The nodes of ``pool`` reserved for a waiting HP job (none without a
+        """The nodes of ``gpu_pool`` reserved for a waiting HP job (none without a
         reservation): until it starts, no other job's pod is placed there."""
         return self.reservations.nodes(gpu_pool)
 
     def freeing_room(self, gpu_pool: str) -> bool:
-        """Whether pods are stopping in ``pool`` to make room for a waiting job: what they
+        """Whether pods are stopping in ``gpu_pool`` to make room for a waiting job: what they
         free is that job's, so nothing else (a spot job, a spare pod) may take it first."""
         return self._freeing_for(gpu_pool) is not None
 
     def _freeing_for(self, gpu_pool: str) -> str | None:
-        """The first waiting job of ``pool`` that pods are stopping for (None: none)."""
-        return self.awaited.freeing_for(gpu_pool, lambda j: self.pool_of(self.jobs[j]))
+        """The first waiting job of ``gpu_pool`` that pods are stopping for (None: none)."""
+        return self.awaited.freeing_for(gpu_pool, lambda j: self.gpu_pool_of(self.jobs[j]))
 
     def waiting(self, job: Job, now: float) -> SpotQuotaWait | GpuWait:
         """Why queued ``job`` has not started, by the tests :meth:`_try_start` makes, in
         its order (a pure read: nothing is searched or changed): pods stopping to make room
-        for it or (for spot) for another job, the spot quota, else no room on its pool's
+        for it or (for spot) for another job, the spot quota, else no room on its GPU pool's
         cards (beside a reservation for another HP job, if one holds nodes back from it)."""
-        gpu_pool = self.pool_of(job)
+        gpu_pool = self.gpu_pool_of(job)
         freeing = job.id if job.id in self.awaiting else None
         if freeing is None and job.job_class is _SPOT:
             freeing = self._freeing_for(gpu_pool)
@@ -254,9 +254,9 @@ class HpSpotScheduler:
             self.awaited.clear(job.id)
             self.memo.forget(job.id)
             self.unreserve(job)
-            self.queues[self.pool_of(job)][job.job_class].drop(job)
+            self.queues[self.gpu_pool_of(job)][job.job_class].drop(job)
             self.books.end_job(job, Failure.CANCELLED, None, now, out)
-            self._dirty[self.pool_of(job)] = None
+            self._dirty[self.gpu_pool_of(job)] = None
         elif job.state is JobState.PLACED:
             self.release(job)
             self._stop_pods(job, "cancelled", now, out)
@@ -270,7 +270,7 @@ class HpSpotScheduler:
         job = self.jobs[pod.pending_job]
         pod.pending_job = None
         pod.job = job.id
-        self._grown[self.pool_of(job)] += 1  # a ready pod's job may be a victim now
+        self._grown[self.gpu_pool_of(job)] += 1  # a ready pod's job may be a victim now
         self.books.move_pod(pod, PodState.ACTIVE, now)
         if job.state is JobState.PLACED and all(
             self.pods[p].state is PodState.ACTIVE for p in job.pods
@@ -305,20 +305,20 @@ class HpSpotScheduler:
         if pod.job is not None:
             job = self.jobs[pod.job]
             self.release(job)
-            self._dirty[self.pool_of(job)] = None
+            self._dirty[self.gpu_pool_of(job)] = None
         self.stop_pod(pod, "bind_failed", now, out)
 
     def started(self, job: Job, now: float) -> None:
         """Every rank runs: the run's clock starts (guarantee periods, lost work)."""
         job.run_start = now
-        self._grown[self.pool_of(job)] += 1  # a running spot job is a victim by its age
+        self._grown[self.gpu_pool_of(job)] += 1  # a running spot job is a victim by its age
 
     def finish(
         self, job: Job, exit_code: int, failure: Failure | None, now: float, out: list[Action]
     ) -> None:
         """The run ended (every rank exited, or its pod died): settle its periods, end it,
         stop its pods."""
-        gpu_pool = self.pool_of(job)
+        gpu_pool = self.gpu_pool_of(job)
         self.release(job)
         if job.job_class is _SPOT and failure is None:
             ran = now - job.run_start
@@ -347,7 +347,7 @@ class HpSpotScheduler:
             self._evict_due.discard(jid)
             job = self.jobs.get(jid)
             if job is not None and job.state is JobState.QUEUED:
-                self._dirty[self.pool_of(job)] = None  # it may evict now
+                self._dirty[self.gpu_pool_of(job)] = None  # it may evict now
         if now + EPS >= self.periods.next_eta:
             self._dirty.update(dict.fromkeys(self.periods.feedback(now)))
         leases = self.config.leases
@@ -402,11 +402,11 @@ class HpSpotScheduler:
         return sum(q.size for p in gpu_pools for q in self.queues[p].values())
 
     def eta(self, gpu_pool: str) -> float:
-        """The pool's eta (the spot quota's scale, moved by the eviction feedback)."""
+        """The GPU pool's eta (the spot quota's scale, moved by the eviction feedback)."""
         return self.config.quota.eta(gpu_pool)
 
     def spot_quota(self, gpu_pool: str) -> float:
-        """The pool's spot quota in force (:meth:`SpotAdmission.spot_quota`)."""
+        """The GPU pool's spot quota in force (:meth:`SpotAdmission.spot_quota`)."""
         return self.admission.spot_quota(gpu_pool)
 
     @property
@@ -434,7 +434,7 @@ class HpSpotScheduler:
         """Start ``job`` if it may and fits; else why not (``QUOTA``: over the spot quota,
         ``HOLD``: room is being freed for an HP job, nothing else starts; ``NO_ROOM``).
         Without ``evict`` an HP job takes free room and idle pods only."""
-        gpu_pool = self.pool_of(job)
+        gpu_pool = self.gpu_pool_of(job)
         if job.job_class is _HP and self.shares is not None:
             free = self.capacity[gpu_pool] - self.used[gpu_pool][_HP]
             queued = self.queues[gpu_pool][_HP].tenants
@@ -525,7 +525,7 @@ class HpSpotScheduler:
         return self.reservations.may_reserve(job, now) and job.id not in self.awaiting
 
     def reserve(self, job: Job, gpu_pool: str) -> None:
-        """Reserve nodes for ``job`` (:meth:`Reservations.reserve`); the pool's books move."""
+        """Reserve nodes for ``job`` (:meth:`Reservations.reserve`); the GPU pool's books move."""
         if self.reservations.reserve(job, gpu_pool):
             self._epoch[gpu_pool] += 1
 
@@ -544,7 +544,7 @@ class HpSpotScheduler:
     def _plan_free(self, job: Job, now: float) -> list[tuple[str, tuple[str, ...], float]] | None:
         """(node, cards, share) for every worker on free capacity, or None; an HP gang that
         finds no room leaves the workers it placed for the reclaim that follows."""
-        gpu_pool = self.pool_of(job)
+        gpu_pool = self.gpu_pool_of(job)
         plan, failed = self.index.plan_free(job, gpu_pool, now, self.reservations.blocked(job, now))
         if failed is not None and job.job_class is _HP:
             self._free_prefix = (job.id, now, self._epoch[gpu_pool], *failed)
@@ -558,7 +558,7 @@ class HpSpotScheduler:
         out: list[Action],
     ) -> None:
         """One pod per worker, started cold for this job (rank i in the i-th)."""
-        gpu_pool = self.pool_of(job)
+        gpu_pool = self.gpu_pool_of(job)
         cls = job.job_class
         self.books.move_job(job, JobState.PLACED, now)
         self.memo.forget(job.id)
@@ -616,7 +616,7 @@ class HpSpotScheduler:
         place = self.placement.pop(job.id, None)
         if place is None:
             return
-        gpu_pool = self.pool_of(job)
+        gpu_pool = self.gpu_pool_of(job)
         cls = job.job_class
         self.allocated -= job.gpus
         self.used[gpu_pool][cls] -= job.gpus
@@ -641,7 +641,7 @@ class HpSpotScheduler:
         self.running_spot[gpu_pool].pop(job.id, None)
 
     def sync(self) -> None:
-        """Refresh the nodes whose shares changed since the last look (by any part); a pool
+        """Refresh the nodes whose shares changed since the last look (by any part); a GPU pool
         where cards were freed is due a pass."""
         for gpu_pool in self.index.sync():
             self._dirty[gpu_pool] = None
@@ -676,7 +676,7 @@ class HpSpotScheduler:
         """A pod stopped for an HP job is gone: when its last one is, the job may go."""
         job_id = self.awaited.gone(pod_id)
         if job_id is not None:
-            self._dirty[self.pool_of(self.jobs[job_id])] = None
+            self._dirty[self.gpu_pool_of(self.jobs[job_id])] = None
 
     # ------------------------------------------------------------ reclaim
 
@@ -697,7 +697,7 @@ class HpSpotScheduler:
         nodes are one set of candidates for the victim chooser. What is stopped is awaited;
         the job starts on the pass after the last pod is gone. Without ``preempt`` no spot
         job is a victim. True when something stops."""
-        idle = self.idle.idle_cards(self.pool_of(job))
+        idle = self.idle.idle_cards(self.gpu_pool_of(job))
         if standby_only:
             idle = {n: [c for c in cards if c[0][0] == 0] for n, cards in idle.items()}
             idle = {n: cards for n, cards in idle.items() if cards}
@@ -726,7 +726,7 @@ class HpSpotScheduler:
             stopping.add(pod.id)
         stopping = {p for p in stopping if self.pods[p].state is not PodState.GONE}
         if not stopping:
-            self._dirty[self.pool_of(job)] = None
+            self._dirty[self.gpu_pool_of(job)] = None
             return False
         self.awaited.wait(job.id, stopping)
         return True
@@ -743,7 +743,7 @@ class HpSpotScheduler:
         """The planner's plan for ``job``, from the free-room plan that just failed for it
         at this instant (if any) and clear of nodes reserved for another job."""
         prefix = self._free_prefix
-        gpu_pool = self.pool_of(job)
+        gpu_pool = self.gpu_pool_of(job)
         known = None
         if prefix is not None and prefix[:3] == (job.id, now, self._epoch[gpu_pool]):
             known = (prefix[3], prefix[4])
@@ -758,7 +758,7 @@ class HpSpotScheduler:
         again; one failed guarantee period."""
         if job.job_class is not _SPOT:
             raise AssertionError(f"{job.job_class} job {job.id} chosen as a victim")
-        gpu_pool = self.pool_of(job)
+        gpu_pool = self.gpu_pool_of(job)
         nodes = list(dict.fromkeys(n for n, _, _ in self.placement.get(job.id, ())))
         useful = job.useful_since_start(now)
         ckpt = job.last_checkpoint(now, self.config.checkpoint_s)
@@ -788,7 +788,7 @@ class HpSpotScheduler:
         job.queued_since = now
         job.ranks_started.clear()
         job.ranks_exited.clear()
-        gpu_pool = self.pool_of(job)
+        gpu_pool = self.gpu_pool_of(job)
         self.queues[gpu_pool][job.job_class].push(job, now, requeue=True)
         self._dirty[gpu_pool] = None
         out.append(JobRequeued(job.id, reason))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from stoker.core.gfs.jobs import GuaranteeLedger
-from stoker.core.gfs.placement import NodeInfo, PoolIndex
+from stoker.core.gfs.placement import GpuPoolIndex, NodeInfo
 from stoker.core.gfs.queues import ClassQueue
 from stoker.core.gfs.reservations import Reservations
 from stoker.core.model import Cluster, Job, Pod
@@ -18,7 +18,7 @@ class HpSpotView(Protocol):
     jobs: dict[str, Job]
     pods: dict[str, Pod]
     nodes: dict[str, NodeInfo]
-    gpu_pools: dict[str, PoolIndex]
+    gpu_pools: dict[str, GpuPoolIndex]
     queues: dict[str, dict[str, ClassQueue]]
     used: dict[str, dict[str, float]]
     node_jobs: dict[str, dict[str, list[str]]]
@@ -28,7 +28,7 @@ class HpSpotView(Protocol):
     capacity: dict[str, int]
     reservations: Reservations
 
-    def pool_of(self, job: Job) -> str:
+    def gpu_pool_of(self, job: Job) -> str:
         """The GPU pool ``job``'s workers take."""
         ...
 

@@ -68,7 +68,7 @@ class QueueDrivenBudget(StaticBudget):
 
 class WarmCap(Protocol):
     """How a GPU pool's HP forecast bounds the warm budget there (the one capacity model):
-    the GPUs idle warm and standby pods of that pool may hold, or None for no bound; idle
+    the GPUs idle warm and standby pods of that GPU pool may hold, or None for no bound; idle
     pods already held over the bound are stopped, least valuable first.
     """
 

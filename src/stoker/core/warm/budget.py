@@ -1,7 +1,7 @@
 """The warm budget kept: how many GPUs idle pods may hold, and which go when over it.
 
 One :class:`BudgetKeeper` per :class:`~stoker.core.warm.WarmPools`. It holds each GPU pool's
-HP cap (set by the core from that pool's HP forecast), reads the budget's queue-driven limit,
+HP cap (set by the core from that GPU pool's HP forecast), reads the budget's queue-driven limit,
 and names the idle pods to stop when over (least valuable first) and the spare pods to start
 for each profile's minimum warm count. It stops and starts nothing itself: it names pods and
 slots one at a time, and the warm pools carry each out before it looks at the next.
@@ -81,7 +81,7 @@ class BudgetKeeper:
 
     def room_for_standby(self, model: str, share: float) -> bool:
         """Whether a new standby of ``share`` on a card of GPU model ``model`` fits: beside
-        a busy pod it is bounded by the base cap (:meth:`limit`) and its pool's HP cap."""
+        a busy pod it is bounded by the base cap (:meth:`limit`) and its GPU pool's HP cap."""
         if self.idle.idle_gpus + share > self.base() + EPS:
             return False
         held = self.idle.idle_by_model.get(model, 0.0)
