@@ -9,16 +9,15 @@ import base64
 import json
 import shutil
 import sqlite3
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from stoker.broker.config import BrokerConfig, BrokerProfile, PolicyConfig
+from rig import PY, Api, broker_config, tenant_api, wait_for
+from stoker.broker.config import BrokerProfile, PolicyConfig
 from stoker.broker.embedded import EmbeddedBroker
 
 pytestmark = [
@@ -26,65 +25,11 @@ pytestmark = [
     pytest.mark.timeout(90),
 ]
 
-PY = "python"
-
-
-def _cfg(tmp: Path, **kw: Any) -> BrokerConfig:
-    kw.setdefault("profiles", [BrokerProfile.simple("plain")])
-    kw.setdefault("gpu_slots", 2)
-    return BrokerConfig(data_dir=tmp / "data", **kw)
-
-
-class Api:
-    """A tenant's (or the admin's) view of a broker over HTTP."""
-
-    def __init__(self, url: str, token: str | None) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.Client(base_url=url, headers=headers, timeout=60)
-
-    def submit(self, argv: list[str], tag: str = "x", **kw: Any) -> httpx.Response:
-        body = {"profile": "plain", "argv": argv, "reuse_tag": tag, **kw}
-        return self.http.post("/v1/jobs", json=body)
-
-    def run(self, argv: list[str], tag: str = "x", **kw: Any) -> dict[str, Any]:
-        r = self.submit(argv, tag, **kw)
-        assert r.status_code == 201, r.text
-        return self.wait(r.json()["id"])
-
-    def wait(self, job_id: str, timeout_s: float = 60) -> dict[str, Any]:
-        r = self.http.get(f"/v1/jobs/{job_id}/wait", params={"timeout_s": timeout_s})
-        assert r.status_code == 200, r.text
-        return r.json()
-
-    def output(self, job_id: str) -> str:
-        import base64
-        import json
-
-        r = self.http.get(f"/v1/jobs/{job_id}/output", params={"follow": False})
-        lines = [json.loads(x) for x in r.text.splitlines() if x.strip()]
-        return b"".join(base64.b64decode(m["data"]) for m in lines if "data" in m).decode()
-
-    def pods(self) -> list[dict[str, Any]]:
-        return self.http.get("/v1/pods").json()
-
 
 @pytest.fixture
 def broker(tmp_path: Path, database_url: str) -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker(_cfg(tmp_path, database_url=database_url)) as eb:
+    with EmbeddedBroker(broker_config(tmp_path, database_url=database_url)) as eb:
         yield eb
-
-
-def _tenant(eb: EmbeddedBroker, name: str) -> Api:
-    r = Api(eb.url, eb.admin_token).http.post("/v1/tenants", json={"name": name})
-    assert r.status_code == 201, r.text
-    return Api(eb.url, r.json()["token"])
-
-
-def _wait_for(pred: Any, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
 
 
 # ----------------------------------------------------------------------------- API layer
@@ -109,7 +54,7 @@ def test_a_plain_submit_takes_the_fast_path_and_answers_as_the_route(
         await inner(scope, receive, send)
 
     route.app = counting
-    a = _tenant(broker, "a")
+    a = tenant_api(broker, "a")
     job = {"profile": "plain", "argv": ["python", "-c", "print(3)"], "reuse_tag": "fp"}
     bad_key = {"Idempotency-Key": "k" * 201}
     cases: list[tuple[dict[str, Any], dict[str, Any], dict[str, str], bool]] = [
@@ -171,7 +116,7 @@ def test_authentication_and_tenant_scoping(broker: EmbeddedBroker) -> None:
     r = anon.submit([PY, "-c", "pass"])
     assert r.status_code == 401 and r.json()["field"] == "authorization"
     assert Api(broker.url, "stk_wrong").http.get("/v1/jobs").status_code == 401
-    a, b = _tenant(broker, "a"), _tenant(broker, "b")
+    a, b = tenant_api(broker, "a"), tenant_api(broker, "b")
     admin = Api(broker.url, broker.admin_token)
     assert a.http.get("/v1/tenants").status_code == 403  # tenants are the admin's
     assert admin.submit([PY, "-c", "pass"]).status_code == 403  # jobs are a tenant's
@@ -189,8 +134,8 @@ def test_authentication_and_tenant_scoping(broker: EmbeddedBroker) -> None:
 
 
 def test_bad_input_names_the_field_and_writes_nothing(tmp_path: Path) -> None:
-    with EmbeddedBroker(_cfg(tmp_path, max_code_bytes=1000, max_timeout_s=100)) as eb:
-        a = _tenant(eb, "a")
+    with EmbeddedBroker(broker_config(tmp_path, max_code_bytes=1000, max_timeout_s=100)) as eb:
+        a = tenant_api(eb, "a")
         cases = [
             ({"profile": "nope"}, "body.profile"),
             ({"argv": []}, "body.argv"),
@@ -228,14 +173,14 @@ def test_bad_input_names_the_field_and_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_idempotency_key_gives_the_same_job(broker: EmbeddedBroker) -> None:
-    a = _tenant(broker, "a")
+    a = tenant_api(broker, "a")
     body = {"profile": "plain", "argv": [PY, "-c", "pass"], "reuse_tag": "x"}
     h = {"Idempotency-Key": "k-1"}
     r1 = a.http.post("/v1/jobs", json=body, headers=h)
     r2 = a.http.post("/v1/jobs", json=body, headers=h)
     assert (r1.status_code, r2.status_code) == (201, 200)
     assert r1.json()["id"] == r2.json()["id"]
-    b = _tenant(broker, "b")  # keys live inside their tenant
+    b = tenant_api(broker, "b")  # keys live inside their tenant
     assert b.http.post("/v1/jobs", json=body, headers=h).json()["id"] != r1.json()["id"]
     assert len(a.http.get("/v1/jobs").json()) == 1
 
@@ -244,7 +189,7 @@ def test_idempotency_key_gives_the_same_job(broker: EmbeddedBroker) -> None:
 
 
 def test_cold_start_then_warm_hit_with_output_and_exit(broker: EmbeddedBroker) -> None:
-    a = _tenant(broker, "a")
+    a = tenant_api(broker, "a")
     first = a.run([PY, "-c", "import sys; print('hello'); sys.exit(3)"])
     assert (first["path"], first["exit_code"], first["failure"]) == ("cold", 3, "user_error")
     assert a.output(first["id"]) == "hello\n"
@@ -260,7 +205,7 @@ def test_a_jobs_end_is_recorded_in_steps(broker: EmbeddedBroker) -> None:
     # exited (its process ended), drained (its output read to the end, the pod clean), then
     # finished (the broker took it) and committed (its final row's transaction began): where
     # the time between a job's last line and its caller's answer goes
-    a = _tenant(broker, "a")
+    a = tenant_api(broker, "a")
     a.run([PY, "-c", "pass"])  # the pod's cold start out of the way
     job = a.run([PY, "-c", "import time; print('x', flush=True); time.sleep(0.3)"])
     steps = [job[k] for k in ("submitted", "started", "exited", "drained", "finished")]
@@ -276,30 +221,32 @@ def test_a_jobs_end_is_recorded_in_steps(broker: EmbeddedBroker) -> None:
 
 
 def test_standby_promotion(tmp_path: Path) -> None:
-    with EmbeddedBroker(_cfg(tmp_path, gpu_slots=1)) as eb:
-        a = _tenant(eb, "a")
+    with EmbeddedBroker(broker_config(tmp_path, gpu_slots=1)) as eb:
+        a = tenant_api(eb, "a")
         x = a.run([PY, "-c", "pass"], tag="x")
         assert x["path"] == "cold"
-        _wait_for(lambda: any(p["state"] == "standby" for p in Api(eb.url, eb.admin_token).pods()))
+        wait_for(lambda: any(p["state"] == "standby" for p in Api(eb.url, eb.admin_token).pods()))
         y = a.run([PY, "-c", "pass"], tag="y")
         assert y["path"] == "standby" and y["exit_code"] == 0
         assert y["pods"] != x["pods"]
 
 
 def test_keepalive_expiry(tmp_path: Path) -> None:
-    with EmbeddedBroker(_cfg(tmp_path, policies=PolicyConfig(keepalive_s=0.5))) as eb:
-        a = _tenant(eb, "a")
+    with EmbeddedBroker(broker_config(tmp_path, policies=PolicyConfig(keepalive_s=0.5))) as eb:
+        a = tenant_api(eb, "a")
         job = a.run([PY, "-c", "pass"])
         pod = job["pods"][0]
-        _wait_for(lambda: all(p["id"] != pod for p in a.pods()), 10)
+        wait_for(lambda: all(p["id"] != pod for p in a.pods()), 10)
         again = a.run([PY, "-c", "pass"])
         assert again["path"] != "warm" and again["pods"] != job["pods"]
 
 
 def test_budget_shrinks_under_queueing(tmp_path: Path) -> None:
-    cfg = _cfg(tmp_path, gpu_slots=1, profiles=[BrokerProfile.simple("plain", standby=False)])
+    cfg = broker_config(
+        tmp_path, gpu_slots=1, profiles=[BrokerProfile.simple("plain", standby=False)]
+    )
     with EmbeddedBroker(cfg) as eb:
-        a, b = _tenant(eb, "a"), _tenant(eb, "b")
+        a, b = tenant_api(eb, "a"), tenant_api(eb, "b")
         held = a.run([PY, "-c", "pass"])
         assert any(p["state"] == "warm" for p in a.pods())
         # b's job finds the only GPU held by a's idle warm pod: it queues, the warm budget
@@ -311,9 +258,11 @@ def test_budget_shrinks_under_queueing(tmp_path: Path) -> None:
 
 def test_isolation_between_callers(tmp_path: Path) -> None:
     # a GPU per caller, no standby: nothing forces (A, x)'s warm pod out before it is reused
-    cfg = _cfg(tmp_path, gpu_slots=3, profiles=[BrokerProfile.simple("plain", standby=False)])
+    cfg = broker_config(
+        tmp_path, gpu_slots=3, profiles=[BrokerProfile.simple("plain", standby=False)]
+    )
     with EmbeddedBroker(cfg) as eb:
-        _isolation(_tenant(eb, "a"), _tenant(eb, "b"))
+        _isolation(tenant_api(eb, "a"), tenant_api(eb, "b"))
 
 
 def _isolation(a: Api, b: Api) -> None:
@@ -345,17 +294,17 @@ def _isolation(a: Api, b: Api) -> None:
 
 
 def test_cancel_running_job(broker: EmbeddedBroker) -> None:
-    a = _tenant(broker, "a")
+    a = tenant_api(broker, "a")
     r = a.submit([PY, "-c", "import time; print('up', flush=True); time.sleep(60)"])
     jid = r.json()["id"]
-    _wait_for(lambda: a.http.get(f"/v1/jobs/{jid}").json()["state"] == "running")
+    wait_for(lambda: a.http.get(f"/v1/jobs/{jid}").json()["state"] == "running")
     assert a.http.post(f"/v1/jobs/{jid}/cancel").status_code == 200
     job = a.wait(jid, 20)
     assert job["state"] == "finished" and job["failure"] == "cancelled"
 
 
 def test_multi_pod_job_gets_consistent_topology(broker: EmbeddedBroker) -> None:
-    a = _tenant(broker, "a")
+    a = tenant_api(broker, "a")
     code = (
         "import os\n"
         "print(os.environ['RANK'], os.environ['WORLD_SIZE'],"
@@ -371,12 +320,12 @@ def test_multi_pod_job_gets_consistent_topology(broker: EmbeddedBroker) -> None:
 
 def test_restart_with_running_and_queued_jobs(tmp_path: Path, database_url: str) -> None:
     profiles = [BrokerProfile.simple("plain", standby=False)]
-    cfg = _cfg(tmp_path, gpu_slots=1, profiles=profiles, database_url=database_url)
+    cfg = broker_config(tmp_path, gpu_slots=1, profiles=profiles, database_url=database_url)
     eb = EmbeddedBroker(cfg, stop_pods=False).start()
-    a = _tenant(eb, "a")
+    a = tenant_api(eb, "a")
     slow = "import time; print('before', flush=True); time.sleep(2.5); print('after')"
     running = a.submit([PY, "-c", slow], tag="x").json()["id"]
-    _wait_for(lambda: a.http.get(f"/v1/jobs/{running}").json()["state"] == "running")
+    wait_for(lambda: a.http.get(f"/v1/jobs/{running}").json()["state"] == "running")
     queued = a.submit([PY, "-c", "print('queued ran')"], tag="y").json()["id"]
     assert a.http.get(f"/v1/jobs/{queued}").json()["state"] == "queued"
     token = a.http.headers["Authorization"].split()[1]
@@ -398,11 +347,11 @@ def test_restart_with_running_and_queued_jobs(tmp_path: Path, database_url: str)
 
 def test_restart_fails_a_lost_pod_with_a_typed_reason(tmp_path: Path, database_url: str) -> None:
     profiles = [BrokerProfile.simple("plain", standby=False)]
-    cfg = _cfg(tmp_path, gpu_slots=1, profiles=profiles, database_url=database_url)
+    cfg = broker_config(tmp_path, gpu_slots=1, profiles=profiles, database_url=database_url)
     eb = EmbeddedBroker(cfg, stop_pods=False).start()
-    a = _tenant(eb, "a")
+    a = tenant_api(eb, "a")
     jid = a.submit([PY, "-c", "import time; time.sleep(30)"]).json()["id"]
-    _wait_for(lambda: a.http.get(f"/v1/jobs/{jid}").json()["state"] == "running")
+    wait_for(lambda: a.http.get(f"/v1/jobs/{jid}").json()["state"] == "running")
     token = a.http.headers["Authorization"].split()[1]
     eb.stop(stop_pods=True)  # the pod dies as the broker goes: no broker hears its PodDown
     with EmbeddedBroker(cfg) as eb2:
@@ -419,14 +368,14 @@ def test_a_restart_with_fewer_gpus_sets_aside_what_no_longer_fits(
     a queued job that no longer fits waits aside, still queued, with the reason on the API
     (not cancelled: the host's GPUs may come back, and its caller can cancel it), new jobs
     that fit run, and once the GPUs are back the set-aside jobs run too."""
-    two = _cfg(tmp_path, gpu_slots=2, database_url=database_url)
-    one = _cfg(tmp_path, gpu_slots=1, database_url=database_url)
+    two = broker_config(tmp_path, gpu_slots=2, database_url=database_url)
+    one = broker_config(tmp_path, gpu_slots=1, database_url=database_url)
     with EmbeddedBroker(two) as eb:
-        a = _tenant(eb, "a")
+        a = tenant_api(eb, "a")
         token = a.http.headers["Authorization"].split()[1]
         hold = a.submit([PY, "-c", "import time; time.sleep(60)"], job_class="hp", gpus=2)
         hold_id = hold.json()["id"]
-        _wait_for(lambda: a.http.get(f"/v1/jobs/{hold_id}").json()["state"] == "running")
+        wait_for(lambda: a.http.get(f"/v1/jobs/{hold_id}").json()["state"] == "running")
         hp = a.submit([PY, "-c", "print('hp ran')"], job_class="hp", gpus=2).json()["id"]
         gang = a.submit([PY, "-c", "print('gang ran')"], workers=2).json()["id"]
         # queued, each told the room it waits for (every card is the hold's)
@@ -503,13 +452,13 @@ def test_a_restart_with_another_gpu_set_changes_the_node_in_place(
     a GPU away fails only the pod on it (its job pod_died, the pod stopped)."""
     from leaks import leftovers
 
-    cfgs = {n: _cfg(tmp_path, gpu_slots=n, database_url=database_url) for n in (1, 2, 3)}
+    cfgs = {n: broker_config(tmp_path, gpu_slots=n, database_url=database_url) for n in (1, 2, 3)}
     eb = EmbeddedBroker(cfgs[2], stop_pods=False).start()
-    a = _tenant(eb, "a")
+    a = tenant_api(eb, "a")
     token = a.http.headers["Authorization"].split()[1]
     gated = [a.submit([PY, "-c", _GATED], job_class="hp", gpus=1).json()["id"] for _ in "01"]
     for jid in gated:
-        _wait_for(lambda jid=jid: a.http.get(f"/v1/jobs/{jid}").json()["state"] == "running")
+        wait_for(lambda jid=jid: a.http.get(f"/v1/jobs/{jid}").json()["state"] == "running")
     pod = {jid: a.http.get(f"/v1/jobs/{jid}").json()["pods"][0] for jid in gated}
     assert eb.broker is not None and eb.broker.scheduler is not None
     gpus = {jid: eb.broker.scheduler.core.pods[pod[jid]].gpus for jid in gated}
@@ -550,7 +499,7 @@ def test_a_restart_with_another_gpu_set_changes_the_node_in_place(
         a = Api(eb.url, token)
         lost = a.wait(on1, 10)
         assert (lost["state"], lost["failure"]) == ("finished", "pod_died"), lost
-        _wait_for(lambda: not _runs(eb, pod[on1]))  # its pod stopped
+        wait_for(lambda: not _runs(eb, pod[on1]))  # its pod stopped
         _release(eb, pod[on0])
         kept = a.wait(on0, 30)
         assert (kept["exit_code"], kept["failure"]) == (0, None), kept
@@ -571,9 +520,9 @@ def test_a_store_written_before_the_node_was_logged_replays_on_its_node(
 
     from stoker.broker.store import Store, core_events
 
-    two = _cfg(tmp_path, gpu_slots=2, database_url=database_url)
+    two = broker_config(tmp_path, gpu_slots=2, database_url=database_url)
     with EmbeddedBroker(two) as eb:
-        a = _tenant(eb, "a")
+        a = tenant_api(eb, "a")
         token = a.http.headers["Authorization"].split()[1]
         done = a.run([PY, "-c", "print('ran')"], job_class="hp", gpus=2)
         assert done["exit_code"] == 0, done
@@ -588,9 +537,9 @@ def test_a_store_written_before_the_node_was_logged_replays_on_its_node(
         assert a.http.get(f"/v1/jobs/{done['id']}").json()["exit_code"] == 0
         hold = a.submit([PY, "-c", "import time; time.sleep(60)"], job_class="hp", gpus=2)
         hold_id = hold.json()["id"]
-        _wait_for(lambda: a.http.get(f"/v1/jobs/{hold_id}").json()["state"] == "running")
+        wait_for(lambda: a.http.get(f"/v1/jobs/{hold_id}").json()["state"] == "running")
         queued = a.submit([PY, "-c", "print('queued ran')"], job_class="hp", gpus=2).json()["id"]
-    with EmbeddedBroker(_cfg(tmp_path, gpu_slots=1, database_url=database_url)) as eb:
+    with EmbeddedBroker(broker_config(tmp_path, gpu_slots=1, database_url=database_url)) as eb:
         a = Api(eb.url, token)
         assert a.wait(hold_id, 10)["failure"] == "pod_died"
         row = a.http.get(f"/v1/jobs/{queued}").json()
@@ -611,14 +560,14 @@ def test_a_store_written_before_the_node_was_logged_replays_on_a_host_that_shran
     from leaks import leftovers
     from stoker.broker.store import Store, core_events
 
-    two = _cfg(tmp_path, gpu_slots=2, database_url=database_url)
+    two = broker_config(tmp_path, gpu_slots=2, database_url=database_url)
     eb = EmbeddedBroker(two, stop_pods=False).start()
-    a = _tenant(eb, "a")
+    a = tenant_api(eb, "a")
     token = a.http.headers["Authorization"].split()[1]
     assert a.run([PY, "-c", "print('ran')"], job_class="hp", gpus=2)["exit_code"] == 0
     gated = [a.submit([PY, "-c", _GATED], job_class="hp", gpus=1).json()["id"] for _ in "01"]
     for jid in gated:
-        _wait_for(lambda jid=jid: a.http.get(f"/v1/jobs/{jid}").json()["state"] == "running")
+        wait_for(lambda jid=jid: a.http.get(f"/v1/jobs/{jid}").json()["state"] == "running")
     assert eb.broker is not None and eb.broker.scheduler is not None
     pods = eb.broker.scheduler.core.pods
     pod = {jid: a.http.get(f"/v1/jobs/{jid}").json()["pods"][0] for jid in gated}
@@ -631,12 +580,12 @@ def test_a_store_written_before_the_node_was_logged_replays_on_a_host_that_shran
             conn.execute(sa.delete(core_events).where(core_events.c.kind == "node_added"))
     finally:
         store.close()
-    with EmbeddedBroker(_cfg(tmp_path, gpu_slots=1, database_url=database_url)) as eb:
+    with EmbeddedBroker(broker_config(tmp_path, gpu_slots=1, database_url=database_url)) as eb:
         assert eb.broker is not None and eb.broker.scheduler is not None
         a = Api(eb.url, token)
         lost = a.wait(on1, 10)
         assert (lost["state"], lost["failure"]) == ("finished", "pod_died"), lost
-        _wait_for(lambda: not _runs(eb, pod[on1]))
+        wait_for(lambda: not _runs(eb, pod[on1]))
         _release(eb, pod[on0])
         kept = a.wait(on0, 30)
         assert (kept["exit_code"], a.output(on0)) == (0, "vgpu0\nafter vgpu0\n"), kept
@@ -662,8 +611,8 @@ def test_a_close_whose_commit_fails_still_stops_the_pods(tmp_path: Path) -> None
 
     from leaks import leftovers
 
-    eb = EmbeddedBroker(_cfg(tmp_path, gpu_slots=1)).start()
-    a = _tenant(eb, "a")
+    eb = EmbeddedBroker(broker_config(tmp_path, gpu_slots=1)).start()
+    a = tenant_api(eb, "a")
     assert a.run([PY, "-c", "pass"])["exit_code"] == 0  # its pod stays warm
     assert eb.broker is not None and eb.broker.scheduler is not None
     sched = eb.broker.scheduler
@@ -700,7 +649,7 @@ def test_a_start_that_fails_halfway_stops_the_pods_it_started(
 
     monkeypatch.setattr(Dashboard, "start", fail)
     profiles = [BrokerProfile.simple("plain", min_warm=1)]
-    cfg = _cfg(tmp_path, gpu_slots=1, profiles=profiles)
+    cfg = broker_config(tmp_path, gpu_slots=1, profiles=profiles)
     with pytest.raises(RuntimeError, match="did not start"):
         EmbeddedBroker(cfg).start()
     assert started == [True]
@@ -717,7 +666,7 @@ def test_reads_answer_what_is_stored_and_a_wait_returns_once_the_end_is(
 
     from stoker.broker.loop import JobRequest
 
-    a = _tenant(broker, "a")
+    a = tenant_api(broker, "a")
     a.run(["true"])  # a warm pod for the caller
     assert broker.broker is not None and broker._loop is not None
     sched = broker.broker.scheduler
@@ -785,10 +734,10 @@ def test_finished_jobs_and_gone_pods_leave_the_brokers_memory(tmp_path: Path) ->
     pods went (keep-alive), the core and the loop's per-job and per-pod maps are empty, and
     every finished job still reads in full from the store, also after a restart."""
     profiles = [BrokerProfile.simple("plain", standby=False)]  # no pod outlives its keep-alive
-    cfg = _cfg(tmp_path, policies=PolicyConfig(keepalive_s=0.5), profiles=profiles)
+    cfg = broker_config(tmp_path, policies=PolicyConfig(keepalive_s=0.5), profiles=profiles)
     jobs: dict[str, Api] = {}
     with EmbeddedBroker(cfg) as eb:
-        a, b = _tenant(eb, "a"), _tenant(eb, "b")
+        a, b = tenant_api(eb, "a"), tenant_api(eb, "b")
         for i in range(3):
             for api, tag in ((a, "x"), (b, "y"), (b, f"tag{i}")):
                 r = api.submit([PY, "-c", f"print({i})"], tag)
@@ -800,9 +749,9 @@ def test_finished_jobs_and_gone_pods_leave_the_brokers_memory(tmp_path: Path) ->
         for jid, api in jobs.items():
             assert api.wait(jid)["state"] == "finished"
             assert api.http.get(f"/v1/jobs/{jid}/output", params={"follow": True}).is_success
-        _wait_for(lambda: not a.pods() and not b.pods(), 30)
+        wait_for(lambda: not a.pods() and not b.pods(), 30)
         try:
-            _wait_for(lambda: not any(_held(eb).values()), 10)
+            wait_for(lambda: not any(_held(eb).values()), 10)
         except AssertionError:
             raise AssertionError(f"still held: {_held(eb)}") from None
         for jid, api in jobs.items():
@@ -831,7 +780,7 @@ def test_submits_of_one_turn_share_one_commit_and_run_only_once_stored(
 
     from stoker.broker.loop import JobRequest
 
-    a = _tenant(broker, "a")
+    a = tenant_api(broker, "a")
     a.run(["true"])  # a warm pod for the caller
     assert broker.broker is not None and broker._loop is not None
     sched = broker.broker.scheduler
@@ -880,8 +829,8 @@ def test_a_warm_pod_imports_a_callers_deps_once(tmp_path: Path) -> None:
     name = f"stokercount{uuid.uuid4().hex[:6]}"
     tiny_wheel(wheels, name, "", init=IMPORT_COUNTER)
     count = [PY, "-c", import_count(name)]
-    with EmbeddedBroker(_cfg(tmp_path, find_links=(wheels,), no_index=True)) as eb:
-        a, b = _tenant(eb, "a"), _tenant(eb, "b")
+    with EmbeddedBroker(broker_config(tmp_path, find_links=(wheels,), no_index=True)) as eb:
+        a, b = tenant_api(eb, "a"), tenant_api(eb, "b")
         jobs = [a.run(count, deps=[name]) for _ in range(4)]
         assert [j["exit_code"] for j in jobs] == [0] * 4
         assert len({tuple(j["pods"]) for j in jobs}) == 1  # one warm pod

@@ -15,7 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ import pytest
 from typer.testing import CliRunner
 
 import stoker
+from rig import Api, broker_config, tenant_client, wait_for
 from stoker.broker.config import (
     BrokerConfig,
     BrokerProfile,
@@ -68,32 +69,19 @@ SPOT_OUTPUT = (
 
 def _checkpoints_dropped(cfg: BrokerConfig, job: str) -> None:
     """Once the job has ended for good its checkpoints leave the runtime's disk."""
-    _wait_for(lambda: not (cfg.runtime_dir / "checkpoints" / job).exists(), 10)
+    wait_for(lambda: not (cfg.runtime_dir / "checkpoints" / job).exists(), 10)
 
 
 def _cfg(tmp: Path, gpu_slots: int = 1, **kw: Any) -> BrokerConfig:
-    kw.setdefault("profiles", [BrokerProfile.simple("plain")])
-    return BrokerConfig(
-        data_dir=tmp / "data",
+    """A broker on one GPU pool ``vgpu`` whose forecaster answers at once and refits often."""
+    return broker_config(
+        tmp,
         gpu_slots=gpu_slots,
         gpu_model="vgpu",
         forecast=ForecastConfig(query_every_s=0.2, refit_every_s=0.5),
         spot=SpotConfig(grace_s=20.0),
         **kw,
     )
-
-
-def _tenant(eb: EmbeddedBroker, name: str) -> stoker.Client:
-    with stoker.Client(eb.url, eb.admin_token) as admin:
-        return stoker.Client(eb.url, admin.create_tenant(name))
-
-
-def _wait_for(pred: Callable[[], Any], timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (value := pred()):
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
-    return value
 
 
 def _gpu_pool(c: stoker.Client) -> dict[str, Any]:
@@ -104,7 +92,7 @@ def _gpu_pool(c: stoker.Client) -> dict[str, Any]:
 def _running_spot(c: stoker.Client) -> Job:
     """Submit the checkpointing spot job on the whole GPU; return it once it runs."""
     job = c.run("plain", [PY, "-c", SPOT], shape=JobShape("spot", gpus=1.0, guarantee_s=600))
-    _wait_for(lambda: "run 1: started" in job.logs())
+    wait_for(lambda: "run 1: started" in job.logs())
     return job
 
 
@@ -115,7 +103,7 @@ def broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
 
 
 def test_bad_class_workers_gpus_get_4xx_naming_the_field(tmp_path: Path) -> None:
-    with EmbeddedBroker(_cfg(tmp_path, gpu_slots=2)) as eb, _tenant(eb, "a") as a:
+    with EmbeddedBroker(_cfg(tmp_path, gpu_slots=2)) as eb, tenant_client(eb, "a") as a:
         cases = [
             ({"job_class": "gold"}, "body.job_class"),
             ({"workers": 0}, "body.workers"),
@@ -129,7 +117,7 @@ def test_bad_class_workers_gpus_get_4xx_naming_the_field(tmp_path: Path) -> None
         ]
         for override, field in cases:
             body = {"profile": "plain", "argv": [PY, "-c", "pass"], "reuse_tag": "x", **override}
-            r = a._http.post("/v1/jobs", json=body)
+            r = Api(eb.url, a.token).http.post("/v1/jobs", json=body)
             assert 400 <= r.status_code < 500, (override, r.text)
             assert r.json()["field"] == field, (override, r.json())
             assert field in r.json()["message"]
@@ -153,7 +141,9 @@ def test_a_shape_the_core_refuses_is_a_422_naming_the_field_and_nothing_is_store
         a = stoker.Client(eb.url, token)
         body = {"profile": "plain", "argv": [PY, "-c", "pass"], "reuse_tag": "x"}
         refused = {**body, "job_class": "spot", "workers": 5, "gpus": 0.4}
-        r = a._http.post("/v1/jobs", json=refused, headers={"Idempotency-Key": "k"})
+        r = Api(eb.url, a.token).http.post(
+            "/v1/jobs", json=refused, headers={"Idempotency-Key": "k"}
+        )
         assert r.status_code == 422, r.text
         assert r.json()["field"] == "body.workers"
         assert "room for 0.4 of a card each" in r.json()["message"]
@@ -168,7 +158,9 @@ def test_a_shape_the_core_refuses_is_a_422_naming_the_field_and_nothing_is_store
         assert cli.exit_code == 2 and cli.stderr.count("\n") == 1, cli.stderr
         assert "body.gpus: a worker takes 3 GPUs on one node" in cli.stderr
         # what fits is taken: four such workers, two on each card
-        fits = a._http.post("/v1/jobs", json={**refused, "workers": 4}, params={"wait": 60})
+        fits = Api(eb.url, a.token).http.post(
+            "/v1/jobs", json={**refused, "workers": 4}, params={"wait": 60}
+        )
         assert fits.status_code == 201 and fits.json()["state"] == "finished", fits.text
         a.close()
         db = eb.cfg.db_path
@@ -181,13 +173,13 @@ def test_a_shape_the_core_refuses_is_a_422_naming_the_field_and_nothing_is_store
 def test_hp_preempts_spot_which_checkpoints_and_runs_again(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
-    a, b = _tenant(broker, "a"), _tenant(broker, "b")
+    a, b = tenant_client(broker, "a"), tenant_client(broker, "b")
     with a, b:
         # the spot job through the command line, which says when it is preempted
         env = {
             **os.environ,
             "STOKER_URL": broker.url,
-            "STOKER_TOKEN": a._http.headers["Authorization"][7:],
+            "STOKER_TOKEN": a.token,
         }
         args = ["run", "-p", "plain", "--class", "spot", "--gpus", "1", "--guarantee-s", "600"]
         cli = subprocess.Popen(
@@ -198,9 +190,9 @@ def test_hp_preempts_spot_which_checkpoints_and_runs_again(
             text=True,
         )
         try:
-            row = _wait_for(lambda: next(iter(a.jobs(["running"])), None))
+            row = wait_for(lambda: next(iter(a.jobs(["running"])), None))
             spot = Job(a, row)
-            _wait_for(lambda: "run 1: started" in spot.logs())
+            wait_for(lambda: "run 1: started" in spot.logs())
             gpu_pool = _gpu_pool(a)
             assert (gpu_pool["capacity"], gpu_pool["spot_gpus"], gpu_pool["hp_gpus"]) == (
                 1.0,
@@ -233,12 +225,12 @@ def test_hp_preempts_spot_which_checkpoints_and_runs_again(
 
 
 def test_hp_takes_the_gpu_of_idle_standby_then_warm_pods(broker: EmbeddedBroker) -> None:
-    with _tenant(broker, "a") as a, _tenant(broker, "b") as b:
+    with tenant_client(broker, "a") as a, tenant_client(broker, "b") as b:
         warm = a.run("plain", [PY, "-c", "pass"], reuse_tag="loop").result(60)
         assert warm.path == "cold"
         with stoker.Client(broker.url, broker.admin_token) as admin:
             pods = lambda: {p["id"]: p["state"] for p in admin.pods()}  # noqa: E731
-            standby = _wait_for(lambda: [p for p, s in pods().items() if s == "standby"])
+            standby = wait_for(lambda: [p for p, s in pods().items() if s == "standby"])
             (warm_pod,) = [p for p, s in pods().items() if s == "warm"]
             # the one GPU is held by a warm pod (0.9) and a standby pod (0.1): a tenth of it
             # for HP is taken from the standby pod first, the cheaper one
@@ -257,13 +249,13 @@ def test_hp_takes_the_gpu_of_idle_standby_then_warm_pods(broker: EmbeddedBroker)
 def test_restart_in_the_middle_keeps_spot_hp_and_demand_history(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, gpu_slots=2)
     eb = EmbeddedBroker(cfg, stop_pods=False).start()
-    a, b = _tenant(eb, "a"), _tenant(eb, "b")
+    a, b = tenant_client(eb, "a"), tenant_client(eb, "b")
     # an HP job and a spot job run, one GPU each, when the broker goes
     hp_code = "import time; print('hp up', flush=True); time.sleep(4); print('hp done')"
     first = b.run("plain", [PY, "-c", hp_code], shape=JobShape("hp", gpus=1.0))
-    _wait_for(lambda: "hp up" in first.logs())
+    wait_for(lambda: "hp up" in first.logs())
     spot = _running_spot(a)
-    tokens = [c._http.headers["Authorization"][7:] for c in (a, b)]
+    tokens = [c.token for c in (a, b)]
     a.close(), b.close()
     eb.stop(stop_pods=False)  # the broker goes; the pods and the processes in them stay
     with sqlite3.connect(cfg.db_path) as conn:
@@ -278,7 +270,7 @@ def test_restart_in_the_middle_keeps_spot_hp_and_demand_history(tmp_path: Path) 
             done = Job(b2, b2.get(first.id)).result(60)
             assert done.ok and done.stdout == b"hp up\nhp done\n"
             # the forecaster refits on the stored history and its answer reaches the core
-            gpu_pool = _wait_for(lambda: (p := _gpu_pool(a2))["forecast"] and p)
+            gpu_pool = wait_for(lambda: (p := _gpu_pool(a2))["forecast"] and p)
             fc = gpu_pool["forecast"]
             assert len(fc["hours"]) == len(fc["mean"]) == len(fc["quantile"]) == 4
             assert all(q >= m for q, m in zip(fc["quantile"], fc["mean"], strict=True))
@@ -305,7 +297,7 @@ def _quota_pinned(eb: EmbeddedBroker) -> None:
     peak over the guaranteed hour, so GFS's forecast quota is 0 with both GPUs free."""
     assert eb.broker is not None and eb.broker.scheduler is not None
     core = eb.broker.scheduler.core
-    _wait_for(lambda: "vgpu" in core.forecast)
+    wait_for(lambda: "vgpu" in core.forecast)
     assert core.hpspot.quota["vgpu"] == 0.0 and core.hpspot.used["vgpu"]["hp"] == 0.0
 
 
@@ -315,7 +307,7 @@ def test_a_spot_job_runs_on_gpus_no_hp_job_uses_under_the_default_preset(tmp_pat
     HP job waits, so the spot job runs at once (HP would take the GPUs back by evicting)."""
     cfg = _cfg(tmp_path, gpu_slots=2)
     _store_hp_peak(cfg)
-    with EmbeddedBroker(cfg) as eb, _tenant(eb, "a") as a:
+    with EmbeddedBroker(cfg) as eb, tenant_client(eb, "a") as a:
         _quota_pinned(eb)
         spot = a.run("plain", [PY, "-c", "print('spot ran')"], shape=JobShape("spot", gpus=1.0))
         res = spot.result(timeout_s=30)
@@ -336,7 +328,7 @@ def test_a_waiting_job_is_told_what_holds_it(tmp_path: Path) -> None:
         cpu_slots=CpuSlots(cpus=1.0, memory_mb=4096),
     )
     _store_hp_peak(cfg)
-    with EmbeddedBroker(cfg) as eb, _tenant(eb, "a") as a:
+    with EmbeddedBroker(cfg) as eb, tenant_client(eb, "a") as a:
         _quota_pinned(eb)
         spot = a.run("plain", [PY, "-c", "pass"], shape=JobShape("spot", gpus=1.0))
         said = (
@@ -348,7 +340,7 @@ def test_a_waiting_job_is_told_what_holds_it(tmp_path: Path) -> None:
         assert (queued["reason"], queued["message"]) == ("spot_quota", said)
         # a verifier holds the one CPU slot; the next one waits for it, the GPUs all free
         hold = a.run("verify", [PY, "-c", "import time; time.sleep(60)"], reuse_tag="v1")
-        _wait_for(lambda: a.get(hold.id)["state"] == "running")
+        wait_for(lambda: a.get(hold.id)["state"] == "running")
         cpu = a.run("verify", [PY, "-c", "pass"], reuse_tag="v2")
         cpu_said = (
             "no CPU slots for 1 pod(s) of verify (1 CPU and 2 GB each, on one node): "
@@ -359,8 +351,8 @@ def test_a_waiting_job_is_told_what_holds_it(tmp_path: Path) -> None:
         assert (queued["reason"], queued["message"]) == ("cpu_slots", cpu_said)
         # the stored rows and the command line say the same
         stored = {spot.id: said, cpu.id: cpu_said}
-        _wait_for(lambda: {r["id"]: r["waiting_reason"] for r in a.jobs(["queued"])} == stored)
-        token = a._http.headers["Authorization"][7:]
+        wait_for(lambda: {r["id"]: r["waiting_reason"] for r in a.jobs(["queued"])} == stored)
+        token = a.token
         env = {"STOKER_URL": eb.url, "STOKER_TOKEN": token, "COLUMNS": "200"}
         shown = CliRunner().invoke(app, ["ps", "--wide"], env=env).stdout
         assert f"{spot.id} waits: {said}" in shown and f"{cpu.id} waits: {cpu_said}" in shown
@@ -372,7 +364,7 @@ def test_a_waiting_job_is_told_what_holds_it(tmp_path: Path) -> None:
 
 def test_fitted_keepalive_runs_live(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, policies=PolicyConfig(keepalive="fitted", keepalive_s=30.0))
-    with EmbeddedBroker(cfg) as eb, _tenant(eb, "a") as a:
+    with EmbeddedBroker(cfg) as eb, tenant_client(eb, "a") as a:
         assert eb.broker is not None
         keepalive = eb.broker.scheduler.core.policies.keepalive
         assert type(keepalive).__name__ == "FittedKeepAlive" and keepalive.fallback_s == 30.0
@@ -384,8 +376,8 @@ def test_fitted_keepalive_runs_live(tmp_path: Path) -> None:
 
 
 def test_cli_pools_table_and_json(broker: EmbeddedBroker) -> None:
-    with _tenant(broker, "cli") as c:
-        token = c._http.headers["Authorization"][7:]
+    with tenant_client(broker, "cli") as c:
+        token = c.token
         env = {"STOKER_URL": broker.url, "STOKER_TOKEN": token, "COLUMNS": "200"}
         assert c.run("plain", [PY, "-c", "pass"], shape=JobShape("hp", gpus=0.5)).result(60).ok
     runner = CliRunner()
@@ -426,7 +418,7 @@ def test_a_checkpoint_dir_is_the_jobs_own_and_leaves_with_it(
         "print(sorted(os.listdir(d)))"
     )
     look = "import os; print(sorted(os.listdir(os.environ['STOKER_CHECKPOINT_DIR'])))"
-    with _tenant(broker, "a") as a:
+    with tenant_client(broker, "a") as a:
         first = a.run("plain", [PY, "-c", leave], reuse_tag="t").result(60)
         assert first.ok and first.stdout == b"['link', 'mine']\n", first
         _checkpoints_dropped(broker.cfg, first.id)

@@ -18,12 +18,11 @@ import pytest
 import sqlalchemy
 from typer.testing import CliRunner
 
+from rig import PY, Api, broker_config, code_tar, tenant_api
 from stoker.broker.app import Broker, BrokerLocked
 from stoker.broker.embedded import EmbeddedBroker
 from stoker.broker.secrets import SecretBox
 from stoker.cli.main import app
-from test_broker import PY, Api, _cfg, _tenant
-from test_runtime_local import _tar
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) not installed"),
@@ -40,8 +39,8 @@ def _store_bytes(data_dir: Path) -> bytes:
 
 
 def test_env_values_and_secrets_never_leave(tmp_path: Path) -> None:
-    with EmbeddedBroker(_cfg(tmp_path)) as eb:
-        a, b = _tenant(eb, "a"), _tenant(eb, "b")
+    with EmbeddedBroker(broker_config(tmp_path)) as eb:
+        a, b = tenant_api(eb, "a"), tenant_api(eb, "b")
         r = a.http.post("/v1/secrets", json={"name": "API_KEY", "value": SECRET})
         assert r.status_code == 201 and SECRET not in r.text
         assert (
@@ -95,8 +94,8 @@ def test_env_values_and_secrets_never_leave(tmp_path: Path) -> None:
 
 
 def test_secret_cli_reads_the_value_from_stdin_only(tmp_path: Path) -> None:
-    with EmbeddedBroker(_cfg(tmp_path)) as eb:
-        a = _tenant(eb, "a")
+    with EmbeddedBroker(broker_config(tmp_path)) as eb:
+        a = tenant_api(eb, "a")
         env = {"STOKER_URL": eb.url, "STOKER_TOKEN": a.http.headers["Authorization"].split()[1]}
         runner = CliRunner()
         res = runner.invoke(app, ["secret", "set", "TOKEN"], input=SECRET + "\n", env=env)
@@ -113,9 +112,9 @@ def test_secret_cli_reads_the_value_from_stdin_only(tmp_path: Path) -> None:
 
 
 def test_code_is_scoped_to_its_tenant(tmp_path: Path) -> None:
-    with EmbeddedBroker(_cfg(tmp_path)) as eb:
-        a, b = _tenant(eb, "a"), _tenant(eb, "b")
-        mine = _tar({"main.py": "print('a-code')\n"})
+    with EmbeddedBroker(broker_config(tmp_path)) as eb:
+        a, b = tenant_api(eb, "a"), tenant_api(eb, "b")
+        mine = code_tar({"main.py": "print('a-code')\n"})
         digest = a.http.post("/v1/code", content=mine).json()["digest"]
         assert a.http.head(f"/v1/code/{digest}").status_code == 200
         # to b, a's archive does not exist: HEAD and a submit naming it answer as if absent
@@ -123,7 +122,7 @@ def test_code_is_scoped_to_its_tenant(tmp_path: Path) -> None:
         r = b.submit([PY, "main.py"], code_digest=digest)
         assert r.status_code == 404 and r.json()["field"] == "body.code_digest"  # upload it
         # b uploads its own; its pod sees that archive and nothing of a's
-        theirs = _tar({"main.py": "import os; print(sorted(os.listdir('/stoker/code')))\n"})
+        theirs = code_tar({"main.py": "import os; print(sorted(os.listdir('/stoker/code')))\n"})
         b_digest = b.http.post("/v1/code", content=theirs).json()["digest"]
         job = b.run([PY, "main.py"], code_digest=b_digest)
         assert job["exit_code"] == 0
@@ -135,8 +134,8 @@ def test_code_is_scoped_to_its_tenant(tmp_path: Path) -> None:
 
 
 def test_bad_bodies_get_the_documented_error(tmp_path: Path) -> None:
-    with EmbeddedBroker(_cfg(tmp_path, max_request_bytes=256 * 1024)) as eb:
-        a = _tenant(eb, "a")
+    with EmbeddedBroker(broker_config(tmp_path, max_request_bytes=256 * 1024)) as eb:
+        a = tenant_api(eb, "a")
         json_ct = {"content-type": "application/json"}
         cases = [
             (b"[" * 100_000 + b"]" * 100_000, "body"),  # nested too deeply to parse
@@ -190,8 +189,8 @@ def test_bodies_are_strict_an_unknown_field_or_a_coercion_is_a_422_naming_it(
 ) -> None:
     # a field the broker does not know ("replicas") was dropped unseen, and "60" read as 60:
     # each is now refused, naming the field, on every body (the submit's fast path included)
-    with EmbeddedBroker(_cfg(tmp_path)) as eb:
-        a = _tenant(eb, "a")
+    with EmbeddedBroker(broker_config(tmp_path)) as eb:
+        a = tenant_api(eb, "a")
         admin = Api(eb.url, eb.admin_token)
         job = {"profile": "plain", "argv": [PY, "-c", "pass"], "reuse_tag": "x"}
         renew = {"profile": "plain", "reuse_tag": "x", "keepalive_s": 30}
@@ -229,8 +228,8 @@ def test_bodies_are_strict_an_unknown_field_or_a_coercion_is_a_422_naming_it(
 def test_deps_that_look_like_files_are_refused_naming_the_rule(tmp_path: Path) -> None:
     # foo.tar.gz is a valid PEP 508 name, but uv would install ./foo.tar.gz from its
     # working directory: refused at submit, the message saying why
-    with EmbeddedBroker(_cfg(tmp_path)) as eb:
-        a = _tenant(eb, "a")
+    with EmbeddedBroker(broker_config(tmp_path)) as eb:
+        a = tenant_api(eb, "a")
         files = ("foo.tar.gz", "foo-1.0-py3-none-any.whl", "wheels/foo", "x.zip; os_name=='posix'")
         for dep in files:
             r = a.submit([PY, "-c", "pass"], deps=["numpy", dep])
@@ -240,7 +239,7 @@ def test_deps_that_look_like_files_are_refused_naming_the_rule(tmp_path: Path) -
 
 
 def test_openapi_documents_code_body_and_refusals(tmp_path: Path) -> None:
-    with EmbeddedBroker(_cfg(tmp_path)) as eb:
+    with EmbeddedBroker(broker_config(tmp_path)) as eb:
         doc = httpx.get(f"{eb.url}/openapi.json").json()
     code = doc["paths"]["/v1/code"]["post"]
     assert "application/octet-stream" in code["requestBody"]["content"]
@@ -254,9 +253,9 @@ def test_openapi_documents_code_body_and_refusals(tmp_path: Path) -> None:
 
 
 def test_one_broker_per_data_dir(tmp_path: Path) -> None:
-    cfg = _cfg(tmp_path)
+    cfg = broker_config(tmp_path)
     with EmbeddedBroker(cfg) as eb:
-        a = _tenant(eb, "a")
+        a = tenant_api(eb, "a")
         a.run([PY, "-c", "pass"])
         pods_before = sorted(p.name for p in cfg.runtime_dir.joinpath("pods").iterdir())
         with pytest.raises(BrokerLocked, match="in use by another broker"):
@@ -316,10 +315,10 @@ def test_a_key_rotation_keeps_every_secret_open(tmp_path: Path) -> None:
     keys = tmp_path / "keys"
     write_keys(keys)
     old = (keys / "secret.key").read_bytes()
-    cfg = _cfg(tmp_path, keys_dir=keys)
+    cfg = broker_config(tmp_path, keys_dir=keys)
     argv = [PY, "-c", "import os; print(os.environ['API_KEY'][::-1])"]
     with EmbeddedBroker(cfg) as eb:
-        a = _tenant(eb, "a")
+        a = tenant_api(eb, "a")
         assert a.http.post("/v1/secrets", json={"name": "API_KEY", "value": SECRET}).is_success
         first = a.http.post(
             "/v1/jobs",

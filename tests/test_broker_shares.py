@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import stoker
+from rig import PY, broker_config, tenant_api
 from stoker.broker.config import BrokerConfig, ConfigError, ShareConfig, SharesConfig
 from stoker.broker.embedded import EmbeddedBroker
-from test_broker import PY, _cfg, _tenant
 
 SLEEP = [PY, "-c", "import time; time.sleep(0.3)"]
 
@@ -18,8 +18,8 @@ SLEEP = [PY, "-c", "import time; time.sleep(0.3)"]
 def _started_rank(shares: SharesConfig | None, tmp: Path) -> int:
     """Tenant a submits 30 jobs on a broker of two pods, then tenant b one: how many of a's
     jobs started before b's."""
-    with EmbeddedBroker(_cfg(tmp, shares=shares)) as eb:
-        a, b = _tenant(eb, "a"), _tenant(eb, "b")
+    with EmbeddedBroker(broker_config(tmp, shares=shares)) as eb:
+        a, b = tenant_api(eb, "a"), tenant_api(eb, "b")
         flood = []
         for _ in range(30):
             r = a.submit(SLEEP, tag="flood")
@@ -46,8 +46,8 @@ def test_caps_answer_at_submit(tmp_path: Path) -> None:
         default=ShareConfig(max_queued=2, max_timeout_s=60),
         tenants={"big": ShareConfig(max_queued=100)},
     )
-    with EmbeddedBroker(_cfg(tmp_path, gpu_slots=1, shares=shares)) as eb:
-        a = _tenant(eb, "a")
+    with EmbeddedBroker(broker_config(tmp_path, gpu_slots=1, shares=shares)) as eb:
+        a = tenant_api(eb, "a")
         r = a.submit(SLEEP, timeout_s=61)
         assert r.status_code == 422, r.text
         assert r.json()["field"] == "body.timeout_s" and "60 s" in r.json()["message"]
@@ -63,7 +63,7 @@ def test_caps_answer_at_submit(tmp_path: Path) -> None:
         sdk = stoker.Client(eb.url, a.http.headers["Authorization"][7:])
         with sdk, pytest.raises(stoker.client.TenantLimit, match="max_queued"):
             sdk.run("plain", ["true"], reuse_tag="t10")
-        big = _tenant(eb, "big")
+        big = tenant_api(eb, "big")
         assert big.submit(long, tag="b").status_code == 201  # its own cap
         for job_id in ids:
             assert a.http.post(f"/v1/jobs/{job_id}/cancel").status_code in (200, 202)

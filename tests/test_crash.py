@@ -32,11 +32,11 @@ from typing import Any
 import httpx
 import pytest
 
+from rig import Api, broker_config, tenant_api
 from stoker.broker.bench import BrokerProcess
 from stoker.broker.config import BrokerProfile
 from stoker.broker.embedded import EmbeddedBroker, free_port
 from stoker.broker.failover import JOB  # marks that it ran, then works a while
-from test_broker import Api, _cfg, _tenant
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap (bwrap) not installed"
@@ -224,9 +224,11 @@ def test_broker_killed_at_ten_random_points(tmp_path: Path) -> None:
 def test_a_job_that_ended_while_no_broker_listened_keeps_its_exit(tmp_path: Path) -> None:
     # the job ends while its broker is down; the restarted broker hears the agent's held
     # exit and output (the replayed exit wins over pod_died), and the pod takes the next job
-    cfg = _cfg(tmp_path, gpu_slots=1, profiles=[BrokerProfile.simple("plain", standby=False)])
+    cfg = broker_config(
+        tmp_path, gpu_slots=1, profiles=[BrokerProfile.simple("plain", standby=False)]
+    )
     eb = EmbeddedBroker(cfg, stop_pods=False).start()
-    a = _tenant(eb, "a")
+    a = tenant_api(eb, "a")
     code = (
         "import sys, time; print('before', flush=True); time.sleep(1); print('after'); sys.exit(3)"
     )

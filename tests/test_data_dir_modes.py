@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from rig import PY, broker_config, code_tar, tenant_api
 from stoker.broker.embedded import EmbeddedBroker
-from test_broker import PY, _cfg, _tenant
-from test_runtime_local import _tar
 
 
 def _mode(p: Path) -> int:
@@ -25,9 +24,9 @@ def test_data_dir_and_files_are_private(tmp_path: Path, caplog: pytest.LogCaptur
     (data / "notes.txt").write_text("an operator's file, left 644")
     (data / "notes.txt").chmod(0o644)
     caplog.set_level(logging.WARNING, "stoker.broker")
-    with EmbeddedBroker(_cfg(tmp_path)) as eb:
-        t = _tenant(eb, "t")
-        archive = t.http.post("/v1/code", content=_tar({"main.py": "print('hi')"}))
+    with EmbeddedBroker(broker_config(tmp_path)) as eb:
+        t = tenant_api(eb, "t")
+        archive = t.http.post("/v1/code", content=code_tar({"main.py": "print('hi')"}))
         digest = archive.json()["digest"]
         row = t.run([PY, "-c", "import main"], code_digest=digest)
         assert row["exit_code"] == 0, row  # the job still reads its own archive

@@ -18,7 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from api_rig import wait_finished
-from stoker.broker.config import BrokerConfig, BrokerProfile, PolicyConfig
+from rig import broker_config
+from stoker.broker.config import PolicyConfig
 from stoker.broker.embedded import EmbeddedBroker
 from stoker.broker.events_log import outcome
 from stoker.broker.metrics import BrokerGauges, BrokerMetrics
@@ -30,11 +31,6 @@ pytestmark = [
 ]
 
 GRAFANA = Path(__file__).parent.parent / "deploy" / "grafana" / "stoker.json"
-
-
-def _cfg(tmp: Path, **kw: Any) -> BrokerConfig:
-    kw.setdefault("gpu_slots", 2)
-    return BrokerConfig(data_dir=tmp / "data", profiles=[BrokerProfile.simple("plain")], **kw)
 
 
 def _api(eb: EmbeddedBroker, token: str | None) -> httpx.Client:
@@ -79,7 +75,7 @@ def _by(samples: list[tuple[dict[str, str], float]], *keys: str) -> Counter[tupl
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker(_cfg(tmp_path)) as eb:
+    with EmbeddedBroker(broker_config(tmp_path)) as eb:
         yield eb
 
 
@@ -222,7 +218,7 @@ def test_events_say_why_and_stay_in_their_tenant(broker: EmbeddedBroker) -> None
 
 
 def test_events_survive_a_restart(tmp_path: Path) -> None:
-    cfg = _cfg(tmp_path)
+    cfg = broker_config(tmp_path)
     with EmbeddedBroker(cfg) as eb:
         a, token = _tenant(eb, "a")
         job = wait_finished(a, _submit(a, "t"))
@@ -303,7 +299,7 @@ def _metric(admin: httpx.Client, name: str, **labels: str) -> float:
 def test_handover_is_measured_as_the_api_times_it(tmp_path: Path) -> None:
     """One GPU: b's job waits while a's runs, then takes the GPU over (standby promotion);
     the handover histogram holds exactly b's start minus a's end."""
-    with EmbeddedBroker(_cfg(tmp_path, gpu_slots=1)) as eb:
+    with EmbeddedBroker(broker_config(tmp_path, gpu_slots=1)) as eb:
         admin = _api(eb, eb.admin_token)
         a, _ = _tenant(eb, "a")
         b, _ = _tenant(eb, "b")
@@ -318,7 +314,7 @@ def test_handover_is_measured_as_the_api_times_it(tmp_path: Path) -> None:
 
 
 def test_keepalive_expiry_is_counted_and_explains_the_next_cold_start(tmp_path: Path) -> None:
-    with EmbeddedBroker(_cfg(tmp_path, policies=PolicyConfig(keepalive_s=0.3))) as eb:
+    with EmbeddedBroker(broker_config(tmp_path, policies=PolicyConfig(keepalive_s=0.3))) as eb:
         admin = _api(eb, eb.admin_token)
         a, _ = _tenant(eb, "a")
         first = wait_finished(a, _submit(a, "x"))
@@ -346,7 +342,7 @@ if os.environ["STOKER_RUN"] == "1":
 
 
 def test_preemptions_and_gpu_pool_gauges_equal_the_api(tmp_path: Path) -> None:
-    with EmbeddedBroker(_cfg(tmp_path, gpu_slots=1, gpu_model="vgpu")) as eb:
+    with EmbeddedBroker(broker_config(tmp_path, gpu_slots=1, gpu_model="vgpu")) as eb:
         admin = _api(eb, eb.admin_token)
         a, _ = _tenant(eb, "a")
         b, _ = _tenant(eb, "b")

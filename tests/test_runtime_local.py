@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import io
 import os
 import shutil
 import socket
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 import uuid
@@ -19,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from rig import code_tar
 from runtime_rig import IMPORT_COUNTER, Rig, import_count, procs_with, tiny_wheel
 from stoker.core.model import Failure
 from stoker.runtime.base import (
@@ -307,19 +306,8 @@ async def test_workspace_persists_and_recycle_wipes(tmp_path: Path, mode: str) -
         await rt.stop_all()
 
 
-def _tar(files: dict[str, str]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, text in files.items():
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 async def test_code_upload_by_digest(rig: Rig) -> None:
-    archive = _tar(
+    archive = code_tar(
         {"app/__init__.py": "", "app/main.py": "import sys\nprint('app', sys.argv[1:])\n"}
     )
     digest = await rig.rt.put_code(archive)

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 import stoker
+from rig import broker_config
 from stoker.broker.config import PolicyConfig
 from stoker.broker.embedded import EmbeddedBroker
 from stoker.client import SessionFileError
-from test_broker import _cfg
 
 
 def test_a_session_says_whether_its_pod_and_files_are_still_there(tmp_path: Path) -> None:
-    with EmbeddedBroker(_cfg(tmp_path, policies=PolicyConfig(keepalive_s=2.0))) as eb:
+    with EmbeddedBroker(broker_config(tmp_path, policies=PolicyConfig(keepalive_s=2.0))) as eb:
         with stoker.Client(eb.url, eb.admin_token) as admin:
             token = admin.create_tenant("t")
         with stoker.Client(eb.url, token) as c:
@@ -73,7 +73,7 @@ def test_files_stream_in_and_out_past_a_jobs_output_cap_and_leave_nothing_stored
     not grow by it. Over ``max_file_bytes`` it is refused naming the cap, and nothing is
     left in the workspace."""
     cap = 24 * 2**20
-    with EmbeddedBroker(_cfg(tmp_path, max_file_bytes=cap)) as eb:
+    with EmbeddedBroker(broker_config(tmp_path, max_file_bytes=cap)) as eb:
         with stoker.Client(eb.url, eb.admin_token) as admin:
             token = admin.create_tenant("t")
         with stoker.Client(eb.url, token) as c, c.session("plain", "big") as s:
@@ -120,7 +120,7 @@ def test_a_hostile_job_cannot_turn_a_file_transfer_on_the_host(tmp_path: Path) -
     tenant's session of the same tag has no pod to read from."""
     host = tmp_path / "host-secret.txt"
     host.write_text("host only")
-    with EmbeddedBroker(_cfg(tmp_path)) as eb:
+    with EmbeddedBroker(broker_config(tmp_path)) as eb:
         with stoker.Client(eb.url, eb.admin_token) as admin:
             a_token, b_token = admin.create_tenant("a"), admin.create_tenant("b")
         with stoker.Client(eb.url, a_token) as a, a.session("plain", "tools") as s:

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 import stoker
+from rig import PY, Api, broker_config, tenant_api
 from stoker.broker.config import StorageConfig
 from stoker.broker.embedded import EmbeddedBroker
 from stoker.broker.store import Batch, Store
-from test_broker import PY, Api, _cfg, _tenant
 from test_store import _job
 
 MB = 1024 * 1024
@@ -21,8 +21,8 @@ PRINT_MB = [PY, "-c", "import sys; sys.stdout.write('x' * (1024 * 1024) + '\\n')
 
 def test_output_past_the_budget_is_refused_and_the_job_kept(tmp_path: Path) -> None:
     storage = StorageConfig(output_budget_mb=1, keep_days=None, keep_jobs=None)
-    with EmbeddedBroker(_cfg(tmp_path, storage=storage)) as eb:
-        t, u = _tenant(eb, "t"), _tenant(eb, "u")
+    with EmbeddedBroker(broker_config(tmp_path, storage=storage)) as eb:
+        t, u = tenant_api(eb, "t"), tenant_api(eb, "u")
         first = t.run(PRINT_MB, tag="a")  # 1 MiB + a newline: over the 1 MiB budget
         second = t.run([PY, "-c", "print('more')"], tag="b")
         other = u.run([PY, "-c", "print('mine')"], tag="c")  # u's budget is its own
@@ -43,8 +43,8 @@ def test_output_past_the_budget_is_refused_and_the_job_kept(tmp_path: Path) -> N
 
 def test_retention_prunes_old_finished_jobs_and_keeps_running_ones(tmp_path: Path) -> None:
     storage = StorageConfig(keep_jobs=2, keep_days=None, prune_every_s=0.2)
-    with EmbeddedBroker(_cfg(tmp_path, storage=storage)) as eb:
-        t = _tenant(eb, "t")
+    with EmbeddedBroker(broker_config(tmp_path, storage=storage)) as eb:
+        t = tenant_api(eb, "t")
         long = t.submit([PY, "-c", "import time; time.sleep(30)"], tag="long").json()["id"]
         done = [t.run([PY, "-c", f"print({i})"], tag="x")["id"] for i in range(4)]
         deadline = time.monotonic() + 30
@@ -61,8 +61,8 @@ def test_retention_prunes_old_finished_jobs_and_keeps_running_ones(tmp_path: Pat
 
 def test_a_nearly_full_disk_refuses_new_jobs_with_a_503(tmp_path: Path) -> None:
     storage = StorageConfig(min_free_fraction=0.999999)
-    with EmbeddedBroker(_cfg(tmp_path, storage=storage)) as eb:
-        t = _tenant(eb, "t")
+    with EmbeddedBroker(broker_config(tmp_path, storage=storage)) as eb:
+        t = tenant_api(eb, "t")
         r = t.submit([PY, "-c", "pass"])
         assert r.status_code == 503, r.text
         assert r.json()["error"] == "storage_full" and "min_free_fraction" in r.json()["message"]

@@ -8,19 +8,18 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from rig import PY, Api, broker_config, code_tar, tenant_api
 from stoker.broker.embedded import EmbeddedBroker
 from stoker.cli.main import app
-from test_broker import PY, Api, _cfg, _tenant
-from test_runtime_local import _tar
 
 LONG = [PY, "-c", "import time; time.sleep(60)"]
 
 
 def _history(eb: EmbeddedBroker) -> tuple[Api, dict[str, str]]:
     """Tenant t with a secret, an uploaded archive, a finished, a running and a queued job."""
-    t = _tenant(eb, "t")
+    t = tenant_api(eb, "t")
     assert t.http.post("/v1/secrets", json={"name": "KEY", "value": "hunter2"}).status_code == 201
-    r = t.http.post("/v1/code", content=_tar({"main.py": "print('code')"}))
+    r = t.http.post("/v1/code", content=code_tar({"main.py": "print('code')"}))
     assert r.status_code in (200, 201), r.text
     digest = r.json()["digest"]
     done = t.run([PY, "-c", "print('done')"], tag="done")
@@ -42,7 +41,7 @@ def _code_file(eb: EmbeddedBroker, digest: str) -> Path:
 def test_revoking_a_tenant_with_history_keeps_it_and_refuses_the_token(
     tmp_path: Path, database_url: str
 ) -> None:
-    with EmbeddedBroker(_cfg(tmp_path, database_url=database_url)) as eb:
+    with EmbeddedBroker(broker_config(tmp_path, database_url=database_url)) as eb:
         t, ids = _history(eb)
         assert _code_file(eb, ids["digest"]).exists()
         admin = Api(eb.url, eb.admin_token)
@@ -74,7 +73,7 @@ def test_revoking_a_tenant_with_history_keeps_it_and_refuses_the_token(
         assert r.status_code == 200 and r.json()["history"] == "deleted", r.text
         assert r.json()["jobs_deleted"] == 4
         assert admin.http.get(f"/v1/jobs/{ids['done']}").status_code == 404
-        again = _tenant(eb, "t")
+        again = tenant_api(eb, "t")
         assert again.http.get("/v1/jobs").json() == []
         assert again.http.get("/v1/secrets").json() == []
         r = again.submit([PY, "-c", "pass"], code_digest=ids["digest"])
@@ -85,7 +84,7 @@ def test_revoking_a_tenant_with_history_keeps_it_and_refuses_the_token(
 
 
 def test_tenant_history_delete_removes_it_with_the_tenant(tmp_path: Path) -> None:
-    with EmbeddedBroker(_cfg(tmp_path, tenant_history="delete")) as eb:
+    with EmbeddedBroker(broker_config(tmp_path, tenant_history="delete")) as eb:
         t, ids = _history(eb)
         admin = Api(eb.url, eb.admin_token)
         r = admin.http.delete("/v1/tenants/t")
@@ -94,12 +93,12 @@ def test_tenant_history_delete_removes_it_with_the_tenant(tmp_path: Path) -> Non
         assert t.http.get("/v1/jobs").status_code == 401
         for key in ("done", "running", "queued"):
             assert admin.http.get(f"/v1/jobs/{ids[key]}").status_code == 404
-        _tenant(eb, "t")  # the name is free at once
+        tenant_api(eb, "t")  # the name is free at once
 
 
 def test_rotation_keeps_the_old_token_for_its_grace(tmp_path: Path, database_url: str) -> None:
-    with EmbeddedBroker(_cfg(tmp_path, database_url=database_url)) as eb:
-        t = _tenant(eb, "t")
+    with EmbeddedBroker(broker_config(tmp_path, database_url=database_url)) as eb:
+        t = tenant_api(eb, "t")
         admin = Api(eb.url, eb.admin_token)
         # a long grace, so a slow request on a loaded machine still falls inside it
         r = admin.http.post("/v1/tenants/t/token", params={"grace_s": 3600})
@@ -126,8 +125,8 @@ def test_rotation_keeps_the_old_token_for_its_grace(tmp_path: Path, database_url
 
 def test_cli_delete_and_rotate(tmp_path: Path) -> None:
     runner = CliRunner()
-    with EmbeddedBroker(_cfg(tmp_path)) as eb:
-        t = _tenant(eb, "t")
+    with EmbeddedBroker(broker_config(tmp_path)) as eb:
+        t = tenant_api(eb, "t")
         base = ["--url", eb.url, "--token", eb.admin_token]
         r = runner.invoke(app, ["tenant", "rotate", "t", "--grace", "0", *base])
         assert r.exit_code == 0, r.output

@@ -628,6 +628,7 @@ class Client:
             url, token = url or cfg.url, token or cfg.token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.url = _base_url(url)
+        self.token = token  # the caller's bearer token, e.g. for a child process's env
         self._requests = _Requests(self.url, token, timeout_s)
         self._http = _Http(base_url=self.url, headers=headers, timeout=timeout_s)
         self._uploads = _CodeUploads()
@@ -903,6 +904,7 @@ class AsyncClient:
             url, token = url or cfg.url, token or cfg.token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.url = _base_url(url)
+        self.token = token  # the caller's bearer token, e.g. for a child process's env
         self._requests = _Requests(self.url, token, timeout_s)
         self._http = _AsyncHttp(
             base_url=self.url, headers=headers, timeout=timeout_s, transport=transport
