@@ -170,7 +170,7 @@ class _Pod:
     job: str | None = None
     grace_until: float = 0.0  # monotonic: a graceful kill of the job runs until then
     stopping: bool = False
-    waiting: str | None = None  # its container's waiting reason while it starts
+    pulling: str | None = None  # while it starts: why its image is not pulled yet
     link: AgentLink = field(init=False)
     up: asyncio.Future[None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
@@ -225,22 +225,20 @@ def pod_failure(obj: dict[str, Any], deleted: bool) -> Failure | None:
     return None
 
 
-def _waiting(obj: dict[str, Any]) -> dict[str, Any] | None:
-    """A pending pod's container's waiting state (its reason and message), if it waits."""
-    for cs in (obj.get("status") or {}).get("containerStatuses") or []:
-        waiting = (cs.get("state") or {}).get("waiting")
-        if waiting:
-            return dict(waiting)
-    return None
+def _waiting(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """The waiting states (reason and message) of a pending pod's containers."""
+    statuses = (obj.get("status") or {}).get("containerStatuses") or []
+    return [w for cs in statuses if (w := (cs.get("state") or {}).get("waiting"))]
 
 
-def _hopeless(waiting: dict[str, Any] | None) -> tuple[str, StartFault] | None:
-    """Why a pending pod (``waiting``: its container's waiting state) can never start, if
+def _hopeless(waiting: list[dict[str, Any]]) -> tuple[str, StartFault] | None:
+    """Why a pending pod (``waiting``: its containers' waiting states) can never start, if
     it cannot: the kubelet's words and the fault."""
-    fault = _HOPELESS.get(str((waiting or {}).get("reason")))
-    if waiting is None or fault is None:
-        return None
-    return f"{waiting['reason']}: {waiting.get('message', '')}".strip(), fault
+    for w in waiting:
+        fault = _HOPELESS.get(str(w.get("reason")))
+        if fault is not None:
+            return f"{w['reason']}: {w.get('message', '')}".strip(), fault
+    return None
 
 
 class KubernetesRuntime:
@@ -562,8 +560,8 @@ class KubernetesRuntime:
             fault = start_fault(exc)
             if isinstance(exc, TimeoutError):
                 why = f"no agent after {self.settings.start_timeout_s} s"
-                if rec.waiting in _PULLING:  # timed out pulling its image
-                    fault, why = StartFault.IMAGE_MISSING, f"{why} (image: {rec.waiting})"
+                if rec.pulling is not None:  # timed out pulling its image
+                    fault, why = StartFault.IMAGE_MISSING, f"{why} (image: {rec.pulling})"
                 error = PodStartError(f"pod {pod} did not start: {why}", fault)
             elif isinstance(exc, PodStartError | asyncio.CancelledError):
                 error = exc
@@ -985,7 +983,8 @@ class KubernetesRuntime:
         failure = pod_failure(d, deleted)
         if not rec.up.done():
             waiting = _waiting(d)
-            rec.waiting = None if waiting is None else waiting.get("reason")
+            pulls = [str(w.get("reason")) for w in waiting if w.get("reason") in _PULLING]
+            rec.pulling = pulls[0] if pulls else None
             hopeless = _hopeless(waiting)
             if hopeless is not None:
                 rec.up.set_exception(PodStartError(f"pod {rec.id}: {hopeless[0]}", hopeless[1]))
