@@ -1,21 +1,13 @@
-"""The restart decision for a bound job (stoker.core.reconcile): pure, so every case is a
+"""The restart decision for a bound job (stoker.core.restart): pure, so every case is a
 table row; the broker's crash suite (test_crash.py) checks the same with real processes."""
 
 from __future__ import annotations
 
 import pytest
 
+from stoker.core.events import AgentReport, Outcome
 from stoker.core.model import Failure, JobState
-from stoker.core.reconcile import (
-    AgentReport,
-    Await,
-    Finish,
-    Lost,
-    Outcome,
-    Rebind,
-    job_outcome,
-    reconcile_job,
-)
+from stoker.core.restart import Await, Finish, Lost, Rebind, job_outcome, reconcile_job
 
 B, R = JobState.BINDING, JobState.RUNNING
 OK = Outcome(0)

@@ -23,7 +23,7 @@ import pytest
 from kube_api import FakeApi, Kubelet, kube_client, procs_under
 from runtime_rig import tiny_wheel
 from stoker.agent import protocol
-from stoker.core.model import Failure, Profile
+from stoker.core.model import Failure, Profile, StartFault
 from stoker.runtime.base import (
     BindRefused,
     JobBinding,
@@ -36,6 +36,7 @@ from stoker.runtime.base import (
     PodUp,
     RuntimeEvent,
     RuntimeProfile,
+    StartFailed,
     Topology,
 )
 from stoker.runtime.code import CodeNotFound
@@ -239,8 +240,43 @@ async def test_a_wrong_token_is_refused(kube: Kube) -> None:
     writer.close()
     with pytest.raises(PodStartError, match="no agent"):
         await start
-    assert await kube.until(rt, PodDown) == PodDown("pod-x", Failure.START_TIMEOUT)
+    failed = await kube.until(rt, StartFailed)
+    assert (failed.pod, failed.fault) == ("pod-x", StartFault.START_TIMED_OUT)
     assert kube.api.pods() == {}  # the pod that never came up was deleted
+
+
+@pytest.mark.parametrize(
+    ("reason", "timeout_s"),
+    [("InvalidImageName", 30), ("ErrImageNeverPull", 30), ("ImagePullBackOff", 1)],
+)
+async def test_a_pod_whose_image_cannot_be_pulled_fails_image_missing(
+    kube: Kube, reason: str, timeout_s: float
+) -> None:
+    """An image the kubelet can never pull fails the start at once; one it keeps backing
+    off on fails it at the start timeout: either way the fault is the image's."""
+    rt = kube.runtime(start_timeout_s=timeout_s)
+    await rt.discover()
+    kube.kubelet.auto_start = False
+    start = asyncio.ensure_future(rt.start_pod("pod-i", GPU, ("gpu-a/0",), False))
+    while object_name("pod-i") not in kube.api.pods():
+        await asyncio.sleep(0.01)
+    waiting = {"reason": reason, "message": "registry.test/stoker:1"}
+    container = {
+        "name": "agent",
+        "image": "registry.test/stoker:1",
+        "imageID": "",
+        "ready": False,
+        "restartCount": 0,
+        "state": {"waiting": waiting},
+    }
+    status = {"phase": "Pending", "containerStatuses": [container]}
+    kube.api.set_status(object_name("pod-i"), status)
+    with pytest.raises(PodStartError) as err:
+        await start
+    assert err.value.fault is StartFault.IMAGE_MISSING
+    failed = await kube.until(rt, StartFailed)
+    assert (failed.pod, failed.fault) == ("pod-i", StartFault.IMAGE_MISSING)
+    assert reason in failed.detail
 
 
 async def test_standby_pod_then_promotion(kube: Kube) -> None:
@@ -409,7 +445,8 @@ async def test_409_and_422_are_errors_at_once(kube: Kube) -> None:
     )
     with pytest.raises(PodStartError, match="409"):
         await rt.start_pod("pod-9", GPU, ("gpu-a/0",), False)
-    assert await kube.until(rt, PodDown) == PodDown("pod-9", Failure.START_TIMEOUT)
+    failed = await kube.until(rt, StartFailed)
+    assert (failed.pod, failed.fault) == ("pod-9", StartFault.START_FAILED)
     assert object_name("pod-9") in kube.api.pods()
     # a stale Secret of the same name (409) is replaced by the new pod's token
     kube.api._store(

@@ -19,7 +19,7 @@ import pytest
 
 from rig import code_tar
 from runtime_rig import IMPORT_COUNTER, Rig, import_count, procs_with, tiny_wheel
-from stoker.core.model import Failure
+from stoker.core.model import Failure, StartFault
 from stoker.runtime.base import (
     BindRefused,
     JobBinding,
@@ -29,11 +29,13 @@ from stoker.runtime.base import (
     PodDown,
     PodUp,
     RuntimeProfile,
+    StartFailed,
     Topology,
 )
 from stoker.runtime.cgroups import PodCgroup
 from stoker.runtime.code import CodeNotFound
-from stoker.runtime.local import LocalRuntime, PodBusy
+from stoker.runtime.envs import EnvBuildError
+from stoker.runtime.local import LocalRuntime, PodBusy, PodStartError
 
 pytestmark = [
     pytest.mark.anyio,
@@ -432,6 +434,26 @@ async def test_pod_death_is_reported(rig: Rig) -> None:
     exited = await rig.until(JobExited)
     assert isinstance(exited, JobExited) and exited.failure is Failure.POD_DIED
     assert await rig.until(PodDown) == PodDown(pod, Failure.POD_DIED)
+    assert await rig.rt.live_pods() == []
+
+
+async def test_a_profile_whose_environment_does_not_build_fails_the_start_so(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runtime says what happened (the environment did not build), by its event and
+    its error alike; what that means for a job is the core's answer."""
+
+    def no_env(packages: tuple[str, ...]) -> None:
+        raise EnvBuildError(f"{packages[0]}: no such package", "")
+
+    monkeypatch.setattr(rig.rt.envs, "profile_env", no_env)
+    profile = RuntimeProfile("broken", packages=("no-such-package",))
+    with pytest.raises(PodStartError) as err:
+        await rig.rt.start_pod("pod-e", profile, (), False)
+    assert err.value.fault is StartFault.ENV_BUILD_FAILED
+    failed = await rig.until(StartFailed)
+    assert (failed.pod, failed.fault) == ("pod-e", StartFault.ENV_BUILD_FAILED)
+    assert "no such package" in failed.detail
     assert await rig.rt.live_pods() == []
 
 

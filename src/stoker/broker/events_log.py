@@ -42,10 +42,12 @@ from stoker.core import (
     KillJob,
     PodFailed,
     PodGone,
+    PodStartFailed,
     PodState,
     PromoteStandby,
     RankExited,
     RankStarted,
+    Reconciled,
     RecyclePod,
     Refusal,
     SpotQuotaWait,
@@ -53,12 +55,14 @@ from stoker.core import (
     StopPod,
     Waiting,
 )
+from stoker.core.model import START_FAULTS
 
 _RING = 2_000  # events kept in memory for the API (about 0.6 MB; a job's older ones: the file)
 _ROTATE_BYTES = 64 * 1024 * 1024  # the file is renamed to .1 past this size
 _PAIRS = 50_000  # (tenant, tag) pairs whose last pod stop is remembered
 _ENDED = 50_000  # pods whose end was logged (so a second news of it is not a second end)
 _POD_ENDS = ("pod.stopped", "pod.recycled", "pod.failed")  # one of them per pod, once
+_DETAIL = 500  # characters of a runtime's words on a failed start kept in its event
 # what a stop reason means, for the message (the reason itself is the core's word, or the
 # broker's for the stops it makes on its own: shutdown, orphan)
 _STOP_WHY = {
@@ -68,6 +72,7 @@ _STOP_WHY = {
     "reclaim_hp": "an HP job needs its GPU",
     "handover": "a standby pod on its GPU was promoted",
     "yield": "HP demand takes its GPU",
+    "retry": "its stop is asked again",
     "shutdown": "the broker shut down and stopped its pods",
     "orphan": "the broker found it running and no record of it",
 }
@@ -288,11 +293,18 @@ class DecisionLog:
                 touched[job] = None
             case PodFailed(pod, reason):
                 self._failed(core, pod, reason, now)
-                touched.update((j, None) for j, s in self._live.items() if pod in s.pods)
+                touched.update(self._jobs_on(pod))
+            case PodStartFailed(pod, fault, detail):
+                reason = START_FAULTS[fault].failure
+                why = f"pod {pod} did not start: {fault.value}"
+                self._failed(
+                    core, pod, reason, now, why, fault=fault.value, detail=detail[:_DETAIL]
+                )
+                touched.update(self._jobs_on(pod))
             case PodGone(pod) if self._died(core, pod):
                 # gone unasked (the runtime lost it): the core fails it as pod_died
                 self._failed(core, pod, Failure.POD_DIED, now)
-                touched.update((j, None) for j, s in self._live.items() if pod in s.pods)
+                touched.update(self._jobs_on(pod))
             case KeepAliveRenewed(tenant, tag, profile, keepalive_s):
                 self._emit(
                     now,
@@ -347,8 +359,38 @@ class DecisionLog:
                 case JobRequeued(job, reason):
                     self._requeued(core, job, reason, now)
                     touched[job] = None
+                case Reconciled():
+                    self._reconciled(core, action, now)
+                    touched.update(dict.fromkeys(action.jobs))
+                    for pod in action.lost:
+                        touched.update(self._jobs_on(pod))
         for job_id in touched:
             self._job(core, job_id, actions, now)
+
+    def _jobs_on(self, pod: str) -> dict[str, None]:
+        """The live jobs the log last saw on ``pod``."""
+        return {j: None for j, s in self._live.items() if pod in s.pods}
+
+    def _reconciled(self, core: Core, did: Reconciled, now: float) -> None:
+        """A restart's reconciliation: what it found, and each lost pod that was not
+        stopping (the core failed it ``pod_died``)."""
+        for pod in did.lost:
+            if self._died(core, pod):
+                self._failed(core, pod, Failure.POD_DIED, now)
+        if not (did.adopted or did.lost or did.orphans):
+            return  # a first start, or one with nothing left running: nothing to tell
+        self._emit(
+            now,
+            "broker.reconciled",
+            f"restart: {len(did.adopted)} live pod(s) adopted, {len(did.lost)} lost, "
+            f"{len(did.orphans)} orphan(s) stopped; {len(did.rebound)} job(s) bound again, "
+            f"{len(did.jobs_lost)} lost with their pods",
+            adopted=list(did.adopted),
+            lost=list(did.lost),
+            orphans=list(did.orphans),
+            rebound=list(did.rebound),
+            jobs_lost=list(did.jobs_lost),
+        )
 
     @staticmethod
     def _owner(pod: Any) -> dict[str, Any]:
@@ -417,10 +459,19 @@ class DecisionLog:
         msg = f"pod {old}{tag} scrubbed in place and back as {new} for job {job}"
         self._pod_end("pod.recycled", old, pod, "recycle", msg, now, new_pod=new, for_job=job)
 
-    def _failed(self, core: Core, pod_id: str, reason: Failure, now: float) -> None:
+    def _failed(
+        self,
+        core: Core,
+        pod_id: str,
+        reason: Failure,
+        now: float,
+        why: str | None = None,
+        **fields: Any,
+    ) -> None:
+        """A pod's end by failure (``why``: the message, if not just its failure)."""
         pod = core.pods.get(pod_id)
-        msg = f"pod {pod_id} failed: {reason.value}"
-        self._pod_end("pod.failed", pod_id, pod, reason.value, msg, now)
+        msg = why or f"pod {pod_id} failed: {reason.value}"
+        self._pod_end("pod.failed", pod_id, pod, reason.value, msg, now, **fields)
 
     def _job(self, core: Core, job_id: str, actions: list[Any], now: float) -> None:
         """What changed for one job since the log last looked: queued, placed (a run's pods

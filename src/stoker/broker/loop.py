@@ -28,6 +28,8 @@ from stoker.broker.storage import BUDGET_NOTE, OutputBudget
 from stoker.broker.store import Batch, Deposed, Store, StoredEvent
 from stoker.core import (
     GPU,
+    Action,
+    AgentReport,
     BindFailed,
     BindJob,
     Cluster,
@@ -35,6 +37,7 @@ from stoker.core import (
     Event,
     Failure,
     ForecastUpdated,
+    FoundPod,
     JobCancelled,
     JobClass,
     JobEnded,
@@ -50,36 +53,29 @@ from stoker.core import (
     NodeChanged,
     NodeRemoved,
     NodeShape,
+    Outcome,
     PodFailed,
     PodForgotten,
     PodGone,
     PodReady,
+    PodsFound,
+    PodStartFailed,
     PodState,
     PodStopFailed,
     PromoteStandby,
     RankExited,
     RankStarted,
+    Reconciled,
     RecyclePod,
     Refusal,
+    StartFault,
     StartPod,
     StopPod,
     TenantRevoked,
     Tick,
 )
 from stoker.core.gfs.quota import quantile
-from stoker.core.reconcile import (
-    AgentReport,
-    Await,
-    Finish,
-    Lost,
-    Outcome,
-    Rebind,
-    implied_node,
-    node_change,
-    node_events,
-    reconcile_job,
-    replay_into,
-)
+from stoker.core.reconcile import implied_node, node_change, node_events, replay_into
 from stoker.forecast import DEFAULT_FORECASTER
 from stoker.runtime.base import (
     MASTER_PORT_BASE,
@@ -94,7 +90,9 @@ from stoker.runtime.base import (
     PodDown,
     PodUp,
     Runtime,
+    StartFailed,
     Topology,
+    start_fault,
 )
 
 log = logging.getLogger("stoker.broker")
@@ -156,6 +154,10 @@ def encode_event(event: Event) -> tuple[str, dict[str, Any]]:
             return "pod_ready", {"pod": pod}
         case PodFailed(pod, reason):
             return "pod_failed", {"pod": pod, "reason": reason.value}
+        case PodStartFailed(pod, fault, detail):
+            return "pod_start_failed", {"pod": pod, "fault": fault.value, "detail": detail}
+        case PodsFound(found):
+            return "pods_found", {"pods": [_found_fields(f) for f in found]}
         case PodGone(pod):
             return "pod_gone", {"pod": pod}
         case PodStopFailed(pod, reason):
@@ -232,6 +234,10 @@ def decode_event(ev: StoredEvent) -> Event:
             return PodReady(d["pod"])
         case "pod_failed":
             return PodFailed(d["pod"], Failure(d["reason"]))
+        case "pod_start_failed":
+            return PodStartFailed(d["pod"], StartFault(d["fault"]), d["detail"])
+        case "pods_found":
+            return PodsFound(tuple(_found_pod(f) for f in d["pods"]))
         case "pod_gone":
             return PodGone(d["pod"])
         case "pod_stop_failed":
@@ -274,6 +280,31 @@ def decode_event(ev: StoredEvent) -> Event:
         case "tick":
             return Tick()
     raise ValueError(f"stored event {ev.seq}: unknown kind {ev.kind!r}")
+
+
+def _found_fields(found: FoundPod) -> dict[str, Any]:
+    """A live pod of :class:`PodsFound` as JSON fields."""
+    agent = found.agent
+    return {
+        "pod": found.pod,
+        "standby": found.standby,
+        "running": agent.running,
+        "outcomes": {
+            job: [o.exit_code, o.failure.value if o.failure else None]
+            for job, o in agent.outcomes.items()
+        },
+        "held": sorted(agent.held),
+    }
+
+
+def _found_pod(d: dict[str, Any]) -> FoundPod:
+    """The inverse of :func:`_found_fields`."""
+    outcomes = {
+        job: Outcome(int(code), Failure(failure) if failure else None)
+        for job, (code, failure) in d["outcomes"].items()
+    }
+    agent = AgentReport(d["running"], outcomes, frozenset(d["held"]))
+    return FoundPod(d["pod"], bool(d["standby"]), agent)
 
 
 class Refused(Exception):
@@ -438,73 +469,30 @@ class Scheduler:
         return report
 
     async def _reconcile(self) -> dict[str, int]:
-        """Make the replayed core and the runtime agree; every disagreement becomes an event
-        with a typed reason, so the core (not this driver) decides what follows."""
-        live = set(await self.runtime.live_pods())
+        """Tell the replayed core which pods the runtime has alive, with what their agents
+        said (:class:`PodsFound`); the core decides what follows (adopt, stop, bind again,
+        lose) and says what it found, which is returned, as counts."""
         info = getattr(self.runtime, "pod_info", None)
-        report = {"adopted": 0, "lost": 0, "orphans_stopped": 0, "rebound": 0, "jobs_lost": 0}
-        known: set[str] = set()
-        bound: set[str] = set()  # jobs on adopted active pods, settled once every pod is
-        for pod in list(self.core.pods.values()):
-            if pod.state is PodState.GONE:
+        found = []
+        for pod in sorted(await self.runtime.live_pods()):
+            if info is None:  # a runtime that cannot ask its agents
+                found.append(FoundPod(pod))
                 continue
-            known.add(pod.id)
-            if pod.id not in live:
-                report["lost"] += 1
-                kind = (
-                    PodGone(pod.id)
-                    if pod.state is PodState.STOPPING
-                    else PodFailed(pod.id, Failure.POD_DIED)
-                )
-                self._feed(kind)
-                continue
-            report["adopted"] += 1
-            if pod.state is PodState.STOPPING:
-                self._stop(pod.id)
-            elif pod.state in (PodState.STARTING, PodState.RECYCLING):
-                standby = info(pod.id).standby if info else False
-                if pod.pending_job is not None and standby:
-                    self._later(lambda pod=pod.id: self._call(self.runtime.promote(pod), pod=pod))
-                else:
-                    self._feed(PodReady(pod.id))
-            elif pod.state is PodState.ACTIVE and pod.job is not None:
-                bound.add(pod.job)
-        for pid in sorted(live - known):
-            report["orphans_stopped"] += 1
-            self._stopped_here(pid, "orphan")
-            self._stop(pid)
-        for job_id in sorted(bound):
-            self._reconcile_job(job_id, report)
+            try:
+                seen = info(pod)
+            except KeyError:
+                continue  # gone since it was listed: not alive
+            found.append(_found(pod, seen))
+        actions = self._feed(PodsFound(tuple(found)))
         self._flush()
-        return report
-
-    def _reconcile_job(self, job_id: str, report: dict[str, int]) -> None:
-        """Carry out the core's answer (:func:`reconcile_job`) for a job bound to live pods."""
-        job = self.core.jobs[job_id]
-        if job.state not in (JobState.BINDING, JobState.RUNNING):
-            return  # a lost pod of its gang settled it already
-        info = getattr(self.runtime, "pod_info", None)
-        ranks = {p: _agent_report(info(p)) if info else AgentReport() for p in job.pods}
-        rank = {p: i for i, p in enumerate(job.pods)}
-        match reconcile_job(job_id, job.state, ranks):
-            case Await(settled):
-                # ranks still running, and ranks that ended while no broker listened
-                for p, r in ranks.items():
-                    if r.running == job_id or p in settled:
-                        self._feed(RankStarted(job_id, rank[p], p))
-                for p, outcome in settled.items():
-                    self._feed(RankExited(job_id, rank[p], outcome.exit_code, outcome.failure, p))
-            case Finish(exit_code, failure):
-                for p in job.pods:  # every rank ran and ended while no broker listened
-                    self._feed(RankStarted(job_id, rank[p], p))
-                    self._feed(RankExited(job_id, rank[p], exit_code, failure, p))
-            case Rebind():
-                report["rebound"] += 1
-                self._carry_out(BindJob(job_id, tuple(job.pods)))
-            case Lost(failure):
-                report["jobs_lost"] += 1
-                for p in job.pods:
-                    self._feed(RankExited(job_id, rank[p], -1, failure, p))
+        did = next(a for a in actions if isinstance(a, Reconciled))
+        return {
+            "adopted": len(did.adopted),
+            "lost": len(did.lost),
+            "orphans_stopped": len(did.orphans),
+            "rebound": len(did.rebound),
+            "jobs_lost": len(did.jobs_lost),
+        }
 
     async def close(self, stop_pods: bool = False) -> None:
         """Stop the loop; pods keep running for the next broker unless ``stop_pods``."""
@@ -860,9 +848,10 @@ class Scheduler:
         self._now = max(self._now, self.clock())
         return self._now
 
-    def _feed(self, event: Event, now: float | None = None) -> None:
+    def _feed(self, event: Event, now: float | None = None) -> list[Action]:
         """Hand one event to the core, log it, sync the job rows it changed, and carry out
-        the actions. Synchronous on purpose: nothing else touches the core meanwhile."""
+        the actions, which are returned. Synchronous on purpose: nothing else touches the
+        core meanwhile."""
         at = self._tick_now() if now is None else now
         actions = self.core.handle(event, at)
         for listener in self.on_decision:
@@ -874,6 +863,7 @@ class Scheduler:
         self._sync_jobs()
         self._arm_timer()
         self._schedule_flush()
+        return actions
 
     def _sync_jobs(self) -> None:
         for job_id in list(self._requests):
@@ -1105,6 +1095,8 @@ class Scheduler:
                 # the class tells a cluster which volume (if any) holds the job's checkpoints
                 cls = ended.job_class.value if ended is not None else None
                 self._later(lambda: self._call(self.runtime.drop_checkpoint(job, job_class=cls)))
+            case Reconciled():
+                pass  # what a restart's PodsFound found: start() reports it
             case _:
                 raise ValueError(f"unknown action {action!r}")
 
@@ -1189,7 +1181,8 @@ class Scheduler:
                     gone = isinstance(exc, KeyError)
                     self._feed(PodGone(pod) if gone else PodStopFailed(pod, str(exc)))
                 else:
-                    self._feed(PodFailed(pod, Failure.START_TIMEOUT))
+                    # a start, promotion or recycle that failed: the runtime's word on why
+                    self._feed(PodStartFailed(pod, start_fault(exc), str(exc)))
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -1220,6 +1213,9 @@ class Scheduler:
                     self._feed(PodGone(pod))
                 else:
                     self._feed(PodFailed(pod, failure))
+            case StartFailed(pod, fault, detail):
+                if pod in core.pods and core.pods[pod].state is not PodState.GONE:
+                    self._feed(PodStartFailed(pod, fault, detail))
             case JobRunning(job, pod):
                 rank = self._rank(job, pod)
                 if rank is not None:
@@ -1352,10 +1348,12 @@ class Scheduler:
         self._feed(Tick())  # which arms the timer for the next deadline
 
 
-def _agent_report(info: Any) -> AgentReport:
-    """What a pod's agent said on its hello, in the core's terms."""
+def _found(pod: str, info: Any) -> FoundPod:
+    """A live pod as the runtime's ``pod_info`` has it: whether it stands by, and what
+    its agent said on its hello, in the core's terms."""
     outcomes = {
         job: Outcome(int(o["exit_code"]), Failure(o["failure"]) if o.get("failure") else None)
         for job, o in (getattr(info, "ran", None) or {}).items()
     }
-    return AgentReport(info.job, outcomes, frozenset(getattr(info, "held", ()) or ()))
+    agent = AgentReport(info.job, outcomes, frozenset(getattr(info, "held", ()) or ()))
+    return FoundPod(pod, bool(info.standby), agent)

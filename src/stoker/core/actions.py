@@ -87,6 +87,30 @@ class JobRequeued:
     reason: Failure
 
 
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    """What the core made of a restart's :class:`~stoker.core.events.PodsFound` (the
+    first of its actions; nothing to carry out, a driver reports it): its pods found
+    alive (``adopted``) and not (``lost``), live pods it had no record of (``orphans``,
+    stopped), the jobs bound to adopted pods (``jobs``), of them those bound again
+    (``rebound``) and those lost with their pods (``jobs_lost``)."""
+
+    adopted: tuple[str, ...] = ()
+    lost: tuple[str, ...] = ()
+    orphans: tuple[str, ...] = ()
+    jobs: tuple[str, ...] = ()
+    rebound: tuple[str, ...] = ()
+    jobs_lost: tuple[str, ...] = ()
+
+
 Action = (
-    StartPod | PromoteStandby | RecyclePod | StopPod | BindJob | KillJob | JobEnded | JobRequeued
+    StartPod
+    | PromoteStandby
+    | RecyclePod
+    | StopPod
+    | BindJob
+    | KillJob
+    | JobEnded
+    | JobRequeued
+    | Reconciled
 )

@@ -19,13 +19,16 @@ from statistics import NormalDist
 
 import numpy as np
 
-from stoker.core.actions import Action, KillJob, StopPod
+from stoker.core import restart
+from stoker.core.actions import Action, BindJob, KillJob, Reconciled, StopPod
 from stoker.core.books import Books
 from stoker.core.config import Policies
 from stoker.core.events import (
+    AgentReport,
     BindFailed,
     Event,
     ForecastUpdated,
+    FoundPod,
     JobCancelled,
     JobForgotten,
     JobSubmitted,
@@ -37,6 +40,8 @@ from stoker.core.events import (
     PodForgotten,
     PodGone,
     PodReady,
+    PodsFound,
+    PodStartFailed,
     PodStopFailed,
     RankExited,
     RankStarted,
@@ -47,6 +52,7 @@ from stoker.core.gfs.scheduler import HpSpotScheduler
 from stoker.core.model import (
     EPS,
     GPU,
+    START_FAULTS,
     Cluster,
     CoreError,
     Failure,
@@ -145,6 +151,11 @@ class Core:
                 self._pod_event(pod, now, out, ready=True)
             case PodFailed(pod, reason):
                 self._pod_event(pod, now, out, failed=reason)
+            case PodStartFailed(pod, fault):
+                typed = START_FAULTS[fault]
+                self._pod_event(pod, now, out, failed=typed.failure, retried=typed.retried)
+            case PodsFound(found):
+                self._pods_found(found, now, out)
             case PodGone(pod):
                 self._pod_gone(pod, now, out)
             case PodStopFailed(pod):
@@ -477,7 +488,10 @@ class Core:
         *,
         ready: bool = False,
         failed: Failure | None = None,
+        retried: bool = True,
     ) -> None:
+        """A pod is ready, or failed (``retried``: its job goes back to its queue if it
+        never ran; else it ends with ``failed``)."""
         pod = self.pods.get(pod_id)
         if pod is None or pod.state is PodState.GONE:
             return
@@ -490,11 +504,42 @@ class Core:
                 self.hpspot.pod_ready(pod, now, out)
         elif failed is not None:
             if pool:
-                self.warm.pod_failed(pod_id, failed, now, out)
+                self.warm.pod_failed(pod_id, failed, now, out, retried)
                 self.hpspot.reclaimed(pod_id)  # gone all the same: its room is free
             else:
-                self.hpspot.pod_failed(pod, failed, now, out)
+                self.hpspot.pod_failed(pod, failed, now, out, retried)
                 self.warm.room_freed()
+
+    def _pods_found(self, found: tuple[FoundPod, ...], now: float, out: list[Action]) -> None:
+        """After a driver's restart, the pods the runtime has alive: the pods are made to
+        agree first (:func:`restart.pod_steps`), then each job bound to adopted pods is
+        settled by its agents' reports (:func:`restart.reconcile_job`); the answer begins
+        with what was found (:class:`Reconciled`)."""
+        at = len(out)
+        seen = restart.Found()
+        for step in restart.pod_steps(self.pods, found, seen):
+            if isinstance(step, PodReady | PodFailed | PodGone):
+                self._apply(step, now, out)
+            else:
+                out.append(step)
+        reports = {f.pod: f.agent for f in found}
+        rebound: list[str] = []
+        lost: list[str] = []
+        for job_id in seen.bound:
+            job = self.jobs[job_id]
+            if job.state not in (JobState.BINDING, JobState.RUNNING):
+                continue  # a lost pod of its gang settled it already
+            ranks = {p: reports.get(p, AgentReport()) for p in job.pods}
+            decision = restart.reconcile_job(job_id, job.state, ranks)
+            for event in restart.rank_events(job, ranks, decision):
+                self._apply(event, now, out)
+            if isinstance(decision, restart.Rebind):
+                rebound.append(job_id)
+                out.append(BindJob(job_id, tuple(job.pods)))  # agents refuse a job run twice
+            elif isinstance(decision, restart.Lost):
+                lost.append(job_id)
+        did = (seen.adopted, seen.lost, seen.orphans, seen.bound, rebound, lost)
+        out.insert(at, Reconciled(*map(tuple, did)))
 
     def _pod_gone(self, pod_id: str, now: float, out: list[Action]) -> None:
         pod = self.pods.get(pod_id)

@@ -8,9 +8,10 @@ code, a bind failed for this reason); what follows from them is the core's decis
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-from stoker.core.model import Failure, JobSpec
+from stoker.core.model import Failure, JobSpec, StartFault
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,56 @@ class PodFailed:
 
     pod: str
     reason: Failure = Failure.POD_DIED
+
+
+@dataclass(frozen=True, slots=True)
+class PodStartFailed:
+    """A pod did not start, and the runtime says why (``fault``; ``detail``: its words,
+    for the log). The core types what follows for its job by
+    :data:`~stoker.core.model.START_FAULTS`: re-queued if it never ran and the fault may
+    pass, else ended with the fault's failure."""
+
+    pod: str
+    fault: StartFault
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a job ended in one pod, as its agent recorded it."""
+
+    exit_code: int
+    failure: Failure | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentReport:
+    """What one pod's agent said on its hello."""
+
+    running: str | None = None  # the job it runs now
+    outcomes: Mapping[str, Outcome] = field(default_factory=dict)  # jobs it ran, to the end
+    held: frozenset[str] = frozenset()  # jobs whose exit it holds, replayed after the hello
+
+
+@dataclass(frozen=True, slots=True)
+class FoundPod:
+    """One pod the runtime has alive: whether it stands by (no CUDA yet), and what its
+    agent said (an empty report where the runtime cannot ask it)."""
+
+    pod: str
+    standby: bool = False
+    agent: AgentReport = AgentReport()
+
+
+@dataclass(frozen=True, slots=True)
+class PodsFound:
+    """After a driver's restart: every pod the runtime has alive now. The core makes its
+    pods agree (:mod:`stoker.core.restart`): a pod it has that is not alive is lost, one
+    alive that it does not have is stopped, and a job bound to live pods is settled by
+    what their agents said; its answer begins with a
+    :class:`~stoker.core.actions.Reconciled` that says what it found."""
+
+    pods: tuple[FoundPod, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +248,8 @@ Event = (
     | JobCancelled
     | PodReady
     | PodFailed
+    | PodStartFailed
+    | PodsFound
     | PodGone
     | PodStopFailed
     | RankStarted

@@ -84,6 +84,9 @@ class Failure(StrEnum):
     POD_DIED = "pod_died"
     PREEMPTED = "preempted"
     START_TIMEOUT = "start_timeout"
+    START_FAILED = "start_failed"  # its pod did not start, for a reason other than time
+    ENV_BUILD_FAILED = "env_build_failed"  # its profile's environment could not be built
+    IMAGE_MISSING = "image_missing"  # its profile's image could not be pulled
     BIND_FAILED = "bind_failed"
     CANCELLED = "cancelled"
 
@@ -96,8 +99,47 @@ class Failure(StrEnum):
 # a bind the runtime could not carry out for its own reasons is BIND_FAILED (infrastructure);
 # a bind that failed on the job's own code or dependencies is USER_ERROR
 _INFRA = frozenset(
-    {Failure.POD_DIED, Failure.PREEMPTED, Failure.START_TIMEOUT, Failure.BIND_FAILED}
+    {
+        Failure.POD_DIED,
+        Failure.PREEMPTED,
+        Failure.START_TIMEOUT,
+        Failure.START_FAILED,
+        Failure.ENV_BUILD_FAILED,
+        Failure.IMAGE_MISSING,
+        Failure.BIND_FAILED,
+    }
 )
+
+
+class StartFault(StrEnum):
+    """Why a runtime could not start a pod, as it saw it (a fact: the core types the job
+    from it by :data:`START_FAULTS`)."""
+
+    ENV_BUILD_FAILED = "env_build_failed"  # the profile's environment did not build
+    IMAGE_MISSING = "image_missing"  # the profile's image cannot be pulled
+    START_TIMED_OUT = "start_timed_out"  # its agent did not come up in time
+    START_FAILED = "start_failed"  # anything else: refused, or ended before its agent spoke
+
+
+@dataclass(frozen=True, slots=True)
+class StartTyping:
+    """What a start fault means for the job its pod was started for: the typed
+    ``failure``, and whether the job is ``retried`` (back to its queue, if it never ran)
+    or ends with that failure."""
+
+    failure: Failure
+    retried: bool
+
+
+#: the one table from a runtime's start fault to the job's failure: a fault that would
+#: only repeat on the next pod of the same profile (its environment, its image) ends the
+#: job, typed so a trainer masks it; one that may pass (time, a refusal) re-queues it
+START_FAULTS: dict[StartFault, StartTyping] = {
+    StartFault.ENV_BUILD_FAILED: StartTyping(Failure.ENV_BUILD_FAILED, retried=False),
+    StartFault.IMAGE_MISSING: StartTyping(Failure.IMAGE_MISSING, retried=False),
+    StartFault.START_TIMED_OUT: StartTyping(Failure.START_TIMEOUT, retried=True),
+    StartFault.START_FAILED: StartTyping(Failure.START_FAILED, retried=True),
+}
 
 
 @dataclass(frozen=True, slots=True)

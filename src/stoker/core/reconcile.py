@@ -1,19 +1,8 @@
-"""After a broker restart: what to do with a job the store left bound to live pods, and
-which nodes joined or left the cluster while it was down.
+"""After a broker restart: which nodes joined or left the cluster while it was down, and
+the replay of the log that rebuilds the core.
 
-The store says the job was binding or running on some pods; each pod's agent says, on its
-hello, which job it runs now, the outcome of every job it ran (exit code and failure), and
-which of those exits it still holds for a runtime to hear. From that alone (pure: no I/O, no
-clock) :func:`reconcile_job` answers one of:
-
-- :class:`Await`: the job runs, or its exit is on its way (a held exit is replayed after the
-  hello): track it; ranks whose exit was heard by the dead broker are settled at once;
-- :class:`Finish`: every rank ran to its end and the dead broker heard the exits but did not
-  store them: finish the job with the recorded outcome (never ``pod_died``);
-- :class:`Rebind`: some rank never got the job and none of it can have run twice: bind again
-  (agents refuse a job id they have seen, answering with what they recorded);
-- :class:`Lost`: the store says it ran but an agent knows nothing of it: it failed with the
-  pod (``pod_died``), a typed failure that is true.
+(What the core makes of the pods the runtime has alive is the core's own answer to
+:class:`~stoker.core.events.PodsFound`: :mod:`stoker.core.restart`.)
 
 :func:`node_events` compares the core's nodes with those the cluster has now (the nodes a
 runtime with a cluster of its own, Kubernetes, discovers; this host's as configured), and
@@ -25,89 +14,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from stoker.core.core import Core
 from stoker.core.events import Event, NodeAdded, NodeChanged, NodeRemoved
-from stoker.core.model import GPU, CoreError, Failure, Job, JobState, Node
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """How a job ended in one pod, as its agent recorded it."""
-
-    exit_code: int
-    failure: Failure | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class AgentReport:
-    """What one pod's agent said on its hello."""
-
-    running: str | None = None  # the job it runs now
-    outcomes: Mapping[str, Outcome] = field(default_factory=dict)  # jobs it ran, to the end
-    held: frozenset[str] = frozenset()  # jobs whose exit it holds, replayed after the hello
-
-
-@dataclass(frozen=True, slots=True)
-class Await:
-    """Track the job; ``settled`` are ranks (pods) whose exit no agent will send again."""
-
-    settled: Mapping[str, Outcome] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Finish:
-    exit_code: int
-    failure: Failure | None
-
-
-@dataclass(frozen=True, slots=True)
-class Rebind:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class Lost:
-    failure: Failure = Failure.POD_DIED
-
-
-Decision = Await | Finish | Rebind | Lost
-
-
-def job_outcome(outcomes: Sequence[Outcome]) -> Outcome:
-    """A gang's outcome from its ranks': the first failing rank's, else success."""
-    bad = next((o for o in outcomes if o.exit_code != 0), None)
-    if bad is None:
-        return Outcome(0, None)
-    return Outcome(bad.exit_code, bad.failure or Failure.USER_ERROR)
-
-
-def reconcile_job(job: str, state: JobState, ranks: Mapping[str, AgentReport]) -> Decision:
-    """What to do with ``job`` (``state`` as stored: binding or running) given the report
-    of the agent in each of its pods (rank order)."""
-    if state not in (JobState.BINDING, JobState.RUNNING):
-        raise ValueError(f"job {job}: only a bound job is reconciled, not a {state.value} one")
-    settled: dict[str, Outcome] = {}
-    pending = unseen = 0
-    for pod, report in ranks.items():
-        if report.running == job or job in report.held:
-            pending += 1  # its exit will come
-        elif job in report.outcomes:
-            settled[pod] = report.outcomes[job]
-        else:
-            unseen += 1
-    if unseen:
-        # a rank that never got the bind: only a job still binding may be bound again (its
-        # other ranks' agents answer a repeated bind with what they ran); a running job's
-        # rank that knows nothing of it lost it with its pod
-        return Rebind() if state is JobState.BINDING else Lost()
-    if pending:
-        return Await(settled)
-    outcome = job_outcome(list(settled.values()))
-    return Finish(outcome.exit_code, outcome.failure)
-
+from stoker.core.model import GPU, CoreError, Job, JobState, Node
 
 _Said = TypeVar("_Said", NodeAdded, NodeChanged)
 

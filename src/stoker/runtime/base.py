@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from stoker.core.model import Failure, Node
+from stoker.core.model import Failure, Node, StartFault
 
 #: the ports a multi-worker job's rank 0 listens on (torch.distributed's rendezvous): the
 #: broker gives each job one of them, and on Kubernetes the NetworkPolicy opens only these
@@ -117,6 +117,23 @@ class BindRefused(ValueError):
     its code digest): the job's fault. Anything else a bind raises is the runtime's own."""
 
 
+class PodNotStarted(RuntimeError):
+    """A pod did not start; ``fault`` is why, as the runtime saw it (each runtime's own
+    start error is one)."""
+
+    def __init__(self, message: str, fault: StartFault = StartFault.START_FAILED) -> None:
+        super().__init__(message)
+        self.fault = fault
+
+
+def start_fault(exc: BaseException) -> StartFault:
+    """Why a start that raised ``exc`` failed: a runtime's own word (:class:`PodNotStarted`),
+    else a timeout or any other failure."""
+    if isinstance(exc, PodNotStarted):
+        return exc.fault
+    return StartFault.START_TIMED_OUT if isinstance(exc, TimeoutError) else StartFault.START_FAILED
+
+
 class NotCarried(RuntimeError):
     """The runtime does not carry this out (a Kubernetes pod's disk, which the broker
     cannot reach; a binding a pod does not receive yet)."""
@@ -134,6 +151,15 @@ class PodUp:
 class PodDown:
     pod: str
     failure: Failure | None = None  # None: stopped as asked
+
+
+@dataclass(frozen=True, slots=True)
+class StartFailed:
+    """A pod did not start: ``fault`` is why, ``detail`` the runtime's words."""
+
+    pod: str
+    fault: StartFault
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +204,9 @@ class NodeDown:
     node: str
 
 
-RuntimeEvent = PodUp | PodDown | JobRunning | JobOutput | JobExited | NodeUp | NodeDown
+RuntimeEvent = (
+    PodUp | PodDown | StartFailed | JobRunning | JobOutput | JobExited | NodeUp | NodeDown
+)
 
 
 class Runtime(Protocol):
@@ -186,7 +214,8 @@ class Runtime(Protocol):
 
     Every call is answered by events as well as by its return: ``start_pod``, ``promote`` and
     ``recycle`` end with ``PodUp`` (of the new pod for a recycle; the old one just goes, with
-    no ``PodDown``), a failed start with ``PodDown(pod, failure)``; ``bind`` with
+    no ``PodDown``), a failed start with ``StartFailed(pod, fault)`` (and the call raises,
+    a :class:`PodNotStarted` that says the same fault); ``bind`` with
     ``JobRunning`` then ``JobOutput``... and ``JobExited``; ``stop_pod`` with ``PodDown(pod)``
     (and ``JobExited(.., PREEMPTED)`` for a job it killed). A pod that dies unasked reports
     ``PodDown(pod, POD_DIED)`` (its job: ``JobExited(.., POD_DIED)``).

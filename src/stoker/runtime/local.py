@@ -38,7 +38,7 @@ from pathlib import Path
 import stoker
 from stoker.agent import protocol
 from stoker.agent.binding import check_env
-from stoker.core.model import Failure
+from stoker.core.model import Failure, StartFault
 from stoker.runtime import sandbox, seccomp, workspace_files
 from stoker.runtime.agent_link import AgentLink
 from stoker.runtime.base import (
@@ -48,10 +48,13 @@ from stoker.runtime.base import (
     JobOutput,
     JobRunning,
     PodDown,
+    PodNotStarted,
     PodUp,
     RuntimeEvent,
     RuntimeProfile,
+    StartFailed,
     exited_event,
+    start_fault,
 )
 from stoker.runtime.cgroups import PodCgroup
 from stoker.runtime.code import CodeStore
@@ -68,7 +71,7 @@ class LocalRuntimeError(RuntimeError):
     """Base of the local runtime's errors."""
 
 
-class PodStartError(LocalRuntimeError):
+class PodStartError(LocalRuntimeError, PodNotStarted):
     """A pod did not come up; the message ends with the tail of its log."""
 
 
@@ -513,8 +516,9 @@ class LocalRuntime:
         try:
             env = await asyncio.to_thread(self.envs.profile_env, tuple(profile.packages))
         except EnvBuildError as exc:
-            await self._emit(PodDown(pod, Failure.START_TIMEOUT))
-            raise PodStartError(f"pod {pod}: profile {profile.name}: {exc}") from exc
+            why = f"pod {pod}: profile {profile.name}: {exc}"
+            await self._emit(StartFailed(pod, StartFault.ENV_BUILD_FAILED, why))
+            raise PodStartError(why, StartFault.ENV_BUILD_FAILED) from exc
         d = self.pods_dir / pod
         (d / "code").mkdir(parents=True)  # only the bound job's archive, linked at bind
         for sub in ("workspace", "sock", "checkpoint"):
@@ -532,8 +536,9 @@ class LocalRuntime:
         except BaseException as exc:
             log = (d / "agent.log").read_text(errors="replace")[-2000:] if d.exists() else ""
             await self._teardown(rec)
-            await self._emit(PodDown(pod, Failure.START_TIMEOUT))
-            raise PodStartError(f"pod {pod} did not start: {exc}\n{log}") from exc
+            why, fault = f"pod {pod} did not start: {exc}\n{log}", start_fault(exc)
+            await self._emit(StartFailed(pod, fault, why))
+            raise PodStartError(why, fault) from exc
         await self._emit(PodUp(pod))
 
     def _save(self, rec: _Pod) -> None:
@@ -643,7 +648,9 @@ class LocalRuntime:
             if rec.proc.poll() is not None:
                 raise PodStartError(f"sandbox exited with {rec.proc.returncode}")
             if time.monotonic() > deadline:
-                raise PodStartError(f"no agent after {self.start_timeout_s} s")
+                raise PodStartError(
+                    f"no agent after {self.start_timeout_s} s", StartFault.START_TIMED_OUT
+                )
             await asyncio.sleep(0.002)
         info_text = info_path.read_text()
         rec.init_pid = int(json.loads(info_text)["child-pid"])

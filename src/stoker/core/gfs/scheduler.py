@@ -279,15 +279,19 @@ class HpSpotScheduler:
             job.pod_ready = now
             out.append(BindJob(job.id, tuple(job.pods)))
 
-    def pod_failed(self, pod: Pod, reason: Failure, now: float, out: list[Action]) -> None:
-        """A pod died: before its job ran the job is re-queued (not an eviction); a running
-        job ends with the typed reason."""
+    def pod_failed(
+        self, pod: Pod, reason: Failure, now: float, out: list[Action], retried: bool = True
+    ) -> None:
+        """A pod died: before its job ran the job is re-queued (not an eviction) if the
+        failure is ``retried``; a running job, or one whose failure is not, ends with the
+        typed reason."""
         job_id = pod.pending_job or pod.job
         self._gone(pod, now)
         if job_id is None:
             return
         job = self.jobs[job_id]
-        if job.state in (JobState.PLACED, JobState.BINDING) and not job.ranks_started:
+        unstarted = job.state in (JobState.PLACED, JobState.BINDING) and not job.ranks_started
+        if retried and unstarted:
             self.release(job)
             self._stop_pods(job, "gang_failed", now, out)
             self.requeue(job, reason, now, out)

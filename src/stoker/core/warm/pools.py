@@ -263,8 +263,11 @@ class WarmPools:
         ):
             self._bind(job, now, out)
 
-    def pod_failed(self, pod_id: str, reason: Failure, now: float, out: list[Action]) -> None:
-        """A pod failed: its job goes back to the queue if it had not run, else ends."""
+    def pod_failed(
+        self, pod_id: str, reason: Failure, now: float, out: list[Action], retried: bool = True
+    ) -> None:
+        """A pod failed: its job goes back to the queue if it had not run (and the failure
+        is ``retried``), else ends."""
         pod = self.pods.get(pod_id)
         if pod is None or pod.state is PodState.GONE:
             return
@@ -273,7 +276,7 @@ class WarmPools:
         if job_id is None:
             return
         job = self.jobs[job_id]
-        if job.state in (JobState.PLACED, JobState.BINDING) and job.started is None:
+        if retried and job.state in (JobState.PLACED, JobState.BINDING) and job.started is None:
             # an infrastructure failure before the job ran: it goes back to the queue
             self._release_gang(job, pod_id, now, out)
             self.books.move_job(job, JobState.QUEUED, now)

@@ -55,7 +55,7 @@ from lightkube.types import PatchType
 from stoker.agent import protocol
 from stoker.agent.binding import check_env
 from stoker.api.deps import check_deps
-from stoker.core.model import Failure, Node, Profile
+from stoker.core.model import Failure, Node, Profile, StartFault
 from stoker.core.reconcile import node_added
 from stoker.runtime.agent_link import AgentLink, AgentNotConnected
 from stoker.runtime.base import (
@@ -67,10 +67,13 @@ from stoker.runtime.base import (
     NodeDown,
     NodeUp,
     PodDown,
+    PodNotStarted,
     PodUp,
     RuntimeEvent,
     RuntimeProfile,
+    StartFailed,
     exited_event,
+    start_fault,
 )
 from stoker.runtime.base import NotCarried as Unsupported
 from stoker.runtime.code import CodeStore
@@ -91,8 +94,15 @@ T = TypeVar("T")
 
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 CODE_CHUNK = 4 * 1024 * 1024  # bytes of a code archive per message (base64 stays < MAX_LINE)
-#: container waiting reasons no wait can cure: the pod will never start
-_HOPELESS = frozenset({"InvalidImageName", "ErrImageNeverPull", "CreateContainerError"})
+#: container waiting reasons no wait can cure: the pod will never start, and why
+_HOPELESS = {
+    "InvalidImageName": StartFault.IMAGE_MISSING,
+    "ErrImageNeverPull": StartFault.IMAGE_MISSING,
+    "CreateContainerError": StartFault.START_FAILED,
+}
+#: waiting reasons of an image the kubelet could not pull (yet): a pod that times out in
+#: one of them did not start for its image
+_PULLING = frozenset({"ErrImagePull", "ImagePullBackOff"})
 #: pod status reasons of a kubelet that evicted or shut the pod down
 _EVICTED = frozenset({"Evicted", "Preempting", "Shutdown", "NodeShutdown", "Terminated"})
 
@@ -101,8 +111,9 @@ class KubeRuntimeError(RuntimeError):
     """Base of the Kubernetes runtime's errors."""
 
 
-class PodStartError(KubeRuntimeError):
-    """A pod did not come up (refused by the API, never scheduled, or its agent never dialed)."""
+class PodStartError(KubeRuntimeError, PodNotStarted):
+    """A pod did not come up (refused by the API, never scheduled, its image missing, or
+    its agent never dialed)."""
 
 
 class UnknownPod(KubeRuntimeError, KeyError):
@@ -159,6 +170,7 @@ class _Pod:
     job: str | None = None
     grace_until: float = 0.0  # monotonic: a graceful kill of the job runs until then
     stopping: bool = False
+    pulling: str | None = None  # while it starts: why its image is not pulled yet
     link: AgentLink = field(init=False)
     up: asyncio.Future[None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
@@ -213,12 +225,19 @@ def pod_failure(obj: dict[str, Any], deleted: bool) -> Failure | None:
     return None
 
 
-def _hopeless(obj: dict[str, Any]) -> str | None:
-    """Why a pending pod can never start, if it cannot."""
-    for cs in (obj.get("status") or {}).get("containerStatuses") or []:
-        waiting = (cs.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") in _HOPELESS:
-            return f"{waiting['reason']}: {waiting.get('message', '')}".strip()
+def _waiting(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """The waiting states (reason and message) of a pending pod's containers."""
+    statuses = (obj.get("status") or {}).get("containerStatuses") or []
+    return [w for cs in statuses if (w := (cs.get("state") or {}).get("waiting"))]
+
+
+def _hopeless(waiting: list[dict[str, Any]]) -> tuple[str, StartFault] | None:
+    """Why a pending pod (``waiting``: its containers' waiting states) can never start, if
+    it cannot: the kubelet's words and the fault."""
+    for w in waiting:
+        fault = _HOPELESS.get(str(w.get("reason")))
+        if fault is not None:
+            return f"{w['reason']}: {w.get('message', '')}".strip(), fault
     return None
 
 
@@ -525,8 +544,9 @@ class KubernetesRuntime:
         try:
             manifest = pods.pod_manifest(self.settings, shape)
         except pods.PodSpecError as exc:
-            await self._events.put(PodDown(pod, Failure.START_TIMEOUT))
-            raise PodStartError(f"pod {pod}: {exc}") from exc
+            why = f"pod {pod}: {exc}"
+            await self._events.put(StartFailed(pod, StartFault.START_FAILED, why))
+            raise PodStartError(why) from exc
         rec = _Pod(shape, secrets.token_urlsafe(32))
         self._pods[pod] = rec
         self._by_name[rec.name] = rec
@@ -537,13 +557,20 @@ class KubernetesRuntime:
             if rec.uid is not None:  # never a pod of the same name that is not this one
                 await self._delete(rec)
             self._forget(rec)
-            await self._events.put(PodDown(pod, Failure.START_TIMEOUT))
+            fault = start_fault(exc)
             if isinstance(exc, TimeoutError):
                 why = f"no agent after {self.settings.start_timeout_s} s"
-                raise PodStartError(f"pod {pod} did not start: {why}") from exc
-            if isinstance(exc, PodStartError | asyncio.CancelledError):
+                if rec.pulling is not None:  # timed out pulling its image
+                    fault, why = StartFault.IMAGE_MISSING, f"{why} (image: {rec.pulling})"
+                error = PodStartError(f"pod {pod} did not start: {why}", fault)
+            elif isinstance(exc, PodStartError | asyncio.CancelledError):
+                error = exc
+            else:
+                error = PodStartError(f"pod {pod} did not start: {exc}")
+            await self._events.put(StartFailed(pod, fault, str(error)))
+            if error is exc:
                 raise
-            raise PodStartError(f"pod {pod} did not start: {exc}") from exc
+            raise error from exc
         await self._events.put(PodUp(pod))
 
     async def _create(self, rec: _Pod, manifest: dict[str, Any]) -> None:
@@ -955,13 +982,15 @@ class KubernetesRuntime:
             return  # asked for: stop_pod reports it once it is gone
         failure = pod_failure(d, deleted)
         if not rec.up.done():
-            why = _hopeless(d)
-            if failure is not None or why is not None:
-                rec.up.set_exception(
-                    PodStartError(
-                        f"pod {rec.id}: {why or f'ended before its agent dialed in ({failure})'}"
-                    )
-                )
+            waiting = _waiting(d)
+            pulls = [str(w.get("reason")) for w in waiting if w.get("reason") in _PULLING]
+            rec.pulling = pulls[0] if pulls else None
+            hopeless = _hopeless(waiting)
+            if hopeless is not None:
+                rec.up.set_exception(PodStartError(f"pod {rec.id}: {hopeless[0]}", hopeless[1]))
+            elif failure is not None:
+                why = f"pod {rec.id}: ended before its agent dialed in ({failure})"
+                rec.up.set_exception(PodStartError(why))
             return
         if failure is None:
             return
