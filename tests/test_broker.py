@@ -408,8 +408,8 @@ def test_a_restart_with_fewer_gpus_sets_aside_what_no_longer_fits(
         assert f"{hp} waits: {listed[hp]}" in shown, shown
         small = a.run([PY, "-c", "print('small ran')"], tag="s")
         assert small["exit_code"] == 0 and a.output(small["id"]) == "small ran\n"
-        assert small["pods"] and eb.broker is not None and eb.broker.scheduler is not None
-        assert eb.broker.scheduler.core.pods[small["pods"][0]].gpus == ["vgpu0"]
+        assert small["pods"] and eb.broker is not None and eb.broker.loop is not None
+        assert eb.broker.loop.core.pods[small["pods"][0]].gpus == ["vgpu0"]
     with EmbeddedBroker(two) as eb:
         a = Api(eb.url, token)
         for jid, says in ((hp, "hp ran"), (gang, "gang ran")):
@@ -430,16 +430,16 @@ _GATED = (
 
 def _release(eb: EmbeddedBroker, pod: str) -> None:
     """Let the gated job in ``pod`` end (the pod's workspace, as the host sees it)."""
-    assert eb.broker is not None and eb.broker.scheduler is not None
-    workspace = eb.broker.scheduler.runtime.pod_info(pod).workspace  # type: ignore[attr-defined]
+    assert eb.broker is not None and eb.broker.loop is not None
+    workspace = eb.broker.loop.runtime.pod_info(pod).workspace  # type: ignore[attr-defined]
     (workspace / "go").write_text("")
 
 
 def _runs(eb: EmbeddedBroker, pod: str) -> bool:
     """Whether the broker's runtime has ``pod`` live (not stopped, not stopping)."""
-    assert eb.broker is not None and eb.broker.scheduler is not None
+    assert eb.broker is not None and eb.broker.loop is not None
     try:
-        eb.broker.scheduler.runtime.pod_info(pod)  # type: ignore[attr-defined]
+        eb.broker.loop.runtime.pod_info(pod)  # type: ignore[attr-defined]
     except KeyError:
         return False
     return True
@@ -462,8 +462,8 @@ def test_a_restart_with_another_gpu_set_changes_the_node_in_place(
     for jid in gated:
         wait_for(lambda jid=jid: a.http.get(f"/v1/jobs/{jid}").json()["state"] == "running")
     pod = {jid: a.http.get(f"/v1/jobs/{jid}").json()["pods"][0] for jid in gated}
-    assert eb.broker is not None and eb.broker.scheduler is not None
-    gpus = {jid: eb.broker.scheduler.core.pods[pod[jid]].gpus for jid in gated}
+    assert eb.broker is not None and eb.broker.loop is not None
+    gpus = {jid: eb.broker.loop.core.pods[pod[jid]].gpus for jid in gated}
     assert sorted(gpus.values()) == [["vgpu0"], ["vgpu1"]]
     on0, on1 = sorted(gated, key=lambda j: gpus[j])
     waits = a.submit([PY, "-c", "print('waited')"], job_class="hp", gpus=2).json()["id"]
@@ -472,7 +472,7 @@ def test_a_restart_with_another_gpu_set_changes_the_node_in_place(
     # one GPU more: nothing is lost, the jobs run on where they were, the new GPU runs work
     eb = EmbeddedBroker(cfgs[3], stop_pods=False).start()
     try:
-        assert eb.broker is not None and eb.broker.scheduler is not None
+        assert eb.broker is not None and eb.broker.loop is not None
         rec = eb.broker.recovery
         assert (rec["adopted"], rec["lost"], rec["jobs_lost"], rec["orphans_stopped"]) == (
             2,
@@ -481,7 +481,7 @@ def test_a_restart_with_another_gpu_set_changes_the_node_in_place(
             0,
         ), rec
         a = Api(eb.url, token)
-        sched = eb.broker.scheduler
+        sched = eb.broker.loop
         for jid in gated:
             assert a.http.get(f"/v1/jobs/{jid}").json()["state"] == "running"
             assert sched.core.pods[pod[jid]].gpus == gpus[jid]
@@ -495,7 +495,7 @@ def test_a_restart_with_another_gpu_set_changes_the_node_in_place(
 
     # down to one GPU: the job on vgpu1 loses its pod, the one on vgpu0 runs to its end
     with EmbeddedBroker(cfgs[1]) as eb:
-        assert eb.broker is not None and eb.broker.scheduler is not None
+        assert eb.broker is not None and eb.broker.loop is not None
         rec = eb.broker.recovery
         assert (rec["adopted"], rec["lost"], rec["jobs_lost"]) == (1, 0, 0), rec
         a = Api(eb.url, token)
@@ -570,8 +570,8 @@ def test_a_store_written_before_the_node_was_logged_replays_on_a_host_that_shran
     gated = [a.submit([PY, "-c", _GATED], job_class="hp", gpus=1).json()["id"] for _ in "01"]
     for jid in gated:
         wait_for(lambda jid=jid: a.http.get(f"/v1/jobs/{jid}").json()["state"] == "running")
-    assert eb.broker is not None and eb.broker.scheduler is not None
-    pods = eb.broker.scheduler.core.pods
+    assert eb.broker is not None and eb.broker.loop is not None
+    pods = eb.broker.loop.core.pods
     pod = {jid: a.http.get(f"/v1/jobs/{jid}").json()["pods"][0] for jid in gated}
     on0, on1 = sorted(gated, key=lambda j: pods[pod[j]].gpus)
     queued = a.submit([PY, "-c", "print('queued ran')"], job_class="hp", gpus=2).json()["id"]
@@ -583,7 +583,7 @@ def test_a_store_written_before_the_node_was_logged_replays_on_a_host_that_shran
     finally:
         store.close()
     with EmbeddedBroker(broker_config(tmp_path, gpu_slots=1, database_url=database_url)) as eb:
-        assert eb.broker is not None and eb.broker.scheduler is not None
+        assert eb.broker is not None and eb.broker.loop is not None
         a = Api(eb.url, token)
         lost = a.wait(on1, 10)
         assert (lost["state"], lost["failure"]) == ("finished", "pod_died"), lost
@@ -616,8 +616,8 @@ def test_a_close_whose_commit_fails_still_stops_the_pods(tmp_path: Path) -> None
     eb = EmbeddedBroker(broker_config(tmp_path, gpu_slots=1)).start()
     a = tenant_api(eb, "a")
     assert a.run([PY, "-c", "pass"])["exit_code"] == 0  # its pod stays warm
-    assert eb.broker is not None and eb.broker.scheduler is not None
-    sched = eb.broker.scheduler
+    assert eb.broker is not None and eb.broker.loop is not None
+    sched = eb.broker.loop
     assert any(p.state.value == "warm" for p in sched.core.pods.values())
 
     def fail(store: object) -> None:
@@ -640,7 +640,7 @@ def test_a_start_that_fails_halfway_stops_the_pods_it_started(
     started: list[bool] = []
 
     async def fail(self: Dashboard) -> None:
-        sched = self.broker.scheduler
+        sched = self.broker.loop
         assert sched is not None
         for _ in range(2000):  # the spare pod is up: a start that had pods fails now
             if any(p.state.value == "warm" for p in sched.core.pods.values()):
@@ -671,7 +671,7 @@ def test_reads_answer_what_is_stored_and_a_wait_returns_once_the_end_is(
     a = tenant_api(broker, "a")
     a.run(["true"])  # a warm pod for the caller
     assert broker.broker is not None and broker._loop is not None
-    sched = broker.broker.scheduler
+    sched = broker.broker.loop
     assert sched is not None
 
     async def race() -> tuple[list[dict[str, Any] | None], bool, dict[str, Any] | None]:
@@ -707,7 +707,7 @@ def _held(eb: EmbeddedBroker) -> dict[str, int]:
     import asyncio
 
     assert eb.broker is not None and eb._loop is not None
-    broker, sched = eb.broker, eb.broker.scheduler
+    broker, sched = eb.broker, eb.broker.loop
     assert sched is not None
 
     async def sizes() -> dict[str, int]:
@@ -785,7 +785,7 @@ def test_submits_of_one_turn_share_one_commit_and_run_only_once_stored(
     a = tenant_api(broker, "a")
     a.run(["true"])  # a warm pod for the caller
     assert broker.broker is not None and broker._loop is not None
-    sched = broker.broker.scheduler
+    sched = broker.broker.loop
     engine = sched.store.engine
     commits: list[int] = []
     bound_unstored: list[str] = []

@@ -295,8 +295,8 @@ def _store_hp_peak(cfg: BrokerConfig) -> None:
 def _quota_pinned(eb: EmbeddedBroker) -> None:
     """Once the broker's forecaster (fitted on that history) has answered: HP at its recent
     peak over the guaranteed hour, so GFS's forecast quota is 0 with both GPUs free."""
-    assert eb.broker is not None and eb.broker.scheduler is not None
-    core = eb.broker.scheduler.core
+    assert eb.broker is not None and eb.broker.loop is not None
+    core = eb.broker.loop.core
     wait_for(lambda: "vgpu" in core.forecast)
     assert core.hpspot.quota["vgpu"] == 0.0 and core.hpspot.used["vgpu"]["hp"] == 0.0
 
@@ -366,7 +366,7 @@ def test_fitted_keepalive_runs_live(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, policies=PolicyConfig(keepalive="fitted", keepalive_s=30.0))
     with EmbeddedBroker(cfg) as eb, tenant_client(eb, "a") as a:
         assert eb.broker is not None
-        keepalive = eb.broker.scheduler.core.policies.keepalive
+        keepalive = eb.broker.loop.core.policies.keepalive
         assert type(keepalive).__name__ == "FittedKeepAlive" and keepalive.fallback_s == 30.0
         paths = [a.run("plain", [PY, "-c", "pass"], reuse_tag="loop").result(60).path]
         paths += [a.run("plain", [PY, "-c", "pass"], reuse_tag="loop").result(60).path]

@@ -553,7 +553,7 @@ async def test_jobs_through_the_broker_run_in_kubernetes_pods_on_the_clusters_no
     cfg = BrokerConfig(data_dir=tmp_path / "data", profiles=[plain], gpu_model=H100)
     broker = Broker(cfg, rt)
     await broker.start()
-    core = broker.scheduler.core  # type: ignore[union-attr]
+    core = broker.loop.core  # type: ignore[union-attr]
     assert {n: len(x.gpus) for n, x in core.cluster.nodes.items()} == {"gpu-a": 2}
     transport = httpx.ASGITransport(app=broker.app)
 
@@ -638,7 +638,7 @@ async def test_jobs_through_the_broker_run_in_kubernetes_pods_on_the_clusters_no
     broker = Broker(cfg, kube.runtime(profiles=[plain.core]))
     await broker.start()
     try:
-        nodes = broker.scheduler.core.cluster.nodes  # type: ignore[union-attr]
+        nodes = broker.loop.core.cluster.nodes  # type: ignore[union-attr]
         assert {n: len(x.gpus) for n, x in nodes.items()} == {"gpu-a": 2, "gpu-c": 1}
         assert broker.recovery["replayed"] > 0
     finally:
@@ -664,7 +664,7 @@ async def test_the_broker_refuses_a_shape_no_node_of_the_cluster_can_hold(
     cfg = BrokerConfig(data_dir=tmp_path / "data", profiles=[plain], gpu_model=H100)
     broker = Broker(cfg, kube.runtime(profiles=[plain.core]))
     await broker.start()
-    assert broker.scheduler.core.cluster.sizes == {H100: {2: 1, 1: 2}}  # type: ignore[union-attr]
+    assert broker.loop.core.cluster.sizes == {H100: {2: 1, 1: 2}}  # type: ignore[union-attr]
     transport = httpx.ASGITransport(app=broker.app)
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://broker") as http:
@@ -835,7 +835,7 @@ async def test_a_cpu_only_job_runs_on_the_clusters_nodes_cpu_slots(
                 job = r.json()["id"]
                 r = await http.get(f"/v1/jobs/{job}/wait", params={"timeout_s": 60}, headers=auth)
                 assert r.json()["state"] == "finished" and r.json()["exit_code"] == 0, r.json()
-            node = broker.scheduler.core.cluster.nodes["gpu-a"]  # type: ignore[union-attr]
+            node = broker.loop.core.cluster.nodes["gpu-a"]  # type: ignore[union-attr]
             assert (node.cpu, node.memory_gb) == (32.0, 256.0)
         finally:
             await broker.close(stop_pods=True)
@@ -856,10 +856,10 @@ async def test_a_node_whose_gpus_change_keeps_its_running_pods(kube: Kube, tmp_p
     cfg = BrokerConfig(data_dir=tmp_path / "data", profiles=[gpu], gpu_model=H100)
     broker = Broker(cfg, kube.runtime(profiles=[gpu.core]))
     await broker.start()
-    assert broker.scheduler is not None
-    core = broker.scheduler.core
+    assert broker.loop is not None
+    core = broker.loop.core
     decisions: list[tuple[Any, list[Any], float]] = []
-    broker.scheduler.on_decision.append(lambda *d: decisions.append(d))
+    broker.loop.on_decision.append(lambda *d: decisions.append(d))
     transport = httpx.ASGITransport(app=broker.app)
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://broker") as http:

@@ -60,7 +60,7 @@ from stoker.broker.events_log import DecisionLog, job_latencies_ms
 from stoker.broker.files import add_routes as add_file_routes
 from stoker.broker.files import is_file_route
 from stoker.broker.leader import Leadership
-from stoker.broker.loop import JobRequest, Refused, Scheduler
+from stoker.broker.loop import BrokerLoop, JobRequest, Refused
 from stoker.broker.metrics import BrokerMetrics
 from stoker.broker.replica import StoreReads, forward, unavailable
 from stoker.broker.sandbox_fusion import add_routes as add_sandbox_fusion_routes
@@ -130,12 +130,12 @@ class Broker:
         self._runtime = runtime
         self.metrics = BrokerMetrics()
         self.leadership = Leadership(self.store, cfg.advertise_url or url or "")
-        self.scheduler: Scheduler | None = None
+        self.loop: BrokerLoop | None = None
         self.reads_from_store = StoreReads(self.store)
         self.profiles = {p.name: p for p in cfg.profiles}
         # the decisions of the loop this replica last ran while leading (see _take_over);
-        # that loop, not self.scheduler, which is cleared before a deposed loop closes
-        self._deciding: Scheduler | None = None
+        # that loop, not self.loop, which is cleared before a deposed loop closes
+        self._deciding: BrokerLoop | None = None
         self.decisions = DecisionLog(self._decided_by, self.metrics, cfg.data_dir / "events.jsonl")
         self.metrics.watch(lambda: dashboard_gauges(self))
         self.dashboard = Dashboard(self)
@@ -155,17 +155,17 @@ class Broker:
     @property
     def leads(self) -> bool:
         """This replica schedules now (its loop is up and its lead confirmed)."""
-        return self.scheduler is not None and self.scheduler.ready and self.leadership.leading
+        return self.loop is not None and self.loop.ready and self.leadership.leading
 
     @property
-    def reads(self) -> Scheduler | StoreReads:
+    def reads(self) -> BrokerLoop | StoreReads:
         """Who answers job reads: the leader's loop (its memory is the store's), else the
         store."""
-        sched = self.scheduler
+        sched = self.loop
         return sched if sched is not None and self.leads else self.reads_from_store
 
     def queued(self) -> dict[str, int]:
-        sched = self.scheduler
+        sched = self.loop
         if sched is not None and self.leads:
             return {name: len(sched.core.queued(name)) for name in self.profiles}
         return self.reads_from_store.queued()
@@ -219,12 +219,12 @@ class Broker:
         gpus = sorted(
             getattr(runtime, "devices", {}) or [f"vgpu{i}" for i in range(self.cfg.gpu_slots)]
         )
-        self.scheduler = Scheduler(self.cfg, self.store, runtime, gpus, self.metrics, box=self.box)
-        self.scheduler.may_act = lambda: self.leadership.leading
-        self.scheduler.on_decision.append(self.decisions.record)
-        self.scheduler.on_pod_stop.append(self.decisions.stopped)
-        self._deciding = self.scheduler
-        self.recovery = await self.scheduler.start()
+        self.loop = BrokerLoop(self.cfg, self.store, runtime, gpus, self.metrics, box=self.box)
+        self.loop.may_act = lambda: self.leadership.leading
+        self.loop.on_decision.append(self.decisions.record)
+        self.loop.on_pod_stop.append(self.decisions.stopped)
+        self._deciding = self.loop
+        self.recovery = await self.loop.start()
         log.warning("scheduling: %s", self.recovery)
 
     async def _lead(self) -> None:
@@ -232,14 +232,14 @@ class Broker:
         the next leader) and campaign again."""
         while True:
             try:
-                if self.scheduler is None:
+                if self.loop is None:
                     await self.leadership.campaign()
                     await self._take_over()
                 await self.leadership.hold()
             except Exception:  # a takeover that failed must not keep the lock from others
                 log.exception("taking over failed; giving the lead up")
             self.leadership.release()
-            sched, self.scheduler = self.scheduler, None
+            sched, self.loop = self.loop, None
             if sched is not None:
                 try:
                     await sched.close(stop_pods=False)
@@ -271,7 +271,7 @@ class Broker:
                     self._lead_task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await self._lead_task
-                sched, self.scheduler = self.scheduler, None
+                sched, self.loop = self.loop, None
                 try:
                     if sched is not None:
                         await sched.close(stop_pods=stop_pods)
@@ -350,9 +350,9 @@ async def _principal(  # async: FastAPI would run a plain def in a worker thread
 Caller = Annotated[Principal, Depends(_principal)]
 
 
-async def _leader(request: Request) -> Scheduler:
+async def _leader(request: Request) -> BrokerLoop:
     broker: Broker = request.app.state.broker
-    sched = broker.scheduler
+    sched = broker.loop
     if sched is None or not broker.leads:
         raise NotLeader()
     return sched
@@ -360,7 +360,7 @@ async def _leader(request: Request) -> Scheduler:
 
 # a write route's scheduling loop; on a replica that does not lead, the request goes to
 # the leader instead (see NotLeader's handler)
-Leader = Annotated[Scheduler, Depends(_leader)]
+Leader = Annotated[BrokerLoop, Depends(_leader)]
 
 
 class BodyCap:
@@ -475,7 +475,7 @@ class FastSubmit:
             if wait > 300:
                 return None
         broker = self.broker
-        sched = broker.scheduler
+        sched = broker.loop
         if sched is None or not broker.leads:
             return None
         try:
@@ -634,7 +634,7 @@ def create_app(broker: Broker) -> FastAPI:
     async def ready() -> Any:
         """``ready`` on the leader, ``following`` on a replica that serves reads and
         forwards writes; 503 while the broker starts (or takes over)."""
-        if not broker.started or (broker.scheduler is not None and not broker.leads):
+        if not broker.started or (broker.loop is not None and not broker.leads):
             return JSONResponse(Health(status="starting", version=app.version).model_dump(), 503)
         return Health(status="ready" if broker.leads else "following", version=app.version)
 

@@ -66,14 +66,14 @@ _STATIC = resources.files("stoker.broker") / "static"
 
 def gpu_pools(broker: "Broker") -> list[dict[str, Any]]:
     """The GPU pools as ``GET /v1/pools`` shows them; none on a broker without hp/spot."""
-    rows = getattr(broker.scheduler, "gpu_pools", None)
+    rows = getattr(broker.loop, "gpu_pools", None)
     return [dict(r) for r in rows()] if rows is not None else []
 
 
 def gauges(broker: "Broker") -> BrokerGauges:
     """The broker's state now, for the Prometheus gauges (none on a replica that does not
     lead: the leader's scrape has them)."""
-    sched = broker.scheduler
+    sched = broker.loop
     if sched is None:
         return BrokerGauges()
     core = sched.core
@@ -164,7 +164,7 @@ class History:
         }
 
     def sample(self, broker: "Broker", now: float) -> None:
-        if broker.scheduler is None:
+        if broker.loop is None:
             return  # a replica that does not lead: the leader's history has this moment
         self.samples.append(self.point(gauges(broker), now))
 
@@ -245,7 +245,7 @@ class Dashboard:
 
     def snapshot(self) -> dict[str, Any]:
         """Everything the page shows, as of now."""
-        broker, sched = self.broker, self.broker.scheduler
+        broker, sched = self.broker, self.broker.loop
         core = sched.core
         now = time.time()
         g = gauges(broker)

@@ -21,7 +21,7 @@ from stoker.runtime.workspace_files import FileTooLarge, WorkspacePathError
 
 if TYPE_CHECKING:
     from stoker.broker.app import Broker
-    from stoker.broker.loop import Scheduler
+    from stoker.broker.loop import BrokerLoop
 
 PREFIX = "/v1/sessions/"
 
@@ -50,7 +50,7 @@ def add_routes(
     from stoker.broker.app import _ERR, ApiError, Caller, Leader
     from stoker.runtime.local import UnknownPod
 
-    def pod_of(sched: "Scheduler", who: Principal, profile: str, tag: str, pod: str | None) -> str:
+    def pod_of(sched: "BrokerLoop", who: Principal, profile: str, tag: str, pod: str | None) -> str:
         """The session's pod: its only one, or the one ``pod`` names among them."""
         tenant = tenant_of(who)
         profile_of(profile)

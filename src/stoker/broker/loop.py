@@ -316,7 +316,7 @@ class Refused(Exception):
         self.refusal = refusal
 
 
-class Scheduler:
+class BrokerLoop:
     """Runs one :class:`Core` against one :class:`Runtime`, with the store as its memory."""
 
     def __init__(
