@@ -703,32 +703,17 @@ def test_reads_answer_what_is_stored_and_a_wait_returns_once_the_end_is(
 
 
 def _held(eb: EmbeddedBroker) -> dict[str, int]:
-    """What the broker's loop holds per job or pod, read on its own event loop."""
-    import asyncio
+    """What the broker's loop holds per job or pod, as its /metrics says, and the pods its
+    runtime still has (the sandboxes on disk)."""
+    from prometheus_client.parser import text_string_to_metric_families
 
-    assert eb.broker is not None and eb._loop is not None
-    broker, sched = eb.broker, eb.broker.loop
-    assert sched is not None
-
-    async def sizes() -> dict[str, int]:
-        core = sched.core
-        return {
-            "core.jobs": len(core.jobs),
-            "core.pods": len(core.pods),
-            "requests": len(sched._requests),
-            "synced": len(sched._synced),
-            "done": len(sched._done),
-            "listeners": len(sched._listeners),
-            "out_seq": len(sched._out_seq),
-            "chunks": len(sched._chunks),
-            "finishing": len(sched._finishing),
-            "recent": len(sched._recent),  # a finished job's row, for RECENT_S
-            "stopping": len(sched._stopping),
-            "decision_log.live": len(broker.decisions._live),
-            "runtime.pods": len(getattr(sched.runtime, "_pods", {})),
-        }
-
-    return asyncio.run_coroutine_threadsafe(sizes(), eb._loop).result(10)
+    text = Api(eb.url, eb.admin_token).http.get("/metrics").text
+    (fam,) = [
+        f for f in text_string_to_metric_families(text) if f.name == "stoker_broker_held_entries"
+    ]
+    held = {s.labels["map"]: int(s.value) for s in fam.samples}
+    assert "core.jobs" in held and "decision_log.live" in held, held
+    return {**held, "runtime.pods": len(list((eb.cfg.runtime_dir / "pods").glob("pod-*")))}
 
 
 def test_finished_jobs_and_gone_pods_leave_the_brokers_memory(tmp_path: Path) -> None:

@@ -85,6 +85,7 @@ def gauges(broker: "Broker") -> BrokerGauges:
         capacity_gpus=float(core.cluster.total_gpus),
         gpu_pools=gpu_pools(broker),
         stored_output=dict(sched.output_budget.stored),
+        held={**sched.held(), **broker.decisions.held()},
     )
     for pod in core.pods.values():
         for state, secs in pod.held.items():

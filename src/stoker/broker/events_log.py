@@ -214,6 +214,10 @@ class DecisionLog:
 
     # ------------------------------------------------------------------ reading
 
+    def held(self) -> dict[str, int]:
+        """Entries the log holds per job (a job it follows until it ends), by map."""
+        return {"decision_log.live": len(self._live)}
+
     def query(
         self,
         tenant: str | None,

@@ -674,6 +674,25 @@ class BrokerLoop:
         finite = [d for d in deadlines if math.isfinite(d)]
         return pods, (max(finite) - self._now + time.time()) if finite else None
 
+    def held(self) -> dict[str, int]:
+        """Entries the loop and its core hold per job or pod, by map: what is live, not what
+        ran, so a broker that has run for months holds as much as one just started with the
+        same work in flight (``stoker_broker_held_entries``; the memory test reads it)."""
+        return {
+            "core.jobs": len(self.core.jobs),
+            "core.pods": len(self.core.pods),
+            "requests": len(self._requests),
+            "synced": len(self._synced),
+            "stopping": len(self._stopping),
+            "done": len(self._done),
+            "listeners": len(self._listeners),
+            "out_seq": len(self._out_seq),
+            "chunks": len(self._chunks),
+            "finishing": len(self._finishing),
+            "ends": len(self._ends),
+            "recent": len(self._recent),  # a finished job's row, kept RECENT_S
+        }
+
     def job(self, job_id: str) -> dict[str, Any] | None:
         """A job's row: an unfinished job's from the core, a finished one's as committed
         (from memory for a while after its commit, then the store). A job reads finished

@@ -36,6 +36,7 @@ class BrokerGauges:
     capacity_gpus: float = 0.0
     gpu_pools: list[dict[str, Any]] = field(default_factory=list)  # rows of GET /v1/pools
     stored_output: dict[str, int] = field(default_factory=dict)  # tenant -> output bytes
+    held: dict[str, int] = field(default_factory=dict)  # the loop's map -> entries
 
 
 # (metric name, help, the GPU-pool row's key); the forecast ones read the current hour
@@ -132,6 +133,14 @@ class _Snapshot(Collector):
         )
         for tenant, size in sorted(g.stored_output.items()):
             fam.add_metric([tenant], float(size))
+        yield fam
+        fam = GaugeMetricFamily(
+            "stoker_broker_held_entries",
+            "Entries the broker's loop holds per job or pod, by map (what is live, not what ran)",
+            labels=["map"],
+        )
+        for name, n in sorted(g.held.items()):
+            fam.add_metric([name], float(n))
         yield fam
 
 
