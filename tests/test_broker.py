@@ -643,7 +643,8 @@ def test_a_start_that_fails_halfway_stops_the_pods_it_started(
         sched = self.broker.loop
         assert sched is not None
         for _ in range(2000):  # the spare pod is up: a start that had pods fails now
-            if any(p.state.value == "warm" for p in sched.core.pods.values()):
+            # (the profile stages standbys, so its spare is a standby pod, not a warm one)
+            if any(p.state.value in ("warm", "standby") for p in sched.core.pods.values()):
                 break
             await asyncio.sleep(0.01)
         started.append(bool(sched.core.pods))
