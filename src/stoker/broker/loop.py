@@ -74,6 +74,7 @@ from stoker.core import (
     TenantRevoked,
     Tick,
 )
+from stoker.core.actions import executor
 from stoker.core.gfs.quota import quantile
 from stoker.core.reconcile import implied_node, node_change, node_events, replay_into
 from stoker.forecast import DEFAULT_FORECASTER
@@ -339,6 +340,7 @@ class BrokerLoop:
         self.gpus = list(gpus)
         self.preset = cfg.build_policies()
         self.core = self._new_core()
+        self._execute = executor(self)
         self._now = 0.0
         self._batch = Batch()
         self._flush_handle: asyncio.Handle | None = None
@@ -1073,51 +1075,62 @@ class BrokerLoop:
             return None
         return job.id, job.pods.index(pod)
 
-    def _carry_out(self, action: Any) -> None:
+    def _carry_out(self, action: Action) -> None:
         if self._closing or not self.may_act():
             return  # shutting down or deposed: what the core asks is the next leader's
-        rt = self.runtime
-        match action:
-            case StartPod(pod, profile, _node, gpus, standby):
-                shape = self.profiles[profile].runtime
-                cls = self.core.pods[pod].job_class.value  # a cluster ranks pods by it
-                ckpt = self._checkpoint_of(pod)
-                self._later(
-                    lambda: self._call(
-                        rt.start_pod(
-                            pod, shape, tuple(gpus), standby, job_class=cls, checkpoint=ckpt
-                        ),
-                        pod=pod,
-                    )
-                )
-            case PromoteStandby(pod):
-                self._later(lambda: self._call(rt.promote(pod), pod=pod))
-            case RecyclePod(pod, new_pod):
-                self._later(lambda: self._call(rt.recycle(pod, new_pod), pod=new_pod))
-            case StopPod(pod, _reason):
-                self._stop(pod)
-            case BindJob(job, pods):
-                self._bind(job, pods)
-            case KillJob(job, reason, grace_s):
-                self._later(lambda: self._call(rt.kill_job(job, reason, grace_s)))
-            case JobRequeued(job, reason):
-                row = self._requests[job]
-                row["requeues"] = int(row.get("requeues") or 0) + 1
-                row["requeue_reason"] = reason.value
-                self._batch.update_job(
-                    job, requeues=row["requeues"], requeue_reason=row["requeue_reason"]
-                )
-                self._requeued.append(job)
-            case JobEnded(job):
-                self.output_budget.ended(job)  # the core finished it; _sync_jobs writes it
-                ended = self.core.jobs.get(job)
-                # the class tells a cluster which volume (if any) holds the job's checkpoints
-                cls = ended.job_class.value if ended is not None else None
-                self._later(lambda: self._call(self.runtime.drop_checkpoint(job, job_class=cls)))
-            case Reconciled():
-                pass  # what a restart's PodsFound found: start() reports it
-            case _:
-                raise ValueError(f"unknown action {action!r}")
+        self._execute(action)
+
+    # the actions' Executor methods (stoker.core.actions): runtime calls made once the
+    # events that asked for them are committed, and the job rows they change
+
+    def start_pod(self, action: StartPod) -> None:
+        pod, gpus, standby = action.pod, tuple(action.gpus), action.standby
+        shape = self.profiles[action.profile].runtime
+        cls = self.core.pods[pod].job_class.value  # a cluster ranks pods by it
+        ckpt = self._checkpoint_of(pod)
+        start = self.runtime.start_pod
+        self._later(
+            lambda: self._call(
+                start(pod, shape, gpus, standby, job_class=cls, checkpoint=ckpt), pod=pod
+            )
+        )
+
+    def promote_standby(self, action: PromoteStandby) -> None:
+        pod = action.pod
+        self._later(lambda: self._call(self.runtime.promote(pod), pod=pod))
+
+    def recycle_pod(self, action: RecyclePod) -> None:
+        pod, new_pod = action.pod, action.new_pod
+        self._later(lambda: self._call(self.runtime.recycle(pod, new_pod), pod=new_pod))
+
+    def stop_pod(self, action: StopPod) -> None:
+        self._stop(action.pod)
+
+    def bind_job(self, action: BindJob) -> None:
+        self._bind(action.job, action.pods)
+
+    def kill_job(self, action: KillJob) -> None:
+        job, reason, grace_s = action.job, action.reason, action.grace_s
+        self._later(lambda: self._call(self.runtime.kill_job(job, reason, grace_s)))
+
+    def job_requeued(self, action: JobRequeued) -> None:
+        job = action.job
+        row = self._requests[job]
+        row["requeues"] = int(row.get("requeues") or 0) + 1
+        row["requeue_reason"] = action.reason.value
+        self._batch.update_job(job, requeues=row["requeues"], requeue_reason=row["requeue_reason"])
+        self._requeued.append(job)
+
+    def job_ended(self, action: JobEnded) -> None:
+        job = action.job
+        self.output_budget.ended(job)  # the core finished it; _sync_jobs writes it
+        ended = self.core.jobs.get(job)
+        # the class tells a cluster which volume (if any) holds the job's checkpoints
+        cls = ended.job_class.value if ended is not None else None
+        self._later(lambda: self._call(self.runtime.drop_checkpoint(job, job_class=cls)))
+
+    def reconciled(self, action: Reconciled) -> None:
+        """What a restart's PodsFound found: start() reports it; nothing to carry out."""
 
     def _later(self, call: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Carry out a runtime call once the events that asked for it are committed."""

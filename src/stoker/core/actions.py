@@ -7,7 +7,9 @@ stopped when it ends or is evicted), so one runtime carries out every class.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from stoker.core.model import Failure
 
@@ -114,3 +116,59 @@ Action = (
     | JobRequeued
     | Reconciled
 )
+
+
+class Executor(Protocol):
+    """A driver's hands: one method per action, each told the action itself (the broker's
+    against a runtime and its store, the simulator's against its clock). :func:`executor`
+    hands every action to its method, so each driver carries out the same set of actions
+    in the same shape, and a new action is a missing method in each until it is handled."""
+
+    def start_pod(self, action: StartPod) -> None: ...
+
+    def promote_standby(self, action: PromoteStandby) -> None: ...
+
+    def recycle_pod(self, action: RecyclePod) -> None: ...
+
+    def stop_pod(self, action: StopPod) -> None: ...
+
+    def bind_job(self, action: BindJob) -> None: ...
+
+    def kill_job(self, action: KillJob) -> None: ...
+
+    def job_ended(self, action: JobEnded) -> None: ...
+
+    def job_requeued(self, action: JobRequeued) -> None: ...
+
+    def reconciled(self, action: Reconciled) -> None: ...
+
+
+# each action's method on an Executor
+_METHODS: dict[type, str] = {
+    StartPod: "start_pod",
+    PromoteStandby: "promote_standby",
+    RecyclePod: "recycle_pod",
+    StopPod: "stop_pod",
+    BindJob: "bind_job",
+    KillJob: "kill_job",
+    JobEnded: "job_ended",
+    JobRequeued: "job_requeued",
+    Reconciled: "reconciled",
+}
+
+
+def executor(hands: Executor) -> Callable[[Action], None]:
+    """One call that carries out an action through ``hands``' method for its kind (the
+    methods looked up once: the simulator carries out millions); a TypeError names an
+    action no method takes."""
+    methods: dict[type, Callable[[Action], None]] = {
+        kind: getattr(hands, name) for kind, name in _METHODS.items()
+    }
+
+    def carry_out(action: Action) -> None:
+        method = methods.get(type(action))
+        if method is None:
+            raise TypeError(f"no driver method carries out {action!r}")
+        method(action)
+
+    return carry_out

@@ -21,10 +21,12 @@ from stoker.core import (
     PromoteStandby,
     RankExited,
     RankStarted,
+    Reconciled,
     RecyclePod,
     StartPod,
     StopPod,
 )
+from stoker.core.actions import executor
 from stoker.sim.params import RuntimeParams
 
 if TYPE_CHECKING:
@@ -68,6 +70,7 @@ class VirtualRuntime:
         # instant, the ranks, the engine's count of scheduled events after the last)
         self._starting: tuple[float, list[RankStarted], int] | None = None
         self.pulls = 0
+        self._execute = executor(self)
 
     def attach(self, sim: Simulator) -> None:
         """The engine that delivers this runtime's events (set once, by the engine)."""
@@ -86,71 +89,91 @@ class VirtualRuntime:
         self.sim.workload.job_done(self.sim, job_id)
 
     def carry_out(self, action: Action) -> None:
+        """Schedule what carrying out ``action`` answers (its method below)."""
+        self._execute(action)
+
+    # the actions' Executor methods (stoker.core.actions)
+
+    def start_pod(self, action: StartPod) -> None:
+        sim, p = self.sim, self.params
+        if action.profile in self.instant:
+            sim.deliver(PodReady(action.pod))
+            return
+        key = (action.node, action.profile)
+        image_at = self._image_at.get(key)
+        if image_at is None:
+            self.pulls += 1
+            image_at = sim.now + p.image_pull.sample(self.rng)
+            self._image_at[key] = image_at
+        start = (p.standby_start if action.standby else p.pod_start).sample(self.rng)
+        sim.at(max(sim.now, image_at) + start, sim.deliver, PodReady(action.pod))
+
+    def promote_standby(self, action: PromoteStandby) -> None:
+        self.sim.after(self.params.promote.sample(self.rng), self.sim.deliver, PodReady(action.pod))
+
+    def recycle_pod(self, action: RecyclePod) -> None:
+        sim = self.sim
+        sim.after(self.params.recycle.sample(self.rng), sim.deliver, PodReady(action.new_pod))
+
+    def stop_pod(self, action: StopPod) -> None:
+        sim, pod = self.sim, action.pod
+        if sim.core.pods[pod].profile in self.instant:
+            sim.deliver(PodGone(pod))
+            return
+        sim.after(self.params.stop.sample(self.rng), sim.deliver, PodGone(pod))
+
+    def bind_job(self, action: BindJob) -> None:
         sim, p, rng = self.sim, self.params, self.rng
-        match action:
-            case StartPod(pod=pod, profile=profile, node=node, standby=standby):
-                if profile in self.instant:
-                    sim.deliver(PodReady(pod))
-                    return
-                key = (node, profile)
-                image_at = self._image_at.get(key)
-                if image_at is None:
-                    self.pulls += 1
-                    image_at = sim.now + p.image_pull.sample(rng)
-                    self._image_at[key] = image_at
-                start = (p.standby_start if standby else p.pod_start).sample(rng)
-                sim.at(max(sim.now, image_at) + start, sim.deliver, PodReady(pod))
-            case PromoteStandby(pod=pod):
-                sim.after(p.promote.sample(rng), sim.deliver, PodReady(pod))
-            case RecyclePod(new_pod=new):
-                sim.after(p.recycle.sample(rng), sim.deliver, PodReady(new))
-            case StopPod(pod=pod):
-                if self.sim.core.pods[pod].profile in self.instant:
-                    sim.deliver(PodGone(pod))
-                    return
-                sim.after(p.stop.sample(rng), sim.deliver, PodGone(pod))
-            case BindJob(job=job, pods=pods):
-                run = self._run_s.get(job)
-                if run is None:
-                    bind = 0.0
-                    run = sim.workload.run_s(sim, job)
-                else:
-                    # a pod that ran a job before only ever ran this caller (the core's
-                    # rule): its dependencies are in place already
-                    again = all(pid in self._bound for pid in pods)
-                    self._bound.update(dict.fromkeys(pods))
-                    bind = (p.rebind if again else p.bind).sample(rng)
-                self._runs += 1
-                # a gang's ranks start (and exit) at one instant: one batch, one pass after
-                # them all (one per rank changed nothing until the last). Jobs bound at one
-                # instant with no bind time (a trace's, e.g. every job a Chronus lease
-                # returns) start in one batch too: a rank's start frees and dirties nothing,
-                # so the passes between them were empty; joined only while nothing else
-                # was scheduled in between, so every other event keeps its place
-                ranks = [RankStarted(job, rank) for rank in range(len(pods))]
-                starting = self._starting
-                if (
-                    bind == 0.0
-                    and starting is not None
-                    and starting[0] == sim.now
-                    and starting[2] == sim.scheduled
-                ):
-                    starting[1].extend(ranks)
-                else:
-                    sim.after(bind, self._started, ranks)
-                    starting = (sim.now, ranks, 0) if bind == 0.0 else None
-                exit_at = sim.after(bind + run, self._exit, job, None, self._runs)
-                self._running[job] = (len(pods), self._runs, exit_at)
-                # a run of no time exits at this instant: what binds next starts after it
-                self._starting = (
-                    (starting[0], starting[1], sim.scheduled)
-                    if starting is not None and run > 0.0
-                    else None
-                )
-            case KillJob(job=job, reason=reason):
-                self._exit(job, reason)
-            case JobEnded() | JobRequeued():
-                pass  # the engine tells the workload of an end once the actions are done
+        job, pods = action.job, action.pods
+        run = self._run_s.get(job)
+        if run is None:
+            bind = 0.0
+            run = sim.workload.run_s(sim, job)
+        else:
+            # a pod that ran a job before only ever ran this caller (the core's
+            # rule): its dependencies are in place already
+            again = all(pid in self._bound for pid in pods)
+            self._bound.update(dict.fromkeys(pods))
+            bind = (p.rebind if again else p.bind).sample(rng)
+        self._runs += 1
+        # a gang's ranks start (and exit) at one instant: one batch, one pass after
+        # them all (one per rank changed nothing until the last). Jobs bound at one
+        # instant with no bind time (a trace's, e.g. every job a Chronus lease
+        # returns) start in one batch too: a rank's start frees and dirties nothing,
+        # so the passes between them were empty; joined only while nothing else
+        # was scheduled in between, so every other event keeps its place
+        ranks = [RankStarted(job, rank) for rank in range(len(pods))]
+        starting = self._starting
+        if (
+            bind == 0.0
+            and starting is not None
+            and starting[0] == sim.now
+            and starting[2] == sim.scheduled
+        ):
+            starting[1].extend(ranks)
+        else:
+            sim.after(bind, self._started, ranks)
+            starting = (sim.now, ranks, 0) if bind == 0.0 else None
+        exit_at = sim.after(bind + run, self._exit, job, None, self._runs)
+        self._running[job] = (len(pods), self._runs, exit_at)
+        # a run of no time exits at this instant: what binds next starts after it
+        self._starting = (
+            (starting[0], starting[1], sim.scheduled)
+            if starting is not None and run > 0.0
+            else None
+        )
+
+    def kill_job(self, action: KillJob) -> None:
+        self._exit(action.job, action.reason)
+
+    def job_ended(self, action: JobEnded) -> None:
+        """Nothing now: the engine tells the workload of an end once the actions are done."""
+
+    def job_requeued(self, action: JobRequeued) -> None:
+        """Nothing to schedule: the job waits in the core's queue."""
+
+    def reconciled(self, action: Reconciled) -> None:
+        raise TypeError("the simulator restarts no broker: no PodsFound, no Reconciled")
 
     def _started(self, ranks: list[RankStarted]) -> None:
         """The ranks of one or more binds start (no more join this batch now)."""
