@@ -212,6 +212,13 @@ def test_bench_local_writes_results(tmp_path: Path) -> None:
     assert host["kernel"] and host["cgroup"] and host["open_files"]["soft"] > 0
 
 
+def test_bench_local_refuses_a_throughput_run_of_no_callers(tmp_path: Path) -> None:
+    args = ["bench", "local", "--out", str(tmp_path), "--no-torch", "--callers", "0"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code != 0 and "--callers: at least 1" in res.output
+    assert not (tmp_path / "results.json").exists()  # refused before anything ran
+
+
 def test_client_config_errors_name_the_key_and_file(env: dict[str, str], tmp_path: Path) -> None:
     runner = CliRunner()
     conf = tmp_path / "stoker" / "client.toml"

@@ -244,6 +244,10 @@ class BrokerProcess:
         self.proc.wait()
 
 
+THROUGHPUT_PODS = 4  # warm pods the callers share (caller i runs in pod i % 4)
+THROUGHPUT_CALLERS = (4, 16)
+
+
 def _bench_profile(
     base: Path,
     name: str,
@@ -254,6 +258,7 @@ def _bench_profile(
     throughput_s: float,
     phase: Callable[[str], None],
     deps_n: int = 10,
+    callers: tuple[int, ...] = THROUGHPUT_CALLERS,
 ) -> dict[str, Any]:
     res: dict[str, Any] = {"preload": preload}
     phase(f"{name}: warm and cold starts")
@@ -344,7 +349,7 @@ def _bench_profile(
         with Client(bp.url, bp.admin_token) as admin:
             tokens = [admin.create_tenant(f"t{i}") for i in range(THROUGHPUT_PODS)]
         res["throughput"] = {
-            str(n): _throughput(bp, tokens, name, n, throughput_s) for n in THROUGHPUT_CALLERS
+            str(n): _throughput(bp, tokens, name, n, throughput_s) for n in callers
         }
     finally:
         bp.stop()
@@ -417,10 +422,6 @@ def _deps_layer(base: Path, name: str, preload: list[str], n: int) -> dict[str, 
         "later_call_ms_p50": percentile([c for c, _ in later], 0.5),
         "later_import_ms_p50": percentile([i for _, i in later], 0.5),
     }
-
-
-THROUGHPUT_PODS = 4  # warm pods the callers share (caller i runs in pod i % 4)
-THROUGHPUT_CALLERS = (4, 16)
 
 
 def _stat(pid: int) -> list[str]:
@@ -583,16 +584,28 @@ def run_bench(
     torch: bool = True,
     work_dir: Path | None = None,
     phase: Callable[[str], None] | None = None,
+    callers: tuple[int, ...] = THROUGHPUT_CALLERS,
 ) -> dict[str, Any]:
     """Measure both profiles and write ``out_dir/results.json``, then the step durations
     the simulator draws from to ``out_dir/calibration.json``; the brokers' data dirs go
     under ``work_dir`` (a temporary directory removed at the end by default). ``phase``
     hears the name of each phase as it begins (BENCH_PHASES of them per profile, then the
-    calibration), for a progress display."""
+    calibration), for a progress display. ``callers``: the throughput runs' caller counts,
+    one run each (they share THROUGHPUT_PODS warm pods)."""
+    if not callers or min(callers) < 1:
+        raise ValueError(f"callers: at least one run of at least 1 caller (got {callers})")
     if work_dir is None:
         with tempfile.TemporaryDirectory(prefix="stoker-bench-") as tmp:
             return run_bench(
-                out_dir, warm_n, cold_n, handover_n, throughput_s, torch, Path(tmp), phase
+                out_dir,
+                warm_n,
+                cold_n,
+                handover_n,
+                throughput_s,
+                torch,
+                Path(tmp),
+                phase,
+                callers,
             )
     out_dir.mkdir(parents=True, exist_ok=True)
     base = Path(work_dir)
@@ -606,6 +619,7 @@ def run_bench(
             "cold_n": cold_n,
             "handover_n": handover_n,
             "throughput_s": throughput_s,
+            "callers": list(callers),
         },
         "goals": {
             "warm.start_ms_p50": 5,
@@ -623,7 +637,15 @@ def run_bench(
     }
     for name, preload in profiles.items():
         results["profiles"][name] = _bench_profile(
-            base, name, preload, warm_n, cold_n, handover_n, throughput_s, phase or _quiet
+            base,
+            name,
+            preload,
+            warm_n,
+            cold_n,
+            handover_n,
+            throughput_s,
+            phase or _quiet,
+            callers=callers,
         )
         results["host"]["loadavg_1m_end"] = os.getloadavg()[0]
         (out_dir / "results.json").write_text(json.dumps(results, indent=2))

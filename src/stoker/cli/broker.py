@@ -667,11 +667,19 @@ def bench_local(
     handover_n: int = 10,
     throughput_s: float = 10.0,
     torch: Annotated[bool, typer.Option(help="also the torch-preloading profile")] = True,
+    callers: Annotated[
+        list[int] | None,
+        typer.Option(help="callers of a throughput run (repeat; default: 4 and 16)"),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Start latency (warm/standby/cold), handover, throughput and idle memory, per profile;
     and OUT/calibration.json, the step durations `stoker sim firepool --calibration` uses."""
     from stoker.broker.bench import BENCH_PHASES, THROUGHPUT_CALLERS, run_bench
+
+    runs = tuple(callers or THROUGHPUT_CALLERS)
+    if min(runs) < 1:
+        _fail(f"--callers: at least 1 (got {min(runs)})")
 
     if torch:
         try:
@@ -693,7 +701,9 @@ def bench_local(
             seen.append(name)
             progress.update(task, description=name)
 
-        res = run_bench(out, warm_n, cold_n, handover_n, throughput_s, torch, phase=phase)
+        res = run_bench(
+            out, warm_n, cold_n, handover_n, throughput_s, torch, phase=phase, callers=runs
+        )
         progress.advance(task)
     if as_json:
         typer.echo(json.dumps(res))
@@ -727,7 +737,7 @@ def bench_local(
             "cold p50",
             "cold/warm",
             "handover p50",
-            *(f"jobs/s {n} callers" for n in THROUGHPUT_CALLERS),
+            *(f"jobs/s {n} callers" for n in runs),
             "idle RSS MB",
         ],
         rows,
