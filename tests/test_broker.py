@@ -330,7 +330,7 @@ def test_restart_with_running_and_queued_jobs(tmp_path: Path, database_url: str)
     wait_for(lambda: a.http.get(f"/v1/jobs/{running}").json()["state"] == "running")
     queued = a.submit([PY, "-c", "print('queued ran')"], tag="y").json()["id"]
     assert a.http.get(f"/v1/jobs/{queued}").json()["state"] == "queued"
-    token = a.http.headers["Authorization"].split()[1]
+    token = a.token
     eb.stop(stop_pods=False)  # the broker goes; its pod and the job in it stay
 
     eb2 = EmbeddedBroker(cfg).start()
@@ -354,7 +354,7 @@ def test_restart_fails_a_lost_pod_with_a_typed_reason(tmp_path: Path, database_u
     a = tenant_api(eb, "a")
     jid = a.submit([PY, "-c", "import time; time.sleep(30)"]).json()["id"]
     wait_for(lambda: a.http.get(f"/v1/jobs/{jid}").json()["state"] == "running")
-    token = a.http.headers["Authorization"].split()[1]
+    token = a.token
     eb.stop(stop_pods=True)  # the pod dies as the broker goes: no broker hears its PodDown
     with EmbeddedBroker(cfg) as eb2:
         assert eb2.broker is not None and eb2.broker.recovery["lost"] == 1
@@ -374,7 +374,7 @@ def test_a_restart_with_fewer_gpus_sets_aside_what_no_longer_fits(
     one = broker_config(tmp_path, gpu_slots=1, database_url=database_url)
     with EmbeddedBroker(two) as eb:
         a = tenant_api(eb, "a")
-        token = a.http.headers["Authorization"].split()[1]
+        token = a.token
         hold = a.submit([PY, "-c", "import time; time.sleep(60)"], job_class="hp", gpus=2)
         hold_id = hold.json()["id"]
         wait_for(lambda: a.http.get(f"/v1/jobs/{hold_id}").json()["state"] == "running")
@@ -457,7 +457,7 @@ def test_a_restart_with_another_gpu_set_changes_the_node_in_place(
     cfgs = {n: broker_config(tmp_path, gpu_slots=n, database_url=database_url) for n in (1, 2, 3)}
     eb = EmbeddedBroker(cfgs[2], stop_pods=False).start()
     a = tenant_api(eb, "a")
-    token = a.http.headers["Authorization"].split()[1]
+    token = a.token
     gated = [a.submit([PY, "-c", _GATED], job_class="hp", gpus=1).json()["id"] for _ in "01"]
     for jid in gated:
         wait_for(lambda jid=jid: a.http.get(f"/v1/jobs/{jid}").json()["state"] == "running")
@@ -525,7 +525,7 @@ def test_a_store_written_before_the_node_was_logged_replays_on_its_node(
     two = broker_config(tmp_path, gpu_slots=2, database_url=database_url)
     with EmbeddedBroker(two) as eb:
         a = tenant_api(eb, "a")
-        token = a.http.headers["Authorization"].split()[1]
+        token = a.token
         done = a.run([PY, "-c", "print('ran')"], job_class="hp", gpus=2)
         assert done["exit_code"] == 0, done
     store = Store(two.store_url)
@@ -565,7 +565,7 @@ def test_a_store_written_before_the_node_was_logged_replays_on_a_host_that_shran
     two = broker_config(tmp_path, gpu_slots=2, database_url=database_url)
     eb = EmbeddedBroker(two, stop_pods=False).start()
     a = tenant_api(eb, "a")
-    token = a.http.headers["Authorization"].split()[1]
+    token = a.token
     assert a.run([PY, "-c", "print('ran')"], job_class="hp", gpus=2)["exit_code"] == 0
     gated = [a.submit([PY, "-c", _GATED], job_class="hp", gpus=1).json()["id"] for _ in "01"]
     for jid in gated:
@@ -751,7 +751,7 @@ def test_finished_jobs_and_gone_pods_leave_the_brokers_memory(tmp_path: Path) ->
         held = _held(eb)
         assert not any(held.values()), held
         for jid, api in jobs.items():
-            again = Api(eb.url, api.http.headers["Authorization"].split()[1])
+            again = Api(eb.url, api.token)
             assert again.wait(jid)["state"] == "finished"
             assert jid == slow or again.output(jid).strip() in {"0", "1", "2"}
 

@@ -69,7 +69,7 @@ def test_env_values_and_secrets_never_leave(tmp_path: Path) -> None:
             Api(eb.url, eb.admin_token).http.get("/v1/jobs").text,
             a.http.get(f"/v1/jobs/{job['id']}/output", params={"follow": False}).text,
         ]
-        token = a.http.headers["Authorization"].split()[1]
+        token = a.token
         ps = CliRunner().invoke(
             app, ["ps", "--json"], env={"STOKER_URL": eb.url, "STOKER_TOKEN": token}
         )
@@ -96,7 +96,7 @@ def test_env_values_and_secrets_never_leave(tmp_path: Path) -> None:
 def test_secret_cli_reads_the_value_from_stdin_only(tmp_path: Path) -> None:
     with EmbeddedBroker(broker_config(tmp_path)) as eb:
         a = tenant_api(eb, "a")
-        env = {"STOKER_URL": eb.url, "STOKER_TOKEN": a.http.headers["Authorization"].split()[1]}
+        env = {"STOKER_URL": eb.url, "STOKER_TOKEN": a.token}
         runner = CliRunner()
         res = runner.invoke(app, ["secret", "set", "TOKEN"], input=SECRET + "\n", env=env)
         assert res.exit_code == 0, res.output
@@ -325,11 +325,11 @@ def test_a_key_rotation_keeps_every_secret_open(tmp_path: Path) -> None:
             json={"profile": "plain", "argv": argv, "reuse_tag": "x", "secrets": ["API_KEY"]},
             headers={"Idempotency-Key": "k1"},
         ).json()
-        token = a.http.headers["Authorization"]
+        token = a.token
     new = new_key()
     (keys / "secret.key").write_bytes(new + b"\n" + old)
     with EmbeddedBroker(cfg) as eb:
-        a = Api(eb.url, token.split()[1])
+        a = Api(eb.url, token)
         again = a.http.post(
             "/v1/jobs",
             json={"profile": "plain", "argv": argv, "reuse_tag": "x", "secrets": ["API_KEY"]},
@@ -338,7 +338,7 @@ def test_a_key_rotation_keeps_every_secret_open(tmp_path: Path) -> None:
         assert again.status_code == 200 and again.json()["id"] == first["id"], again.text
     (keys / "secret.key").write_bytes(new + b"\n")  # the old key dropped
     with EmbeddedBroker(cfg) as eb:
-        a = Api(eb.url, token.split()[1])
+        a = Api(eb.url, token)
         job = a.run(argv, secrets=["API_KEY"])
         assert job["exit_code"] == 0 and a.output(job["id"]).strip() == SECRET[::-1]
     assert SecretBox(keys / "secret.key", create=False).key_count == 1

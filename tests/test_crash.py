@@ -237,7 +237,7 @@ def test_a_job_that_ended_while_no_broker_listened_keeps_its_exit(tmp_path: Path
     while a.http.get(f"/v1/jobs/{job}").json()["state"] != "running":
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    token = a.http.headers["Authorization"].split()[1]
+    token = a.token
     eb.stop(stop_pods=False)
     time.sleep(2.0)  # it has ended by now, with no broker to hear it
     with EmbeddedBroker(cfg) as eb2:

@@ -66,7 +66,7 @@ def test_a_nearly_full_disk_refuses_new_jobs_with_a_503(tmp_path: Path) -> None:
         r = t.submit([PY, "-c", "pass"])
         assert r.status_code == 503, r.text
         assert r.json()["error"] == "storage_full" and "min_free_fraction" in r.json()["message"]
-        token = t.http.headers["Authorization"][7:]
+        token = t.token
         began = time.monotonic()
         with stoker.Client(eb.url, token) as c, pytest.raises(stoker.client.StorageFull):
             c.run("plain", ["true"])
