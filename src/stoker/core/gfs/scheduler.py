@@ -193,8 +193,8 @@ class HpSpotScheduler:
         self._dirty[gpu_pool] = None
 
     def withdraw(self, job: Job) -> None:
-        """Take a queued job out of its queue, still queued: it can start nowhere on its
-        GPU pool as it is now (:attr:`Core.unplaceable`)."""
+        """Take a queued job out of its queue: it can start nowhere on its GPU pool as it
+        is now (the core sets it aside, :attr:`JobState.SET_ASIDE`)."""
         self.awaited.clear(job.id)  # what is stopping for it goes to whoever fits
         self.memo.forget(job.id)
         self.unreserve(job)
@@ -350,7 +350,7 @@ class HpSpotScheduler:
             _, jid = heapq.heappop(self._evict_wake)
             self._evict_due.discard(jid)
             job = self.jobs.get(jid)
-            if job is not None and job.state is JobState.QUEUED:
+            if job is not None and job.state.waiting:
                 self._dirty[self.gpu_pool_of(job)] = None  # it may evict now
         if now + EPS >= self.periods.next_eta:
             self._dirty.update(dict.fromkeys(self.periods.feedback(now)))
