@@ -1,6 +1,8 @@
 """States the tables know: a queued job that fits nowhere after a node left is a job state
 of its own (``set_aside``, with its refusal on the job), moved by the job table; it still
-counts as queued for its tenant and shows as queued to drivers."""
+counts as queued for its tenant and shows as queued to drivers. And what a start attempt
+of the hp/spot scheduler comes to is a typed value: a code, the part that decided, a
+reason."""
 
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ from stoker.core import (
     Profile,
     TenantRevoked,
 )
+from stoker.core.gfs import passes
+from stoker.core.gfs.passes import Code, Part
 from stoker.core.model import Node
 from stoker.core.shares import Share, TenantShares
 from stoker.core.transitions import JOB_MOVES
@@ -89,3 +93,26 @@ def test_the_job_table_moves_a_set_aside_job_only_back_or_to_its_end() -> None:
     assert aside.shown is JobState.QUEUED and aside.waiting
     assert {s.shown for s in JobState} == set(JobState) - {aside}
     assert [s for s in JobState if s.waiting] == [JobState.QUEUED, aside]
+
+
+def test_an_attempts_outcome_names_its_code_part_and_reason() -> None:
+    outcomes = [
+        passes.STARTED,
+        passes.OVER_QUOTA,
+        passes.OVER_SHARE,
+        passes.HOLD,
+        passes.AWAITING,
+        passes.NO_ROOM_STILL,
+        passes.TOO_FEW_SLOTS,
+        passes.NO_ROOM,
+    ]
+    assert {a.code for a in outcomes} == set(Code)
+    assert all(a.reason for a in outcomes)
+    parts = {a.code: a.part for a in outcomes if a.code is not Code.NO_ROOM}
+    assert parts == {
+        Code.STARTED: Part.PLACEMENT,
+        Code.QUOTA: Part.ADMISSION,
+        Code.SHARE: Part.ADMISSION,
+        Code.HOLD: Part.RECLAIM,
+    }
+    assert passes.AWAITING.part is Part.RECLAIM and passes.NO_ROOM.part is Part.PLACEMENT
