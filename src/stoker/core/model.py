@@ -78,8 +78,8 @@ class JobState(StrEnum):
 
     @property
     def shown(self) -> JobState:
-        """The state drivers store and show (the API, the decision log, the simulator's
-        counts): a job set aside is queued to its tenant, its refusal the reason it waits."""
+        """The state drivers store and show (the API's job row, the decision log, the
+        replay check): a job set aside is queued to its tenant, its refusal why it waits."""
         return JobState.QUEUED if self is JobState.SET_ASIDE else self
 
 
