@@ -83,11 +83,12 @@ def test_a_node_that_leaves_takes_its_pods_typed_and_requeues_what_never_ran() -
     assert StopPod(start.pod, "node_removed") in out
     assert core.pods[start.pod].state is PodState.GONE and "a1" not in core.cluster.nodes
     assert core.cluster.capacity[A100] == 0
-    # the hp job never ran: back to the queue, and it starts again on a node that joins
+    # the hp job never ran: back to the queue, set aside while no H100 node is left,
+    # and it starts again on a node that joins
     out = core.handle(NodeRemoved("h1"), 6.0)
     assert JobRequeued("hp-1", Failure.POD_DIED) in out
     assert StopPod(hp_start.pod, "node_removed") in out
-    assert core.jobs["hp-1"].state is JobState.QUEUED
+    assert core.jobs["hp-1"].state is JobState.SET_ASIDE
     out = core.handle(NodeAdded("h2", H100, 2), 7.0)
     assert [(s.node, len(s.gpus)) for s in _starts(out)] == [("h2", 1)]
     # a node removed twice, or one never seen: nothing

@@ -258,9 +258,10 @@ class CoreMachine(RuleBasedStateMachine):
     @rule()
     def node_leaves(self) -> None:
         """The second node leaves (drained): its pods fail, and queued jobs that fit
-        nowhere now wait aside (:attr:`Core.unplaceable`)."""
+        nowhere now are set aside (:attr:`JobState.SET_ASIDE`)."""
         self.d.send(NodeRemoved("node-1"))
-        note_event(f"queued jobs set aside: {bool(self.d.core.unplaceable)}")
+        aside = any(j.state is JobState.SET_ASIDE for j in self.d.core.jobs.values())
+        note_event(f"queued jobs set aside: {aside}")
 
     @precondition(lambda self: self.nodes == 2 and "node-1" not in self.d.core.cluster.nodes)
     @rule()

@@ -194,14 +194,12 @@ def test_a_queued_gang_a_node_removal_made_unplaceable_waits_aside() -> None:
         "c": JobState.QUEUED,
     }
     out = g.send(NodeRemoved("n3"), 3.0)
-    assert g.core.unplaceable == {
-        "b": Refusal("workers", "3 workers x 8 GPUs = 24 GPUs; GPU pool A has 16")
-    }
-    assert bound(out) == ["c"] and g.core.jobs["b"].state is JobState.QUEUED
-    assert g.core.hpspot.queued() == 0
+    why = Refusal("workers", "3 workers x 8 GPUs = 24 GPUs; GPU pool A has 16")
+    assert g.core.jobs["b"].state is JobState.SET_ASIDE and g.core.waiting("b") == why
+    assert bound(out) == ["c"] and g.core.hpspot.queued() == 0
     # the node joins again: "b" is back in its queue and starts once the room is free
     g.send(NodeAdded("n3", "A", 8), 4.0)
-    assert g.core.unplaceable == {} and g.core.hpspot.queued() == 1
+    assert g.core.jobs["b"].state is JobState.QUEUED and g.core.hpspot.queued() == 1
     g.finish("a", 5.0)
     out = g.finish("c", 6.0)
     assert bound(out) == ["b"]
@@ -212,10 +210,10 @@ def test_a_job_set_aside_can_be_cancelled() -> None:
     g.submit(spec("a", "hp", 8, 1, dur=1e6), 0.0)
     g.submit(spec("b", "spot", 8, 2), 1.0)
     g.send(NodeRemoved("n2"), 2.0)
-    assert list(g.core.unplaceable) == ["b"]
+    assert g.core.jobs["b"].state is JobState.SET_ASIDE
     out = g.send(JobCancelled("b"), 3.0)
     assert JobEnded("b", Failure.CANCELLED, None) in out
-    assert g.core.unplaceable == {} and g.core.jobs["b"].state is JobState.FINISHED
+    assert g.core.jobs["b"].state is JobState.FINISHED and g.core.waiting("b") is None
 
 
 def test_a_queued_pool_gang_set_aside_and_back() -> None:
@@ -227,7 +225,6 @@ def test_a_queued_pool_gang_set_aside_and_back() -> None:
     gang = "job-2"
     assert core.queued("p") == [gang]
     d.send(NodeRemoved("a3"))
-    assert list(core.unplaceable) == [gang] and core.queued("p") == []
-    assert core.jobs[gang].state is JobState.QUEUED
+    assert core.jobs[gang].state is JobState.SET_ASIDE and core.queued("p") == []
     d.send(NodeAdded("a3", "A", 1))
-    assert core.unplaceable == {} and core.queued("p") == [gang]
+    assert core.jobs[gang].state is JobState.QUEUED and core.queued("p") == [gang]

@@ -69,7 +69,7 @@ from stoker.broker.storage import disk_refusal
 from stoker.broker.store import JOB_FIELDS, Deposed, Store
 from stoker.broker.tenants import add_routes as add_tenant_routes
 from stoker.core import Core
-from stoker.core.shape import Refusal
+from stoker.core.model import Refusal
 from stoker.runtime.base import Runtime
 
 log = logging.getLogger("stoker.broker")

@@ -485,6 +485,7 @@ class DecisionLog:
         if job is None:
             return
         seen = self._live.get(job_id)
+        state = job.state.shown  # one set aside is queued here, as its tenant sees it
         spec = job.spec
         cls = spec.job_class.value
         base = {"job": job_id, "tenant": spec.tenant, "profile": spec.profile}
@@ -492,12 +493,12 @@ class DecisionLog:
         if seen is None:
             seen = _Seen(JobState.QUEUED.value, None, False, ())
             self._live[job_id] = seen
-            if job.state is JobState.QUEUED:
+            if state is JobState.QUEUED:
                 reason, msg = self._why_queued(core, job, actions)
                 self._emit(now, "job.queued", msg, reason=reason, **base)
         since = max(job.submitted, job.queued_since)  # this run's time in the queue
         placed = job.placed is not None and job.placed >= since  # (not a cancel in the queue)
-        if seen.state == JobState.QUEUED.value and job.state is not JobState.QUEUED and placed:
+        if seen.state == JobState.QUEUED.value and state is not JobState.QUEUED and placed:
             wait = job.placed - since
             self.metrics.queue_wait.labels(spec.profile, cls, path or "none").observe(wait)
             reasons, msg = self._why_path(core, job)
@@ -528,10 +529,10 @@ class DecisionLog:
                 latency_s=round(latency, 6),
                 **base,
             )
-        elif job.state is JobState.RUNNING and seen.state != JobState.RUNNING.value:
+        elif state is JobState.RUNNING and seen.state != JobState.RUNNING.value:
             # a run after a requeue: running again, its first start already counted
             self._emit(now, "job.started", "running again after its requeue", **base)
-        if job.state is JobState.FINISHED:
+        if state is JobState.FINISHED:
             out = outcome(job.exit_code, job.failure.value if job.failure else None)
             self.metrics.finished.labels(spec.profile, cls, path or "none", out).inc()
             if job.started is not None:
@@ -551,7 +552,7 @@ class DecisionLog:
             )
             del self._live[job_id]
             return
-        self._live[job_id] = _Seen(job.state.value, path, job.started is not None, tuple(job.pods))
+        self._live[job_id] = _Seen(state.value, path, job.started is not None, tuple(job.pods))
 
     def _requeued(self, core: Core, job_id: str, reason: Failure, now: float) -> None:
         job = core.jobs[job_id]
@@ -597,7 +598,7 @@ class DecisionLog:
         reclaim = sum(1 for a in actions if isinstance(a, StopPod) and a.reason == "reclaim")
         if reclaim:
             return "reclaim", f"{words}; {reclaim} idle pod(s) stopping to make room for it"
-        if job.spec.job_class is JobClass.POOL and job.id not in core.unplaceable:
+        if job.spec.job_class is JobClass.POOL and job.state is not JobState.SET_ASIDE:
             ahead = len(core.queued(job.spec.profile)) - 1
             if ahead > 0:
                 return "behind_queue", (

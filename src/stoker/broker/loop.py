@@ -728,7 +728,7 @@ class BrokerLoop:
         job = self.core.jobs[row["id"]]
         return {
             **row,
-            "state": job.state.value,
+            "state": job.state.shown.value,
             "path": job.path.value if job.path else None,
             "pods": list(job.pods),
             "placed": self._placed(row, job),
@@ -854,7 +854,7 @@ class BrokerLoop:
                             for j in self._requests
                             if (job := self.core.jobs.get(j)) is not None
                             and job.job_class is cls
-                            and job.state is JobState.QUEUED
+                            and job.state.waiting
                             and hpspot.gpu_pool_of(job) == model
                         )
                         for cls in (JobClass.HP, JobClass.SPOT)
@@ -906,7 +906,7 @@ class BrokerLoop:
                 continue
             self._synced[job_id] = view
             values: dict[str, Any] = {
-                "state": job.state.value,
+                "state": job.state.shown.value,
                 "path": job.path.value if job.path else None,
                 "pods": list(job.pods),
                 "started": job.started,

@@ -84,7 +84,7 @@ jobs = sa.Table(
     sa.Column("failure", sa.String(32)),
     sa.Column("requeues", sa.Integer, nullable=False, default=0),
     sa.Column("requeue_reason", sa.String(32)),
-    # a queued job no node fits now (it waits aside, Core.unplaceable): why, else NULL
+    # a queued job's reason to wait (Core.waiting), as words; NULL for any other
     sa.Column("waiting_reason", sa.String(500)),
     sa.Column("guarantee_succeeded", sa.Integer, nullable=False, default=0),
     sa.Column("guarantee_failed", sa.Integer, nullable=False, default=0),

@@ -480,7 +480,7 @@ def ps(
     from stoker.cli.ids import short_id
     from stoker.core import JobState
 
-    known = [s.value for s in JobState]
+    known = list(dict.fromkeys(s.shown.value for s in JobState))  # as the API shows them
     for s in state:
         if s not in known:
             _fail(f"--state: unknown state {s!r} (known: {', '.join(known)})")

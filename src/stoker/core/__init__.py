@@ -60,10 +60,10 @@ from stoker.core.model import (
     Pod,
     PodState,
     Profile,
+    Refusal,
     StartFault,
 )
 from stoker.core.registry import Preset, preset, presets
-from stoker.core.shape import Refusal
 from stoker.core.transitions import IllegalTransition
 from stoker.core.waiting import CpuWait, GpuWait, SpotQuotaWait, Waiting
 

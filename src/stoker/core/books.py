@@ -23,19 +23,20 @@ from stoker.core.model import (
     Pod,
     PodState,
     Profile,
+    Refusal,
 )
-from stoker.core.shape import Refusal
 from stoker.core.transitions import JOB_MOVES, POD_MOVES, Transitions
 
 
 class Books:
     """Jobs and pods of every class, the cluster they hold, and the HP demand meter.
 
-    ``set_aside``: queued jobs that a node's leaving made unable to start anywhere, with the
-    core's refusal; they are in no part's queue, so none holds back the jobs behind it, and
-    go back once nodes join and they fit again. ``on_cards``: told of every card a new pod
-    takes (the warm pools' standby index follows it), wired once by the core.
-    ``queued``: per tenant, its jobs queued now (what a cap on them is checked against);
+    ``set_aside``: the jobs set aside (:attr:`JobState.SET_ASIDE`), in the order they were
+    set aside (the order they are tried in again once nodes join), kept by :meth:`move_job`.
+    ``on_cards``: told of every card a new pod takes (the warm pools' standby index
+    follows it), wired once by the core.
+    ``queued``: per tenant, its jobs queued or set aside now (what a cap on them is checked
+    against);
     ``revoked``: jobs cancelled by their tenant's revocation, until they end.
     """
 
@@ -47,7 +48,7 @@ class Books:
         self.pod_moves = Transitions("pod", POD_MOVES, PodState.GONE)
         self.job_moves = Transitions("job", JOB_MOVES, JobState.FINISHED)
         self.demand = DemandMeter()
-        self.set_aside: dict[str, Refusal] = {}
+        self.set_aside: dict[str, None] = {}
         self.queued: dict[str, int] = {}
         # jobs cancelled by their tenant's revocation: the pods they leave are stopped
         self.revoked: set[str] = set()
@@ -106,20 +107,39 @@ class Books:
         """The one way a pod's state changes (raises on an illegal move, with history)."""
         self.pod_moves.transition(pod, state, now)
 
-    def move_job(self, job: Job, state: JobState, now: float, *, lease: bool = False) -> None:
+    def move_job(
+        self,
+        job: Job,
+        state: JobState,
+        now: float,
+        *,
+        lease: bool = False,
+        refusal: Refusal | None = None,
+    ) -> None:
         """The one way a job's state changes (raises on an illegal move, with history).
-        ``lease``: a lease handed back (Chronus), the one way an HP job is re-queued."""
+        ``lease``: a lease handed back (Chronus), the one way an HP job is re-queued.
+        ``refusal``: why a job set aside fits nowhere now, given with every move to
+        ``set_aside`` (again where the job is there: the reason as the cluster is now);
+        the job holds it while it stays there."""
+        was = job.state
         if (
-            job.state is JobState.RUNNING
+            was is JobState.RUNNING
             and state is JobState.QUEUED
             and job.job_class is not JobClass.SPOT
             and not lease
         ):
             raise CoreError(f"job {job.id}: only a spot job goes back to the queue once running")
-        was = job.state
+        if (state is JobState.SET_ASIDE) != (refusal is not None):
+            raise CoreError(f"job {job.id}: a refusal goes with a move to set_aside, and only")
         self.job_moves.transition(job, state, now)
-        if (was is JobState.QUEUED) != (state is JobState.QUEUED):
-            self._count(job, 1 if state is JobState.QUEUED else -1)
+        if state is JobState.SET_ASIDE:
+            job.refusal = refusal
+            self.set_aside[job.id] = None  # a job set aside again keeps its place
+        elif was is JobState.SET_ASIDE:
+            job.refusal = None
+            del self.set_aside[job.id]
+        if was.waiting != state.waiting:
+            self._count(job, 1 if state.waiting else -1)
 
     def end_job(
         self,

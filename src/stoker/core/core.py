@@ -63,9 +63,10 @@ from stoker.core.model import (
     Node,
     PodState,
     Profile,
+    Refusal,
     per_worker,
 )
-from stoker.core.shape import Refusal, cpu_refusal, gpu_refusal, worker_cards
+from stoker.core.shape import cpu_refusal, gpu_refusal, worker_cards
 from stoker.core.waiting import CpuWait, GpuWait, Waiting
 from stoker.core.warm import WarmPools
 
@@ -91,7 +92,6 @@ class Core:
         self.jobs = self.books.jobs
         self.pods = self.books.pods
         self.demand = self.books.demand
-        self.unplaceable = self.books.set_aside
         self.warm = WarmPools(self.books, self.policies)
         self.hpspot = HpSpotScheduler(
             self.books, self.warm, self.policies.hpspot, start, self.policies.shares
@@ -221,17 +221,18 @@ class Core:
 
     def waiting(self, job_id: str) -> Waiting | None:
         """Why a queued job has not started, as the core stands now (None: not queued, or
-        unknown): set aside with its refusal (:attr:`unplaceable`); an hp or spot job by
+        unknown): one set aside, its refusal (:attr:`Job.refusal`); an hp or spot job by
         :meth:`HpSpotScheduler.waiting` (the spot quota, pods stopping for room, no room);
         a pool job, no room for its pods: the CPU slots of a CPU-only profile, else the
         cards of its GPU model (it took none of the paths :meth:`WarmPools._try_place`
         tries, each of which needs free room or an idle pod of its own)."""
         job = self.jobs.get(job_id)
-        if job is None or job.state is not JobState.QUEUED:
+        if job is None:
             return None
-        aside = self.unplaceable.get(job_id)
-        if aside is not None:
-            return aside
+        if job.state is JobState.SET_ASIDE:
+            return job.refusal
+        if job.state is not JobState.QUEUED:
+            return None
         if job.job_class is not JobClass.POOL:
             return self.hpspot.waiting(job, self.books.now)
         profile = self.profiles[job.spec.profile]
@@ -262,13 +263,15 @@ class Core:
         self.cluster.check()
         self.warm.check()
         self.hpspot.check()
-        queued = {*self.queued(), *self.hpspot.queued_ids()} if self.unplaceable else set()
-        for jid, why in self.unplaceable.items():
+        for jid in self.books.set_aside:
             job = self.jobs[jid]
-            if job.state is not JobState.QUEUED or self.refusal(job.spec) != why:
-                raise AssertionError(f"job {jid} set aside as {why}, now {job.state}")
-            if jid in queued:
-                raise AssertionError(f"job {jid} set aside and still in its queue")
+            if job.state is not JobState.SET_ASIDE or self.refusal(job.spec) != job.refusal:
+                raise AssertionError(f"job {jid} set aside as {job.refusal}, now {job.state}")
+        for job in self.jobs.values():
+            if (job.state is JobState.SET_ASIDE) != (job.id in self.books.set_aside):
+                raise AssertionError(f"job {job.id} is {job.state}, set aside: {job.refusal}")
+            if (job.state is JobState.SET_ASIDE) != (job.refusal is not None):
+                raise AssertionError(f"job {job.id} is {job.state} with refusal {job.refusal}")
         for pod in self.pods.values():
             if pod.state is PodState.GONE:
                 continue
@@ -373,7 +376,7 @@ class Core:
 
     def _cancel(self, job_id: str, now: float, out: list[Action]) -> None:
         job = self._job(job_id)
-        if self.unplaceable.pop(job_id, None) is not None:
+        if job.state is JobState.SET_ASIDE:
             self.books.end_job(job, Failure.CANCELLED, None, now, out)  # in no queue
         elif job.state is not JobState.FINISHED:
             self._part(job.job_class).cancel(job, now, out)
@@ -592,7 +595,7 @@ class Core:
             if same_gpus and self.cluster.set_cpu_slots(node.name, node.cpu, node.memory_gb):
                 self.warm.room_freed()
                 # every queued job (the set-aside too): CPU-only ones may fit, or not
-                self._sort_out(self._queued_ids())
+                self._sort_out(self._queued_ids(), now)
                 return
             self._node_removed(node.name, now, out)
         node.gpus = [GPU(g, node.name, i, node.gpu_model) for i, g in enumerate(gpus)]
@@ -600,7 +603,7 @@ class Core:
         self.cluster.add_node(node)
         self.hpspot.add_node(node)
         self.warm.room_freed()
-        self._sort_out(list(self.unplaceable))  # a job set aside may fit again
+        self._sort_out(list(self.books.set_aside), now)  # a job set aside may fit again
 
     def _node_changed(self, node: Node, gpus: list[str], now: float, out: list[Action]) -> None:
         """The node (the core has it, of the same GPU model) takes these cards and CPU
@@ -625,7 +628,7 @@ class Core:
                 self._fail_pods([newest.id], "node_changed", now, out)
         self.warm.room_freed()
         # every queued job: those set aside may fit now, others may no longer
-        self._sort_out(self._queued_ids())
+        self._sort_out(self._queued_ids(), now)
 
     def _node_removed(self, name: str, now: float, out: list[Action]) -> None:
         """A node left: each pod on it fails (its job typed ``pod_died``: re-queued if it
@@ -640,7 +643,7 @@ class Core:
         self.hpspot.remove_node(name)
         self.cluster.remove_node(name)
         # every queued job, the ones just re-queued from this node's pods too
-        self._sort_out(self._queued_ids())
+        self._sort_out(self._queued_ids(), now)
 
     def _fail_pods(self, pods: list[str], reason: str, now: float, out: list[Action]) -> None:
         """Pods whose node (or cards) went: each fails (``pod_died``; its job typed so, or
@@ -653,22 +656,22 @@ class Core:
 
     def _queued_ids(self) -> list[str]:
         """Every queued job's id, those set aside included."""
-        return [j.id for j in self.jobs.values() if j.state is JobState.QUEUED]
+        return [j.id for j in self.jobs.values() if j.state.waiting]
 
-    def _sort_out(self, queued: list[str]) -> None:
-        """After a node joined or left: of these queued jobs, those that can start nowhere
-        now wait aside (:attr:`unplaceable`, with the refusal as the cluster is now), and
-        those set aside that fit again go back to their queue."""
+    def _sort_out(self, queued: list[str], now: float) -> None:
+        """After a node joined or left: of these queued jobs (set aside or not), those that
+        can start nowhere now are set aside (:attr:`JobState.SET_ASIDE`, with the refusal as
+        the cluster is now), and those set aside that fit again go back to their queue."""
         for jid in queued:
             job = self.jobs[jid]
             why = self.refusal(job.spec)
-            aside = jid in self.unplaceable
+            aside = job.state is JobState.SET_ASIDE
             if why is not None:
-                self.unplaceable[jid] = why
                 if not aside:
                     self._part(job.job_class).withdraw(job)
+                self.books.move_job(job, JobState.SET_ASIDE, now, refusal=why)
             elif aside:
-                del self.unplaceable[jid]
+                self.books.move_job(job, JobState.QUEUED, now)
                 self._part(job.job_class).restore(job)
 
     # ------------------------------------------------------------------ forecasts

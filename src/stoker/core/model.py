@@ -57,14 +57,44 @@ class JobState(StrEnum):
     """Lifecycle of a job. Every submitted job is in exactly one of these; none is dropped.
 
     An evicted spot job goes back to ``queued`` (the core answers ``JobRequeued``) and runs
-    again; only ``finished`` is final.
+    again; only ``finished`` is final. ``set_aside``: queued, but a node's leaving made it
+    unable to start anywhere as the cluster is now (why: :attr:`Job.refusal`); it is in no
+    queue, so it holds back none behind it, and goes back to ``queued`` once it fits again.
+    To its tenant it is queued (:attr:`shown`).
     """
 
     QUEUED = "queued"
+    SET_ASIDE = "set_aside"
     PLACED = "placed"  # pods chosen, waiting for them to be ready
     BINDING = "binding"  # bind sent to the pods, waiting for the job to start
     RUNNING = "running"
     FINISHED = "finished"
+
+    @property
+    def waiting(self) -> bool:
+        """Whether a job in this state waits to start (queued or set aside): what a tenant's
+        cap on queued jobs counts."""
+        return self is JobState.QUEUED or self is JobState.SET_ASIDE
+
+    @property
+    def shown(self) -> JobState:
+        """The state drivers store and show (the API's job row, the decision log, the
+        replay check): a job set aside is queued to its tenant, its refusal why it waits."""
+        return JobState.QUEUED if self is JobState.SET_ASIDE else self
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a job can never start: ``field`` is the job spec's field at fault (``gpus``,
+    ``workers``, ``profile``, ``gpu_model``), ``reason`` one line saying why. ``retry``: not
+    never, but not now (a tenant's cap on queued jobs, :mod:`stoker.core.shares`)."""
+
+    field: str
+    reason: str
+    retry: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.reason}"
 
 
 class HitPath(StrEnum):
@@ -329,6 +359,8 @@ class Job:
     # workers it runs with when an as-released gang rule gives it fewer than its spec asks
     # (:class:`~stoker.core.gfs.config.GangRule`); None: all of them
     run_workers: int | None = None
+    # why a job set aside (:attr:`JobState.SET_ASIDE`) fits nowhere now; None in any other state
+    refusal: Refusal | None = None
     history: deque[tuple[float, str, str]] = field(default_factory=lambda: deque(maxlen=8))
 
     @property

@@ -99,7 +99,7 @@ def replay_agrees(jobs: Mapping[str, Job], stored: Sequence[Mapping[str, Any]]) 
     unfinished job's placement depended on it."""
     rows = {r["id"]: (r["state"], list(r["pods"])) for r in stored}
     held = {
-        j.id: (j.state.value, list(j.pods))
+        j.id: (j.state.shown.value, list(j.pods))
         for j in jobs.values()
         if j.state is not JobState.FINISHED
     }

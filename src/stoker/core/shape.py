@@ -14,23 +14,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 
-from stoker.core.model import EPS, per_worker
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """Why a job can never start: ``field`` is the job spec's field at fault (``gpus``,
-    ``workers``, ``profile``, ``gpu_model``), ``reason`` one line saying why. ``retry``: not
-    never, but not now (a tenant's cap on queued jobs, :mod:`stoker.core.shares`)."""
-
-    field: str
-    reason: str
-    retry: bool = False
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.reason}"
+from stoker.core.model import EPS, Refusal, per_worker
 
 
 def worker_cards(gpus: float) -> tuple[int, float]:

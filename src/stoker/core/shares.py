@@ -25,8 +25,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from stoker.core.model import EPS, Cluster, Job, JobSpec, Profile
-from stoker.core.shape import Refusal
+from stoker.core.model import EPS, Cluster, Job, JobSpec, Profile, Refusal
 
 
 @dataclass(frozen=True, slots=True)

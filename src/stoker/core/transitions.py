@@ -55,6 +55,9 @@ JOB_MOVES: frozenset[tuple[JobState, JobState]] = frozenset(
     {
         (_J.QUEUED, _J.PLACED),
         (_J.QUEUED, _J.FINISHED),  # cancelled in the queue
+        (_J.QUEUED, _J.SET_ASIDE),  # a node left: it fits nowhere now
+        (_J.SET_ASIDE, _J.QUEUED),  # nodes joined: it fits again, back in its queue
+        (_J.SET_ASIDE, _J.FINISHED),  # cancelled (or revoked) while set aside
         (_J.PLACED, _J.BINDING),
         (_J.PLACED, _J.QUEUED),  # a pod failed before it ran / evicted while starting
         (_J.PLACED, _J.FINISHED),

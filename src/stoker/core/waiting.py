@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stoker.core.shape import Refusal
+from stoker.core.model import Refusal
 
 
 @dataclass(frozen=True, slots=True)

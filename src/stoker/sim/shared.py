@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from stoker.core import Core, Job, JobClass, JobState, Profile
+from stoker.core import Core, Job, JobClass, Profile
 from stoker.core.gfs.quota import guaranteed_hours
 from stoker.core.model import HitPath
 from stoker.core.registry import preset
@@ -362,7 +362,7 @@ def _class_metrics(
     done = [recs[j.name] for j in jobs if j.name in recs]
     open_jobs = [core.jobs[j.name] for j in jobs if j.name not in recs]
     queue = [r.queue_s for r in done] + [
-        j.queue_s + (end - j.queued_since if j.state is JobState.QUEUED else 0.0) for j in open_jobs
+        j.queue_s + (end - j.queued_since if j.state.waiting else 0.0) for j in open_jobs
     ]
     jct = [r.finished - r.submitted for r in done] + [end - j.submitted for j in open_jobs]
     tenants = [r.tenant for r in done] + [j.spec.tenant for j in open_jobs]

@@ -4,13 +4,14 @@ HP then spot, each class in its queue's order (:class:`~stoker.core.gfs.queues.Q
 GFS's skip rule (a failed request's bucket is skipped, smaller ones still tried) or the
 baselines' stop rule (the first failure ends the class's pass), with EASY backfill beside a
 reservation. Each job is tried by the scheduler (:meth:`PassHost.try_start`), which answers
-with an :class:`Attempt`.
+with an :class:`Attempt`: a code, the part that decided, a reason.
 """
 
 from __future__ import annotations
 
 import math
-from enum import Enum
+from dataclasses import dataclass
+from enum import Enum, StrEnum
 from typing import Protocol
 
 from stoker.core.actions import Action
@@ -23,21 +24,46 @@ from stoker.core.model import EPS, Job, JobClass, JobState
 _HP, _SPOT = JobClass.HP, JobClass.SPOT
 
 
-class Attempt(Enum):
-    """What one start attempt came to, and which part decided it (as the Kubernetes
-    scheduling framework's ``Status``: a code, not a bare string)."""
+class Code(Enum):
+    """What one start attempt came to (the Kubernetes framework's ``Status`` code)."""
 
     STARTED = "started"
-    QUOTA = "quota"  # spot admission: over the spot quota
-    NO_ROOM = "no-room"  # placement and reclaim: no room now, nothing more to stop
-    HOLD = "hold"  # reclaim: room is being freed for a job, no spot job takes it
-    SHARE = "share"  # admission: HP past its tenant's guarantee, on room another's wants
+    QUOTA = "quota"  # over the spot quota
+    NO_ROOM = "no-room"  # no room now (pods may be stopping to make it)
+    HOLD = "hold"  # room is being freed for a job, no spot job takes it
+    SHARE = "share"  # HP past its tenant's guarantee, on room another tenant wants
 
-    @property
-    def part(self) -> str:
-        """The part that decided: admission, placement or reclaim."""
-        parts = {"quota": "admission", "share": "admission", "hold": "reclaim"}
-        return parts.get(self.value, "placement")
+
+class Part(StrEnum):
+    """The part of the hp/spot scheduler that decided an attempt."""
+
+    ADMISSION = "admission"
+    PLACEMENT = "placement"
+    RECLAIM = "reclaim"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Attempt:
+    """What one start attempt came to, which part decided it, and why in a few words (as
+    the Kubernetes scheduling framework's ``Status``). The outcomes are the constants
+    below, made once: a pass tries thousands of jobs, so none is built per attempt, and
+    the pass compares codes by identity (``eq=False``)."""
+
+    code: Code
+    part: Part
+    reason: str
+
+
+STARTED = Attempt(Code.STARTED, Part.PLACEMENT, "placed on free room")
+OVER_QUOTA = Attempt(Code.QUOTA, Part.ADMISSION, "over its GPU pool's spot quota")
+OVER_SHARE = Attempt(
+    Code.SHARE, Part.ADMISSION, "past its tenant's guarantee, on room another tenant wants"
+)
+HOLD = Attempt(Code.HOLD, Part.RECLAIM, "room is being freed for another job")
+AWAITING = Attempt(Code.NO_ROOM, Part.RECLAIM, "pods are stopping to make its room")
+NO_ROOM_STILL = Attempt(Code.NO_ROOM, Part.PLACEMENT, "no room: nothing changed since it failed")
+TOO_FEW_SLOTS = Attempt(Code.NO_ROOM, Part.PLACEMENT, "too little room for its workers")
+NO_ROOM = Attempt(Code.NO_ROOM, Part.PLACEMENT, "no room now")
 
 
 def _order(item: tuple[float, tuple[tuple[float, ...], str]]) -> tuple[tuple[float, ...], str]:
@@ -112,12 +138,12 @@ class QueuePass:
                     queue.remove(k, entry)  # cancelled while queued
                     continue
                 result = self.s.try_start(job, now, out)
-                if result == Attempt.STARTED:
+                if result.code is Code.STARTED:
                     queue.remove(k, entry)
                     continue
-                if result == Attempt.HOLD:
+                if result.code is Code.HOLD:
                     return
-                if result == Attempt.SHARE:
+                if result.code is Code.SHARE:
                     later = [(k, e) for e in queue.buckets[k][1:]]
                     self._other_tenants(queue, later, job, now, out)
                 if self.s.reservations.held:
@@ -142,9 +168,9 @@ class QueuePass:
             if job.state is not JobState.QUEUED or job.spec.tenant in held_back:
                 continue
             result = self.s.try_start(job, now, out)
-            if result == Attempt.STARTED:
+            if result.code is Code.STARTED:
                 queue.remove(k, entry)
-            elif result == Attempt.SHARE:
+            elif result.code is Code.SHARE:
                 held_back.add(job.spec.tenant)
             else:
                 return
@@ -186,12 +212,12 @@ class QueuePass:
             reserving = self.config.reservation
             free_only = reserving is not None and reserving.backfill_free
             result = self.s.try_start(job, now, out, evict=not free_only)
-            if result == Attempt.STARTED:
+            if result.code is Code.STARTED:
                 queue.remove(k, entry)
-            elif result == Attempt.HOLD:
+            elif result.code is Code.HOLD:
                 return  # room is being freed for a job: no spot job starts
             elif len(out) == acted and job.id not in self.s.awaiting:
-                if result == Attempt.NO_ROOM:
+                if result.code is Code.NO_ROOM:
                     no_room = min(no_room, job.workers)
                 else:  # over the spot quota
                     over_quota = min(over_quota, job.gpus)
@@ -214,9 +240,9 @@ class QueuePass:
                 queue.remove(k, entry)
                 continue
             result = self.s.try_start(job, now, out)
-            if result == Attempt.SHARE:  # not a failure of room: the other tenants' jobs go
+            if result.code is Code.SHARE:  # not a failure of room: the other tenants' jobs go
                 later = sorted(((b, e) for b in queue.keys for e in queue.buckets[b]), key=_order)
                 self._other_tenants(queue, later[later.index((k, entry)) + 1 :], job, now, out)
-            if result != Attempt.STARTED:
+            if result.code is not Code.STARTED:
                 return
             queue.remove(k, entry)

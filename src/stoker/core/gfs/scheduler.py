@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from stoker.core.actions import Action, BindJob, JobRequeued, KillJob, StartPod, StopPod
+from stoker.core.gfs import passes
 from stoker.core.gfs.admission import SpotAdmission
 from stoker.core.gfs.asreleased import demand_gpus, fewest_workers, on_submit, shorten, unshorten
 from stoker.core.gfs.config import GFSConfig
@@ -29,7 +30,7 @@ from stoker.core.gfs.jobs import GuaranteeLedger, restart_overhead
 from stoker.core.gfs.leases import Leases
 from stoker.core.gfs.memo import SearchMemo
 from stoker.core.gfs.nodes import NodeIndex
-from stoker.core.gfs.passes import Attempt, QueuePass
+from stoker.core.gfs.passes import Attempt, Code, QueuePass
 from stoker.core.gfs.periods import GuaranteePeriods
 from stoker.core.gfs.placement import GangPlan, NodeInfo
 from stoker.core.gfs.queues import QUEUE_ORDERS, ClassQueue, gpu_pool_queues
@@ -193,8 +194,8 @@ class HpSpotScheduler:
         self._dirty[gpu_pool] = None
 
     def withdraw(self, job: Job) -> None:
-        """Take a queued job out of its queue, still queued: it can start nowhere on its
-        GPU pool as it is now (:attr:`Core.unplaceable`)."""
+        """Take a queued job out of its queue: it can start nowhere on its GPU pool as it
+        is now (the core sets it aside, :attr:`JobState.SET_ASIDE`)."""
         self.awaited.clear(job.id)  # what is stopping for it goes to whoever fits
         self.memo.forget(job.id)
         self.unreserve(job)
@@ -350,7 +351,7 @@ class HpSpotScheduler:
             _, jid = heapq.heappop(self._evict_wake)
             self._evict_due.discard(jid)
             job = self.jobs.get(jid)
-            if job is not None and job.state is JobState.QUEUED:
+            if job is not None and job.state.waiting:
                 self._dirty[self.gpu_pool_of(job)] = None  # it may evict now
         if now + EPS >= self.periods.next_eta:
             self._dirty.update(dict.fromkeys(self.periods.feedback(now)))
@@ -435,34 +436,34 @@ class HpSpotScheduler:
     # ------------------------------------------------------------ the pass
 
     def try_start(self, job: Job, now: float, out: list[Action], evict: bool = True) -> Attempt:
-        """Start ``job`` if it may and fits; else why not (``QUOTA``: over the spot quota,
-        ``HOLD``: room is being freed for an HP job, nothing else starts; ``NO_ROOM``).
+        """Start ``job`` if it may and fits; else why not (:class:`~.passes.Code`: over the
+        spot quota, room freed for an HP job, its tenant's share, no room; with a reason).
         Without ``evict`` an HP job takes free room and idle pods only."""
         gpu_pool = self.gpu_pool_of(job)
         if job.job_class is _HP and self.shares is not None:
             free = self.capacity[gpu_pool] - self.used[gpu_pool][_HP]
             queued = self.queues[gpu_pool][_HP].tenants
             if self.shares.borrows_wanted(job, gpu_pool, self.books.demand.current, queued, free):
-                return Attempt.SHARE
+                return passes.OVER_SHARE
         if job.job_class is _SPOT:
             if self.freeing_room(gpu_pool):
-                return Attempt.HOLD  # room is being freed for a job: no other spot job takes it
+                return passes.HOLD  # room is being freed for a job: no other spot job takes it
             if self.admission.over_quota(job, gpu_pool, now):
-                return Attempt.QUOTA
+                return passes.OVER_QUOTA
             state = self.memo.state(gpu_pool, now)
             if self.memo.failed(job.id, state):
-                return Attempt.NO_ROOM
+                return passes.NO_ROOM_STILL
             plan = self._plan_free(job, now)
             if plan is None:
                 # a card held only by standby pods is free for the asking: standby pods have
                 # no keep-alive, so without this a spot job could wait behind them forever
                 self._reclaim(job, now, out, standby_only=True)
                 self._remember(job, gpu_pool, state, now)
-                return Attempt.NO_ROOM
+                return passes.NO_ROOM
             self._start(job, plan, now, out)
-            return Attempt.STARTED
+            return passes.STARTED
         result = self._try_start_hp(job, gpu_pool, now, out, evict)
-        if result == Attempt.NO_ROOM and self.may_reserve(job, now):
+        if result.code is Code.NO_ROOM and self.may_reserve(job, now):
             first = self.reservations.candidates.setdefault(gpu_pool, job)
             # smaller HP jobs first: whether one waits is known only after the HP pass
             reserving = self.config.reservation
@@ -477,7 +478,7 @@ class HpSpotScheduler:
         """An HP job's start: free room, else reclaim (``NO_ROOM`` while pods stop for it
         or nothing makes its room); without ``evict``, idle pods only."""
         if job.id in self.awaiting:
-            return Attempt.NO_ROOM  # pods are stopping for it: nothing more goes meanwhile
+            return passes.AWAITING  # pods are stopping for it: nothing more goes meanwhile
         after = self.config.hp_evict_after_s
         if evict and after is not None and now - job.queued_since < after - EPS:
             evict = False  # not yet: a pass is due when it may
@@ -487,14 +488,14 @@ class HpSpotScheduler:
                 heapq.heappush(self._evict_wake, wake)
         state = self.memo.state(gpu_pool, now)
         if self.memo.failed(job.id, state, evict):
-            return Attempt.NO_ROOM
+            return passes.NO_ROOM_STILL
         if self.gpu_pools[gpu_pool].hp_slots(job.per_worker) < fewest_workers(
             job, self.config
         ) or self.memo.no_room(job, gpu_pool):
             # too little room for its workers (cards without HP; free cards and those spot
             # work alone holds): every search fails until that grows
             self._remember(job, gpu_pool, state, now)
-            return Attempt.NO_ROOM
+            return passes.TOO_FEW_SLOTS
         if (
             evict
             and self.config.hp_preempt_first
@@ -502,17 +503,18 @@ class HpSpotScheduler:
             and job.workers == 1
             and self._reclaim(job, now, out, free_first=False)
         ):
-            return Attempt.NO_ROOM
+            return passes.AWAITING
         plan = self._plan_free(job, now)
         if plan is not None:
             self._start(job, plan, now, out)
-            return Attempt.STARTED
+            return passes.STARTED
         shortened = shorten(job, self._free_prefix, self.config)  # ``partial``: one more
-        if not self._reclaim(job, now, out, preempt=evict) and shortened:
+        reclaimed = self._reclaim(job, now, out, preempt=evict)
+        if not reclaimed and shortened:
             unshorten(job, self.config)
         self._free_prefix = None  # read by that reclaim only
         self._remember(job, gpu_pool, state, now, evict)
-        return Attempt.NO_ROOM
+        return passes.AWAITING if reclaimed else passes.NO_ROOM
 
     def _remember(
         self, job: Job, gpu_pool: str, state: tuple[int, int, bool], now: float, evict: bool = True

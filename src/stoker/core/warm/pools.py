@@ -161,7 +161,7 @@ class WarmPools:
         """Raise if an invariant does not hold (used by tests after every event)."""
         self.cluster.check()
         self.idle.check()
-        self.queues.check(self.jobs, self.pods, self.books.set_aside)
+        self.queues.check(self.jobs, self.pods)
 
     # ------------------------------------------------------------------ IdleRoom port
 
@@ -206,8 +206,8 @@ class WarmPools:
             self.queues.dirty = True  # the head waits on its reclaim: this job may start its own
 
     def withdraw(self, job: Job) -> None:
-        """Take a queued job out of its profile's queue, still queued: it can start nowhere
-        as the cluster is now (:attr:`Books.set_aside`)."""
+        """Take a queued job out of its profile's queue: it can start nowhere as the cluster
+        is now (the core sets it aside, :attr:`JobState.SET_ASIDE`)."""
         self.queues.dequeue(job)
 
     def restore(self, job: Job) -> None:

@@ -14,7 +14,6 @@ from collections.abc import Mapping
 
 from stoker.core.books import Books
 from stoker.core.model import Job, JobClass, JobState, Pod, PodState
-from stoker.core.shape import Refusal
 from stoker.core.shares import FairQueue, TenantShares, dominant_share
 
 Key = tuple[str, str, str]  # (profile, tenant, reuse tag)
@@ -147,16 +146,14 @@ class PoolQueues:
         for pid in pods:
             del self.reclaim_by_pod[pid]
 
-    def check(
-        self, jobs: Mapping[str, Job], pods: Mapping[str, Pod], set_aside: Mapping[str, Refusal]
-    ) -> None:
-        """Raise if the queues disagree with the jobs' states (tests, after every event)."""
+    def check(self, jobs: Mapping[str, Job], pods: Mapping[str, Pod]) -> None:
+        """Raise if the queues disagree with the jobs' states (tests, after every event):
+        every queued pool job in its profile's queue, no other (one set aside is in none)."""
         for job in jobs.values():
             if job.job_class is not JobClass.POOL:
                 continue
             queued = job.id in self.queues[job.spec.profile]
-            aside = job.id in set_aside  # queued, in no queue
-            if (job.state is JobState.QUEUED) != (queued or aside) or (queued and aside):
+            if (job.state is JobState.QUEUED) != queued:
                 raise AssertionError(f"job {job.id} state {job.state} but queued={queued}")
         for job_id, victims in self.reclaim.items():
             if jobs[job_id].state is not JobState.QUEUED:
