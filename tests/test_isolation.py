@@ -314,13 +314,13 @@ print(json.dumps({{"found": found, "direct": direct, "tops": tops, "etc": etc}})
 @as_root
 async def test_cgroup_fs_shows_only_the_pods_own_groups(rig: Rig) -> None:
     a, b = await rig.pod(), await rig.pod()
-    other = rig.rt._pods[b].cgroup.name
-    own = rig.rt._pods[a].cgroup.name
+    other = rig.rt.pod_info(b).cgroup
+    own = rig.rt.pod_info(a).cgroup
     code = "import os\nfor d, ds, fs in os.walk('/sys/fs/cgroup'):\n    print(d)\n"
     listing = (await _py(rig, a, code)).stdout.decode()
     assert other not in listing and own not in listing  # not even its own name shows
     assert "process_api" not in listing and "system.slice" not in listing
-    pids_max = "pids.max" if "v2" in rig.rt._pods[a].cgroup.dirs else "pids/pids.max"
+    pids_max = "pids.max" if "v2" in rig.rt.pod_info(a).cgroup_dirs else "pids/pids.max"
     limit = await rig.run(a, ["cat", f"/sys/fs/cgroup/{pids_max}"])
     assert limit.stdout == b"256\n"  # its own limits are readable where the pod expects them
 
@@ -901,7 +901,7 @@ print(json.dumps(out))
     if ROOT:
         assert res["/workspace/fill"] <= 16  # type: ignore[operator]
     plain = await rig.pod()
-    v2 = "v2" in rig.rt._pods[plain].cgroup.dirs
+    v2 = "v2" in rig.rt.pod_info(plain).cgroup_dirs
     want = {  # controller: (file on v1, file on v2, the default's value)
         "pids": ("pids/pids.max", "pids.max", "256"),
         "cpu": ("cpu/cpu.cfs_quota_us", "cpu.max", "100000 100000" if v2 else "100000"),

@@ -28,6 +28,7 @@ from runtime_rig import Rig
 from stoker.agent.agent import Kept, kept_mounts
 from stoker.broker.bench import cpu_seconds
 from stoker.runtime.base import RuntimeProfile
+from stoker.runtime.cgroups import PodCgroup
 
 pytestmark = [
     pytest.mark.anyio,
@@ -92,7 +93,8 @@ async def test_a_warm_trivial_job_costs_no_more_than_running_pass(
     python = str(venv_under_tmp / "bin" / "python")
     async with Rig.open(tmp_path / "state", gpu_slots=1, base_python=python) as rig:
         pod = await rig.pod(RuntimeProfile("plain"))
-        cg = rig.rt._pods[pod].cgroup
+        info = rig.rt.pod_info(pod)
+        cg = PodCgroup(info.cgroup, info.cgroup_dirs)  # the pod's group, to read its pids
         await rig.run(pod, [python, "-c", "pass"])  # the first job forks the spare's way in
         before = _pod_cpu_s(cg.pids())
         for _ in range(JOBS):

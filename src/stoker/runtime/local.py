@@ -99,6 +99,9 @@ class PodInfo:
     # of the jobs it ran, and the jobs whose exit it held (replayed after its hello)
     ran: dict[str, dict[str, object]] = field(default_factory=dict)
     held: tuple[str, ...] = ()
+    # the pod's cgroup on the host: its name, and each controller's (or "v2") directory
+    cgroup: str = ""
+    cgroup_dirs: dict[str, Path] = field(default_factory=dict)
 
 
 @dataclass
@@ -759,6 +762,8 @@ class LocalRuntime:
             dict(rec.cgroup.missing),
             dict(rec.hello.get("ran") or {}),
             tuple(rec.hello.get("held") or ()),
+            rec.cgroup.name,
+            dict(rec.cgroup.dirs),
         )
 
     async def ping(self, pod: str) -> protocol.Message:
