@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from api_rig import wait_finished
-from rig import broker_config
+from rig import Api, broker_config, tenant_api
 from stoker.broker.config import PolicyConfig
 from stoker.broker.embedded import EmbeddedBroker
 from stoker.broker.events_log import outcome
@@ -34,13 +34,12 @@ GRAFANA = Path(__file__).parent.parent / "deploy" / "grafana" / "stoker.json"
 
 
 def _api(eb: EmbeddedBroker, token: str | None) -> httpx.Client:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.Client(base_url=eb.url, headers=headers, timeout=60)
+    return Api(eb.url, token).http
 
 
 def _tenant(eb: EmbeddedBroker, name: str) -> tuple[httpx.Client, str]:
-    token = _api(eb, eb.admin_token).post("/v1/tenants", json={"name": name}).json()["token"]
-    return _api(eb, token), token
+    api = tenant_api(eb, name)
+    return api.http, str(api.token)
 
 
 def _submit(api: httpx.Client, tag: str, code: str = "pass") -> str:

@@ -593,7 +593,7 @@ def run_bench(
     calibration), for a progress display. ``callers``: the throughput runs' caller counts,
     one run each (they share THROUGHPUT_PODS warm pods)."""
     if not callers or min(callers) < 1:
-        raise ValueError(f"callers: at least one run of at least 1 caller (got {callers})")
+        raise ValueError(f"callers: at least 1 caller a run, and a run (got {callers})")
     if work_dir is None:
         with tempfile.TemporaryDirectory(prefix="stoker-bench-") as tmp:
             return run_bench(

@@ -50,6 +50,14 @@ _GPU_POOL_GAUGES = (
 )
 
 
+def _by(name: str, doc: str, label: str, values: dict[str, float]) -> Metric:
+    """A gauge family of one label, a sample per key in sorted order."""
+    fam = GaugeMetricFamily(name, doc, labels=[label])
+    for key, value in sorted(values.items()):
+        fam.add_metric([key], float(value))
+    return fam
+
+
 class _Snapshot(Collector):
     """Gauges from a callable that reads the broker's state at scrape time."""
 
@@ -64,32 +72,22 @@ class _Snapshot(Collector):
 
     @staticmethod
     def _families(g: BrokerGauges) -> Iterator[Metric]:
-        fam = GaugeMetricFamily(
-            "stoker_queue_length", "Jobs waiting, by profile", labels=["profile"]
-        )
-        for profile, n in sorted(g.queued.items()):
-            fam.add_metric([profile], n)
-        yield fam
+        yield _by("stoker_queue_length", "Jobs waiting, by profile", "profile", g.queued)
         fam = GaugeMetricFamily(
             "stoker_pods", "Pods, by profile and state", labels=["profile", "state"]
         )
         for (profile, state), n in sorted(g.pods.items()):
             fam.add_metric([profile, state], n)
         yield fam
-        fam = GaugeMetricFamily(
+        yield _by(
             "stoker_gpu_seconds_held",
             "GPU-seconds held by pods, by pod state (accrued at each transition)",
-            labels=["state"],
+            "state",
+            g.held_seconds,
         )
-        for state, secs in sorted(g.held_seconds.items()):
-            fam.add_metric([state], secs)
-        yield fam
-        fam = GaugeMetricFamily(
-            "stoker_idle_gpus", "GPUs held by idle warm and standby pods", labels=["state"]
+        yield _by(
+            "stoker_idle_gpus", "GPUs held by idle warm and standby pods", "state", g.idle_gpus
         )
-        for state, gpus in sorted(g.idle_gpus.items()):
-            fam.add_metric([state], gpus)
-        yield fam
         yield GaugeMetricFamily(
             "stoker_warm_budget_gpus", "GPUs idle pods may hold now (warm budget)", g.budget_gpus
         )
@@ -126,22 +124,18 @@ class _Snapshot(Collector):
         yield mean
         yield quant
         yield queued
-        fam = GaugeMetricFamily(
+        yield _by(
             "stoker_storage_output_bytes",
             "Stored job output, by tenant (bounded by storage.output_budget_mb)",
-            labels=["tenant"],
+            "tenant",
+            g.stored_output,
         )
-        for tenant, size in sorted(g.stored_output.items()):
-            fam.add_metric([tenant], float(size))
-        yield fam
-        fam = GaugeMetricFamily(
+        yield _by(
             "stoker_broker_held_entries",
             "Entries the broker's loop holds per job or pod, by map (what is live, not what ran)",
-            labels=["map"],
+            "map",
+            g.held,
         )
-        for name, n in sorted(g.held.items()):
-            fam.add_metric([name], float(n))
-        yield fam
 
 
 class BrokerMetrics:
